@@ -1,0 +1,3 @@
+//! svc, the command-line tool.
+#![forbid(unsafe_code)]
+fn main() {}

@@ -1,0 +1,373 @@
+//! The fence object: one load of svc's eBPF programs, pinned, attached per guest link.
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray},
+    programs::{
+        LinkOrder, SchedClassifier, TcAttachType, TestRun as _, TestRunOptions,
+        links::{FdLink, PinnedLink},
+        tc::TcAttachOptions,
+    },
+};
+use serde::Serialize;
+use svc_ebpf_common::{Counter, map, program, reason};
+
+use super::DataplaneError;
+
+/// svc's eBPF object, built by `build.rs` from the `svc-ebpf` crate.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/svc-ebpf"));
+
+/// Where bpffs lives on a normal host.
+const BPFFS_ROOT: &str = "/sys/fs/bpf";
+
+/// The loaded fence: programs and maps, pinned under `pin_dir`.
+pub struct Fence {
+    ebpf: Ebpf,
+    pin_dir: PathBuf,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("pin_dir", &self.pin_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Result of running the ingress classifier once on a crafted frame (`BPF_PROG_TEST_RUN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRunOutcome {
+    /// The tc action the program returned (`TC_ACT_OK` = 0, `TC_ACT_SHOT` = 2).
+    pub action: u32,
+}
+
+impl TestRunOutcome {
+    /// `TC_ACT_SHOT`: the frame was dropped.
+    pub const fn dropped(self) -> bool {
+        self.action == 2
+    }
+    /// `TC_ACT_OK`: the frame passed.
+    pub const fn passed(self) -> bool {
+        self.action == 0
+    }
+}
+
+/// The counters of one verdict reason, summed over CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReasonCount {
+    pub code: u32,
+    pub reason: &'static str,
+    pub drop: bool,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// All verdict counters of the fence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub reasons: Vec<ReasonCount>,
+}
+
+impl Counters {
+    /// Packets counted under `code`.
+    pub fn packets(&self, code: u32) -> u64 {
+        self.reasons
+            .iter()
+            .find(|r| r.code == code)
+            .map_or(0, |r| r.packets)
+    }
+
+    /// Packets dropped for any reason.
+    pub fn dropped(&self) -> u64 {
+        self.reasons
+            .iter()
+            .filter(|r| r.drop)
+            .map(|r| r.packets)
+            .sum()
+    }
+}
+
+impl Fence {
+    /// Load the object once, pin its maps and the ingress program under `pin_dir`.
+    ///
+    /// Maps already pinned there (by an earlier svcd) are reused, so counters and allow entries
+    /// survive a restart.
+    pub fn load(pin_dir: impl Into<PathBuf>) -> Result<Self, DataplaneError> {
+        let pin_dir = pin_dir.into();
+        if pin_dir.starts_with(BPFFS_ROOT) {
+            super::ensure_bpffs(Path::new(BPFFS_ROOT))?;
+        }
+        for dir in [pin_dir.clone(), pin_dir.join("links")] {
+            std::fs::create_dir_all(&dir)
+                .map_err(|source| DataplaneError::PinDir { path: dir, source })?;
+        }
+        let mut ebpf = EbpfLoader::new()
+            .default_map_pin_directory(&pin_dir)
+            .load(OBJECT)
+            .map_err(|source| DataplaneError::Load {
+                pin_dir: pin_dir.clone(),
+                source: Box::new(source),
+            })?;
+        let prog = classifier(&mut ebpf, program::TAP_INGRESS)?;
+        prog.load().map_err(|source| DataplaneError::Program {
+            operation: "loading",
+            program: program::TAP_INGRESS,
+            source: Box::new(source),
+        })?;
+        let prog_pin = pin_dir.join(format!("prog_{}", program::TAP_INGRESS));
+        remove_if_present(&prog_pin)?;
+        prog.pin(&prog_pin).map_err(|source| DataplaneError::Pin {
+            what: "program",
+            path: prog_pin,
+            source: Box::new(source),
+        })?;
+        Ok(Self { ebpf, pin_dir })
+    }
+
+    /// The directory the fence is pinned under.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// Path of the pinned TCX link of `link`'s ingress hook (bpffs refuses names with a dot).
+    pub fn link_pin(&self, link: &str) -> PathBuf {
+        self.pin_dir.join("links").join(format!("{link}_ingress"))
+    }
+
+    /// Attach the ingress fence to the host end of a guest link (TCX, kernel 6.6 or later).
+    ///
+    /// The link is pinned, so the fence stays on the link when this process exits: a crashed
+    /// supervisor leaves the fence closed, not open. Attaching twice replaces the program
+    /// atomically.
+    pub fn attach(&mut self, link: &str) -> Result<(), DataplaneError> {
+        validate_link_name(link)?;
+        let link_pin = self.link_pin(link);
+        let prog = classifier(&mut self.ebpf, program::TAP_INGRESS)?;
+        let attach_err = |source| DataplaneError::Attach {
+            link: link.to_owned(),
+            source: Box::new(source),
+        };
+        let link_id = match PinnedLink::from_pin(&link_pin) {
+            Ok(existing) => {
+                // Re-adopt: swap our program into the existing link without a gap.
+                let existing = FdLink::from(existing)
+                    .try_into()
+                    .map_err(|source| link_err(link, source))?;
+                prog.attach_to_link(existing).map_err(attach_err)?
+            }
+            Err(_) => prog
+                .attach_with_options(
+                    link,
+                    TcAttachType::Ingress,
+                    TcAttachOptions::TcxOrder(LinkOrder::default()),
+                )
+                .map_err(attach_err)?,
+        };
+        let owned = prog.take_link(link_id).map_err(attach_err)?;
+        let fd_link: FdLink = owned.try_into().map_err(|source| link_err(link, source))?;
+        remove_if_present(&link_pin)?;
+        fd_link
+            .pin(&link_pin)
+            .map_err(|source| DataplaneError::Pin {
+                what: "link",
+                path: link_pin,
+                source: Box::new(source),
+            })?;
+        Ok(())
+    }
+
+    /// Detach the fence from `link`: drop its pinned TCX link.
+    pub fn detach(&mut self, link: &str) -> Result<(), DataplaneError> {
+        validate_link_name(link)?;
+        let path = self.link_pin(link);
+        detach_pinned(link, &path)
+    }
+
+    /// Read the verdict counters.
+    pub fn counters(&self) -> Result<Counters, DataplaneError> {
+        let map = self
+            .ebpf
+            .map(map::COUNTERS)
+            .ok_or(DataplaneError::MissingMap(map::COUNTERS))?;
+        let array: PerCpuArray<&MapData, Counter> =
+            PerCpuArray::try_from(map).map_err(|source| DataplaneError::ReadMap {
+                map: map::COUNTERS,
+                source: Box::new(source),
+            })?;
+        sum_counters(&array)
+    }
+
+    /// Run the ingress classifier once on `frame` with `BPF_PROG_TEST_RUN`. Counters move as
+    /// they would for a real packet.
+    pub fn test_run(&mut self, frame: &[u8]) -> Result<TestRunOutcome, DataplaneError> {
+        let prog = classifier(&mut self.ebpf, program::TAP_INGRESS)?;
+        let mut out = vec![0u8; frame.len().max(64) + 256];
+        let result = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..TestRunOptions::new()
+            })
+            .map_err(|source| DataplaneError::Program {
+                operation: "test-running",
+                program: program::TAP_INGRESS,
+                source: Box::new(source),
+            })?;
+        Ok(TestRunOutcome {
+            action: result.return_value,
+        })
+    }
+
+    /// Remove everything pinned under the pin directory: links (detaching them), the program,
+    /// the maps, then the directory. Keeps going past errors and returns all of them.
+    pub fn remove_pins(self) -> Result<(), Vec<DataplaneError>> {
+        let Self { ebpf, pin_dir } = self;
+        drop(ebpf);
+        remove_pin_dir(&pin_dir)
+    }
+}
+
+/// Read the counters from the pinned map of a fence loaded by another process (svcd, the demo).
+pub fn read_pinned_counters(pin_dir: &Path) -> Result<Counters, DataplaneError> {
+    let path = pin_dir.join(map::COUNTERS);
+    let data = MapData::from_pin(&path).map_err(|source| DataplaneError::OpenMap {
+        path: path.clone(),
+        source: Box::new(source),
+    })?;
+    let map = aya::maps::Map::PerCpuArray(data);
+    let array: PerCpuArray<MapData, Counter> =
+        PerCpuArray::try_from(map).map_err(|source| DataplaneError::OpenMap {
+            path,
+            source: Box::new(source),
+        })?;
+    sum_counters(&array)
+}
+
+/// Remove a pin directory made by [`Fence::load`], whoever loaded it.
+pub fn remove_pin_dir(pin_dir: &Path) -> Result<(), Vec<DataplaneError>> {
+    let mut errors = Vec::new();
+    let links = pin_dir.join("links");
+    if let Ok(entries) = std::fs::read_dir(&links) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Err(e) = detach_pinned(&name, &entry.path()) {
+                errors.push(e);
+            }
+        }
+    }
+    for dir in [links.as_path(), pin_dir] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_file() || !path.is_dir() {
+                    if let Err(source) = std::fs::remove_file(&path) {
+                        errors.push(DataplaneError::Unpin { path, source });
+                    }
+                }
+            }
+        }
+        if let Err(source) = std::fs::remove_dir(dir) {
+            if source.kind() != io::ErrorKind::NotFound {
+                errors.push(DataplaneError::Unpin {
+                    path: dir.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn detach_pinned(link: &str, path: &Path) -> Result<(), DataplaneError> {
+    let pinned = PinnedLink::from_pin(path).map_err(|_| DataplaneError::NotAttached {
+        link: link.to_owned(),
+        path: path.to_owned(),
+    })?;
+    // Unpinning drops the last reference once the fd closes: the kernel detaches the program.
+    let fd_link = pinned.unpin().map_err(|source| DataplaneError::Detach {
+        link: link.to_owned(),
+        source,
+    })?;
+    drop(fd_link);
+    Ok(())
+}
+
+fn sum_counters<T: std::borrow::Borrow<MapData>>(
+    array: &PerCpuArray<T, Counter>,
+) -> Result<Counters, DataplaneError> {
+    let mut reasons = Vec::with_capacity(reason::NAMES.len());
+    for (code, name) in (0u32..).zip(reason::NAMES) {
+        let per_cpu = array
+            .get(&code, 0)
+            .map_err(|source| DataplaneError::ReadMap {
+                map: map::COUNTERS,
+                source: Box::new(source),
+            })?;
+        let (packets, bytes) = per_cpu
+            .iter()
+            .fold((0u64, 0u64), |(p, b), c| (p + c.packets, b + c.bytes));
+        reasons.push(ReasonCount {
+            code,
+            reason: name,
+            drop: reason::is_drop(code),
+            packets,
+            bytes,
+        });
+    }
+    Ok(Counters { reasons })
+}
+
+fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, DataplaneError> {
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or(DataplaneError::MissingProgram(name))?;
+    prog.try_into().map_err(|source| DataplaneError::Program {
+        operation: "typing",
+        program: name,
+        source: Box::new(source),
+    })
+}
+
+fn link_err(link: &str, source: aya::programs::links::LinkError) -> DataplaneError {
+    DataplaneError::Link {
+        link: link.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), DataplaneError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(DataplaneError::Unpin {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn validate_link_name(link: &str) -> Result<(), DataplaneError> {
+    let ok = !link.is_empty()
+        && link.len() < 16
+        && !link.contains(['/', '\0'])
+        && link != "."
+        && link != ".."
+        && !link.chars().any(char::is_whitespace);
+    if ok {
+        Ok(())
+    } else {
+        Err(DataplaneError::BadLinkName(link.to_owned()))
+    }
+}

@@ -1,0 +1,97 @@
+//! The only code that talks to the kernel: loads svc's eBPF object once, pins its programs and
+//! maps under a bpffs directory (`/sys/fs/bpf/svc` by default), attaches the fence to guest
+//! links and reads its counters.
+
+mod bpffs;
+mod fence;
+
+pub use bpffs::ensure_bpffs;
+pub use fence::{
+    Counters, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
+};
+
+use std::path::PathBuf;
+
+/// Default pin directory for svcd's programs, maps and links.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/svc";
+
+/// Errors of the dataplane. Each names the operation and what it acted on.
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    #[error("mounting bpffs at {path}")]
+    MountBpffs {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("creating pin directory {path}")]
+    PinDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("loading svc's eBPF object (maps pinned under {pin_dir})")]
+    Load {
+        pin_dir: PathBuf,
+        #[source]
+        source: Box<aya::EbpfError>,
+    },
+    #[error("eBPF object has no program {0:?}")]
+    MissingProgram(&'static str),
+    #[error("eBPF object has no map {0:?}")]
+    MissingMap(&'static str),
+    #[error("{operation} program {program}")]
+    Program {
+        operation: &'static str,
+        program: &'static str,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    #[error("pinning {what} at {path}")]
+    Pin {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<aya::pin::PinError>,
+    },
+    #[error("attaching the fence to link {link}")]
+    Attach {
+        link: String,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    #[error("converting the TCX link of {link}")]
+    Link {
+        link: String,
+        #[source]
+        source: Box<aya::programs::links::LinkError>,
+    },
+    #[error("link {link} has no fence attached by svc (no pinned link at {path})")]
+    NotAttached { link: String, path: PathBuf },
+    #[error("detaching the fence from link {link}")]
+    Detach {
+        link: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("opening pinned map {path}")]
+    OpenMap {
+        path: PathBuf,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error("reading map {map}")]
+    ReadMap {
+        map: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error("link name {0:?} is not a valid interface name (1 to 15 bytes, no '/', no NUL)")]
+    BadLinkName(String),
+    #[error("removing pinned object {path}")]
+    Unpin {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,4 @@
+//! Library target so `cargo clippy --all-targets` can check the parser on the host.
+#![no_std]
+
+pub mod parse;
