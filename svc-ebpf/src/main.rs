@@ -1,6 +1,9 @@
 //! The tc fence attached to the host end of every guest link.
-#![no_std]
-#![no_main]
+//!
+//! Built for `bpfel-unknown-none` by `svc-control/build.rs`. On the host the crate is only
+//! checked (clippy), never run, so it is an ordinary `std` binary there.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
 
 use aya_ebpf::{
     bindings::{TC_ACT_OK, TC_ACT_SHOT},
@@ -57,7 +60,7 @@ impl Frame for TcFrame<'_> {
     }
 }
 
-#[cfg(not(test))]
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     // No panic path survives into the object (the verifier would reject the loop); this only
@@ -68,3 +71,7 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     )]
     loop {}
 }
+
+/// Host builds only exist for linting.
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}

@@ -264,20 +264,20 @@ pub fn remove_pin_dir(pin_dir: &Path) -> Result<(), Vec<DataplaneError>> {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
                 let path = entry.path();
-                if path.is_file() || !path.is_dir() {
-                    if let Err(source) = std::fs::remove_file(&path) {
-                        errors.push(DataplaneError::Unpin { path, source });
-                    }
+                if !path.is_dir()
+                    && let Err(source) = std::fs::remove_file(&path)
+                {
+                    errors.push(DataplaneError::Unpin { path, source });
                 }
             }
         }
-        if let Err(source) = std::fs::remove_dir(dir) {
-            if source.kind() != io::ErrorKind::NotFound {
-                errors.push(DataplaneError::Unpin {
-                    path: dir.to_owned(),
-                    source,
-                });
-            }
+        if let Err(source) = std::fs::remove_dir(dir)
+            && source.kind() != io::ErrorKind::NotFound
+        {
+            errors.push(DataplaneError::Unpin {
+                path: dir.to_owned(),
+                source,
+            });
         }
     }
     if errors.is_empty() {
