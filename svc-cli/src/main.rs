@@ -1,3 +1,38 @@
-//! svc, the command-line tool.
+//! svc, the command-line tool for svc sandboxes and workspaces.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod config_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// svc runs microVM sandboxes for coding agents and fences everything they can reach.
+#[derive(Debug, Parser)]
+#[command(name = "svc", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check and show a workspace's configuration (.svc/workspace.json, .svc/config.yaml, or
+    /// its compose file).
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Config(cmd) => config_cmd::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("svc: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,4 +1,8 @@
 //! svc's control plane: configuration, policy, the dataplane, and the svcd supervisor.
 
+/// Parsing and validation of every configuration file svc reads.
+pub mod config;
 /// The only code that talks to the kernel (eBPF, later nftables and rtnetlink).
 pub mod dataplane;
+/// Pure decisions: every security rule of the spec, once.
+pub mod policy;

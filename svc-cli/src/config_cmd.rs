@@ -1,0 +1,260 @@
+//! `svc config …`: local commands that read a workspace's configuration; no daemon needed.
+
+use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+
+use clap::Subcommand;
+use svc_control::config::{
+    ConfigError,
+    effective::{ApiParams, EffectiveWorkspace, Source},
+    env,
+    loader::{self, LoadedWorkspace},
+    workspace::WorkspaceFile,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a workspace's configuration and print the effective result.
+    ///
+    /// Reads DIR/.svc/workspace.json and DIR/.svc/config.yaml; without a workspace.json, the
+    /// compose file in DIR (compose.yaml, compose.yml, docker-compose.yml,
+    /// docker-compose.yaml: the first found) gives the Spotlight forwards. Every error is
+    /// reported with its file, location and reason. Exits 0 when valid, 1 when not.
+    Check {
+        /// The workspace root.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of .svc/workspace.json version 1 (as shipped in
+    /// schema/workspace.v1.json).
+    Schema,
+}
+
+pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ConfigCommand::Check { dir, json } => Ok(check(&dir, json)),
+        ConfigCommand::Schema => {
+            println!("{}", schema_json());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The v1 schema, pretty-printed, exactly as committed in `schema/workspace.v1.json`.
+pub fn schema_json() -> String {
+    let schema = svc_control::config::workspace::json_schema::<WorkspaceFile>();
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
+}
+
+fn check(dir: &std::path::Path, json: bool) -> ExitCode {
+    let mut errors: Vec<ConfigError> = Vec::new();
+    if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
+        errors.extend(e.0);
+    }
+    let loaded = match loader::load_workspace(dir, &ApiParams::default(), std::env::vars()) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            errors.extend(e.0);
+            None
+        }
+    };
+    let ok = errors.is_empty();
+    if json {
+        let doc = serde_json::json!({
+            "ok": ok,
+            "root": dir,
+            "workspace": loaded,
+            "errors": errors,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else if let (true, Some(l)) = (ok, &loaded) {
+        print!("{}", render(l));
+    } else {
+        for e in &errors {
+            eprintln!("✗ {e}");
+        }
+        let n = errors.len();
+        eprintln!(
+            "{n} error{} in {}",
+            if n == 1 { "" } else { "s" },
+            dir.display()
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn render(l: &LoadedWorkspace) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "workspace {}", l.root.display());
+    match &l.workspace_file {
+        Some(p) => {
+            let _ = writeln!(out, "  ✓ {} (version 1)", p.display());
+        }
+        None => {
+            let _ = writeln!(out, "  · no {}", loader::WORKSPACE_JSON);
+        }
+    }
+    match &l.egress {
+        Some(e) => {
+            let _ = writeln!(
+                out,
+                "  ✓ {} (egress: {} open, {} policy-gated, {} brokered secret{})",
+                l.root.join(loader::CONFIG_YAML).display(),
+                e.allow.len(),
+                e.policy.len(),
+                e.secrets.len(),
+                if e.secrets.len() == 1 { "" } else { "s" }
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  · no {}", loader::CONFIG_YAML);
+        }
+    }
+    if let Some(c) = &l.compose {
+        let _ = writeln!(
+            out,
+            "  ✓ {} (compose fallback: {} published port{})",
+            c.file.display(),
+            c.ports.forwards.len(),
+            if c.ports.forwards.len() == 1 { "" } else { "s" }
+        );
+        for s in &c.ports.inactive_services {
+            let _ = writeln!(
+                out,
+                "    · service {s} skipped: none of its profiles is active (COMPOSE_PROFILES)"
+            );
+        }
+    }
+    for w in &l.warnings {
+        let _ = writeln!(out, "  ! {w}");
+    }
+    let _ = writeln!(
+        out,
+        "\neffective configuration (API parameters > workspace.json > built-in defaults):"
+    );
+    render_effective(&mut out, &l.effective);
+    out
+}
+
+fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
+    let src = |key: &str| match e.sources.get(key) {
+        Some(Source::Api) => "api",
+        Some(Source::WorkspaceJson) => "workspace.json",
+        Some(Source::Compose) => "compose",
+        Some(Source::Default) | None => "default",
+    };
+    let list = |items: Vec<String>| {
+        if items.is_empty() {
+            "none".to_owned()
+        } else {
+            items.join(", ")
+        }
+    };
+    let runtime = if e.runtime.required.is_empty() {
+        "automatic".to_owned()
+    } else {
+        format!(
+            "{} (prefer-first)",
+            list(
+                e.runtime
+                    .required
+                    .iter()
+                    .map(|b| b.name().to_owned())
+                    .collect()
+            )
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  runtime       {runtime}  [{}]",
+        src("runtime.required")
+    );
+    let _ = writeln!(
+        out,
+        "  capabilities  {}  [{}]",
+        list(e.capabilities.iter().map(|c| c.name().to_owned()).collect()),
+        src("capabilities")
+    );
+    let s = &e.services;
+    let _ = writeln!(
+        out,
+        "  services      stopTimeoutMs={} [{}] autoRestart={} [{}] maxRestarts={} [{}] restartDelayMs={} [{}]",
+        s.stop_timeout_ms,
+        src("services.stopTimeoutMs"),
+        s.auto_restart,
+        src("services.autoRestart"),
+        s.max_restarts,
+        src("services.maxRestarts"),
+        s.restart_delay_ms,
+        src("services.restartDelayMs")
+    );
+    let forwards: Vec<String> = e
+        .spotlight
+        .iter()
+        .map(|f| {
+            format!(
+                "{}:{} → localhost:{}",
+                f.service, f.remote_port, f.local_port
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "  spotlight     {}  [{}]",
+        list(forwards),
+        src("spotlight")
+    );
+    let a = &e.auth;
+    let profiles: Vec<String> = a
+        .auth_profiles
+        .iter()
+        .map(|p| format!("{p:?}").to_lowercase())
+        .collect();
+    let mode = a.git_credential_mode.map_or("none", |_| "host-helper");
+    let _ = writeln!(
+        out,
+        "  auth          profiles={} sshAgentForward={} gitCredentialMode={mode}",
+        list(profiles),
+        a.ssh_agent_forward
+    );
+    let lc = &e.lifecycle;
+    let _ = writeln!(
+        out,
+        "  lifecycle     onSetup={} onStart={} onTeardown={} command(s)  [{}]",
+        lc.on_setup.len(),
+        lc.on_start.len(),
+        lc.on_teardown.len(),
+        src("lifecycle")
+    );
+    let profiles: Vec<String> = e
+        .readiness
+        .iter()
+        .map(|(name, entries)| {
+            format!(
+                "{name} ({} entr{})",
+                entries.len(),
+                if entries.len() == 1 { "y" } else { "ies" }
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "  readiness     {}", list(profiles));
+    let checks = |cs: &[svc_control::config::workspace::Check]| {
+        list(
+            cs.iter()
+                .map(|c| format!("{}{}", c.name, if c.required { " (required)" } else { "" }))
+                .collect(),
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  doctor        probes: {}; tests: {}",
+        checks(&e.doctor.probes),
+        checks(&e.doctor.tests)
+    );
+}

@@ -1,0 +1,303 @@
+//! The effective workspace configuration, with the precedence of SPEC 9.3: explicit API request
+//! parameters, then `.svc/workspace.json`, then built-in defaults. One function, [`resolve`].
+//!
+//! Merging is per key for `services.defaults` and `auth.defaults` (an API request that sets
+//! only `autoRestart` keeps the file's `stopTimeoutMs`), and per block for everything else (an
+//! API request that gives `lifecycle` replaces the file's whole `lifecycle`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    compose::ComposePorts,
+    workspace::{
+        AuthDefaults, AuthProfile, Backend, Capability, Check, GitCredentialMode, Lifecycle,
+        ReadinessEntry, Selection, ServiceDefaults, SpotlightForward, Workspace,
+    },
+};
+
+/// Built-in defaults (the bottom layer). SPEC 2.4 leaves the service defaults unshown; these
+/// are ours, documented in the README.
+pub mod defaults {
+    pub const STOP_TIMEOUT_MS: u64 = 10_000;
+    pub const AUTO_RESTART: bool = true;
+    pub const MAX_RESTARTS: u32 = 3;
+    pub const RESTART_DELAY_MS: u64 = 1_000;
+    pub const SSH_AGENT_FORWARD: bool = false;
+}
+
+/// Where a value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    Api,
+    WorkspaceJson,
+    Compose,
+    Default,
+}
+
+/// Explicit parameters of an API request (the top layer). `None` = not given.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ApiParams {
+    pub service_defaults: ServiceDefaults,
+    pub spotlight: Option<Vec<SpotlightForward>>,
+    pub auth: AuthDefaults,
+    pub lifecycle: Option<Lifecycle>,
+    pub runtime_required: Option<Vec<Backend>>,
+    pub runtime_selection: Option<Selection>,
+    pub capabilities: Option<Vec<Capability>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveServices {
+    pub stop_timeout_ms: u64,
+    pub auto_restart: bool,
+    pub max_restarts: u32,
+    pub restart_delay_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveAuth {
+    pub auth_profiles: Vec<AuthProfile>,
+    pub ssh_agent_forward: bool,
+    pub git_credential_mode: Option<GitCredentialMode>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveLifecycle {
+    pub on_setup: Vec<String>,
+    pub on_start: Vec<String>,
+    pub on_teardown: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveRuntime {
+    /// Empty: the daemon selects automatically from available capabilities.
+    pub required: Vec<Backend>,
+    pub selection: Selection,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EffectiveDoctor {
+    pub probes: Vec<Check>,
+    pub tests: Vec<Check>,
+}
+
+/// The configuration a workspace runs with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveWorkspace {
+    pub readiness: BTreeMap<String, Vec<ReadinessEntry>>,
+    pub services: EffectiveServices,
+    pub spotlight: Vec<SpotlightForward>,
+    pub auth: EffectiveAuth,
+    pub lifecycle: EffectiveLifecycle,
+    pub runtime: EffectiveRuntime,
+    pub capabilities: Vec<Capability>,
+    pub doctor: EffectiveDoctor,
+    /// Which layer each key came from (`services.stopTimeoutMs`, `spotlight`, …).
+    pub sources: BTreeMap<&'static str, Source>,
+}
+
+// ReadinessEntry holds only strings and an enum, so Eq is sound for the effective type.
+impl Eq for ReadinessEntry {}
+
+/// Resolve the effective configuration. `compose` is used for Spotlight only when there is no
+/// workspace.json (SPEC 1.6).
+pub fn resolve(
+    api: &ApiParams,
+    file: Option<&Workspace>,
+    compose: Option<&ComposePorts>,
+) -> EffectiveWorkspace {
+    let f = file.map(Workspace::file);
+    let mut sources = BTreeMap::new();
+
+    let file_services = f
+        .and_then(|f| f.services.as_ref())
+        .and_then(|s| s.defaults.clone())
+        .unwrap_or_default();
+    let services = EffectiveServices {
+        stop_timeout_ms: pick(
+            &mut sources,
+            "services.stopTimeoutMs",
+            api.service_defaults.stop_timeout_ms,
+            file_services.stop_timeout_ms,
+            defaults::STOP_TIMEOUT_MS,
+        ),
+        auto_restart: pick(
+            &mut sources,
+            "services.autoRestart",
+            api.service_defaults.auto_restart,
+            file_services.auto_restart,
+            defaults::AUTO_RESTART,
+        ),
+        max_restarts: pick(
+            &mut sources,
+            "services.maxRestarts",
+            api.service_defaults.max_restarts,
+            file_services.max_restarts,
+            defaults::MAX_RESTARTS,
+        ),
+        restart_delay_ms: pick(
+            &mut sources,
+            "services.restartDelayMs",
+            api.service_defaults.restart_delay_ms,
+            file_services.restart_delay_ms,
+            defaults::RESTART_DELAY_MS,
+        ),
+    };
+
+    let file_auth = f
+        .and_then(|f| f.auth.as_ref())
+        .and_then(|a| a.defaults.clone())
+        .unwrap_or_default();
+    let auth = EffectiveAuth {
+        auth_profiles: pick(
+            &mut sources,
+            "auth.authProfiles",
+            api.auth.auth_profiles.clone(),
+            file_auth.auth_profiles,
+            Vec::new(),
+        ),
+        ssh_agent_forward: pick(
+            &mut sources,
+            "auth.sshAgentForward",
+            api.auth.ssh_agent_forward,
+            file_auth.ssh_agent_forward,
+            defaults::SSH_AGENT_FORWARD,
+        ),
+        git_credential_mode: pick(
+            &mut sources,
+            "auth.gitCredentialMode",
+            api.auth.git_credential_mode.map(Some),
+            file_auth.git_credential_mode.map(Some),
+            None,
+        ),
+    };
+
+    let file_spotlight = f
+        .and_then(|f| f.spotlight.as_ref())
+        .map(|s| s.defaults.clone());
+    let spotlight = if let Some(api_spotlight) = &api.spotlight {
+        sources.insert("spotlight", Source::Api);
+        api_spotlight.clone()
+    } else if let Some(fs) = file_spotlight {
+        sources.insert("spotlight", Source::WorkspaceJson);
+        fs
+    } else if let (None, Some(compose)) = (file, compose) {
+        sources.insert("spotlight", Source::Compose);
+        compose
+            .forwards
+            .iter()
+            .map(|c| SpotlightForward {
+                service: c.service.clone(),
+                remote_port: c.remote_port,
+                local_port: c.local_port,
+            })
+            .collect()
+    } else {
+        sources.insert("spotlight", Source::Default);
+        Vec::new()
+    };
+
+    let lifecycle = pick(
+        &mut sources,
+        "lifecycle",
+        api.lifecycle.clone(),
+        f.and_then(|f| f.lifecycle.clone()),
+        Lifecycle::default(),
+    );
+    let lifecycle = EffectiveLifecycle {
+        on_setup: lifecycle.on_setup.unwrap_or_default(),
+        on_start: lifecycle.on_start.unwrap_or_default(),
+        on_teardown: lifecycle.on_teardown.unwrap_or_default(),
+    };
+
+    let file_runtime = f.and_then(|f| f.runtime.clone());
+    let runtime = EffectiveRuntime {
+        required: pick(
+            &mut sources,
+            "runtime.required",
+            api.runtime_required.clone(),
+            file_runtime.as_ref().map(|r| r.required.clone()),
+            Vec::new(),
+        ),
+        selection: pick(
+            &mut sources,
+            "runtime.selection",
+            api.runtime_selection,
+            file_runtime.and_then(|r| r.selection),
+            Selection::PreferFirst,
+        ),
+    };
+
+    let capabilities = pick(
+        &mut sources,
+        "capabilities",
+        api.capabilities.clone(),
+        f.and_then(|f| f.capabilities.as_ref())
+            .map(|c| c.required.clone()),
+        Vec::new(),
+    );
+
+    let readiness = f
+        .and_then(|f| f.readiness.as_ref())
+        .map(|r| r.profiles.0.clone());
+    sources.insert(
+        "readiness",
+        if readiness.is_some() {
+            Source::WorkspaceJson
+        } else {
+            Source::Default
+        },
+    );
+    let doctor = f.and_then(|f| f.doctor.clone());
+    sources.insert(
+        "doctor",
+        if doctor.is_some() {
+            Source::WorkspaceJson
+        } else {
+            Source::Default
+        },
+    );
+    let doctor = doctor
+        .map(|d| EffectiveDoctor {
+            probes: d.probes,
+            tests: d.tests,
+        })
+        .unwrap_or_default();
+
+    EffectiveWorkspace {
+        readiness: readiness.unwrap_or_default(),
+        services,
+        spotlight,
+        auth,
+        lifecycle,
+        runtime,
+        capabilities,
+        doctor,
+        sources,
+    }
+}
+
+/// The first of API, file, default that is present, recording which.
+fn pick<T>(
+    sources: &mut BTreeMap<&'static str, Source>,
+    key: &'static str,
+    api: Option<T>,
+    file: Option<T>,
+    default: T,
+) -> T {
+    let (value, source) = match (api, file) {
+        (Some(v), _) => (v, Source::Api),
+        (None, Some(v)) => (v, Source::WorkspaceJson),
+        (None, None) => (default, Source::Default),
+    };
+    sources.insert(key, source);
+    value
+}

@@ -1,0 +1,292 @@
+//! `.svc/config.yaml`, egress section (SPEC 2.3, 5.5.7, 5.6, 7).
+//!
+//! ```yaml
+//! egress:
+//!   allow: [archive.example.com]            # open passthrough
+//!   policy:                                 # policy-gated, default-deny paths
+//!     api.example.com:
+//!       paths: ["/v1/models", "/v1/chat/**"]
+//!     code.example.com:
+//!       repos: [owner/repo]                 # repos the SSH relay may reach
+//!   secrets:
+//!     - name: CODE_HOST_TOKEN
+//!       hosts: [api.code.example.com]       # brokered credential: policy-gated too
+//! ```
+//!
+//! A host is open or policy-gated, never both: a host under `allow` that is also under `policy`
+//! or a `secrets[].hosts` list (compared case-insensitively, ignoring a trailing dot and any
+//! port) is refused with the message of SPEC section 7.
+
+use std::{collections::BTreeMap, path::Path};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ConfigErrors, Location, UniqueMap};
+use crate::policy::host::HostPattern;
+
+/// The whole `.svc/config.yaml` as written. Only the egress section is defined.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigYamlFile {
+    #[serde(default)]
+    pub egress: Option<EgressFile>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EgressFile {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub policy: UniqueMap<PolicyEntryFile>,
+    #[serde(default)]
+    pub secrets: Vec<SecretFile>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntryFile {
+    /// Allowed request paths: `*` matches within one segment, `**` across segments.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// `owner/repo` names the git SSH relay may reach on this host.
+    #[serde(default)]
+    pub repos: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretFile {
+    /// The credential's name, e.g. `CODE_HOST_TOKEN`.
+    pub name: String,
+    /// Hosts the credential is brokered to.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+/// A validated egress section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EgressConfig {
+    /// Open hosts.
+    pub allow: Vec<HostPattern>,
+    /// Policy-gated hosts by their normalised name.
+    pub policy: BTreeMap<String, PolicyEntry>,
+    pub secrets: Vec<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyEntry {
+    pub host: HostPattern,
+    pub paths: Vec<PathPattern>,
+    pub repos: Vec<RepoName>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Secret {
+    pub name: String,
+    pub hosts: Vec<HostPattern>,
+}
+
+/// A request-path pattern: starts with `/`; `*` within a segment, `**` a whole segment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct PathPattern(String);
+
+impl PathPattern {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if !s.starts_with('/') {
+            return Err(format!("path pattern {s:?} must start with '/'"));
+        }
+        if s.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(format!(
+                "path pattern {s:?} contains whitespace or control characters"
+            ));
+        }
+        if s.contains(['?', '#']) {
+            return Err(format!(
+                "path pattern {s:?} must not contain a query or fragment"
+            ));
+        }
+        for seg in s.split('/') {
+            if seg.contains("**") && seg != "**" {
+                return Err(format!("path pattern {s:?}: '**' must be a whole segment"));
+            }
+            if seg == "." || seg == ".." {
+                return Err(format!(
+                    "path pattern {s:?} must not contain '.' or '..' segments"
+                ));
+            }
+        }
+        Ok(Self(s.to_owned()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// `owner/repo` on a code host. Compared case-insensitively, as code hosts do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct RepoName(String);
+
+impl RepoName {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "repository {s:?} must be owner/repo (letters, digits, '.', '-', '_'; not starting with '.' or '-')"
+            )
+        };
+        let s_trim = s.strip_suffix(".git").unwrap_or(s);
+        let (owner, repo) = s_trim.split_once('/').ok_or_else(bad)?;
+        let part_ok = |p: &str| {
+            !p.is_empty()
+                && p.len() <= 100
+                && !p.starts_with(['.', '-'])
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        };
+        if part_ok(owner) && part_ok(repo) && owner != ".." && repo != ".." {
+            Ok(Self(format!(
+                "{}/{}",
+                owner.to_ascii_lowercase(),
+                repo.to_ascii_lowercase()
+            )))
+        } else {
+            Err(bad())
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The message of SPEC section 7 for a host that is both open and policy-gated.
+pub fn clash_message(host: &str) -> String {
+    format!(
+        "svc config: host \"{host}\" is listed under egress.allow and egress.policy; a host can be open (allow) or policy-gated (policy/secrets), not both — remove it from egress.allow."
+    )
+}
+
+/// Parse and validate the text of a `.svc/config.yaml`.
+pub fn parse(file: &Path, text: &str) -> Result<EgressConfig, ConfigErrors> {
+    let parsed: ConfigYamlFile = if text.trim().is_empty() {
+        ConfigYamlFile::default()
+    } else {
+        super::parse_yaml(file, text)?
+    };
+    validate(file, parsed.egress.unwrap_or_default())
+}
+
+fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut err = |path: String, message: String| {
+        errors.push(ConfigError::new(file, Location::at(path), message));
+    };
+
+    let mut policy: BTreeMap<String, PolicyEntry> = BTreeMap::new();
+    for (host, entry) in e.policy.0 {
+        let path = format!("egress.policy.{host}");
+        let pattern = match HostPattern::parse(&host) {
+            Ok(p) => p,
+            Err(why) => {
+                err(path, why.to_string());
+                continue;
+            }
+        };
+        let mut paths = Vec::new();
+        for (i, p) in entry.paths.iter().enumerate() {
+            match PathPattern::parse(p) {
+                Ok(p) => paths.push(p),
+                Err(why) => err(format!("{path}.paths[{i}]"), why),
+            }
+        }
+        let mut repos = Vec::new();
+        for (i, r) in entry.repos.iter().enumerate() {
+            match RepoName::parse(r) {
+                Ok(r) => repos.push(r),
+                Err(why) => err(format!("{path}.repos[{i}]"), why),
+            }
+        }
+        let key = pattern.host_key();
+        if policy.contains_key(&key) {
+            err(
+                path,
+                format!(
+                    "host {key:?} is listed twice under egress.policy (names are compared case-insensitively, ignoring a trailing dot and port)"
+                ),
+            );
+            continue;
+        }
+        policy.insert(
+            key,
+            PolicyEntry {
+                host: pattern,
+                paths,
+                repos,
+            },
+        );
+    }
+
+    let mut secrets = Vec::new();
+    for (i, s) in e.secrets.iter().enumerate() {
+        if !is_env_name(&s.name) {
+            err(
+                format!("egress.secrets[{i}].name"),
+                format!(
+                    "secret name {:?} must be upper-case letters, digits and '_', starting with a letter",
+                    s.name
+                ),
+            );
+        }
+        let mut hosts = Vec::new();
+        for (j, h) in s.hosts.iter().enumerate() {
+            match HostPattern::parse(h) {
+                Ok(h) => hosts.push(h),
+                Err(why) => err(format!("egress.secrets[{i}].hosts[{j}]"), why.to_string()),
+            }
+        }
+        secrets.push(Secret {
+            name: s.name.clone(),
+            hosts,
+        });
+    }
+
+    let mut allow = Vec::new();
+    for (i, h) in e.allow.iter().enumerate() {
+        let path = format!("egress.allow[{i}]");
+        let pattern = match HostPattern::parse(h) {
+            Ok(p) => p,
+            Err(why) => {
+                err(path, why.to_string());
+                continue;
+            }
+        };
+        let key = pattern.host_key();
+        let gated = policy.contains_key(&key)
+            || secrets
+                .iter()
+                .any(|s| s.hosts.iter().any(|sh| sh.host_key() == key));
+        if gated {
+            err(path, clash_message(h.trim()));
+            continue;
+        }
+        allow.push(pattern);
+    }
+
+    if errors.is_empty() {
+        Ok(EgressConfig {
+            allow,
+            policy,
+            secrets,
+        })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn is_env_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}

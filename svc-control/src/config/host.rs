@@ -1,0 +1,340 @@
+//! svcd's host configuration: `/etc/svc/svcd.toml`. Every key is optional; the defaults are
+//! the constants below and are documented in `docs/host-config.md`.
+//!
+//! The built-in agent hosts and the code-host family (the spec's `{agent_api_host}`,
+//! `{code_host}`, …) are configuration: nothing else in svc names them.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ConfigErrors, Location};
+use crate::policy::host::HostPattern;
+
+/// Where svcd looks for its configuration when not told otherwise.
+pub const DEFAULT_PATH: &str = "/etc/svc/svcd.toml";
+
+/// The file as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfigFile {
+    pub state_dir: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub pin_dir: Option<PathBuf>,
+    pub audit_dir: Option<PathBuf>,
+    /// Members of this group may call the API besides root.
+    pub api_group: Option<String>,
+    #[serde(default)]
+    pub network: NetworkFile,
+    #[serde(default)]
+    pub hosts: HostsFile,
+    #[serde(default)]
+    pub dns: DnsFile,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkFile {
+    /// Pool the per-sandbox IPv4 /30 links are cut from.
+    pub ipv4_pool: Option<String>,
+    /// Pool the per-sandbox IPv6 /64 links are cut from.
+    pub ipv6_pool: Option<String>,
+    /// Destination CIDRs the operator explicitly allows although policy's destination classes
+    /// would refuse them (e.g. a private registry mirror).
+    pub allow_cidrs: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostsFile {
+    /// The coding agent's built-in hosts ({agent_api_host}, {agent_platform_host}).
+    pub agent: Option<Vec<String>>,
+    pub code_host: Option<String>,
+    pub code_api_host: Option<String>,
+    pub code_uploads_host: Option<String>,
+    pub code_archive_host: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsFile {
+    /// Upstream resolvers (`IP` or `IP:port`); empty or absent: the nameservers of `resolv_conf`.
+    pub upstreams: Option<Vec<String>>,
+    pub resolv_conf: Option<PathBuf>,
+}
+
+/// Defaults of every key.
+pub mod defaults {
+    pub const STATE_DIR: &str = "/var/lib/svc";
+    pub const SOCKET: &str = "/run/svc/svcd.sock";
+    pub const PIN_DIR: &str = "/sys/fs/bpf/svc";
+    pub const AUDIT_DIR: &str = "/var/log/svc";
+    pub const API_GROUP: &str = "svc";
+    pub const IPV4_POOL: &str = "10.203.0.0/16";
+    pub const IPV6_POOL: &str = "fd73:7663:7663::/48";
+    pub const AGENT_HOSTS: [&str; 2] = ["api.anthropic.com", "console.anthropic.com"];
+    pub const CODE_HOST: &str = "github.com";
+    pub const CODE_API_HOST: &str = "api.github.com";
+    pub const CODE_UPLOADS_HOST: &str = "uploads.github.com";
+    pub const CODE_ARCHIVE_HOST: &str = "codeload.github.com";
+    pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+}
+
+/// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CodeHostFamily {
+    pub code_host: HostPattern,
+    pub api_host: HostPattern,
+    pub uploads_host: HostPattern,
+    pub archive_host: HostPattern,
+}
+
+/// Validated host configuration with every default applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostConfig {
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub pin_dir: PathBuf,
+    pub audit_dir: PathBuf,
+    pub api_group: String,
+    pub ipv4_pool: Ipv4Net,
+    pub ipv6_pool: Ipv6Net,
+    pub allow_cidrs: Vec<IpNet>,
+    pub agent_hosts: Vec<HostPattern>,
+    pub code: CodeHostFamily,
+    /// Explicit upstreams; empty means "read `resolv_conf` at start".
+    pub dns_upstreams: Vec<SocketAddr>,
+    pub resolv_conf: PathBuf,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        // The defaults are constants that the test `defaults_are_valid` parses.
+        #[expect(
+            clippy::expect_used,
+            reason = "built-in defaults are checked by a unit test"
+        )]
+        validate(Path::new("<defaults>"), HostConfigFile::default())
+            .expect("built-in host defaults are valid")
+    }
+}
+
+/// Parse and validate the text of a host configuration file.
+pub fn parse(file: &Path, text: &str) -> Result<HostConfig, ConfigErrors> {
+    let parsed: HostConfigFile = {
+        let de = toml::Deserializer::parse(text).map_err(|e| toml_error(file, text, &e))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let mut err = toml_error(file, text, e.inner());
+            err.location.path = e.path().to_string();
+            err
+        })?
+    };
+    validate(file, parsed)
+}
+
+fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let (line, column) = e.span().map_or((None, None), |span| {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before
+            .rfind('\n')
+            .map_or(before.len(), |i| before.len() - i - 1)
+            + 1;
+        (Some(line), Some(column))
+    });
+    ConfigError::new(
+        file,
+        Location {
+            line,
+            column,
+            path: String::new(),
+        },
+        e.message().to_owned(),
+    )
+}
+
+fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut err = |path: &str, message: String| {
+        errors.push(ConfigError::new(file, Location::at(path), message))
+    };
+
+    let mut dir = |key: &str, value: Option<PathBuf>, default: &str| -> PathBuf {
+        let p = value.unwrap_or_else(|| PathBuf::from(default));
+        if !p.is_absolute() {
+            err(
+                key,
+                format!("expected an absolute path, got {}", p.display()),
+            );
+        }
+        p
+    };
+    let state_dir = dir("state_dir", f.state_dir, defaults::STATE_DIR);
+    let socket = dir("socket", f.socket, defaults::SOCKET);
+    let pin_dir = dir("pin_dir", f.pin_dir, defaults::PIN_DIR);
+    let audit_dir = dir("audit_dir", f.audit_dir, defaults::AUDIT_DIR);
+    let resolv_conf = dir("dns.resolv_conf", f.dns.resolv_conf, defaults::RESOLV_CONF);
+
+    let api_group = f
+        .api_group
+        .unwrap_or_else(|| defaults::API_GROUP.to_owned());
+    if api_group.is_empty()
+        || !api_group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+    {
+        err(
+            "api_group",
+            format!("expected a group name, got {api_group:?}"),
+        );
+    }
+
+    let v4 = f
+        .network
+        .ipv4_pool
+        .as_deref()
+        .unwrap_or(defaults::IPV4_POOL);
+    let ipv4_pool = match v4.parse::<Ipv4Net>() {
+        Ok(n) if n.prefix_len() <= 28 => n,
+        Ok(_) => {
+            err(
+                "network.ipv4_pool",
+                format!("pool {v4} is too small: a prefix of /28 or shorter is needed"),
+            );
+            Ipv4Net::default()
+        }
+        Err(_) => {
+            err(
+                "network.ipv4_pool",
+                format!(
+                    "expected an IPv4 CIDR such as {}, got {v4:?}",
+                    defaults::IPV4_POOL
+                ),
+            );
+            Ipv4Net::default()
+        }
+    };
+    let v6 = f
+        .network
+        .ipv6_pool
+        .as_deref()
+        .unwrap_or(defaults::IPV6_POOL);
+    let ipv6_pool = match v6.parse::<Ipv6Net>() {
+        Ok(n) if n.prefix_len() <= 56 => n,
+        Ok(_) => {
+            err(
+                "network.ipv6_pool",
+                format!("pool {v6} is too small: a prefix of /56 or shorter is needed"),
+            );
+            Ipv6Net::default()
+        }
+        Err(_) => {
+            err(
+                "network.ipv6_pool",
+                format!(
+                    "expected an IPv6 CIDR such as {}, got {v6:?}",
+                    defaults::IPV6_POOL
+                ),
+            );
+            Ipv6Net::default()
+        }
+    };
+    let mut allow_cidrs = Vec::new();
+    for (i, c) in f.network.allow_cidrs.unwrap_or_default().iter().enumerate() {
+        match c.parse::<IpNet>() {
+            Ok(n) => allow_cidrs.push(n),
+            Err(_) => err(
+                &format!("network.allow_cidrs[{i}]"),
+                format!("expected a CIDR, got {c:?}"),
+            ),
+        }
+    }
+
+    let mut host = |key: &str, value: Option<String>, default: &str| -> HostPattern {
+        let v = value.unwrap_or_else(|| default.to_owned());
+        HostPattern::parse(&v).unwrap_or_else(|e| {
+            err(key, e.to_string());
+            HostPattern {
+                kind: crate::policy::host::HostKind::Exact(String::new()),
+                port: None,
+            }
+        })
+    };
+    let agent_hosts: Vec<HostPattern> = f
+        .hosts
+        .agent
+        .unwrap_or_else(|| defaults::AGENT_HOSTS.map(String::from).to_vec())
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| host(&format!("hosts.agent[{i}]"), Some(h), ""))
+        .collect();
+    let code = CodeHostFamily {
+        code_host: host("hosts.code_host", f.hosts.code_host, defaults::CODE_HOST),
+        api_host: host(
+            "hosts.code_api_host",
+            f.hosts.code_api_host,
+            defaults::CODE_API_HOST,
+        ),
+        uploads_host: host(
+            "hosts.code_uploads_host",
+            f.hosts.code_uploads_host,
+            defaults::CODE_UPLOADS_HOST,
+        ),
+        archive_host: host(
+            "hosts.code_archive_host",
+            f.hosts.code_archive_host,
+            defaults::CODE_ARCHIVE_HOST,
+        ),
+    };
+
+    let mut dns_upstreams = Vec::new();
+    for (i, u) in f.dns.upstreams.unwrap_or_default().iter().enumerate() {
+        match parse_upstream(u) {
+            Some(a) => dns_upstreams.push(a),
+            None => err(
+                &format!("dns.upstreams[{i}]"),
+                format!("expected IP or IP:port (IPv6 as [addr]:port), got {u:?}"),
+            ),
+        }
+    }
+
+    if errors.is_empty() {
+        Ok(HostConfig {
+            state_dir,
+            socket,
+            pin_dir,
+            audit_dir,
+            api_group,
+            ipv4_pool,
+            ipv6_pool,
+            allow_cidrs,
+            agent_hosts,
+            code,
+            dns_upstreams,
+            resolv_conf,
+        })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// `IP` (port 53) or `IP:port` / `[IPv6]:port`.
+pub fn parse_upstream(s: &str) -> Option<SocketAddr> {
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)))
+}
+
+/// Nameservers of a resolv.conf text, as upstream addresses.
+pub fn resolv_conf_nameservers(text: &str) -> Vec<SocketAddr> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter_map(|ip| ip.split('%').next()?.parse::<IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, 53))
+        .collect()
+}

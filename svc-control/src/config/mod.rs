@@ -1,0 +1,68 @@
+//! Configuration: parsing and validation of every file svc reads, in two layers (serde file
+//! types with `deny_unknown_fields`, then validated types). Only [`loader`] touches the
+//! filesystem; everything else parses text, so tests call it directly.
+
+pub mod compose;
+pub mod effective;
+pub mod egress;
+pub mod env;
+pub mod error;
+pub mod host;
+pub mod loader;
+mod unique_map;
+pub mod workspace;
+
+pub use error::{ConfigError, ConfigErrors, Location};
+pub use unique_map::UniqueMap;
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+/// Largest configuration file svc reads, in bytes. Larger files are refused before parsing.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Parse strict JSON into `T`, with the JSON pointer, line and column of the first error.
+pub(crate) fn parse_json<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    let json_error = |inner: &serde_json::Error, path: String| {
+        ConfigError::new(
+            file,
+            Location {
+                line: Some(inner.line()).filter(|&l| l > 0),
+                column: Some(inner.column()).filter(|&c| c > 0),
+                path,
+            },
+            strip_position(&inner.to_string()),
+        )
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| json_error(e.inner(), error::json_pointer(e.path())))?;
+    de.end().map_err(|e| json_error(&e, String::new()))?;
+    Ok(value)
+}
+
+/// Parse YAML into `T`, with the YAML path, line and column of the first error.
+pub(crate) fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    let de = serde_norway::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = error::yaml_path(e.path());
+        let inner = e.inner();
+        let (line, column) = inner
+            .location()
+            .map_or((None, None), |l| (Some(l.line()), Some(l.column())));
+        ConfigError::new(
+            file,
+            Location { line, column, path },
+            strip_position(&inner.to_string()),
+        )
+    })
+}
+
+/// serde_json and serde_norway append " at line N column M"; we report those separately.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}

@@ -1,0 +1,451 @@
+//! `.svc/workspace.json`, version 1 (SPEC 2.4–2.7, 4.2, 9).
+//!
+//! Strict JSON: no comments, no trailing commas, no duplicate keys, no unknown fields. The file
+//! types below are also the source of `schema/workspace.v1.json` (`svc config schema`).
+
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    error::{ConfigError, ConfigErrors, Location},
+    unique_map::UniqueMap,
+};
+
+/// The only `version` this build reads.
+pub const VERSION: u64 = 1;
+/// Default per-check timeout of doctor checks, in milliseconds (SPEC 2.7, 8).
+pub const DEFAULT_CHECK_TIMEOUT_MS: u64 = 60_000;
+
+/// The whole file, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "svc workspace configuration (.svc/workspace.json), version 1")]
+pub struct WorkspaceFile {
+    /// Relative path to the v1 schema file, for editors.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Format version; must be 1.
+    #[schemars(range(min = 1, max = 1))]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<Services>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spotlight: Option<Spotlight>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doctor: Option<Doctor>,
+}
+
+/// `readiness`: named profiles of what must be up before the workspace is ready.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Readiness {
+    #[serde(default)]
+    pub profiles: UniqueMap<Vec<ReadinessEntry>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReadinessEntry {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ReadinessKind,
+    #[schemars(length(min = 1))]
+    pub service_name: String,
+}
+
+/// Kinds of readiness entry. SPEC 2.4 shows `service`, the only kind this build knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadinessKind {
+    Service,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Services {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<ServiceDefaults>,
+}
+
+/// `services.defaults`; each key optional, built-in defaults in `effective`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceDefaults {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_restart: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_delay_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Spotlight {
+    #[serde(default)]
+    pub defaults: Vec<SpotlightForward>,
+}
+
+/// One port forward: `remotePort` inside the sandbox to `localPort` on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SpotlightForward {
+    #[schemars(length(min = 1))]
+    pub service: String,
+    #[schemars(range(min = 1, max = 65535))]
+    pub remote_port: u16,
+    #[schemars(range(min = 1, max = 65535))]
+    pub local_port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Auth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<AuthDefaults>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuthDefaults {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_profiles: Option<Vec<AuthProfile>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_agent_forward: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_credential_mode: Option<GitCredentialMode>,
+}
+
+/// Auth profiles. SPEC 2.4 shows `gitconfig`, the only one this build knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthProfile {
+    Gitconfig,
+}
+
+/// Git credential modes. SPEC 2.4 shows `host-helper`, the only one this build knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum GitCredentialMode {
+    HostHelper,
+}
+
+/// Lifecycle hooks: shell commands run in the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Lifecycle {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_setup: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_start: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_teardown: Option<Vec<String>>,
+}
+
+/// `runtime` (SPEC 2.5).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Backends, in order of preference; empty: the daemon selects automatically.
+    #[serde(default)]
+    pub required: Vec<Backend>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Selection>,
+}
+
+/// Registered sandbox backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// A microVM guest (QEMU `-M microvm`): the isolation boundary for hostile code.
+    Microvm,
+    /// Namespaces on the host: for development, tests and trusted builds only.
+    Netns,
+}
+
+impl Backend {
+    pub const ALL: [Self; 2] = [Self::Microvm, Self::Netns];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Microvm => "microvm",
+            Self::Netns => "netns",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selection {
+    /// The first available backend listed in `required`.
+    PreferFirst,
+}
+
+/// `capabilities` (SPEC 2.6).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    #[serde(default)]
+    pub required: Vec<Capability>,
+}
+
+/// The capability registry: every capability a workspace may require. An unknown name fails
+/// workspace creation (SPEC 2.6, 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+pub enum Capability {
+    /// Port forwarding from the sandbox to the host (Spotlight).
+    #[serde(rename = "spotlight.tunnel")]
+    SpotlightTunnel,
+    /// Git over SSH relayed through the host's SSH agent.
+    #[serde(rename = "git.ssh-relay")]
+    GitSshRelay,
+    /// Placeholder credentials swapped for real ones by the host proxy.
+    #[serde(rename = "credentials.broker")]
+    CredentialsBroker,
+    /// Supervised services with restart policy and readiness.
+    #[serde(rename = "services.supervisor")]
+    ServicesSupervisor,
+}
+
+impl Capability {
+    pub const ALL: [Self; 4] = [
+        Self::SpotlightTunnel,
+        Self::GitSshRelay,
+        Self::CredentialsBroker,
+        Self::ServicesSupervisor,
+    ];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::SpotlightTunnel => "spotlight.tunnel",
+            Self::GitSshRelay => "git.ssh-relay",
+            Self::CredentialsBroker => "credentials.broker",
+            Self::ServicesSupervisor => "services.supervisor",
+        }
+    }
+}
+
+/// `doctor` (SPEC 2.7).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Doctor {
+    #[serde(default)]
+    pub probes: Vec<Check>,
+    #[serde(default)]
+    pub tests: Vec<Check>,
+}
+
+/// One doctor check.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Check {
+    /// Unique across probes and tests; used in reports.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Executable path or name.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Per-check timeout, milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    #[schemars(range(min = 1))]
+    pub timeout_ms: u64,
+    /// Retries on failure.
+    #[serde(default)]
+    pub retries: u32,
+    /// A failed required check makes the doctor exit non-zero; a failed required probe skips
+    /// the tests.
+    #[serde(default)]
+    pub required: bool,
+}
+
+const fn default_timeout_ms() -> u64 {
+    DEFAULT_CHECK_TIMEOUT_MS
+}
+
+/// A `.svc/workspace.json` that parsed and passed every check. The only way to get one is
+/// [`parse`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Workspace(WorkspaceFile);
+
+impl Workspace {
+    pub fn file(&self) -> &WorkspaceFile {
+        &self.0
+    }
+}
+
+/// Parse and validate the text of a workspace.json. `file` is only used in messages.
+pub fn parse(file: &Path, text: &str) -> Result<Workspace, ConfigErrors> {
+    let parsed: WorkspaceFile = super::parse_json(file, text)?;
+    let errors = validate(file, &parsed);
+    if errors.is_empty() {
+        Ok(Workspace(parsed))
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Every rule the types cannot say, each error with its JSON pointer.
+fn validate(file: &Path, w: &WorkspaceFile) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    let mut err = |pointer: String, message: String| {
+        errors.push(ConfigError::new(file, Location::at(pointer), message));
+    };
+    if w.version != VERSION {
+        err(
+            "/version".into(),
+            format!(
+                "unsupported version {}: this svc reads workspace.json version {VERSION}",
+                w.version
+            ),
+        );
+    }
+    if let Some(schema) = &w.schema
+        && let Some(why) = not_relative_path(schema)
+    {
+        err(
+            "/$schema".into(),
+            format!("expected a relative path to the v1 schema file, got {schema:?} ({why})"),
+        );
+    }
+    if let Some(readiness) = &w.readiness {
+        for (profile, entries) in &readiness.profiles.0 {
+            let base = format!("/readiness/profiles/{}", escape(profile));
+            if profile.trim().is_empty() {
+                err(base.clone(), "profile name must not be empty".into());
+            }
+            for (i, e) in entries.iter().enumerate() {
+                if e.name.trim().is_empty() {
+                    err(format!("{base}/{i}/name"), "must not be empty".into());
+                }
+                if e.service_name.trim().is_empty() {
+                    err(
+                        format!("{base}/{i}/serviceName"),
+                        "must not be empty".into(),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(spotlight) = &w.spotlight {
+        for (i, f) in spotlight.defaults.iter().enumerate() {
+            if f.service.trim().is_empty() {
+                err(
+                    format!("/spotlight/defaults/{i}/service"),
+                    "must not be empty".into(),
+                );
+            }
+            for (key, port) in [("remotePort", f.remote_port), ("localPort", f.local_port)] {
+                if port == 0 {
+                    err(
+                        format!("/spotlight/defaults/{i}/{key}"),
+                        "expected a port from 1 to 65535, got 0".into(),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(lifecycle) = &w.lifecycle {
+        for (key, cmds) in [
+            ("onSetup", &lifecycle.on_setup),
+            ("onStart", &lifecycle.on_start),
+            ("onTeardown", &lifecycle.on_teardown),
+        ] {
+            for (i, c) in cmds.iter().flatten().enumerate() {
+                if c.trim().is_empty() {
+                    err(
+                        format!("/lifecycle/{key}/{i}"),
+                        "shell command must not be empty".into(),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(runtime) = &w.runtime {
+        for (i, b) in runtime.required.iter().enumerate() {
+            if runtime.required[..i].contains(b) {
+                err(
+                    format!("/runtime/required/{i}"),
+                    format!("backend {:?} is listed twice", b.name()),
+                );
+            }
+        }
+    }
+    if let Some(doctor) = &w.doctor {
+        let mut seen: Vec<(&str, String)> = Vec::new();
+        for (phase, checks) in [("probes", &doctor.probes), ("tests", &doctor.tests)] {
+            for (i, c) in checks.iter().enumerate() {
+                let base = format!("/doctor/{phase}/{i}");
+                if c.name.trim().is_empty() {
+                    err(format!("{base}/name"), "must not be empty".into());
+                } else if let Some((_, first)) = seen.iter().find(|(n, _)| *n == c.name) {
+                    err(
+                        format!("{base}/name"),
+                        format!(
+                            "check name {:?} is already used at {first}; names must be unique across probes and tests",
+                            c.name
+                        ),
+                    );
+                } else {
+                    seen.push((&c.name, format!("{base}/name")));
+                }
+                if c.command.trim().is_empty() {
+                    err(format!("{base}/command"), "must not be empty".into());
+                }
+                if c.timeout_ms == 0 {
+                    err(
+                        format!("{base}/timeoutMs"),
+                        "expected a timeout of at least 1 ms, got 0".into(),
+                    );
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// Why `s` is not a relative path, if it is not.
+fn not_relative_path(s: &str) -> Option<&'static str> {
+    if s.is_empty() {
+        Some("empty")
+    } else if s.starts_with('/') || s.starts_with('\\') {
+        Some("absolute")
+    } else if s.contains("://")
+        || s.split_once(':').is_some_and(|(scheme, _)| {
+            !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        })
+    {
+        Some("a URL")
+    } else if s.contains('\0') {
+        Some("contains NUL")
+    } else {
+        None
+    }
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The JSON Schema of `T` (draft 2020-12), as shipped in `schema/workspace.v1.json`.
+pub fn json_schema<T: JsonSchema>() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default()
+}

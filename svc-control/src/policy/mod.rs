@@ -1,0 +1,4 @@
+//! Pure decisions, no I/O. Every security rule of the spec lives here once; the config loader,
+//! the fence, the DNS guard, the proxy and the relay ask this module.
+
+pub mod host;
