@@ -91,13 +91,17 @@ pub(crate) fn json_pointer(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
     let mut out = String::new();
     for seg in path.iter() {
-        out.push('/');
         match seg {
-            Segment::Seq { index } => out.push_str(&index.to_string()),
+            Segment::Seq { index } => {
+                out.push('/');
+                out.push_str(&index.to_string());
+            }
             Segment::Map { key } | Segment::Enum { variant: key } => {
+                out.push('/');
                 out.push_str(&key.replace('~', "~0").replace('/', "~1"));
             }
-            Segment::Unknown => out.push('?'),
+            // Not known yet (a syntax error before the key was read): stop at the parent.
+            Segment::Unknown => break,
         }
     }
     out
@@ -116,7 +120,7 @@ pub(crate) fn yaml_path(path: &serde_path_to_error::Path) -> String {
                 }
                 out.push_str(key);
             }
-            Segment::Unknown => out.push_str(".?"),
+            Segment::Unknown => break,
         }
     }
     out

@@ -291,13 +291,55 @@ impl Workspace {
 
 /// Parse and validate the text of a workspace.json. `file` is only used in messages.
 pub fn parse(file: &Path, text: &str) -> Result<Workspace, ConfigErrors> {
-    let parsed: WorkspaceFile = super::parse_json(file, text)?;
-    let errors = validate(file, &parsed);
+    // The typed parse is strict on syntax, duplicates and unknown fields, with line and column;
+    // the schema also holds the shapes serde alone would let through (serde accepts an array
+    // where a struct belongs). Checking both keeps the shipped schema and this parser in
+    // agreement.
+    let schema_errs = schema_errors(file, text);
+    let parsed: WorkspaceFile = match super::parse_json(file, text) {
+        Ok(p) => p,
+        Err(mut e) => {
+            // A schema type error above the typed error's location is the real cause.
+            let above = |s: &ConfigError| {
+                s.message.contains("is not of type")
+                    && e.location.path.starts_with(&format!("{}/", s.location.path))
+            };
+            let type_errors: Vec<ConfigError> = schema_errs.into_iter().filter(above).collect();
+            if !type_errors.is_empty() {
+                return Err(ConfigErrors(type_errors));
+            }
+            let line = e.location.line.and_then(|l| text.lines().nth(l - 1)).unwrap_or("");
+            if line.trim_start().starts_with("//") || line.trim_start().starts_with("/*") {
+                e.message.push_str(" (comments are not allowed: workspace.json is strict JSON)");
+            }
+            return Err(e.into());
+        }
+    };
+    let mut errors = schema_errs;
+    errors.extend(validate(file, &parsed));
     if errors.is_empty() {
         Ok(Workspace(parsed))
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// Errors of the text against the v1 JSON Schema, each at its JSON pointer.
+fn schema_errors(file: &Path, text: &str) -> Vec<ConfigError> {
+    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> = std::sync::OnceLock::new();
+    let Some(validator) = VALIDATOR
+        .get_or_init(|| jsonschema::validator_for(&json_schema::<WorkspaceFile>()).ok())
+        .as_ref()
+    else {
+        return vec![ConfigError::new(file, Location::default(), "internal error: the v1 schema does not compile")];
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new(); // the typed parse already reported the syntax error
+    };
+    validator
+        .iter_errors(&value)
+        .map(|e| ConfigError::new(file, Location::at(e.instance_path().as_str()), e.masked().to_string()))
+        .collect()
 }
 
 /// Every rule the types cannot say, each error with its JSON pointer.
