@@ -101,7 +101,6 @@ const REFUSED: &[(&str, &str, &str, &str)] = &[
     ("array_where_struct_belongs_top", r#"[null, 1]"#, "", "is not of type \"object\""),
     ("array_where_struct_belongs_nested", r#"{"version":1,"services":[{"autoRestart":true}]}"#, "/services", "not valid under any of the schemas"),
     ("empty_file", "", "", "EOF"),
-    ("deeply_nested", &concat!(r#"{"version":1,"x":"#, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "}"), "", ""),
 ];
 
 #[test]
@@ -121,6 +120,30 @@ fn refusals_name_the_location_and_reason() {
             assert!(!e.message.is_empty(), "{name}: every error says why");
         }
     }
+}
+
+#[test]
+fn deep_nesting_is_refused_without_overflowing_the_stack() {
+    for depth in [200, 100_000] {
+        let text = format!(
+            r#"{{"version":1,"lifecycle":{{"onStart":{}{}}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let errors = parse(&text).unwrap_err().0;
+        assert!(
+            errors.iter().any(|e| e.location.path == "/lifecycle/onStart/0"),
+            "depth {depth}: {errors:#?}"
+        );
+    }
+}
+
+#[test]
+fn huge_arrays_parse_or_fail_cleanly() {
+    let cmds = vec!["\"true\""; 50_000].join(",");
+    let text = format!(r#"{{"version":1,"lifecycle":{{"onStart":[{cmds}]}}}}"#);
+    let w = parse(&text).unwrap();
+    assert_eq!(w.file().lifecycle.as_ref().unwrap().on_start.as_ref().unwrap().len(), 50_000);
 }
 
 #[test]
