@@ -42,8 +42,19 @@ pub(crate) fn parse_json<T: DeserializeOwned>(file: &Path, text: &str) -> Result
     Ok(value)
 }
 
+/// Deepest flow-collection nesting (`[`/`{`) accepted in YAML. The YAML parser is slow on very
+/// deep flow nesting, so it is refused before parsing.
+pub const MAX_YAML_FLOW_DEPTH: usize = 64;
+
 /// Parse YAML into `T`, with the YAML path, line and column of the first error.
 pub(crate) fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    if let Some((line, column)) = flow_too_deep(text) {
+        return Err(ConfigError::new(
+            file,
+            Location { line: Some(line), column: Some(column), path: String::new() },
+            format!("collections nested deeper than {MAX_YAML_FLOW_DEPTH} levels"),
+        ));
+    }
     let de = serde_norway::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = error::yaml_path(e.path());
@@ -65,4 +76,32 @@ fn strip_position(message: &str) -> String {
         Some(i) => message[..i].to_owned(),
         None => message.to_owned(),
     }
+}
+
+/// Where flow nesting first exceeds [`MAX_YAML_FLOW_DEPTH`], skipping quoted scalars and
+/// comments. Conservative: it may count a bracket inside a plain scalar, never miss one.
+fn flow_too_deep(text: &str) -> Option<(usize, usize)> {
+    let mut depth = 0usize;
+    for (line_no, line) in text.lines().enumerate() {
+        let mut quote: Option<char> = None;
+        let mut prev = ' ';
+        for (col, c) in line.chars().enumerate() {
+            match (quote, c) {
+                (Some(q), c) if c == q && prev != '\\' => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') if prev.is_whitespace() => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_YAML_FLOW_DEPTH {
+                        return Some((line_no + 1, col + 1));
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            prev = c;
+        }
+    }
+    None
 }
