@@ -1,5 +1,10 @@
 //! Compose fallback: every published-port form of the Compose specification, interpolation,
 //! `.env`, profiles, and refusals.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a broken fixture should panic"
+)]
 
 use std::{collections::BTreeMap, net::IpAddr, path::Path};
 
@@ -12,7 +17,10 @@ fn env(vars: &[(&str, &str)]) -> Environment {
     )
 }
 
-fn ports(yaml_ports: &str, e: &Environment) -> Vec<(u16, u16, Option<IpAddr>, Protocol)> {
+/// (remote port, local port, host address, protocol) of one forward.
+type Fwd = (u16, u16, Option<IpAddr>, Protocol);
+
+fn ports(yaml_ports: &str, e: &Environment) -> Vec<Fwd> {
     let text = format!("services:\n  app:\n    image: x\n    ports:\n{yaml_ports}");
     compose::parse(Path::new("compose.yaml"), &text, e)
         .unwrap_or_else(|err| panic!("{yaml_ports}: {err}"))
@@ -30,19 +38,74 @@ fn ip(s: &str) -> Option<IpAddr> {
 fn short_syntax_forms() {
     use Protocol::{Tcp, Udp};
     let e = env(&[]);
-    let cases: Vec<(&str, &str, Vec<(u16, u16, Option<IpAddr>, Protocol)>)> = vec![
-        ("container_only", "      - \"3000\"\n", vec![(3000, 3000, None, Tcp)]),
-        ("host_to_container", "      - \"8000:80\"\n", vec![(80, 8000, None, Tcp)]),
-        ("container_range", "      - \"3000-3002\"\n", vec![(3000, 3000, None, Tcp), (3001, 3001, None, Tcp), (3002, 3002, None, Tcp)]),
-        ("range_to_range", "      - \"9090-9091:8080-8081\"\n", vec![(8080, 9090, None, Tcp), (8081, 9091, None, Tcp)]),
-        ("ip_range_to_range", "      - \"127.0.0.1:5000-5001:5000-5001\"\n", vec![(5000, 5000, ip("127.0.0.1"), Tcp), (5001, 5001, ip("127.0.0.1"), Tcp)]),
-        ("ipv6_host_ip", "      - \"[::1]:6001:6001\"\n", vec![(6001, 6001, ip("::1"), Tcp)]),
-        ("udp_protocol", "      - \"6060:6060/udp\"\n", vec![(6060, 6060, None, Udp)]),
-        ("ip_with_ephemeral_host_port", "      - \"127.0.0.1::5000\"\n", vec![(5000, 5000, ip("127.0.0.1"), Tcp)]),
-        ("ip_host_container", "      - \"127.0.0.1:8001:8001\"\n", vec![(8001, 8001, ip("127.0.0.1"), Tcp)]),
-        ("host_range_single_container", "      - \"8000-8010:80\"\n", vec![(80, 8000, None, Tcp)]),
-        ("bare_integer", "      - 3000\n", vec![(3000, 3000, None, Tcp)]),
-        ("protocol_upper_case", "      - \"53:53/UDP\"\n", vec![(53, 53, None, Udp)]),
+    let cases: Vec<(&str, &str, Vec<Fwd>)> = vec![
+        (
+            "container_only",
+            "      - \"3000\"\n",
+            vec![(3000, 3000, None, Tcp)],
+        ),
+        (
+            "host_to_container",
+            "      - \"8000:80\"\n",
+            vec![(80, 8000, None, Tcp)],
+        ),
+        (
+            "container_range",
+            "      - \"3000-3002\"\n",
+            vec![
+                (3000, 3000, None, Tcp),
+                (3001, 3001, None, Tcp),
+                (3002, 3002, None, Tcp),
+            ],
+        ),
+        (
+            "range_to_range",
+            "      - \"9090-9091:8080-8081\"\n",
+            vec![(8080, 9090, None, Tcp), (8081, 9091, None, Tcp)],
+        ),
+        (
+            "ip_range_to_range",
+            "      - \"127.0.0.1:5000-5001:5000-5001\"\n",
+            vec![
+                (5000, 5000, ip("127.0.0.1"), Tcp),
+                (5001, 5001, ip("127.0.0.1"), Tcp),
+            ],
+        ),
+        (
+            "ipv6_host_ip",
+            "      - \"[::1]:6001:6001\"\n",
+            vec![(6001, 6001, ip("::1"), Tcp)],
+        ),
+        (
+            "udp_protocol",
+            "      - \"6060:6060/udp\"\n",
+            vec![(6060, 6060, None, Udp)],
+        ),
+        (
+            "ip_with_ephemeral_host_port",
+            "      - \"127.0.0.1::5000\"\n",
+            vec![(5000, 5000, ip("127.0.0.1"), Tcp)],
+        ),
+        (
+            "ip_host_container",
+            "      - \"127.0.0.1:8001:8001\"\n",
+            vec![(8001, 8001, ip("127.0.0.1"), Tcp)],
+        ),
+        (
+            "host_range_single_container",
+            "      - \"8000-8010:80\"\n",
+            vec![(80, 8000, None, Tcp)],
+        ),
+        (
+            "bare_integer",
+            "      - 3000\n",
+            vec![(3000, 3000, None, Tcp)],
+        ),
+        (
+            "protocol_upper_case",
+            "      - \"53:53/UDP\"\n",
+            vec![(53, 53, None, Udp)],
+        ),
     ];
     for (name, yaml, expected) in cases {
         assert_eq!(ports(yaml, &e), expected, "{name}");
@@ -53,14 +116,42 @@ fn short_syntax_forms() {
 fn long_syntax_forms() {
     use Protocol::{Tcp, Udp};
     let e = env(&[]);
-    let cases: Vec<(&str, &str, Vec<(u16, u16, Option<IpAddr>, Protocol)>)> = vec![
-        ("target_only", "      - target: 80\n", vec![(80, 80, None, Tcp)]),
-        ("target_published_number", "      - target: 80\n        published: 8080\n", vec![(80, 8080, None, Tcp)]),
-        ("published_string", "      - target: 80\n        published: \"8080\"\n", vec![(80, 8080, None, Tcp)]),
-        ("published_range", "      - target: 80\n        published: \"8080-8081\"\n", vec![(80, 8080, None, Tcp)]),
-        ("all_fields", "      - name: web\n        target: 80\n        host_ip: 127.0.0.1\n        published: \"8080\"\n        protocol: udp\n        mode: host\n        app_protocol: http\n", vec![(80, 8080, ip("127.0.0.1"), Udp)]),
-        ("ingress_mode", "      - target: 443\n        published: 8443\n        mode: ingress\n", vec![(443, 8443, None, Tcp)]),
-        ("extension_key", "      - target: 80\n        x-note: hi\n", vec![(80, 80, None, Tcp)]),
+    let cases: Vec<(&str, &str, Vec<Fwd>)> = vec![
+        (
+            "target_only",
+            "      - target: 80\n",
+            vec![(80, 80, None, Tcp)],
+        ),
+        (
+            "target_published_number",
+            "      - target: 80\n        published: 8080\n",
+            vec![(80, 8080, None, Tcp)],
+        ),
+        (
+            "published_string",
+            "      - target: 80\n        published: \"8080\"\n",
+            vec![(80, 8080, None, Tcp)],
+        ),
+        (
+            "published_range",
+            "      - target: 80\n        published: \"8080-8081\"\n",
+            vec![(80, 8080, None, Tcp)],
+        ),
+        (
+            "all_fields",
+            "      - name: web\n        target: 80\n        host_ip: 127.0.0.1\n        published: \"8080\"\n        protocol: udp\n        mode: host\n        app_protocol: http\n",
+            vec![(80, 8080, ip("127.0.0.1"), Udp)],
+        ),
+        (
+            "ingress_mode",
+            "      - target: 443\n        published: 8443\n        mode: ingress\n",
+            vec![(443, 8443, None, Tcp)],
+        ),
+        (
+            "extension_key",
+            "      - target: 80\n        x-note: hi\n",
+            vec![(80, 80, None, Tcp)],
+        ),
     ];
     for (name, yaml, expected) in cases {
         assert_eq!(ports(yaml, &e), expected, "{name}");
@@ -86,11 +177,23 @@ fn interpolation_forms() {
         ("host_ip_var", "${HOST_IP}:8080:8080", "127.0.0.1:8080:8080"),
     ];
     for (name, input, expected) in cases {
-        assert_eq!(compose::interpolate(input, &e).as_deref(), Ok(*expected), "{name}");
+        assert_eq!(
+            compose::interpolate(input, &e).as_deref(),
+            Ok(*expected),
+            "{name}"
+        );
     }
     let refused: &[(&str, &str, &str)] = &[
-        ("required_colon", "${NOPE:?set NOPE}", "required variable NOPE is missing a value: set NOPE"),
-        ("required_colon_empty", "${EMPTY:?must not be empty}", "required variable EMPTY"),
+        (
+            "required_colon",
+            "${NOPE:?set NOPE}",
+            "required variable NOPE is missing a value: set NOPE",
+        ),
+        (
+            "required_colon_empty",
+            "${EMPTY:?must not be empty}",
+            "required variable EMPTY",
+        ),
         ("required_plain", "${NOPE?gone}", "required variable NOPE"),
         ("unterminated", "${PORT", "unterminated"),
         ("bad_name", "${1X}", "bad variable name"),
@@ -120,7 +223,9 @@ fn dotenv_syntax() {
     assert_eq!(vars["D"], "single $NOT");
     assert_eq!(vars["E"], "value");
     assert_eq!(vars["F"], "");
-    let bad = compose::parse_dotenv(Path::new(".env"), "OK=1\nno equals sign\nX=\"open\n").unwrap_err().0;
+    let bad = compose::parse_dotenv(Path::new(".env"), "OK=1\nno equals sign\nX=\"open\n")
+        .unwrap_err()
+        .0;
     assert_eq!(bad.len(), 2);
     assert_eq!(bad[0].location.line, Some(2));
     assert_eq!(bad[1].location.line, Some(3));
@@ -130,11 +235,24 @@ fn dotenv_syntax() {
 fn profiles_expose_and_services_without_ports() {
     let text = "services:\n  web:\n    image: x\n    ports: [\"80:80\"]\n    expose: [\"9000\"]\n  debug:\n    image: x\n    profiles: [debug]\n    ports: [\"2345:2345\"]\n  tools:\n    image: x\n    profiles: [tools, debug]\n    ports: [\"7000:7000\"]\n  worker:\n    image: x\n";
     let none = compose::parse(Path::new("compose.yaml"), text, &env(&[])).unwrap();
-    let got: Vec<(String, u16)> = none.forwards.iter().map(|f| (f.service.clone(), f.local_port)).collect();
-    assert_eq!(got, [("web".to_owned(), 80)], "expose is never published; inactive profiles skipped");
+    let got: Vec<(String, u16)> = none
+        .forwards
+        .iter()
+        .map(|f| (f.service.clone(), f.local_port))
+        .collect();
+    assert_eq!(
+        got,
+        [("web".to_owned(), 80)],
+        "expose is never published; inactive profiles skipped"
+    );
     assert_eq!(none.inactive_services, ["debug", "tools"]);
 
-    let debug = compose::parse(Path::new("compose.yaml"), text, &env(&[("COMPOSE_PROFILES", "debug")])).unwrap();
+    let debug = compose::parse(
+        Path::new("compose.yaml"),
+        text,
+        &env(&[("COMPOSE_PROFILES", "debug")]),
+    )
+    .unwrap();
     let mut services: Vec<&str> = debug.forwards.iter().map(|f| f.service.as_str()).collect();
     services.sort_unstable();
     assert_eq!(services, ["debug", "tools", "web"]);
@@ -142,7 +260,8 @@ fn profiles_expose_and_services_without_ports() {
 
 #[test]
 fn yaml_merge_keys_are_applied() {
-    let text = "x-base: &base\n  image: x\n  ports: [\"8080:80\"]\nservices:\n  a:\n    <<: *base\n";
+    let text =
+        "x-base: &base\n  image: x\n  ports: [\"8080:80\"]\nservices:\n  a:\n    <<: *base\n";
     let got = compose::parse(Path::new("compose.yaml"), text, &env(&[])).unwrap();
     assert_eq!(got.forwards.len(), 1);
     assert_eq!(got.forwards[0].local_port, 8080);
@@ -151,26 +270,95 @@ fn yaml_merge_keys_are_applied() {
 #[test]
 fn refusals_name_the_service_and_port() {
     let cases: &[(&str, &str, &str, &str)] = &[
-        ("port_zero", "\"0:80\"", "services.app.ports[0]", "1 to 65535"),
-        ("port_too_big", "\"70000:80\"", "services.app.ports[0]", "1 to 65535"),
-        ("not_a_number", "\"http:80\"", "services.app.ports[0]", "not a port number"),
-        ("ranges_differ", "\"8000-8002:80-81\"", "services.app.ports[0]", "differ in length"),
-        ("range_backwards", "\"81-80\"", "services.app.ports[0]", "backwards"),
-        ("bad_protocol", "\"80/http\"", "services.app.ports[0]", "tcp, udp or sctp"),
-        ("bad_host_ip", "\"1.2.3:80:80\"", "services.app.ports[0]", "not an IP address"),
-        ("unbracketed_ipv6", "\"::1:80:80\"", "services.app.ports[0]", "brackets"),
-        ("required_var_missing", "\"${MUST:?set MUST}:80\"", "services.app.ports[0]", "required variable MUST"),
-        ("long_without_target", "{published: 80}", "services.app.ports[0]", "needs `target`"),
-        ("long_unknown_key", "{target: 80, pubilshed: 8080}", "services.app.ports[0]", "unknown key"),
-        ("long_bad_mode", "{target: 80, mode: bridge}", "services.app.ports[0]", "host or ingress"),
+        (
+            "port_zero",
+            "\"0:80\"",
+            "services.app.ports[0]",
+            "1 to 65535",
+        ),
+        (
+            "port_too_big",
+            "\"70000:80\"",
+            "services.app.ports[0]",
+            "1 to 65535",
+        ),
+        (
+            "not_a_number",
+            "\"http:80\"",
+            "services.app.ports[0]",
+            "not a port number",
+        ),
+        (
+            "ranges_differ",
+            "\"8000-8002:80-81\"",
+            "services.app.ports[0]",
+            "differ in length",
+        ),
+        (
+            "range_backwards",
+            "\"81-80\"",
+            "services.app.ports[0]",
+            "backwards",
+        ),
+        (
+            "bad_protocol",
+            "\"80/http\"",
+            "services.app.ports[0]",
+            "tcp, udp or sctp",
+        ),
+        (
+            "bad_host_ip",
+            "\"1.2.3:80:80\"",
+            "services.app.ports[0]",
+            "not an IP address",
+        ),
+        (
+            "unbracketed_ipv6",
+            "\"::1:80:80\"",
+            "services.app.ports[0]",
+            "brackets",
+        ),
+        (
+            "required_var_missing",
+            "\"${MUST:?set MUST}:80\"",
+            "services.app.ports[0]",
+            "required variable MUST",
+        ),
+        (
+            "long_without_target",
+            "{published: 80}",
+            "services.app.ports[0]",
+            "needs `target`",
+        ),
+        (
+            "long_unknown_key",
+            "{target: 80, pubilshed: 8080}",
+            "services.app.ports[0]",
+            "unknown key",
+        ),
+        (
+            "long_bad_mode",
+            "{target: 80, mode: bridge}",
+            "services.app.ports[0]",
+            "host or ingress",
+        ),
         ("list_entry", "[80]", "services.app.ports[0]", "got a list"),
-        ("negative_number", "-1", "services.app.ports[0]", "1 to 65535"),
+        (
+            "negative_number",
+            "-1",
+            "services.app.ports[0]",
+            "1 to 65535",
+        ),
     ];
     for (name, entry, path, fragment) in cases {
         let text = format!("services:\n  app:\n    image: x\n    ports:\n      - {entry}\n");
-        let errors = compose::parse(Path::new("compose.yaml"), &text, &env(&[])).expect_err(name).0;
+        let errors = compose::parse(Path::new("compose.yaml"), &text, &env(&[]))
+            .expect_err(name)
+            .0;
         assert!(
-            errors.iter().any(|e| e.location.path == *path && e.message.contains(fragment)),
+            errors
+                .iter()
+                .any(|e| e.location.path == *path && e.message.contains(fragment)),
             "{name}: expected {path} / {fragment:?}, got {errors:#?}"
         );
     }
@@ -180,14 +368,25 @@ fn refusals_name_the_service_and_port() {
 fn malformed_files_are_refused_with_a_location() {
     let cases: &[(&str, &str)] = &[
         ("services_is_a_list", "services: [a, b]\n"),
-        ("ports_not_a_list", "services:\n  a:\n    ports: \"80:80\"\n"),
+        (
+            "ports_not_a_list",
+            "services:\n  a:\n    ports: \"80:80\"\n",
+        ),
         ("broken_yaml", "services:\n  a: [\n"),
         ("duplicate_service", "services:\n  a: {}\n  a: {}\n"),
-        ("profiles_not_a_list", "services:\n  a:\n    profiles: debug\n"),
+        (
+            "profiles_not_a_list",
+            "services:\n  a:\n    profiles: debug\n",
+        ),
     ];
     for (name, text) in cases {
-        let errors = compose::parse(Path::new("compose.yaml"), text, &env(&[])).expect_err(name).0;
-        assert!(errors.iter().all(|e| e.file == Path::new("compose.yaml")), "{name}");
+        let errors = compose::parse(Path::new("compose.yaml"), text, &env(&[]))
+            .expect_err(name)
+            .0;
+        assert!(
+            errors.iter().all(|e| e.file == Path::new("compose.yaml")),
+            "{name}"
+        );
     }
 }
 

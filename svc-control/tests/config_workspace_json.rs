@@ -1,8 +1,15 @@
 //! `.svc/workspace.json` v1: accepted shapes, defaults, and every refusal with its location.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a broken fixture should panic"
+)]
 
 use std::path::Path;
 
-use svc_control::config::workspace::{self, Backend, Capability, DEFAULT_CHECK_TIMEOUT_MS, WorkspaceFile};
+use svc_control::config::workspace::{
+    self, Backend, Capability, DEFAULT_CHECK_TIMEOUT_MS, WorkspaceFile,
+};
 
 fn parse(text: &str) -> Result<workspace::Workspace, svc_control::config::ConfigErrors> {
     workspace::parse(Path::new(".svc/workspace.json"), text)
@@ -15,20 +22,62 @@ fn accepted_shapes() {
     let cases: &[(&str, &str)] = &[
         ("full_example_from_the_repo", FULL_EXAMPLE),
         ("minimal_version_only", r#"{"version": 1}"#),
-        ("schema_relative_path", r#"{"$schema": "./schema/workspace.v1.json", "version": 1}"#),
-        ("schema_parent_path", r#"{"$schema": "../schema/workspace.v1.json", "version": 1}"#),
-        ("readiness_profile", r#"{"version":1,"readiness":{"profiles":{"default":[{"name":"db","type":"service","serviceName":"postgres"}]}}}"#),
-        ("empty_readiness_profiles", r#"{"version":1,"readiness":{"profiles":{}}}"#),
-        ("service_defaults_partial", r#"{"version":1,"services":{"defaults":{"autoRestart":false}}}"#),
-        ("spotlight_forward", r#"{"version":1,"spotlight":{"defaults":[{"service":"web","remotePort":3000,"localPort":3000}]}}"#),
-        ("auth_defaults", r#"{"version":1,"auth":{"defaults":{"authProfiles":["gitconfig"],"sshAgentForward":true,"gitCredentialMode":"host-helper"}}}"#),
-        ("lifecycle_hooks", r#"{"version":1,"lifecycle":{"onSetup":["make deps"],"onStart":[],"onTeardown":["make clean"]}}"#),
-        ("runtime_empty_means_automatic", r#"{"version":1,"runtime":{"required":[]}}"#),
-        ("runtime_microvm_prefer_first", r#"{"version":1,"runtime":{"required":["microvm"],"selection":"prefer-first"}}"#),
-        ("runtime_netns_backend", r#"{"version":1,"runtime":{"required":["microvm","netns"]}}"#),
-        ("capability_spotlight_tunnel", r#"{"version":1,"capabilities":{"required":["spotlight.tunnel"]}}"#),
-        ("doctor_spec_example_timeouts", r#"{"version":1,"doctor":{"probes":[{"name":"p","command":"true","timeoutMs":300000}],"tests":[{"name":"t","command":"true","timeoutMs":900000}]}}"#),
-        ("unicode_in_strings", r#"{"version":1,"lifecycle":{"onStart":["echo héllo ✓"]}}"#),
+        (
+            "schema_relative_path",
+            r#"{"$schema": "./schema/workspace.v1.json", "version": 1}"#,
+        ),
+        (
+            "schema_parent_path",
+            r#"{"$schema": "../schema/workspace.v1.json", "version": 1}"#,
+        ),
+        (
+            "readiness_profile",
+            r#"{"version":1,"readiness":{"profiles":{"default":[{"name":"db","type":"service","serviceName":"postgres"}]}}}"#,
+        ),
+        (
+            "empty_readiness_profiles",
+            r#"{"version":1,"readiness":{"profiles":{}}}"#,
+        ),
+        (
+            "service_defaults_partial",
+            r#"{"version":1,"services":{"defaults":{"autoRestart":false}}}"#,
+        ),
+        (
+            "spotlight_forward",
+            r#"{"version":1,"spotlight":{"defaults":[{"service":"web","remotePort":3000,"localPort":3000}]}}"#,
+        ),
+        (
+            "auth_defaults",
+            r#"{"version":1,"auth":{"defaults":{"authProfiles":["gitconfig"],"sshAgentForward":true,"gitCredentialMode":"host-helper"}}}"#,
+        ),
+        (
+            "lifecycle_hooks",
+            r#"{"version":1,"lifecycle":{"onSetup":["make deps"],"onStart":[],"onTeardown":["make clean"]}}"#,
+        ),
+        (
+            "runtime_empty_means_automatic",
+            r#"{"version":1,"runtime":{"required":[]}}"#,
+        ),
+        (
+            "runtime_microvm_prefer_first",
+            r#"{"version":1,"runtime":{"required":["microvm"],"selection":"prefer-first"}}"#,
+        ),
+        (
+            "runtime_netns_backend",
+            r#"{"version":1,"runtime":{"required":["microvm","netns"]}}"#,
+        ),
+        (
+            "capability_spotlight_tunnel",
+            r#"{"version":1,"capabilities":{"required":["spotlight.tunnel"]}}"#,
+        ),
+        (
+            "doctor_spec_example_timeouts",
+            r#"{"version":1,"doctor":{"probes":[{"name":"p","command":"true","timeoutMs":300000}],"tests":[{"name":"t","command":"true","timeoutMs":900000}]}}"#,
+        ),
+        (
+            "unicode_in_strings",
+            r#"{"version":1,"lifecycle":{"onStart":["echo héllo ✓"]}}"#,
+        ),
     ];
     for (name, text) in cases {
         if let Err(e) = parse(text) {
@@ -54,7 +103,10 @@ fn example_parses_to_the_expected_values() {
     let f: &WorkspaceFile = w.file();
     assert_eq!(f.version, 1);
     assert_eq!(f.runtime.as_ref().unwrap().required, vec![Backend::Microvm]);
-    assert_eq!(f.capabilities.as_ref().unwrap().required, vec![Capability::SpotlightTunnel]);
+    assert_eq!(
+        f.capabilities.as_ref().unwrap().required,
+        vec![Capability::SpotlightTunnel]
+    );
     let doctor = f.doctor.as_ref().unwrap();
     assert!(doctor.probes[0].required);
     assert_eq!(doctor.tests[0].retries, 1);
@@ -63,43 +115,213 @@ fn example_parses_to_the_expected_values() {
 
 /// (name, text, expected location path, a fragment the message must contain)
 const REFUSED: &[(&str, &str, &str, &str)] = &[
-    ("version_2", r#"{"version": 2}"#, "/version", "unsupported version 2"),
-    ("version_0", r#"{"version": 0}"#, "/version", "unsupported version 0"),
-    ("version_as_string", r#"{"version": "1"}"#, "/version", "invalid type"),
+    (
+        "version_2",
+        r#"{"version": 2}"#,
+        "/version",
+        "unsupported version 2",
+    ),
+    (
+        "version_0",
+        r#"{"version": 0}"#,
+        "/version",
+        "unsupported version 0",
+    ),
+    (
+        "version_as_string",
+        r#"{"version": "1"}"#,
+        "/version",
+        "invalid type",
+    ),
     ("version_missing", r#"{}"#, "", "missing field `version`"),
-    ("version_negative", r#"{"version": -1}"#, "/version", "invalid value"),
-    ("unknown_top_level_field", r#"{"version":1,"extra":true}"#, "/extra", "unknown field `extra`"),
-    ("unknown_field_in_check", r#"{"version":1,"doctor":{"probes":[{"name":"p","command":"c","timeout":5}]}}"#, "/doctor/probes/0/timeout", "unknown field `timeout`"),
-    ("unknown_capability", r#"{"version":1,"capabilities":{"required":["spotlight.tunnel","teleport"]}}"#, "/capabilities/required/1", "unknown variant `teleport`"),
-    ("unknown_backend", r#"{"version":1,"runtime":{"required":["docker"]}}"#, "/runtime/required/0", "unknown variant `docker`"),
-    ("backend_listed_twice", r#"{"version":1,"runtime":{"required":["microvm","microvm"]}}"#, "/runtime/required/1", "listed twice"),
-    ("unknown_selection", r#"{"version":1,"runtime":{"selection":"prefer-last"}}"#, "/runtime/selection", "unknown variant `prefer-last`"),
-    ("readiness_type_unknown", r#"{"version":1,"readiness":{"profiles":{"d":[{"name":"x","type":"process","serviceName":"s"}]}}}"#, "/readiness/profiles/d/0/type", "unknown variant `process`"),
-    ("readiness_missing_service_name", r#"{"version":1,"readiness":{"profiles":{"d":[{"name":"x","type":"service"}]}}}"#, "/readiness/profiles/d/0", "missing field `serviceName`"),
-    ("readiness_duplicate_profile", r#"{"version":1,"readiness":{"profiles":{"d":[],"d":[]}}}"#, "/readiness/profiles", "duplicate key \"d\""),
-    ("duplicate_top_level_key", r#"{"version":1,"version":1}"#, "", "duplicate field `version`"),
-    ("duplicate_check_name_in_probes", r#"{"version":1,"doctor":{"probes":[{"name":"a","command":"x"},{"name":"a","command":"y"}]}}"#, "/doctor/probes/1/name", "already used at /doctor/probes/0/name"),
-    ("duplicate_check_name_across_phases", r#"{"version":1,"doctor":{"probes":[{"name":"a","command":"x"}],"tests":[{"name":"a","command":"y"}]}}"#, "/doctor/tests/0/name", "unique across probes and tests"),
-    ("empty_check_name", r#"{"version":1,"doctor":{"tests":[{"name":"","command":"x"}]}}"#, "/doctor/tests/0/name", "must not be empty"),
-    ("empty_check_command", r#"{"version":1,"doctor":{"tests":[{"name":"t","command":" "}]}}"#, "/doctor/tests/0/command", "must not be empty"),
-    ("zero_timeout", r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","timeoutMs":0}]}}"#, "/doctor/tests/0/timeoutMs", "at least 1 ms"),
-    ("negative_retries", r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","retries":-1}]}}"#, "/doctor/tests/0/retries", "invalid value"),
-    ("required_as_string", r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","required":"yes"}]}}"#, "/doctor/tests/0/required", "invalid type"),
-    ("args_not_strings", r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","args":[1]}]}}"#, "/doctor/tests/0/args/0", "invalid type"),
-    ("spotlight_port_zero", r#"{"version":1,"spotlight":{"defaults":[{"service":"w","remotePort":0,"localPort":1}]}}"#, "/spotlight/defaults/0/remotePort", "1 to 65535"),
-    ("spotlight_port_too_big", r#"{"version":1,"spotlight":{"defaults":[{"service":"w","remotePort":70000,"localPort":1}]}}"#, "/spotlight/defaults/0/remotePort", "invalid value"),
-    ("auth_profile_unknown", r#"{"version":1,"auth":{"defaults":{"authProfiles":["netrc"]}}}"#, "/auth/defaults/authProfiles/0", "unknown variant `netrc`"),
-    ("git_credential_mode_unknown", r#"{"version":1,"auth":{"defaults":{"gitCredentialMode":"store"}}}"#, "/auth/defaults/gitCredentialMode", "unknown variant `store`"),
-    ("lifecycle_empty_command", r#"{"version":1,"lifecycle":{"onStart":[""]}}"#, "/lifecycle/onStart/0", "must not be empty"),
-    ("schema_absolute_path", r#"{"$schema":"/etc/schema.json","version":1}"#, "/$schema", "absolute"),
-    ("schema_url", r#"{"$schema":"https://example.com/s.json","version":1}"#, "/$schema", "a URL"),
-    ("schema_empty", r#"{"$schema":"","version":1}"#, "/$schema", "empty"),
-    ("comments_are_not_json", "{\n  // comment\n  \"version\": 1\n}", "", "comments are not allowed"),
+    (
+        "version_negative",
+        r#"{"version": -1}"#,
+        "/version",
+        "invalid value",
+    ),
+    (
+        "unknown_top_level_field",
+        r#"{"version":1,"extra":true}"#,
+        "/extra",
+        "unknown field `extra`",
+    ),
+    (
+        "unknown_field_in_check",
+        r#"{"version":1,"doctor":{"probes":[{"name":"p","command":"c","timeout":5}]}}"#,
+        "/doctor/probes/0/timeout",
+        "unknown field `timeout`",
+    ),
+    (
+        "unknown_capability",
+        r#"{"version":1,"capabilities":{"required":["spotlight.tunnel","teleport"]}}"#,
+        "/capabilities/required/1",
+        "unknown variant `teleport`",
+    ),
+    (
+        "unknown_backend",
+        r#"{"version":1,"runtime":{"required":["docker"]}}"#,
+        "/runtime/required/0",
+        "unknown variant `docker`",
+    ),
+    (
+        "backend_listed_twice",
+        r#"{"version":1,"runtime":{"required":["microvm","microvm"]}}"#,
+        "/runtime/required/1",
+        "listed twice",
+    ),
+    (
+        "unknown_selection",
+        r#"{"version":1,"runtime":{"selection":"prefer-last"}}"#,
+        "/runtime/selection",
+        "unknown variant `prefer-last`",
+    ),
+    (
+        "readiness_type_unknown",
+        r#"{"version":1,"readiness":{"profiles":{"d":[{"name":"x","type":"process","serviceName":"s"}]}}}"#,
+        "/readiness/profiles/d/0/type",
+        "unknown variant `process`",
+    ),
+    (
+        "readiness_missing_service_name",
+        r#"{"version":1,"readiness":{"profiles":{"d":[{"name":"x","type":"service"}]}}}"#,
+        "/readiness/profiles/d/0",
+        "missing field `serviceName`",
+    ),
+    (
+        "readiness_duplicate_profile",
+        r#"{"version":1,"readiness":{"profiles":{"d":[],"d":[]}}}"#,
+        "/readiness/profiles",
+        "duplicate key \"d\"",
+    ),
+    (
+        "duplicate_top_level_key",
+        r#"{"version":1,"version":1}"#,
+        "",
+        "duplicate field `version`",
+    ),
+    (
+        "duplicate_check_name_in_probes",
+        r#"{"version":1,"doctor":{"probes":[{"name":"a","command":"x"},{"name":"a","command":"y"}]}}"#,
+        "/doctor/probes/1/name",
+        "already used at /doctor/probes/0/name",
+    ),
+    (
+        "duplicate_check_name_across_phases",
+        r#"{"version":1,"doctor":{"probes":[{"name":"a","command":"x"}],"tests":[{"name":"a","command":"y"}]}}"#,
+        "/doctor/tests/0/name",
+        "unique across probes and tests",
+    ),
+    (
+        "empty_check_name",
+        r#"{"version":1,"doctor":{"tests":[{"name":"","command":"x"}]}}"#,
+        "/doctor/tests/0/name",
+        "must not be empty",
+    ),
+    (
+        "empty_check_command",
+        r#"{"version":1,"doctor":{"tests":[{"name":"t","command":" "}]}}"#,
+        "/doctor/tests/0/command",
+        "must not be empty",
+    ),
+    (
+        "zero_timeout",
+        r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","timeoutMs":0}]}}"#,
+        "/doctor/tests/0/timeoutMs",
+        "at least 1 ms",
+    ),
+    (
+        "negative_retries",
+        r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","retries":-1}]}}"#,
+        "/doctor/tests/0/retries",
+        "invalid value",
+    ),
+    (
+        "required_as_string",
+        r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","required":"yes"}]}}"#,
+        "/doctor/tests/0/required",
+        "invalid type",
+    ),
+    (
+        "args_not_strings",
+        r#"{"version":1,"doctor":{"tests":[{"name":"t","command":"x","args":[1]}]}}"#,
+        "/doctor/tests/0/args/0",
+        "invalid type",
+    ),
+    (
+        "spotlight_port_zero",
+        r#"{"version":1,"spotlight":{"defaults":[{"service":"w","remotePort":0,"localPort":1}]}}"#,
+        "/spotlight/defaults/0/remotePort",
+        "1 to 65535",
+    ),
+    (
+        "spotlight_port_too_big",
+        r#"{"version":1,"spotlight":{"defaults":[{"service":"w","remotePort":70000,"localPort":1}]}}"#,
+        "/spotlight/defaults/0/remotePort",
+        "invalid value",
+    ),
+    (
+        "auth_profile_unknown",
+        r#"{"version":1,"auth":{"defaults":{"authProfiles":["netrc"]}}}"#,
+        "/auth/defaults/authProfiles/0",
+        "unknown variant `netrc`",
+    ),
+    (
+        "git_credential_mode_unknown",
+        r#"{"version":1,"auth":{"defaults":{"gitCredentialMode":"store"}}}"#,
+        "/auth/defaults/gitCredentialMode",
+        "unknown variant `store`",
+    ),
+    (
+        "lifecycle_empty_command",
+        r#"{"version":1,"lifecycle":{"onStart":[""]}}"#,
+        "/lifecycle/onStart/0",
+        "must not be empty",
+    ),
+    (
+        "schema_absolute_path",
+        r#"{"$schema":"/etc/schema.json","version":1}"#,
+        "/$schema",
+        "absolute",
+    ),
+    (
+        "schema_url",
+        r#"{"$schema":"https://example.com/s.json","version":1}"#,
+        "/$schema",
+        "a URL",
+    ),
+    (
+        "schema_empty",
+        r#"{"$schema":"","version":1}"#,
+        "/$schema",
+        "empty",
+    ),
+    (
+        "comments_are_not_json",
+        "{\n  // comment\n  \"version\": 1\n}",
+        "",
+        "comments are not allowed",
+    ),
     ("trailing_comma", r#"{"version":1,}"#, "", "trailing comma"),
-    ("trailing_garbage", r#"{"version":1} x"#, "", "trailing characters"),
+    (
+        "trailing_garbage",
+        r#"{"version":1} x"#,
+        "",
+        "trailing characters",
+    ),
     ("not_an_object", r#"[1,2]"#, "", "is not of type \"object\""),
-    ("array_where_struct_belongs_top", r#"[null, 1]"#, "", "is not of type \"object\""),
-    ("array_where_struct_belongs_nested", r#"{"version":1,"services":[{"autoRestart":true}]}"#, "/services", "not valid under any of the schemas"),
+    (
+        "array_where_struct_belongs_top",
+        r#"[null, 1]"#,
+        "",
+        "is not of type \"object\"",
+    ),
+    (
+        "array_where_struct_belongs_nested",
+        r#"{"version":1,"services":[{"autoRestart":true}]}"#,
+        "/services",
+        "not valid under any of the schemas",
+    ),
     ("empty_file", "", "", "EOF"),
 ];
 
@@ -110,13 +332,19 @@ fn refusals_name_the_location_and_reason() {
             Ok(_) => panic!("{name}: must be refused"),
             Err(e) => e.0,
         };
-        let hit = errors.iter().find(|e| e.location.path == *path && e.message.contains(fragment));
+        let hit = errors
+            .iter()
+            .find(|e| e.location.path == *path && e.message.contains(fragment));
         assert!(
             hit.is_some(),
             "{name}: expected an error at {path:?} containing {fragment:?}, got {errors:#?}"
         );
         for e in &errors {
-            assert_eq!(e.file, Path::new(".svc/workspace.json"), "{name}: every error names the file");
+            assert_eq!(
+                e.file,
+                Path::new(".svc/workspace.json"),
+                "{name}: every error names the file"
+            );
             assert!(!e.message.is_empty(), "{name}: every error says why");
         }
     }
@@ -132,7 +360,9 @@ fn deep_nesting_is_refused_without_overflowing_the_stack() {
         );
         let errors = parse(&text).unwrap_err().0;
         assert!(
-            errors.iter().any(|e| e.location.path == "/lifecycle/onStart/0"),
+            errors
+                .iter()
+                .any(|e| e.location.path == "/lifecycle/onStart/0"),
             "depth {depth}: {errors:#?}"
         );
     }
@@ -143,12 +373,23 @@ fn huge_arrays_parse_or_fail_cleanly() {
     let cmds = vec!["\"true\""; 50_000].join(",");
     let text = format!(r#"{{"version":1,"lifecycle":{{"onStart":[{cmds}]}}}}"#);
     let w = parse(&text).unwrap();
-    assert_eq!(w.file().lifecycle.as_ref().unwrap().on_start.as_ref().unwrap().len(), 50_000);
+    assert_eq!(
+        w.file()
+            .lifecycle
+            .as_ref()
+            .unwrap()
+            .on_start
+            .as_ref()
+            .unwrap()
+            .len(),
+        50_000
+    );
 }
 
 #[test]
 fn syntax_errors_carry_line_and_column() {
-    let text = "{\n  \"version\": 1,\n  \"doctor\": {\"probes\": [{\"name\": \"p\", \"command\": 5}]}\n}";
+    let text =
+        "{\n  \"version\": 1,\n  \"doctor\": {\"probes\": [{\"name\": \"p\", \"command\": 5}]}\n}";
     let errors = parse(text).unwrap_err().0;
     assert_eq!(errors[0].location.line, Some(3));
     assert!(errors[0].location.column.is_some());
@@ -166,7 +407,8 @@ fn several_rule_errors_are_all_reported() {
 
 #[test]
 fn schema_file_is_generated_from_the_types() {
-    let generated = serde_json::to_string_pretty(&workspace::json_schema::<WorkspaceFile>()).unwrap();
+    let generated =
+        serde_json::to_string_pretty(&workspace::json_schema::<WorkspaceFile>()).unwrap();
     let committed = include_str!("../../schema/workspace.v1.json");
     assert_eq!(
         committed.trim_end(),
@@ -179,10 +421,18 @@ fn schema_file_is_generated_from_the_types() {
 fn schema_lists_every_registered_capability_and_backend() {
     let schema = serde_json::to_string(&workspace::json_schema::<WorkspaceFile>()).unwrap();
     for c in Capability::ALL {
-        assert!(schema.contains(&format!("\"{}\"", c.name())), "capability {} missing from schema", c.name());
+        assert!(
+            schema.contains(&format!("\"{}\"", c.name())),
+            "capability {} missing from schema",
+            c.name()
+        );
     }
     for b in Backend::ALL {
-        assert!(schema.contains(&format!("\"{}\"", b.name())), "backend {} missing from schema", b.name());
+        assert!(
+            schema.contains(&format!("\"{}\"", b.name())),
+            "backend {} missing from schema",
+            b.name()
+        );
     }
 }
 

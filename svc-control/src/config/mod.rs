@@ -51,7 +51,11 @@ pub(crate) fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result
     if let Some((line, column)) = flow_too_deep(text) {
         return Err(ConfigError::new(
             file,
-            Location { line: Some(line), column: Some(column), path: String::new() },
+            Location {
+                line: Some(line),
+                column: Some(column),
+                path: String::new(),
+            },
             format!("collections nested deeper than {MAX_YAML_FLOW_DEPTH} levels"),
         ));
     }

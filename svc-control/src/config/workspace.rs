@@ -302,15 +302,22 @@ pub fn parse(file: &Path, text: &str) -> Result<Workspace, ConfigErrors> {
             // A schema type error above the typed error's location is the real cause.
             let above = |s: &ConfigError| {
                 s.message.contains("is not of type")
-                    && e.location.path.starts_with(&format!("{}/", s.location.path))
+                    && e.location
+                        .path
+                        .starts_with(&format!("{}/", s.location.path))
             };
             let type_errors: Vec<ConfigError> = schema_errs.into_iter().filter(above).collect();
             if !type_errors.is_empty() {
                 return Err(ConfigErrors(type_errors));
             }
-            let line = e.location.line.and_then(|l| text.lines().nth(l - 1)).unwrap_or("");
+            let line = e
+                .location
+                .line
+                .and_then(|l| text.lines().nth(l - 1))
+                .unwrap_or("");
             if line.trim_start().starts_with("//") || line.trim_start().starts_with("/*") {
-                e.message.push_str(" (comments are not allowed: workspace.json is strict JSON)");
+                e.message
+                    .push_str(" (comments are not allowed: workspace.json is strict JSON)");
             }
             return Err(e.into());
         }
@@ -326,19 +333,30 @@ pub fn parse(file: &Path, text: &str) -> Result<Workspace, ConfigErrors> {
 
 /// Errors of the text against the v1 JSON Schema, each at its JSON pointer.
 fn schema_errors(file: &Path, text: &str) -> Vec<ConfigError> {
-    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> = std::sync::OnceLock::new();
+    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> =
+        std::sync::OnceLock::new();
     let Some(validator) = VALIDATOR
         .get_or_init(|| jsonschema::validator_for(&json_schema::<WorkspaceFile>()).ok())
         .as_ref()
     else {
-        return vec![ConfigError::new(file, Location::default(), "internal error: the v1 schema does not compile")];
+        return vec![ConfigError::new(
+            file,
+            Location::default(),
+            "internal error: the v1 schema does not compile",
+        )];
     };
     let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
         return Vec::new(); // the typed parse already reported the syntax error
     };
     validator
         .iter_errors(&value)
-        .map(|e| ConfigError::new(file, Location::at(e.instance_path().as_str()), e.masked().to_string()))
+        .map(|e| {
+            ConfigError::new(
+                file,
+                Location::at(e.instance_path().as_str()),
+                e.masked().to_string(),
+            )
+        })
         .collect()
 }
 

@@ -1,0 +1,454 @@
+//! Host configuration (svcd.toml), environment variables, the effective-config precedence of
+//! SPEC 9.3, and the loader's file discovery.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a broken fixture should panic"
+)]
+
+use std::{fs, path::Path};
+
+use svc_control::config::{
+    effective::{self, ApiParams, Source},
+    env,
+    host::{self, HostConfig},
+    loader,
+    workspace::{
+        self, AuthDefaults, Backend, Capability, GitCredentialMode, Lifecycle, ServiceDefaults,
+        SpotlightForward,
+    },
+};
+
+// ---------- host configuration ----------
+
+#[test]
+fn host_defaults_are_valid_and_documented_values() {
+    let h = HostConfig::default();
+    assert_eq!(h.state_dir, Path::new("/var/lib/svc"));
+    assert_eq!(h.socket, Path::new("/run/svc/svcd.sock"));
+    assert_eq!(h.pin_dir, Path::new("/sys/fs/bpf/svc"));
+    assert_eq!(h.api_group, "svc");
+    assert_eq!(h.agent_hosts.len(), 2);
+    assert_eq!(h.code.code_host.to_string(), "github.com");
+    assert!(
+        h.dns_upstreams.is_empty(),
+        "empty upstreams mean: read resolv.conf"
+    );
+    assert_eq!(
+        host::parse(Path::new("svcd.toml"), "").unwrap(),
+        h,
+        "an empty file is all defaults"
+    );
+}
+
+#[test]
+fn host_overrides() {
+    let text = r#"
+state_dir = "/srv/svc"
+api_group = "devs"
+[network]
+ipv4_pool = "10.99.0.0/20"
+allow_cidrs = ["192.0.2.0/24"]
+[hosts]
+agent = ["api.agent.test", "platform.agent.test"]
+code_host = "code.test"
+code_api_host = "api.code.test"
+code_uploads_host = "uploads.code.test"
+code_archive_host = "archive.code.test"
+[dns]
+upstreams = ["127.0.0.53", "[::1]:5353"]
+"#;
+    let h = host::parse(Path::new("svcd.toml"), text).unwrap();
+    assert_eq!(h.state_dir, Path::new("/srv/svc"));
+    assert_eq!(h.ipv4_pool.to_string(), "10.99.0.0/20");
+    assert_eq!(h.code.archive_host.to_string(), "archive.code.test");
+    assert_eq!(h.agent_hosts[1].to_string(), "platform.agent.test");
+    assert_eq!(h.dns_upstreams[0].to_string(), "127.0.0.53:53");
+    assert_eq!(h.dns_upstreams[1].to_string(), "[::1]:5353");
+}
+
+#[test]
+fn host_refusals() {
+    let cases: &[(&str, &str, &str, &str)] = &[
+        (
+            "unknown_key",
+            "stat_dir = \"/x\"\n",
+            "",
+            "unknown field `stat_dir`",
+        ),
+        (
+            "relative_state_dir",
+            "state_dir = \"var/lib\"\n",
+            "state_dir",
+            "absolute path",
+        ),
+        (
+            "bad_pool",
+            "[network]\nipv4_pool = \"10.0.0.0/33\"\n",
+            "network.ipv4_pool",
+            "IPv4 CIDR",
+        ),
+        (
+            "pool_too_small",
+            "[network]\nipv4_pool = \"10.0.0.0/30\"\n",
+            "network.ipv4_pool",
+            "too small",
+        ),
+        (
+            "v6_pool_is_v4",
+            "[network]\nipv6_pool = \"10.0.0.0/8\"\n",
+            "network.ipv6_pool",
+            "IPv6 CIDR",
+        ),
+        (
+            "bad_cidr",
+            "[network]\nallow_cidrs = [\"nope\"]\n",
+            "network.allow_cidrs[0]",
+            "CIDR",
+        ),
+        (
+            "bad_agent_host",
+            "[hosts]\nagent = [\"bad host\"]\n",
+            "hosts.agent[0]",
+            "not a valid DNS name",
+        ),
+        (
+            "bad_upstream",
+            "[dns]\nupstreams = [\"resolver.example\"]\n",
+            "dns.upstreams[0]",
+            "IP or IP:port",
+        ),
+        ("wrong_type", "api_group = 5\n", "", "invalid type"),
+        ("broken_toml", "state_dir = \n", "", ""),
+    ];
+    for (name, text, path, fragment) in cases {
+        let errors = host::parse(Path::new("svcd.toml"), text).expect_err(name).0;
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.location.path.starts_with(path) && e.message.contains(fragment)),
+            "{name}: expected {path:?} / {fragment:?}, got {errors:#?}"
+        );
+    }
+}
+
+#[test]
+fn toml_errors_carry_a_line() {
+    let errors = host::parse(
+        Path::new("svcd.toml"),
+        "state_dir = \"/x\"\n\napi_group = [\n",
+    )
+    .unwrap_err()
+    .0;
+    assert!(errors[0].location.line.is_some(), "{errors:#?}");
+}
+
+#[test]
+fn resolv_conf_nameservers_are_read() {
+    let got = host::resolv_conf_nameservers(
+        "# c\nsearch x\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\nnameserver bogus\n",
+    );
+    let got: Vec<String> = got.iter().map(ToString::to_string).collect();
+    assert_eq!(got, ["10.0.0.2:53", "[fe80::1]:53"]);
+}
+
+#[test]
+fn missing_explicit_host_config_is_an_error() {
+    let errors = loader::load_host_config(Some(Path::new("/nonexistent/svcd.toml")))
+        .unwrap_err()
+        .0;
+    assert!(errors[0].message.contains("not found"));
+}
+
+// ---------- environment ----------
+
+#[test]
+fn removed_variables_are_errors_naming_each() {
+    for var in env::REMOVED_VARIABLES {
+        let errors = env::check_removed(|v| (v == var).then(|| "1".to_owned()))
+            .unwrap_err()
+            .0;
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].message.contains(var), "{}", errors[0]);
+        assert!(errors[0].message.contains("removed"), "{}", errors[0]);
+    }
+    let all = env::check_removed(|_| Some(String::new())).unwrap_err().0;
+    assert_eq!(all.len(), 3);
+    assert!(env::check_removed(|_| None).is_ok());
+}
+
+#[test]
+fn microvm_images_need_both_variables() {
+    let both = env::microvm_images(|v| Some(format!("/img/{v}"))).unwrap();
+    assert_eq!(both.kernel, Path::new("/img/SVC_MICROVM_KERNEL"));
+    let none = env::microvm_images(|_| None).unwrap_err().0;
+    let vars: Vec<&str> = none.iter().map(|e| e.location.path.as_str()).collect();
+    assert_eq!(vars, ["SVC_MICROVM_KERNEL", "SVC_MICROVM_ROOTFS"]);
+}
+
+// ---------- precedence (SPEC 9.3) ----------
+
+fn file(text: &str) -> workspace::Workspace {
+    workspace::parse(Path::new("w.json"), text).unwrap()
+}
+
+#[test]
+fn precedence_table() {
+    let ws = file(
+        r#"{"version":1,
+        "services":{"defaults":{"stopTimeoutMs":5000,"maxRestarts":9}},
+        "spotlight":{"defaults":[{"service":"f","remotePort":1,"localPort":2}]},
+        "auth":{"defaults":{"sshAgentForward":true}},
+        "lifecycle":{"onStart":["file"]},
+        "runtime":{"required":["microvm"]},
+        "capabilities":{"required":["spotlight.tunnel"]}}"#,
+    );
+    let api = ApiParams {
+        service_defaults: ServiceDefaults {
+            stop_timeout_ms: Some(1),
+            ..Default::default()
+        },
+        spotlight: Some(vec![SpotlightForward {
+            service: "a".into(),
+            remote_port: 3,
+            local_port: 4,
+        }]),
+        auth: AuthDefaults {
+            git_credential_mode: Some(GitCredentialMode::HostHelper),
+            ..Default::default()
+        },
+        lifecycle: Some(Lifecycle {
+            on_setup: Some(vec!["api".into()]),
+            ..Default::default()
+        }),
+        runtime_required: Some(vec![Backend::Netns]),
+        runtime_selection: None,
+        capabilities: Some(vec![]),
+    };
+    let none = ApiParams::default();
+
+    struct Case {
+        name: &'static str,
+        api: &'static ApiParams,
+        file: Option<&'static workspace::Workspace>,
+        check: fn(&effective::EffectiveWorkspace),
+    }
+    let ws: &'static workspace::Workspace = Box::leak(Box::new(ws));
+    let api: &'static ApiParams = Box::leak(Box::new(api));
+    let none: &'static ApiParams = Box::leak(Box::new(none));
+    let cases = [
+        Case {
+            name: "defaults_only",
+            api: none,
+            file: None,
+            check: |e| {
+                assert_eq!(
+                    e.services.stop_timeout_ms,
+                    effective::defaults::STOP_TIMEOUT_MS
+                );
+                assert_eq!(e.services.max_restarts, effective::defaults::MAX_RESTARTS);
+                assert!(e.runtime.required.is_empty(), "no runtime block: automatic");
+                assert!(e.spotlight.is_empty());
+                assert_eq!(e.sources["services.stopTimeoutMs"], Source::Default);
+            },
+        },
+        Case {
+            name: "file_over_defaults",
+            api: none,
+            file: Some(ws),
+            check: |e| {
+                assert_eq!(e.services.stop_timeout_ms, 5000);
+                assert_eq!(e.services.max_restarts, 9);
+                assert_eq!(
+                    e.services.restart_delay_ms,
+                    effective::defaults::RESTART_DELAY_MS,
+                    "unset key falls to default"
+                );
+                assert!(e.auth.ssh_agent_forward);
+                assert_eq!(e.lifecycle.on_start, ["file"]);
+                assert_eq!(e.runtime.required, [Backend::Microvm]);
+                assert_eq!(e.capabilities, [Capability::SpotlightTunnel]);
+                assert_eq!(e.sources["services.maxRestarts"], Source::WorkspaceJson);
+            },
+        },
+        Case {
+            name: "api_over_file_per_key",
+            api,
+            file: Some(ws),
+            check: |e| {
+                assert_eq!(e.services.stop_timeout_ms, 1, "api wins");
+                assert_eq!(
+                    e.services.max_restarts, 9,
+                    "file keeps keys the api did not give"
+                );
+                assert_eq!(e.sources["services.stopTimeoutMs"], Source::Api);
+                assert_eq!(e.sources["services.maxRestarts"], Source::WorkspaceJson);
+                assert!(e.auth.ssh_agent_forward, "auth merges per key");
+                assert_eq!(
+                    e.auth.git_credential_mode,
+                    Some(GitCredentialMode::HostHelper)
+                );
+            },
+        },
+        Case {
+            name: "api_replaces_whole_blocks",
+            api,
+            file: Some(ws),
+            check: |e| {
+                assert_eq!(e.spotlight[0].service, "a");
+                assert_eq!(e.lifecycle.on_setup, ["api"]);
+                assert!(
+                    e.lifecycle.on_start.is_empty(),
+                    "lifecycle is replaced as a block"
+                );
+                assert_eq!(e.runtime.required, [Backend::Netns]);
+                assert!(
+                    e.capabilities.is_empty(),
+                    "an explicit empty list is a value"
+                );
+            },
+        },
+        Case {
+            name: "api_over_defaults_without_file",
+            api,
+            file: None,
+            check: |e| {
+                assert_eq!(e.services.stop_timeout_ms, 1);
+                assert_eq!(e.services.max_restarts, effective::defaults::MAX_RESTARTS);
+            },
+        },
+    ];
+    for case in cases {
+        let e = effective::resolve(case.api, case.file, None);
+        let result = std::panic::catch_unwind(|| (case.check)(&e));
+        assert!(result.is_ok(), "case {} failed", case.name);
+    }
+}
+
+// ---------- loader: files on disk ----------
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, text).unwrap();
+}
+
+#[test]
+fn compose_is_used_only_without_workspace_json() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "docker-compose.yml",
+        "services:\n  web:\n    ports: [\"8000:80\"]\n",
+    );
+    let l = loader::load_workspace(dir.path(), &ApiParams::default(), []).unwrap();
+    assert_eq!(l.effective.sources["spotlight"], Source::Compose);
+    assert_eq!(l.effective.spotlight[0].local_port, 8000);
+
+    write(dir.path(), ".svc/workspace.json", r#"{"version":1}"#);
+    let l = loader::load_workspace(dir.path(), &ApiParams::default(), []).unwrap();
+    assert!(
+        l.compose.is_none(),
+        "workspace.json present: compose is not read"
+    );
+    assert!(l.effective.spotlight.is_empty());
+}
+
+#[test]
+fn compose_file_order_and_ignored_files_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "docker-compose.yaml",
+        "services:\n  a:\n    ports: [\"1:1\"]\n",
+    );
+    write(
+        dir.path(),
+        "docker-compose.yml",
+        "services:\n  b:\n    ports: [\"2:2\"]\n",
+    );
+    let l = loader::load_workspace(dir.path(), &ApiParams::default(), []).unwrap();
+    let c = l.compose.unwrap();
+    assert!(
+        c.file.ends_with("docker-compose.yml"),
+        "docker-compose.yml comes before .yaml"
+    );
+    assert_eq!(c.ports.forwards[0].service, "b");
+    assert_eq!(l.warnings.len(), 1);
+    assert!(l.warnings[0].contains("docker-compose.yaml is ignored"));
+
+    write(
+        dir.path(),
+        "compose.yaml",
+        "services:\n  c:\n    ports: [\"3:3\"]\n",
+    );
+    let l = loader::load_workspace(dir.path(), &ApiParams::default(), []).unwrap();
+    assert!(
+        l.compose.unwrap().file.ends_with("compose.yaml"),
+        "compose.yaml is preferred"
+    );
+    assert_eq!(l.warnings.len(), 2);
+}
+
+#[test]
+fn dotenv_and_process_environment_feed_compose() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), ".env", "WEB_PORT=8100\nAPI_PORT=8200\n");
+    write(
+        dir.path(),
+        "compose.yaml",
+        "services:\n  web:\n    ports: [\"${WEB_PORT}:80\", \"${API_PORT}:81\"]\n",
+    );
+    let l = loader::load_workspace(
+        dir.path(),
+        &ApiParams::default(),
+        [("API_PORT".to_owned(), "8300".to_owned())],
+    )
+    .unwrap();
+    let locals: Vec<u16> = l.effective.spotlight.iter().map(|f| f.local_port).collect();
+    assert_eq!(locals, [8100, 8300]);
+}
+
+#[test]
+fn errors_from_every_file_are_reported_together() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), ".svc/workspace.json", r#"{"version":2}"#);
+    write(
+        dir.path(),
+        ".svc/config.yaml",
+        "egress:\n  allow: [a.example.com]\n  policy:\n    a.example.com: {}\n",
+    );
+    let errors = loader::load_workspace(dir.path(), &ApiParams::default(), [])
+        .unwrap_err()
+        .0;
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.file.ends_with(".svc/workspace.json"))
+    );
+    assert!(errors.iter().any(|e| e.file.ends_with(".svc/config.yaml")));
+}
+
+#[test]
+fn oversized_and_non_utf8_files_are_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = format!(
+        "{{\"version\":1,\"x\":\"{}\"}}",
+        "a".repeat(2 * 1024 * 1024)
+    );
+    write(dir.path(), ".svc/workspace.json", &big);
+    let errors = loader::load_workspace(dir.path(), &ApiParams::default(), [])
+        .unwrap_err()
+        .0;
+    assert!(errors[0].message.contains("larger than"), "{errors:#?}");
+
+    fs::write(
+        dir.path().join(".svc/workspace.json"),
+        b"{\"version\":1,\xff}",
+    )
+    .unwrap();
+    let errors = loader::load_workspace(dir.path(), &ApiParams::default(), [])
+        .unwrap_err()
+        .0;
+    assert!(errors[0].message.contains("UTF-8"), "{errors:#?}");
+}
