@@ -1,1 +1,53 @@
-fn main() {}
+//! `cargo xtask`: the project's own set-up, gates, test runner and demo.
+//!
+//! - `cargo xtask setup`: install what the build and tests need (idempotent, fast when done).
+//! - `cargo xtask test`: set up, then every gate and every test, as CI runs them.
+//! - `cargo xtask demo`: set up, then the main job: what a fenced guest can and cannot reach.
+
+mod demo;
+mod setup;
+mod test;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "svc's set-up, gates, tests and demo")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install the prerequisites: Debian packages, nightly rust-src, bpf-linker, cargo-deny.
+    Setup,
+    /// Set up, then run every gate (fmt, clippy, deny) and every test, as CI does.
+    Test {
+        /// Extra arguments passed to `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        cargo_test_args: Vec<String>,
+    },
+    /// Set up, then show a guest link fenced by eBPF and `svc config check` at work.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::run(),
+        Command::Test { cargo_test_args } => {
+            setup::run().and_then(|()| test::run(&cargo_test_args))
+        }
+        Command::Demo => setup::run().and_then(|()| demo::run()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            ui::fail(&format!("{e:#}"));
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,8 +1,166 @@
-//! svcd, the host supervisor. The API server and sandbox lifecycle arrive with the svcd issue;
-//! for now it only loads and validates its configuration.
+//! svcd, the host supervisor.
+//!
+//! The supervisor loop (API socket, sandboxes) arrives with the svcd issue. What is here now
+//! are the operator's fence tools: load the eBPF fence, attach it to a link, read its counters,
+//! detach and unload, all on the pinned objects under the pin directory.
 #![forbid(unsafe_code)]
 
-fn main() -> std::process::ExitCode {
-    eprintln!("svcd: not yet implemented");
-    std::process::ExitCode::from(64)
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use svc_control::{
+    config::{env, loader},
+    dataplane::{self, Fence},
+};
+
+/// svcd: the svc host supervisor.
+#[derive(Debug, Parser)]
+#[command(
+    name = "svcd",
+    version,
+    about = "svcd, the svc host supervisor (for now: the operator's fence tools)"
+)]
+struct Cli {
+    /// Host configuration file (default: /etc/svc/svcd.toml if it exists, else built-in
+    /// defaults).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect and operate the eBPF fence directly (operator diagnostics).
+    #[command(subcommand)]
+    Fence(FenceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum FenceCommand {
+    /// Load the fence and pin its programs and maps (idempotent; pinned maps are reused).
+    Load(PinArgs),
+    /// Attach the fence to the host end of a guest link (pinned TCX link: it stays when svcd
+    /// exits, so the fence fails closed).
+    Attach {
+        /// The host-side interface name, e.g. svc3.
+        link: String,
+        #[command(flatten)]
+        pins: PinArgs,
+    },
+    /// Detach the fence from a link.
+    Detach {
+        link: String,
+        #[command(flatten)]
+        pins: PinArgs,
+    },
+    /// Print the verdict counters (packets and bytes per reason, summed over CPUs).
+    Counters {
+        #[command(flatten)]
+        pins: PinArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Detach from every link and remove everything pinned under the pin directory.
+    Unload(PinArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PinArgs {
+    /// bpffs directory the fence is pinned under (default: the host configuration's pin_dir,
+    /// /sys/fs/bpf/svc).
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
+        eprintln!("svcd: {e}");
+        return ExitCode::from(64);
+    }
+    let host = match loader::load_host_config(cli.config.as_deref()) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("svcd: invalid configuration:\n{e}");
+            return ExitCode::from(64);
+        }
+    };
+    let result = match cli.command {
+        Command::Fence(cmd) => fence(cmd, &host.pin_dir),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("svcd: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn fence(cmd: FenceCommand, default_pin_dir: &std::path::Path) -> anyhow::Result<()> {
+    let dir = |p: PinArgs| p.pin_dir.unwrap_or_else(|| default_pin_dir.to_owned());
+    match cmd {
+        FenceCommand::Load(p) => {
+            let fence = Fence::load(dir(p))?;
+            println!("fence loaded, pinned under {}", fence.pin_dir().display());
+        }
+        FenceCommand::Attach { link, pins } => {
+            let mut fence = Fence::load(dir(pins))?;
+            fence.attach(&link)?;
+            println!(
+                "fence attached to {link} (ingress), link pinned at {}",
+                fence.link_pin(&link).display()
+            );
+        }
+        FenceCommand::Detach { link, pins } => {
+            let mut fence = Fence::load(dir(pins))?;
+            fence.detach(&link)?;
+            println!("fence detached from {link}");
+        }
+        FenceCommand::Counters { pins, json } => {
+            let pin_dir = dir(pins);
+            let counters = dataplane::read_pinned_counters(&pin_dir).with_context(|| {
+                format!(
+                    "reading the fence counters under {} (is the fence loaded? `svcd fence load`)",
+                    pin_dir.display()
+                )
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&counters)?);
+            } else {
+                println!(
+                    "{:<20} {:>8} {:>12} {:>12}",
+                    "reason", "verdict", "packets", "bytes"
+                );
+                for r in &counters.reasons {
+                    println!(
+                        "{:<20} {:>8} {:>12} {:>12}",
+                        r.reason,
+                        if r.drop { "drop" } else { "pass" },
+                        r.packets,
+                        r.bytes
+                    );
+                }
+            }
+        }
+        FenceCommand::Unload(p) => {
+            let pin_dir = dir(p);
+            dataplane::remove_pin_dir(&pin_dir).map_err(|errors| {
+                anyhow::anyhow!(
+                    "unloading {}: {}",
+                    pin_dir.display(),
+                    errors
+                        .iter()
+                        .map(|e| format!("{e}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            })?;
+            println!("fence unloaded from {}", pin_dir.display());
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,167 @@
+//! Prerequisites, installed idempotently. Each step checks first and does nothing when its
+//! thing is already there, so a set-up machine costs a few seconds.
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Context as _, bail};
+
+use crate::ui;
+
+/// Debian packages the build, the tests and the demo use.
+pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    ("llvm-22-dev", "bpf-linker links against LLVM 22"),
+    ("libpolly-22-dev", "LLVM 22's Polly, linked by llvm-sys"),
+    ("libzstd-dev", "LLVM's compression, linked by bpf-linker"),
+    ("zlib1g-dev", "LLVM's compression, linked by bpf-linker"),
+    ("bpftool", "inspecting pinned programs and maps"),
+    ("nftables", "the nft redirect and forward rules"),
+    ("iproute2", "network namespaces, veth pairs, tc"),
+    ("iputils-ping", "ICMP probes in the tests and the demo"),
+];
+
+/// bpf-linker release built against Debian's LLVM 22.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// cargo-deny release whose rust-version fits the machine's stable compiler.
+const CARGO_DENY_VERSION: &str = "0.18.9";
+
+pub fn run() -> anyhow::Result<()> {
+    ui::heading("set-up: prerequisites");
+    require_root()?;
+    debian_packages()?;
+    nightly_rust_src()?;
+    bpf_linker()?;
+    cargo_deny()?;
+    Ok(())
+}
+
+fn require_root() -> anyhow::Result<()> {
+    let uid = ui::output(Command::new("id").arg("-u"))?;
+    if uid.trim() != "0" {
+        bail!(
+            "svc loads eBPF programs, creates network namespaces and installs Debian packages: run this as root (uid {} now)",
+            uid.trim()
+        );
+    }
+    Ok(())
+}
+
+fn debian_packages() -> anyhow::Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| {
+            let status = ui::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]));
+            !matches!(status, Ok(s) if s.contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        ui::ok(&format!(
+            "Debian packages ({} present)",
+            DEBIAN_PACKAGES.len()
+        ));
+        return Ok(());
+    }
+    for p in &missing {
+        let why = DEBIAN_PACKAGES
+            .iter()
+            .find(|(n, _)| n == p)
+            .map_or("", |(_, w)| w);
+        ui::info(&format!("missing {p}: {why}"));
+    }
+    ui::run(Command::new("apt-get").args(["update", "-q"]))?;
+    ui::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    ui::ok(&format!(
+        "Debian packages installed: {}",
+        missing.join(", ")
+    ));
+    Ok(())
+}
+
+fn nightly_rust_src() -> anyhow::Result<()> {
+    let sysroot = match ui::output(
+        Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]),
+    ) {
+        Ok(s) => s.trim().to_owned(),
+        Err(_) => {
+            ui::info("no nightly toolchain: installing it (minimal profile)");
+            ui::run(Command::new("rustup").args([
+                "toolchain",
+                "install",
+                "nightly",
+                "--profile",
+                "minimal",
+            ]))
+            .context("the eBPF crate needs a nightly toolchain")?;
+            ui::output(
+                Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]),
+            )?
+            .trim()
+            .to_owned()
+        }
+    };
+    if Path::new(&sysroot)
+        .join("lib/rustlib/src/rust/library/core")
+        .is_dir()
+    {
+        ui::ok("nightly toolchain with rust-src");
+        return Ok(());
+    }
+    ui::run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        "nightly",
+    ]))?;
+    ui::ok("rust-src added to the nightly toolchain");
+    Ok(())
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    if let Ok(v) = ui::output(Command::new("bpf-linker").arg("--version")) {
+        ui::ok(&format!("bpf-linker ({})", v.trim()));
+        return Ok(());
+    }
+    ui::info(&format!(
+        "building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (a minute or two)"
+    ));
+    ui::run(
+        Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+    )?;
+    ui::ok("bpf-linker installed");
+    Ok(())
+}
+
+fn cargo_deny() -> anyhow::Result<()> {
+    if let Ok(v) = ui::output(Command::new("cargo").args(["deny", "--version"])) {
+        ui::ok(&format!("cargo-deny ({})", v.trim()));
+        return Ok(());
+    }
+    ui::info(&format!(
+        "building cargo-deny {CARGO_DENY_VERSION} (a few minutes)"
+    ));
+    ui::run(Command::new("cargo").args([
+        "install",
+        "cargo-deny",
+        "--version",
+        CARGO_DENY_VERSION,
+        "--locked",
+    ]))?;
+    ui::ok("cargo-deny installed");
+    Ok(())
+}
