@@ -1,4 +1,5 @@
 //! Pure decisions, no I/O. Every security rule of the spec lives here once; the config loader,
 //! the fence, the DNS guard, the proxy and the relay ask this module.
 
+pub mod destination;
 pub mod host;
