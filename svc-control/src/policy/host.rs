@@ -1,10 +1,15 @@
 //! Host names and host patterns: one normal form for every comparison svc makes.
 //!
 //! Normal form: IDNA (UTS #46) to ASCII, lower case, no trailing dot. A pattern is an exact
-//! name, a wildcard `*.suffix` (which matches names *below* the suffix, never the suffix itself),
-//! or an IP literal; any of them may carry a `:port`.
+//! name, a wildcard `*.suffix` (which matches names *below* the suffix, never the suffix itself,
+//! and is refused when the suffix is a public suffix such as `com`, `co.uk` or `github.io`), or
+//! an IP literal; any of them may carry a `:port`. A pattern without a port allows the web
+//! ports [`DEFAULT_PORTS`].
 
 use std::{fmt, net::IpAddr, str::FromStr};
+
+/// Ports a host pattern without an explicit port allows: HTTPS, and HTTP for redirects.
+pub const DEFAULT_PORTS: [u16; 2] = [443, 80];
 
 /// What a host pattern names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,6 +44,10 @@ pub enum HostError {
         "wildcard {0:?} is not allowed: only '*.' followed by a name of two or more labels, and never '*' alone"
     )]
     BadWildcard(String),
+    #[error("wildcard {0:?} is not allowed: {1:?} is a public suffix, shared by unrelated owners")]
+    PublicSuffixWildcard(String, String),
+    #[error("{0:?} is a host pattern, not a host name")]
+    NotAName(String),
 }
 
 impl HostPattern {
@@ -61,6 +70,9 @@ impl HostPattern {
             if !suffix.contains('.') {
                 return Err(HostError::BadWildcard(input.to_owned()));
             }
+            if is_public_suffix(&suffix) {
+                return Err(HostError::PublicSuffixWildcard(input.to_owned(), suffix));
+            }
             return Ok(Self {
                 kind: HostKind::Wildcard(suffix),
                 port,
@@ -73,6 +85,27 @@ impl HostPattern {
             kind: HostKind::Exact(normalize_name(host)?),
             port,
         })
+    }
+
+    /// Whether this pattern allows `host` (already normalised, see [`Authority`]) on `port`.
+    pub fn matches(&self, host: &Authority) -> bool {
+        let name_ok = match (&self.kind, &host.host) {
+            (HostKind::Exact(p), HostKind::Exact(h)) => p == h,
+            (HostKind::Wildcard(suffix), HostKind::Exact(h)) => h
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|front| front.len() > 1 && front.ends_with('.')),
+            (HostKind::Ip(p), HostKind::Ip(h)) => p == h,
+            _ => false,
+        };
+        name_ok && self.allows_port(host.port)
+    }
+
+    /// Whether the pattern allows `port`: its own port, or [`DEFAULT_PORTS`] when it has none.
+    pub fn allows_port(&self, port: u16) -> bool {
+        match self.port {
+            Some(p) => p == port,
+            None => DEFAULT_PORTS.contains(&port),
+        }
     }
 
     /// The key two patterns clash on when listed in two places: the normalised host, ignoring
@@ -107,6 +140,66 @@ impl FromStr for HostPattern {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
     }
+}
+
+/// A concrete destination: a normalised name or IP literal, and a port. Built from an SNI, a
+/// `Host` header or `:authority`, or a URL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Authority {
+    /// Never [`HostKind::Wildcard`].
+    pub host: HostKind,
+    pub port: u16,
+}
+
+impl Authority {
+    /// Parse `host[:port]` (`[v6]:port` for IPv6), with `default_port` when none is written.
+    pub fn parse(input: &str, default_port: u16) -> Result<Self, HostError> {
+        let p = HostPattern::parse(input)?;
+        if matches!(p.kind, HostKind::Wildcard(_)) {
+            return Err(HostError::NotAName(input.to_owned()));
+        }
+        Ok(Self {
+            host: p.kind,
+            port: p.port.unwrap_or(default_port),
+        })
+    }
+
+    /// The normalised host without the port.
+    pub fn host_str(&self) -> String {
+        match &self.host {
+            HostKind::Exact(n) | HostKind::Wildcard(n) => n.clone(),
+            HostKind::Ip(ip) => ip.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Authority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            HostKind::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]:{}", self.port),
+            _ => write!(f, "{}:{}", self.host_str(), self.port),
+        }
+    }
+}
+
+/// An allowlist of host patterns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Allowlist(pub Vec<HostPattern>);
+
+impl Allowlist {
+    /// The first pattern that allows `host`, if any.
+    pub fn find(&self, host: &Authority) -> Option<&HostPattern> {
+        self.0.iter().find(|p| p.matches(host))
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Whether `name` (normalised) is a public suffix: `com`, `co.uk`, `github.io`, …
+pub fn is_public_suffix(name: &str) -> bool {
+    psl::suffix(name.as_bytes()).is_some_and(|s| s.as_bytes() == name.as_bytes())
 }
 
 /// Normalise one DNS name: IDNA to ASCII, lower case, trailing dot removed, labels checked.
@@ -171,6 +264,127 @@ fn parse_port(p: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn auth(s: &str) -> Authority {
+        Authority::parse(s, 443).unwrap()
+    }
+
+    #[test]
+    fn matching_cases() {
+        let cases: &[(&str, &str, &str, bool)] = &[
+            ("exact_same", "api.example.com", "api.example.com", true),
+            (
+                "exact_case_folded",
+                "api.example.com",
+                "API.Example.COM",
+                true,
+            ),
+            (
+                "exact_trailing_dot",
+                "api.example.com",
+                "api.example.com.",
+                true,
+            ),
+            (
+                "exact_other_name",
+                "api.example.com",
+                "api.example.org",
+                false,
+            ),
+            (
+                "exact_does_not_cover_subdomain",
+                "example.com",
+                "api.example.com",
+                false,
+            ),
+            (
+                "exact_suffix_trick",
+                "example.com",
+                "evilexample.com",
+                false,
+            ),
+            (
+                "default_ports_https",
+                "api.example.com",
+                "api.example.com:443",
+                true,
+            ),
+            (
+                "default_ports_http",
+                "api.example.com",
+                "api.example.com:80",
+                true,
+            ),
+            (
+                "default_ports_not_other",
+                "api.example.com",
+                "api.example.com:8443",
+                false,
+            ),
+            (
+                "explicit_port_only",
+                "api.example.com:8443",
+                "api.example.com:8443",
+                true,
+            ),
+            (
+                "explicit_port_not_443",
+                "api.example.com:8443",
+                "api.example.com",
+                false,
+            ),
+            (
+                "wildcard_subdomain",
+                "*.cdn.example.com",
+                "a.cdn.example.com",
+                true,
+            ),
+            (
+                "wildcard_deep_subdomain",
+                "*.cdn.example.com",
+                "a.b.cdn.example.com",
+                true,
+            ),
+            (
+                "wildcard_not_apex",
+                "*.cdn.example.com",
+                "cdn.example.com",
+                false,
+            ),
+            (
+                "wildcard_suffix_trick",
+                "*.cdn.example.com",
+                "evilcdn.example.com",
+                false,
+            ),
+            (
+                "wildcard_not_parent",
+                "*.cdn.example.com",
+                "example.com",
+                false,
+            ),
+            ("ip_literal", "192.0.2.1", "192.0.2.1", true),
+            ("ip_literal_other", "192.0.2.1", "192.0.2.2", false),
+            ("ip_does_not_match_name", "192.0.2.1", "one.example", false),
+            ("ipv6_literal", "2001:db8::1", "[2001:db8::1]:443", true),
+            ("idna_name", "bücher.example", "xn--bcher-kva.example", true),
+        ];
+        for (name, pattern, host, expected) in cases {
+            let p = HostPattern::parse(pattern).unwrap();
+            assert_eq!(
+                p.matches(&auth(host)),
+                *expected,
+                "{name}: {pattern} vs {host}"
+            );
+        }
+    }
+
+    #[test]
+    fn authority_refuses_wildcards() {
+        assert!(Authority::parse("*.example.com", 443).is_err());
+        assert_eq!(auth("Example.com.").to_string(), "example.com:443");
+        assert_eq!(auth("[2001:db8::1]:8443").to_string(), "[2001:db8::1]:8443");
+    }
 
     fn exact(s: &str) -> HostKind {
         HostKind::Exact(s.to_owned())
@@ -262,6 +476,8 @@ mod tests {
             ("star_alone", "*"),
             ("wildcard_on_tld", "*.com"),
             ("star_in_middle", "a.*.example.com"),
+            ("wildcard_on_two_label_public_suffix", "*.co.uk"),
+            ("wildcard_on_private_public_suffix", "*.github.io"),
             ("leading_hyphen", "-a.example.com"),
         ];
         for (name, input) in cases {
