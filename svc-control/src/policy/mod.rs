@@ -2,4 +2,6 @@
 //! the fence, the DNS guard, the proxy and the relay ask this module.
 
 pub mod destination;
+pub mod graphql;
 pub mod host;
+pub mod target;
