@@ -5,10 +5,7 @@
 //! subscriptions, several operations, variables and batches are all refused whatever the
 //! whitespace and comments.
 
-use apollo_parser::{
-    Parser,
-    cst::{self, CstNode as _},
-};
+use apollo_parser::{Parser, cst};
 use serde::Deserialize;
 
 /// Largest GraphQL body the proxy buffers for this decision; larger bodies are refused.

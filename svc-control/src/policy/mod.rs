@@ -1,7 +1,11 @@
 //! Pure decisions, no I/O. Every security rule of the spec lives here once; the config loader,
 //! the fence, the DNS guard, the proxy and the relay ask this module.
 
+pub mod credentials;
 pub mod destination;
 pub mod graphql;
 pub mod host;
+pub mod mode;
+pub mod paths;
+pub mod request;
 pub mod target;
