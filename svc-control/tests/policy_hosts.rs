@@ -1,0 +1,349 @@
+//! Host allowlist, authority binding (SNI vs Host / :authority), methods, and the generic
+//! `egress.policy` path patterns.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a broken fixture should panic"
+)]
+
+mod common;
+
+use common::{Fixture, Want::*, check, req};
+
+#[test]
+fn allowlist_and_authority_binding() {
+    let f = Fixture::new();
+    check(
+        &f,
+        &[
+            (
+                "allowed_extra_host",
+                req("GET", "extra.example.com", "/"),
+                Pass,
+                "open-host",
+            ),
+            (
+                "allowed_case_folded",
+                req("GET", "EXTRA.example.com", "/").sni(Some("extra.example.com")),
+                Pass,
+                "open-host",
+            ),
+            (
+                "allowed_trailing_dot",
+                req("GET", "extra.example.com.", "/").sni(Some("extra.example.com")),
+                Pass,
+                "open-host",
+            ),
+            (
+                "allowed_explicit_443",
+                req("GET", "extra.example.com:443", "/").sni(Some("extra.example.com")),
+                Pass,
+                "open-host",
+            ),
+            (
+                "other_port_not_allowed",
+                req("GET", "extra.example.com:8443", "/").sni(Some("extra.example.com")),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "wildcard_host",
+                req("GET", "img.cdn.example.net", "/a.png"),
+                Pass,
+                "open-host",
+            ),
+            (
+                "wildcard_apex_not_allowed",
+                req("GET", "cdn.example.net", "/"),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "not_allowed_host",
+                req("GET", "evil.example.org", "/"),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "suffix_trick",
+                req("GET", "extra.example.com.evil.org", "/"),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "prefix_trick",
+                req("GET", "evilextra.example.com", "/"),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "ip_literal_host",
+                req("GET", "192.0.2.1", "/"),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "metadata_ip_host",
+                req("GET", "169.254.169.254", "/latest/meta-data/"),
+                Deny(403),
+                "host-not-allowed",
+            ),
+            (
+                "domain_fronting_host_differs_from_sni",
+                req("GET", "evil.example.org", "/").sni(Some("extra.example.com")),
+                Deny(421),
+                "authority-mismatch",
+            ),
+            (
+                "fronting_between_two_allowed_hosts",
+                req("GET", "open.example.com", "/").sni(Some("extra.example.com")),
+                Deny(421),
+                "authority-mismatch",
+            ),
+            (
+                "fronting_case_only_is_same_host",
+                req("GET", "Extra.Example.Com", "/").sni(Some("extra.example.com")),
+                Pass,
+                "open-host",
+            ),
+            (
+                "no_host_header",
+                req("GET", "extra.example.com", "/").authority(None),
+                Deny(400),
+                "authority-missing",
+            ),
+            (
+                "host_with_userinfo",
+                req("GET", "user@extra.example.com", "/").sni(Some("extra.example.com")),
+                Deny(400),
+                "authority-invalid",
+            ),
+            (
+                "host_with_path",
+                req("GET", "extra.example.com/x", "/").sni(Some("extra.example.com")),
+                Deny(400),
+                "authority-invalid",
+            ),
+            (
+                "host_wildcard_literal",
+                req("GET", "*.cdn.example.net", "/").sni(Some("x.cdn.example.net")),
+                Deny(400),
+                "authority-invalid",
+            ),
+            (
+                "sni_ip_literal_with_name_host",
+                req("GET", "extra.example.com", "/").sni(Some("192.0.2.1")),
+                Deny(421),
+                "authority-mismatch",
+            ),
+            (
+                "sni_garbage",
+                req("GET", "extra.example.com", "/").sni(Some("ex ample")),
+                Deny(421),
+                "authority-mismatch",
+            ),
+            (
+                "idna_host_same_as_punycode_sni",
+                req("GET", "bücher.example", "/").sni(Some("xn--bcher-kva.example")),
+                Deny(403),
+                "host-not-allowed",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn methods() {
+    let f = Fixture::new();
+    check(
+        &f,
+        &[
+            (
+                "trace_refused",
+                req("TRACE", "extra.example.com", "/"),
+                Deny(403),
+                "method-refused",
+            ),
+            (
+                "track_refused",
+                req("TRACK", "extra.example.com", "/"),
+                Deny(403),
+                "method-refused",
+            ),
+            (
+                "trace_lower_case",
+                req("trace", "extra.example.com", "/"),
+                Deny(403),
+                "method-refused",
+            ),
+            (
+                "connect_to_other_host",
+                req("CONNECT", "extra.example.com", "evil.example.org:443"),
+                Deny(403),
+                "method-refused",
+            ),
+            (
+                "options_allowed_on_open_host",
+                req("OPTIONS", "extra.example.com", "/"),
+                Pass,
+                "open-host",
+            ),
+            (
+                "put_allowed_on_open_host",
+                req("PUT", "extra.example.com", "/x"),
+                Pass,
+                "open-host",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn generic_policy_paths() {
+    let f = Fixture::new();
+    let own = f.placeholder_for("api.example.com");
+    check(
+        &f,
+        &[
+            (
+                "exact_path",
+                req("GET", "api.example.com", "/v1/models").bearer(&own),
+                Swap,
+                "policy-path",
+            ),
+            (
+                "exact_path_with_query",
+                req("GET", "api.example.com", "/v1/models?limit=5"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "exact_path_trailing_slash",
+                req("GET", "api.example.com", "/v1/models/"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "exact_path_case_changed",
+                req("GET", "api.example.com", "/V1/models"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "exact_path_child",
+                req("GET", "api.example.com", "/v1/models/x"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "globstar_zero_segments",
+                req("POST", "api.example.com", "/v1/chat"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "globstar_one_segment",
+                req("POST", "api.example.com", "/v1/chat/completions").bearer(&own),
+                Swap,
+                "policy-path",
+            ),
+            (
+                "globstar_deep",
+                req("POST", "api.example.com", "/v1/chat/a/b/c"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "globstar_trailing_slash",
+                req("POST", "api.example.com", "/v1/chat/x/"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "globstar_not_sibling",
+                req("POST", "api.example.com", "/v1/chatx"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "star_one_segment",
+                req("GET", "api.example.com", "/v2/abc/items"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "star_not_two_segments",
+                req("GET", "api.example.com", "/v2/a/b/items"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "star_with_suffix",
+                req("GET", "api.example.com", "/files/notes.txt"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "star_with_suffix_mismatch",
+                req("GET", "api.example.com", "/files/notes.exe"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "star_does_not_cross_encoded_slash",
+                req("GET", "api.example.com", "/files/a%2fb.txt"),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
+                "dot_dot_escape",
+                req("GET", "api.example.com", "/v1/chat/../../admin"),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
+                "encoded_dot_dot_escape",
+                req("GET", "api.example.com", "/v1/chat/%2e%2e/%2e%2e/admin"),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
+                "percent_encoded_legit_path",
+                req("GET", "api.example.com", "/v1/%6dodels"),
+                Pass,
+                "policy-path",
+            ),
+            (
+                "double_slash_prefix",
+                req("GET", "api.example.com", "/v1//models"),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
+                "root_not_allowed",
+                req("GET", "api.example.com", "/"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "admin_not_allowed",
+                req("GET", "api.example.com", "/admin"),
+                Deny(403),
+                "policy-default-deny",
+            ),
+            (
+                "secret_host_every_path",
+                req("DELETE", "broker.example.com", "/anything")
+                    .bearer(&f.placeholder_for("broker.example.com")),
+                Swap,
+                "secret-host",
+            ),
+            (
+                "open_host_from_config",
+                req("GET", "open.example.com", "/x"),
+                Pass,
+                "open-host",
+            ),
+        ],
+    );
+}
