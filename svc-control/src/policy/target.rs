@@ -2,7 +2,7 @@
 //!
 //! Policy matches decoded path segments. Anything two servers could read differently is
 //! refused rather than guessed: encoded slashes and backslashes, dot segments (plain or
-//! percent-encoded), empty segments (`//`), NUL and control characters, bad or overlong
+//! percent-encoded), double percent-encoding (`%252f`), empty segments (`//`), NUL and control characters, bad or overlong
 //! percent-encoding (overlong UTF-8 is not UTF-8), fragments, and anything but origin-form
 //! (`/path?query`). A trailing slash is kept as a fact ([`Target::trailing_slash`]): `/a/` and
 //! `/a` are different paths to policy.
@@ -40,6 +40,10 @@ pub enum TargetError {
     NotUtf8,
     #[error("request target has an encoded '/' inside a path segment")]
     EncodedSlash,
+    #[error(
+        "request target is percent-encoded twice (a server that decodes again would read another path)"
+    )]
+    DoubleEncoded,
     #[error("request target has a backslash (plain or encoded)")]
     Backslash,
     #[error("request target has a NUL or control character")]
@@ -129,6 +133,9 @@ pub fn canonicalize(raw: &str) -> Result<Target, TargetError> {
                 return Err(TargetError::EmptySegment);
             }
             let seg = decode(raw_seg, false)?;
+            if has_percent_triplet(&seg) {
+                return Err(TargetError::DoubleEncoded);
+            }
             if seg.contains('/') {
                 return Err(TargetError::EncodedSlash);
             }
@@ -157,6 +164,13 @@ pub fn canonicalize(raw: &str) -> Result<Target, TargetError> {
         trailing_slash,
         query,
     })
+}
+
+/// Whether `s` still holds a `%XX` escape after one decoding.
+fn has_percent_triplet(s: &str) -> bool {
+    s.as_bytes()
+        .windows(3)
+        .any(|w| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit())
 }
 
 /// Bytes that may appear in an origin-form target as sent on the wire (RFC 3986 pchar, `/`,
