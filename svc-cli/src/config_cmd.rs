@@ -36,7 +36,7 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ConfigCommand::Check { dir, json } => Ok(check(&dir, json)),
         ConfigCommand::Schema => {
-            println!("{}", schema_json());
+            outln!("{}", schema_json());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -68,9 +68,9 @@ fn check(dir: &std::path::Path, json: bool) -> ExitCode {
             "workspace": loaded,
             "errors": errors,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else if let (true, Some(l)) = (ok, &loaded) {
-        print!("{}", render(l));
+        outln!("{}", render(l).trim_end());
     } else {
         for e in &errors {
             eprintln!("✗ {e}");

@@ -1,7 +1,10 @@
 //! svc, the command-line tool for svc sandboxes and workspaces.
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod out;
 mod config_cmd;
+mod egress_cmd;
 
 use std::process::ExitCode;
 
@@ -21,12 +24,16 @@ enum Command {
     /// its compose file).
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
+    /// Explain how the egress perimeter decides a request.
+    #[command(subcommand)]
+    Egress(egress_cmd::EgressCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Config(cmd) => config_cmd::run(cmd),
+        Command::Egress(cmd) => egress_cmd::run(cmd),
     };
     match result {
         Ok(code) => code,

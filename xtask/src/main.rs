@@ -32,6 +32,26 @@ enum Command {
     },
     /// Set up, then show a guest link fenced by eBPF and `svc config check` at work.
     Demo,
+    /// Run a benchmark: `policy` (one egress decision, criterion).
+    Bench {
+        /// Which benchmark.
+        #[arg(value_parser = ["policy"])]
+        which: String,
+    },
+}
+
+fn bench(which: &str) -> anyhow::Result<()> {
+    ui::heading(&format!("bench: {which}"));
+    match which {
+        "policy" => ui::run(std::process::Command::new("cargo").args([
+            "bench",
+            "-p",
+            "svc-control",
+            "--bench",
+            "policy",
+        ])),
+        other => anyhow::bail!("no benchmark {other:?}"),
+    }
 }
 
 fn main() -> ExitCode {
@@ -42,6 +62,7 @@ fn main() -> ExitCode {
             setup::run().and_then(|()| test::run(&cargo_test_args))
         }
         Command::Demo => setup::run().and_then(|()| demo::run()),
+        Command::Bench { which } => setup::run().and_then(|()| bench(&which)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -75,6 +75,16 @@ pub enum CredentialKind {
     AgentApi,
 }
 
+impl CredentialKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::CodeHost => "code-host",
+            Self::AgentApi => "agent-api",
+        }
+    }
+}
+
 /// One minted placeholder and the host(s) it may be swapped on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlaceholderEntry {
@@ -277,16 +287,12 @@ pub fn examine(table: &PlaceholderTable, req: &CredentialView<'_>) -> Credential
     for (name, value) in req.headers {
         let is_auth = name.eq_ignore_ascii_case("authorization");
         if is_auth {
-            if let Some(token) = strip_bearer(value) {
-                if let Some(e) = table.lookup(token) {
-                    if bearer.is_some() {
-                        return CredentialFinding::Leak(
-                            "more than one Authorization header".into(),
-                        );
-                    }
-                    bearer = Some(e);
-                    continue;
+            if let Some(e) = strip_bearer(value).and_then(|token| table.lookup(token)) {
+                if bearer.is_some() {
+                    return CredentialFinding::Leak("more than one Authorization header".into());
                 }
+                bearer = Some(e);
+                continue;
             }
             if let Some(decoded) = basic_credentials(value)
                 && !table.find_in(&decoded).is_empty()

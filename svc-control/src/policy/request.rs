@@ -47,6 +47,44 @@ pub struct SandboxPolicy {
 }
 
 impl SandboxPolicy {
+    /// The policy of a Curated sandbox, as svcd builds it at creation: the allowlist (see
+    /// [`Self::allowed_hosts`]) and a fresh placeholder table. Every allowed host that is not an
+    /// agent host and not in the code-host family gets its own placeholder; with a bound repo,
+    /// the code host, its API and its uploads host share `CODE_HOST_TOKEN`; the first agent
+    /// host gets `AGENT_AUTH_TOKEN`.
+    pub fn for_sandbox(
+        host: &crate::config::host::HostConfig,
+        extra_hosts: &[HostPattern],
+        bound_repo: Option<RepoName>,
+        egress: EgressConfig,
+    ) -> Result<Self, credentials::PlaceholderError> {
+        let agent = Allowlist(host.agent_hosts.clone());
+        let code = host.code.clone();
+        let allowed =
+            Self::allowed_hosts(&agent, extra_hosts, &code, bound_repo.is_some(), &egress);
+        let family = [
+            code.code_host.clone(),
+            code.api_host.clone(),
+            code.uploads_host.clone(),
+        ];
+        let own: Vec<HostPattern> = allowed
+            .0
+            .iter()
+            .filter(|h| !agent.0.contains(h) && !family.contains(h))
+            .cloned()
+            .collect();
+        let code_hosts: &[HostPattern] = if bound_repo.is_some() { &family } else { &[] };
+        let placeholders = PlaceholderTable::mint(&own, code_hosts, agent.0.first())?;
+        Ok(Self {
+            allowed,
+            agent_hosts: agent,
+            bound_repo,
+            code,
+            egress,
+            placeholders,
+        })
+    }
+
     /// The allowlist of a Curated sandbox: the agent hosts, the extra hosts, the code-host
     /// family when a repo is bound, and every host `.svc/config.yaml` names.
     pub fn allowed_hosts(

@@ -11,8 +11,8 @@ use std::path::Path;
 use svc_control::{
     config::{egress, host::HostConfig},
     policy::{
-        credentials::{PlaceholderTable, Scheme},
-        host::{Allowlist, HostPattern},
+        credentials::Scheme,
+        host::HostPattern,
         request::{self, Decision, HttpRequest, SandboxPolicy},
     },
 };
@@ -43,37 +43,12 @@ impl Fixture {
     }
 
     pub fn with(bound: Option<&str>, config_yaml: &str) -> Self {
-        let host = HostConfig::default();
         let egress = egress::parse(Path::new("config.yaml"), config_yaml).unwrap();
-        let agent = Allowlist(host.agent_hosts.clone());
-        let code = host.code.clone();
         let extra = [hp("extra.example.com"), hp("*.cdn.example.net")];
-        let allowed = SandboxPolicy::allowed_hosts(&agent, &extra, &code, bound.is_some(), &egress);
-        let family = [
-            code.code_host.clone(),
-            code.api_host.clone(),
-            code.uploads_host.clone(),
-        ];
-        let placeholder_hosts: Vec<HostPattern> = allowed
-            .0
-            .iter()
-            .filter(|h| !agent.0.contains(h) && !family.contains(h))
-            .cloned()
-            .collect();
-        let code_hosts: &[HostPattern] = if bound.is_some() { &family } else { &[] };
-        let placeholders =
-            PlaceholderTable::mint(&placeholder_hosts, code_hosts, Some(&agent.0[0])).unwrap();
         let bound_repo = bound.map(|b| egress::RepoName::parse(b).unwrap());
-        Self {
-            policy: SandboxPolicy {
-                allowed,
-                agent_hosts: agent,
-                bound_repo,
-                code,
-                egress,
-                placeholders,
-            },
-        }
+        let policy =
+            SandboxPolicy::for_sandbox(&HostConfig::default(), &extra, bound_repo, egress).unwrap();
+        Self { policy }
     }
 
     /// The placeholder of a kind/host, as the guest would send it.

@@ -1,0 +1,267 @@
+//! `svc egress explain`: how the perimeter decides one HTTP request for a sandbox description.
+//! It is how a user debugs a 403, and how the rules are tested from outside.
+
+use std::{io::Read as _, path::PathBuf, process::ExitCode};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use svc_control::{
+    config::{
+        egress::{self, RepoName},
+        loader,
+    },
+    policy::{
+        credentials::Scheme,
+        host::{Authority, HostPattern},
+        mode::{EgressMode, mode_for},
+        request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
+    },
+};
+
+#[derive(Debug, Subcommand)]
+pub enum EgressCommand {
+    /// Explain the decision on one request: allow (with the credential action) or refuse (with
+    /// the status), the rule that decided and why.
+    ///
+    /// The sandbox is described as `svc sandbox create` would make it: the built-in agent
+    /// hosts, `--allow-host`s, `--repo`, and the egress section of `.svc/config.yaml`. Its
+    /// placeholders are minted fresh; write `{placeholder:HOST}` in the URL, a header or the body to
+    /// send the placeholder of HOST's credential (`{placeholder:code-host}` for
+    /// CODE_HOST_TOKEN), or use `--bearer HOST`.
+    ///
+    /// Exits 0 when the request would be allowed, 1 when refused, 2 on bad arguments.
+    #[command(verbatim_doc_comment)]
+    Explain(Box<ExplainArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// HTTP method, e.g. GET or POST.
+    pub method: String,
+    /// The URL the guest requests, e.g. https://github.com/acme/widget.git/info/refs?service=git-upload-pack
+    pub url: String,
+    /// A host the sandbox may reach (repeatable), as `svc sandbox create --allow-host`.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// The bound repository, as `svc sandbox create --repo`.
+    #[arg(long, value_name = "OWNER/REPO")]
+    pub repo: Option<String>,
+    /// The project's .svc/config.yaml (default: ./.svc/config.yaml when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// svcd's host configuration (default: /etc/svc/svcd.toml when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub host_config: Option<PathBuf>,
+    /// A request header, `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Send `Authorization: Bearer <placeholder>` with the placeholder of HOST (or
+    /// `code-host`, `agent`).
+    #[arg(long, value_name = "HOST")]
+    pub bearer: Option<String>,
+    /// The request body, from a file (`-` for standard input).
+    #[arg(long, value_name = "FILE")]
+    pub body_file: Option<PathBuf>,
+    /// The TLS server name the guest used (default: the URL's host).
+    #[arg(long)]
+    pub sni: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cmd: EgressCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        EgressCommand::Explain(a) => explain(*a),
+    }
+}
+
+fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let host =
+        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config_path = a.config.clone().or_else(|| {
+        let p = PathBuf::from(loader::CONFIG_YAML);
+        p.exists().then_some(p)
+    });
+    let egress = match &config_path {
+        Some(p) => {
+            let text = loader::read_optional(p)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .with_context(|| format!("{} not found", p.display()))?;
+            egress::parse(p, &text).map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => Default::default(),
+    };
+    let extra = a
+        .allow_hosts
+        .iter()
+        .map(|h| HostPattern::parse(h).with_context(|| format!("--allow-host {h:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let repo = a
+        .repo
+        .as_deref()
+        .map(|r| RepoName::parse(r).map_err(|e| anyhow::anyhow!("--repo: {e}")))
+        .transpose()?;
+    let policy = SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?;
+
+    let (scheme, authority, target) = split_url(&substitute(&policy, &a.url)?)?;
+    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .with_context(|| format!("header {h:?} is not `Name: value`"))?;
+        headers.push((
+            n.trim().to_owned(),
+            substitute(&policy, v.trim())?.into_bytes(),
+        ));
+    }
+    if let Some(b) = &a.bearer {
+        headers.push((
+            "Authorization".into(),
+            format!("Bearer {}", placeholder_of(&policy, b)?).into_bytes(),
+        ));
+    }
+    let body = match &a.body_file {
+        None => Vec::new(),
+        Some(p) if p.as_os_str() == "-" => {
+            let mut v = Vec::new();
+            std::io::stdin().read_to_end(&mut v)?;
+            v
+        }
+        Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+    };
+    let body = substitute(&policy, &String::from_utf8_lossy(&body))?.into_bytes();
+    let header_refs: Vec<(&str, &[u8])> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
+    let sni = a
+        .sni
+        .clone()
+        .or_else(|| (scheme == Scheme::Https).then(|| authority.clone()));
+    let decision = request::decide(
+        &policy,
+        &HttpRequest {
+            scheme,
+            method: &a.method,
+            target: &target,
+            authority: Some(&authority),
+            sni: sni.as_deref(),
+            headers: &header_refs,
+            body_prefix: &body,
+            body_complete: true,
+        },
+    );
+
+    let mode = mode_for(policy.allowed.is_empty());
+    if a.json {
+        let doc = serde_json::json!({
+            "decision": decision,
+            "sandbox": {
+                "mode": mode,
+                "allowedHosts": policy.allowed,
+                "repo": policy.bound_repo,
+            },
+        });
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        match &decision.outcome {
+            Outcome::Allow { credential } => {
+                let what = match credential {
+                    CredentialAction::Passthrough => "forwarded as is".to_owned(),
+                    CredentialAction::Swap { kind, .. } => format!(
+                        "placeholder swapped for the real {} credential",
+                        kind.name()
+                    ),
+                    CredentialAction::Strip => "Authorization stripped".to_owned(),
+                };
+                outln!("ALLOW ({what})");
+            }
+            Outcome::Deny { status } => outln!("DENY {status}"),
+        }
+        outln!("  rule:    {}", decision.rule.name());
+        outln!("  reason:  {}", decision.reason);
+        if let Some(h) = &decision.host {
+            outln!("  host:    {h}");
+        }
+        if let Some(p) = &decision.path {
+            outln!("  path:    {p}");
+        }
+        let hosts: Vec<String> = policy.allowed.0.iter().map(ToString::to_string).collect();
+        outln!(
+            "  sandbox: {} mode, {} allowed host(s): {}",
+            if mode == EgressMode::Curated {
+                "Curated"
+            } else {
+                "AllowAll"
+            },
+            hosts.len(),
+            hosts.join(", ")
+        );
+        if let Some(r) = &policy.bound_repo {
+            outln!("           bound repository {}", r.as_str());
+        }
+    }
+    Ok(if decision.allowed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `scheme://authority/target` → (scheme, authority, origin-form target).
+fn split_url(url: &str) -> anyhow::Result<(Scheme, String, String)> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .with_context(|| format!("URL {url:?} has no scheme (https://…)"))?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "https" => Scheme::Https,
+        "http" => Scheme::Http,
+        other => bail!("URL scheme {other:?} is not http or https"),
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, target) = rest.split_at(end);
+    if authority.is_empty() {
+        bail!("URL {url:?} has no host");
+    }
+    let target = match target {
+        "" => "/".to_owned(),
+        t if t.starts_with('?') => format!("/{t}"),
+        t => t.to_owned(),
+    };
+    Ok((scheme, authority.to_owned(), target))
+}
+
+fn placeholder_of(policy: &SandboxPolicy, which: &str) -> anyhow::Result<String> {
+    use svc_control::policy::credentials::CredentialKind;
+    let entries = policy.placeholders.entries();
+    let found = match which {
+        "code-host" => entries.iter().find(|e| e.kind == CredentialKind::CodeHost),
+        "agent" => entries.iter().find(|e| e.kind == CredentialKind::AgentApi),
+        host => {
+            let a = Authority::parse(host, 443)
+                .with_context(|| format!("placeholder host {host:?}"))?;
+            entries
+                .iter()
+                .find(|e| e.kind == CredentialKind::Host && e.hosts.iter().any(|h| h.matches(&a)))
+        }
+    };
+    found
+        .map(|e| e.placeholder.expose().to_owned())
+        .with_context(|| format!("the sandbox has no placeholder for {which:?}"))
+}
+
+/// Replace every `{placeholder:WHICH}` in `s`.
+fn substitute(policy: &SandboxPolicy, s: &str) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("{placeholder:") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + "{placeholder:".len()..];
+        let end = after.find('}').context("unterminated {placeholder:…}")?;
+        out.push_str(&placeholder_of(policy, &after[..end])?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}

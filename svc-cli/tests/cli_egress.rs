@@ -1,0 +1,189 @@
+//! `svc egress explain` through the real binary: the decision, the rule, the exit code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a broken fixture should panic"
+)]
+
+use std::process::{Command, Output};
+
+fn explain(args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_svc"))
+        .current_dir(dir.path())
+        .args(["egress", "explain", "--host-config", "/dev/null"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = explain(&all);
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr))),
+    )
+}
+
+#[test]
+fn foreign_repo_push_is_refused_with_its_rule() {
+    let out = explain(&[
+        "--repo",
+        "acme/widget",
+        "POST",
+        "https://github.com/evil/exfil.git/git-receive-pack",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("DENY 403"), "{text}");
+    assert!(text.contains("rule:    smart-http-foreign-repo"), "{text}");
+}
+
+#[test]
+fn bound_repo_clone_is_allowed_with_the_placeholder_swapped() {
+    let (code, doc) = json(&[
+        "--repo",
+        "acme/widget",
+        "--bearer",
+        "code-host",
+        "GET",
+        "https://github.com/acme/widget.git/info/refs?service=git-upload-pack",
+    ]);
+    assert_eq!(code, Some(0));
+    assert_eq!(doc["decision"]["verdict"], "allow");
+    assert_eq!(doc["decision"]["credential"]["action"], "swap");
+    assert_eq!(doc["decision"]["credential"]["kind"], "code-host");
+    assert_eq!(doc["decision"]["rule"], "smart-http");
+}
+
+#[test]
+fn graphql_body_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = dir.path().join("ok.json");
+    std::fs::write(&ok, r#"{"query":"query { viewer { login } }"}"#).unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"query":"query { viewer { login } r: repository(owner:\"e\",name:\"x\") { id } }"}"#,
+    )
+    .unwrap();
+    let (code, doc) = json(&[
+        "--repo",
+        "acme/widget",
+        "--body-file",
+        ok.to_str().unwrap(),
+        "POST",
+        "https://api.github.com/graphql",
+    ]);
+    assert_eq!(
+        (code, doc["decision"]["rule"].as_str()),
+        (Some(0), Some("graphql-viewer"))
+    );
+    let (code, doc) = json(&[
+        "--repo",
+        "acme/widget",
+        "--body-file",
+        bad.to_str().unwrap(),
+        "POST",
+        "https://api.github.com/graphql",
+    ]);
+    assert_eq!(
+        (code, doc["decision"]["rule"].as_str()),
+        (Some(1), Some("graphql-refused"))
+    );
+}
+
+#[test]
+fn placeholder_in_a_query_string_is_a_leak() {
+    let (code, doc) = json(&[
+        "--allow-host",
+        "api.example.com",
+        "GET",
+        "https://api.example.com/x?key={placeholder:api.example.com}",
+    ]);
+    assert_eq!(code, Some(1));
+    assert_eq!(doc["decision"]["rule"], "credential-leak");
+    let (code, doc) = json(&[
+        "--allow-host",
+        "api.example.com",
+        "--allow-host",
+        "other.example.com",
+        "-H",
+        "Authorization: Bearer {placeholder:other.example.com}",
+        "GET",
+        "https://api.example.com/",
+    ]);
+    assert_eq!(code, Some(1));
+    assert_eq!(doc["decision"]["rule"], "credential-leak");
+}
+
+#[test]
+fn domain_fronting_and_unlisted_hosts() {
+    let (code, doc) = json(&[
+        "--allow-host",
+        "a.example.com",
+        "--sni",
+        "a.example.com",
+        "GET",
+        "https://evil.example.org/",
+    ]);
+    assert_eq!(
+        (code, doc["decision"]["status"].as_u64()),
+        (Some(1), Some(421))
+    );
+    let (code, doc) = json(&["GET", "https://evil.example.org/"]);
+    assert_eq!(
+        (code, doc["decision"]["rule"].as_str()),
+        (Some(1), Some("host-not-allowed"))
+    );
+}
+
+#[test]
+fn config_yaml_policy_paths_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "egress:\n  policy:\n    api.example.com:\n      paths: [\"/v1/**\"]\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let (code, doc) = json(&["--config", c, "GET", "https://api.example.com/v1/models"]);
+    assert_eq!(
+        (code, doc["decision"]["rule"].as_str()),
+        (Some(0), Some("policy-path"))
+    );
+    let (code, doc) = json(&["--config", c, "GET", "https://api.example.com/admin"]);
+    assert_eq!(
+        (code, doc["decision"]["rule"].as_str()),
+        (Some(1), Some("policy-default-deny"))
+    );
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    for (args, fragment) in [
+        (&["GET", "github.com/x"][..], "has no scheme"),
+        (&["GET", "ftp://x.example/"], "not http or https"),
+        (
+            &["--repo", "not-a-repo", "GET", "https://github.com/"],
+            "--repo",
+        ),
+        (
+            &["--allow-host", "*", "GET", "https://x.example/"],
+            "--allow-host",
+        ),
+        (
+            &["--bearer", "nowhere.example", "GET", "https://x.example/"],
+            "no placeholder",
+        ),
+    ] {
+        let out = explain(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(fragment), "{args:?}: {err}");
+    }
+}
