@@ -56,29 +56,9 @@ pub fn load_workspace(
     let mut warnings = Vec::new();
 
     let ws_path = root.join(WORKSPACE_JSON);
-    let workspace: Option<Workspace> = match read_optional(&ws_path) {
-        Ok(Some(text)) => workspace::parse(&ws_path, &text)
-            .map_err(|e| errors.extend(e.0))
-            .ok(),
-        Ok(None) => None,
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
+    let workspace: Option<Workspace> = parse_optional(&ws_path, workspace::parse, &mut errors);
     let ws_present = ws_path.exists();
-
-    let yaml_path = root.join(CONFIG_YAML);
-    let egress = match read_optional(&yaml_path) {
-        Ok(Some(text)) => egress::parse(&yaml_path, &text)
-            .map_err(|e| errors.extend(e.0))
-            .ok(),
-        Ok(None) => None,
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
+    let egress = parse_optional(&root.join(CONFIG_YAML), egress::parse, &mut errors);
 
     let mut compose_loaded = None;
     if !ws_present {
@@ -96,17 +76,8 @@ pub fn load_workspace(
                     compose::FILE_NAMES.join(", ")
                 ));
             }
-            let dotenv_path = root.join(DOTENV);
-            let dotenv = match read_optional(&dotenv_path) {
-                Ok(Some(text)) => compose::parse_dotenv(&dotenv_path, &text)
-                    .map_err(|e| errors.extend(e.0))
-                    .unwrap_or_default(),
-                Ok(None) => Default::default(),
-                Err(e) => {
-                    errors.push(e);
-                    Default::default()
-                }
-            };
+            let dotenv = parse_optional(&root.join(DOTENV), compose::parse_dotenv, &mut errors)
+                .unwrap_or_default();
             let env = compose::Environment::new(dotenv, process_env);
             match read_optional(first) {
                 Ok(Some(text)) => match compose::parse(first, &text, &env) {
@@ -141,6 +112,22 @@ pub fn load_workspace(
         effective,
         warnings,
     })
+}
+
+/// Read and parse `path` if it exists, adding any error to `errors`.
+fn parse_optional<T>(
+    path: &Path,
+    parse: impl FnOnce(&Path, &str) -> Result<T, ConfigErrors>,
+    errors: &mut Vec<ConfigError>,
+) -> Option<T> {
+    match read_optional(path) {
+        Ok(Some(text)) => parse(path, &text).map_err(|e| errors.extend(e.0)).ok(),
+        Ok(None) => None,
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
 }
 
 /// Load svcd's host configuration: `path` if given (it must exist), else
