@@ -7,42 +7,351 @@
 
 use aya_ebpf::{
     bindings::{TC_ACT_OK, TC_ACT_SHOT},
+    helpers::bpf_ktime_get_ns,
     macros::{classifier, map},
-    maps::PerCpuArray,
+    maps::{HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf, lpm_trie::Key},
     programs::TcContext,
 };
-use svc_ebpf::parse::{self, Frame, OutOfBounds};
-use svc_ebpf_common::{Counter, reason};
+use svc_ebpf::parse::{self, Frame, IpPacket, KIND_ARP, OutOfBounds, eq4, eq16, v4};
+use svc_ebpf_common::{
+    AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, Counter, DropEvent, RateState,
+    SandboxRecord, capacity, class, flags, mark, mode, proto, reason,
+};
 
-/// Packets and bytes per verdict reason (see `svc_ebpf_common::map::COUNTERS`).
 #[map(name = "SVC_COUNTERS")]
 static SVC_COUNTERS: PerCpuArray<Counter> = PerCpuArray::pinned(reason::COUNT, 0);
+#[map(name = "SVC_SANDBOXES")]
+static SVC_SANDBOXES: HashMap<u32, SandboxRecord> = HashMap::pinned(capacity::SANDBOXES, 0);
+#[map(name = "SVC_ALLOW4")]
+static SVC_ALLOW4: LruHashMap<AllowKey4, AllowValue> = LruHashMap::pinned(capacity::ALLOW4, 0);
+#[map(name = "SVC_ALLOW6")]
+static SVC_ALLOW6: LruHashMap<AllowKey6, AllowValue> = LruHashMap::pinned(capacity::ALLOW6, 0);
+#[map(name = "SVC_CIDR4")]
+static SVC_CIDR4: LpmTrie<CidrKey4, AllowValue> = LpmTrie::pinned(capacity::CIDR4, 0);
+#[map(name = "SVC_CIDR6")]
+static SVC_CIDR6: LpmTrie<CidrKey6, AllowValue> = LpmTrie::pinned(capacity::CIDR6, 0);
+#[map(name = "SVC_DENY4")]
+static SVC_DENY4: LpmTrie<[u8; 4], u32> = LpmTrie::pinned(capacity::DENY4, 0);
+#[map(name = "SVC_DENY6")]
+static SVC_DENY6: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(capacity::DENY6, 0);
+#[map(name = "SVC_EVENTS")]
+static SVC_EVENTS: RingBuf = RingBuf::pinned(capacity::EVENTS_BYTES, 0);
+#[map(name = "SVC_EVENT_RATE")]
+static SVC_EVENT_RATE: HashMap<u32, RateState> = HashMap::pinned(capacity::SANDBOXES, 0);
 
-/// Guest → host. Thin: classify, count, turn the reason into a tc verdict.
+const DNS_PORT: u16 = 53;
+const ONE_SECOND_NS: u64 = 1_000_000_000;
+
+/// Guest → host. Thin: classify, count, report drops, turn the reason into a tc verdict.
 #[classifier]
 pub fn svc_tap_ingress(ctx: TcContext) -> i32 {
-    let frame = TcFrame(&ctx);
-    let code = match parse::classify_ingress(&frame) {
-        Ok(code) | Err(code) => code,
-    };
-    count(code, frame.len());
+    let mut packet = IpPacket::ZERO;
+    let (code, sandbox) = ingress(&ctx, &mut packet);
+    finish(&ctx, code, sandbox, &packet)
+}
+
+/// Host → guest: only the guest's own addresses (and the link's neighbour discovery).
+#[classifier]
+pub fn svc_tap_egress(ctx: TcContext) -> i32 {
+    let mut packet = IpPacket::ZERO;
+    let (code, sandbox) = egress(&ctx, &mut packet);
+    finish(&ctx, code, sandbox, &packet)
+}
+
+fn finish(ctx: &TcContext, code: u32, sandbox: u32, packet: &IpPacket) -> i32 {
+    count(code, ctx.len());
     if reason::is_drop(code) {
+        report(ctx, code, sandbox, packet);
         TC_ACT_SHOT
     } else {
         TC_ACT_OK
     }
 }
 
-fn count(code: u32, len: usize) {
+fn ingress(ctx: &TcContext, packet: &mut IpPacket) -> (u32, u32) {
+    let Some(rec) = record(ctx) else {
+        return (reason::DROP_NO_SANDBOX, 0);
+    };
+    let frame = TcFrame(ctx);
+    match parse::parse(&frame, packet) {
+        Err(code) => (code, rec.sandbox),
+        Ok(KIND_ARP) => {
+            let code = if eq4(&packet.src, &rec.guest_v4) {
+                reason::PASS_ARP
+            } else {
+                reason::DROP_SPOOFED
+            };
+            // Not an IP packet: no addresses in the event.
+            *packet = IpPacket::ZERO;
+            (code, rec.sandbox)
+        }
+        Ok(_) if packet.family == 4 => (ingress_v4(ctx, &rec, packet), rec.sandbox),
+        Ok(_) => (ingress_v6(ctx, &rec, packet), rec.sandbox),
+    }
+}
+
+fn ingress_v4(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
+    if !eq4(&p.src, &rec.guest_v4) {
+        return reason::DROP_SPOOFED;
+    }
+    if let Some(code) = dns_or_gateway(ctx, p, eq4(&p.dst, &rec.gateway_v4)) {
+        return code;
+    }
+    let dst = v4(&p.dst);
+    if denied_class4(&dst) {
+        return reason::DROP_DEST_CLASS;
+    }
+    if rec.mode == mode::ALLOW_ALL {
+        return reason::PASS_ALLOW_ALL;
+    }
+    let now = now_ns();
+    let key = AllowKey4 {
+        sandbox: rec.sandbox,
+        generation: rec.generation,
+        addr: dst,
+    };
+    if let Some(entry) = SVC_ALLOW4.get_ptr_mut(&key) {
+        // SAFETY: the pointer comes from a successful lookup; the kernel keeps the value alive
+        // for the program run. A racing update of last_seen_ns from another CPU is benign.
+        let entry = unsafe { &mut *entry };
+        if entry.alive(now) {
+            return allowed(ctx, rec, p, entry, now);
+        }
+    }
+    let cidr = Key::new(
+        64 + 32,
+        CidrKey4 {
+            sandbox: rec.sandbox.to_be_bytes(),
+            generation: rec.generation.to_be_bytes(),
+            addr: dst,
+        },
+    );
+    if let Some(entry) = SVC_CIDR4.get(&cidr) {
+        let mut copy = *entry;
+        return allowed(ctx, rec, p, &mut copy, 0);
+    }
+    not_allowed(p.protocol)
+}
+
+fn ingress_v6(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
+    // Neighbour and router discovery the link needs: ICMPv6 133–137 with hop limit 255.
+    if p.protocol == proto::ICMPV6 && (133..=137).contains(&p.icmp_type) {
+        let src_ok =
+            eq16(&p.src, &rec.guest_v6_ll) || eq16(&p.src, &rec.guest_v6) || is_unspecified(&p.src);
+        return if p.hop_limit == 255 && src_ok {
+            reason::PASS_ND
+        } else {
+            reason::DROP_SPOOFED
+        };
+    }
+    let has_global = !is_unspecified(&rec.guest_v6);
+    if !(has_global && eq16(&p.src, &rec.guest_v6)) {
+        return reason::DROP_SPOOFED;
+    }
+    if let Some(code) = dns_or_gateway(ctx, p, eq16(&p.dst, &rec.gateway_v6)) {
+        return code;
+    }
+    if denied_class6(&p.dst) {
+        return reason::DROP_DEST_CLASS;
+    }
+    if rec.mode == mode::ALLOW_ALL {
+        return reason::PASS_ALLOW_ALL;
+    }
+    let now = now_ns();
+    let key = AllowKey6 {
+        sandbox: rec.sandbox,
+        generation: rec.generation,
+        addr: p.dst,
+    };
+    if let Some(entry) = SVC_ALLOW6.get_ptr_mut(&key) {
+        // SAFETY: as in ingress_v4.
+        let entry = unsafe { &mut *entry };
+        if entry.alive(now) {
+            return allowed(ctx, rec, p, entry, now);
+        }
+    }
+    let cidr = Key::new(
+        64 + 128,
+        CidrKey6 {
+            sandbox: rec.sandbox.to_be_bytes(),
+            generation: rec.generation.to_be_bytes(),
+            addr: p.dst,
+        },
+    );
+    if let Some(entry) = SVC_CIDR6.get(&cidr) {
+        let mut copy = *entry;
+        return allowed(ctx, rec, p, &mut copy, 0);
+    }
+    not_allowed(p.protocol)
+}
+
+/// DNS (UDP or TCP 53, to any address) goes to the guard; the gateway takes nothing else.
+fn dns_or_gateway(ctx: &TcContext, p: &IpPacket, to_gateway: bool) -> Option<u32> {
+    if (p.protocol == proto::UDP || p.protocol == proto::TCP) && p.dst_port == DNS_PORT {
+        ctx.set_mark(mark::DNS);
+        return Some(reason::PASS_DNS);
+    }
+    if to_gateway {
+        return Some(reason::DROP_GATEWAY);
+    }
+    None
+}
+
+/// An allow entry matched the address: check the protocol and port, mark web traffic for the
+/// proxy, note the traffic.
+fn allowed(
+    ctx: &TcContext,
+    rec: &SandboxRecord,
+    p: &IpPacket,
+    entry: &mut AllowValue,
+    now: u64,
+) -> u32 {
+    let port = if p.protocol == proto::ICMP || p.protocol == proto::ICMPV6 {
+        0
+    } else {
+        p.dst_port
+    };
+    if !entry.allows(p.protocol, port) {
+        return not_allowed(p.protocol);
+    }
+    if now != 0 {
+        entry.last_seen_ns = now;
+    }
+    if p.protocol == proto::TCP
+        && (p.dst_port == 443 || p.dst_port == 80)
+        && rec.flags & flags::PROXY != 0
+    {
+        ctx.set_mark(mark::PROXY);
+        return reason::PASS_PROXY;
+    }
+    reason::PASS_ALLOWED
+}
+
+fn not_allowed(protocol: u8) -> u32 {
+    match protocol {
+        proto::TCP => reason::DROP_TCP_NOT_ALLOWED,
+        proto::UDP => reason::DROP_UDP_NOT_ALLOWED,
+        proto::ICMP | proto::ICMPV6 => reason::DROP_ICMP,
+        _ => reason::DROP_PROTOCOL,
+    }
+}
+
+fn egress(ctx: &TcContext, packet: &mut IpPacket) -> (u32, u32) {
+    let Some(rec) = record(ctx) else {
+        return (reason::DROP_NO_SANDBOX, 0);
+    };
+    let frame = TcFrame(ctx);
+    let to_guest = match parse::parse(&frame, packet) {
+        Err(code) => return (code, rec.sandbox),
+        Ok(KIND_ARP) => {
+            *packet = IpPacket::ZERO;
+            return (reason::PASS_ARP, rec.sandbox);
+        }
+        Ok(_) if packet.family == 4 => eq4(&packet.dst, &rec.guest_v4),
+        Ok(_) if packet.protocol == proto::ICMPV6 && (133..=137).contains(&packet.icmp_type) => {
+            return (reason::PASS_ND, rec.sandbox);
+        }
+        Ok(_) => eq16(&packet.dst, &rec.guest_v6) || eq16(&packet.dst, &rec.guest_v6_ll),
+    };
+    let code = if to_guest {
+        reason::PASS_EGRESS
+    } else {
+        reason::DROP_EGRESS_NOT_GUEST
+    };
+    (code, rec.sandbox)
+}
+
+fn record(ctx: &TcContext) -> Option<SandboxRecord> {
+    // SAFETY: `skb` is the context pointer the kernel passed in; `ifindex` is a plain field
+    // the verifier lets tc programs read.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    // SAFETY: the value is copied out at once; the reference does not outlive the lookup.
+    unsafe { SVC_SANDBOXES.get(&ifindex) }.copied()
+}
+
+fn denied_class4(addr: &[u8; 4]) -> bool {
+    SVC_DENY4
+        .get(&Key::new(32, *addr))
+        .is_some_and(|v| *v == class::DENY)
+}
+
+fn denied_class6(addr: &[u8; 16]) -> bool {
+    SVC_DENY6
+        .get(&Key::new(128, *addr))
+        .is_some_and(|v| *v == class::DENY)
+}
+
+fn is_unspecified(a: &[u8; 16]) -> bool {
+    eq16(a, &[0u8; 16])
+}
+
+fn now_ns() -> u64 {
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+fn count(code: u32, len: u32) {
     if let Some(counter) = SVC_COUNTERS.get_ptr_mut(code) {
         // SAFETY: the pointer comes from a successful map lookup of this CPU's slot, which the
         // kernel keeps valid for the whole program run; per-CPU slots are never shared, so no
         // other writer races this one.
         unsafe {
             (*counter).packets += 1;
-            (*counter).bytes += len as u64;
+            (*counter).bytes += u64::from(len);
         }
     }
+}
+
+/// Emit a drop event unless this sandbox is past its rate for the current second.
+fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
+    let now = now_ns();
+    let mut suppressed = 0;
+    match SVC_EVENT_RATE.get_ptr_mut(&sandbox) {
+        Some(state) => {
+            // SAFETY: pointer from a successful lookup, valid for the program run; races between
+            // CPUs only blur the rate a little.
+            let state = unsafe { &mut *state };
+            if now.saturating_sub(state.window_start_ns) >= ONE_SECOND_NS {
+                suppressed = state.suppressed;
+                state.window_start_ns = now;
+                state.emitted = 0;
+                state.suppressed = 0;
+            }
+            if state.emitted >= capacity::EVENTS_PER_SECOND {
+                state.suppressed += 1;
+                return;
+            }
+            state.emitted += 1;
+        }
+        None => {
+            let _ = SVC_EVENT_RATE.insert(
+                &sandbox,
+                &RateState {
+                    window_start_ns: now,
+                    emitted: 1,
+                    suppressed: 0,
+                },
+                0,
+            );
+        }
+    }
+    // SAFETY: as in `record`.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let event = DropEvent {
+        ts_ns: now,
+        sandbox,
+        reason: code,
+        ifindex,
+        suppressed,
+        family: p.family,
+        protocol: p.protocol,
+        _pad: [0; 2],
+        src_port: p.src_port,
+        dst_port: p.dst_port,
+        src: p.src,
+        dst: p.dst,
+    };
+    let _ = SVC_EVENTS.output::<DropEvent>(&event, 0);
 }
 
 struct TcFrame<'a>(&'a TcContext);
@@ -51,12 +360,20 @@ impl Frame for TcFrame<'_> {
     fn len(&self) -> usize {
         self.0.len() as usize
     }
-
+    fn load_u8(&self, offset: usize) -> Result<u8, OutOfBounds> {
+        self.0.load::<u8>(offset).map_err(|_| OutOfBounds)
+    }
     fn load_be16(&self, offset: usize) -> Result<u16, OutOfBounds> {
         self.0
             .load::<u16>(offset)
             .map(u16::from_be)
             .map_err(|_| OutOfBounds)
+    }
+    fn load_4(&self, offset: usize) -> Result<[u8; 4], OutOfBounds> {
+        self.0.load::<[u8; 4]>(offset).map_err(|_| OutOfBounds)
+    }
+    fn load_16(&self, offset: usize) -> Result<[u8; 16], OutOfBounds> {
+        self.0.load::<[u8; 16]>(offset).map_err(|_| OutOfBounds)
     }
 }
 

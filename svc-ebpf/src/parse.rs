@@ -1,12 +1,12 @@
-//! Bounds-checked header parsing, shared by every classifier. Every load goes through
-//! [`Frame`], and every failure is a verdict: the entry points fail closed.
+//! Bounds-checked header parsing, shared by both classifiers. Every load goes through
+//! [`Frame`]; every failure is a verdict reason, so the entry points fail closed.
 
-use svc_ebpf_common::{ethertype, reason};
+use svc_ebpf_common::{ethertype, proto, reason};
 
 /// Length of an Ethernet II header.
 pub const ETH_HLEN: usize = 14;
-/// Offset of the ethertype in an Ethernet II header.
-const ETH_TYPE_OFFSET: usize = 12;
+const IPV4_HLEN: usize = 20;
+const IPV6_HLEN: usize = 40;
 
 /// A load past the end of the frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,25 +21,178 @@ pub trait Frame {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Two bytes at `offset`, in wire (big-endian) order. `Err` when out of bounds.
+    fn load_u8(&self, offset: usize) -> Result<u8, OutOfBounds>;
+    /// Two bytes at `offset`, in wire (big-endian) order.
     fn load_be16(&self, offset: usize) -> Result<u16, OutOfBounds>;
+    fn load_4(&self, offset: usize) -> Result<[u8; 4], OutOfBounds>;
+    fn load_16(&self, offset: usize) -> Result<[u8; 16], OutOfBounds>;
 }
 
-/// Decide the verdict reason for one frame entering the host from a guest.
-///
-/// `Ok` and `Err` both carry a reason code from [`reason`]; `Err` means the frame could not be
-/// parsed and is dropped as malformed.
-pub fn classify_ingress<F: Frame>(frame: &F) -> Result<u32, u32> {
+/// What the fence needs of one IP packet. Addresses in network order; IPv4 in the first four
+/// bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpPacket {
+    pub family: u8,
+    pub protocol: u8,
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// ICMP / ICMPv6 type (0 otherwise).
+    pub icmp_type: u8,
+    pub hop_limit: u8,
+}
+
+impl IpPacket {
+    /// All zero. The classifiers start from this and let the parser fill it in place: a packet
+    /// returned by value (or inside an `Option`) makes LLVM copy undefined bytes, which the
+    /// verifier refuses to read.
+    pub const ZERO: Self = Self {
+        family: 0,
+        protocol: 0,
+        src: [0; 16],
+        dst: [0; 16],
+        src_port: 0,
+        dst_port: 0,
+        icmp_type: 0,
+        hop_limit: 0,
+    };
+}
+
+/// [`parse`] found ARP; the sender protocol address is in the first four bytes of `src`.
+pub const KIND_ARP: u8 = 1;
+/// [`parse`] found IPv4 or IPv6.
+pub const KIND_IP: u8 = 2;
+
+/// Parse a frame into `p`: `Ok` is [`KIND_ARP`] or [`KIND_IP`], `Err` the drop reason.
+pub fn parse<F: Frame>(frame: &F, p: &mut IpPacket) -> Result<u8, u32> {
+    let oob = |_: OutOfBounds| reason::DROP_MALFORMED;
     if frame.len() < ETH_HLEN {
         return Err(reason::DROP_MALFORMED);
     }
-    let ethertype = frame
-        .load_be16(ETH_TYPE_OFFSET)
-        .map_err(|OutOfBounds| reason::DROP_MALFORMED)?;
-    Ok(match ethertype {
-        ethertype::ARP => reason::PASS_ARP,
-        ethertype::IPV4 => reason::DROP_IPV4_DEFAULT,
-        ethertype::IPV6 => reason::DROP_IPV6_DEFAULT,
-        _ => reason::DROP_ETHERTYPE,
-    })
+    match frame.load_be16(12).map_err(oob)? {
+        ethertype::ARP => {
+            // htype 1, ptype IPv4, hlen 6, plen 4; sender protocol address at 14 + 14.
+            if frame.load_be16(ETH_HLEN).map_err(oob)? != 1
+                || frame.load_be16(ETH_HLEN + 2).map_err(oob)? != ethertype::IPV4
+                || frame.load_u8(ETH_HLEN + 4).map_err(oob)? != 6
+                || frame.load_u8(ETH_HLEN + 5).map_err(oob)? != 4
+            {
+                return Err(reason::DROP_MALFORMED);
+            }
+            let sender = frame.load_4(ETH_HLEN + 14).map_err(oob)?;
+            p.src[0] = sender[0];
+            p.src[1] = sender[1];
+            p.src[2] = sender[2];
+            p.src[3] = sender[3];
+            Ok(KIND_ARP)
+        }
+        ethertype::IPV4 => parse_v4(frame, p).map(|()| KIND_IP),
+        ethertype::IPV6 => parse_v6(frame, p).map(|()| KIND_IP),
+        _ => Err(reason::DROP_ETHERTYPE),
+    }
+}
+
+fn parse_v4<F: Frame>(frame: &F, p: &mut IpPacket) -> Result<(), u32> {
+    let oob = |_: OutOfBounds| reason::DROP_MALFORMED;
+    let l3 = ETH_HLEN;
+    let vihl = frame.load_u8(l3).map_err(oob)?;
+    if vihl >> 4 != 4 || (vihl & 0x0f) < 5 {
+        return Err(reason::DROP_MALFORMED);
+    }
+    if (vihl & 0x0f) != 5 {
+        return Err(reason::DROP_IP_OPTIONS);
+    }
+    let total = frame.load_be16(l3 + 2).map_err(oob)? as usize;
+    if total < IPV4_HLEN || l3 + total > frame.len() {
+        return Err(reason::DROP_MALFORMED);
+    }
+    let frag = frame.load_be16(l3 + 6).map_err(oob)?;
+    if frag & 0x3fff != 0 {
+        return Err(reason::DROP_FRAGMENT);
+    }
+    p.family = 4;
+    p.protocol = frame.load_u8(l3 + 9).map_err(oob)?;
+    p.hop_limit = frame.load_u8(l3 + 8).map_err(oob)?;
+    let s = frame.load_4(l3 + 12).map_err(oob)?;
+    let d = frame.load_4(l3 + 16).map_err(oob)?;
+    p.src[0] = s[0];
+    p.src[1] = s[1];
+    p.src[2] = s[2];
+    p.src[3] = s[3];
+    p.dst[0] = d[0];
+    p.dst[1] = d[1];
+    p.dst[2] = d[2];
+    p.dst[3] = d[3];
+    transport(frame, l3 + IPV4_HLEN, p)
+}
+
+fn parse_v6<F: Frame>(frame: &F, p: &mut IpPacket) -> Result<(), u32> {
+    let oob = |_: OutOfBounds| reason::DROP_MALFORMED;
+    let l3 = ETH_HLEN;
+    if frame.load_u8(l3).map_err(oob)? >> 4 != 6 {
+        return Err(reason::DROP_MALFORMED);
+    }
+    let payload = frame.load_be16(l3 + 4).map_err(oob)? as usize;
+    if l3 + IPV6_HLEN + payload > frame.len() {
+        return Err(reason::DROP_MALFORMED);
+    }
+    let next = frame.load_u8(l3 + 6).map_err(oob)?;
+    match next {
+        // Fragment header.
+        44 => return Err(reason::DROP_FRAGMENT),
+        // Hop-by-hop, routing, destination options, AH, ESP, mobility, HIP, shim6, experiments.
+        0 | 43 | 60 | 51 | 50 | 135 | 139 | 140 | 253 | 254 => return Err(reason::DROP_IP_OPTIONS),
+        _ => {}
+    }
+    p.family = 6;
+    p.protocol = next;
+    p.src = frame.load_16(l3 + 8).map_err(oob)?;
+    p.dst = frame.load_16(l3 + 24).map_err(oob)?;
+    p.hop_limit = frame.load_u8(l3 + 7).map_err(oob)?;
+    transport(frame, l3 + IPV6_HLEN, p)
+}
+
+fn transport<F: Frame>(frame: &F, l4: usize, p: &mut IpPacket) -> Result<(), u32> {
+    let oob = |_: OutOfBounds| reason::DROP_MALFORMED;
+    match p.protocol {
+        proto::TCP | proto::UDP => {
+            p.src_port = frame.load_be16(l4).map_err(oob)?;
+            p.dst_port = frame.load_be16(l4 + 2).map_err(oob)?;
+        }
+        proto::ICMP | proto::ICMPV6 => {
+            p.icmp_type = frame.load_u8(l4).map_err(oob)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether two 16-byte addresses are equal (no `memcmp` in eBPF).
+#[inline(always)]
+pub fn eq16(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    let (a0, a1) = halves(a);
+    let (b0, b1) = halves(b);
+    ((a0 ^ b0) | (a1 ^ b1)) == 0
+}
+
+/// The two native-endian u64 halves of an address (straight-line code, no loop).
+#[inline(always)]
+fn halves(a: &[u8; 16]) -> (u64, u64) {
+    (
+        u64::from_ne_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
+        u64::from_ne_bytes([a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]]),
+    )
+}
+
+/// Whether the first four bytes of `a` equal `b`.
+#[inline(always)]
+pub fn eq4(a: &[u8; 16], b: &[u8; 4]) -> bool {
+    u32::from_ne_bytes([a[0], a[1], a[2], a[3]]) == u32::from_ne_bytes(*b)
+}
+
+/// The first four bytes of an address.
+#[inline(always)]
+pub fn v4(a: &[u8; 16]) -> [u8; 4] {
+    [a[0], a[1], a[2], a[3]]
 }

@@ -111,8 +111,10 @@ fn fence(cmd: FenceCommand, default_pin_dir: &std::path::Path) -> anyhow::Result
             let mut fence = Fence::load(dir(pins))?;
             fence.attach(&link)?;
             println!(
-                "fence attached to {link} (ingress), link pinned at {}",
-                fence.link_pin(&link).display()
+                "fence attached to {link} (ingress and egress), ingress link pinned at {}",
+                fence
+                    .link_pin(&link, dataplane::Direction::Ingress)
+                    .display()
             );
         }
         FenceCommand::Detach { link, pins } => {

@@ -7,7 +7,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray},
+    maps::{HashMap, MapData, PerCpuArray, RingBuf, lpm_trie::LpmTrie},
     programs::{
         LinkOrder, SchedClassifier, TcAttachType, TestRun as _, TestRunOptions,
         links::{FdLink, PinnedLink},
@@ -15,7 +15,10 @@ use aya::{
     },
 };
 use serde::Serialize;
-use svc_ebpf_common::{Counter, map, program, reason};
+use svc_ebpf_common::{
+    AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, Counter, DropEvent, SandboxRecord, map,
+    program, reason,
+};
 
 use super::DataplaneError;
 
@@ -29,6 +32,50 @@ const BPFFS_ROOT: &str = "/sys/fs/bpf";
 pub struct Fence {
     ebpf: Ebpf,
     pin_dir: PathBuf,
+    pub(super) maps: Maps,
+}
+
+/// Typed handles on the fence's maps.
+pub(super) struct Maps {
+    pub counters: PerCpuArray<MapData, Counter>,
+    pub sandboxes: HashMap<MapData, u32, SandboxRecord>,
+    pub allow4: HashMap<MapData, AllowKey4, AllowValue>,
+    pub allow6: HashMap<MapData, AllowKey6, AllowValue>,
+    pub cidr4: LpmTrie<MapData, CidrKey4, AllowValue>,
+    pub cidr6: LpmTrie<MapData, CidrKey6, AllowValue>,
+    pub deny4: LpmTrie<MapData, [u8; 4], u32>,
+    pub deny6: LpmTrie<MapData, [u8; 16], u32>,
+    pub events: RingBuf<MapData>,
+}
+
+/// Which direction of a guest link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Guest → host (tc ingress on the host end).
+    Ingress,
+    /// Host → guest (tc egress on the host end).
+    Egress,
+}
+
+impl Direction {
+    const fn program(self) -> &'static str {
+        match self {
+            Self::Ingress => program::TAP_INGRESS,
+            Self::Egress => program::TAP_EGRESS,
+        }
+    }
+    const fn suffix(self) -> &'static str {
+        match self {
+            Self::Ingress => "ingress",
+            Self::Egress => "egress",
+        }
+    }
+    const fn attach_type(self) -> TcAttachType {
+        match self {
+            Self::Ingress => TcAttachType::Ingress,
+            Self::Egress => TcAttachType::Egress,
+        }
+    }
 }
 
 impl std::fmt::Debug for Fence {
@@ -113,20 +160,27 @@ impl Fence {
                 pin_dir: pin_dir.clone(),
                 source: Box::new(source),
             })?;
-        let prog = classifier(&mut ebpf, program::TAP_INGRESS)?;
-        prog.load().map_err(|source| DataplaneError::Program {
-            operation: "loading",
-            program: program::TAP_INGRESS,
-            source: Box::new(source),
-        })?;
-        let prog_pin = pin_dir.join(format!("prog_{}", program::TAP_INGRESS));
-        remove_if_present(&prog_pin)?;
-        prog.pin(&prog_pin).map_err(|source| DataplaneError::Pin {
-            what: "program",
-            path: prog_pin,
-            source: Box::new(source),
-        })?;
-        Ok(Self { ebpf, pin_dir })
+        for name in [program::TAP_INGRESS, program::TAP_EGRESS] {
+            let prog = classifier(&mut ebpf, name)?;
+            prog.load().map_err(|source| DataplaneError::Program {
+                operation: "loading",
+                program: name,
+                source: Box::new(source),
+            })?;
+            let prog_pin = pin_dir.join(format!("prog_{name}"));
+            remove_if_present(&prog_pin)?;
+            prog.pin(&prog_pin).map_err(|source| DataplaneError::Pin {
+                what: "program",
+                path: prog_pin,
+                source: Box::new(source),
+            })?;
+        }
+        let maps = Maps::take(&mut ebpf)?;
+        Ok(Self {
+            ebpf,
+            pin_dir,
+            maps,
+        })
     }
 
     /// The directory the fence is pinned under.
@@ -134,20 +188,30 @@ impl Fence {
         &self.pin_dir
     }
 
-    /// Path of the pinned TCX link of `link`'s ingress hook (bpffs refuses names with a dot).
-    pub fn link_pin(&self, link: &str) -> PathBuf {
-        self.pin_dir.join("links").join(format!("{link}_ingress"))
+    /// Path of the pinned TCX link of one direction of `link` (bpffs refuses names with a dot).
+    pub fn link_pin(&self, link: &str, direction: Direction) -> PathBuf {
+        self.pin_dir
+            .join("links")
+            .join(format!("{link}_{}", direction.suffix()))
     }
 
-    /// Attach the ingress fence to the host end of a guest link (TCX, kernel 6.6 or later).
+    /// Attach the fence to both directions of the host end of a guest link (TCX, kernel 6.6
+    /// or later).
     ///
-    /// The link is pinned, so the fence stays on the link when this process exits: a crashed
-    /// supervisor leaves the fence closed, not open. Attaching twice replaces the program
-    /// atomically.
+    /// The links are pinned, so the fence stays on the link when this process exits: a crashed
+    /// supervisor leaves the fence closed, not open. Attaching again replaces the programs
+    /// atomically (re-adoption after a restart).
     pub fn attach(&mut self, link: &str) -> Result<(), DataplaneError> {
         validate_link_name(link)?;
-        let link_pin = self.link_pin(link);
-        let prog = classifier(&mut self.ebpf, program::TAP_INGRESS)?;
+        for direction in [Direction::Ingress, Direction::Egress] {
+            self.attach_one(link, direction)?;
+        }
+        Ok(())
+    }
+
+    fn attach_one(&mut self, link: &str, direction: Direction) -> Result<(), DataplaneError> {
+        let link_pin = self.link_pin(link, direction);
+        let prog = classifier(&mut self.ebpf, direction.program())?;
         let attach_err = |source| DataplaneError::Attach {
             link: link.to_owned(),
             source: Box::new(source),
@@ -163,7 +227,7 @@ impl Fence {
             Err(_) => prog
                 .attach_with_options(
                     link,
-                    TcAttachType::Ingress,
+                    direction.attach_type(),
                     TcAttachOptions::TcxOrder(LinkOrder::default()),
                 )
                 .map_err(attach_err)?,
@@ -181,31 +245,51 @@ impl Fence {
         Ok(())
     }
 
-    /// Detach the fence from `link`: drop its pinned TCX link.
+    /// Detach the fence from both directions of `link`.
     pub fn detach(&mut self, link: &str) -> Result<(), DataplaneError> {
         validate_link_name(link)?;
-        let path = self.link_pin(link);
-        detach_pinned(link, &path)
+        let mut first_err = None;
+        for direction in [Direction::Ingress, Direction::Egress] {
+            if let Err(e) = detach_pinned(link, &self.link_pin(link, direction)) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Read the verdict counters.
     pub fn counters(&self) -> Result<Counters, DataplaneError> {
-        let map = self
-            .ebpf
-            .map(map::COUNTERS)
-            .ok_or(DataplaneError::MissingMap(map::COUNTERS))?;
-        let array: PerCpuArray<&MapData, Counter> =
-            PerCpuArray::try_from(map).map_err(|source| DataplaneError::ReadMap {
-                map: map::COUNTERS,
-                source: Box::new(source),
-            })?;
-        sum_counters(&array)
+        sum_counters(&self.maps.counters)
+    }
+
+    /// Every drop event waiting in the ring buffer (non-blocking).
+    pub fn drain_events(&mut self) -> Vec<DropEvent> {
+        let mut out = Vec::new();
+        while let Some(item) = self.maps.events.next() {
+            if item.len() >= std::mem::size_of::<DropEvent>() {
+                // SAFETY: the kernel wrote a whole `DropEvent` (checked length); `read_unaligned`
+                // copes with the ring buffer's 8-byte alignment.
+                out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<DropEvent>()) });
+            }
+        }
+        out
     }
 
     /// Run the ingress classifier once on `frame` with `BPF_PROG_TEST_RUN`. Counters move as
     /// they would for a real packet.
     pub fn test_run(&mut self, frame: &[u8]) -> Result<TestRunOutcome, DataplaneError> {
-        let prog = classifier(&mut self.ebpf, program::TAP_INGRESS)?;
+        self.test_run_dir(Direction::Ingress, frame)
+    }
+
+    /// Run one direction's classifier once on `frame`. The kernel runs test frames on the
+    /// loopback device, so the sandbox record they see is the one for ifindex 1.
+    pub fn test_run_dir(
+        &mut self,
+        direction: Direction,
+        frame: &[u8],
+    ) -> Result<TestRunOutcome, DataplaneError> {
+        let name = direction.program();
+        let prog = classifier(&mut self.ebpf, name)?;
         let mut out = vec![0u8; frame.len().max(64) + 256];
         let result = prog
             .test_run(TestRunOptions {
@@ -215,9 +299,10 @@ impl Fence {
             })
             .map_err(|source| DataplaneError::Program {
                 operation: "test-running",
-                program: program::TAP_INGRESS,
+                program: name,
                 source: Box::new(source),
             })?;
+        // The mark the program set is not returned by the kernel; callers read counters.
         Ok(TestRunOutcome {
             action: result.return_value,
         })
@@ -226,7 +311,12 @@ impl Fence {
     /// Remove everything pinned under the pin directory: links (detaching them), the program,
     /// the maps, then the directory. Keeps going past errors and returns all of them.
     pub fn remove_pins(self) -> Result<(), Vec<DataplaneError>> {
-        let Self { ebpf, pin_dir } = self;
+        let Self {
+            ebpf,
+            pin_dir,
+            maps,
+        } = self;
+        drop(maps);
         drop(ebpf);
         remove_pin_dir(&pin_dir)
     }
@@ -285,6 +375,35 @@ pub fn remove_pin_dir(pin_dir: &Path) -> Result<(), Vec<DataplaneError>> {
     } else {
         Err(errors)
     }
+}
+
+impl Maps {
+    fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
+        Ok(Self {
+            counters: take(ebpf, map::COUNTERS)?,
+            sandboxes: take(ebpf, map::SANDBOXES)?,
+            allow4: take(ebpf, map::ALLOW4)?,
+            allow6: take(ebpf, map::ALLOW6)?,
+            cidr4: take(ebpf, map::CIDR4)?,
+            cidr6: take(ebpf, map::CIDR6)?,
+            deny4: take(ebpf, map::DENY4)?,
+            deny6: take(ebpf, map::DENY6)?,
+            events: take(ebpf, map::EVENTS)?,
+        })
+    }
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(DataplaneError::MissingMap(name))?;
+    T::try_from(map).map_err(|source| DataplaneError::ReadMap {
+        map: name,
+        source: Box::new(source),
+    })
 }
 
 fn detach_pinned(link: &str, path: &Path) -> Result<(), DataplaneError> {

@@ -3,12 +3,15 @@
 //! links and reads its counters.
 
 mod bpffs;
+pub mod clock;
 mod fence;
+mod sandbox;
 
 pub use bpffs::ensure_bpffs;
 pub use fence::{
-    Counters, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
+    Counters, Direction, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
 };
+pub use sandbox::{AllowEntry, CidrEntry, PortRule, SandboxLink, WEB};
 
 use std::path::PathBuf;
 
@@ -86,6 +89,14 @@ pub enum DataplaneError {
         #[source]
         source: Box<aya::maps::MapError>,
     },
+    #[error("writing map {map}")]
+    WriteMap {
+        map: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error("an allow entry takes at most {max} port rules, {given} given")]
+    TooManyRules { given: usize, max: usize },
     #[error("link name {0:?} is not a valid interface name (1 to 15 bytes, no '/', no NUL)")]
     BadLinkName(String),
     #[error("removing pinned object {path}")]

@@ -66,6 +66,55 @@ impl DestinationVerdict {
     }
 }
 
+/// Every refused class as CIDRs, for the fence's tries and the nftables forward layer.
+pub const REFUSED_CIDRS: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::/8",
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
+    "100::/64",
+    "2001::/32",
+    "2002::/16",
+    "fc00::/7",
+    "fe80::/10",
+    "fec0::/10",
+    "ff00::/8",
+];
+
+/// The CIDRs the fence refuses for every sandbox (the classes above, the host's addresses and
+/// the sandbox pools), and the operator's exceptions, which reopen part of a class but never a
+/// host address or a sandbox pool (those are listed again after the exceptions, so the longest
+/// prefix names them).
+pub fn fence_cidrs(net: &HostNetwork) -> (Vec<IpNet>, Vec<IpNet>) {
+    let mut deny: Vec<IpNet> = REFUSED_CIDRS
+        .iter()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    deny.extend(net.sandbox_pools.iter().copied());
+    deny.extend(net.host_addresses.iter().map(|a| IpNet::from(*a)));
+    let allow = net
+        .allow_cidrs
+        .iter()
+        .filter(|c| {
+            !net.sandbox_pools
+                .iter()
+                .any(|p| p.contains(*c) || c.contains(p))
+        })
+        .copied()
+        .collect();
+    (deny, allow)
+}
+
 /// Classify a destination for a sandbox.
 pub fn classify(addr: IpAddr, net: &HostNetwork) -> DestinationVerdict {
     let class = if net.host_addresses.contains(&addr) {
@@ -134,7 +183,7 @@ fn v6_class(a: Ipv6Addr) -> AddressClass {
         AddressClass::Private
     } else if s[0] == 0x100 && s[1] == 0 && s[2] == 0 && s[3] == 0 {
         AddressClass::Reserved
-    } else if s[0] == 0 {
+    } else if (s[0] & 0xff00) == 0 {
         // The rest of ::/8 is reserved (the mapped and compatible forms are caught above).
         AddressClass::Reserved
     } else {
@@ -210,6 +259,34 @@ mod tests {
         ];
         for (name, addr, expected) in cases {
             assert_eq!(class(addr), *expected, "{name}: {addr}");
+        }
+    }
+
+    #[test]
+    fn refused_cidrs_agree_with_the_classifier() {
+        for c in REFUSED_CIDRS {
+            let net: IpNet = c.parse().unwrap();
+            for addr in [net.network(), net.broadcast()] {
+                assert!(
+                    !address_class(addr).is_public(),
+                    "{c}: {addr} is classified public"
+                );
+            }
+        }
+        let public = [
+            "93.184.216.34",
+            "1.1.1.1",
+            "8.8.8.8",
+            "192.0.2.1",
+            "2606:4700::1111",
+            "2001:db8::1",
+        ];
+        for p in public {
+            let a: IpAddr = p.parse().unwrap();
+            let covered = REFUSED_CIDRS
+                .iter()
+                .any(|c| c.parse::<IpNet>().unwrap().contains(&a));
+            assert!(!covered, "{p} is public but a refused CIDR covers it");
         }
     }
 

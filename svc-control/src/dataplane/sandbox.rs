@@ -1,0 +1,432 @@
+//! Map sync: a sandbox's record and allow entries, written so that a policy change is atomic
+//! per sandbox (generation double-buffering, see `svc-ebpf-common`), plus the global
+//! destination-class tries.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    time::Duration,
+};
+
+use aya::maps::lpm_trie::Key;
+use ipnet::IpNet;
+use svc_ebpf_common::{
+    AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, SandboxRecord, class, flags, map, mode,
+    rule,
+};
+
+use super::{DataplaneError, Fence, clock};
+use crate::policy::mode::EgressMode;
+
+/// What the fence needs to know about one sandbox link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLink {
+    /// ifindex of the host end of the guest link.
+    pub ifindex: u32,
+    pub sandbox: u32,
+    pub mode: EgressMode,
+    /// Mark TCP 443/80 for the proxy (Curated with the proxy running).
+    pub proxy: bool,
+    pub guest_v4: Ipv4Addr,
+    pub gateway_v4: Ipv4Addr,
+    pub guest_v6: Option<Ipv6Addr>,
+    pub guest_v6_link_local: Option<Ipv6Addr>,
+    pub gateway_v6: Option<Ipv6Addr>,
+}
+
+/// One transport rule of an allow entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortRule {
+    Tcp(u16),
+    Udp(u16),
+    /// ICMP echo and the rest of ICMP / ICMPv6 (never neighbour discovery, which is separate).
+    Icmp,
+    /// Any TCP port.
+    AnyTcp,
+}
+
+impl PortRule {
+    fn encode(self, v6: bool) -> u32 {
+        use svc_ebpf_common::proto;
+        match self {
+            Self::Tcp(p) => rule::new(proto::TCP, p),
+            Self::Udp(p) => rule::new(proto::UDP, p),
+            Self::AnyTcp => rule::new(proto::TCP, 0),
+            Self::Icmp => rule::new(if v6 { proto::ICMPV6 } else { proto::ICMP }, 0),
+        }
+    }
+}
+
+/// The web ports an allowed host name opens.
+pub const WEB: [PortRule; 2] = [PortRule::Tcp(443), PortRule::Tcp(80)];
+
+/// An address a sandbox may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowEntry {
+    pub addr: IpAddr,
+    pub rules: Vec<PortRule>,
+    /// Which allowed host it belongs to, for audit.
+    pub host_id: u32,
+    /// `None`: never expires (IP-literal hosts). `Some`: the DNS TTL (clamped by the guard).
+    pub ttl: Option<Duration>,
+    /// How long traffic keeps an expired entry alive.
+    pub idle: Duration,
+}
+
+/// A CIDR a sandbox may reach (static).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CidrEntry {
+    pub net: IpNet,
+    pub rules: Vec<PortRule>,
+    pub host_id: u32,
+}
+
+impl Fence {
+    /// Install or replace a sandbox's whole policy on its link, atomically: the new entries
+    /// are written under the next generation, the record is flipped in one update, then the
+    /// previous generation is deleted. Returns the generation now in force.
+    pub fn install_sandbox(
+        &mut self,
+        link: &SandboxLink,
+        entries: &[AllowEntry],
+        cidrs: &[CidrEntry],
+    ) -> Result<u32, DataplaneError> {
+        let previous = self.maps.sandboxes.get(&link.ifindex, 0).ok();
+        let generation = previous.map_or(1, |r| r.generation.wrapping_add(1).max(1));
+        for e in entries {
+            self.put_allow(link.sandbox, generation, e)?;
+        }
+        for c in cidrs {
+            self.put_cidr(link.sandbox, generation, c)?;
+        }
+        let record = record(link, generation);
+        self.maps
+            .sandboxes
+            .insert(link.ifindex, record, 0)
+            .map_err(|e| write_err(map::SANDBOXES, e))?;
+        if let Some(old) = previous {
+            self.delete_generation(old.sandbox, Some(old.generation))?;
+        }
+        Ok(generation)
+    }
+
+    /// Add one entry to the generation in force (the DNS guard's write). Fails if the link has
+    /// no sandbox.
+    pub fn add_allow(&mut self, ifindex: u32, entry: &AllowEntry) -> Result<(), DataplaneError> {
+        let rec = self
+            .maps
+            .sandboxes
+            .get(&ifindex, 0)
+            .map_err(|e| write_err(map::SANDBOXES, e))?;
+        self.put_allow(rec.sandbox, rec.generation, entry)
+    }
+
+    /// Remove a sandbox: its record first (the link then drops everything), then its entries.
+    pub fn remove_sandbox(&mut self, ifindex: u32) -> Result<(), DataplaneError> {
+        let Ok(rec) = self.maps.sandboxes.get(&ifindex, 0) else {
+            return Ok(());
+        };
+        self.maps
+            .sandboxes
+            .remove(&ifindex)
+            .map_err(|e| write_err(map::SANDBOXES, e))?;
+        self.delete_generation(rec.sandbox, None)
+    }
+
+    /// The record of a link, if it has one.
+    pub fn sandbox_record(&self, ifindex: u32) -> Option<SandboxRecord> {
+        self.maps.sandboxes.get(&ifindex, 0).ok()
+    }
+
+    /// Allow entries of one sandbox in the generation in force: (address, entry).
+    pub fn allow_entries(&self, sandbox: u32) -> Vec<(IpAddr, AllowValue)> {
+        let mut out = Vec::new();
+        for (k, v) in self.maps.allow4.iter().flatten() {
+            if k.sandbox == sandbox {
+                out.push((IpAddr::from(k.addr), v));
+            }
+        }
+        for (k, v) in self.maps.allow6.iter().flatten() {
+            if k.sandbox == sandbox {
+                out.push((IpAddr::from(k.addr), v));
+            }
+        }
+        out
+    }
+
+    /// Replace the destination classes: `deny` CIDRs are never reachable, `operator_allow`
+    /// CIDRs (longer prefixes win in the trie) reopen part of them.
+    pub fn set_destination_classes(
+        &mut self,
+        deny: &[IpNet],
+        operator_allow: &[IpNet],
+    ) -> Result<(), DataplaneError> {
+        let old4: Vec<Key<[u8; 4]>> = self.maps.deny4.keys().flatten().collect();
+        let old6: Vec<Key<[u8; 16]>> = self.maps.deny6.keys().flatten().collect();
+        for k in old4 {
+            let _ = self.maps.deny4.remove(&k);
+        }
+        for k in old6 {
+            let _ = self.maps.deny6.remove(&k);
+        }
+        for (nets, verdict) in [(deny, class::DENY), (operator_allow, class::OPERATOR_ALLOW)] {
+            for net in nets {
+                match net {
+                    IpNet::V4(n) => self
+                        .maps
+                        .deny4
+                        .insert(
+                            &Key::new(u32::from(n.prefix_len()), n.network().octets()),
+                            verdict,
+                            0,
+                        )
+                        .map_err(|e| write_err(map::DENY4, e))?,
+                    IpNet::V6(n) => self
+                        .maps
+                        .deny6
+                        .insert(
+                            &Key::new(u32::from(n.prefix_len()), n.network().octets()),
+                            verdict,
+                            0,
+                        )
+                        .map_err(|e| write_err(map::DENY6, e))?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete allow entries that are dead now (past their TTL and idle). Returns how many.
+    pub fn collect_expired(&mut self) -> Result<usize, DataplaneError> {
+        let now = clock::monotonic_ns();
+        let dead4: Vec<AllowKey4> = self
+            .maps
+            .allow4
+            .iter()
+            .flatten()
+            .filter(|(_, v)| !v.alive(now))
+            .map(|(k, _)| k)
+            .collect();
+        let dead6: Vec<AllowKey6> = self
+            .maps
+            .allow6
+            .iter()
+            .flatten()
+            .filter(|(_, v)| !v.alive(now))
+            .map(|(k, _)| k)
+            .collect();
+        let n = dead4.len() + dead6.len();
+        for k in dead4 {
+            let _ = self.maps.allow4.remove(&k);
+        }
+        for k in dead6 {
+            let _ = self.maps.allow6.remove(&k);
+        }
+        Ok(n)
+    }
+
+    fn put_allow(
+        &mut self,
+        sandbox: u32,
+        generation: u32,
+        e: &AllowEntry,
+    ) -> Result<(), DataplaneError> {
+        let v6 = e.addr.is_ipv6();
+        let value = value(&e.rules, e.host_id, e.ttl, e.idle, v6)?;
+        match e.addr {
+            IpAddr::V4(a) => self
+                .maps
+                .allow4
+                .insert(
+                    AllowKey4 {
+                        sandbox,
+                        generation,
+                        addr: a.octets(),
+                    },
+                    value,
+                    0,
+                )
+                .map_err(|err| write_err(map::ALLOW4, err)),
+            IpAddr::V6(a) => self
+                .maps
+                .allow6
+                .insert(
+                    AllowKey6 {
+                        sandbox,
+                        generation,
+                        addr: a.octets(),
+                    },
+                    value,
+                    0,
+                )
+                .map_err(|err| write_err(map::ALLOW6, err)),
+        }
+    }
+
+    fn put_cidr(
+        &mut self,
+        sandbox: u32,
+        generation: u32,
+        c: &CidrEntry,
+    ) -> Result<(), DataplaneError> {
+        let value = value(
+            &c.rules,
+            c.host_id,
+            None,
+            Duration::ZERO,
+            c.net.addr().is_ipv6(),
+        )?;
+        let (s, g) = (sandbox.to_be_bytes(), generation.to_be_bytes());
+        match c.net {
+            IpNet::V4(n) => self
+                .maps
+                .cidr4
+                .insert(
+                    &Key::new(
+                        64 + u32::from(n.prefix_len()),
+                        CidrKey4 {
+                            sandbox: s,
+                            generation: g,
+                            addr: n.network().octets(),
+                        },
+                    ),
+                    value,
+                    0,
+                )
+                .map_err(|err| write_err(map::CIDR4, err)),
+            IpNet::V6(n) => self
+                .maps
+                .cidr6
+                .insert(
+                    &Key::new(
+                        64 + u32::from(n.prefix_len()),
+                        CidrKey6 {
+                            sandbox: s,
+                            generation: g,
+                            addr: n.network().octets(),
+                        },
+                    ),
+                    value,
+                    0,
+                )
+                .map_err(|err| write_err(map::CIDR6, err)),
+        }
+    }
+
+    /// Delete a sandbox's entries of one generation (or of all).
+    fn delete_generation(
+        &mut self,
+        sandbox: u32,
+        generation: Option<u32>,
+    ) -> Result<(), DataplaneError> {
+        let hit = |s: u32, g: u32| s == sandbox && generation.is_none_or(|want| want == g);
+        let k4: Vec<AllowKey4> = self
+            .maps
+            .allow4
+            .keys()
+            .flatten()
+            .filter(|k| hit(k.sandbox, k.generation))
+            .collect();
+        let k6: Vec<AllowKey6> = self
+            .maps
+            .allow6
+            .keys()
+            .flatten()
+            .filter(|k| hit(k.sandbox, k.generation))
+            .collect();
+        let c4: Vec<Key<CidrKey4>> = self
+            .maps
+            .cidr4
+            .keys()
+            .flatten()
+            .filter(|k| {
+                let d = k.data();
+                hit(
+                    u32::from_be_bytes(d.sandbox),
+                    u32::from_be_bytes(d.generation),
+                )
+            })
+            .collect();
+        let c6: Vec<Key<CidrKey6>> = self
+            .maps
+            .cidr6
+            .keys()
+            .flatten()
+            .filter(|k| {
+                let d = k.data();
+                hit(
+                    u32::from_be_bytes(d.sandbox),
+                    u32::from_be_bytes(d.generation),
+                )
+            })
+            .collect();
+        for k in k4 {
+            let _ = self.maps.allow4.remove(&k);
+        }
+        for k in k6 {
+            let _ = self.maps.allow6.remove(&k);
+        }
+        for k in c4 {
+            let _ = self.maps.cidr4.remove(&k);
+        }
+        for k in c6 {
+            let _ = self.maps.cidr6.remove(&k);
+        }
+        Ok(())
+    }
+}
+
+fn record(link: &SandboxLink, generation: u32) -> SandboxRecord {
+    SandboxRecord {
+        sandbox: link.sandbox,
+        mode: match link.mode {
+            EgressMode::Curated => mode::CURATED,
+            EgressMode::AllowAll => mode::ALLOW_ALL,
+        },
+        generation,
+        flags: if link.proxy { flags::PROXY } else { 0 },
+        guest_v4: link.guest_v4.octets(),
+        gateway_v4: link.gateway_v4.octets(),
+        guest_v6: link.guest_v6.map_or([0; 16], |a| a.octets()),
+        guest_v6_ll: link.guest_v6_link_local.map_or([0; 16], |a| a.octets()),
+        gateway_v6: link.gateway_v6.map_or([0; 16], |a| a.octets()),
+    }
+}
+
+fn value(
+    rules: &[PortRule],
+    host_id: u32,
+    ttl: Option<Duration>,
+    idle: Duration,
+    v6: bool,
+) -> Result<AllowValue, DataplaneError> {
+    if rules.len() > rule::SLOTS {
+        return Err(DataplaneError::TooManyRules {
+            given: rules.len(),
+            max: rule::SLOTS,
+        });
+    }
+    let mut slots = [0u32; rule::SLOTS];
+    for (slot, r) in slots.iter_mut().zip(rules) {
+        *slot = r.encode(v6);
+    }
+    let expiry_ns = ttl.map_or(0, |t| {
+        clock::monotonic_ns()
+            .saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+            .max(1)
+    });
+    Ok(AllowValue {
+        host_id,
+        _pad: 0,
+        rules: slots,
+        expiry_ns,
+        idle_ns: u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX),
+        last_seen_ns: 0,
+    })
+}
+
+fn write_err(map: &'static str, source: aya::maps::MapError) -> DataplaneError {
+    DataplaneError::WriteMap {
+        map,
+        source: Box::new(source),
+    }
+}
