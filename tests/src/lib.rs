@@ -71,6 +71,24 @@ impl NetNs {
         Self { name }
     }
 
+    /// Run `f` on a thread that has entered this namespace: sockets it opens, interfaces it
+    /// looks up and programs it attaches live there.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let file =
+                        std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+                    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+                    f()
+                })
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        })
+    }
+
     /// Run a command inside the namespace.
     pub fn exec(&self, program: &str, args: &[&str]) -> Output {
         let mut full = vec!["netns", "exec", &self.name, program];
@@ -180,48 +198,96 @@ impl Drop for PinDir {
     }
 }
 
-/// Crafted Ethernet frames for `BPF_PROG_TEST_RUN`.
-pub mod frames {
-    /// Ethernet header with the given ethertype, from 02:..:01 to 02:..:02.
-    pub fn eth(ethertype: u16) -> Vec<u8> {
-        let mut f = vec![0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01];
-        f.extend_from_slice(&ethertype.to_be_bytes());
-        f
+pub mod frames;
+pub mod topology;
+
+/// A loaded fence with a standard sandbox, for `BPF_PROG_TEST_RUN` tables.
+pub mod fixture {
+    use std::{net::IpAddr, time::Duration};
+
+    use svc_control::{
+        dataplane::{AllowEntry, CidrEntry, Fence, PortRule, SandboxLink, WEB},
+        policy::{destination, mode::EgressMode},
+    };
+
+    use crate::PinDir;
+
+    /// Test runs happen on the loopback device: records for them are keyed by ifindex 1.
+    pub const TEST_RUN_IFINDEX: u32 = 1;
+    pub const SANDBOX: u32 = 7;
+
+    pub struct Loaded {
+        pub fence: Fence,
+        pub pins: PinDir,
     }
 
-    /// An ARP request who-has 10.213.0.1 tell 10.213.0.2.
-    pub fn arp_request() -> Vec<u8> {
-        let mut f = eth(0x0806);
-        f.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
-        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x01, 10, 213, 0, 2]);
-        f.extend_from_slice(&[0, 0, 0, 0, 0, 0, 10, 213, 0, 1]);
-        f
+    pub fn link(mode: EgressMode, ifindex: u32) -> SandboxLink {
+        SandboxLink {
+            ifindex,
+            sandbox: SANDBOX,
+            mode,
+            proxy: true,
+            guest_v4: "10.213.0.2".parse().expect("v4"),
+            gateway_v4: "10.213.0.1".parse().expect("v4"),
+            guest_v6: Some("fd53::2".parse().expect("v6")),
+            guest_v6_link_local: Some("fe80::2".parse().expect("v6")),
+            gateway_v6: Some("fd53::1".parse().expect("v6")),
+        }
     }
 
-    /// An IPv4 ICMP echo request 10.213.0.2 → 10.213.0.1 (checksums are not checked by tc).
-    pub fn ipv4_icmp_echo() -> Vec<u8> {
-        let mut f = eth(0x0800);
-        f.extend_from_slice(&[0x45, 0, 0, 28, 0, 1, 0x40, 0, 64, 1, 0, 0]);
-        f.extend_from_slice(&[10, 213, 0, 2, 10, 213, 0, 1]);
-        f.extend_from_slice(&[8, 0, 0, 0, 0, 1, 0, 1]);
-        f
+    /// The standard allow list: web on 192.0.2.10 and 2001:db8::10, UDP 4433 and ICMP on
+    /// 192.0.2.30, web on 198.51.100.0/24.
+    pub fn entries() -> (Vec<AllowEntry>, Vec<CidrEntry>) {
+        let web = |a: &str, id| AllowEntry {
+            addr: a.parse::<IpAddr>().expect("ip"),
+            rules: WEB.to_vec(),
+            host_id: id,
+            ttl: None,
+            idle: Duration::from_secs(30),
+        };
+        let entries = vec![
+            web("192.0.2.10", 1),
+            web("2001:db8::10", 1),
+            AllowEntry {
+                addr: "192.0.2.30".parse().expect("ip"),
+                rules: vec![PortRule::Udp(4433), PortRule::Icmp],
+                host_id: 2,
+                ttl: None,
+                idle: Duration::ZERO,
+            },
+        ];
+        let cidrs = vec![CidrEntry {
+            net: "198.51.100.0/24".parse().expect("net"),
+            rules: WEB.to_vec(),
+            host_id: 3,
+        }];
+        (entries, cidrs)
     }
 
-    /// A minimal IPv6 UDP packet to 2001:db8::1 port 53.
-    pub fn ipv6_udp() -> Vec<u8> {
-        let mut f = eth(0x86DD);
-        f.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
-        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        f.extend_from_slice(&[0xc0, 0x00, 0, 53, 0, 8, 0, 0]);
-        f
+    /// Destination classes with the test pools (10.213/16, fd53::/16) as sandbox pools.
+    pub fn host_network() -> destination::HostNetwork {
+        destination::HostNetwork {
+            host_addresses: vec![],
+            sandbox_pools: vec![
+                "10.213.0.0/16".parse().expect("net"),
+                "fd53::/16".parse().expect("net"),
+            ],
+            allow_cidrs: vec![],
+        }
     }
 
-    /// An 802.1Q VLAN-tagged frame carrying IPv4.
-    pub fn vlan_tagged() -> Vec<u8> {
-        let mut f = eth(0x8100);
-        f.extend_from_slice(&[0, 42, 0x08, 0x00]);
-        f.extend_from_slice(&ipv4_icmp_echo()[14..]);
-        f
+    /// Load a fence in a fresh pin directory and install the standard sandbox on `ifindex`.
+    pub fn load(mode: EgressMode, ifindex: u32) -> Loaded {
+        let pins = PinDir::new();
+        let mut fence = Fence::load(&pins.path).expect("load fence");
+        let (deny, allow) = destination::fence_cidrs(&host_network());
+        fence
+            .set_destination_classes(&deny, &allow)
+            .expect("classes");
+        let (entries, cidrs) = entries();
+        fence
+            .install_sandbox(&link(mode, ifindex), &entries, &cidrs)
+            .expect("install");
+        Loaded { fence, pins }
     }
 }

@@ -1,0 +1,235 @@
+//! A test world in network namespaces: a guest behind a veth whose host end carries the fence,
+//! a host namespace that routes, and an outside namespace with the servers. Nothing leaves
+//! these namespaces: the outside world is the documentation ranges inside `outside`.
+//!
+//! ```text
+//!  guest (ns)                host (ns)                              outside (ns)
+//!  g0 10.213.N.2/30  <->  h0 10.213.N.1/30   ho 192.0.2.1/24  <->  oh 192.0.2.10/24 …
+//!     fd53:N::2/64            fd53:N::1/64      2001:db8::1/64         2001:db8::10/64 …
+//! ```
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::{NetNs, run, unique};
+
+/// Addresses the outside namespace answers on.
+pub const ALLOWED_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+pub const OTHER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 20);
+pub const CIDR_V4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
+pub const ALLOWED_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+pub const OTHER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x20);
+
+#[derive(Debug)]
+pub struct Topology {
+    pub guest: NetNs,
+    pub host: NetNs,
+    pub outside: NetNs,
+    /// The host end of the guest link (in `host`).
+    pub host_link: String,
+    pub guest_v4: Ipv4Addr,
+    pub gateway_v4: Ipv4Addr,
+    pub guest_v6: Ipv6Addr,
+    pub gateway_v6: Ipv6Addr,
+    /// The guest's link-local address (read after the link comes up).
+    pub guest_v6_ll: Ipv6Addr,
+}
+
+impl Topology {
+    /// Build the world; `n` (1–250) picks the guest subnet.
+    pub fn new(n: u8) -> Self {
+        let guest = NetNs::new();
+        let host = NetNs::new();
+        let outside = NetNs::new();
+        let host_link = unique("svh");
+        let (g, hl, ho, oh) = ("g0", host_link.as_str(), "ho", "oh");
+        let tmp_g = unique("svg");
+        let tmp_o = unique("svo");
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &tmp_g,
+                "netns",
+                &guest.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                hl,
+                "netns",
+                &host.name,
+            ],
+        );
+        run("ip", &["-n", &guest.name, "link", "set", &tmp_g, "name", g]);
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &tmp_o,
+                "netns",
+                &outside.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                ho,
+                "netns",
+                &host.name,
+            ],
+        );
+        run(
+            "ip",
+            &["-n", &outside.name, "link", "set", &tmp_o, "name", oh],
+        );
+
+        let guest_v4 = Ipv4Addr::new(10, 213, n, 2);
+        let gateway_v4 = Ipv4Addr::new(10, 213, n, 1);
+        let guest_v6: Ipv6Addr = format!("fd53:{n:x}::2").parse().expect("v6");
+        let gateway_v6: Ipv6Addr = format!("fd53:{n:x}::1").parse().expect("v6");
+        let ip = |ns: &NetNs, args: &[&str]| {
+            let mut full = vec!["-n", ns.name.as_str()];
+            full.extend_from_slice(args);
+            run("ip", &full);
+        };
+        ip(
+            &guest,
+            &["addr", "add", &format!("{guest_v4}/30"), "dev", g],
+        );
+        ip(
+            &guest,
+            &[
+                "-6",
+                "addr",
+                "add",
+                &format!("{guest_v6}/64"),
+                "dev",
+                g,
+                "nodad",
+            ],
+        );
+        ip(&guest, &["link", "set", g, "up"]);
+        ip(
+            &guest,
+            &["route", "add", "default", "via", &gateway_v4.to_string()],
+        );
+        ip(
+            &guest,
+            &[
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &gateway_v6.to_string(),
+            ],
+        );
+        ip(
+            &host,
+            &["addr", "add", &format!("{gateway_v4}/30"), "dev", hl],
+        );
+        ip(
+            &host,
+            &[
+                "-6",
+                "addr",
+                "add",
+                &format!("{gateway_v6}/64"),
+                "dev",
+                hl,
+                "nodad",
+            ],
+        );
+        ip(&host, &["link", "set", hl, "up"]);
+        ip(&host, &["addr", "add", "192.0.2.1/24", "dev", ho]);
+        ip(&host, &["addr", "add", "198.51.100.1/24", "dev", ho]);
+        ip(
+            &host,
+            &["-6", "addr", "add", "2001:db8::1/64", "dev", ho, "nodad"],
+        );
+        ip(&host, &["link", "set", ho, "up"]);
+        for a in ["192.0.2.10/24", "192.0.2.20/24", "198.51.100.7/24"] {
+            ip(&outside, &["addr", "add", a, "dev", oh]);
+        }
+        for a in ["2001:db8::10/64", "2001:db8::20/64"] {
+            ip(&outside, &["-6", "addr", "add", a, "dev", oh, "nodad"]);
+        }
+        ip(&outside, &["link", "set", oh, "up"]);
+        ip(
+            &outside,
+            &["route", "add", "10.213.0.0/16", "via", "192.0.2.1"],
+        );
+        ip(
+            &outside,
+            &["-6", "route", "add", "fd53::/16", "via", "2001:db8::1"],
+        );
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &host.name,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ],
+        );
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &host.name,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.forwarding=1",
+            ],
+        );
+
+        let ll = String::from_utf8_lossy(
+            &run(
+                "ip",
+                &[
+                    "-n",
+                    &guest.name,
+                    "-6",
+                    "-o",
+                    "addr",
+                    "show",
+                    "dev",
+                    g,
+                    "scope",
+                    "link",
+                ],
+            )
+            .stdout,
+        )
+        .into_owned();
+        let guest_v6_ll = ll
+            .split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .and_then(|a| a.split('/').next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(Ipv6Addr::UNSPECIFIED);
+        Self {
+            guest,
+            host,
+            outside,
+            host_link,
+            guest_v4,
+            gateway_v4,
+            guest_v6,
+            gateway_v6,
+            guest_v6_ll,
+        }
+    }
+
+    /// ifindex of the host end, in the host namespace.
+    pub fn host_ifindex(&self) -> u32 {
+        let name = self.host_link.clone();
+        self.host
+            .run(move || nix::net::if_::if_nametoindex(name.as_str()).expect("ifindex"))
+    }
+}
