@@ -110,7 +110,7 @@ fn ingress_v4(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
         generation: rec.generation,
         addr: dst,
     };
-    if let Some(entry) = SVC_ALLOW4.get_ptr_mut(&key) {
+    if let Some(entry) = SVC_ALLOW4.get_ptr_mut(key) {
         // SAFETY: the pointer comes from a successful lookup; the kernel keeps the value alive
         // for the program run. A racing update of last_seen_ns from another CPU is benign.
         let entry = unsafe { &mut *entry };
@@ -163,7 +163,7 @@ fn ingress_v6(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
         generation: rec.generation,
         addr: p.dst,
     };
-    if let Some(entry) = SVC_ALLOW6.get_ptr_mut(&key) {
+    if let Some(entry) = SVC_ALLOW6.get_ptr_mut(key) {
         // SAFETY: as in ingress_v4.
         let entry = unsafe { &mut *entry };
         if entry.alive(now) {
@@ -266,18 +266,18 @@ fn record(ctx: &TcContext) -> Option<SandboxRecord> {
     // the verifier lets tc programs read.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     // SAFETY: the value is copied out at once; the reference does not outlive the lookup.
-    unsafe { SVC_SANDBOXES.get(&ifindex) }.copied()
+    unsafe { SVC_SANDBOXES.get(ifindex) }.copied()
 }
 
 fn denied_class4(addr: &[u8; 4]) -> bool {
     SVC_DENY4
-        .get(&Key::new(32, *addr))
+        .get(Key::new(32, *addr))
         .is_some_and(|v| *v == class::DENY)
 }
 
 fn denied_class6(addr: &[u8; 16]) -> bool {
     SVC_DENY6
-        .get(&Key::new(128, *addr))
+        .get(Key::new(128, *addr))
         .is_some_and(|v| *v == class::DENY)
 }
 
@@ -306,7 +306,7 @@ fn count(code: u32, len: u32) {
 fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
     let now = now_ns();
     let mut suppressed = 0;
-    match SVC_EVENT_RATE.get_ptr_mut(&sandbox) {
+    match SVC_EVENT_RATE.get_ptr_mut(sandbox) {
         Some(state) => {
             // SAFETY: pointer from a successful lookup, valid for the program run; races between
             // CPUs only blur the rate a little.
@@ -325,8 +325,8 @@ fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
         }
         None => {
             let _ = SVC_EVENT_RATE.insert(
-                &sandbox,
-                &RateState {
+                sandbox,
+                RateState {
                     window_start_ns: now,
                     emitted: 1,
                     suppressed: 0,

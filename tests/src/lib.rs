@@ -199,6 +199,7 @@ impl Drop for PinDir {
 }
 
 pub mod frames;
+pub mod servers;
 pub mod topology;
 
 /// A loaded fence with a standard sandbox, for `BPF_PROG_TEST_RUN` tables.

@@ -40,6 +40,20 @@ impl Topology {
         let guest = NetNs::new();
         let host = NetNs::new();
         let outside = NetNs::new();
+        for ns in [&guest, &host, &outside] {
+            run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &ns.name,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.all.accept_dad=0",
+                    "net.ipv6.conf.default.accept_dad=0",
+                ],
+            );
+        }
         let host_link = unique("svh");
         let (g, hl, ho, oh) = ("g0", host_link.as_str(), "ho", "oh");
         let tmp_g = unique("svg");
@@ -187,6 +201,20 @@ impl Topology {
             ],
         );
 
+        // IPv6 needs a moment after link-up before neighbour discovery works on a new veth.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+        let v6_ready = |ns: &NetNs, to: &str| {
+            ns.exec("ping", &["-6", "-c", "1", "-W", "1", to])
+                .status
+                .success()
+        };
+        while !(v6_ready(&guest, &gateway_v6.to_string()) && v6_ready(&outside, "2001:db8::1")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "IPv6 did not come up in the test topology"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         let ll = String::from_utf8_lossy(
             &run(
                 "ip",

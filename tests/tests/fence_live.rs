@@ -1,0 +1,359 @@
+//! The fence on a real veth, with real traffic between network namespaces: what the sandbox's
+//! map allows connects, everything else is dropped and counted and reported.
+
+use std::{net::SocketAddr, time::Duration};
+
+use svc_control::{
+    dataplane::{AllowEntry, Fence, PortRule, SandboxLink, WEB},
+    policy::{destination, mode::EgressMode},
+};
+use svc_ebpf_common::reason;
+use svc_tests::{
+    PinDir, require_root, run,
+    servers::{TcpServer, UdpEcho, pings, tcp_fetch, udp_roundtrip},
+    topology::{ALLOWED_V4, ALLOWED_V6, OTHER_V4, OTHER_V6, Topology},
+};
+
+fn sa(ip: impl Into<std::net::IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}
+
+fn sandbox_link(t: &Topology, mode: EgressMode) -> SandboxLink {
+    SandboxLink {
+        ifindex: t.host_ifindex(),
+        sandbox: 11,
+        mode,
+        proxy: false,
+        guest_v4: t.guest_v4,
+        gateway_v4: t.gateway_v4,
+        guest_v6: Some(t.guest_v6),
+        guest_v6_link_local: Some(t.guest_v6_ll),
+        gateway_v6: Some(t.gateway_v6),
+    }
+}
+
+fn allow(addr: impl Into<std::net::IpAddr>, rules: &[PortRule]) -> AllowEntry {
+    AllowEntry {
+        addr: addr.into(),
+        rules: rules.to_vec(),
+        host_id: 1,
+        ttl: None,
+        idle: Duration::ZERO,
+    }
+}
+
+/// Load, set classes (the test pools are sandbox pools), install, attach in the host netns.
+fn fence_up(t: &Topology, pins: &PinDir, mode: EgressMode, entries: &[AllowEntry]) -> Fence {
+    let mut fence = Fence::load(&pins.path).expect("load");
+    let net = destination::HostNetwork {
+        host_addresses: vec![
+            t.gateway_v4.into(),
+            t.gateway_v6.into(),
+            "192.0.2.1".parse().unwrap(),
+        ],
+        sandbox_pools: vec![
+            "10.213.0.0/16".parse().unwrap(),
+            "fd53::/16".parse().unwrap(),
+        ],
+        allow_cidrs: vec![],
+    };
+    let (deny, ok) = destination::fence_cidrs(&net);
+    fence.set_destination_classes(&deny, &ok).expect("classes");
+    fence
+        .install_sandbox(&sandbox_link(t, mode), entries, &[])
+        .expect("install");
+    let link = t.host_link.clone();
+    t.host.run(|| fence.attach(&link)).expect("attach");
+    fence
+}
+
+#[test]
+fn curated_guest_reaches_exactly_what_its_map_holds() {
+    require_root();
+    let t = Topology::new(31);
+    let pins = PinDir::new();
+    let _web4 = TcpServer::start(&t.outside, sa(ALLOWED_V4, 443), b"allowed-v4");
+    let _ssh4 = TcpServer::start(&t.outside, sa(ALLOWED_V4, 22), b"ssh");
+    let other4 = TcpServer::start(&t.outside, sa(OTHER_V4, 443), b"other-v4");
+    let _web6 = TcpServer::start(&t.outside, sa(ALLOWED_V6, 443), b"allowed-v6");
+    let other6 = TcpServer::start(&t.outside, sa(OTHER_V6, 443), b"other-v6");
+    let quic = UdpEcho::start(&t.outside, sa(ALLOWED_V4, 443));
+    let _udp = UdpEcho::start(&t.outside, sa(ALLOWED_V4, 4433));
+
+    // Without the fence everything is reachable: the world works.
+    assert_eq!(
+        tcp_fetch(&t.guest, sa(OTHER_V4, 443)).as_deref(),
+        Ok(&b"other-v4"[..])
+    );
+    assert!(udp_roundtrip(&t.guest, sa(ALLOWED_V4, 443)));
+    assert!(pings(&t.guest, "192.0.2.10"));
+
+    let entries = [
+        allow(ALLOWED_V4, &[WEB[0], WEB[1], PortRule::Udp(4433)]),
+        allow(ALLOWED_V6, &WEB),
+    ];
+    let mut fence = fence_up(&t, &pins, EgressMode::Curated, &entries);
+    let before = fence.counters().unwrap();
+
+    assert_eq!(
+        tcp_fetch(&t.guest, sa(ALLOWED_V4, 443)).as_deref(),
+        Ok(&b"allowed-v4"[..]),
+        "allowed v4 https"
+    );
+    assert_eq!(
+        tcp_fetch(&t.guest, sa(ALLOWED_V6, 443)).as_deref(),
+        Ok(&b"allowed-v6"[..]),
+        "allowed v6 https"
+    );
+    assert!(
+        udp_roundtrip(&t.guest, sa(ALLOWED_V4, 4433)),
+        "explicit UDP rule"
+    );
+
+    let other_before = other4.count() + other6.count();
+    assert!(
+        tcp_fetch(&t.guest, sa(OTHER_V4, 443)).is_err(),
+        "ip literal not in the map (v4)"
+    );
+    assert!(
+        tcp_fetch(&t.guest, sa(OTHER_V6, 443)).is_err(),
+        "ip literal not in the map (v6)"
+    );
+    assert!(
+        tcp_fetch(&t.guest, sa(ALLOWED_V4, 22)).is_err(),
+        "shared address, other port"
+    );
+    assert_eq!(
+        other4.count() + other6.count(),
+        other_before,
+        "the outside never saw the denied connections"
+    );
+    let quic_before = quic.received.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !udp_roundtrip(&t.guest, sa(ALLOWED_V4, 443)),
+        "QUIC to an allowed host"
+    );
+    assert_eq!(
+        quic.received.load(std::sync::atomic::Ordering::Relaxed),
+        quic_before,
+        "QUIC never left"
+    );
+    assert!(!pings(&t.guest, "192.0.2.10"), "ICMP echo");
+    assert!(
+        !pings(&t.guest, &t.gateway_v4.to_string()),
+        "ICMP to the gateway"
+    );
+    assert!(
+        tcp_fetch(&t.guest, sa(t.gateway_v4, 22)).is_err(),
+        "host service on the gateway"
+    );
+    assert!(
+        tcp_fetch(
+            &t.guest,
+            sa("192.0.2.1".parse::<std::net::IpAddr>().unwrap(), 443)
+        )
+        .is_err(),
+        "the host's other address"
+    );
+
+    let after = fence.counters().unwrap();
+    let rose = |code| after.packets(code) > before.packets(code);
+    for code in [
+        reason::PASS_ALLOWED,
+        reason::DROP_TCP_NOT_ALLOWED,
+        reason::DROP_UDP_NOT_ALLOWED,
+        reason::DROP_ICMP,
+        reason::DROP_GATEWAY,
+        reason::DROP_DEST_CLASS,
+        reason::PASS_EGRESS,
+    ] {
+        assert!(
+            rose(code),
+            "counter {} did not rise",
+            reason::name(code).unwrap_or("?")
+        );
+    }
+    let events = fence.drain_events();
+    let saw = |code, dst: std::net::IpAddr| {
+        events.iter().any(|e| {
+            let d = if e.family == 4 {
+                std::net::IpAddr::from([e.dst[0], e.dst[1], e.dst[2], e.dst[3]])
+            } else {
+                std::net::IpAddr::from(e.dst)
+            };
+            e.reason == code && d == dst && e.sandbox == 11
+        })
+    };
+    assert!(
+        saw(reason::DROP_TCP_NOT_ALLOWED, OTHER_V4.into()),
+        "a drop event for the v4 literal"
+    );
+    assert!(
+        saw(reason::DROP_TCP_NOT_ALLOWED, OTHER_V6.into()),
+        "a drop event for the v6 literal"
+    );
+    assert!(
+        saw(reason::DROP_UDP_NOT_ALLOWED, ALLOWED_V4.into()),
+        "a drop event for QUIC"
+    );
+}
+
+#[test]
+fn allow_all_reaches_the_world_but_never_the_host_or_metadata() {
+    require_root();
+    let t = Topology::new(32);
+    let pins = PinDir::new();
+    let _other = TcpServer::start(&t.outside, sa(OTHER_V4, 8080), b"any");
+    // A "metadata service" on the host namespace.
+    run(
+        "ip",
+        &[
+            "-n",
+            &t.host.name,
+            "addr",
+            "add",
+            "169.254.169.254/32",
+            "dev",
+            "lo",
+        ],
+    );
+    let _meta = TcpServer::start(
+        &t.host,
+        sa("169.254.169.254".parse::<std::net::IpAddr>().unwrap(), 80),
+        b"secrets",
+    );
+    assert!(
+        tcp_fetch(
+            &t.guest,
+            sa("169.254.169.254".parse::<std::net::IpAddr>().unwrap(), 80)
+        )
+        .is_ok(),
+        "reachable without the fence"
+    );
+
+    let fence = fence_up(&t, &pins, EgressMode::AllowAll, &[]);
+    assert_eq!(
+        tcp_fetch(&t.guest, sa(OTHER_V4, 8080)).as_deref(),
+        Ok(&b"any"[..])
+    );
+    assert!(
+        tcp_fetch(
+            &t.guest,
+            sa("169.254.169.254".parse::<std::net::IpAddr>().unwrap(), 80)
+        )
+        .is_err(),
+        "metadata in AllowAll"
+    );
+    assert!(
+        tcp_fetch(&t.guest, sa(t.gateway_v4, 22)).is_err(),
+        "host services in AllowAll"
+    );
+    assert!(fence.counters().unwrap().packets(reason::PASS_ALLOW_ALL) > 0);
+}
+
+#[test]
+fn spoofed_source_is_dropped_on_the_wire() {
+    require_root();
+    let t = Topology::new(33);
+    let pins = PinDir::new();
+    let server = TcpServer::start(&t.outside, sa(ALLOWED_V4, 443), b"x");
+    let fence = fence_up(&t, &pins, EgressMode::Curated, &[allow(ALLOWED_V4, &WEB)]);
+    assert!(
+        tcp_fetch(&t.guest, sa(ALLOWED_V4, 443)).is_ok(),
+        "from its own address the guest connects"
+    );
+    // Give the guest another sandbox's address and connect from it.
+    run(
+        "ip",
+        &[
+            "-n",
+            &t.guest.name,
+            "addr",
+            "add",
+            "10.213.99.9/32",
+            "dev",
+            "g0",
+        ],
+    );
+    let before = server.count();
+    let spoofed = t
+        .guest
+        .run(|| tcp_connect_from("10.213.99.9:0".parse().unwrap(), sa(ALLOWED_V4, 443)));
+    assert!(!spoofed, "a connection from a spoofed source must fail");
+    assert_eq!(server.count(), before, "the server never saw it");
+    assert!(fence.counters().unwrap().packets(reason::DROP_SPOOFED) > 0);
+}
+
+/// A TCP connect from a chosen local address (std cannot bind before connect; bash can't
+/// either, so use a tiny Python client, which every machine of this kind has).
+fn tcp_connect_from(from: SocketAddr, to: SocketAddr) -> bool {
+    let script = format!(
+        "import socket; s=socket.socket(); s.settimeout(1); s.bind(('{}',0)); s.connect(('{}',{}))",
+        from.ip(),
+        to.ip(),
+        to.port()
+    );
+    std::process::Command::new("timeout")
+        .args(["3", "python3", "-c", &script])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn pinned_fence_outlives_its_loader_and_is_readopted() {
+    require_root();
+    let t = Topology::new(34);
+    let pins = PinDir::new();
+    let _web = TcpServer::start(&t.outside, sa(ALLOWED_V4, 443), b"ok");
+    let _other = TcpServer::start(&t.outside, sa(OTHER_V4, 443), b"no");
+    {
+        let _fence = fence_up(&t, &pins, EgressMode::Curated, &[allow(ALLOWED_V4, &WEB)]);
+        // The Fence and every fd it held go away here, as when svcd crashes.
+    }
+    assert!(
+        tcp_fetch(&t.guest, sa(OTHER_V4, 443)).is_err(),
+        "denied stays denied with no loader"
+    );
+    assert!(
+        tcp_fetch(&t.guest, sa(ALLOWED_V4, 443)).is_ok(),
+        "allowed keeps working from the pinned maps"
+    );
+
+    // A new loader re-adopts the pinned maps and links without a gap.
+    let mut fence = Fence::load(&pins.path).expect("reload");
+    assert!(
+        fence
+            .counters()
+            .unwrap()
+            .packets(reason::DROP_TCP_NOT_ALLOWED)
+            > 0,
+        "the pinned counters, not fresh ones"
+    );
+    let link = t.host_link.clone();
+    t.host.run(|| fence.attach(&link)).expect("re-attach");
+    assert!(tcp_fetch(&t.guest, sa(OTHER_V4, 443)).is_err());
+    assert!(tcp_fetch(&t.guest, sa(ALLOWED_V4, 443)).is_ok());
+
+    // bpftool shows the allow entry and the counters to an operator.
+    let dump = run(
+        "bpftool",
+        &[
+            "-j",
+            "map",
+            "dump",
+            "pinned",
+            pins.path.join("SVC_ALLOW4").to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        text.contains("\"0xc0\",\"0x00\",\"0x02\",\"0x0a\"") || text.contains("0xc0"),
+        "192.0.2.10 in the allow map dump: {text}"
+    );
+
+    t.host.run(|| fence.detach(&link)).expect("detach");
+    assert!(
+        tcp_fetch(&t.guest, sa(OTHER_V4, 443)).is_ok(),
+        "open again without the fence"
+    );
+}
