@@ -17,6 +17,8 @@ use crate::NetNs;
 /// A TCP server that accepts, writes `greeting`, and counts connections.
 pub struct TcpServer {
     pub accepted: Arc<AtomicUsize>,
+    /// Peer addresses of the accepted connections.
+    pub peers: Arc<std::sync::Mutex<Vec<SocketAddr>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -24,8 +26,9 @@ pub struct TcpServer {
 impl TcpServer {
     pub fn start(ns: &NetNs, bind: SocketAddr, greeting: &'static [u8]) -> Self {
         let accepted = Arc::new(AtomicUsize::new(0));
+        let peers = Arc::new(std::sync::Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (a, s) = (accepted.clone(), stop.clone());
+        let (a, s, p) = (accepted.clone(), stop.clone(), peers.clone());
         let path = format!("/run/netns/{}", ns.name);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -37,8 +40,11 @@ impl TcpServer {
             let deadline = Instant::now() + Duration::from_secs(120);
             while !s.load(Ordering::Relaxed) && Instant::now() < deadline {
                 match listener.accept() {
-                    Ok((mut conn, _)) => {
+                    Ok((mut conn, peer)) => {
                         a.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut v) = p.lock() {
+                            v.push(peer);
+                        }
                         let _ = conn.write_all(greeting);
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -48,6 +54,7 @@ impl TcpServer {
         let _ = ready_rx.recv_timeout(Duration::from_secs(5));
         Self {
             accepted,
+            peers,
             stop,
             thread: Some(thread),
         }

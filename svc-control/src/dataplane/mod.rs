@@ -5,12 +5,14 @@
 mod bpffs;
 pub mod clock;
 mod fence;
+mod nft;
 mod sandbox;
 
 pub use bpffs::ensure_bpffs;
 pub use fence::{
     Counters, Direction, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
 };
+pub use nft::{Nft, NftConfig};
 pub use sandbox::{AllowEntry, CidrEntry, PortRule, SandboxLink, WEB};
 
 use std::path::PathBuf;
@@ -97,6 +99,8 @@ pub enum DataplaneError {
     },
     #[error("an allow entry takes at most {max} port rules, {given} given")]
     TooManyRules { given: usize, max: usize },
+    #[error("nftables table {table}: {message}")]
+    Nft { table: String, message: String },
     #[error("link name {0:?} is not a valid interface name (1 to 15 bytes, no '/', no NUL)")]
     BadLinkName(String),
     #[error("removing pinned object {path}")]

@@ -1,0 +1,302 @@
+//! The nftables table of the fence (`inet svc` by default), built as libnftables JSON, checked
+//! against the `nftables` crate's schema and applied with `nft -j -f -`, one batch per change.
+//!
+//! ```text
+//! table inet svc {
+//!   set links  { type ifname }                    # the host ends of guest links
+//!   set never4/never6 { interval }                # sandbox pools and host addresses
+//!   set allow4/allow6 { interval }                # operator exceptions (network.allow_cidrs)
+//!   set deny4/deny6   { interval }                # refused destination classes
+//!   chain prerouting  nat  dstnat: marked DNS → :guard (udp, tcp); marked web → :proxy
+//!   chain input       filter: from links only the guard, the proxy and neighbour discovery
+//!   chain forward     filter: from links, marked DNS/web never forwarded, never/deny sets
+//!                     dropped, operator exceptions accepted; to links only established
+//!   chain postrouting nat  srcnat: from links out of the host: masquerade
+//! }
+//! ```
+//!
+//! The eBPF fence is the first layer and decides per address; this table is the second,
+//! generated from the same policy (the destination classes), and it is what sends DNS to the
+//! guard and web traffic to the proxy.
+
+use ipnet::IpNet;
+use serde_json::{Value, json};
+use svc_ebpf_common::mark;
+
+use super::DataplaneError;
+
+/// Settings of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NftConfig {
+    /// Table name (tests use their own).
+    pub table: String,
+    /// Port of the DNS guard on the host end's addresses.
+    pub guard_port: u16,
+    /// Port of the HTTPS proxy.
+    pub proxy_port: u16,
+    /// Sandbox pools and host addresses: never reachable.
+    pub never: Vec<IpNet>,
+    /// Refused destination classes.
+    pub deny: Vec<IpNet>,
+    /// The operator's exceptions to `deny`.
+    pub operator_allow: Vec<IpNet>,
+}
+
+/// The fence's nftables table.
+#[derive(Debug, Clone)]
+pub struct Nft {
+    config: NftConfig,
+}
+
+impl Nft {
+    pub fn new(config: NftConfig) -> Self {
+        Self { config }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.config.table
+    }
+
+    /// Create (or replace, atomically) the whole table with `links` in its link set.
+    pub fn apply(&self, links: &[String]) -> Result<(), DataplaneError> {
+        let mut batch = Vec::new();
+        let t = self.table_obj();
+        // add + delete + add: a fresh table in one transaction whether or not one existed.
+        batch.push(json!({ "add": { "table": t } }));
+        batch.push(json!({ "delete": { "table": t } }));
+        batch.push(json!({ "add": { "table": t } }));
+        batch.extend(self.sets(links));
+        batch.extend(self.chains());
+        batch.extend(self.rules());
+        self.run(batch)
+    }
+
+    /// Replace the link set (one batch).
+    pub fn set_links(&self, links: &[String]) -> Result<(), DataplaneError> {
+        let mut batch =
+            vec![json!({ "flush": { "set": self.set_obj("links", "ifname", false, None) } })];
+        if !links.is_empty() {
+            batch.push(json!({ "add": { "element": { "family": "inet", "table": self.config.table, "name": "links", "elem": links } } }));
+        }
+        self.run(batch)
+    }
+
+    /// Remove the table (and every rule in it).
+    pub fn teardown(&self) -> Result<(), DataplaneError> {
+        let t = self.table_obj();
+        self.run(vec![
+            json!({ "add": { "table": t } }),
+            json!({ "delete": { "table": t } }),
+        ])
+    }
+
+    fn table_obj(&self) -> Value {
+        json!({ "family": "inet", "name": self.config.table })
+    }
+
+    fn set_obj(&self, name: &str, ty: &str, interval: bool, elem: Option<Vec<Value>>) -> Value {
+        let mut set =
+            json!({ "family": "inet", "table": self.config.table, "name": name, "type": ty });
+        if interval {
+            set["flags"] = json!(["interval"]);
+        }
+        if let Some(e) = elem.filter(|e| !e.is_empty()) {
+            set["elem"] = Value::Array(e);
+        }
+        set
+    }
+
+    fn sets(&self, links: &[String]) -> Vec<Value> {
+        let c = &self.config;
+        let mut out = vec![
+            json!({ "add": { "set": self.set_obj("links", "ifname", false, Some(links.iter().map(|l| json!(l)).collect())) } }),
+        ];
+        for (base, nets) in [
+            ("never", &c.never),
+            ("allow", &c.operator_allow),
+            ("deny", &c.deny),
+        ] {
+            let (v4, v6): (Vec<IpNet>, Vec<IpNet>) = IpNet::aggregate(nets)
+                .into_iter()
+                .partition(|n| matches!(n, IpNet::V4(_)));
+            out.push(json!({ "add": { "set": self.set_obj(&format!("{base}4"), "ipv4_addr", true, Some(prefixes(&v4))) } }));
+            out.push(json!({ "add": { "set": self.set_obj(&format!("{base}6"), "ipv6_addr", true, Some(prefixes(&v6))) } }));
+        }
+        out
+    }
+
+    fn chains(&self) -> Vec<Value> {
+        let chain = |name: &str, ty: &str, hook: &str, prio: i32| json!({ "add": { "chain": { "family": "inet", "table": self.config.table, "name": name, "type": ty, "hook": hook, "prio": prio, "policy": "accept" } } });
+        vec![
+            chain("prerouting", "nat", "prerouting", -100),
+            chain("input", "filter", "input", 0),
+            chain("forward", "filter", "forward", 0),
+            chain("postrouting", "nat", "postrouting", 100),
+        ]
+    }
+
+    fn rules(&self) -> Vec<Value> {
+        let c = &self.config;
+        let rule = |chain: &str, expr: Vec<Value>| json!({ "add": { "rule": { "family": "inet", "table": c.table, "chain": chain, "expr": expr } } });
+        let from_links = || m("==", meta("iifname"), json!("@links"));
+        let to_links = || m("==", meta("oifname"), json!("@links"));
+        let marked = |v: u32| m("==", meta("mark"), json!(v));
+        let l4 = |p: &str| m("==", meta("l4proto"), json!(p));
+        let daddr = |fam: &str, set: &str| {
+            m(
+                "==",
+                json!({ "payload": { "protocol": fam, "field": "daddr" } }),
+                json!(format!("@{set}")),
+            )
+        };
+        let dport = |p: &str, port: u16| {
+            m(
+                "==",
+                json!({ "payload": { "protocol": p, "field": "dport" } }),
+                json!(port),
+            )
+        };
+        let drop = || json!({ "drop": null });
+        let accept = || json!({ "accept": null });
+        vec![
+            // Steering: DNS to the guard, web to the proxy; only what the fence marked.
+            rule(
+                "prerouting",
+                vec![
+                    from_links(),
+                    marked(mark::DNS),
+                    l4("udp"),
+                    json!({ "redirect": { "port": c.guard_port } }),
+                ],
+            ),
+            rule(
+                "prerouting",
+                vec![
+                    from_links(),
+                    marked(mark::DNS),
+                    l4("tcp"),
+                    json!({ "redirect": { "port": c.guard_port } }),
+                ],
+            ),
+            rule(
+                "prerouting",
+                vec![
+                    from_links(),
+                    marked(mark::PROXY),
+                    l4("tcp"),
+                    json!({ "redirect": { "port": c.proxy_port } }),
+                ],
+            ),
+            // Input from guests: the guard, the proxy, neighbour discovery; nothing else.
+            rule(
+                "input",
+                vec![
+                    from_links(),
+                    l4("udp"),
+                    dport("udp", c.guard_port),
+                    accept(),
+                ],
+            ),
+            rule(
+                "input",
+                vec![
+                    from_links(),
+                    l4("tcp"),
+                    dport("tcp", c.guard_port),
+                    accept(),
+                ],
+            ),
+            rule(
+                "input",
+                vec![
+                    from_links(),
+                    l4("tcp"),
+                    dport("tcp", c.proxy_port),
+                    accept(),
+                ],
+            ),
+            rule(
+                "input",
+                vec![
+                    from_links(),
+                    l4("ipv6-icmp"),
+                    m(
+                        "==",
+                        json!({ "payload": { "protocol": "icmpv6", "field": "type" } }),
+                        json!({ "set": ["nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"] }),
+                    ),
+                    accept(),
+                ],
+            ),
+            rule("input", vec![from_links(), drop()]),
+            // Forward: the second layer.
+            rule("forward", vec![from_links(), marked(mark::DNS), drop()]),
+            rule("forward", vec![from_links(), marked(mark::PROXY), drop()]),
+            rule("forward", vec![from_links(), daddr("ip", "never4"), drop()]),
+            rule(
+                "forward",
+                vec![from_links(), daddr("ip6", "never6"), drop()],
+            ),
+            rule(
+                "forward",
+                vec![from_links(), daddr("ip", "allow4"), accept()],
+            ),
+            rule(
+                "forward",
+                vec![from_links(), daddr("ip6", "allow6"), accept()],
+            ),
+            rule("forward", vec![from_links(), daddr("ip", "deny4"), drop()]),
+            rule("forward", vec![from_links(), daddr("ip6", "deny6"), drop()]),
+            rule(
+                "forward",
+                vec![
+                    to_links(),
+                    m(
+                        "in",
+                        json!({ "ct": { "key": "state" } }),
+                        json!(["established", "related"]),
+                    ),
+                    accept(),
+                ],
+            ),
+            rule("forward", vec![to_links(), drop()]),
+            // Out of the host: masquerade.
+            rule(
+                "postrouting",
+                vec![
+                    from_links(),
+                    m("!=", meta("oifname"), json!("@links")),
+                    json!({ "masquerade": null }),
+                ],
+            ),
+        ]
+    }
+
+    fn run(&self, batch: Vec<Value>) -> Result<(), DataplaneError> {
+        let doc = json!({ "nftables": batch });
+        let typed: nftables::schema::Nftables =
+            serde_json::from_value(doc).map_err(|e| DataplaneError::Nft {
+                table: self.config.table.clone(),
+                message: format!("the generated ruleset does not fit the nftables schema: {e}"),
+            })?;
+        nftables::helper::apply_ruleset_with_args(&typed, None::<&str>, std::iter::empty::<&str>())
+            .map_err(|e| DataplaneError::Nft {
+                table: self.config.table.clone(),
+                message: e.to_string(),
+            })
+    }
+}
+
+fn m(op: &str, left: Value, right: Value) -> Value {
+    json!({ "match": { "op": op, "left": left, "right": right } })
+}
+
+fn meta(key: &str) -> Value {
+    json!({ "meta": { "key": key } })
+}
+
+fn prefixes(nets: &[IpNet]) -> Vec<Value> {
+    nets.iter()
+        .map(|n| json!({ "prefix": { "addr": n.network().to_string(), "len": n.prefix_len() } }))
+        .collect()
+}
