@@ -1,5 +1,7 @@
 //! svc's control plane: configuration, policy, the dataplane, and the svcd supervisor.
 
+/// Audit records of every layer, as JSON lines.
+pub mod audit;
 /// Parsing and validation of every configuration file svc reads.
 pub mod config;
 /// The only code that talks to the kernel (eBPF, later nftables and rtnetlink).

@@ -124,9 +124,13 @@ impl Drop for UdpEcho {
 
 /// From inside `ns`: connect over TCP and read the greeting. `Ok(greeting)` or why not.
 pub fn tcp_fetch(ns: &NetNs, to: SocketAddr) -> Result<Vec<u8>, String> {
+    tcp_fetch_within(ns, to, Duration::from_millis(700))
+}
+
+/// [`tcp_fetch`] with a chosen connect timeout.
+pub fn tcp_fetch_within(ns: &NetNs, to: SocketAddr, timeout: Duration) -> Result<Vec<u8>, String> {
     ns.run(move || {
-        let mut conn = TcpStream::connect_timeout(&to, Duration::from_millis(700))
-            .map_err(|e| e.to_string())?;
+        let mut conn = TcpStream::connect_timeout(&to, timeout).map_err(|e| e.to_string())?;
         conn.set_read_timeout(Some(Duration::from_millis(700)))
             .map_err(|e| e.to_string())?;
         let mut buf = Vec::new();

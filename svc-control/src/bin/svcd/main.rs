@@ -5,6 +5,8 @@
 //! detach and unload, all on the pinned objects under the pin directory.
 #![forbid(unsafe_code)]
 
+mod fence_run;
+
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
@@ -65,6 +67,18 @@ enum FenceCommand {
     },
     /// Detach from every link and remove everything pinned under the pin directory.
     Unload(PinArgs),
+    /// Own the fence of one link from a spec file (JSON) and write its drop events to an
+    /// audit log (JSON lines) until SIGTERM/SIGINT. Everything stays pinned afterwards.
+    Run {
+        /// The spec: link, sandbox, mode, addresses, allow entries (see docs/fence.md).
+        #[arg(long)]
+        spec: PathBuf,
+        /// Audit log to append to.
+        #[arg(long, default_value = "/var/log/svc/fence.jsonl")]
+        audit: PathBuf,
+        #[command(flatten)]
+        pins: PinArgs,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -147,6 +161,9 @@ fn fence(cmd: FenceCommand, default_pin_dir: &std::path::Path) -> anyhow::Result
                     );
                 }
             }
+        }
+        FenceCommand::Run { spec, audit, pins } => {
+            fence_run::run(&spec, &dir(pins), &audit)?;
         }
         FenceCommand::Unload(p) => {
             let pin_dir = dir(p);

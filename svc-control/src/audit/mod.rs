@@ -1,0 +1,268 @@
+//! One structured record type for every layer (packet verdicts now; DNS, HTTP, credential use
+//! and SSH refs as those layers arrive), written as JSON lines. A record never holds a secret
+//! value: no payloads, no header values, no tokens.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::Write as _,
+    net::IpAddr,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::{Duration, SystemTime},
+};
+
+use serde::Serialize;
+use svc_ebpf_common::{DropEvent, reason};
+
+/// One audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditRecord {
+    /// RFC 3339, UTC, milliseconds.
+    pub time: String,
+    /// The sandbox id.
+    pub sandbox: u32,
+    #[serde(flatten)]
+    pub event: AuditEvent,
+}
+
+/// What happened, by layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "layer", rename_all = "kebab-case")]
+pub enum AuditEvent {
+    /// A packet the fence dropped.
+    Packet(PacketEvent),
+}
+
+/// A dropped packet: the reason and the addresses, never the payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PacketEvent {
+    pub verdict: &'static str,
+    pub reason: &'static str,
+    /// `tcp`, `udp`, `icmp`, `icmpv6`, a number for anything else; absent when not IP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src: Option<IpAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<IpAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src_port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst_port: Option<u16>,
+    /// The host-side link's ifindex.
+    pub link: u32,
+    /// Drops of this sandbox not reported individually since the previous record (rate limit).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub suppressed: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl AuditRecord {
+    /// The record of a drop event. `mono_now_ns` and `wall_now` are one reading of both clocks,
+    /// to place the kernel's monotonic timestamp on the wall clock.
+    pub fn from_drop(e: &DropEvent, mono_now_ns: u64, wall_now: SystemTime) -> Self {
+        let age = Duration::from_nanos(mono_now_ns.saturating_sub(e.ts_ns));
+        let when = wall_now.checked_sub(age).unwrap_or(wall_now);
+        let addr = |a: &[u8; 16]| match e.family {
+            4 => Some(IpAddr::from([a[0], a[1], a[2], a[3]])),
+            6 => Some(IpAddr::from(*a)),
+            _ => None,
+        };
+        let ip = e.family == 4 || e.family == 6;
+        let ports = ip && (e.protocol == 6 || e.protocol == 17);
+        Self {
+            time: rfc3339(when),
+            sandbox: e.sandbox,
+            event: AuditEvent::Packet(PacketEvent {
+                verdict: "drop",
+                reason: reason::name(e.reason).unwrap_or("unknown"),
+                protocol: ip.then(|| protocol_name(e.protocol)),
+                src: addr(&e.src),
+                dst: addr(&e.dst),
+                src_port: ports.then_some(e.src_port),
+                dst_port: ports.then_some(e.dst_port),
+                link: e.ifindex,
+                suppressed: e.suppressed,
+            }),
+        }
+    }
+}
+
+fn protocol_name(p: u8) -> String {
+    match p {
+        1 => "icmp".into(),
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        58 => "icmpv6".into(),
+        n => n.to_string(),
+    }
+}
+
+/// RFC 3339 UTC with milliseconds.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Errors of the audit sink. Losing the sink is an error the caller acts on (the proxy
+/// refuses requests), never a silent gap.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("opening audit log {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing audit log {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where records go.
+pub trait AuditSink: Send + Sync {
+    fn record(&self, r: &AuditRecord) -> Result<(), AuditError>;
+}
+
+/// A JSON-lines file, rotated to `<name>.1` when it passes `max_bytes`.
+#[derive(Debug)]
+pub struct JsonlFile {
+    path: PathBuf,
+    max_bytes: u64,
+    state: Mutex<(File, u64)>,
+}
+
+impl JsonlFile {
+    pub fn open(path: impl Into<PathBuf>, max_bytes: u64) -> Result<Self, AuditError> {
+        let path = path.into();
+        let file = open_append(&path)?;
+        let len = file.metadata().map_or(0, |m| m.len());
+        Ok(Self {
+            path,
+            max_bytes,
+            state: Mutex::new((file, len)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn rotate(&self, state: &mut (File, u64)) -> Result<(), AuditError> {
+        let rotated = self.path.with_extension(format!(
+            "{}.1",
+            self.path
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("log")
+        ));
+        std::fs::rename(&self.path, &rotated).map_err(|source| AuditError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
+        *state = (open_append(&self.path)?, 0);
+        Ok(())
+    }
+}
+
+impl AuditSink for JsonlFile {
+    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        let mut line = serde_json::to_vec(r).unwrap_or_default();
+        line.push(b'\n');
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.1 + line.len() as u64 > self.max_bytes && state.1 > 0 {
+            self.rotate(&mut state)?;
+        }
+        state
+            .0
+            .write_all(&line)
+            .map_err(|source| AuditError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        state.1 += line.len() as u64;
+        Ok(())
+    }
+}
+
+fn open_append(path: &Path) -> Result<File, AuditError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_event_becomes_a_record_without_payload() {
+        let mut e = DropEvent {
+            ts_ns: 1_000_000_000,
+            sandbox: 3,
+            reason: reason::DROP_TCP_NOT_ALLOWED,
+            ifindex: 9,
+            family: 4,
+            protocol: 6,
+            src_port: 40000,
+            dst_port: 443,
+            ..DropEvent::default()
+        };
+        e.src[..4].copy_from_slice(&[10, 213, 0, 2]);
+        e.dst[..4].copy_from_slice(&[192, 0, 2, 20]);
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let r = AuditRecord::from_drop(&e, 3_000_000_000, wall);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["layer"], "packet");
+        assert_eq!(json["reason"], "drop_tcp_not_allowed");
+        assert_eq!(json["dst"], "192.0.2.20");
+        assert_eq!(json["dst_port"], 443);
+        assert_eq!(json["protocol"], "tcp");
+        assert_eq!(
+            json["time"], "2027-01-15T07:59:58.000Z",
+            "the kernel timestamp placed on the wall clock"
+        );
+        assert!(json.get("suppressed").is_none());
+    }
+
+    #[test]
+    fn jsonl_file_rotates_at_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fence.jsonl");
+        let sink = JsonlFile::open(&path, 300).unwrap();
+        let e = DropEvent {
+            family: 4,
+            protocol: 17,
+            reason: reason::DROP_UDP_NOT_ALLOWED,
+            ..DropEvent::default()
+        };
+        for _ in 0..10 {
+            sink.record(&AuditRecord::from_drop(&e, 0, SystemTime::now()))
+                .unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() <= 300);
+        assert!(dir.path().join("fence.jsonl.1").exists());
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            serde_json::from_str::<serde_json::Value>(line).unwrap();
+        }
+    }
+}
