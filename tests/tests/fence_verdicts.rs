@@ -651,3 +651,53 @@ fn an_expired_entry_stops_working_unless_traffic_keeps_it_alive() {
     );
     assert!(loaded.fence.collect_expired().unwrap() >= 2);
 }
+
+#[test]
+fn class_denied_addresses_never_enter_the_allow_maps() {
+    use std::time::Duration;
+    use svc_control::dataplane::{AllowEntry, CidrEntry, WEB};
+    require_root();
+    let mut loaded = fixture::load(EgressMode::Curated, TEST_RUN_IFINDEX);
+    for addr in [
+        "169.254.169.254",
+        "10.213.5.2",
+        "127.0.0.1",
+        "::ffff:192.0.2.10",
+        "fd00:ec2::254",
+    ] {
+        let e = AllowEntry {
+            addr: addr.parse().unwrap(),
+            rules: WEB.to_vec(),
+            host_id: 1,
+            ttl: None,
+            idle: Duration::ZERO,
+        };
+        assert!(
+            loaded.fence.add_allow(TEST_RUN_IFINDEX, &e).is_err(),
+            "{addr} must be refused"
+        );
+    }
+    let wide = CidrEntry {
+        net: "10.0.0.0/8".parse().unwrap(),
+        rules: WEB.to_vec(),
+        host_id: 1,
+    };
+    assert!(
+        loaded
+            .fence
+            .install_sandbox(
+                &fixture::link(EgressMode::Curated, TEST_RUN_IFINDEX),
+                &[],
+                &[wide]
+            )
+            .is_err()
+    );
+    let public = AllowEntry {
+        addr: "192.0.2.99".parse().unwrap(),
+        rules: WEB.to_vec(),
+        host_id: 1,
+        ttl: None,
+        idle: Duration::ZERO,
+    };
+    assert!(loaded.fence.add_allow(TEST_RUN_IFINDEX, &public).is_ok());
+}

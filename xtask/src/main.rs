@@ -32,10 +32,11 @@ enum Command {
     },
     /// Set up, then show a guest link fenced by eBPF and `svc config check` at work.
     Demo,
-    /// Run a benchmark: `policy` (one egress decision, criterion).
+    /// Run a benchmark: `policy` (one egress decision, criterion) or `fence` (throughput and
+    /// per-packet cost with and without the eBPF fence, at scale).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy"])]
+        #[arg(value_parser = ["policy", "fence"])]
         which: String,
     },
 }
@@ -49,6 +50,15 @@ fn bench(which: &str) -> anyhow::Result<()> {
             "svc-control",
             "--bench",
             "policy",
+        ])),
+        "fence" => ui::run(std::process::Command::new("cargo").args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "svc-tests",
+            "--bin",
+            "fence-bench",
         ])),
         other => anyhow::bail!("no benchmark {other:?}"),
     }

@@ -17,6 +17,7 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("nftables", "the nft redirect and forward rules"),
     ("iproute2", "network namespaces, veth pairs, tc"),
     ("iputils-ping", "ICMP probes in the tests and the demo"),
+    ("iperf3", "the fence throughput benchmark"),
 ];
 
 /// bpf-linker release built against Debian's LLVM 22.

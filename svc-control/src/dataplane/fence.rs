@@ -33,6 +33,9 @@ pub struct Fence {
     ebpf: Ebpf,
     pin_dir: PathBuf,
     pub(super) maps: Maps,
+    /// A copy of the destination-class tries (prefix, verdict), to refuse allow entries in a
+    /// denied class before they reach the kernel.
+    pub(super) classes: Vec<(ipnet::IpNet, u32)>,
 }
 
 /// Typed handles on the fence's maps.
@@ -176,10 +179,12 @@ impl Fence {
             })?;
         }
         let maps = Maps::take(&mut ebpf)?;
+        let classes = maps.read_classes();
         Ok(Self {
             ebpf,
             pin_dir,
             maps,
+            classes,
         })
     }
 
@@ -315,6 +320,7 @@ impl Fence {
             ebpf,
             pin_dir,
             maps,
+            ..
         } = self;
         drop(maps);
         drop(ebpf);
@@ -378,6 +384,26 @@ pub fn remove_pin_dir(pin_dir: &Path) -> Result<(), Vec<DataplaneError>> {
 }
 
 impl Maps {
+    /// The destination classes already pinned (re-adoption after a restart).
+    fn read_classes(&self) -> Vec<(ipnet::IpNet, u32)> {
+        let mut out = Vec::new();
+        for (k, v) in self.deny4.iter().flatten() {
+            if let Ok(n) =
+                ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(k.data()), k.prefix_len() as u8)
+            {
+                out.push((n.into(), v));
+            }
+        }
+        for (k, v) in self.deny6.iter().flatten() {
+            if let Ok(n) =
+                ipnet::Ipv6Net::new(std::net::Ipv6Addr::from(k.data()), k.prefix_len() as u8)
+            {
+                out.push((n.into(), v));
+            }
+        }
+        out
+    }
+
     fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
         Ok(Self {
             counters: take(ebpf, map::COUNTERS)?,

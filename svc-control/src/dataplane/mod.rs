@@ -97,6 +97,8 @@ pub enum DataplaneError {
         #[source]
         source: Box<aya::maps::MapError>,
     },
+    #[error("{0} is in a destination class that is never reachable; it cannot be allowed")]
+    DeniedDestination(String),
     #[error("an allow entry takes at most {max} port rules, {given} given")]
     TooManyRules { given: usize, max: usize },
     #[error("nftables table {table}: {message}")]

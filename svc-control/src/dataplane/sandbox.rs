@@ -168,7 +168,9 @@ impl Fence {
         for k in old6 {
             let _ = self.maps.deny6.remove(&k);
         }
+        self.classes.clear();
         for (nets, verdict) in [(deny, class::DENY), (operator_allow, class::OPERATOR_ALLOW)] {
+            self.classes.extend(nets.iter().map(|n| (*n, verdict)));
             for net in nets {
                 match net {
                     IpNet::V4(n) => self
@@ -224,12 +226,27 @@ impl Fence {
         Ok(n)
     }
 
+    /// Whether the destination classes refuse `addr` (the longest matching prefix decides, as
+    /// in the kernel's trie).
+    pub fn class_denies(&self, addr: IpAddr) -> bool {
+        self.classes
+            .iter()
+            .filter(|(n, _)| n.contains(&addr))
+            .max_by_key(|(n, _)| n.prefix_len())
+            .is_some_and(|(_, v)| *v == class::DENY)
+    }
+
     fn put_allow(
         &mut self,
         sandbox: u32,
         generation: u32,
         e: &AllowEntry,
     ) -> Result<(), DataplaneError> {
+        // The Curated fast path skips the class trie on a hit: a denied address must never get
+        // into the allow maps.
+        if self.class_denies(e.addr) {
+            return Err(DataplaneError::DeniedDestination(e.addr.to_string()));
+        }
         let v6 = e.addr.is_ipv6();
         let value = value(&e.rules, e.host_id, e.ttl, e.idle, v6)?;
         match e.addr {
@@ -268,6 +285,17 @@ impl Fence {
         generation: u32,
         c: &CidrEntry,
     ) -> Result<(), DataplaneError> {
+        let operator_allowed = self
+            .classes
+            .iter()
+            .any(|(a, v)| *v == class::OPERATOR_ALLOW && a.contains(&c.net));
+        let overlaps_denied = self
+            .classes
+            .iter()
+            .any(|(n, v)| *v == class::DENY && (n.contains(&c.net) || c.net.contains(n)));
+        if overlaps_denied && !operator_allowed {
+            return Err(DataplaneError::DeniedDestination(c.net.to_string()));
+        }
         let value = value(
             &c.rules,
             c.host_id,

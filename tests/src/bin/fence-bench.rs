@@ -1,0 +1,224 @@
+//! `cargo xtask bench fence`: the fence's cost, measured side by side in one run.
+//!
+//! 1. TCP throughput guest → outside with iperf3 over the same veth, without programs and with
+//!    the fence attached (an allow entry for the server), as a ratio.
+//! 2. Per-packet cost of each program from the kernel's BPF statistics
+//!    (`kernel.bpf_stats_enabled=1`: run_time_ns / run_cnt), the median of several windows.
+//! 3. The same with 100 sandboxes × 1,000 allow entries each in the maps.
+//!
+//! Prints a Markdown table for docs/PERFORMANCE.md.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark binary: fail loudly"
+)]
+
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    process::{Child, Command},
+    time::Duration,
+};
+
+use svc_control::{
+    dataplane::{AllowEntry, Fence, PortRule, SandboxLink},
+    policy::{destination, mode::EgressMode},
+};
+use svc_tests::{
+    PinDir, require_root, run,
+    topology::{ALLOWED_V4, Topology},
+};
+
+const SECONDS: &str = "4";
+const ROUNDS: usize = 3;
+
+fn main() {
+    require_root();
+    let t = Topology::new(200);
+    let pins = PinDir::new();
+    let mut rows = Vec::new();
+    let base = median((0..ROUNDS).map(|_| iperf(&t)).collect());
+    let mut fence = Fence::load(&pins.path).expect("load");
+    let (deny, ok) = destination::fence_cidrs(&destination::HostNetwork {
+        host_addresses: vec![t.gateway_v4.into()],
+        sandbox_pools: vec![
+            "10.213.0.0/16".parse().unwrap(),
+            "fd53::/16".parse().unwrap(),
+        ],
+        allow_cidrs: vec![],
+    });
+    fence.set_destination_classes(&deny, &ok).unwrap();
+    let link = SandboxLink {
+        ifindex: t.host_ifindex(),
+        sandbox: 1,
+        mode: EgressMode::Curated,
+        proxy: false,
+        guest_v4: t.guest_v4,
+        gateway_v4: t.gateway_v4,
+        guest_v6: Some(t.guest_v6),
+        guest_v6_link_local: Some(t.guest_v6_ll),
+        gateway_v6: Some(t.gateway_v6),
+    };
+    let entry = AllowEntry {
+        addr: ALLOWED_V4.into(),
+        rules: vec![PortRule::Tcp(5201)],
+        host_id: 1,
+        ttl: None,
+        idle: Duration::ZERO,
+    };
+    fence
+        .install_sandbox(&link, std::slice::from_ref(&entry), &[])
+        .unwrap();
+    let name = t.host_link.clone();
+    t.host.run(|| fence.attach(&name)).unwrap();
+    run("sysctl", &["-qw", "kernel.bpf_stats_enabled=1"]);
+
+    let (with, cost) = measure(&t, &pins);
+    rows.push(("1 sandbox, 1 entry", base, with, cost));
+
+    // Scale: 100 sandboxes × 1,000 entries (the measured sandbox is one of them).
+    for s in 2..=100u32 {
+        let mut other = link.clone();
+        other.ifindex = 10_000 + s;
+        other.sandbox = s;
+        let entries: Vec<AllowEntry> = (0..1000u32)
+            .map(|i| AllowEntry {
+                addr: IpAddr::V4(Ipv4Addr::from(0xc633_0000 | (s << 10) | i)),
+                ..entry.clone()
+            })
+            .collect();
+        fence.install_sandbox(&other, &entries, &[]).unwrap();
+    }
+    let mut mine: Vec<AllowEntry> = (0..999u32)
+        .map(|i| AllowEntry {
+            addr: IpAddr::V4(Ipv4Addr::from(0xcb00_7100 | i)),
+            ..entry.clone()
+        })
+        .collect();
+    mine.push(entry.clone());
+    fence.install_sandbox(&link, &mine, &[]).unwrap();
+    let base_scaled = {
+        t.host.run(|| fence.detach(&name)).unwrap();
+        let b = median((0..ROUNDS).map(|_| iperf(&t)).collect());
+        t.host.run(|| fence.attach(&name)).unwrap();
+        b
+    };
+    let (with_scaled, cost_scaled) = measure(&t, &pins);
+    rows.push((
+        "100 sandboxes × 1,000 entries",
+        base_scaled,
+        with_scaled,
+        cost_scaled,
+    ));
+    run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
+
+    println!(
+        "\n| maps | without fence (Gbit/s) | with fence (Gbit/s) | ratio | ingress ns/packet (median) | egress ns/packet (median) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (what, b, w, (ci, ce)) in rows {
+        println!(
+            "| {what} | {:.2} | {:.2} | {:.3} | {ci:.0} | {ce:.0} |",
+            b / 1e9,
+            w / 1e9,
+            w / b
+        );
+    }
+    t.host.run(|| fence.detach(&name)).unwrap();
+}
+
+/// Throughput with the fence, and the per-packet cost of each direction (median of windows).
+fn measure(t: &Topology, pins: &PinDir) -> (f64, (f64, f64)) {
+    let mut rates = Vec::new();
+    let mut ingress = Vec::new();
+    let mut egress = Vec::new();
+    for _ in 0..ROUNDS {
+        let (i0, e0) = (
+            stats(pins, "prog_svc_tap_ingress"),
+            stats(pins, "prog_svc_tap_egress"),
+        );
+        rates.push(iperf(t));
+        let (i1, e1) = (
+            stats(pins, "prog_svc_tap_ingress"),
+            stats(pins, "prog_svc_tap_egress"),
+        );
+        ingress.push((i1.0 - i0.0) as f64 / (i1.1 - i0.1).max(1) as f64);
+        egress.push((e1.0 - e0.0) as f64 / (e1.1 - e0.1).max(1) as f64);
+    }
+    (median(rates), (median(ingress), median(egress)))
+}
+
+/// (run_time_ns, run_cnt) of a pinned program.
+fn stats(pins: &PinDir, prog: &str) -> (u64, u64) {
+    let out = run(
+        "bpftool",
+        &[
+            "-j",
+            "prog",
+            "show",
+            "pinned",
+            pins.path.join(prog).to_str().unwrap(),
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        v["run_time_ns"].as_u64().unwrap_or(0),
+        v["run_cnt"].as_u64().unwrap_or(0),
+    )
+}
+
+fn iperf_server(t: &Topology) -> ChildGuard {
+    ChildGuard(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.outside.name,
+                "iperf3",
+                "-s",
+                "-B",
+                &ALLOWED_V4.to_string(),
+                "-1",
+            ])
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// bits per second of one iperf3 run, guest → outside.
+fn iperf(t: &Topology) -> f64 {
+    // -1 servers exit after one test: restart one for each run.
+    let _server = iperf_server(t);
+    std::thread::sleep(Duration::from_millis(200));
+    let out = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &t.guest.name,
+            "iperf3",
+            "-c",
+            &ALLOWED_V4.to_string(),
+            "-t",
+            SECONDS,
+            "-J",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
