@@ -24,7 +24,11 @@ pub mod program {
 pub mod map {
     /// `PERCPU_ARRAY<u32 reason, Counter>`: packets and bytes per verdict reason.
     pub const COUNTERS: &str = "SVC_COUNTERS";
-    /// `HASH<u32 ifindex, SandboxRecord>`: the sandbox behind each fenced link.
+    /// `ARRAY<u32 ifindex, SandboxRecord>`: the sandbox behind each fenced link whose ifindex
+    /// is below [`capacity::LINKS`](super::capacity::LINKS) (an array lookup the JIT inlines);
+    /// a zeroed slot (sandbox 0) means no sandbox.
+    pub const LINKS: &str = "SVC_LINKS";
+    /// `HASH<u32 ifindex, SandboxRecord>`: the same for larger ifindexes.
     pub const SANDBOXES: &str = "SVC_SANDBOXES";
     /// `LRU_HASH<AllowKey4, AllowValue>`: IPv4 addresses a sandbox may reach (DNS answers,
     /// IP-literal hosts).
@@ -49,6 +53,8 @@ pub mod map {
 /// Map capacities.
 pub mod capacity {
     pub const SANDBOXES: u32 = 4096;
+    /// Slots of the link array: ifindexes below this use it.
+    pub const LINKS: u32 = 65_536;
     pub const ALLOW4: u32 = 131_072;
     pub const ALLOW6: u32 = 65_536;
     pub const CIDR4: u32 = 16_384;
@@ -224,7 +230,8 @@ pub struct Counter {
 }
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
 
-/// Value of [`map::SANDBOXES`], keyed by the host-side link's ifindex (native byte order).
+/// Value of [`map::LINKS`] and [`map::SANDBOXES`], keyed by the host-side link's ifindex
+/// (native byte order). Sandbox id 0 is reserved: it marks an empty slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SandboxRecord {

@@ -7,7 +7,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf, lpm_trie::LpmTrie},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, lpm_trie::LpmTrie},
     programs::{
         LinkOrder, SchedClassifier, TcAttachType, TestRun as _, TestRunOptions,
         links::{FdLink, PinnedLink},
@@ -16,8 +16,8 @@ use aya::{
 };
 use serde::Serialize;
 use svc_ebpf_common::{
-    AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, Counter, DropEvent, SandboxRecord, map,
-    program, reason,
+    AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, Counter, DropEvent, SandboxRecord,
+    capacity, map, program, reason,
 };
 
 use super::DataplaneError;
@@ -41,6 +41,7 @@ pub struct Fence {
 /// Typed handles on the fence's maps.
 pub(super) struct Maps {
     pub counters: PerCpuArray<MapData, Counter>,
+    pub links: Array<MapData, SandboxRecord>,
     pub sandboxes: HashMap<MapData, u32, SandboxRecord>,
     pub allow4: HashMap<MapData, AllowKey4, AllowValue>,
     pub allow6: HashMap<MapData, AllowKey6, AllowValue>,
@@ -286,6 +287,32 @@ impl Fence {
         self.test_run_dir(Direction::Ingress, frame)
     }
 
+    /// Run one direction's classifier `repeat` times on `frame`; the kernel's average time per
+    /// run (the program alone, no stack around it). For benchmarks.
+    pub fn test_run_timed(
+        &mut self,
+        direction: Direction,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<std::time::Duration, DataplaneError> {
+        let name = direction.program();
+        let prog = classifier(&mut self.ebpf, name)?;
+        let mut out = vec![0u8; frame.len().max(64) + 256];
+        let result = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                repeat,
+                ..TestRunOptions::new()
+            })
+            .map_err(|source| DataplaneError::Program {
+                operation: "test-running",
+                program: name,
+                source: Box::new(source),
+            })?;
+        Ok(result.duration)
+    }
+
     /// Run one direction's classifier once on `frame`. The kernel runs test frames on the
     /// loopback device, so the sandbox record they see is the one for ifindex 1.
     pub fn test_run_dir(
@@ -384,6 +411,37 @@ pub fn remove_pin_dir(pin_dir: &Path) -> Result<(), Vec<DataplaneError>> {
 }
 
 impl Maps {
+    /// The record of a link, if it has one.
+    pub fn record(&self, ifindex: u32) -> Option<SandboxRecord> {
+        if ifindex < capacity::LINKS {
+            self.links.get(&ifindex, 0).ok().filter(|r| r.sandbox != 0)
+        } else {
+            self.sandboxes.get(&ifindex, 0).ok()
+        }
+    }
+
+    /// Write a link's record in one map update.
+    pub fn set_record(
+        &mut self,
+        ifindex: u32,
+        record: SandboxRecord,
+    ) -> Result<(), aya::maps::MapError> {
+        if ifindex < capacity::LINKS {
+            self.links.set(ifindex, record, 0)
+        } else {
+            self.sandboxes.insert(ifindex, record, 0)
+        }
+    }
+
+    /// Clear a link's record (the link then drops everything).
+    pub fn clear_record(&mut self, ifindex: u32) -> Result<(), aya::maps::MapError> {
+        if ifindex < capacity::LINKS {
+            self.links.set(ifindex, SandboxRecord::default(), 0)
+        } else {
+            self.sandboxes.remove(&ifindex)
+        }
+    }
+
     /// The destination classes already pinned (re-adoption after a restart).
     fn read_classes(&self) -> Vec<(ipnet::IpNet, u32)> {
         let mut out = Vec::new();
@@ -407,6 +465,7 @@ impl Maps {
     fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
         Ok(Self {
             counters: take(ebpf, map::COUNTERS)?,
+            links: take(ebpf, map::LINKS)?,
             sandboxes: take(ebpf, map::SANDBOXES)?,
             allow4: take(ebpf, map::ALLOW4)?,
             allow6: take(ebpf, map::ALLOW6)?,

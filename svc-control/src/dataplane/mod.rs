@@ -97,6 +97,10 @@ pub enum DataplaneError {
         #[source]
         source: Box<aya::maps::MapError>,
     },
+    #[error("sandbox id 0 is reserved (it marks an empty link slot)")]
+    ReservedSandboxId,
+    #[error("link with ifindex {0} has no sandbox record")]
+    NoSandbox(u32),
     #[error("{0} is in a destination class that is never reachable; it cannot be allowed")]
     DeniedDestination(String),
     #[error("an allow entry takes at most {max} port rules, {given} given")]

@@ -90,7 +90,10 @@ impl Fence {
         entries: &[AllowEntry],
         cidrs: &[CidrEntry],
     ) -> Result<u32, DataplaneError> {
-        let previous = self.maps.sandboxes.get(&link.ifindex, 0).ok();
+        if link.sandbox == 0 {
+            return Err(DataplaneError::ReservedSandboxId);
+        }
+        let previous = self.maps.record(link.ifindex);
         let generation = previous.map_or(1, |r| r.generation.wrapping_add(1).max(1));
         for e in entries {
             self.put_allow(link.sandbox, generation, e)?;
@@ -100,9 +103,8 @@ impl Fence {
         }
         let record = record(link, generation);
         self.maps
-            .sandboxes
-            .insert(link.ifindex, record, 0)
-            .map_err(|e| write_err(map::SANDBOXES, e))?;
+            .set_record(link.ifindex, record)
+            .map_err(|e| write_err(map::LINKS, e))?;
         if let Some(old) = previous {
             self.delete_generation(old.sandbox, Some(old.generation))?;
         }
@@ -114,27 +116,25 @@ impl Fence {
     pub fn add_allow(&mut self, ifindex: u32, entry: &AllowEntry) -> Result<(), DataplaneError> {
         let rec = self
             .maps
-            .sandboxes
-            .get(&ifindex, 0)
-            .map_err(|e| write_err(map::SANDBOXES, e))?;
+            .record(ifindex)
+            .ok_or(DataplaneError::NoSandbox(ifindex))?;
         self.put_allow(rec.sandbox, rec.generation, entry)
     }
 
     /// Remove a sandbox: its record first (the link then drops everything), then its entries.
     pub fn remove_sandbox(&mut self, ifindex: u32) -> Result<(), DataplaneError> {
-        let Ok(rec) = self.maps.sandboxes.get(&ifindex, 0) else {
+        let Some(rec) = self.maps.record(ifindex) else {
             return Ok(());
         };
         self.maps
-            .sandboxes
-            .remove(&ifindex)
-            .map_err(|e| write_err(map::SANDBOXES, e))?;
+            .clear_record(ifindex)
+            .map_err(|e| write_err(map::LINKS, e))?;
         self.delete_generation(rec.sandbox, None)
     }
 
     /// The record of a link, if it has one.
     pub fn sandbox_record(&self, ifindex: u32) -> Option<SandboxRecord> {
-        self.maps.sandboxes.get(&ifindex, 0).ok()
+        self.maps.record(ifindex)
     }
 
     /// Allow entries of one sandbox in the generation in force: (address, entry).

@@ -29,14 +29,13 @@ use svc_tests::{
 };
 
 const SECONDS: &str = "4";
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 fn main() {
     require_root();
     let t = Topology::new(200);
     let pins = PinDir::new();
     let mut rows = Vec::new();
-    let base = median((0..ROUNDS).map(|_| iperf(&t)).collect());
     let mut fence = Fence::load(&pins.path).expect("load");
     let (deny, ok) = destination::fence_cidrs(&destination::HostNetwork {
         host_addresses: vec![t.gateway_v4.into()],
@@ -63,17 +62,13 @@ fn main() {
         rules: vec![PortRule::Tcp(5201)],
         host_id: 1,
         ttl: None,
-        idle: Duration::ZERO,
+        idle: Duration::from_secs(30),
     };
     fence
         .install_sandbox(&link, std::slice::from_ref(&entry), &[])
         .unwrap();
-    let name = t.host_link.clone();
-    t.host.run(|| fence.attach(&name)).unwrap();
     run("sysctl", &["-qw", "kernel.bpf_stats_enabled=1"]);
-
-    let (with, cost) = measure(&t, &pins);
-    rows.push(("1 sandbox, 1 entry", base, with, cost));
+    rows.push(("1 sandbox, 1 entry", measure(&t, &pins, &mut fence)));
 
     // Scale: 100 sandboxes × 1,000 entries (the measured sandbox is one of them).
     for s in 2..=100u32 {
@@ -96,55 +91,114 @@ fn main() {
         .collect();
     mine.push(entry.clone());
     fence.install_sandbox(&link, &mine, &[]).unwrap();
-    let base_scaled = {
-        t.host.run(|| fence.detach(&name)).unwrap();
-        let b = median((0..ROUNDS).map(|_| iperf(&t)).collect());
-        t.host.run(|| fence.attach(&name)).unwrap();
-        b
-    };
-    let (with_scaled, cost_scaled) = measure(&t, &pins);
     rows.push((
         "100 sandboxes × 1,000 entries",
-        base_scaled,
-        with_scaled,
-        cost_scaled,
+        measure(&t, &pins, &mut fence),
     ));
     run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
 
     println!(
-        "\n| maps | without fence (Gbit/s) | with fence (Gbit/s) | ratio | ingress ns/packet (median) | egress ns/packet (median) |"
+        "\n| maps | without fence (Gbit/s) | with fence (Gbit/s) | ratio | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | ingress ns/run, BPF_PROG_TEST_RUN |"
     );
-    println!("|---|---|---|---|---|---|");
-    for (what, b, w, (ci, ce)) in rows {
+    println!("|---|---|---|---|---|---|---|");
+    for (what, m) in rows {
         println!(
-            "| {what} | {:.2} | {:.2} | {:.3} | {ci:.0} | {ce:.0} |",
-            b / 1e9,
-            w / 1e9,
-            w / b
+            "| {what} | {:.2} | {:.2} | {:.3} | {:.0} | {:.0} | {:.0} |",
+            m.without / 1e9,
+            m.with / 1e9,
+            m.with / m.without,
+            m.ingress_ns,
+            m.egress_ns,
+            m.test_run_ns
         );
     }
-    t.host.run(|| fence.detach(&name)).unwrap();
 }
 
-/// Throughput with the fence, and the per-packet cost of each direction (median of windows).
-fn measure(t: &Topology, pins: &PinDir) -> (f64, (f64, f64)) {
-    let mut rates = Vec::new();
-    let mut ingress = Vec::new();
-    let mut egress = Vec::new();
+struct Measured {
+    without: f64,
+    with: f64,
+    ingress_ns: f64,
+    egress_ns: f64,
+    test_run_ns: f64,
+}
+
+/// Alternate rounds without and with the fence on the same link (so drift hits both alike);
+/// the medians, and the per-packet cost of each direction from the kernel's BPF stats.
+fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
+    let name = t.host_link.clone();
+    let (mut without, mut with, mut ingress, mut egress) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
+        without.push(iperf(t));
+        t.host.run(|| fence.attach(&name)).unwrap();
         let (i0, e0) = (
             stats(pins, "prog_svc_tap_ingress"),
             stats(pins, "prog_svc_tap_egress"),
         );
-        rates.push(iperf(t));
+        with.push(iperf(t));
         let (i1, e1) = (
             stats(pins, "prog_svc_tap_ingress"),
             stats(pins, "prog_svc_tap_egress"),
         );
+        t.host.run(|| fence.detach(&name)).unwrap();
         ingress.push((i1.0 - i0.0) as f64 / (i1.1 - i0.1).max(1) as f64);
         egress.push((e1.0 - e0.0) as f64 / (e1.1 - e0.1).max(1) as f64);
     }
-    (median(rates), (median(ingress), median(egress)))
+    // The program alone, on a crafted packet of the same flow, on loopback (ifindex 1).
+    let mut lo = SandboxLink {
+        ifindex: 1,
+        sandbox: 999,
+        ..sandbox_like(t)
+    };
+    lo.sandbox = 999;
+    fence
+        .install_sandbox(
+            &lo,
+            &[AllowEntry {
+                addr: ALLOWED_V4.into(),
+                rules: vec![PortRule::Tcp(5201)],
+                host_id: 1,
+                ttl: None,
+                idle: Duration::from_secs(30),
+            }],
+            &[],
+        )
+        .unwrap();
+    let frame = svc_tests::frames::ipv4(
+        t.guest_v4,
+        ALLOWED_V4,
+        svc_tests::frames::TCP,
+        &svc_tests::frames::tcp(40000, 5201, svc_tests::frames::ACK),
+    );
+    let test_run_ns = fence
+        .test_run_timed(
+            svc_control::dataplane::Direction::Ingress,
+            &frame,
+            1_000_000,
+        )
+        .unwrap()
+        .as_nanos() as f64;
+    Measured {
+        without: median(without),
+        with: median(with),
+        ingress_ns: median(ingress),
+        egress_ns: median(egress),
+        test_run_ns,
+    }
+}
+
+fn sandbox_like(t: &Topology) -> SandboxLink {
+    SandboxLink {
+        ifindex: 1,
+        sandbox: 999,
+        mode: EgressMode::Curated,
+        proxy: false,
+        guest_v4: t.guest_v4,
+        gateway_v4: t.gateway_v4,
+        guest_v6: None,
+        guest_v6_link_local: None,
+        gateway_v6: None,
+    }
 }
 
 /// (run_time_ns, run_cnt) of a pinned program.
