@@ -148,12 +148,12 @@ fn fence(cmd: FenceCommand, default_pin_dir: &std::path::Path) -> anyhow::Result
                 println!("{}", serde_json::to_string_pretty(&counters)?);
             } else {
                 println!(
-                    "{:<20} {:>8} {:>12} {:>12}",
+                    "{:<22} {:>8} {:>12} {:>12}",
                     "reason", "verdict", "packets", "bytes"
                 );
                 for r in &counters.reasons {
                     println!(
-                        "{:<20} {:>8} {:>12} {:>12}",
+                        "{:<22} {:>8} {:>12} {:>12}",
                         r.reason,
                         if r.drop { "drop" } else { "pass" },
                         r.packets,
