@@ -5,6 +5,7 @@
 mod bpffs;
 pub mod clock;
 mod fence;
+mod link;
 mod nft;
 mod sandbox;
 
@@ -12,6 +13,7 @@ pub use bpffs::ensure_bpffs;
 pub use fence::{
     Counters, Direction, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
 };
+pub use link::Links;
 pub use nft::{Nft, NftConfig};
 pub use sandbox::{AllowEntry, CidrEntry, PortRule, SandboxLink, WEB};
 
@@ -105,6 +107,8 @@ pub enum DataplaneError {
     DeniedDestination(String),
     #[error("an allow entry takes at most {max} port rules, {given} given")]
     TooManyRules { given: usize, max: usize },
+    #[error("{operation}: {message}")]
+    Netlink { operation: String, message: String },
     #[error("nftables table {table}: {message}")]
     Nft { table: String, message: String },
     #[error("link name {0:?} is not a valid interface name (1 to 15 bytes, no '/', no NUL)")]

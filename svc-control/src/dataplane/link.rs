@@ -1,0 +1,180 @@
+//! Links, addresses and routes over rtnetlink: the host end of each guest link, moving the peer
+//! into the guest's network namespace, addressing both ends.
+//!
+//! A [`Links`] handle talks to the network namespace of the thread that created it, so svcd
+//! (and tests) create one per namespace they manage.
+
+use std::{net::IpAddr, os::fd::AsRawFd as _};
+
+use futures::TryStreamExt as _;
+use ipnet::IpNet;
+use rtnetlink::{LinkUnspec, LinkVeth, RouteMessageBuilder};
+
+use super::DataplaneError;
+
+/// A netlink handle bound to one network namespace.
+#[derive(Debug, Clone)]
+pub struct Links {
+    handle: rtnetlink::Handle,
+}
+
+impl Links {
+    /// Open a netlink connection in the current thread's network namespace. Needs a tokio
+    /// runtime (the connection runs as a task on it).
+    pub fn connect() -> Result<Self, DataplaneError> {
+        let (conn, handle, _) = rtnetlink::new_connection()
+            .map_err(|e| netlink("opening a netlink socket", e.to_string()))?;
+        tokio::spawn(conn);
+        Ok(Self { handle })
+    }
+
+    /// Create a veth pair `host` ↔ `peer`; returns the ifindex of `host`.
+    pub async fn create_veth(&self, host: &str, peer: &str) -> Result<u32, DataplaneError> {
+        self.handle
+            .link()
+            .add(LinkVeth::new(host, peer).build())
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("creating veth {host} ↔ {peer}"), e.to_string()))?;
+        self.ifindex(host).await?.ok_or_else(|| {
+            netlink(
+                &format!("finding {host} after creating it"),
+                "not found".into(),
+            )
+        })
+    }
+
+    /// Move link `ifindex` into the network namespace open as `netns` (a `/run/netns/NAME` file
+    /// or `/proc/PID/ns/net`).
+    pub async fn move_to_netns(
+        &self,
+        ifindex: u32,
+        netns: &std::fs::File,
+    ) -> Result<(), DataplaneError> {
+        self.handle
+            .link()
+            .set(
+                LinkUnspec::new_with_index(ifindex)
+                    .setns_by_fd(netns.as_raw_fd())
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(|e| {
+                netlink(
+                    &format!("moving link {ifindex} to another namespace"),
+                    e.to_string(),
+                )
+            })
+    }
+
+    /// Rename link `ifindex`.
+    pub async fn rename(&self, ifindex: u32, name: &str) -> Result<(), DataplaneError> {
+        self.handle
+            .link()
+            .set(
+                LinkUnspec::new_with_index(ifindex)
+                    .name(name.to_owned())
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("renaming link {ifindex} to {name}"), e.to_string()))
+    }
+
+    /// Bring link `ifindex` up.
+    pub async fn up(&self, ifindex: u32) -> Result<(), DataplaneError> {
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(ifindex).up().build())
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("bringing link {ifindex} up"), e.to_string()))
+    }
+
+    /// Add an address (with its prefix) to link `ifindex`.
+    pub async fn add_address(&self, ifindex: u32, addr: IpNet) -> Result<(), DataplaneError> {
+        self.handle
+            .address()
+            .add(ifindex, addr.addr(), addr.prefix_len())
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("adding {addr} to link {ifindex}"), e.to_string()))
+    }
+
+    /// Add a route to `dest` via `gateway` (or on-link) out of `ifindex`.
+    pub async fn add_route(
+        &self,
+        dest: IpNet,
+        gateway: Option<IpAddr>,
+        ifindex: u32,
+    ) -> Result<(), DataplaneError> {
+        let what = format!("adding a route to {dest}");
+        let msg = match (dest, gateway) {
+            (IpNet::V4(d), Some(IpAddr::V4(g))) => RouteMessageBuilder::<std::net::Ipv4Addr>::new()
+                .destination_prefix(d.addr(), d.prefix_len())
+                .gateway(g)
+                .output_interface(ifindex)
+                .build(),
+            (IpNet::V4(d), None) => RouteMessageBuilder::<std::net::Ipv4Addr>::new()
+                .destination_prefix(d.addr(), d.prefix_len())
+                .output_interface(ifindex)
+                .build(),
+            (IpNet::V6(d), Some(IpAddr::V6(g))) => RouteMessageBuilder::<std::net::Ipv6Addr>::new()
+                .destination_prefix(d.addr(), d.prefix_len())
+                .gateway(g)
+                .output_interface(ifindex)
+                .build(),
+            (IpNet::V6(d), None) => RouteMessageBuilder::<std::net::Ipv6Addr>::new()
+                .destination_prefix(d.addr(), d.prefix_len())
+                .output_interface(ifindex)
+                .build(),
+            _ => {
+                return Err(netlink(
+                    &what,
+                    "the gateway's family differs from the destination's".into(),
+                ));
+            }
+        };
+        self.handle
+            .route()
+            .add(msg)
+            .execute()
+            .await
+            .map_err(|e| netlink(&what, e.to_string()))
+    }
+
+    /// ifindex of a link by name in this namespace.
+    pub async fn ifindex(&self, name: &str) -> Result<Option<u32>, DataplaneError> {
+        let mut links = self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_owned())
+            .execute();
+        match links.try_next().await {
+            Ok(Some(msg)) => Ok(Some(msg.header.index)),
+            Ok(None) => Ok(None),
+            // ENODEV: no such link.
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
+            Err(e) => Err(netlink(&format!("looking up link {name}"), e.to_string())),
+        }
+    }
+
+    /// Delete link `ifindex` (a veth takes its peer with it).
+    pub async fn delete(&self, ifindex: u32) -> Result<(), DataplaneError> {
+        self.handle
+            .link()
+            .del(ifindex)
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("deleting link {ifindex}"), e.to_string()))
+    }
+}
+
+fn netlink(operation: &str, message: String) -> DataplaneError {
+    DataplaneError::Netlink {
+        operation: operation.to_owned(),
+        message,
+    }
+}
