@@ -18,6 +18,9 @@ pub mod program {
     pub const TAP_INGRESS: &str = "svc_tap_ingress";
     /// tc classifier on the host end of a guest link, egress (host → guest).
     pub const TAP_EGRESS: &str = "svc_tap_egress";
+    /// An empty classifier (returns "ok" at once), never attached by svcd: the benchmark runs
+    /// it beside the fence to measure what any tc program costs on the machine.
+    pub const CALIBRATE: &str = "svc_calibrate";
 }
 
 /// Names of the maps in the eBPF object. Pinned by name under the pin directory.

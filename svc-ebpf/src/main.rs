@@ -60,6 +60,12 @@ pub fn svc_tap_egress(ctx: TcContext) -> i32 {
     finish(&ctx, code, sandbox, &packet)
 }
 
+/// Calibration only (see `svc_ebpf_common::program::CALIBRATE`).
+#[classifier]
+pub fn svc_calibrate(_ctx: TcContext) -> i32 {
+    TC_ACT_OK
+}
+
 fn finish(ctx: &TcContext, code: u32, sandbox: u32, packet: &IpPacket) -> i32 {
     count(code, ctx.len());
     if reason::is_drop(code) {

@@ -164,7 +164,11 @@ impl Fence {
                 pin_dir: pin_dir.clone(),
                 source: Box::new(source),
             })?;
-        for name in [program::TAP_INGRESS, program::TAP_EGRESS] {
+        for name in [
+            program::TAP_INGRESS,
+            program::TAP_EGRESS,
+            program::CALIBRATE,
+        ] {
             let prog = classifier(&mut ebpf, name)?;
             prog.load().map_err(|source| DataplaneError::Program {
                 operation: "loading",
@@ -295,7 +299,25 @@ impl Fence {
         frame: &[u8],
         repeat: u32,
     ) -> Result<std::time::Duration, DataplaneError> {
-        let name = direction.program();
+        self.test_run_program_timed(direction.program(), frame, repeat)
+    }
+
+    /// [`Self::test_run_timed`] of the empty calibration program: the floor any tc program
+    /// pays on this machine.
+    pub fn test_run_calibration(
+        &mut self,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<std::time::Duration, DataplaneError> {
+        self.test_run_program_timed(program::CALIBRATE, frame, repeat)
+    }
+
+    fn test_run_program_timed(
+        &mut self,
+        name: &'static str,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<std::time::Duration, DataplaneError> {
         let prog = classifier(&mut self.ebpf, name)?;
         let mut out = vec![0u8; frame.len().max(64) + 256];
         let result = prog

@@ -98,18 +98,19 @@ fn main() {
     run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
 
     println!(
-        "\n| maps | without fence (Gbit/s) | with fence (Gbit/s) | ratio | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | ingress ns/run, BPF_PROG_TEST_RUN |"
+        "\n| maps | without fence (Gbit/s) | with fence (Gbit/s) | ratio | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (what, m) in rows {
         println!(
-            "| {what} | {:.2} | {:.2} | {:.3} | {:.0} | {:.0} | {:.0} |",
+            "| {what} | {:.2} | {:.2} | {:.3} | {:.0} | {:.0} | {:.0} | {:.0} |",
             m.without / 1e9,
             m.with / 1e9,
             m.with / m.without,
             m.ingress_ns,
             m.egress_ns,
-            m.test_run_ns
+            m.test_run_ns,
+            m.empty_ns
         );
     }
 }
@@ -120,6 +121,8 @@ struct Measured {
     ingress_ns: f64,
     egress_ns: f64,
     test_run_ns: f64,
+    /// The empty calibration program under the same BPF_PROG_TEST_RUN.
+    empty_ns: f64,
 }
 
 /// Alternate rounds without and with the fence on the same link (so drift hits both alike);
@@ -178,12 +181,17 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
         )
         .unwrap()
         .as_nanos() as f64;
+    let empty_ns = fence
+        .test_run_calibration(&frame, 1_000_000)
+        .unwrap()
+        .as_nanos() as f64;
     Measured {
         without: median(without),
         with: median(with),
         ingress_ns: median(ingress),
         egress_ns: median(egress),
         test_run_ns,
+        empty_ns,
     }
 }
 
