@@ -6,5 +6,7 @@ pub mod audit;
 pub mod config;
 /// The only code that talks to the kernel (eBPF, later nftables and rtnetlink).
 pub mod dataplane;
+/// The DNS guard: policy-gated resolution that commits addresses to the fence first.
+pub mod dns;
 /// Pure decisions: every security rule of the spec, once.
 pub mod policy;

@@ -198,6 +198,7 @@ impl Drop for PinDir {
     }
 }
 
+pub mod dns;
 pub mod frames;
 pub mod servers;
 pub mod topology;

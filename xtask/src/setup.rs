@@ -18,6 +18,11 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "network namespaces, veth pairs, tc"),
     ("iputils-ping", "ICMP probes in the tests and the demo"),
     ("iperf3", "the fence throughput benchmark"),
+    (
+        "dnsmasq-base",
+        "a real upstream resolver for the DNS guard tests (binary only, no service)",
+    ),
+    ("dnsutils", "dig, for the demo and by hand"),
 ];
 
 /// bpf-linker release built against Debian's LLVM 22.

@@ -31,6 +31,33 @@ pub struct AuditRecord {
 pub enum AuditEvent {
     /// A packet the fence dropped.
     Packet(PacketEvent),
+    /// A DNS question the guard answered.
+    Dns(DnsEvent),
+}
+
+/// One DNS question and what the guard did with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DnsEvent {
+    pub name: String,
+    /// Record type mnemonic (`A`, `AAAA`, …) or number.
+    pub qtype: String,
+    /// `answered`, `empty`, `refused`, `rate-limited`, `servfail`, `formerr`.
+    pub decision: &'static str,
+    /// Why, for anything but `answered`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Addresses in the answer (committed to the fence first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<IpAddr>,
+    /// Addresses removed from the answer (destination classes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<IpAddr>,
+    /// Time spent waiting for the upstream, when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ms: Option<u64>,
+    /// Served from the guard's cache.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
 }
 
 /// A dropped packet: the reason and the addresses, never the payload.

@@ -3,6 +3,7 @@
 
 pub mod credentials;
 pub mod destination;
+pub mod dns;
 pub mod graphql;
 pub mod host;
 pub mod mode;

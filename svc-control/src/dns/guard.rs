@@ -1,0 +1,550 @@
+//! The guard's request path: one query in, one answer out (or none for garbage).
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
+
+use hickory_proto::{
+    op::{Message, MessageType, OpCode, Query, ResponseCode},
+    rr::{DNSClass, Name, RData, Record, RecordType},
+};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream, UdpSocket},
+    sync::Semaphore,
+};
+
+use super::{Commit, CommitEntry, Directory, Upstream};
+use crate::{
+    audit::{AuditEvent, AuditRecord, AuditSink, DnsEvent, rfc3339},
+    policy::{
+        destination::{self, HostNetwork},
+        dns::{self, DnsDecision},
+        host::DEFAULT_PORTS,
+    },
+};
+
+/// How the query arrived (UDP answers are size-limited and may be truncated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// Settings of the guard.
+#[derive(Debug, Clone)]
+pub struct GuardConfig {
+    pub upstream: Upstream,
+    /// TTLs in answers and fence entries are clamped to this range.
+    pub ttl_min: Duration,
+    pub ttl_max: Duration,
+    /// Queries per second per sandbox (token bucket), and the bucket's size.
+    pub rate_per_second: u32,
+    pub burst: u32,
+    /// Longest CNAME chain followed.
+    pub max_cname_hops: usize,
+}
+
+impl GuardConfig {
+    /// The documented defaults: TTLs clamped to 30 s – 1 h, 200 queries a second per sandbox
+    /// with a burst of 400, CNAME chains of up to 8 hops.
+    pub fn with_upstream(upstream: Upstream) -> Self {
+        Self {
+            upstream,
+            ttl_min: Duration::from_secs(30),
+            ttl_max: Duration::from_secs(3600),
+            rate_per_second: 200,
+            burst: 400,
+            max_cname_hops: 8,
+        }
+    }
+}
+
+/// Largest query accepted over UDP.
+const MAX_UDP_QUERY: usize = 4096;
+/// The UDP answer size when the client says nothing (RFC 1035).
+const DEFAULT_UDP_PAYLOAD: usize = 512;
+/// Largest UDP answer we send whatever the client offers (DNS flag day 2020).
+const MAX_UDP_PAYLOAD: usize = 1232;
+
+struct Cached {
+    records: Vec<Record>,
+    stored: Instant,
+    lifetime: Duration,
+    rcode: ResponseCode,
+}
+
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+    limited_since_report: u64,
+}
+
+/// The DNS guard. Cheap to share (`Arc`); every method takes `&self`.
+pub struct Guard {
+    config: GuardConfig,
+    directory: Arc<dyn Directory>,
+    commit: Arc<dyn Commit>,
+    audit: Arc<dyn AuditSink>,
+    network: HostNetwork,
+    cache: Mutex<HashMap<(String, u16), Cached>>,
+    buckets: Mutex<HashMap<u32, Bucket>>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guard {
+    pub fn new(
+        config: GuardConfig,
+        directory: Arc<dyn Directory>,
+        commit: Arc<dyn Commit>,
+        audit: Arc<dyn AuditSink>,
+        network: HostNetwork,
+    ) -> Self {
+        Self {
+            config,
+            directory,
+            commit,
+            audit,
+            network,
+            cache: Mutex::default(),
+            buckets: Mutex::default(),
+        }
+    }
+
+    /// Answer one query from `source`. `None`: not even a DNS header; nothing is sent back.
+    pub async fn handle(
+        &self,
+        source: IpAddr,
+        query: &[u8],
+        transport: Transport,
+    ) -> Option<Vec<u8>> {
+        if query.len() < 12 {
+            return None;
+        }
+        let id = u16::from_be_bytes([query[0], query[1]]);
+        let Ok(msg) = Message::from_vec(query) else {
+            return encode(&Message::error_msg(
+                id,
+                OpCode::Query,
+                ResponseCode::FormErr,
+            ));
+        };
+        if msg.metadata.message_type != MessageType::Query {
+            return None; // a response sent to us: never answer it (no reflection loops)
+        }
+        if msg.metadata.op_code != OpCode::Query {
+            return encode(&Message::error_msg(
+                id,
+                msg.metadata.op_code,
+                ResponseCode::NotImp,
+            ));
+        }
+        let [question] = msg.queries.as_slice() else {
+            return encode(&Message::error_msg(
+                id,
+                OpCode::Query,
+                ResponseCode::FormErr,
+            ));
+        };
+        let mut reply = Message::response(id, OpCode::Query);
+        reply.metadata.recursion_desired = msg.metadata.recursion_desired;
+        reply.metadata.recursion_available = true;
+        reply.add_query(question.clone());
+        let name = question.name().to_ascii();
+        let qtype = u16::from(question.query_type());
+        let mut event = DnsEvent {
+            name: name.clone(),
+            qtype: question.query_type().to_string(),
+            decision: "refused",
+            reason: None,
+            answers: vec![],
+            removed: vec![],
+            upstream_ms: None,
+            cached: false,
+        };
+
+        let Some(sandbox) = self.directory.sandbox_for(source) else {
+            event.reason = Some(format!("{source} is not a sandbox"));
+            self.record(0, event);
+            return finish(reply, ResponseCode::Refused, &msg, transport);
+        };
+        if question.query_class() != DNSClass::IN {
+            event.reason = Some("only class IN is answered".into());
+            self.record(sandbox.id, event);
+            return finish(reply, ResponseCode::Refused, &msg, transport);
+        }
+        if !self.take_token(sandbox.id) {
+            event.decision = "rate-limited";
+            event.reason = Some(format!(
+                "more than {} queries a second",
+                self.config.rate_per_second
+            ));
+            if self.should_report_limit(sandbox.id) {
+                self.record(sandbox.id, event);
+            }
+            return finish(reply, ResponseCode::Refused, &msg, transport);
+        }
+
+        match dns::decide(&sandbox.allowed, &name, qtype) {
+            DnsDecision::Refuse { reason } => {
+                event.reason = Some(reason.into());
+                self.record(sandbox.id, event);
+                finish(reply, ResponseCode::Refused, &msg, transport)
+            }
+            DnsDecision::Empty { reason } => {
+                event.decision = "empty";
+                event.reason = Some(reason.into());
+                self.record(sandbox.id, event);
+                finish(reply, ResponseCode::NoError, &msg, transport)
+            }
+            DnsDecision::Resolve { pattern } => {
+                let (rcode, records) = match self.resolve(question, &mut event).await {
+                    Ok(r) => r,
+                    Err(why) => {
+                        event.decision = "servfail";
+                        event.reason = Some(why);
+                        self.record(sandbox.id, event);
+                        return finish(reply, ResponseCode::ServFail, &msg, transport);
+                    }
+                };
+                let (kept, removed) = self.filter(records);
+                event.removed = removed;
+                let ports: Vec<u16> = pattern
+                    .port
+                    .map_or_else(|| DEFAULT_PORTS.to_vec(), |p| vec![p]);
+                let entries: Vec<CommitEntry> = kept
+                    .iter()
+                    .filter_map(|r| {
+                        address(r).map(|addr| CommitEntry {
+                            addr,
+                            tcp_ports: ports.clone(),
+                            ttl: Duration::from_secs(u64::from(r.ttl)),
+                        })
+                    })
+                    .collect();
+                event.answers = entries.iter().map(|e| e.addr).collect();
+                if !entries.is_empty()
+                    && let Err(why) = self.commit.commit(&sandbox, &entries)
+                {
+                    event.decision = "servfail";
+                    event.reason = Some(format!("the fence did not take the addresses: {why}"));
+                    self.record(sandbox.id, event);
+                    return finish(reply, ResponseCode::ServFail, &msg, transport);
+                }
+                event.decision = "answered";
+                self.record(sandbox.id, event);
+                reply.add_answers(kept);
+                finish(reply, rcode, &msg, transport)
+            }
+        }
+    }
+
+    /// The answer records for an allowed question: cache, else upstream (following CNAMEs),
+    /// with TTLs clamped.
+    async fn resolve(
+        &self,
+        question: &Query,
+        event: &mut DnsEvent,
+    ) -> Result<(ResponseCode, Vec<Record>), String> {
+        let key = (
+            question.name().to_lowercase().to_ascii(),
+            u16::from(question.query_type()),
+        );
+        if let Some((rcode, records)) = self.cached(&key) {
+            event.cached = true;
+            return Ok((rcode, records));
+        }
+        let started = Instant::now();
+        let mut records: Vec<Record> = Vec::new();
+        let mut target = question.name().clone();
+        let mut rcode = ResponseCode::NoError;
+        for _ in 0..=self.config.max_cname_hops {
+            let (code, answers) = self.ask(&target, question.query_type()).await?;
+            rcode = code;
+            let before = records.len();
+            records.extend(
+                answers
+                    .into_iter()
+                    .filter(|r| matches!(r.data, RData::A(_) | RData::AAAA(_) | RData::CNAME(_))),
+            );
+            // Follow the chain only if it ends in a CNAME with no address for its target.
+            let tail = chain_tail(&records[before..], &target);
+            let has_final = records[before..]
+                .iter()
+                .any(|r| r.name == tail && address(r).is_some());
+            if tail == target
+                || has_final
+                || rcode != ResponseCode::NoError
+                || question.query_type() == RecordType::CNAME
+            {
+                break;
+            }
+            target = tail;
+        }
+        event.upstream_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let (min, max) = (self.config.ttl_min.as_secs(), self.config.ttl_max.as_secs());
+        for r in &mut records {
+            r.ttl = u32::try_from(u64::from(r.ttl).clamp(min, max)).unwrap_or(u32::MAX);
+        }
+        let lifetime = records
+            .iter()
+            .map(|r| r.ttl)
+            .min()
+            .map_or(self.config.ttl_min, |t| Duration::from_secs(u64::from(t)));
+        if let Ok(mut cache) = self.cache.lock() {
+            if cache.len() > 100_000 {
+                cache.retain(|_, c| c.stored.elapsed() < c.lifetime);
+            }
+            cache.insert(
+                key,
+                Cached {
+                    records: records.clone(),
+                    stored: Instant::now(),
+                    lifetime,
+                    rcode,
+                },
+            );
+        }
+        Ok((rcode, records))
+    }
+
+    async fn ask(
+        &self,
+        name: &Name,
+        rtype: RecordType,
+    ) -> Result<(ResponseCode, Vec<Record>), String> {
+        let mut q = Message::query();
+        q.metadata.recursion_desired = true;
+        q.add_query(Query::query(name.clone(), rtype));
+        let bytes = q
+            .to_vec()
+            .map_err(|e| format!("encoding the upstream query: {e}"))?;
+        let answer = self
+            .config
+            .upstream
+            .ask(&bytes, q.metadata.id)
+            .await
+            .map_err(|e| format!("upstream: {e}"))?;
+        let answer = Message::from_vec(&answer)
+            .map_err(|e| format!("upstream answer does not parse: {e}"))?;
+        if answer.metadata.message_type != MessageType::Response
+            || answer.queries.first() != q.queries.first()
+        {
+            return Err("upstream answered another question".into());
+        }
+        Ok((answer.metadata.response_code, answer.answers))
+    }
+
+    fn cached(&self, key: &(String, u16)) -> Option<(ResponseCode, Vec<Record>)> {
+        let cache = self.cache.lock().ok()?;
+        let c = cache.get(key)?;
+        let age = c.stored.elapsed();
+        if age >= c.lifetime {
+            return None;
+        }
+        let elapsed = u32::try_from(age.as_secs()).unwrap_or(u32::MAX);
+        let floor = u32::try_from(self.config.ttl_min.as_secs()).unwrap_or(30);
+        let records = c
+            .records
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r.ttl = r.ttl.saturating_sub(elapsed).max(floor.min(r.ttl));
+                r
+            })
+            .collect();
+        Some((c.rcode, records))
+    }
+
+    /// Remove address records in refused destination classes.
+    fn filter(&self, records: Vec<Record>) -> (Vec<Record>, Vec<IpAddr>) {
+        let mut removed = Vec::new();
+        let kept = records
+            .into_iter()
+            .filter(|r| match address(r) {
+                Some(a) if !destination::classify(a, &self.network).reachable() => {
+                    removed.push(a);
+                    false
+                }
+                _ => true,
+            })
+            .collect();
+        (kept, removed)
+    }
+
+    fn take_token(&self, sandbox: u32) -> bool {
+        let Ok(mut buckets) = self.buckets.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let b = buckets.entry(sandbox).or_insert(Bucket {
+            tokens: f64::from(self.config.burst),
+            last: now,
+            limited_since_report: 0,
+        });
+        let refill =
+            now.duration_since(b.last).as_secs_f64() * f64::from(self.config.rate_per_second);
+        b.tokens = (b.tokens + refill).min(f64::from(self.config.burst));
+        b.last = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            b.limited_since_report += 1;
+            false
+        }
+    }
+
+    /// Report the first refusal of a burst and then one in a hundred, so a flood cannot flood
+    /// the audit log either.
+    fn should_report_limit(&self, sandbox: u32) -> bool {
+        self.buckets
+            .lock()
+            .ok()
+            .and_then(|b| b.get(&sandbox).map(|b| b.limited_since_report % 100 == 1))
+            .unwrap_or(true)
+    }
+
+    fn record(&self, sandbox: u32, event: DnsEvent) {
+        let _ = self.audit.record(&AuditRecord {
+            time: rfc3339(SystemTime::now()),
+            sandbox,
+            event: AuditEvent::Dns(event),
+        });
+    }
+
+    /// Serve UDP until `shutdown` completes.
+    pub async fn serve_udp(self: Arc<Self>, socket: UdpSocket, shutdown: impl Future<Output = ()>) {
+        let socket = Arc::new(socket);
+        let inflight = Arc::new(Semaphore::new(1024));
+        tokio::pin!(shutdown);
+        let mut buf = vec![0u8; MAX_UDP_QUERY];
+        loop {
+            let (n, peer) = tokio::select! {
+                () = &mut shutdown => return,
+                r = socket.recv_from(&mut buf) => match r { Ok(x) => x, Err(_) => continue },
+            };
+            let Ok(permit) = inflight.clone().try_acquire_owned() else {
+                continue;
+            };
+            let query = buf[..n].to_vec();
+            let (guard, socket) = (self.clone(), socket.clone());
+            tokio::spawn(async move {
+                if let Some(answer) = guard.handle(peer.ip(), &query, Transport::Udp).await {
+                    let _ = socket.send_to(&answer, peer).await;
+                }
+                drop(permit);
+            });
+        }
+    }
+
+    /// Serve DNS over TCP until `shutdown` completes.
+    pub async fn serve_tcp(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            let (conn, peer) = tokio::select! {
+                () = &mut shutdown => return,
+                r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+            };
+            let guard = self.clone();
+            tokio::spawn(async move { guard.tcp_connection(conn, peer).await });
+        }
+    }
+
+    async fn tcp_connection(&self, mut conn: TcpStream, peer: SocketAddr) {
+        for _ in 0..100 {
+            let mut len = [0u8; 2];
+            let read =
+                tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut len)).await;
+            if !matches!(read, Ok(Ok(_))) {
+                return;
+            }
+            let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if !matches!(
+                tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut query)).await,
+                Ok(Ok(_))
+            ) {
+                return;
+            }
+            let Some(answer) = self.handle(peer.ip(), &query, Transport::Tcp).await else {
+                return;
+            };
+            let Ok(alen) = u16::try_from(answer.len()) else {
+                return;
+            };
+            if conn.write_all(&alen.to_be_bytes()).await.is_err()
+                || conn.write_all(&answer).await.is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// The address of an A or AAAA record.
+fn address(r: &Record) -> Option<IpAddr> {
+    match &r.data {
+        RData::A(a) => Some(IpAddr::V4(a.0)),
+        RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+        _ => None,
+    }
+}
+
+/// Follow CNAMEs from `start` through `records`; the last name reached.
+fn chain_tail(records: &[Record], start: &Name) -> Name {
+    let mut name = start.clone();
+    for _ in 0..16 {
+        let next = records.iter().find_map(|r| match &r.data {
+            RData::CNAME(c) if r.name == name => Some(c.0.clone()),
+            _ => None,
+        });
+        match next {
+            Some(n) => name = n,
+            None => break,
+        }
+    }
+    name
+}
+
+/// Set the code, fit the answer to the transport (truncate for UDP), encode.
+fn finish(
+    mut reply: Message,
+    rcode: ResponseCode,
+    query: &Message,
+    transport: Transport,
+) -> Option<Vec<u8>> {
+    reply.metadata.response_code = rcode;
+    let bytes = reply.to_vec().ok()?;
+    if transport == Transport::Udp {
+        let limit = query.edns.as_ref().map_or(DEFAULT_UDP_PAYLOAD, |e| {
+            usize::from(e.max_payload()).clamp(DEFAULT_UDP_PAYLOAD, MAX_UDP_PAYLOAD)
+        });
+        if bytes.len() > limit {
+            let mut small = Message::response(reply.metadata.id, OpCode::Query);
+            small.metadata = reply.metadata;
+            small.metadata.truncation = true;
+            small.add_queries(reply.queries.iter().cloned());
+            return small.to_vec().ok();
+        }
+    }
+    Some(bytes)
+}
+
+fn encode(m: &Message) -> Option<Vec<u8>> {
+    m.to_vec().ok()
+}

@@ -1,0 +1,50 @@
+//! The DNS guard: answers only names the sandbox may reach, resolves them upstream on the
+//! host, commits the answer's addresses to the fence, and only then releases the answer.
+//!
+//! The guard does not know the fence: it asks a [`Commit`] (svcd plugs in the dataplane) and a
+//! [`Directory`] (who is asking, by source address). Rules come from `policy::dns` and
+//! `policy::destination`.
+
+mod guard;
+mod upstream;
+
+pub use guard::{Guard, GuardConfig, Transport};
+pub use upstream::Upstream;
+
+use std::{net::IpAddr, sync::Arc, time::Duration};
+
+use crate::policy::{destination::HostNetwork, host::Allowlist};
+
+/// What the guard knows about one sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxDns {
+    pub id: u32,
+    /// Names it may resolve (its allowlist).
+    pub allowed: Allowlist,
+}
+
+/// Who is asking: a sandbox by its source address.
+pub trait Directory: Send + Sync {
+    fn sandbox_for(&self, source: IpAddr) -> Option<Arc<SandboxDns>>;
+}
+
+/// One address to open for a sandbox: which ports (from the host pattern) and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitEntry {
+    pub addr: IpAddr,
+    /// TCP ports the address opens (the pattern's port, or 443 and 80).
+    pub tcp_ports: Vec<u16>,
+    pub ttl: Duration,
+}
+
+/// The fence's side: make addresses reachable for a sandbox. The guard answers only after this
+/// returns `Ok`; an error becomes SERVFAIL.
+pub trait Commit: Send + Sync {
+    fn commit(&self, sandbox: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String>;
+}
+
+/// Context for classifying answer addresses.
+#[derive(Debug, Clone, Default)]
+pub struct Destinations {
+    pub network: HostNetwork,
+}

@@ -1,0 +1,174 @@
+//! What the DNS guard may do with a question (issue 5), decided here like every other rule.
+//!
+//! - A name the sandbox may not reach: **REFUSED**, answered locally, never forwarded (the
+//!   upstream must never see it). REFUSED rather than NXDOMAIN: the name may well exist, and an
+//!   agent should learn that the perimeter, not the DNS, said no.
+//! - An allowed name: A, AAAA and CNAME are resolved upstream.
+//! - HTTPS and SVCB for an allowed name: an empty answer (NOERROR, no records). Their ECH keys
+//!   and address hints would let a client route around the guard's commit and the proxy's SNI
+//!   check; an empty answer makes clients fall back to A/AAAA.
+//! - ANY: REFUSED (RFC 8482 lets a server decline it). AXFR, IXFR: REFUSED. Other types for an
+//!   allowed name: an empty answer; they open nothing in the fence and are a data channel the
+//!   guard does not need to carry.
+//! - Anything but one IN-class question in a standard query: FORMERR / NOTIMP / REFUSED.
+
+use serde::Serialize;
+
+use super::host::{Allowlist, Authority, HostKind, HostPattern, normalize_name};
+
+/// The guard's decision on a question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "decision")]
+pub enum DnsDecision {
+    /// Resolve upstream; commit and answer. Carries the pattern that allowed the name (its
+    /// ports are what the answer's addresses open).
+    Resolve {
+        #[serde(skip)]
+        pattern: HostPattern,
+    },
+    /// Answer NOERROR with no records.
+    Empty { reason: &'static str },
+    /// Answer REFUSED.
+    Refuse { reason: &'static str },
+}
+
+/// Record types by number (IANA).
+pub mod qtype {
+    pub const A: u16 = 1;
+    pub const CNAME: u16 = 5;
+    pub const AAAA: u16 = 28;
+    pub const SVCB: u16 = 64;
+    pub const HTTPS: u16 = 65;
+    pub const IXFR: u16 = 251;
+    pub const AXFR: u16 = 252;
+    pub const ANY: u16 = 255;
+}
+
+/// Decide a question for a sandbox with allowlist `allowed`. `name` is the question's name as
+/// written (any case, trailing dot or not).
+pub fn decide(allowed: &Allowlist, name: &str, record_type: u16) -> DnsDecision {
+    match record_type {
+        qtype::ANY => {
+            return DnsDecision::Refuse {
+                reason: "ANY queries are not answered",
+            };
+        }
+        qtype::AXFR | qtype::IXFR => {
+            return DnsDecision::Refuse {
+                reason: "zone transfers are not allowed",
+            };
+        }
+        _ => {}
+    }
+    let Ok(normal) = normalize_name(name) else {
+        return DnsDecision::Refuse {
+            reason: "not a valid host name",
+        };
+    };
+    // A name's web ports are what an allowlist entry opens; a name matches an entry for any
+    // of its ports.
+    let pattern = allowed.0.iter().find(|p| {
+        let port = p.port.unwrap_or(443);
+        p.matches(&Authority {
+            host: HostKind::Exact(normal.clone()),
+            port,
+        })
+    });
+    let Some(pattern) = pattern else {
+        return DnsDecision::Refuse {
+            reason: "name not allowed for this sandbox",
+        };
+    };
+    match record_type {
+        qtype::A | qtype::AAAA | qtype::CNAME => DnsDecision::Resolve {
+            pattern: pattern.clone(),
+        },
+        qtype::HTTPS | qtype::SVCB => DnsDecision::Empty {
+            reason: "HTTPS/SVCB records (ECH keys, address hints) are withheld",
+        },
+        _ => DnsDecision::Empty {
+            reason: "only A, AAAA and CNAME are answered",
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allow() -> Allowlist {
+        Allowlist(
+            [
+                "api.example.com",
+                "*.cdn.example.net",
+                "git.example.org:8443",
+                "192.0.2.7",
+            ]
+            .iter()
+            .map(|h| HostPattern::parse(h).unwrap())
+            .collect(),
+        )
+    }
+
+    #[test]
+    fn decisions() {
+        use DnsDecision::*;
+        let cases: &[(&str, &str, u16, &str)] = &[
+            ("allowed_a", "api.example.com", qtype::A, "resolve"),
+            ("allowed_aaaa", "api.example.com", qtype::AAAA, "resolve"),
+            ("allowed_cname", "api.example.com", qtype::CNAME, "resolve"),
+            (
+                "allowed_case_and_dot",
+                "API.Example.COM.",
+                qtype::A,
+                "resolve",
+            ),
+            (
+                "wildcard_subdomain",
+                "img.cdn.example.net",
+                qtype::A,
+                "resolve",
+            ),
+            ("wildcard_not_apex", "cdn.example.net", qtype::A, "refuse"),
+            ("pattern_with_port", "git.example.org", qtype::A, "resolve"),
+            ("not_allowed", "evil.example.org", qtype::A, "refuse"),
+            (
+                "exfil_label",
+                "c2VjcmV0.evil.example.org",
+                qtype::A,
+                "refuse",
+            ),
+            (
+                "subdomain_of_exact",
+                "x.api.example.com",
+                qtype::A,
+                "refuse",
+            ),
+            (
+                "suffix_trick",
+                "api.example.com.evil.org",
+                qtype::A,
+                "refuse",
+            ),
+            ("ip_literal_name", "192.0.2.7", qtype::A, "refuse"),
+            ("https_record", "api.example.com", qtype::HTTPS, "empty"),
+            ("svcb_record", "api.example.com", qtype::SVCB, "empty"),
+            ("txt_record", "api.example.com", 16, "empty"),
+            ("mx_record", "api.example.com", 15, "empty"),
+            ("txt_for_not_allowed", "evil.example.org", 16, "refuse"),
+            ("any", "api.example.com", qtype::ANY, "refuse"),
+            ("axfr", "api.example.com", qtype::AXFR, "refuse"),
+            ("ixfr", "api.example.com", qtype::IXFR, "refuse"),
+            ("bad_name", "exa mple.com", qtype::A, "refuse"),
+            ("empty_name", "", qtype::A, "refuse"),
+        ];
+        for (name, q, t, want) in cases {
+            let got = match decide(&allow(), q, *t) {
+                Resolve { .. } => "resolve",
+                Empty { .. } => "empty",
+                Refuse { .. } => "refuse",
+            };
+            assert_eq!(got, *want, "{name}");
+        }
+    }
+}
