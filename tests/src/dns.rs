@@ -19,11 +19,31 @@ impl Dnsmasq {
     /// Start dnsmasq on 127.0.0.1 with `records` (name, address) and `cnames` (alias, target),
     /// all with TTL `ttl` seconds.
     pub fn start(records: &[(&str, &str)], cnames: &[(&str, &str)], ttl: u32) -> Self {
-        let port = free_udp_port();
+        Self::start_in(None, records, cnames, ttl)
+    }
+
+    /// The same, inside network namespace `ns` (listening on that namespace's 127.0.0.1).
+    pub fn start_in(
+        ns: Option<&crate::NetNs>,
+        records: &[(&str, &str)],
+        cnames: &[(&str, &str)],
+        ttl: u32,
+    ) -> Self {
+        let port = match ns {
+            Some(ns) => ns.run(free_udp_port),
+            None => free_udp_port(),
+        };
         let dir = std::env::temp_dir().join(crate::unique("svcdns"));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let log = dir.join("queries.log");
-        let mut cmd = Command::new("dnsmasq");
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name, "dnsmasq"]);
+                c
+            }
+            None => Command::new("dnsmasq"),
+        };
         cmd.args([
             "--no-daemon",
             "--conf-file=/dev/null",

@@ -565,3 +565,38 @@ async fn the_cache_answers_repeats_without_the_upstream() {
     );
     assert!(dns_events(&w).iter().filter(|e| e.cached).count() == 4);
 }
+
+#[tokio::test]
+async fn ipv4_clients_on_a_dual_stack_socket_are_recognised() {
+    let w = world(300, 1000).await;
+    let guard = Guard::new(
+        GuardConfig::with_upstream(Upstream {
+            servers: vec![w.upstream.addr],
+            timeout: Duration::from_secs(1),
+        }),
+        Arc::new(Dir(HashMap::from([(
+            "127.0.0.1".parse().unwrap(),
+            Arc::new(SandboxDns {
+                id: 1,
+                allowed: Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
+            }),
+        )]))),
+        w.commits.clone(),
+        w.audit.clone(),
+        HostNetwork::default(),
+    );
+    let q = query("api.example.test", RecordType::A).to_vec().unwrap();
+    let bytes = guard
+        .handle(
+            "::ffff:127.0.0.1".parse().unwrap(),
+            &q,
+            svc_control::dns::Transport::Udp,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        addrs(&Message::from_vec(&bytes).unwrap()).len(),
+        1,
+        "::ffff:127.0.0.1 is the sandbox at 127.0.0.1"
+    );
+}

@@ -174,6 +174,11 @@ impl Guard {
             cached: false,
         };
 
+        // A dual-stack socket reports IPv4 clients as ::ffff:a.b.c.d.
+        let source = match source {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(source, IpAddr::V4),
+            v4 => v4,
+        };
         let Some(sandbox) = self.directory.sandbox_for(source) else {
             event.reason = Some(format!("{source} is not a sandbox"));
             self.record(0, event);
