@@ -600,3 +600,96 @@ async fn ipv4_clients_on_a_dual_stack_socket_are_recognised() {
         "::ffff:127.0.0.1 is the sandbox at 127.0.0.1"
     );
 }
+
+#[tokio::test]
+async fn the_cache_honours_the_clamped_ttl() {
+    let w = world(1, 1000).await;
+    let guard = Guard::new(
+        {
+            let mut c = GuardConfig::with_upstream(Upstream {
+                servers: vec![w.upstream.addr],
+                timeout: Duration::from_secs(1),
+            });
+            c.ttl_min = Duration::from_secs(1);
+            c.ttl_max = Duration::from_secs(1);
+            c
+        },
+        Arc::new(Dir(HashMap::from([(
+            "127.0.0.1".parse().unwrap(),
+            Arc::new(SandboxDns {
+                id: 1,
+                allowed: Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
+            }),
+        )]))),
+        w.commits.clone(),
+        w.audit.clone(),
+        HostNetwork::default(),
+    );
+    let q = query("api.example.test", RecordType::A).to_vec().unwrap();
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    guard
+        .handle(src, &q, svc_control::dns::Transport::Udp)
+        .await
+        .unwrap();
+    guard
+        .handle(src, &q, svc_control::dns::Transport::Udp)
+        .await
+        .unwrap();
+    assert_eq!(
+        w.upstream.queried_names().len(),
+        1,
+        "the second answer came from the cache"
+    );
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    guard
+        .handle(src, &q, svc_control::dns::Transport::Udp)
+        .await
+        .unwrap();
+    assert_eq!(
+        w.upstream.queried_names().len(),
+        2,
+        "after its TTL the entry is asked again"
+    );
+}
+
+#[test]
+fn upstreams_come_from_resolv_conf_when_none_are_configured() {
+    let dir = tempfile_dir();
+    let rc = dir.join("resolv.conf");
+    std::fs::write(&rc, "nameserver 127.0.0.53\nnameserver ::1\n").unwrap();
+    let host = svc_control::config::host::parse(
+        std::path::Path::new("svcd.toml"),
+        &format!("[dns]\nresolv_conf = \"{}\"\n", rc.display()),
+    )
+    .unwrap();
+    let up = Upstream::from_host(&host).unwrap();
+    assert_eq!(
+        up.servers,
+        [
+            "127.0.0.53:53".parse::<SocketAddr>().unwrap(),
+            "[::1]:53".parse().unwrap()
+        ]
+    );
+    std::fs::write(&rc, "search example\n").unwrap();
+    assert!(
+        Upstream::from_host(&host)
+            .unwrap_err()
+            .contains("names no nameserver")
+    );
+    let configured = svc_control::config::host::parse(
+        std::path::Path::new("svcd.toml"),
+        "[dns]\nupstreams = [\"192.0.2.53\"]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        Upstream::from_host(&configured).unwrap().servers,
+        ["192.0.2.53:53".parse::<SocketAddr>().unwrap()]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(svc_tests::unique("svcrc"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -32,11 +32,12 @@ enum Command {
     },
     /// Set up, then show a guest link fenced by eBPF and `svc config check` at work.
     Demo,
-    /// Run a benchmark: `policy` (one egress decision, criterion) or `fence` (throughput and
-    /// per-packet cost with and without the eBPF fence, at scale).
+    /// Run a benchmark: `policy` (one egress decision, criterion), `fence` (throughput and
+    /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added
+    /// latency and cached rate, beside the upstream and dnsmasq).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence"])]
+        #[arg(value_parser = ["policy", "fence", "dns"])]
         which: String,
     },
 }
@@ -59,6 +60,15 @@ fn bench(which: &str) -> anyhow::Result<()> {
             "svc-tests",
             "--bin",
             "fence-bench",
+        ])),
+        "dns" => ui::run(std::process::Command::new("cargo").args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "svc-tests",
+            "--bin",
+            "dns-bench",
         ])),
         other => anyhow::bail!("no benchmark {other:?}"),
     }

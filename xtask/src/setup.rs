@@ -23,6 +23,7 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "a real upstream resolver for the DNS guard tests (binary only, no service)",
     ),
     ("dnsutils", "dig, for the demo and by hand"),
+    ("dnsperf", "the DNS guard benchmark's load generator"),
 ];
 
 /// bpf-linker release built against Debian's LLVM 22.

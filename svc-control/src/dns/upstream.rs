@@ -17,6 +17,28 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// The host configuration's upstreams, or, when it lists none, the nameservers of its
+    /// resolv.conf (read now). Two seconds per attempt.
+    pub fn from_host(host: &crate::config::host::HostConfig) -> Result<Self, String> {
+        let servers = if host.dns_upstreams.is_empty() {
+            let text = std::fs::read_to_string(&host.resolv_conf)
+                .map_err(|e| format!("reading {}: {e}", host.resolv_conf.display()))?;
+            crate::config::host::resolv_conf_nameservers(&text)
+        } else {
+            host.dns_upstreams.clone()
+        };
+        if servers.is_empty() {
+            return Err(format!(
+                "no DNS upstreams: dns.upstreams is empty and {} names no nameserver",
+                host.resolv_conf.display()
+            ));
+        }
+        Ok(Self {
+            servers,
+            timeout: Duration::from_secs(2),
+        })
+    }
+
     /// Send `query` (wire format) and return the first answer (wire format).
     pub async fn ask(&self, query: &[u8], id: u16) -> Result<Vec<u8>, String> {
         let mut last = String::from("no upstream resolvers configured");
