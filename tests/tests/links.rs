@@ -141,3 +141,26 @@ fn netlink_errors_name_the_operation() {
     });
     assert!(err.to_string().contains("creating veth dup0"), "{err}");
 }
+
+#[test]
+fn mark_rules_are_added_and_listed() {
+    require_root();
+    let ns = NetNs::new();
+    let rules = ns.run(|| {
+        block_on(async {
+            let l = Links::connect().unwrap();
+            l.add_mark_rule(0x5c5c_0002, 100, 1000, false)
+                .await
+                .unwrap();
+            l.add_mark_rule(0x5c5c_0002, 100, 1000, true).await.unwrap();
+            (
+                l.mark_rules(false).await.unwrap(),
+                l.mark_rules(true).await.unwrap(),
+            )
+        })
+    });
+    assert!(rules.0.contains(&(0x5c5c_0002, 100)), "{rules:?}");
+    assert!(rules.1.contains(&(0x5c5c_0002, 100)), "{rules:?}");
+    let shown = String::from_utf8_lossy(&ns.exec("ip", &["rule"]).stdout).into_owned();
+    assert!(shown.contains("fwmark 0x5c5c0002 lookup 100"), "{shown}");
+}

@@ -144,6 +144,64 @@ impl Links {
             .map_err(|e| netlink(&what, e.to_string()))
     }
 
+    /// Add a policy-routing rule: packets with firewall mark `fw_mark` (IPv4 when `v6` is
+    /// false) look up routing table `table`, at `priority`.
+    pub async fn add_mark_rule(
+        &self,
+        fw_mark: u32,
+        table: u32,
+        priority: u32,
+        v6: bool,
+    ) -> Result<(), DataplaneError> {
+        let what = format!("adding a rule fwmark {fw_mark:#x} → table {table}");
+        let req = self
+            .handle
+            .rule()
+            .add()
+            .fw_mark(fw_mark)
+            .table_id(table)
+            .priority(priority)
+            .action(rtnetlink::packet_route::rule::RuleAction::ToTable);
+        let result = if v6 {
+            req.v6().execute().await
+        } else {
+            req.v4().execute().await
+        };
+        result.map_err(|e| netlink(&what, e.to_string()))
+    }
+
+    /// The firewall marks that have a rule in this namespace (IPv4 or IPv6).
+    pub async fn mark_rules(&self, v6: bool) -> Result<Vec<(u32, u32)>, DataplaneError> {
+        use rtnetlink::packet_route::rule::RuleAttribute;
+        let version = if v6 {
+            rtnetlink::IpVersion::V6
+        } else {
+            rtnetlink::IpVersion::V4
+        };
+        let rules: Vec<_> = self
+            .handle
+            .rule()
+            .get(version)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| netlink("listing rules", e.to_string()))?;
+        Ok(rules
+            .iter()
+            .filter_map(|r| {
+                let mark = r.attributes.iter().find_map(|a| match a {
+                    RuleAttribute::FwMark(m) => Some(*m),
+                    _ => None,
+                })?;
+                let table = r.attributes.iter().find_map(|a| match a {
+                    RuleAttribute::Table(t) => Some(*t),
+                    _ => None,
+                })?;
+                Some((mark, table))
+            })
+            .collect())
+    }
+
     /// ifindex of a link by name in this namespace.
     pub async fn ifindex(&self, name: &str) -> Result<Option<u32>, DataplaneError> {
         let mut links = self
