@@ -4,7 +4,9 @@
 pub mod audit;
 /// Parsing and validation of every configuration file svc reads.
 pub mod config;
-/// The only code that talks to the kernel (eBPF, later nftables and rtnetlink).
+/// The wiring of the parts (svcd).
+pub mod daemon;
+/// The only code that talks to the kernel: eBPF, nftables, rtnetlink.
 pub mod dataplane;
 /// The DNS guard: policy-gated resolution that commits addresses to the fence first.
 pub mod dns;

@@ -254,6 +254,23 @@ impl Topology {
         }
     }
 
+    /// The host as policy sees it: the host end's and the host's outside addresses are the
+    /// host's own, the test pools (10.213/16, fd53::/16) are sandbox pools.
+    pub fn host_network(&self) -> svc_control::policy::destination::HostNetwork {
+        svc_control::policy::destination::HostNetwork {
+            host_addresses: vec![
+                self.gateway_v4.into(),
+                self.gateway_v6.into(),
+                Ipv4Addr::new(192, 0, 2, 1).into(),
+            ],
+            sandbox_pools: vec![
+                "10.213.0.0/16".parse().expect("net"),
+                "fd53::/16".parse().expect("net"),
+            ],
+            allow_cidrs: vec![],
+        }
+    }
+
     /// ifindex of the host end, in the host namespace.
     pub fn host_ifindex(&self) -> u32 {
         let name = self.host_link.clone();

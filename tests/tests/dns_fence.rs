@@ -15,8 +15,9 @@ use hickory_proto::{
 };
 use svc_control::{
     audit::{AuditError, AuditRecord, AuditSink},
-    dataplane::{AllowEntry, Fence, Nft, NftConfig, PortRule, SandboxLink},
-    dns::{Commit, CommitEntry, Directory, Guard, GuardConfig, SandboxDns, Upstream},
+    daemon::FenceCommit,
+    dataplane::{Fence, Nft, NftConfig, SandboxLink},
+    dns::{Directory, Guard, GuardConfig, SandboxDns, Upstream},
     policy::{
         destination,
         host::{Allowlist, HostPattern},
@@ -30,31 +31,6 @@ use svc_tests::{
 
 const GUARD: u16 = 15353;
 const NAMES: usize = 30;
-
-/// The wiring svcd will do: the guard's commits go into the fence's allow map.
-struct FenceCommit {
-    fence: Arc<Mutex<Fence>>,
-    ifindex: u32,
-}
-
-impl Commit for FenceCommit {
-    fn commit(&self, _sandbox: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String> {
-        let mut fence = self.fence.lock().map_err(|e| e.to_string())?;
-        for e in entries {
-            let entry = AllowEntry {
-                addr: e.addr,
-                rules: e.tcp_ports.iter().map(|p| PortRule::Tcp(*p)).collect(),
-                host_id: 1,
-                ttl: Some(e.ttl),
-                idle: Duration::from_secs(30),
-            };
-            fence
-                .add_allow(self.ifindex, &entry)
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
-}
 
 struct Dir(HashMap<IpAddr, Arc<SandboxDns>>);
 impl Directory for Dir {
@@ -124,18 +100,7 @@ fn the_first_syn_after_an_answer_always_passes() {
     let upstream = Dnsmasq::start_in(Some(&t.host), &records, &[], 300);
 
     // The fence and its nftables table (DNS to any resolver → the guard).
-    let net = destination::HostNetwork {
-        host_addresses: vec![
-            t.gateway_v4.into(),
-            t.gateway_v6.into(),
-            "192.0.2.1".parse().unwrap(),
-        ],
-        sandbox_pools: vec![
-            "10.213.0.0/16".parse().unwrap(),
-            "fd53::/16".parse().unwrap(),
-        ],
-        allow_cidrs: vec![],
-    };
+    let net = t.host_network();
     let (deny, allow) = destination::fence_cidrs(&net);
     let mut fence = Fence::load(&pins.path).expect("load");
     fence.set_destination_classes(&deny, &allow).unwrap();
@@ -178,6 +143,7 @@ fn the_first_syn_after_an_answer_always_passes() {
     let commit = FenceCommit {
         fence: fence.clone(),
         ifindex,
+        idle: Duration::from_secs(30),
     };
     let config = GuardConfig::with_upstream(Upstream {
         servers: vec![upstream.addr],

@@ -45,18 +45,7 @@ fn allow(addr: impl Into<std::net::IpAddr>, rules: &[PortRule]) -> AllowEntry {
 /// Load, set classes (the test pools are sandbox pools), install, attach in the host netns.
 fn fence_up(t: &Topology, pins: &PinDir, mode: EgressMode, entries: &[AllowEntry]) -> Fence {
     let mut fence = Fence::load(&pins.path).expect("load");
-    let net = destination::HostNetwork {
-        host_addresses: vec![
-            t.gateway_v4.into(),
-            t.gateway_v6.into(),
-            "192.0.2.1".parse().unwrap(),
-        ],
-        sandbox_pools: vec![
-            "10.213.0.0/16".parse().unwrap(),
-            "fd53::/16".parse().unwrap(),
-        ],
-        allow_cidrs: vec![],
-    };
+    let net = t.host_network();
     let (deny, ok) = destination::fence_cidrs(&net);
     fence.set_destination_classes(&deny, &ok).expect("classes");
     fence

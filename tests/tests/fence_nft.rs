@@ -23,21 +23,6 @@ fn sa(ip: &str, port: u16) -> SocketAddr {
     SocketAddr::new(ip.parse().unwrap(), port)
 }
 
-fn host_network(t: &Topology) -> destination::HostNetwork {
-    destination::HostNetwork {
-        host_addresses: vec![
-            t.gateway_v4.into(),
-            t.gateway_v6.into(),
-            "192.0.2.1".parse().unwrap(),
-        ],
-        sandbox_pools: vec![
-            "10.213.0.0/16".parse().unwrap(),
-            "fd53::/16".parse().unwrap(),
-        ],
-        allow_cidrs: vec![],
-    }
-}
-
 /// The table for a topology, applied in its host namespace. Removed on drop.
 struct Table {
     nft: Nft,
@@ -46,7 +31,7 @@ struct Table {
 
 impl Table {
     fn up(t: &Topology) -> Self {
-        let net = host_network(t);
+        let net = t.host_network();
         let (deny, operator_allow) = destination::fence_cidrs(&net);
         let mut never = net.sandbox_pools.clone();
         never.extend(net.host_addresses.iter().map(|a| ipnet::IpNet::from(*a)));
@@ -86,7 +71,7 @@ impl Drop for Table {
 
 fn fence_up(t: &Topology, pins: &PinDir, entries: &[AllowEntry]) -> Fence {
     let mut fence = Fence::load(&pins.path).expect("load");
-    let (deny, ok) = destination::fence_cidrs(&host_network(t));
+    let (deny, ok) = destination::fence_cidrs(&t.host_network());
     fence.set_destination_classes(&deny, &ok).expect("classes");
     let link = SandboxLink {
         ifindex: t.host_ifindex(),

@@ -26,8 +26,9 @@ use hickory_proto::{
 };
 use svc_control::{
     audit::{AuditError, AuditRecord, AuditSink},
-    dataplane::{AllowEntry, Fence, PortRule, SandboxLink},
-    dns::{Commit, CommitEntry, Directory, Guard, GuardConfig, SandboxDns, Upstream},
+    daemon::FenceCommit,
+    dataplane::{Fence, SandboxLink},
+    dns::{Directory, Guard, GuardConfig, SandboxDns, Upstream},
     policy::{
         destination::HostNetwork,
         host::{Allowlist, HostPattern},
@@ -107,7 +108,11 @@ fn main() {
         gateway_v6: None,
     };
     fence.install_sandbox(&link, &[], &[]).unwrap();
-    let commit = FenceCommit(Mutex::new(fence));
+    let commit = FenceCommit {
+        fence: Arc::new(Mutex::new(fence)),
+        ifindex: 1,
+        idle: Duration::from_secs(30),
+    };
     let allowed = Allowlist(vec![HostPattern::parse("*.bench.test").unwrap()]);
     let directory = Dir(HashMap::from([(
         "127.0.0.1".parse().unwrap(),
@@ -186,27 +191,6 @@ fn main() {
         g99 - d99
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-struct FenceCommit(Mutex<Fence>);
-impl Commit for FenceCommit {
-    fn commit(&self, _: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String> {
-        let mut f = self.0.lock().map_err(|e| e.to_string())?;
-        for e in entries {
-            f.add_allow(
-                1,
-                &AllowEntry {
-                    addr: e.addr,
-                    rules: e.tcp_ports.iter().map(|p| PortRule::Tcp(*p)).collect(),
-                    host_id: 1,
-                    ttl: Some(e.ttl),
-                    idle: Duration::from_secs(30),
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
 }
 
 struct Dir(HashMap<IpAddr, Arc<SandboxDns>>);
