@@ -12,3 +12,5 @@ pub mod dataplane;
 pub mod dns;
 /// Pure decisions: every security rule of the spec, once.
 pub mod policy;
+/// The TLS-intercepting HTTPS proxy.
+pub mod proxy;

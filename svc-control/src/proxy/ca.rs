@@ -1,0 +1,165 @@
+//! A CA per sandbox: created at sandbox start, its private key never leaves the host; its
+//! certificate goes into the guest's trust store. Leaf certificates are minted per server name
+//! on first use and cached; all leaves of one CA share one leaf key (minting is then one
+//! signature, not a key generation).
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::{
+    pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
+    sign::CertifiedKey,
+};
+
+/// How long a sandbox CA is valid. Sandboxes are recreated long before.
+const CA_VALIDITY: Duration = Duration::from_secs(366 * 24 * 3600);
+/// How long a leaf is valid.
+const LEAF_VALIDITY: Duration = Duration::from_secs(90 * 24 * 3600);
+/// Leaves cached per CA before the cache is cleared (a sandbox reaches a handful of names).
+const MAX_CACHED_LEAVES: usize = 4096;
+
+/// Errors of the CA.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("generating a key for {what}")]
+    Key {
+        what: &'static str,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("signing the certificate for {subject}")]
+    Sign {
+        subject: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("loading the leaf key into rustls")]
+    LoadKey(#[source] rustls::Error),
+}
+
+/// One sandbox's CA.
+pub struct SandboxCa {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    leaf_key: KeyPair,
+    signing_key: Arc<dyn rustls::sign::SigningKey>,
+    leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+impl std::fmt::Debug for SandboxCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxCa").finish_non_exhaustive()
+    }
+}
+
+impl SandboxCa {
+    /// Generate a CA for sandbox `name` (ECDSA P-256).
+    pub fn generate(name: &str) -> Result<Self, CaError> {
+        let now = SystemTime::now();
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("svc sandbox {name} CA"));
+        dn.push(DnType::OrganizationName, "svc egress perimeter");
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.not_before = (now - Duration::from_secs(3600)).into();
+        params.not_after = (now + CA_VALIDITY).into();
+        let ca_key = KeyPair::generate().map_err(|source| CaError::Key {
+            what: "the CA",
+            source,
+        })?;
+        let issuer =
+            CertifiedIssuer::self_signed(params, ca_key).map_err(|source| CaError::Sign {
+                subject: format!("the CA of {name}"),
+                source,
+            })?;
+        let leaf_key = KeyPair::generate().map_err(|source| CaError::Key {
+            what: "the leaves",
+            source,
+        })?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+        let signing_key =
+            rustls::crypto::ring::sign::any_supported_type(&der).map_err(CaError::LoadKey)?;
+        Ok(Self {
+            issuer,
+            leaf_key,
+            signing_key,
+            leaves: Mutex::default(),
+        })
+    }
+
+    /// The CA certificate, PEM, for the guest's trust store.
+    pub fn ca_pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// The CA certificate, DER.
+    pub fn ca_der(&self) -> CertificateDer<'static> {
+        self.issuer.der().clone()
+    }
+
+    /// The leaf for `server_name` (a normalised DNS name or an IP literal), minted on first use.
+    pub fn leaf_for(&self, server_name: &str) -> Result<Arc<CertifiedKey>, CaError> {
+        if let Some(leaf) = self
+            .leaves
+            .lock()
+            .ok()
+            .and_then(|l| l.get(server_name).cloned())
+        {
+            return Ok(leaf);
+        }
+        let now = SystemTime::now();
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = vec![match server_name.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(server_name.to_owned().try_into().map_err(|source| {
+                CaError::Sign {
+                    subject: server_name.to_owned(),
+                    source,
+                }
+            })?),
+        }];
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, server_name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_before = (now - Duration::from_secs(3600)).into();
+        params.not_after = (now + LEAF_VALIDITY).into();
+        let cert = params
+            .signed_by(&self.leaf_key, &self.issuer)
+            .map_err(|source| CaError::Sign {
+                subject: server_name.to_owned(),
+                source,
+            })?;
+        let leaf = Arc::new(CertifiedKey::new(
+            vec![cert.der().clone(), self.ca_der()],
+            self.signing_key.clone(),
+        ));
+        if let Ok(mut leaves) = self.leaves.lock() {
+            if leaves.len() >= MAX_CACHED_LEAVES {
+                leaves.clear();
+            }
+            leaves.insert(server_name.to_owned(), leaf.clone());
+        }
+        Ok(leaf)
+    }
+
+    /// How many leaves are cached.
+    pub fn cached_leaves(&self) -> usize {
+        self.leaves.lock().map_or(0, |l| l.len())
+    }
+}
