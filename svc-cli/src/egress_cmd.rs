@@ -147,6 +147,7 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             target: &target,
             authority: Some(&authority),
             sni: sni.as_deref(),
+            alt_authority: None,
             headers: &header_refs,
             body_prefix: &body,
             body_complete: true,

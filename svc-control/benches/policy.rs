@@ -59,6 +59,7 @@ fn bench(c: &mut Criterion) {
         target: "/acme/widget.git/git-upload-pack",
         authority: Some("github.com"),
         sni: Some("github.com"),
+        alt_authority: None,
         headers: &headers,
         body_prefix: b"0032want 0123456789abcdef0123456789abcdef01234567\n00000009done\n",
         body_complete: false,

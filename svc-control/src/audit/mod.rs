@@ -33,6 +33,8 @@ pub enum AuditEvent {
     Packet(PacketEvent),
     /// A DNS question the guard answered.
     Dns(DnsEvent),
+    /// An HTTPS request through the proxy (or a refused TLS connection).
+    Http(crate::proxy::HttpEvent),
 }
 
 /// One DNS question and what the guard did with it.

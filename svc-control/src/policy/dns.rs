@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 
-use super::host::{Allowlist, Authority, HostKind, HostPattern, normalize_name};
+use super::host::{Allowlist, HostKind, HostPattern, normalize_name};
 
 /// The guard's decision on a question.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,13 +67,7 @@ pub fn decide(allowed: &Allowlist, name: &str, record_type: u16) -> DnsDecision 
     };
     // A name's web ports are what an allowlist entry opens; a name matches an entry for any
     // of its ports.
-    let pattern = allowed.0.iter().find(|p| {
-        let port = p.port.unwrap_or(443);
-        p.matches(&Authority {
-            host: HostKind::Exact(normal.clone()),
-            port,
-        })
-    });
+    let pattern = allowed.find_name(&HostKind::Exact(normal));
     let Some(pattern) = pattern else {
         return DnsDecision::Refuse {
             reason: "name not allowed for this sandbox",

@@ -195,6 +195,18 @@ impl Allowlist {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The first pattern that allows the name `host` on any of its ports (for a server name or a
+    /// DNS question, which carry no port).
+    pub fn find_name(&self, host: &HostKind) -> Option<&HostPattern> {
+        self.0.iter().find(|p| {
+            let port = p.port.unwrap_or(DEFAULT_PORTS[0]);
+            p.matches(&Authority {
+                host: host.clone(),
+                port,
+            })
+        })
+    }
 }
 
 /// Whether `name` (normalised) is a public suffix: `com`, `co.uk`, `github.io`, …

@@ -124,6 +124,9 @@ pub struct HttpRequest<'a> {
     pub authority: Option<&'a str>,
     /// The TLS SNI the connection was opened for (`None` on plain HTTP).
     pub sni: Option<&'a str>,
+    /// A second statement of the authority, which must agree with `authority`: an HTTP/2
+    /// request's `Host` header beside `:authority`.
+    pub alt_authority: Option<&'a str>,
     pub headers: &'a [(&'a str, &'a [u8])],
     /// The start of the body (the whole body when `body_complete`).
     pub body_prefix: &'a [u8],
@@ -262,6 +265,19 @@ pub fn decide(policy: &SandboxPolicy, req: &HttpRequest<'_>) -> Decision {
                     421,
                     Rule::AuthorityMismatch,
                     format!("TLS server name {sni:?}: {e}"),
+                );
+            }
+        }
+    }
+
+    if let Some(alt) = req.alt_authority {
+        match Authority::parse(alt, default_port) {
+            Ok(a) if a.host == authority.host => {}
+            _ => {
+                return d.deny(
+                    421,
+                    Rule::AuthorityMismatch,
+                    format!("Host {alt:?} disagrees with :authority {raw_authority:?}"),
                 );
             }
         }

@@ -1,6 +1,11 @@
-//! The TLS-intercepting HTTPS proxy (issue 6). Built so far: the per-sandbox CA with cached
-//! leaf certificates, and a bounded ClientHello reader (SNI, ECH). The listener, the HTTP/1.1
-//! and HTTP/2 paths, the upstream side and the audit records follow.
+//! The TLS-intercepting HTTPS proxy (issue 6): the per-sandbox CA with cached leaves, a bounded
+//! ClientHello reader, and the connection/request path (SNI binding, HTTP/1.1 and HTTP/2,
+//! per-request policy, credential swap/strip, verified upstream TLS, audit).
 
 pub mod ca;
 pub mod client_hello;
+pub mod server;
+
+pub use server::{
+    Broker, HttpEvent, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, SystemResolver,
+};

@@ -81,6 +81,7 @@ impl Fixture {
                 target: &r.target,
                 authority: r.authority.as_deref(),
                 sni: r.sni.as_deref(),
+                alt_authority: None,
                 headers: &headers,
                 body_prefix: r.body.as_bytes(),
                 body_complete: r.body_complete,

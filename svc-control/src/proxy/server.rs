@@ -1,0 +1,760 @@
+//! The proxy's connection and request path.
+//!
+//! Connection: read the ClientHello (bounded, 10 s), find the sandbox by source address, refuse
+//! no SNI, ECH, and a server name the sandbox may not reach, terminate TLS with the sandbox
+//! CA's leaf for exactly that name, serve HTTP/1.1 and HTTP/2 (ALPN).
+//! Request: read at most `body_prefix` bytes of the body, ask `policy::request::decide`, answer
+//! a refusal with a JSON body, else forward to `https://<checked name>` (resolved by the
+//! proxy, never the address the guest dialled; certificate verified against real roots) with
+//! the credential swapped or stripped, and stream both ways. One audit record per request.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    io,
+    net::{IpAddr, SocketAddr},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::{
+    client::legacy::{
+        Client,
+        connect::{HttpConnector, dns::Name},
+    },
+    rt::{TokioExecutor, TokioIo},
+};
+use rustls::{ServerConfig, server::ResolvesServerCert, sign::CertifiedKey};
+use serde::Serialize;
+use tokio::{
+    io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+};
+
+use super::{ca::SandboxCa, client_hello};
+use crate::{
+    audit::{AuditRecord, AuditSink, rfc3339},
+    policy::{
+        credentials::{CredentialKind, Scheme},
+        host::{Authority, normalize_name},
+        request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
+    },
+};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// One sandbox as the proxy sees it.
+#[derive(Debug)]
+pub struct ProxySandbox {
+    pub id: u32,
+    pub policy: SandboxPolicy,
+    pub ca: Arc<SandboxCa>,
+}
+
+/// Who is connecting, by source address.
+pub trait Sandboxes: Send + Sync {
+    fn sandbox_for(&self, source: IpAddr) -> Option<Arc<ProxySandbox>>;
+}
+
+/// The credential broker: the real bearer behind a placeholder.
+pub trait Broker: Send + Sync {
+    fn bearer(&self, sandbox: u32, kind: CredentialKind, host: &str) -> Option<String>;
+}
+
+/// Name resolution for upstream connections (the host's resolver in production).
+pub trait Resolve: Send + Sync {
+    fn resolve(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
+}
+
+/// The host's resolver.
+#[derive(Debug, Default)]
+pub struct SystemResolver;
+
+impl Resolve for SystemResolver {
+    fn resolve(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>> {
+        let host = host.to_owned();
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
+    }
+}
+
+/// Settings of the proxy.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// TLS toward upstreams: real roots (webpki-roots), plus whatever tests add.
+    pub upstream_tls: rustls::ClientConfig,
+    /// Bytes of a request body read before the decision (placeholders are looked for in them;
+    /// GraphQL bodies must fit).
+    pub body_prefix: usize,
+    pub hello_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+impl ProxyConfig {
+    /// Upstream TLS with the webpki roots and `extra_roots` (a test CA, an operator's private
+    /// CA); verification is never turned off.
+    pub fn with_roots(
+        extra_roots: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Self, rustls::Error> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for r in extra_roots {
+            roots.add(r.clone())?;
+        }
+        // ALPN (h2, http/1.1) is set by the connector.
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok(Self {
+            upstream_tls: tls,
+            body_prefix: 64 * 1024,
+            hello_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(300),
+        })
+    }
+}
+
+/// The proxy. Share it with `Arc`.
+pub struct Proxy {
+    config: ProxyConfig,
+    sandboxes: Arc<dyn Sandboxes>,
+    broker: Arc<dyn Broker>,
+    audit: Arc<dyn AuditSink>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector<DnsService>>, ProxyBody>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").finish_non_exhaustive()
+    }
+}
+
+/// The JSON body of a refusal: enough for an agent to tell the fence from the server.
+#[derive(Debug, Serialize)]
+struct Refusal<'a> {
+    perimeter: &'static str,
+    status: u16,
+    rule: String,
+    reason: &'a str,
+}
+
+/// One proxied request, for the audit log (no header values, no query values, no tokens).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpEvent {
+    pub host: Option<String>,
+    pub method: String,
+    pub path: Option<String>,
+    pub status: u16,
+    pub decision: &'static str,
+    pub rule: String,
+    pub credential: &'static str,
+    pub duration_ms: u64,
+}
+
+impl Proxy {
+    pub fn new(
+        config: ProxyConfig,
+        sandboxes: Arc<dyn Sandboxes>,
+        broker: Arc<dyn Broker>,
+        resolver: Arc<dyn Resolve>,
+        audit: Arc<dyn AuditSink>,
+    ) -> Self {
+        let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(Duration::from_secs(10)));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config.upstream_tls.clone())
+            .https_only()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        Self {
+            config,
+            sandboxes,
+            broker,
+            audit,
+            client,
+        }
+    }
+
+    /// Accept connections until `shutdown` completes.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let (conn, peer) = tokio::select! {
+                () = &mut shutdown => return,
+                r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+            };
+            let proxy = self.clone();
+            tokio::spawn(async move { proxy.connection(conn, peer).await });
+        }
+    }
+
+    async fn connection(self: Arc<Self>, mut conn: TcpStream, peer: SocketAddr) {
+        let source = match peer.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer.ip(), IpAddr::V4),
+            v4 => v4,
+        };
+        let Some(sandbox) = self.sandboxes.sandbox_for(source) else {
+            return;
+        };
+        // Read the ClientHello.
+        let mut buf = Vec::with_capacity(2048);
+        let hello = tokio::time::timeout(self.config.hello_timeout, async {
+            loop {
+                let mut chunk = [0u8; 4096];
+                let n = conn
+                    .read(&mut chunk)
+                    .await
+                    .map_err(|_| client_hello::HelloError::Incomplete)?;
+                if n == 0 {
+                    return Err(client_hello::HelloError::Incomplete);
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                match client_hello::parse(&buf) {
+                    Err(client_hello::HelloError::Incomplete) => {}
+                    other => return other,
+                }
+            }
+        })
+        .await;
+        let refuse = |why: String| self.audit_conn(sandbox.id, why);
+        let hello = match hello {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => return refuse(format!("ClientHello refused: {e}")),
+            Err(_) => return refuse("no ClientHello in time".into()),
+        };
+        if hello.ech {
+            return refuse("ClientHello offers ECH: refused".into());
+        }
+        let Some(sni) = hello.server_name else {
+            return refuse("ClientHello has no server name: refused".into());
+        };
+        let Ok(authority) = Authority::parse(&sni, 443) else {
+            return refuse(format!("server name {sni:?} is not a host name"));
+        };
+        if sandbox.policy.allowed.find_name(&authority.host).is_none() {
+            return refuse(format!(
+                "server name {} is not allowed for this sandbox",
+                authority.host_str()
+            ));
+        }
+        let name = authority.host_str();
+        let Ok(leaf) = sandbox.ca.leaf_for(&name) else {
+            return refuse(format!("could not mint a certificate for {name}"));
+        };
+        let mut tls =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_or_else(
+                    |_| unreachable_config(),
+                    |b| {
+                        b.with_no_client_auth()
+                            .with_cert_resolver(Arc::new(Fixed(leaf)))
+                    },
+                );
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let Ok(stream) = tokio_rustls::TlsAcceptor::from(Arc::new(tls))
+            .accept(Rewind {
+                prefix: buf,
+                pos: 0,
+                inner: conn,
+            })
+            .await
+        else {
+            return;
+        };
+        let sni: Arc<str> = Arc::from(name.as_str());
+        let proxy = self.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let (proxy, sandbox, sni) = (proxy.clone(), sandbox.clone(), sni.clone());
+            async move { Ok::<_, Infallible>(proxy.request(&sandbox, &sni, req).await) }
+        });
+        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    }
+
+    async fn request(
+        &self,
+        sandbox: &ProxySandbox,
+        sni: &str,
+        req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let (parts, body) = req.into_parts();
+        let h2 = parts.version == http::Version::HTTP_2;
+        let host_header = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let (authority, alt) = if h2 {
+            (
+                parts
+                    .uri
+                    .authority()
+                    .map(|a| a.as_str().to_owned())
+                    .or_else(|| host_header.clone()),
+                host_header
+                    .clone()
+                    .filter(|_| parts.uri.authority().is_some()),
+            )
+        } else {
+            (host_header.clone(), None)
+        };
+        let target = if h2 {
+            parts
+                .uri
+                .path_and_query()
+                .map_or("/".to_owned(), |p| p.as_str().to_owned())
+        } else {
+            parts.uri.to_string()
+        };
+        let (prefix, rest, complete) = match read_prefix(body, self.config.body_prefix).await {
+            Ok(x) => x,
+            Err(_) => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    None,
+                    None,
+                    400,
+                    "request-body",
+                    "the request body could not be read",
+                    started,
+                );
+            }
+        };
+        let headers: Vec<(&str, &[u8])> = parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes()))
+            .collect();
+        let decision = request::decide(
+            &sandbox.policy,
+            &HttpRequest {
+                scheme: Scheme::Https,
+                method: parts.method.as_str(),
+                target: &target,
+                authority: authority.as_deref(),
+                sni: Some(sni),
+                alt_authority: alt.as_deref(),
+                headers: &headers,
+                body_prefix: &prefix,
+                body_complete: complete,
+            },
+        );
+        let credential = match &decision.outcome {
+            Outcome::Deny { status } => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    decision.host.clone(),
+                    decision.path.clone(),
+                    *status,
+                    &decision.rule.name(),
+                    &decision.reason,
+                    started,
+                );
+            }
+            Outcome::Allow { credential } => credential.clone(),
+        };
+        let host = decision.host.clone().unwrap_or_default();
+        let port =
+            Authority::parse(authority.as_deref().unwrap_or(""), 443).map_or(443, |a| a.port);
+        // Upstream request: the checked name, the original path, the credential as policy says.
+        let uri = if port == 443 {
+            format!("https://{host}{}", pq(&target, &parts.uri))
+        } else {
+            format!("https://{host}:{port}{}", pq(&target, &parts.uri))
+        };
+        let mut up = Request::builder().method(parts.method.clone()).uri(uri);
+        let mut headers_out = parts.headers.clone();
+        strip_hop_by_hop(&mut headers_out);
+        headers_out.remove(header::HOST);
+        let mut real_token: Option<String> = None;
+        let credential_note = match &credential {
+            CredentialAction::Passthrough => "none",
+            CredentialAction::Strip => {
+                headers_out.remove(header::AUTHORIZATION);
+                "stripped"
+            }
+            CredentialAction::Swap { kind, .. } => {
+                match self.broker.bearer(sandbox.id, *kind, &host) {
+                    Some(token) => {
+                        let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) else {
+                            return self.refuse(
+                                sandbox,
+                                &parts.method,
+                                Some(host),
+                                decision.path,
+                                502,
+                                "credential",
+                                "the broker's credential is not a valid header value",
+                                started,
+                            );
+                        };
+                        headers_out.insert(header::AUTHORIZATION, v);
+                        real_token = Some(token);
+                        "swapped"
+                    }
+                    None => {
+                        return self.refuse(
+                            sandbox,
+                            &parts.method,
+                            Some(host),
+                            decision.path,
+                            502,
+                            "credential",
+                            "no credential is brokered for this host",
+                            started,
+                        );
+                    }
+                }
+            }
+        };
+        if let Some(h) = up.headers_mut() {
+            *h = headers_out;
+        }
+        let body = UnsyncBoxBody::new(StreamBody::new(
+            futures::stream::once(async move { Ok::<_, BoxError>(Frame::data(prefix)) })
+                .chain(rest),
+        ));
+        let Ok(up) = up.body(body) else {
+            return self.refuse(
+                sandbox,
+                &parts.method,
+                Some(host),
+                decision.path,
+                400,
+                "request",
+                "the request could not be rebuilt",
+                started,
+            );
+        };
+        let response = match tokio::time::timeout(
+            self.config.request_timeout,
+            self.client.request(up),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    Some(host),
+                    decision.path,
+                    502,
+                    "upstream",
+                    &format!("upstream failed: {e}"),
+                    started,
+                );
+            }
+            Err(_) => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    Some(host),
+                    decision.path,
+                    504,
+                    "upstream",
+                    "upstream timed out",
+                    started,
+                );
+            }
+        };
+        let (mut rparts, rbody) = response.into_parts();
+        strip_hop_by_hop(&mut rparts.headers);
+        if let Some(token) = &real_token {
+            // A real token must never reach the guest, even echoed by the upstream.
+            let leaking: Vec<HeaderName> = rparts
+                .headers
+                .iter()
+                .filter(|(_, v)| {
+                    v.as_bytes()
+                        .windows(token.len())
+                        .any(|w| w == token.as_bytes())
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            for n in leaking {
+                rparts.headers.remove(n);
+            }
+        }
+        self.audit_request(
+            sandbox.id,
+            HttpEvent {
+                host: Some(host),
+                method: parts.method.to_string(),
+                path: decision.path,
+                status: rparts.status.as_u16(),
+                decision: "allow",
+                rule: decision.rule.name(),
+                credential: credential_note,
+                duration_ms: ms(started),
+            },
+        );
+        Response::from_parts(
+            rparts,
+            rbody.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "the parts of one refusal")]
+    fn refuse(
+        &self,
+        sandbox: &ProxySandbox,
+        method: &http::Method,
+        host: Option<String>,
+        path: Option<String>,
+        status: u16,
+        rule: &str,
+        reason: &str,
+        started: Instant,
+    ) -> Response<ProxyBody> {
+        self.audit_request(
+            sandbox.id,
+            HttpEvent {
+                host,
+                method: method.to_string(),
+                path,
+                status,
+                decision: "deny",
+                rule: rule.to_owned(),
+                credential: "none",
+                duration_ms: ms(started),
+            },
+        );
+        let body = serde_json::to_vec(&Refusal {
+            perimeter: "svc egress perimeter",
+            status,
+            rule: rule.to_owned(),
+            reason,
+        })
+        .unwrap_or_default();
+        let mut r = Response::new(
+            Full::new(Bytes::from(body))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r.headers_mut().insert(
+            HeaderName::from_static("x-svc-perimeter"),
+            HeaderValue::from_static("refused"),
+        );
+        r
+    }
+
+    fn audit_request(&self, sandbox: u32, e: HttpEvent) {
+        let _ = self.audit.record(&AuditRecord {
+            time: rfc3339(SystemTime::now()),
+            sandbox,
+            event: crate::audit::AuditEvent::Http(e),
+        });
+    }
+
+    fn audit_conn(&self, sandbox: u32, reason: String) {
+        self.audit_request(
+            sandbox,
+            HttpEvent {
+                host: None,
+                method: "TLS".into(),
+                path: None,
+                status: 0,
+                decision: "deny",
+                rule: reason,
+                credential: "none",
+                duration_ms: 0,
+            },
+        );
+    }
+}
+
+fn ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn pq(target: &str, uri: &http::Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| target.to_owned(), |p| p.as_str().to_owned())
+}
+
+/// Read up to `limit` bytes of a body: (prefix, the rest as a stream, whether the prefix is all).
+async fn read_prefix(
+    mut body: Incoming,
+    limit: usize,
+) -> Result<
+    (
+        Bytes,
+        Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, BoxError>> + Send>>,
+        bool,
+    ),
+    hyper::Error,
+> {
+    let mut prefix = Vec::new();
+    let mut extra: Option<Frame<Bytes>> = None;
+    loop {
+        if prefix.len() >= limit {
+            break;
+        }
+        match body.frame().await {
+            None => {
+                return Ok((
+                    Bytes::from(prefix),
+                    Box::pin(futures::stream::empty()),
+                    true,
+                ));
+            }
+            Some(Err(e)) => return Err(e),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => prefix.extend_from_slice(&data),
+                Err(trailers) => {
+                    extra = Some(trailers);
+                    break;
+                }
+            },
+        }
+    }
+    let complete = extra.is_some() && body.is_end_stream();
+    let rest = futures::stream::iter(extra.map(Ok)).chain(
+        http_body_util::BodyStream::new(body).map(|r| r.map_err(|e| Box::new(e) as BoxError)),
+    );
+    Ok((Bytes::from(prefix), Box::pin(rest), complete))
+}
+
+use hyper::body::Body as _;
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for name in HOP_BY_HOP.iter().map(|s| (*s).to_owned()).chain(listed) {
+        if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
+            h.remove(n);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+impl ResolvesServerCert for Fixed {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+fn unreachable_config() -> ServerConfig {
+    // The ring provider supports the default protocol versions; building cannot fail.
+    #[expect(
+        clippy::panic,
+        reason = "the ring provider always supports the safe defaults"
+    )]
+    {
+        panic!("rustls ring provider without TLS 1.2/1.3")
+    }
+}
+
+/// A stream that replays the bytes already read (the ClientHello) before the socket's.
+struct Rewind {
+    prefix: Vec<u8>,
+    pos: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = (self.prefix.len() - self.pos).min(buf.remaining());
+            let start = self.pos;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.pos += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// hyper-util's resolver interface over [`Resolve`].
+#[derive(Clone)]
+struct DnsService(Arc<dyn Resolve>);
+
+impl tower_service::Service<Name> for DnsService {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let resolver = self.0.clone();
+        let host = normalize_name(name.as_str()).unwrap_or_else(|_| name.as_str().to_owned());
+        Box::pin(async move {
+            let addrs = resolver.resolve(&host).await?;
+            Ok(addrs
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, 0))
+                .collect::<Vec<_>>()
+                .into_iter())
+        })
+    }
+}

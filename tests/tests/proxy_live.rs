@@ -1,0 +1,345 @@
+//! The proxy live on loopback: curl (HTTP/1.1 and HTTP/2) as the guest, a real HTTPS upstream
+//! (hyper + rustls, certificate from a test CA given to the proxy as an extra root) that echoes
+//! what it received.
+
+use std::{
+    net::IpAddr,
+    path::Path,
+    process::Command,
+    sync::{Arc, Mutex},
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, body::Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use svc_control::{
+    audit::{AuditError, AuditEvent, AuditRecord, AuditSink},
+    config::{egress, host::HostConfig},
+    policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
+    proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
+};
+
+struct One(Arc<ProxySandbox>);
+impl Sandboxes for One {
+    fn sandbox_for(&self, s: IpAddr) -> Option<Arc<ProxySandbox>> {
+        s.is_loopback().then(|| self.0.clone())
+    }
+}
+
+struct RealTokens;
+impl Broker for RealTokens {
+    fn bearer(&self, _: u32, kind: CredentialKind, host: &str) -> Option<String> {
+        Some(format!("REAL-{}-{host}", kind.name()))
+    }
+}
+
+struct Loopback;
+impl Resolve for Loopback {
+    fn resolve(
+        &self,
+        _host: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>
+    {
+        Box::pin(async { Ok(vec!["127.0.0.1".parse().unwrap()]) })
+    }
+}
+
+#[derive(Default)]
+struct Audit(Mutex<Vec<AuditRecord>>);
+impl AuditSink for Audit {
+    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        self.0.lock().unwrap().push(r.clone());
+        Ok(())
+    }
+}
+
+/// An HTTPS upstream that answers with what it received, and echoes Authorization in a header.
+async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
+    let leaf = ca.leaf_for("api.example.test").unwrap();
+    #[derive(Debug)]
+    struct Fixed(Arc<rustls::sign::CertifiedKey>);
+    impl rustls::server::ResolvesServerCert for Fixed {
+        fn resolve(
+            &self,
+            _: rustls::server::ClientHello<'_>,
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            Some(self.0.clone())
+        }
+    }
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_cert_resolver(Arc::new(Fixed(leaf)));
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((c, _)) = listener.accept().await else {
+                continue;
+            };
+            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(c).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let auth = req
+                            .headers()
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned();
+                        seen.lock().unwrap().push(format!(
+                            "{} {} auth={auth}",
+                            req.method(),
+                            req.uri()
+                        ));
+                        let host = req
+                            .uri()
+                            .authority()
+                            .map(|a| a.as_str().to_owned())
+                            .or_else(|| {
+                                req.headers()
+                                    .get("host")
+                                    .and_then(|v| v.to_str().ok())
+                                    .map(str::to_owned)
+                            })
+                            .unwrap_or_default();
+                        let body = format!("path={} host={host}", req.uri().path());
+                        Ok::<_, std::convert::Infallible>(
+                            Response::builder()
+                                .header("x-echo-auth", auth)
+                                .header("x-ok", "1")
+                                .body(Full::new(Bytes::from(body)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+struct World {
+    proxy_port: u16,
+    port: u16,
+    ca_pem: std::path::PathBuf,
+    placeholder: String,
+    seen: Arc<Mutex<Vec<String>>>,
+    audit: Arc<Audit>,
+    _rt: tokio::runtime::Runtime,
+    dir: std::path::PathBuf,
+}
+
+fn world() -> World {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream_ca = SandboxCa::generate("test-upstream-root").unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let port = rt.block_on(upstream(&upstream_ca, seen.clone()));
+    let config_yaml =
+        format!("egress:\n  policy:\n    gated.example.test:{port}:\n      paths: [\"/v1/**\"]\n");
+    let egress = egress::parse(Path::new("config.yaml"), &config_yaml).unwrap();
+    let extra = [
+        HostPattern::parse(&format!("api.example.test:{port}")).unwrap(),
+        HostPattern::parse(&format!("other.example.test:{port}")).unwrap(),
+    ];
+    let policy = SandboxPolicy::for_sandbox(&HostConfig::default(), &extra, None, egress).unwrap();
+    let placeholder = policy
+        .placeholders
+        .entries()
+        .iter()
+        .find(|e| {
+            e.hosts
+                .iter()
+                .any(|h| h.to_string().starts_with("api.example.test"))
+        })
+        .unwrap()
+        .placeholder
+        .expose()
+        .to_owned();
+    let ca = Arc::new(SandboxCa::generate("proxy-test").unwrap());
+    let dir = std::env::temp_dir().join(svc_tests::unique("svcpx"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_pem = dir.join("ca.pem");
+    std::fs::write(&ca_pem, ca.ca_pem()).unwrap();
+    let sandbox = Arc::new(ProxySandbox { id: 5, policy, ca });
+    let audit = Arc::new(Audit::default());
+    let proxy = Arc::new(Proxy::new(
+        ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap(),
+        Arc::new(One(sandbox)),
+        Arc::new(RealTokens),
+        Arc::new(Loopback),
+        audit.clone(),
+    ));
+    let proxy_port = rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = l.local_addr().unwrap().port();
+        tokio::spawn(proxy.serve(l, std::future::pending()));
+        p
+    });
+    World {
+        proxy_port,
+        port,
+        ca_pem,
+        placeholder,
+        seen,
+        audit,
+        _rt: rt,
+        dir,
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// curl as the guest: it believes it talks to `name:port`; the connection goes to the proxy.
+fn curl(w: &World, name: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "-D", "-", "--cacert"])
+        .arg(&w.ca_pem)
+        .arg("--connect-to")
+        .arg(format!("{name}:{}:127.0.0.1:{}", w.port, w.proxy_port))
+        .args(extra)
+        .arg(format!("https://{name}:{}{path}", w.port))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        text,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn allowed_request_reaches_the_upstream_with_the_real_token_and_never_shows_it() {
+    let w = world();
+    let auth = format!("Authorization: Bearer {}", w.placeholder);
+    for version in ["--http1.1", "--http2"] {
+        let (status, text, err) = curl(
+            &w,
+            "api.example.test",
+            "/hello?x=1",
+            &[version, "-H", &auth],
+        );
+        assert_eq!(status, 200, "{version}: {text}{err}");
+        assert!(
+            text.contains(&format!("path=/hello host=api.example.test:{}", w.port)),
+            "{text}"
+        );
+        assert!(
+            !text.contains("REAL-"),
+            "{version}: a real token reached the guest: {text}"
+        );
+        assert!(
+            !text.to_ascii_lowercase().contains("x-echo-auth"),
+            "the echoing header was removed: {text}"
+        );
+    }
+    let seen = w.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .all(|s| s.contains("auth=Bearer REAL-host-api.example.test")),
+        "the upstream saw the real token: {seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|s| s.contains(&w.placeholder)),
+        "the upstream never saw the placeholder"
+    );
+    let audits: Vec<_> = w
+        .audit
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::Http(h) => Some(h.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        audits.iter().any(|a| a.decision == "allow"
+            && a.credential == "swapped"
+            && a.path.as_deref() == Some("/hello")),
+        "{audits:?}"
+    );
+    assert!(
+        !format!("{audits:?}").contains("REAL-") && !format!("{audits:?}").contains(&w.placeholder),
+        "no token in audit records"
+    );
+}
+
+#[test]
+fn refusals_are_json_from_the_perimeter() {
+    let w = world();
+    // Domain fronting: SNI api.example.test, Host other.example.test.
+    let (status, text, _) = curl(
+        &w,
+        "api.example.test",
+        "/",
+        &[
+            "--http1.1",
+            "-H",
+            &format!("Host: other.example.test:{}", w.port),
+        ],
+    );
+    assert_eq!(status, 421, "{text}");
+    assert!(
+        text.contains("\"perimeter\":\"svc egress perimeter\"")
+            && text.contains("authority-mismatch"),
+        "{text}"
+    );
+    // A path outside egress.policy on a gated host.
+    let (status, text, _) = curl(&w, "gated.example.test", "/admin", &["--http2"]);
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("policy-default-deny"), "{text}");
+    // A placeholder in the query string.
+    let (status, text, _) = curl(
+        &w,
+        "api.example.test",
+        &format!("/x?key={}", w.placeholder),
+        &[],
+    );
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("credential-leak"), "{text}");
+    // TRACE.
+    let (status, _, _) = curl(&w, "api.example.test", "/", &["-X", "TRACE"]);
+    assert_eq!(status, 403);
+    assert!(
+        w.seen.lock().unwrap().is_empty(),
+        "none of these reached the upstream"
+    );
+}
+
+#[test]
+fn server_names_off_the_list_get_no_tls_at_all() {
+    let w = world();
+    let (status, _, err) = curl(&w, "evil.example.org", "/", &[]);
+    assert_eq!(status, 0, "no HTTP answer: {err}");
+    let audits = w.audit.0.lock().unwrap().clone();
+    assert!(audits.iter().any(|r| matches!(&r.event, AuditEvent::Http(h) if h.rule.contains("evil.example.org is not allowed"))), "{audits:?}");
+}
