@@ -347,3 +347,76 @@ fn generic_policy_paths() {
         ],
     );
 }
+
+#[test]
+fn request_shapes_that_smuggle() {
+    let f = Fixture::new();
+    let h = "extra.example.com";
+    check(
+        &f,
+        &[
+            (
+                "content_length_and_transfer_encoding",
+                req("POST", h, "/")
+                    .header("Content-Length", "4")
+                    .header("Transfer-Encoding", "chunked"),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
+                "duplicate_content_length",
+                req("POST", h, "/")
+                    .header("Content-Length", "4")
+                    .header("content-length", "40"),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
+                "two_host_headers",
+                req("GET", h, "/")
+                    .header("Host", h)
+                    .header("host", "evil.example.org"),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
+                "crlf_in_value",
+                req("GET", h, "/").header("X-A", "a\r\nInjected: 1"),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
+                "nul_in_value",
+                req("GET", h, "/").header("X-A", "a\u{0}b"),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
+                "space_in_name",
+                req("GET", h, "/").header("X A", "b"),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
+                "single_content_length_is_fine",
+                req("POST", h, "/")
+                    .header("Content-Length", "4")
+                    .body("abcd"),
+                Pass,
+                "open-host",
+            ),
+            (
+                "chunked_alone_is_fine",
+                req("POST", h, "/").header("Transfer-Encoding", "chunked"),
+                Pass,
+                "open-host",
+            ),
+            (
+                "one_host_header_is_fine",
+                req("GET", h, "/").header("Host", h),
+                Pass,
+                "open-host",
+            ),
+        ],
+    );
+}

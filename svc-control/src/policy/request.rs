@@ -161,6 +161,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rule {
+    RequestMalformed,
     AuthorityMissing,
     AuthorityInvalid,
     AuthorityMismatch,
@@ -225,6 +226,11 @@ pub fn decide(policy: &SandboxPolicy, req: &HttpRequest<'_>) -> Decision {
         host: None,
         path: None,
     };
+
+    // 0. Request shape: anything two HTTP parsers could frame or route differently.
+    if let Some(why) = malformed(req.headers) {
+        return d.deny(400, Rule::RequestMalformed, why.into());
+    }
 
     // 1. Authority binding.
     let default_port = if req.scheme == Scheme::Https { 443 } else { 80 };
@@ -399,6 +405,35 @@ pub fn decide(policy: &SandboxPolicy, req: &HttpRequest<'_>) -> Decision {
         return d.allow(swap(), Rule::SecretHost, "brokered-credential host".into());
     }
     d.allow(swap(), Rule::OpenHost, "open host".into())
+}
+
+/// Why a request's headers are refused, if they are: both Content-Length and
+/// Transfer-Encoding, more than one Content-Length, more than one Host, or a header name or
+/// value with a CR, LF or NUL (request smuggling, header injection).
+fn malformed(headers: &[(&str, &[u8])]) -> Option<&'static str> {
+    let count = |name: &str| {
+        headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count()
+    };
+    if count("content-length") > 0 && count("transfer-encoding") > 0 {
+        return Some("both Content-Length and Transfer-Encoding (request smuggling)");
+    }
+    if count("content-length") > 1 {
+        return Some("more than one Content-Length (request smuggling)");
+    }
+    if count("host") > 1 {
+        return Some("more than one Host header");
+    }
+    let bad = |b: u8| matches!(b, b'\r' | b'\n' | 0);
+    if headers
+        .iter()
+        .any(|(n, v)| n.bytes().any(|b| bad(b) || b == b' ') || v.iter().any(|b| bad(*b)))
+    {
+        return Some("a header name or value holds CR, LF or NUL, or a name holds a space");
+    }
+    None
 }
 
 #[allow(
