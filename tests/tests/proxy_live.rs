@@ -46,9 +46,15 @@ impl Resolve for Loopback {
 }
 
 #[derive(Default)]
-struct Audit(Mutex<Vec<AuditRecord>>);
+struct Audit(Mutex<Vec<AuditRecord>>, std::sync::atomic::AtomicBool);
 impl AuditSink for Audit {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(AuditError::Write {
+                path: "audit.jsonl".into(),
+                source: std::io::Error::other("disk full"),
+            });
+        }
         self.0.lock().unwrap().push(r.clone());
         Ok(())
     }
@@ -91,6 +97,29 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let seen = seen.clone();
                     async move {
+                        use http_body_util::BodyExt as _;
+                        if req.uri().path() == "/count" {
+                            let mut body = req.into_body();
+                            let mut n = 0usize;
+                            while let Some(Ok(f)) = body.frame().await {
+                                n += f.data_ref().map_or(0, |d| d.len());
+                            }
+                            return Ok::<_, std::convert::Infallible>(Response::new(
+                                http_body_util::Either::Left(Full::new(Bytes::from(format!(
+                                    "bytes={n}"
+                                )))),
+                            ));
+                        }
+                        if req.uri().path() == "/big" {
+                            let chunks = futures::stream::iter((0..1024).map(|_| {
+                                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                                    Bytes::from(vec![b'x'; 64 * 1024]),
+                                ))
+                            }));
+                            return Ok(Response::new(http_body_util::Either::Right(
+                                http_body_util::StreamBody::new(chunks),
+                            )));
+                        }
                         let auth = req
                             .headers()
                             .get("authorization")
@@ -114,13 +143,11 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                             })
                             .unwrap_or_default();
                         let body = format!("path={} host={host}", req.uri().path());
-                        Ok::<_, std::convert::Infallible>(
-                            Response::builder()
-                                .header("x-echo-auth", auth)
-                                .header("x-ok", "1")
-                                .body(Full::new(Bytes::from(body)))
-                                .unwrap(),
-                        )
+                        Ok(Response::builder()
+                            .header("x-echo-auth", auth)
+                            .header("x-ok", "1")
+                            .body(http_body_util::Either::Left(Full::new(Bytes::from(body))))
+                            .unwrap())
                     }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -223,9 +250,12 @@ fn curl(w: &World, name: &str, path: &str, extra: &[&str]) -> (u16, String, Stri
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The last status line: an interim `100 Continue` comes first for large uploads.
     let status = text
-        .split_whitespace()
-        .nth(1)
+        .lines()
+        .filter(|l| l.starts_with("HTTP/"))
+        .last()
+        .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     (
@@ -523,4 +553,60 @@ fn content_length_with_transfer_encoding_is_reframed_never_desynchronised() {
         seen[0].starts_with("POST https://api.example.test"),
         "{seen:?}"
     );
+}
+
+#[test]
+fn losing_the_audit_log_makes_the_proxy_refuse() {
+    let w = world();
+    assert_eq!(curl(&w, "api.example.test", "/", &[]).0, 200);
+    w.audit.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (status, text, _) = curl(&w, "api.example.test", "/", &[]);
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("\"rule\":\"audit\""), "{text}");
+}
+
+#[test]
+fn large_bodies_stream_both_ways() {
+    let w = world();
+    let file = w.dir.join("upload.bin");
+    std::fs::write(&file, vec![7u8; 64 * 1024 * 1024]).unwrap();
+    for version in ["--http1.1", "--http2"] {
+        let (status, text, err) = curl(
+            &w,
+            "api.example.test",
+            "/count",
+            &[version, "--data-binary", &format!("@{}", file.display())],
+        );
+        assert_eq!(status, 200, "{version}: {err}");
+        assert!(
+            text.contains(&format!("bytes={}", 64 * 1024 * 1024)),
+            "{version}: the upstream received every byte: {text}"
+        );
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "20",
+                version,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{size_download}",
+                "--cacert",
+            ])
+            .arg(&w.ca_pem)
+            .arg("--connect-to")
+            .arg(format!(
+                "api.example.test:{}:127.0.0.1:{}",
+                w.port, w.proxy_port
+            ))
+            .arg(format!("https://api.example.test:{}/big", w.port))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            (64 * 1024 * 1024).to_string(),
+            "{version}: the whole download"
+        );
+    }
 }

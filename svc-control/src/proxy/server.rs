@@ -501,19 +501,29 @@ impl Proxy {
                 rparts.headers.remove(n);
             }
         }
-        self.audit_request(
-            sandbox.id,
-            HttpEvent {
-                host: Some(host),
-                method: parts.method.to_string(),
-                path: decision.path,
-                status: rparts.status.as_u16(),
-                decision: "allow",
-                rule: decision.rule.name(),
-                credential: credential_note,
-                duration_ms: ms(started),
-            },
-        );
+        let record = HttpEvent {
+            host: Some(host),
+            method: parts.method.to_string(),
+            path: decision.path,
+            status: rparts.status.as_u16(),
+            decision: "allow",
+            rule: decision.rule.name(),
+            credential: credential_note,
+            duration_ms: ms(started),
+        };
+        if let Err(e) = self.audit.record(&AuditRecord {
+            time: rfc3339(SystemTime::now()),
+            sandbox: sandbox.id,
+            event: crate::audit::AuditEvent::Http(record),
+        }) {
+            // No record, no answer: the proxy refuses rather than go silent.
+            eprintln!("svc proxy: audit log unavailable, refusing: {e}");
+            return refusal(
+                503,
+                "audit",
+                "the audit log cannot be written; the perimeter refuses requests until it can",
+            );
+        }
         Response::from_parts(
             rparts,
             rbody.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
@@ -545,28 +555,7 @@ impl Proxy {
                 duration_ms: ms(started),
             },
         );
-        let body = serde_json::to_vec(&Refusal {
-            perimeter: "svc egress perimeter",
-            status,
-            rule: rule.to_owned(),
-            reason,
-        })
-        .unwrap_or_default();
-        let mut r = Response::new(
-            Full::new(Bytes::from(body))
-                .map_err(|never| match never {})
-                .boxed_unsync(),
-        );
-        *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r.headers_mut().insert(
-            HeaderName::from_static("x-svc-perimeter"),
-            HeaderValue::from_static("refused"),
-        );
-        r
+        refusal(status, rule, reason)
     }
 
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
@@ -592,6 +581,32 @@ impl Proxy {
             },
         );
     }
+}
+
+/// A refusal from the perimeter: the status and a small JSON body naming the rule and reason.
+fn refusal(status: u16, rule: &str, reason: &str) -> Response<ProxyBody> {
+    let body = serde_json::to_vec(&Refusal {
+        perimeter: "svc egress perimeter",
+        status,
+        rule: rule.to_owned(),
+        reason,
+    })
+    .unwrap_or_default();
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        HeaderName::from_static("x-svc-perimeter"),
+        HeaderValue::from_static("refused"),
+    );
+    r
 }
 
 fn ms(started: Instant) -> u64 {
