@@ -253,8 +253,8 @@ fn curl(w: &World, name: &str, path: &str, extra: &[&str]) -> (u16, String, Stri
     // The last status line: an interim `100 Continue` comes first for large uploads.
     let status = text
         .lines()
-        .filter(|l| l.starts_with("HTTP/"))
-        .last()
+        .rev()
+        .find(|l| l.starts_with("HTTP/"))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
