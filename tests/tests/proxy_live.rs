@@ -7,6 +7,7 @@ use std::{
     path::Path,
     process::Command,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -17,7 +18,9 @@ use svc_control::{
     audit::{AuditError, AuditEvent, AuditRecord, AuditSink},
     config::{egress, host::HostConfig},
     policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
-    proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
+    proxy::{
+        Broker, HttpEvent, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa,
+    },
 };
 
 struct One(Arc<ProxySandbox>);
@@ -57,6 +60,40 @@ impl AuditSink for Audit {
         }
         self.0.lock().unwrap().push(r.clone());
         Ok(())
+    }
+
+    fn ready(&self) -> Result<(), AuditError> {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(AuditError::Write {
+                path: "audit.jsonl".into(),
+                source: std::io::Error::other("disk full"),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Audit {
+    /// The HTTP records so far; an allowed request's record lands when its response body is done
+    /// with, a moment after the client has read the last byte, so wait for `until` (≤ 5 s).
+    fn http_until(&self, until: impl Fn(&[HttpEvent]) -> bool) -> Vec<HttpEvent> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let records: Vec<HttpEvent> = self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|r| match &r.event {
+                    AuditEvent::Http(h) => Some(h.clone()),
+                    _ => None,
+                })
+                .collect();
+            if until(&records) || std::time::Instant::now() > deadline {
+                return records;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -300,23 +337,11 @@ fn allowed_request_reaches_the_upstream_with_the_real_token_and_never_shows_it()
         !seen.iter().any(|s| s.contains(&w.placeholder)),
         "the upstream never saw the placeholder"
     );
-    let audits: Vec<_> = w
-        .audit
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|r| match &r.event {
-            AuditEvent::Http(h) => Some(h.clone()),
-            _ => None,
-        })
-        .collect();
-    assert!(
-        audits.iter().any(|a| a.decision == "allow"
-            && a.credential == "swapped"
-            && a.path.as_deref() == Some("/hello")),
-        "{audits:?}"
-    );
+    let wanted = |a: &HttpEvent| {
+        a.decision == "allow" && a.credential == "swapped" && a.path.as_deref() == Some("/hello")
+    };
+    let audits = w.audit.http_until(|r| r.iter().any(wanted));
+    assert!(audits.iter().any(wanted), "{audits:?}");
     assert!(
         !format!("{audits:?}").contains("REAL-") && !format!("{audits:?}").contains(&w.placeholder),
         "no token in audit records"
@@ -559,10 +584,19 @@ fn content_length_with_transfer_encoding_is_reframed_never_desynchronised() {
 fn losing_the_audit_log_makes_the_proxy_refuse() {
     let w = world();
     assert_eq!(curl(&w, "api.example.test", "/", &[]).0, 200);
+    let reached = w.seen.lock().unwrap().len();
     w.audit.1.store(true, std::sync::atomic::Ordering::Relaxed);
     let (status, text, _) = curl(&w, "api.example.test", "/", &[]);
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("\"rule\":\"audit\""), "{text}");
+    assert_eq!(
+        w.seen.lock().unwrap().len(),
+        reached,
+        "an unrecordable request never reaches the upstream"
+    );
+    // The sink recovers: requests flow again.
+    w.audit.1.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(curl(&w, "api.example.test", "/", &[]).0, 200);
 }
 
 #[test]
@@ -609,4 +643,13 @@ fn large_bodies_stream_both_ways() {
             "{version}: the whole download"
         );
     }
+    // The audit log has the bytes each way, per request.
+    const MIB64: u64 = 64 * 1024 * 1024;
+    let up = |a: &HttpEvent| a.path.as_deref() == Some("/count") && a.bytes_up == MIB64;
+    let down = |a: &HttpEvent| a.path.as_deref() == Some("/big") && a.bytes_down == MIB64;
+    let audits = w.audit.http_until(|r| {
+        r.iter().filter(|a| up(a)).count() == 2 && r.iter().filter(|a| down(a)).count() == 2
+    });
+    assert_eq!(audits.iter().filter(|a| up(a)).count(), 2, "{audits:?}");
+    assert_eq!(audits.iter().filter(|a| down(a)).count(), 2, "{audits:?}");
 }

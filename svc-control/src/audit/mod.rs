@@ -156,6 +156,12 @@ pub enum AuditError {
 /// Where records go.
 pub trait AuditSink: Send + Sync {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError>;
+
+    /// Whether a record written now would land. The proxy asks before it answers a request whose
+    /// record is only complete when the response body ends.
+    fn ready(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
 }
 
 /// A JSON-lines file, rotated to `<name>.1` when it passes `max_bytes`.
@@ -164,6 +170,8 @@ pub struct JsonlFile {
     path: PathBuf,
     max_bytes: u64,
     state: Mutex<(File, u64)>,
+    /// The last write failed; cleared by the next write that lands.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl JsonlFile {
@@ -175,6 +183,7 @@ impl JsonlFile {
             path,
             max_bytes,
             state: Mutex::new((file, len)),
+            failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -201,6 +210,25 @@ impl JsonlFile {
 
 impl AuditSink for JsonlFile {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        let result = self.write_line(r);
+        self.failed
+            .store(result.is_err(), std::sync::atomic::Ordering::Relaxed);
+        result
+    }
+
+    fn ready(&self) -> Result<(), AuditError> {
+        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(AuditError::Write {
+                path: self.path.clone(),
+                source: std::io::Error::other("the last audit write failed"),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl JsonlFile {
+    fn write_line(&self, r: &AuditRecord) -> Result<(), AuditError> {
         let mut line = serde_json::to_vec(r).unwrap_or_default();
         line.push(b'\n');
         let mut state = self
@@ -242,6 +270,32 @@ fn open_append(path: &Path) -> Result<File, AuditError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_write_makes_the_sink_not_ready() {
+        // /dev/full takes the open and fails every write with ENOSPC: a real full disk.
+        let sink = JsonlFile::open("/dev/full", 1 << 20).unwrap();
+        assert!(sink.ready().is_ok(), "ready until a write fails");
+        let r = AuditRecord {
+            time: "2026-11-21T00:00:00.000Z".into(),
+            sandbox: 1,
+            event: AuditEvent::Http(crate::proxy::HttpEvent {
+                host: Some("api.example.test".into()),
+                method: "GET".into(),
+                path: Some("/".into()),
+                status: 200,
+                decision: "allow",
+                rule: "open-host".into(),
+                credential: "none",
+                bytes_up: 0,
+                bytes_down: 2,
+                duration_ms: 1,
+            }),
+        };
+        let err = sink.record(&r).unwrap_err();
+        assert!(err.to_string().contains("/dev/full"), "{err}");
+        assert!(sink.ready().is_err(), "not ready after a failed write");
+    }
 
     #[test]
     fn drop_event_becomes_a_record_without_payload() {

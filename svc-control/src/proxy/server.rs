@@ -14,7 +14,10 @@ use std::{
     io,
     net::{IpAddr, SocketAddr},
     pin::Pin,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll},
     time::{Duration, Instant, SystemTime},
 };
@@ -163,6 +166,11 @@ pub struct HttpEvent {
     pub decision: &'static str,
     pub rule: String,
     pub credential: &'static str,
+    /// Body bytes forwarded from the guest to the upstream.
+    pub bytes_up: u64,
+    /// Body bytes forwarded from the upstream to the guest (for a refusal: the refusal body).
+    pub bytes_down: u64,
+    /// From the request head to the end of the response body (or the guest hanging up).
     pub duration_ms: u64,
 }
 
@@ -378,6 +386,23 @@ impl Proxy {
             }
             Outcome::Allow { credential } => credential.clone(),
         };
+        // The record of an allowed request is written when its response body ends (or the guest
+        // hangs up), with the bytes each way; the sink must be writable before anything is sent
+        // upstream. No record, no request: the proxy refuses rather than go silent. The refusal's
+        // own record is the probe that lets requests through again once the sink recovers.
+        if let Err(e) = self.audit.ready() {
+            eprintln!("svc proxy: audit log unavailable, refusing: {e}");
+            return self.refuse(
+                sandbox,
+                &parts.method,
+                decision.host.clone(),
+                decision.path.clone(),
+                503,
+                "audit",
+                "the audit log cannot be written; the perimeter refuses requests until it can",
+                started,
+            );
+        }
         let host = decision.host.clone().unwrap_or_default();
         let port =
             Authority::parse(authority.as_deref().unwrap_or(""), 443).map_or(443, |a| a.port);
@@ -435,9 +460,16 @@ impl Proxy {
         if let Some(h) = up.headers_mut() {
             *h = headers_out;
         }
+        let bytes_up = Arc::new(AtomicU64::new(0));
+        let up_count = bytes_up.clone();
         let body = UnsyncBoxBody::new(StreamBody::new(
             futures::stream::once(async move { Ok::<_, BoxError>(Frame::data(prefix)) })
-                .chain(rest),
+                .chain(rest)
+                .inspect(move |f| {
+                    if let Some(d) = f.as_ref().ok().and_then(Frame::data_ref) {
+                        up_count.fetch_add(d.len() as u64, Ordering::Relaxed);
+                    }
+                }),
         ));
         let Ok(up) = up.body(body) else {
             return self.refuse(
@@ -509,24 +541,32 @@ impl Proxy {
             decision: "allow",
             rule: decision.rule.name(),
             credential: credential_note,
-            duration_ms: ms(started),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
         };
-        if let Err(e) = self.audit.record(&AuditRecord {
-            time: rfc3339(SystemTime::now()),
+        let mut pending = PendingRecord {
+            audit: self.audit.clone(),
             sandbox: sandbox.id,
-            event: crate::audit::AuditEvent::Http(record),
-        }) {
-            // No record, no answer: the proxy refuses rather than go silent.
-            eprintln!("svc proxy: audit log unavailable, refusing: {e}");
-            return refusal(
-                503,
-                "audit",
-                "the audit log cannot be written; the perimeter refuses requests until it can",
-            );
-        }
+            record: Some(record),
+            started,
+            bytes_up,
+            bytes_down: 0,
+        };
         Response::from_parts(
             rparts,
-            rbody.map_err(|e| Box::new(e) as BoxError).boxed_unsync(),
+            rbody
+                .map_frame(move |f| {
+                    // The whole record moves into the body (not just the counter field), so it
+                    // is written when the body is dropped.
+                    let pending = &mut pending;
+                    if let Some(d) = f.data_ref() {
+                        pending.bytes_down += d.len() as u64;
+                    }
+                    f
+                })
+                .map_err(|e| Box::new(e) as BoxError)
+                .boxed_unsync(),
         )
     }
 
@@ -552,6 +592,8 @@ impl Proxy {
                 decision: "deny",
                 rule: rule.to_owned(),
                 credential: "none",
+                bytes_up: 0,
+                bytes_down: refusal_body(status, rule, reason).len() as u64,
                 duration_ms: ms(started),
             },
         );
@@ -577,6 +619,8 @@ impl Proxy {
                 decision: "deny",
                 rule: reason,
                 credential: "none",
+                bytes_up: 0,
+                bytes_down: 0,
                 duration_ms: 0,
             },
         );
@@ -585,13 +629,7 @@ impl Proxy {
 
 /// A refusal from the perimeter: the status and a small JSON body naming the rule and reason.
 fn refusal(status: u16, rule: &str, reason: &str) -> Response<ProxyBody> {
-    let body = serde_json::to_vec(&Refusal {
-        perimeter: "svc egress perimeter",
-        status,
-        rule: rule.to_owned(),
-        reason,
-    })
-    .unwrap_or_default();
+    let body = refusal_body(status, rule, reason);
     let mut r = Response::new(
         Full::new(Bytes::from(body))
             .map_err(|never| match never {})
@@ -607,6 +645,44 @@ fn refusal(status: u16, rule: &str, reason: &str) -> Response<ProxyBody> {
         HeaderValue::from_static("refused"),
     );
     r
+}
+
+fn refusal_body(status: u16, rule: &str, reason: &str) -> Vec<u8> {
+    serde_json::to_vec(&Refusal {
+        perimeter: "svc egress perimeter",
+        status,
+        rule: rule.to_owned(),
+        reason,
+    })
+    .unwrap_or_default()
+}
+
+/// The audit record of an allowed request, written once when the response body is done with:
+/// ended, failed, or dropped because the guest went away.
+struct PendingRecord {
+    audit: Arc<dyn AuditSink>,
+    sandbox: u32,
+    record: Option<HttpEvent>,
+    started: Instant,
+    bytes_up: Arc<AtomicU64>,
+    bytes_down: u64,
+}
+
+impl Drop for PendingRecord {
+    fn drop(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.bytes_up = self.bytes_up.load(Ordering::Relaxed);
+            record.bytes_down = self.bytes_down;
+            record.duration_ms = ms(self.started);
+            if let Err(e) = self.audit.record(&AuditRecord {
+                time: rfc3339(SystemTime::now()),
+                sandbox: self.sandbox,
+                event: crate::audit::AuditEvent::Http(record),
+            }) {
+                eprintln!("svc proxy: audit record lost: {e}");
+            }
+        }
+    }
 }
 
 fn ms(started: Instant) -> u64 {
