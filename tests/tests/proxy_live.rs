@@ -653,3 +653,38 @@ fn large_bodies_stream_both_ways() {
     assert_eq!(audits.iter().filter(|a| up(a)).count(), 2, "{audits:?}");
     assert_eq!(audits.iter().filter(|a| down(a)).count(), 2, "{audits:?}");
 }
+
+/// Regression: bodiless requests once went upstream as open-ended streams the proxy then reset;
+/// the upstream's HTTP/2 reset-flood guard closed the pooled connection after a few dozen.
+/// A hundred GETs on one kept-alive guest connection must all pass, on both guest protocols.
+#[test]
+fn a_hundred_gets_on_one_connection_all_pass() {
+    let w = world();
+    for version in ["--http1.1", "--http2"] {
+        let url = format!("https://api.example.test:{}/n", w.port);
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "20", version])
+            .args(["-w", "%{http_code} %{num_connects}\\n", "--cacert"])
+            .arg(&w.ca_pem)
+            .arg("--connect-to")
+            .arg(format!(
+                "api.example.test:{}:127.0.0.1:{}",
+                w.port, w.proxy_port
+            ))
+            .args((0..100).flat_map(|_| ["-o", "/dev/null", url.as_str()]))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 100, "{version}: {text}");
+        assert!(
+            lines.iter().all(|l| l.starts_with("200 ")),
+            "{version}: {text}"
+        );
+        let connects: u32 = lines.iter().map(|l| l[4..].parse::<u32>().unwrap()).sum();
+        assert_eq!(
+            connects, 1,
+            "{version}: one guest connection for all: {text}"
+        );
+    }
+}

@@ -34,10 +34,11 @@ enum Command {
     Demo,
     /// Run a benchmark: `policy` (one egress decision, criterion), `fence` (throughput and
     /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added
-    /// latency and cached rate, beside the upstream and dnsmasq).
+    /// latency and cached rate, beside the upstream and dnsmasq) or `proxy` (HTTPS latency and
+    /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy"])]
         which: String,
     },
 }
@@ -69,6 +70,15 @@ fn bench(which: &str) -> anyhow::Result<()> {
             "svc-tests",
             "--bin",
             "dns-bench",
+        ])),
+        "proxy" => ui::run(std::process::Command::new("cargo").args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "svc-tests",
+            "--bin",
+            "proxy-bench",
         ])),
         other => anyhow::bail!("no benchmark {other:?}"),
     }

@@ -184,6 +184,7 @@ impl Proxy {
     ) -> Self {
         let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
         http.enforce_http(false);
+        http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(10)));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config.upstream_tls.clone())
@@ -209,8 +210,19 @@ impl Proxy {
         loop {
             let (conn, peer) = tokio::select! {
                 () = &mut shutdown => return,
-                r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+                r = listener.accept() => match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // Out of descriptors or memory: say so, and let the host breathe rather
+                        // than spin on a listener that stays readable.
+                        eprintln!("svc proxy: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
             };
+            // Requests and answers are small writes: no Nagle delay on either leg.
+            let _ = conn.set_nodelay(true);
             let proxy = self.clone();
             tokio::spawn(async move { proxy.connection(conn, peer).await });
         }
@@ -462,15 +474,26 @@ impl Proxy {
         }
         let bytes_up = Arc::new(AtomicU64::new(0));
         let up_count = bytes_up.clone();
-        let body = UnsyncBoxBody::new(StreamBody::new(
-            futures::stream::once(async move { Ok::<_, BoxError>(Frame::data(prefix)) })
-                .chain(rest)
-                .inspect(move |f| {
-                    if let Some(d) = f.as_ref().ok().and_then(Frame::data_ref) {
-                        up_count.fetch_add(d.len() as u64, Ordering::Relaxed);
-                    }
-                }),
-        ));
+        let body = match rest {
+            // The whole body is in hand: send it with its length, so a GET goes out with no body
+            // framing at all (END_STREAM on the HTTP/2 HEADERS, no chunked encoding on HTTP/1.1)
+            // and the upstream never sees a stream the proxy abandons half-open.
+            None => {
+                up_count.fetch_add(prefix.len() as u64, Ordering::Relaxed);
+                Full::new(prefix)
+                    .map_err(|never| match never {})
+                    .boxed_unsync()
+            }
+            Some(rest) => UnsyncBoxBody::new(StreamBody::new(
+                futures::stream::once(async move { Ok::<_, BoxError>(Frame::data(prefix)) })
+                    .chain(rest)
+                    .inspect(move |f| {
+                        if let Some(d) = f.as_ref().ok().and_then(Frame::data_ref) {
+                            up_count.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        }
+                    }),
+            )),
+        };
         let Ok(up) = up.body(body) else {
             return self.refuse(
                 sandbox,
@@ -498,7 +521,7 @@ impl Proxy {
                     decision.path,
                     502,
                     "upstream",
-                    &format!("upstream failed: {e}"),
+                    &format!("upstream failed: {}", error_chain(&e)),
                     started,
                 );
             }
@@ -685,6 +708,18 @@ impl Drop for PendingRecord {
     }
 }
 
+/// An error and its sources, `outer: inner: innermost`, for a reason an operator can act on.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 fn ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
@@ -701,7 +736,7 @@ async fn read_prefix(
 ) -> Result<
     (
         Bytes,
-        Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, BoxError>> + Send>>,
+        Option<Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, BoxError>> + Send>>>,
         bool,
     ),
     hyper::Error,
@@ -714,11 +749,7 @@ async fn read_prefix(
         }
         match body.frame().await {
             None => {
-                return Ok((
-                    Bytes::from(prefix),
-                    Box::pin(futures::stream::empty()),
-                    true,
-                ));
+                return Ok((Bytes::from(prefix), None, true));
             }
             Some(Err(e)) => return Err(e),
             Some(Ok(frame)) => match frame.into_data() {
@@ -734,7 +765,7 @@ async fn read_prefix(
     let rest = futures::stream::iter(extra.map(Ok)).chain(
         http_body_util::BodyStream::new(body).map(|r| r.map_err(|e| Box::new(e) as BoxError)),
     );
-    Ok((Bytes::from(prefix), Box::pin(rest), complete))
+    Ok((Bytes::from(prefix), Some(Box::pin(rest)), complete))
 }
 
 use hyper::body::Body as _;

@@ -1,0 +1,409 @@
+//! The HTTPS proxy benchmark: the same requests to the same upstream, direct TLS and through the
+//! proxy, side by side in one run, so the comparison survives the drift of shared machines.
+//!
+//! The upstream (hyper + rustls, a test CA) listens on 127.0.0.2:P, the proxy on 127.0.0.1:P.
+//! The client is hyper over tokio-rustls trusting both CAs; it dials one address or the other
+//! with SNI and Host `api.example.test:P`. Variants: HTTP/1.1 and HTTP/2, keep-alive (one
+//! connection, requests one after another: latency; 16 in flight: rate) and a new TLS connection
+//! per request. Also: minting a leaf for a host not seen yet.
+//!
+//! `cargo xtask bench proxy` (release build). `--quick` runs short, for a smoke check.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Full};
+use hyper::{Request, Response, body::Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use svc_control::{
+    audit::{AuditError, AuditRecord, AuditSink},
+    config::{egress, host::HostConfig},
+    policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
+    proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
+};
+
+const NAME: &str = "api.example.test";
+const IN_FLIGHT: usize = 16;
+
+struct One(Arc<ProxySandbox>);
+impl Sandboxes for One {
+    fn sandbox_for(&self, _: IpAddr) -> Option<Arc<ProxySandbox>> {
+        Some(self.0.clone())
+    }
+}
+
+struct NoTokens;
+impl Broker for NoTokens {
+    fn bearer(&self, _: u32, _: CredentialKind, _: &str) -> Option<String> {
+        None
+    }
+}
+
+struct Second;
+impl Resolve for Second {
+    fn resolve(
+        &self,
+        _: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>
+    {
+        Box::pin(async { Ok(vec![IpAddr::from([127, 0, 0, 2])]) })
+    }
+}
+
+/// Records are serialised as the file sink would, then thrown away: the cost stays in the run.
+struct Discard;
+impl AuditSink for Discard {
+    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        std::hint::black_box(serde_json::to_vec(r).unwrap_or_default());
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Fixed(Arc<rustls::sign::CertifiedKey>);
+impl rustls::server::ResolvesServerCert for Fixed {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The upstream: answers every request with 64 bytes.
+async fn upstream(ca: &SandboxCa, listener: tokio::net::TcpListener) {
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Fixed(ca.leaf_for(NAME).unwrap())));
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    tokio::spawn(async move {
+        loop {
+            let Ok((c, _)) = listener.accept().await else {
+                continue;
+            };
+            c.set_nodelay(true).unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(c).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                        vec![b'x'; 64],
+                    ))))
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Version {
+    H1,
+    H2,
+}
+
+impl Version {
+    fn name(self) -> &'static str {
+        match self {
+            Self::H1 => "HTTP/1.1",
+            Self::H2 => "HTTP/2",
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Client {
+    tls: tokio_rustls::TlsConnector,
+    port: u16,
+}
+
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Empty<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Empty<Bytes>>),
+}
+
+impl Sender {
+    async fn get(&mut self, port: u16) {
+        // HTTP/1.1 in origin form with Host, as clients send it; HTTP/2 with :authority.
+        let target = match self {
+            Self::H1(_) => "/item".to_owned(),
+            Self::H2(_) => format!("https://{NAME}:{port}/item"),
+        };
+        let req = Request::get(target)
+            .header(hyper::header::HOST, format!("{NAME}:{port}"))
+            .body(Empty::new())
+            .unwrap();
+        let resp = match self {
+            Self::H1(s) => {
+                s.ready().await.unwrap();
+                s.send_request(req).await.unwrap()
+            }
+            Self::H2(s) => {
+                s.ready().await.unwrap();
+                s.send_request(req).await.unwrap()
+            }
+        };
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            (status.as_u16(), body.len()),
+            (200, 64),
+            "the benchmark request must succeed: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
+
+impl Client {
+    fn new(roots: &[&SandboxCa]) -> Self {
+        let mut store = rustls::RootCertStore::empty();
+        for ca in roots {
+            store.add(ca.ca_der()).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        Self {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(cfg)),
+            port: 0,
+        }
+    }
+
+    async fn connect(&self, addr: SocketAddr, v: Version) -> Sender {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut cfg = (*self.tls.config().clone()).clone();
+        cfg.alpn_protocols = vec![match v {
+            Version::H1 => b"http/1.1".to_vec(),
+            Version::H2 => b"h2".to_vec(),
+        }];
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(ServerName::try_from(NAME).unwrap(), tcp)
+            .await
+            .unwrap();
+        let io = TokioIo::new(tls);
+        match v {
+            Version::H1 => {
+                let (s, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+                tokio::spawn(conn);
+                Sender::H1(s)
+            }
+            Version::H2 => {
+                let (s, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+                tokio::spawn(conn);
+                Sender::H2(s)
+            }
+        }
+    }
+}
+
+struct Figures {
+    p50_us: f64,
+    p99_us: f64,
+    rate: f64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+/// Keep-alive: latency one at a time over one connection, then the rate with 16 in flight
+/// (HTTP/1.1: 16 connections; HTTP/2: 16 streams on one connection).
+async fn keep_alive(c: &Client, addr: SocketAddr, v: Version, n: usize) -> Figures {
+    let mut s = c.connect(addr, v).await;
+    for _ in 0..50 {
+        s.get(c.port).await;
+    }
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        s.get(c.port).await;
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    let per_task = n;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let shared = match v {
+        Version::H2 => Some(c.connect(addr, v).await),
+        Version::H1 => None,
+    };
+    for _ in 0..IN_FLIGHT {
+        let mut s = match &shared {
+            Some(Sender::H2(s)) => Sender::H2(s.clone()),
+            _ => c.connect(addr, v).await,
+        };
+        let port = c.port;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per_task {
+                s.get(port).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let rate = (per_task * IN_FLIGHT) as f64 / started.elapsed().as_secs_f64();
+    Figures {
+        p50_us: percentile(&lat, 0.5),
+        p99_us: percentile(&lat, 0.99),
+        rate,
+    }
+}
+
+/// A new TCP + TLS connection for every request, one at a time.
+async fn new_connection(c: &Client, addr: SocketAddr, v: Version, n: usize) -> Figures {
+    let mut lat = Vec::with_capacity(n);
+    let started = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut s = c.connect(addr, v).await;
+        s.get(c.port).await;
+        lat.push(t.elapsed());
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    lat.sort();
+    Figures {
+        p50_us: percentile(&lat, 0.5),
+        p99_us: percentile(&lat, 0.99),
+        rate,
+    }
+}
+
+fn row(name: &str, direct: &Figures, proxied: &Figures) {
+    println!(
+        "{name:<28} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>10.0} {:>10.0} {:>6.2}x  +{:.0}",
+        direct.p50_us,
+        proxied.p50_us,
+        direct.p99_us,
+        proxied.p99_us,
+        direct.rate,
+        proxied.rate,
+        proxied.rate / direct.rate,
+        proxied.p99_us - direct.p99_us,
+    );
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (n_keep, n_new) = if quick { (200, 50) } else { (4000, 400) };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream_ca = SandboxCa::generate("bench-upstream-root").unwrap();
+    let sandbox_ca = Arc::new(SandboxCa::generate("bench-sandbox").unwrap());
+    // The same port on both loopback addresses: the guest's Host names the upstream's port.
+    let (port, up_l, proxy_l) = rt.block_on(async {
+        loop {
+            let up = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+            let port = up.local_addr().unwrap().port();
+            if let Ok(p) = tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                return (port, up, p);
+            }
+        }
+    });
+    let egress = egress::parse(Path::new("config.yaml"), "").unwrap();
+    let extra = [HostPattern::parse(&format!("{NAME}:{port}")).unwrap()];
+    let policy = SandboxPolicy::for_sandbox(&HostConfig::default(), &extra, None, egress).unwrap();
+    let proxy = Arc::new(Proxy::new(
+        ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap(),
+        Arc::new(One(Arc::new(ProxySandbox {
+            id: 1,
+            policy,
+            ca: sandbox_ca.clone(),
+        }))),
+        Arc::new(NoTokens),
+        Arc::new(Second),
+        Arc::new(Discard),
+    ));
+    rt.block_on(async {
+        upstream(&upstream_ca, up_l).await;
+        tokio::spawn(proxy.serve(proxy_l, std::future::pending()));
+    });
+    let mut client = Client::new(&[&upstream_ca, &sandbox_ca]);
+    client.port = port;
+    let direct: SocketAddr = ([127, 0, 0, 2], port).into();
+    let proxied: SocketAddr = ([127, 0, 0, 1], port).into();
+
+    // The first request to a host the proxy has not minted a leaf for yet, then a minted one.
+    let first = rt.block_on(async {
+        let t = Instant::now();
+        let mut s = client.connect(proxied, Version::H1).await;
+        s.get(port).await;
+        t.elapsed()
+    });
+    let second = rt.block_on(async {
+        let t = Instant::now();
+        let mut s = client.connect(proxied, Version::H1).await;
+        s.get(port).await;
+        t.elapsed()
+    });
+    let mut mint: Vec<Duration> = (0..if quick { 10 } else { 100 })
+        .map(|i| {
+            let t = Instant::now();
+            sandbox_ca.leaf_for(&format!("h{i}.mint.test")).unwrap();
+            t.elapsed()
+        })
+        .collect();
+    mint.sort();
+
+    println!(
+        "proxy benchmark: upstream 127.0.0.2:{port}, proxy 127.0.0.1:{port}; {n_keep} keep-alive \
+         requests (x{IN_FLIGHT} in flight for the rate), {n_new} new-connection requests"
+    );
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7}  added p99 (us)",
+        "variant", "p50 dir", "p50 prx", "p99 dir", "p99 prx", "req/s dir", "req/s prx", "ratio",
+    );
+    for v in [Version::H1, Version::H2] {
+        let (d, p) = rt.block_on(async {
+            (
+                keep_alive(&client, direct, v, n_keep).await,
+                keep_alive(&client, proxied, v, n_keep).await,
+            )
+        });
+        row(&format!("{} keep-alive", v.name()), &d, &p);
+        let (d, p) = rt.block_on(async {
+            (
+                new_connection(&client, direct, v, n_new).await,
+                new_connection(&client, proxied, v, n_new).await,
+            )
+        });
+        row(&format!("{} new connection", v.name()), &d, &p);
+    }
+    println!(
+        "first request to an unminted host (new connection): {:.2} ms; the next new connection: \
+         {:.2} ms",
+        first.as_secs_f64() * 1e3,
+        second.as_secs_f64() * 1e3
+    );
+    println!(
+        "leaf minting alone: p50 {:.2} ms, p99 {:.2} ms",
+        percentile(&mint, 0.5) / 1e3,
+        percentile(&mint, 0.99) / 1e3
+    );
+}
