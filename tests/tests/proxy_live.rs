@@ -688,3 +688,73 @@ fn a_hundred_gets_on_one_connection_all_pass() {
         );
     }
 }
+
+/// The sandbox CA installed into a guest root (system roots kept), and the guest's variables:
+/// curl with nothing but the environment trusts the proxy; the plain system bundle does not.
+#[test]
+fn the_guest_trust_store_and_variables_make_curl_trust_the_proxy() {
+    use svc_control::proxy::guest_trust;
+    let w = world();
+    let root = w.dir.join("guest-root");
+    let bundle = root.join(guest_trust::GUEST_BUNDLE.trim_start_matches('/'));
+    std::fs::create_dir_all(bundle.parent().unwrap()).unwrap();
+    std::fs::copy("/etc/ssl/certs/ca-certificates.crt", &bundle).unwrap();
+    let run = |bundle: &Path| {
+        let mut cmd = Command::new("curl");
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .args([
+                "-sS",
+                "--max-time",
+                "5",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
+            .arg("--connect-to")
+            .arg(format!(
+                "api.example.test:{}:127.0.0.1:{}",
+                w.port, w.proxy_port
+            ))
+            .arg(format!("https://api.example.test:{}/", w.port));
+        // The guest's CURL_CA_BUNDLE, resolved under the test's guest root.
+        cmd.env("CURL_CA_BUNDLE", bundle);
+        cmd.output().unwrap()
+    };
+    let before = run(&bundle);
+    assert_ne!(
+        String::from_utf8_lossy(&before.stdout),
+        "200",
+        "the system roots alone must not trust the sandbox CA"
+    );
+    guest_trust::install(&root, &std::fs::read_to_string(&w.ca_pem).unwrap()).unwrap();
+    let after = run(&bundle);
+    assert_eq!(
+        String::from_utf8_lossy(&after.stdout),
+        "200",
+        "{}",
+        String::from_utf8_lossy(&after.stderr)
+    );
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    assert!(
+        text.starts_with(&system),
+        "the system roots are kept byte for byte"
+    );
+    assert!(
+        guest_trust::guest_env().contains(&("CURL_CA_BUNDLE", guest_trust::GUEST_BUNDLE)),
+        "the guest's curl reads the bundle the CA went into"
+    );
+    let vars: Vec<&str> = guest_trust::guest_env().iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        vars,
+        [
+            "SSL_CERT_FILE",
+            "NODE_EXTRA_CA_CERTS",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "GIT_SSL_CAINFO"
+        ]
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod ca;
 pub mod client_hello;
+pub mod guest_trust;
 pub mod server;
 
 pub use server::{
