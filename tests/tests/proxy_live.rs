@@ -208,6 +208,10 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(|_| {})
+}
+
+fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -244,8 +248,10 @@ fn world() -> World {
     std::fs::write(&ca_pem, ca.ca_pem()).unwrap();
     let sandbox = Arc::new(ProxySandbox { id: 5, policy, ca });
     let audit = Arc::new(Audit::default());
+    let mut config = ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap();
+    tune(&mut config);
     let proxy = Arc::new(Proxy::new(
-        ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap(),
+        config,
         Arc::new(One(sandbox)),
         Arc::new(RealTokens),
         Arc::new(Loopback),
@@ -757,4 +763,159 @@ fn the_guest_trust_store_and_variables_make_curl_trust_the_proxy() {
             "GIT_SSL_CAINFO"
         ]
     );
+}
+
+/// A raw TLS connection to the proxy for `api.example.test`, from the test runtime.
+async fn tls_to_proxy(
+    ca_pem: &[u8],
+    port: u16,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile_free(ca_pem) {
+        roots.add(c).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(
+            rustls::pki_types::ServerName::try_from("api.example.test").unwrap(),
+            tcp,
+        )
+        .await
+        .ok()
+}
+
+/// Very large heads get 431 from the perimeter and never reach the upstream.
+#[test]
+fn very_large_headers_are_refused() {
+    let w = world();
+    let big = "a".repeat(100 * 1024);
+    for version in ["--http1.1", "--http2"] {
+        let before = w.seen.lock().unwrap().len();
+        let (status, text, err) = curl(
+            &w,
+            "api.example.test",
+            "/big-head",
+            &[version, "-H", &format!("X-Big: {big}")],
+        );
+        assert!(
+            status == 431 || (version == "--http2" && status == 0),
+            "{version}: a 100 KiB header must be refused (431, or the HTTP/2 stream reset): \
+             {status} {text}{err}"
+        );
+        assert_eq!(
+            w.seen.lock().unwrap().len(),
+            before,
+            "{version}: never upstream"
+        );
+    }
+    // A large head well under the cap passes (12 KiB: the test upstream's own HTTP/2 limit is
+    // 16 KiB).
+    let (status, text, _) = curl(
+        &w,
+        "api.example.test",
+        "/",
+        &[
+            "--http1.1",
+            "-H",
+            &format!("X-Big: {}", "a".repeat(12 * 1024)),
+        ],
+    );
+    assert_eq!(status, 200, "{text}");
+}
+
+/// Slowloris: a request head trickled in and never finished is dropped at the header timeout;
+/// the proxy keeps serving others meanwhile.
+#[test]
+fn a_trickled_request_head_is_dropped_at_the_header_timeout() {
+    let w = world_with(|c| c.header_timeout = std::time::Duration::from_secs(1));
+    let ca_pem = std::fs::read(&w.ca_pem).unwrap();
+    let port = w.proxy_port;
+    let closed = w._rt.block_on(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tls = tls_to_proxy(&ca_pem, port).await.expect("TLS to the proxy");
+        tls.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        // One header byte a quarter second; the head is never finished.
+        let trickle = async {
+            for b in b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                .iter()
+                .cycle()
+            {
+                if tls.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                let mut buf = [0u8; 512];
+                if let Ok(r) =
+                    tokio::time::timeout(std::time::Duration::from_millis(1), tls.read(&mut buf))
+                        .await
+                {
+                    // Closed (0), an error, or hyper's 408 before the close: all a drop.
+                    return Some(r.map_or(0, |n| n));
+                }
+            }
+            None
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(15), trickle)
+            .await
+            .ok()
+            .flatten()
+    });
+    assert!(
+        closed.is_some(),
+        "the proxy must drop a head that never ends"
+    );
+    assert_eq!(
+        curl(&w, "api.example.test", "/", &[]).0,
+        200,
+        "others are served"
+    );
+}
+
+/// One sandbox may not hold more than its cap of open connections; the next is closed and
+/// audited, and a slot frees when a connection closes.
+#[test]
+fn connections_over_the_per_sandbox_cap_are_refused() {
+    let w = world_with(|c| c.max_connections = 8);
+    let ca_pem = std::fs::read(&w.ca_pem).unwrap();
+    let port = w.proxy_port;
+    let (held, extra) = w._rt.block_on(async move {
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(tls_to_proxy(&ca_pem, port).await);
+        }
+        let extra = tls_to_proxy(&ca_pem, port).await;
+        (held, extra.is_some())
+    });
+    assert!(
+        held.iter().all(Option::is_some),
+        "eight connections are within the cap"
+    );
+    assert!(!extra, "the ninth gets no TLS");
+    let audits = w.audit.0.lock().unwrap().clone();
+    assert!(
+        audits.iter().any(|r| matches!(&r.event, AuditEvent::Http(h)
+            if h.rule.contains("more than 8 open connections"))),
+        "{audits:?}"
+    );
+    drop(held);
+    // The slots free as the held connections close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, _, _) = curl(&w, "api.example.test", "/", &[]);
+        if status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "slots never freed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

@@ -32,7 +32,7 @@ use hyper_util::{
         Client,
         connect::{HttpConnector, dns::Name},
     },
-    rt::{TokioExecutor, TokioIo},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
 };
 use rustls::{ServerConfig, server::ResolvesServerCert, sign::CertifiedKey};
 use serde::Serialize;
@@ -102,7 +102,18 @@ pub struct ProxyConfig {
     /// GraphQL bodies must fit).
     pub body_prefix: usize,
     pub hello_timeout: Duration,
+    /// Time allowed for a request head to arrive once its connection is waiting for one (HTTP/1.1:
+    /// slowloris, and idle kept-alive connections); HTTP/2 connections are pinged at this
+    /// interval and closed when a ping goes unanswered for as long.
+    pub header_timeout: Duration,
+    /// Time allowed for the upstream's response head.
     pub request_timeout: Duration,
+    /// Largest HTTP/1.1 request head (bytes); larger heads get 431. HTTP/2 header lists are capped
+    /// at the same size.
+    pub max_head: usize,
+    /// Guest connections one sandbox may hold open at once; the next one is closed unanswered
+    /// (and audited).
+    pub max_connections: usize,
 }
 
 impl ProxyConfig {
@@ -127,7 +138,10 @@ impl ProxyConfig {
             upstream_tls: tls,
             body_prefix: 64 * 1024,
             hello_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(300),
+            max_head: 64 * 1024,
+            max_connections: 1024,
         })
     }
 }
@@ -139,6 +153,29 @@ pub struct Proxy {
     broker: Arc<dyn Broker>,
     audit: Arc<dyn AuditSink>,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector<DnsService>>, ProxyBody>,
+    /// Open guest connections per sandbox.
+    open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+}
+
+/// One open guest connection, counted against its sandbox until dropped.
+struct ConnectionSlot {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+    sandbox: u32,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.sandbox) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.sandbox);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Proxy {
@@ -201,7 +238,25 @@ impl Proxy {
             broker,
             audit,
             client,
+            open: Arc::default(),
         }
+    }
+
+    /// A slot for one more guest connection of `sandbox`, if it is under its cap.
+    fn slot(&self, sandbox: u32) -> Option<ConnectionSlot> {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(sandbox).or_insert(0);
+        if *n >= self.config.max_connections {
+            return None;
+        }
+        *n += 1;
+        Some(ConnectionSlot {
+            open: self.open.clone(),
+            sandbox,
+        })
     }
 
     /// Accept connections until `shutdown` completes.
@@ -235,6 +290,15 @@ impl Proxy {
         };
         let Some(sandbox) = self.sandboxes.sandbox_for(source) else {
             return;
+        };
+        let Some(_slot) = self.slot(sandbox.id) else {
+            return self.audit_conn(
+                sandbox.id,
+                format!(
+                    "more than {} open connections from this sandbox: refused",
+                    self.config.max_connections
+                ),
+            );
         };
         // Read the ClientHello.
         let mut buf = Vec::with_capacity(2048);
@@ -308,7 +372,19 @@ impl Proxy {
             let (proxy, sandbox, sni) = (proxy.clone(), sandbox.clone(), sni.clone());
             async move { Ok::<_, Infallible>(proxy.request(&sandbox, &sni, req).await) }
         });
-        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.config.header_timeout)
+            .max_buf_size(self.config.max_head.max(8192));
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.config.header_timeout)
+            .keep_alive_timeout(self.config.header_timeout)
+            .max_header_list_size(u32::try_from(self.config.max_head).unwrap_or(u32::MAX));
+        let _ = builder
             .serve_connection(TokioIo::new(stream), service)
             .await;
     }
