@@ -770,6 +770,14 @@ async fn tls_to_proxy(
     ca_pem: &[u8],
     port: u16,
 ) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_to_proxy_alpn(ca_pem, port, b"http/1.1").await
+}
+
+async fn tls_to_proxy_alpn(
+    ca_pem: &[u8],
+    port: u16,
+    alpn: &[u8],
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pemfile_free(ca_pem) {
         roots.add(c).unwrap();
@@ -781,7 +789,7 @@ async fn tls_to_proxy(
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = vec![alpn.to_vec()];
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -918,4 +926,67 @@ fn connections_over_the_per_sandbox_cap_are_refused() {
         assert!(std::time::Instant::now() < deadline, "slots never freed");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// HTTP/2 connection coalescing: on a connection opened for api.example.test, a stream for
+/// another allowed name gets 421 and never reaches the upstream; the connection stays usable for
+/// its own name. HTTP/1.1 keep-alive: the second request naming another host, likewise.
+#[test]
+fn a_connection_serves_only_the_name_it_was_opened_for() {
+    let w = world();
+    let ca_pem = std::fs::read(&w.ca_pem).unwrap();
+    let (port, upstream_port) = (w.proxy_port, w.port);
+    let before = w.seen.lock().unwrap().len();
+    let statuses = w._rt.block_on(async move {
+        let mut out = Vec::new();
+        for alpn in [&b"h2"[..], &b"http/1.1"[..]] {
+            let tls = tls_to_proxy_alpn(&ca_pem, port, alpn).await.unwrap();
+            let io = TokioIo::new(tls);
+            let names = ["api.example.test", "other.example.test", "api.example.test"];
+            if alpn == b"h2" {
+                let (mut send, conn) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                for name in names {
+                    let req = Request::get(format!("https://{name}:{upstream_port}/c"))
+                        .body(http_body_util::Empty::<Bytes>::new())
+                        .unwrap();
+                    out.push(
+                        send.send_request(req)
+                            .await
+                            .map_or(0, |r| r.status().as_u16()),
+                    );
+                }
+            } else {
+                let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+                tokio::spawn(conn);
+                for name in names {
+                    let req = Request::get("/c")
+                        .header("host", format!("{name}:{upstream_port}"))
+                        .body(http_body_util::Empty::<Bytes>::new())
+                        .unwrap();
+                    send.ready().await.ok();
+                    out.push(
+                        send.send_request(req)
+                            .await
+                            .map_or(0, |r| r.status().as_u16()),
+                    );
+                }
+            }
+        }
+        out
+    });
+    assert_eq!(statuses, [200, 421, 200, 200, 421, 200], "h2 then HTTP/1.1");
+    let seen = w.seen.lock().unwrap();
+    assert_eq!(
+        seen.len() - before,
+        4,
+        "only the requests for the connection's own name: {seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|s| s.contains("other.example.test")),
+        "{seen:?}"
+    );
 }
