@@ -566,8 +566,8 @@ fn content_length_with_transfer_encoding_is_reframed_never_desynchronised() {
     // hyper decodes by Transfer-Encoding and drops Content-Length before the proxy sees the
     // request (RFC 9112 6.3); the proxy then frames the request itself toward the upstream.
     // So the upstream sees one chunked request with an empty body and no Content-Length: the
-    // two parsers cannot disagree. (Refusing the shape outright needs a raw-head check: open
-    // work of issue 6.)
+    // two parsers cannot disagree. (Refusing the shape outright would need our own HTTP/1.1
+    // head parser; the decision is in docs/proxy.md.)
     let w = world();
     let p = w.port;
     let req = format!(
