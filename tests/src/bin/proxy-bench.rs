@@ -172,10 +172,10 @@ impl Sender {
 }
 
 impl Client {
-    fn new(roots: &[&SandboxCa]) -> Self {
+    fn new(roots: &[rustls::pki_types::CertificateDer<'static>]) -> Self {
         let mut store = rustls::RootCertStore::empty();
         for ca in roots {
-            store.add(ca.ca_der()).unwrap();
+            store.add(ca.clone()).unwrap();
         }
         let cfg = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -306,7 +306,108 @@ fn row(name: &str, direct: &Figures, proxied: &Figures) {
     );
 }
 
+fn make_proxy(
+    port: u16,
+    upstream_root: rustls::pki_types::CertificateDer<'static>,
+    ca: Arc<SandboxCa>,
+) -> Arc<Proxy> {
+    let egress = egress::parse(Path::new("config.yaml"), "").unwrap();
+    let extra = [HostPattern::parse(&format!("{NAME}:{port}")).unwrap()];
+    let policy = SandboxPolicy::for_sandbox(&HostConfig::default(), &extra, None, egress).unwrap();
+    Arc::new(Proxy::new(
+        ProxyConfig::with_roots(&[upstream_root]).unwrap(),
+        Arc::new(One(Arc::new(ProxySandbox { id: 1, policy, ca }))),
+        Arc::new(NoTokens),
+        Arc::new(Second),
+        Arc::new(Discard),
+    ))
+}
+
+/// `--proxy-child PORT DIR`: a proxy alone in its own process on 127.0.0.3:PORT (upstream root
+/// from DIR/upstream.der, its CA written to DIR/sandbox.der), so its memory can be read.
+fn proxy_child(port: u16, dir: &Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream_root =
+        rustls::pki_types::CertificateDer::from(std::fs::read(dir.join("upstream.der")).unwrap());
+    let ca = Arc::new(SandboxCa::generate("bench-child").unwrap());
+    std::fs::write(dir.join("sandbox.der"), ca.ca_der().as_ref()).unwrap();
+    let proxy = make_proxy(port, upstream_root, ca);
+    rt.block_on(async {
+        let l = tokio::net::TcpListener::bind(("127.0.0.3", port))
+            .await
+            .unwrap();
+        println!("ready");
+        proxy.serve(l, std::future::pending()).await;
+    });
+}
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// RSS of a proxy process holding `n` idle guest connections (each served one request, then
+/// kept alive), against the same process before.
+fn idle_rss(
+    rt: &tokio::runtime::Runtime,
+    port: u16,
+    upstream_root: &SandboxCa,
+    n: usize,
+) -> (u64, u64) {
+    use std::io::BufRead as _;
+    let dir = std::env::temp_dir().join(svc_tests::unique("svcpxb"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("upstream.der"), upstream_root.ca_der().as_ref()).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--proxy-child")
+        .arg(port.to_string())
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the proxy child must start");
+    let sandbox_root =
+        rustls::pki_types::CertificateDer::from(std::fs::read(dir.join("sandbox.der")).unwrap());
+    let mut client = Client::new(&[sandbox_root]);
+    client.port = port;
+    let addr: SocketAddr = ([127, 0, 0, 3], port).into();
+    let before = vm_rss_kib(child.id());
+    let held = rt.block_on(async {
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut s = client.connect(addr, Version::H1).await;
+            s.get(port).await;
+            held.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        held
+    });
+    let after = vm_rss_kib(child.id());
+    drop(held);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    (before, after)
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--proxy-child") {
+        proxy_child(args[i + 1].parse().unwrap(), Path::new(&args[i + 2]));
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let (n_keep, n_new) = if quick { (200, 50) } else { (4000, 400) };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -326,25 +427,12 @@ fn main() {
             }
         }
     });
-    let egress = egress::parse(Path::new("config.yaml"), "").unwrap();
-    let extra = [HostPattern::parse(&format!("{NAME}:{port}")).unwrap()];
-    let policy = SandboxPolicy::for_sandbox(&HostConfig::default(), &extra, None, egress).unwrap();
-    let proxy = Arc::new(Proxy::new(
-        ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap(),
-        Arc::new(One(Arc::new(ProxySandbox {
-            id: 1,
-            policy,
-            ca: sandbox_ca.clone(),
-        }))),
-        Arc::new(NoTokens),
-        Arc::new(Second),
-        Arc::new(Discard),
-    ));
+    let proxy = make_proxy(port, upstream_ca.ca_der(), sandbox_ca.clone());
     rt.block_on(async {
         upstream(&upstream_ca, up_l).await;
         tokio::spawn(proxy.serve(proxy_l, std::future::pending()));
     });
-    let mut client = Client::new(&[&upstream_ca, &sandbox_ca]);
+    let mut client = Client::new(&[upstream_ca.ca_der(), sandbox_ca.ca_der()]);
     client.port = port;
     let direct: SocketAddr = ([127, 0, 0, 2], port).into();
     let proxied: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -405,5 +493,14 @@ fn main() {
         "leaf minting alone: p50 {:.2} ms, p99 {:.2} ms",
         percentile(&mint, 0.5) / 1e3,
         percentile(&mint, 0.99) / 1e3
+    );
+    let idle = if quick { 100 } else { 1000 };
+    let (before, after) = idle_rss(&rt, port, &upstream_ca, idle);
+    println!(
+        "proxy process RSS: {:.1} MiB started, {:.1} MiB holding {idle} idle guest connections \
+         (HTTP/1.1, one request each): {:.1} MiB per 1,000",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0,
+        (after.saturating_sub(before)) as f64 / 1024.0 * 1000.0 / idle as f64
     );
 }
