@@ -71,15 +71,21 @@ fn bench(which: &str) -> anyhow::Result<()> {
             "--bin",
             "dns-bench",
         ])),
-        "proxy" => ui::run(std::process::Command::new("cargo").args([
-            "run",
-            "--release",
-            "-q",
-            "-p",
-            "svc-tests",
-            "--bin",
-            "proxy-bench",
-        ])),
+        "proxy" => setup::mitmproxy().and_then(|mitmdump| {
+            ui::run(
+                std::process::Command::new("cargo")
+                    .env("SVC_MITMDUMP", mitmdump)
+                    .args([
+                        "run",
+                        "--release",
+                        "-q",
+                        "-p",
+                        "svc-tests",
+                        "--bin",
+                        "proxy-bench",
+                    ]),
+            )
+        }),
         other => anyhow::bail!("no benchmark {other:?}"),
     }
 }

@@ -172,3 +172,31 @@ fn cargo_deny() -> anyhow::Result<()> {
     ui::ok("cargo-deny installed");
     Ok(())
 }
+
+/// mitmproxy, the peer tool of the proxy benchmark, in a virtualenv under `target/` (PyPI;
+/// pinned). Only `cargo xtask bench proxy` needs it. Returns the `mitmdump` path.
+pub fn mitmproxy() -> anyhow::Result<std::path::PathBuf> {
+    const VERSION: &str = "11.0.2";
+    let venv = std::path::Path::new("target/peer-mitmproxy");
+    let mitmdump = venv.join("bin/mitmdump");
+    let have = std::process::Command::new(&mitmdump)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(VERSION));
+    if !have {
+        ui::heading(&format!(
+            "set-up: mitmproxy {VERSION} (benchmark peer, PyPI)"
+        ));
+        ui::run(
+            std::process::Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(venv),
+        )?;
+        ui::run(std::process::Command::new(venv.join("bin/pip")).args([
+            "install",
+            "-q",
+            &format!("mitmproxy=={VERSION}"),
+        ]))?;
+    }
+    Ok(std::fs::canonicalize(mitmdump)?)
+}

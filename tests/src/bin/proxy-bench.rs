@@ -294,7 +294,7 @@ async fn new_connection(c: &Client, addr: SocketAddr, v: Version, n: usize) -> F
 
 fn row(name: &str, direct: &Figures, proxied: &Figures) {
     println!(
-        "{name:<28} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>10.0} {:>10.0} {:>6.2}x  +{:.0}",
+        "{name:<28} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>10.0} {:>10.0} {:>6.2}x  {:+.0}",
         direct.p50_us,
         proxied.p50_us,
         direct.p99_us,
@@ -402,6 +402,58 @@ fn idle_rss(
     (before, after)
 }
 
+/// The peer: mitmproxy's `mitmdump` in reverse mode on 127.0.0.4:PORT toward the same upstream.
+/// It does not verify the upstream here (`ssl_insecure`: the upstream's certificate names
+/// api.example.test and mitmdump dials 127.0.0.2), which only spares it work. Returns its
+/// keep-alive figures, or why it could not run.
+fn mitm_keep_alive(
+    rt: &tokio::runtime::Runtime,
+    port: u16,
+    n: usize,
+) -> Result<(Figures, Figures), String> {
+    let mitmdump = std::env::var_os("SVC_MITMDUMP")
+        .ok_or("SVC_MITMDUMP is not set (`cargo xtask bench proxy` installs mitmproxy)")?;
+    let dir = std::env::temp_dir().join(svc_tests::unique("svcmitm"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(mitmdump)
+        .args(["--quiet", "--set", "ssl_insecure=true", "--set"])
+        .arg(format!("confdir={}", dir.display()))
+        .args([
+            "--listen-host",
+            "127.0.0.4",
+            "--listen-port",
+            &port.to_string(),
+        ])
+        .args(["--mode", &format!("reverse:https://127.0.0.2:{port}")])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting mitmdump: {e}"))?;
+    let addr: SocketAddr = ([127, 0, 0, 4], port).into();
+    let started = Instant::now();
+    let ca = dir.join("mitmproxy-ca-cert.pem");
+    while std::net::TcpStream::connect(addr).is_err() || !ca.exists() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            return Err("mitmdump did not listen within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    use rustls::pki_types::pem::PemObject as _;
+    let root = rustls::pki_types::CertificateDer::from_pem_file(&ca).map_err(|e| e.to_string())?;
+    let mut client = Client::new(&[root]);
+    client.port = port;
+    let figures = rt.block_on(async {
+        (
+            keep_alive(&client, addr, Version::H1, n).await,
+            keep_alive(&client, addr, Version::H2, n).await,
+        )
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(figures)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--proxy-child") {
@@ -494,6 +546,32 @@ fn main() {
         percentile(&mint, 0.5) / 1e3,
         percentile(&mint, 0.99) / 1e3
     );
+    // The peer, same workload (fewer requests: it is much slower), beside the proxy again.
+    let n_peer = if quick { 100 } else { 500 };
+    match mitm_keep_alive(&rt, port, n_peer) {
+        Ok((h1, h2)) => {
+            let (ours1, ours2) = rt.block_on(async {
+                (
+                    keep_alive(&client, proxied, Version::H1, n_peer).await,
+                    keep_alive(&client, proxied, Version::H2, n_peer).await,
+                )
+            });
+            println!(
+                "{:<28} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7}",
+                "peer (keep-alive)",
+                "p50 mitm",
+                "p50 svc",
+                "p99 mitm",
+                "p99 svc",
+                "req/s mitm",
+                "req/s svc",
+                "svc/mitm",
+            );
+            row("HTTP/1.1 mitmproxy vs svc", &h1, &ours1);
+            row("HTTP/2 mitmproxy vs svc", &h2, &ours2);
+        }
+        Err(why) => println!("PEER NOT MEASURED: mitmproxy: {why}"),
+    }
     let idle = if quick { 100 } else { 1000 };
     let (before, after) = idle_rss(&rt, port, &upstream_ca, idle);
     println!(
