@@ -990,3 +990,66 @@ fn a_connection_serves_only_the_name_it_was_opened_for() {
         "{seen:?}"
     );
 }
+
+/// A reconnecting guest resumes its TLS session (one server configuration per name, kept), and
+/// the resumed connection is still bound to its name.
+#[test]
+fn a_reconnecting_guest_resumes_its_tls_session() {
+    let w = world();
+    let ca_pem = std::fs::read(&w.ca_pem).unwrap();
+    let port = w.proxy_port;
+    let kinds = w._rt.block_on(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pemfile_free(&ca_pem) {
+            roots.add(c).unwrap();
+        }
+        let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let mut tls = connector
+                .connect(
+                    rustls::pki_types::ServerName::try_from("api.example.test").unwrap(),
+                    tcp,
+                )
+                .await
+                .unwrap();
+            tls.write_all(
+                b"GET / HTTP/1.1\r\nHost: other.example.test\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let mut out = Vec::new();
+            let _ = tls.read_to_end(&mut out).await;
+            kinds.push((
+                tls.get_ref().1.handshake_kind(),
+                String::from_utf8_lossy(&out)
+                    .split_whitespace()
+                    .nth(1)
+                    .map(str::to_owned),
+            ));
+        }
+        kinds
+    });
+    assert_eq!(kinds[0].0, Some(rustls::HandshakeKind::Full), "{kinds:?}");
+    assert_eq!(
+        kinds[1].0,
+        Some(rustls::HandshakeKind::Resumed),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().all(|(_, s)| s.as_deref() == Some("421")),
+        "a resumed connection is bound to its name as much as a new one: {kinds:?}"
+    );
+}

@@ -51,6 +51,9 @@ pub struct SandboxCa {
     leaf_key: KeyPair,
     signing_key: Arc<dyn rustls::sign::SigningKey>,
     leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+    /// One TLS server configuration per name, kept so its session cache lets a reconnecting
+    /// guest resume instead of paying a full handshake.
+    configs: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
 }
 
 impl std::fmt::Debug for SandboxCa {
@@ -97,6 +100,7 @@ impl SandboxCa {
             leaf_key,
             signing_key,
             leaves: Mutex::default(),
+            configs: Mutex::default(),
         })
     }
 
@@ -158,8 +162,48 @@ impl SandboxCa {
         Ok(leaf)
     }
 
+    /// The TLS server configuration that presents exactly `server_name`'s leaf (ALPN h2,
+    /// http/1.1), built on first use and cached with its session cache.
+    pub fn server_config(&self, server_name: &str) -> Result<Arc<rustls::ServerConfig>, CaError> {
+        if let Some(c) = self
+            .configs
+            .lock()
+            .ok()
+            .and_then(|c| c.get(server_name).cloned())
+        {
+            return Ok(c);
+        }
+        let leaf = self.leaf_for(server_name)?;
+        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(CaError::LoadKey)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(OneLeaf(leaf)));
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let cfg = Arc::new(cfg);
+        if let Ok(mut configs) = self.configs.lock() {
+            if configs.len() >= MAX_CACHED_LEAVES {
+                configs.clear();
+            }
+            configs.insert(server_name.to_owned(), cfg.clone());
+        }
+        Ok(cfg)
+    }
+
     /// How many leaves are cached.
     pub fn cached_leaves(&self) -> usize {
         self.leaves.lock().map_or(0, |l| l.len())
+    }
+}
+
+/// Presents one leaf whatever the ClientHello says (the name was checked before TLS started).
+#[derive(Debug)]
+struct OneLeaf(Arc<CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for OneLeaf {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
     }
 }

@@ -34,7 +34,6 @@ use hyper_util::{
     },
     rt::{TokioExecutor, TokioIo, TokioTimer},
 };
-use rustls::{ServerConfig, server::ResolvesServerCert, sign::CertifiedKey};
 use serde::Serialize;
 use tokio::{
     io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf},
@@ -342,21 +341,10 @@ impl Proxy {
             ));
         }
         let name = authority.host_str();
-        let Ok(leaf) = sandbox.ca.leaf_for(&name) else {
+        let Ok(tls) = sandbox.ca.server_config(&name) else {
             return refuse(format!("could not mint a certificate for {name}"));
         };
-        let mut tls =
-            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_or_else(
-                    |_| unreachable_config(),
-                    |b| {
-                        b.with_no_client_auth()
-                            .with_cert_resolver(Arc::new(Fixed(leaf)))
-                    },
-                );
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let Ok(stream) = tokio_rustls::TlsAcceptor::from(Arc::new(tls))
+        let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls)
             .accept(Rewind {
                 prefix: buf,
                 pos: 0,
@@ -868,25 +856,6 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
         if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
             h.remove(n);
         }
-    }
-}
-
-#[derive(Debug)]
-struct Fixed(Arc<CertifiedKey>);
-impl ResolvesServerCert for Fixed {
-    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.clone())
-    }
-}
-
-fn unreachable_config() -> ServerConfig {
-    // The ring provider supports the default protocol versions; building cannot fail.
-    #[expect(
-        clippy::panic,
-        reason = "the ring provider always supports the safe defaults"
-    )]
-    {
-        panic!("rustls ring provider without TLS 1.2/1.3")
     }
 }
 
