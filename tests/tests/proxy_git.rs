@@ -195,7 +195,6 @@ fn smart_http_for_the_bound_repo_only() {
         .build()
         .unwrap();
     let upstream_ca = SandboxCa::generate("git-upstream-root").unwrap();
-    let leaf = upstream_ca.leaf_for("code.example.test").unwrap();
     // The same port on 127.0.0.1 (proxy) and 127.0.0.2 (upstream).
     let (port, upstream) = rt.block_on(async {
         loop {
@@ -207,25 +206,8 @@ fn smart_http_for_the_bound_repo_only() {
         }
     });
     let (proxy_listener, upstream_listener) = upstream;
-    #[derive(Debug)]
-    struct Fixed(Arc<rustls::sign::CertifiedKey>);
-    impl rustls::server::ResolvesServerCert for Fixed {
-        fn resolve(
-            &self,
-            _: rustls::server::ClientHello<'_>,
-        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-            Some(self.0.clone())
-        }
-    }
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_cert_resolver(Arc::new(Fixed(leaf)));
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(upstream_ca.server_config("code.example.test").unwrap());
     let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let (root2, seen2) = (root.clone(), seen.clone());
     rt.spawn(async move {

@@ -99,26 +99,8 @@ impl Audit {
 
 /// An HTTPS upstream that answers with what it received, and echoes Authorization in a header.
 async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
-    let leaf = ca.leaf_for("api.example.test").unwrap();
-    #[derive(Debug)]
-    struct Fixed(Arc<rustls::sign::CertifiedKey>);
-    impl rustls::server::ResolvesServerCert for Fixed {
-        fn resolve(
-            &self,
-            _: rustls::server::ClientHello<'_>,
-        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-            Some(self.0.clone())
-        }
-    }
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_cert_resolver(Arc::new(Fixed(leaf)));
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    // The upstream presents a leaf of the test root exactly as the proxy presents its own.
+    let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config("api.example.test").unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -414,17 +396,7 @@ fn raw(w: &World, sni: Option<&str>, raw: &[u8]) -> u16 {
     let sni = sni.map(str::to_owned);
     w._rt.block_on(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pemfile_free(&ca_pem) {
-            roots.add(c).unwrap();
-        }
-        let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let mut cfg = guest_tls(&ca_pem, None);
         cfg.enable_sni = sni.is_some();
         let name = rustls::pki_types::ServerName::try_from(
             sni.clone().unwrap_or_else(|| "api.example.test".into()),
@@ -454,6 +426,23 @@ fn raw(w: &World, sni: Option<&str>, raw: &[u8]) -> u16 {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0)
     })
+}
+
+/// A guest's TLS client: trusts the sandbox CA (PEM) only, offers `alpn` if given.
+fn guest_tls(ca_pem: &[u8], alpn: Option<&[u8]>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile_free(ca_pem) {
+        roots.add(c).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.map(|a| vec![a.to_vec()]).unwrap_or_default();
+    cfg
 }
 
 /// DER certificates from a PEM file (one certificate here).
@@ -778,18 +767,7 @@ async fn tls_to_proxy_alpn(
     port: u16,
     alpn: &[u8],
 ) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile_free(ca_pem) {
-        roots.add(c).unwrap();
-    }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    cfg.alpn_protocols = vec![alpn.to_vec()];
+    let cfg = guest_tls(ca_pem, Some(alpn));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -1000,19 +978,8 @@ fn a_reconnecting_guest_resumes_its_tls_session() {
     let port = w.proxy_port;
     let kinds = w._rt.block_on(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pemfile_free(&ca_pem) {
-            roots.add(c).unwrap();
-        }
-        let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+        let connector =
+            tokio_rustls::TlsConnector::from(Arc::new(guest_tls(&ca_pem, Some(b"http/1.1"))));
         let mut kinds = Vec::new();
         for _ in 0..2 {
             let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))

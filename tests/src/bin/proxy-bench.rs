@@ -65,30 +65,13 @@ impl AuditSink for Discard {
     }
 }
 
-#[derive(Debug)]
-struct Fixed(Arc<rustls::sign::CertifiedKey>);
-impl rustls::server::ResolvesServerCert for Fixed {
-    fn resolve(
-        &self,
-        _: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.0.clone())
-    }
-}
-
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// The upstream: answers every request with 64 bytes.
 async fn upstream(ca: &SandboxCa, listener: tokio::net::TcpListener) {
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Fixed(ca.leaf_for(NAME).unwrap())));
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config(NAME).unwrap());
     tokio::spawn(async move {
         loop {
             let Ok((c, _)) = listener.accept().await else {
