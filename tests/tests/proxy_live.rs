@@ -52,16 +52,12 @@ impl Resolve for Loopback {
 struct Audit(Mutex<Vec<AuditRecord>>, std::sync::atomic::AtomicBool);
 impl AuditSink for Audit {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(AuditError::Write {
-                path: "audit.jsonl".into(),
-                source: std::io::Error::other("disk full"),
-            });
-        }
+        self.ready()?;
         self.0.lock().unwrap().push(r.clone());
         Ok(())
     }
 
+    /// Failing (the test's "disk full") while the switch is on.
     fn ready(&self) -> Result<(), AuditError> {
         if self.1.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(AuditError::Write {

@@ -384,7 +384,7 @@ impl Proxy {
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let h2 = parts.version == http::Version::HTTP_2;
         let host_header = parts
             .headers
@@ -489,7 +489,9 @@ impl Proxy {
             format!("https://{host}:{port}{}", pq(&target, &parts.uri))
         };
         let mut up = Request::builder().method(parts.method.clone()).uri(uri);
-        let mut headers_out = parts.headers.clone();
+        // The guest's headers are not needed again: move them, no copy per request.
+        drop(headers);
+        let mut headers_out = std::mem::take(&mut parts.headers);
         strip_hop_by_hop(&mut headers_out);
         headers_out.remove(header::HOST);
         let mut real_token: Option<String> = None;
