@@ -1,5 +1,7 @@
 //! svc's control plane: configuration, policy, the dataplane, and the svcd supervisor.
 
+/// The svcd API types, shared with the CLI.
+pub mod api;
 /// Audit records of every layer, as JSON lines.
 pub mod audit;
 /// Parsing and validation of every configuration file svc reads.
@@ -14,3 +16,5 @@ pub mod dns;
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.
 pub mod proxy;
+/// svcd's durable state (SQLite).
+pub mod store;

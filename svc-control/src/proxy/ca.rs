@@ -11,8 +11,8 @@ use std::{
 };
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::{
     pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
@@ -41,13 +41,17 @@ pub enum CaError {
         #[source]
         source: rcgen::Error,
     },
+    #[error("the stored CA certificate does not parse: {0}")]
+    Stored(String),
     #[error("loading the leaf key into rustls")]
     LoadKey(#[source] rustls::Error),
 }
 
 /// One sandbox's CA.
 pub struct SandboxCa {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert_der: CertificateDer<'static>,
+    cert_pem: String,
     leaf_key: KeyPair,
     signing_key: Arc<dyn rustls::sign::SigningKey>,
     leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
@@ -62,32 +66,60 @@ impl std::fmt::Debug for SandboxCa {
     }
 }
 
+/// The CA's parameters; everything a leaf's issuer fields derive from is fixed by `name`, so
+/// a CA restored from its key and certificate issues leaves its certificate verifies.
+fn ca_params(name: &str, now: SystemTime) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, format!("svc sandbox {name} CA"));
+    dn.push(DnType::OrganizationName, "svc egress perimeter");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = (now - Duration::from_secs(3600)).into();
+    params.not_after = (now + CA_VALIDITY).into();
+    params
+}
+
 impl SandboxCa {
     /// Generate a CA for sandbox `name` (ECDSA P-256).
     pub fn generate(name: &str) -> Result<Self, CaError> {
-        let now = SystemTime::now();
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, format!("svc sandbox {name} CA"));
-        dn.push(DnType::OrganizationName, "svc egress perimeter");
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.not_before = (now - Duration::from_secs(3600)).into();
-        params.not_after = (now + CA_VALIDITY).into();
         let ca_key = KeyPair::generate().map_err(|source| CaError::Key {
             what: "the CA",
             source,
         })?;
-        let issuer =
-            CertifiedIssuer::self_signed(params, ca_key).map_err(|source| CaError::Sign {
+        let cert = ca_params(name, SystemTime::now())
+            .self_signed(&ca_key)
+            .map_err(|source| CaError::Sign {
                 subject: format!("the CA of {name}"),
                 source,
             })?;
+        Self::assemble(name, ca_key, cert.der().clone(), cert.pem())
+    }
+
+    /// The CA of sandbox `name` again, from the certificate and key svcd stored when it was
+    /// generated (after a supervisor restart the guest still trusts the same certificate).
+    pub fn restore(name: &str, cert_pem: &str, key_pem: &str) -> Result<Self, CaError> {
+        let ca_key = KeyPair::from_pem(key_pem).map_err(|source| CaError::Key {
+            what: "the stored CA",
+            source,
+        })?;
+        let der = rustls::pki_types::pem::PemObject::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| CaError::Stored(e.to_string()))?;
+        Self::assemble(name, ca_key, der, cert_pem.to_owned())
+    }
+
+    fn assemble(
+        name: &str,
+        ca_key: KeyPair,
+        cert_der: CertificateDer<'static>,
+        cert_pem: String,
+    ) -> Result<Self, CaError> {
+        let issuer = Issuer::new(ca_params(name, SystemTime::now()), ca_key);
         let leaf_key = KeyPair::generate().map_err(|source| CaError::Key {
             what: "the leaves",
             source,
@@ -97,6 +129,8 @@ impl SandboxCa {
             rustls::crypto::ring::sign::any_supported_type(&der).map_err(CaError::LoadKey)?;
         Ok(Self {
             issuer,
+            cert_der,
+            cert_pem,
             leaf_key,
             signing_key,
             leaves: Mutex::default(),
@@ -106,12 +140,17 @@ impl SandboxCa {
 
     /// The CA certificate, PEM, for the guest's trust store.
     pub fn ca_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
+    }
+
+    /// The CA's private key, PEM, for svcd's state database (root-only); never for the guest.
+    pub fn ca_key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
     }
 
     /// The CA certificate, DER.
     pub fn ca_der(&self) -> CertificateDer<'static> {
-        self.issuer.der().clone()
+        self.cert_der.clone()
     }
 
     /// The leaf for `server_name` (a normalised DNS name or an IP literal), minted on first use.
@@ -205,5 +244,56 @@ struct OneLeaf(Arc<CertifiedKey>);
 impl rustls::server::ResolvesServerCert for OneLeaf {
     fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::{
+        client::{WebPkiServerVerifier, danger::ServerCertVerifier as _},
+        pki_types::{ServerName, UnixTime},
+    };
+
+    use super::*;
+
+    fn verifies(trusted: &CertificateDer<'static>, ca: &SandboxCa, name: &str) -> bool {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(trusted.clone()).unwrap();
+        let verifier = WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        let leaf = ca.leaf_for(name).unwrap();
+        verifier
+            .verify_server_cert(
+                &leaf.cert[0],
+                &leaf.cert[1..],
+                &ServerName::try_from(name.to_owned()).unwrap(),
+                &[],
+                UnixTime::now(),
+            )
+            .is_ok()
+    }
+
+    #[test]
+    fn a_restored_ca_issues_leaves_the_original_certificate_verifies() {
+        let ca = SandboxCa::generate("dev").unwrap();
+        let original = ca.ca_der();
+        assert!(verifies(&original, &ca, "api.example.com"));
+        let restored = SandboxCa::restore("dev", &ca.ca_pem(), &ca.ca_key_pem()).unwrap();
+        assert_eq!(restored.ca_der(), original);
+        assert!(verifies(&original, &restored, "api.example.com"));
+        // Another sandbox's CA is not trusted for this one.
+        let other = SandboxCa::generate("other").unwrap();
+        assert!(!verifies(&original, &other, "api.example.com"));
+    }
+
+    #[test]
+    fn a_bad_stored_ca_is_an_error() {
+        let ca = SandboxCa::generate("dev").unwrap();
+        assert!(SandboxCa::restore("dev", "not pem", &ca.ca_key_pem()).is_err());
+        assert!(SandboxCa::restore("dev", &ca.ca_pem(), "not a key").is_err());
     }
 }

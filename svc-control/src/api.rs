@@ -1,0 +1,277 @@
+//! The svcd API: HTTP/1.1 + JSON on a unix socket (`/run/svc/svcd.sock`). These types are the
+//! contract between svcd and the `svc` CLI (and any other client).
+//!
+//! | method and path                        | body                | answer                     |
+//! |----------------------------------------|---------------------|----------------------------|
+//! | `GET /v1/health`                       |                     | [`Health`]                 |
+//! | `POST /v1/sandboxes`                   | [`CreateSandbox`]   | [`SandboxView`] (201)      |
+//! | `GET /v1/sandboxes`                    |                     | `[SandboxView]`            |
+//! | `GET /v1/sandboxes/{name}`             |                     | [`SandboxView`]            |
+//! | `DELETE /v1/sandboxes/{name}`          |                     | [`Destroyed`]              |
+//! | `POST /v1/sandboxes/{name}/exec`       | [`ExecRequest`]     | JSON lines of [`ExecFrame`]|
+//! | `POST /v1/sandboxes/{name}/{pause,resume,fork}` |            | [`ApiError`] on netns      |
+//! | `GET /v1/events[?follow=1&after=N]`    |                     | JSON lines of [`Event`]    |
+//! | `POST /v1/supervisor/upgrade`          | [`Upgrade`]         | [`Health`] of the new one  |
+//!
+//! Every error is an [`ApiError`] with a non-2xx status.
+
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+/// Version prefix of every path.
+pub const PREFIX: &str = "/v1";
+
+/// Longest sandbox name.
+pub const MAX_NAME: usize = 48;
+
+/// Check a sandbox name: 1–48 characters of `a-z`, `0-9` and `-`, starting with a letter or
+/// digit. Names become file and interface-adjacent names, so nothing else is accepted.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a sandbox name cannot be empty".into());
+    }
+    if name.len() > MAX_NAME {
+        return Err(format!(
+            "sandbox name is {} characters long; the limit is {MAX_NAME}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!(
+            "sandbox name {name:?} contains {c:?}; use lowercase letters, digits and '-'"
+        ));
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Err(format!(
+            "sandbox name {name:?} must start and end with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// The egress mode asked for at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EgressChoice {
+    /// The built-in agent hosts plus `--allow-host` and `--repo` hosts; everything else closed.
+    Curated,
+    /// Open egress (never the refused destination classes) for a window of 72 hours, no proxy,
+    /// no credentials; then Curated with the agent hosts.
+    AllowAll,
+}
+
+impl EgressChoice {
+    pub const VALUES: [&'static str; 2] = ["curated", "allow-all"];
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "curated" => Ok(Self::Curated),
+            "allow-all" => Ok(Self::AllowAll),
+            other => Err(format!(
+                "unknown egress mode {other:?}; allowed: {}",
+                Self::VALUES.join(", ")
+            )),
+        }
+    }
+}
+
+/// A secret brokered into a sandbox: the guest gets a placeholder in variable `name`; the
+/// proxy swaps it for `value` on that variable's hosts. The CLI reads the value from its
+/// source (`env:VAR`, `file:PATH`); it never reaches the guest.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretValue {
+    pub name: String,
+    /// Where it came from, for `show` (`env:GH_TOKEN`), never the value.
+    pub source: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretValue")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    pub name: String,
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// `owner/repo` on the code host.
+    #[serde(default)]
+    pub repo: Option<String>,
+    #[serde(default)]
+    pub egress: Option<EgressChoice>,
+    #[serde(default)]
+    pub secrets: Vec<SecretValue>,
+    /// The spec's `--context-path` (`--file`): AllowAll for 72 hours.
+    #[serde(default)]
+    pub context_path: Option<String>,
+}
+
+/// One placeholder variable of a sandbox (never the real value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlaceholderView {
+    pub env: String,
+    pub kind: String,
+    pub hosts: Vec<String>,
+    /// Whether a real credential stands behind it (else the proxy strips it).
+    pub brokered: bool,
+}
+
+/// A sandbox as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxView {
+    pub name: String,
+    pub id: u32,
+    /// `running`, or `dead` when its processes are gone (destroy it).
+    pub state: String,
+    pub backend: String,
+    /// `curated` or `allow-all`.
+    pub mode: String,
+    /// End of the AllowAll window (RFC 3339), counted from svcd's start.
+    pub window_ends: Option<String>,
+    pub allowed_hosts: Vec<String>,
+    pub allowed_branches: Vec<String>,
+    pub repo: Option<String>,
+    pub context_path: Option<String>,
+    pub link: String,
+    pub guest_v4: Ipv4Addr,
+    pub gateway_v4: Ipv4Addr,
+    /// The host pid of the sandbox's init.
+    pub pid: u32,
+    pub created_at: String,
+    pub placeholders: Vec<PlaceholderView>,
+    pub secrets: Vec<String>,
+}
+
+/// `DELETE /v1/sandboxes/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Destroyed {
+    pub name: String,
+    /// What was removed, in order.
+    pub removed: Vec<String>,
+}
+
+/// `POST /v1/sandboxes/{name}/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub argv: Vec<String>,
+    /// Extra environment (`KEY=VALUE` pairs as two strings), after the sandbox's own.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the sandbox (default `/`).
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+/// One frame of an exec's output stream. Output bytes are base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecFrame {
+    Stdout(String),
+    Stderr(String),
+    /// The exit code (128 + signal when killed).
+    Exit(i32),
+    /// The command could not be run.
+    Error(String),
+}
+
+/// `GET /v1/events`: one line each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: i64,
+    pub time: String,
+    /// `sandbox.created`, `workspace.ready`, `sandbox.destroyed`, `sandbox.adopted`,
+    /// `sandbox.dead`, `egress.window-ended`, `supervisor.started`.
+    pub kind: String,
+    pub sandbox: Option<String>,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub version: String,
+    pub pid: u32,
+    pub started_at: String,
+    pub sandboxes: usize,
+}
+
+/// `POST /v1/supervisor/upgrade`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upgrade {
+    pub force: bool,
+}
+
+/// Every API error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// Stable, for scripts: `bad-request`, `not-found`, `exists`, `forbidden`, `unsupported`,
+    /// `internal`, `too-large`.
+    pub code: String,
+    /// For people.
+    pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let cases: &[(&str, bool)] = &[
+            ("dev", true),
+            ("a", true),
+            ("agent-7", true),
+            ("7up", true),
+            ("", false),
+            ("../x", false),
+            ("a/b", false),
+            ("Dev", false),
+            ("-x", false),
+            ("x-", false),
+            ("a b", false),
+            ("a.b", false),
+            ("é", false),
+            ("a\0", false),
+        ];
+        for (name, ok) in cases {
+            assert_eq!(check_name(name).is_ok(), *ok, "{name:?}");
+        }
+        assert!(check_name(&"a".repeat(MAX_NAME)).is_ok());
+        let long = check_name(&"a".repeat(MAX_NAME + 1)).unwrap_err();
+        assert!(long.contains("limit is 48"), "{long}");
+    }
+
+    #[test]
+    fn egress_values() {
+        assert_eq!(EgressChoice::parse("curated"), Ok(EgressChoice::Curated));
+        assert_eq!(EgressChoice::parse("allow-all"), Ok(EgressChoice::AllowAll));
+        let e = EgressChoice::parse("open").unwrap_err();
+        assert!(e.contains("curated, allow-all"), "{e}");
+    }
+
+    #[test]
+    fn secret_debug_hides_the_value() {
+        let s = SecretValue {
+            name: "CODE_HOST_TOKEN".into(),
+            source: "env:GH".into(),
+            value: "ghp_real".into(),
+        };
+        assert!(!format!("{s:?}").contains("ghp_real"));
+    }
+}
