@@ -28,6 +28,7 @@ fn host_defaults_are_valid_and_documented_values() {
     assert_eq!(h.socket, Path::new("/run/svc/svcd.sock"));
     assert_eq!(h.pin_dir, Path::new("/sys/fs/bpf/svc"));
     assert_eq!(h.api_group, "svc");
+    assert_eq!((h.guard_port, h.proxy_port), (15353, 15443));
     assert_eq!(h.agent_hosts.len(), 2);
     assert_eq!(h.code.code_host.to_string(), "github.com");
     assert!(
@@ -57,6 +58,10 @@ code_uploads_host = "uploads.code.test"
 code_archive_host = "archive.code.test"
 [dns]
 upstreams = ["127.0.0.53", "[::1]:5353"]
+guard_port = 5300
+[proxy]
+port = 8443
+extra_roots = ["/etc/svc/private-ca.pem"]
 "#;
     let h = host::parse(Path::new("svcd.toml"), text).unwrap();
     assert_eq!(h.state_dir, Path::new("/srv/svc"));
@@ -65,6 +70,8 @@ upstreams = ["127.0.0.53", "[::1]:5353"]
     assert_eq!(h.agent_hosts[1].to_string(), "platform.agent.test");
     assert_eq!(h.dns_upstreams[0].to_string(), "127.0.0.53:53");
     assert_eq!(h.dns_upstreams[1].to_string(), "[::1]:5353");
+    assert_eq!((h.guard_port, h.proxy_port), (5300, 8443));
+    assert_eq!(h.proxy_extra_roots, [Path::new("/etc/svc/private-ca.pem")]);
 }
 
 #[test]
@@ -117,6 +124,24 @@ fn host_refusals() {
             "[dns]\nupstreams = [\"resolver.example\"]\n",
             "dns.upstreams[0]",
             "IP or IP:port",
+        ),
+        (
+            "same_ports",
+            "[dns]\nguard_port = 9000\n[proxy]\nport = 9000\n",
+            "proxy.port",
+            "cannot share port 9000",
+        ),
+        (
+            "port_zero",
+            "[proxy]\nport = 0\n",
+            "proxy.port",
+            "from 1 to 65535",
+        ),
+        (
+            "relative_root",
+            "[proxy]\nextra_roots = [\"ca.pem\"]\n",
+            "proxy.extra_roots[0]",
+            "absolute path",
         ),
         ("wrong_type", "api_group = 5\n", "", "invalid type"),
         ("broken_toml", "state_dir = \n", "", ""),

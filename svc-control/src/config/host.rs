@@ -34,6 +34,18 @@ pub struct HostConfigFile {
     pub hosts: HostsFile,
     #[serde(default)]
     pub dns: DnsFile,
+    #[serde(default)]
+    pub proxy: ProxyFile,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyFile {
+    /// Port the HTTPS proxy listens on (the fence redirects guests' web traffic to it).
+    pub port: Option<u16>,
+    /// PEM files of CAs trusted for upstream servers besides the public roots (an operator's
+    /// private CA; the demo's test CA). Verification is never turned off.
+    pub extra_roots: Option<Vec<PathBuf>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -65,6 +77,8 @@ pub struct DnsFile {
     /// Upstream resolvers (`IP` or `IP:port`); empty or absent: the nameservers of `resolv_conf`.
     pub upstreams: Option<Vec<String>>,
     pub resolv_conf: Option<PathBuf>,
+    /// Port the DNS guard listens on (the fence redirects guests' DNS to it).
+    pub guard_port: Option<u16>,
 }
 
 /// Defaults of every key.
@@ -82,6 +96,8 @@ pub mod defaults {
     pub const CODE_UPLOADS_HOST: &str = "uploads.github.com";
     pub const CODE_ARCHIVE_HOST: &str = "codeload.github.com";
     pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+    pub const GUARD_PORT: u16 = 15353;
+    pub const PROXY_PORT: u16 = 15443;
 }
 
 /// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
@@ -109,6 +125,10 @@ pub struct HostConfig {
     /// Explicit upstreams; empty means "read `resolv_conf` at start".
     pub dns_upstreams: Vec<SocketAddr>,
     pub resolv_conf: PathBuf,
+    pub guard_port: u16,
+    pub proxy_port: u16,
+    /// Extra upstream roots (PEM files).
+    pub proxy_extra_roots: Vec<PathBuf>,
 }
 
 impl Default for HostConfig {
@@ -302,6 +322,29 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
         }
     }
 
+    let guard_port = f.dns.guard_port.unwrap_or(defaults::GUARD_PORT);
+    let proxy_port = f.proxy.port.unwrap_or(defaults::PROXY_PORT);
+    for (key, port) in [("dns.guard_port", guard_port), ("proxy.port", proxy_port)] {
+        if port == 0 {
+            err(key, "expected a port from 1 to 65535, got 0".into());
+        }
+    }
+    if guard_port == proxy_port {
+        err(
+            "proxy.port",
+            format!("the proxy and the DNS guard cannot share port {proxy_port}"),
+        );
+    }
+    let proxy_extra_roots = f.proxy.extra_roots.unwrap_or_default();
+    for (i, r) in proxy_extra_roots.iter().enumerate() {
+        if !r.is_absolute() {
+            err(
+                &format!("proxy.extra_roots[{i}]"),
+                format!("expected an absolute path, got {}", r.display()),
+            );
+        }
+    }
+
     if errors.is_empty() {
         Ok(HostConfig {
             state_dir,
@@ -316,6 +359,9 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             code,
             dns_upstreams,
             resolv_conf,
+            guard_port,
+            proxy_port,
+            proxy_extra_roots,
         })
     } else {
         Err(ConfigErrors(errors))

@@ -230,6 +230,52 @@ impl Links {
     }
 }
 
+/// Configure the guest end of a link inside another network namespace (`netns`: a
+/// `/proc/PID/ns/net` or `/run/netns/NAME` file): rename `peer` to `name`, give it `addr`, bring
+/// it and `lo` up, and route everything via `gateway`. Blocks; runs on a thread of its own that
+/// enters the namespace, so the caller's namespace is untouched.
+pub fn configure_guest(
+    netns: &std::path::Path,
+    peer: &str,
+    name: &str,
+    addr: IpNet,
+    gateway: IpAddr,
+) -> Result<(), DataplaneError> {
+    let ns = std::fs::File::open(netns)
+        .map_err(|e| netlink(&format!("opening {}", netns.display()), e.to_string()))?;
+    let (peer, name) = (peer.to_owned(), name.to_owned());
+    std::thread::spawn(move || -> Result<(), DataplaneError> {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| netlink("entering the guest's network namespace", e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| netlink("starting a runtime", e.to_string()))?;
+        rt.block_on(async move {
+            let links = Links::connect()?;
+            let index = links.ifindex(&peer).await?.ok_or_else(|| {
+                netlink(
+                    &format!("finding {peer} in the guest"),
+                    "not found".into(),
+                )
+            })?;
+            links.rename(index, &name).await?;
+            links.add_address(index, addr).await?;
+            links.up(index).await?;
+            if let Some(lo) = links.ifindex("lo").await? {
+                links.up(lo).await?;
+            }
+            let default: IpNet = match gateway {
+                IpAddr::V4(_) => IpNet::V4(ipnet::Ipv4Net::default()),
+                IpAddr::V6(_) => IpNet::V6(ipnet::Ipv6Net::default()),
+            };
+            links.add_route(default, Some(gateway), index).await
+        })
+    })
+    .join()
+    .map_err(|_| netlink("configuring the guest link", "the thread panicked".into()))?
+}
+
 fn netlink(operation: &str, message: String) -> DataplaneError {
     DataplaneError::Netlink {
         operation: operation.to_owned(),
