@@ -142,7 +142,7 @@ fn the_first_syn_after_an_answer_always_passes() {
     )]));
     let commit = FenceCommit {
         fence: fence.clone(),
-        ifindex,
+        ifindex: std::sync::Arc::new(move |_| Some(ifindex)),
         idle: Duration::from_secs(30),
     };
     let config = GuardConfig::with_upstream(Upstream {

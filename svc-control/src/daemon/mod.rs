@@ -1,7 +1,10 @@
-//! The only place that wires the parts together. The supervisor loop (API socket, sandboxes,
-//! reconciliation) arrives with the svcd issue; what is here now is the wiring the parts
-//! already need.
+//! The only place that wires the parts together: start-up, the unix-socket API server,
+//! reconciliation after a restart, graceful shutdown, `supervisor-upgrade`.
 
+mod server;
+mod supervisor;
 mod wiring;
 
-pub use wiring::FenceCommit;
+pub use server::{Ended, RunOptions, run};
+pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
+pub use wiring::{FenceCommit, IfindexOf, Registered, Registry, UpstreamResolver};

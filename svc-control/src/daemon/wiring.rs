@@ -1,27 +1,52 @@
 //! Real implementations of the traits the modules declare.
 
 use std::{
-    sync::{Arc, Mutex},
+    collections::HashMap,
+    future::Future,
+    io,
+    net::IpAddr,
+    pin::Pin,
+    sync::{Arc, Mutex, RwLock},
     time::Duration,
+};
+
+use hickory_proto::{
+    op::{Message, Query},
+    rr::{Name, RData, RecordType},
 };
 
 use crate::{
     dataplane::{AllowEntry, Fence, PortRule},
-    dns::{Commit, CommitEntry, SandboxDns},
+    dns::{self, Commit, CommitEntry, SandboxDns, Upstream},
+    policy::credentials::{CredentialKind, env_stem},
+    proxy::{Broker, ProxySandbox, Resolve, Sandboxes},
 };
 
-/// The DNS guard's commits, written into the fence's allow map for one link.
-#[derive(Debug, Clone)]
+/// Finds the host end of a sandbox's link by sandbox id.
+pub type IfindexOf = Arc<dyn Fn(u32) -> Option<u32> + Send + Sync>;
+
+/// The DNS guard's commits, written into the fence's allow map of the sandbox's link.
+#[derive(Clone)]
 pub struct FenceCommit {
     pub fence: Arc<Mutex<Fence>>,
-    /// The host end of the sandbox's link.
-    pub ifindex: u32,
+    /// The host end of the sandbox's link, by sandbox id.
+    pub ifindex: IfindexOf,
     /// How long traffic keeps an entry alive past its TTL.
     pub idle: Duration,
 }
 
+impl std::fmt::Debug for FenceCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceCommit")
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Commit for FenceCommit {
     fn commit(&self, sandbox: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String> {
+        let ifindex = (self.ifindex)(sandbox.id)
+            .ok_or_else(|| format!("sandbox {} has no link", sandbox.id))?;
         let mut fence = self
             .fence
             .lock()
@@ -35,9 +60,155 @@ impl Commit for FenceCommit {
                 idle: self.idle,
             };
             fence
-                .add_allow(self.ifindex, &entry)
+                .add_allow(ifindex, &entry)
                 .map_err(|err| err.to_string())?;
         }
         Ok(())
+    }
+}
+
+/// One sandbox as the guard, the proxy and the broker see it.
+#[derive(Debug)]
+pub struct Registered {
+    pub id: u32,
+    pub ifindex: u32,
+    pub guest: IpAddr,
+    pub dns: Arc<SandboxDns>,
+    /// `None` while the sandbox is in AllowAll (no proxy).
+    pub proxy: Option<Arc<ProxySandbox>>,
+    /// Real credentials by guest variable name (`CODE_HOST_TOKEN`, `SVC_CRED_…_TOKEN`).
+    pub secrets: HashMap<String, String>,
+}
+
+/// Every running sandbox, by guest address and by id.
+#[derive(Debug, Default)]
+pub struct Registry {
+    by_addr: RwLock<HashMap<IpAddr, Arc<Registered>>>,
+    by_id: RwLock<HashMap<u32, Arc<Registered>>>,
+}
+
+impl Registry {
+    pub fn insert(&self, r: Registered) {
+        let r = Arc::new(r);
+        if let Ok(mut m) = self.by_addr.write() {
+            m.insert(r.guest, r.clone());
+        }
+        if let Ok(mut m) = self.by_id.write() {
+            m.insert(r.id, r);
+        }
+    }
+
+    pub fn remove(&self, id: u32) {
+        let gone = self.by_id.write().ok().and_then(|mut m| m.remove(&id));
+        if let (Some(r), Ok(mut m)) = (gone, self.by_addr.write()) {
+            m.remove(&r.guest);
+        }
+    }
+
+    pub fn by_id(&self, id: u32) -> Option<Arc<Registered>> {
+        self.by_id.read().ok()?.get(&id).cloned()
+    }
+
+    fn by_addr(&self, addr: IpAddr) -> Option<Arc<Registered>> {
+        let addr = match addr {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+            v4 => v4,
+        };
+        self.by_addr.read().ok()?.get(&addr).cloned()
+    }
+
+    /// A commit function for the guard: the sandbox's link by id.
+    pub fn ifindex_of(self: &Arc<Self>) -> IfindexOf {
+        let me = self.clone();
+        Arc::new(move |id| me.by_id(id).map(|r| r.ifindex))
+    }
+}
+
+impl dns::Directory for Registry {
+    fn sandbox_for(&self, source: IpAddr) -> Option<Arc<SandboxDns>> {
+        self.by_addr(source).map(|r| r.dns.clone())
+    }
+}
+
+impl Sandboxes for Registry {
+    fn sandbox_for(&self, source: IpAddr) -> Option<Arc<ProxySandbox>> {
+        self.by_addr(source).and_then(|r| r.proxy.clone())
+    }
+}
+
+impl Broker for Registry {
+    fn bearer(&self, sandbox: u32, kind: CredentialKind, host: &str) -> Option<String> {
+        let r = self.by_id(sandbox)?;
+        let name = match kind {
+            CredentialKind::CodeHost => "CODE_HOST_TOKEN".to_owned(),
+            CredentialKind::AgentApi => "AGENT_AUTH_TOKEN".to_owned(),
+            CredentialKind::Host => {
+                let proxy = r.proxy.as_ref()?;
+                let entry = proxy.policy.placeholders.entries().iter().find(|e| {
+                    e.kind == CredentialKind::Host && e.hosts.iter().any(|h| h.host_key() == host)
+                })?;
+                format!("{}_TOKEN", env_stem(entry.hosts.first()?)?)
+            }
+        };
+        r.secrets.get(&name).cloned()
+    }
+}
+
+/// The proxy's upstream names, resolved through the same upstream servers as the DNS guard,
+/// so the proxy and the fence agree on what a name is.
+#[derive(Debug, Clone)]
+pub struct UpstreamResolver(pub Upstream);
+
+impl UpstreamResolver {
+    async fn ask(&self, name: &Name, qtype: RecordType) -> io::Result<Vec<IpAddr>> {
+        let mut m = Message::query();
+        m.metadata.recursion_desired = true;
+        m.add_query(Query::query(name.clone(), qtype));
+        let id = u16::from_ne_bytes(rand_id());
+        m.metadata.id = id;
+        let bytes = m.to_vec().map_err(io::Error::other)?;
+        let answer = self.0.ask(&bytes, id).await.map_err(io::Error::other)?;
+        let answer = Message::from_vec(&answer).map_err(io::Error::other)?;
+        Ok(answer
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(IpAddr::V4(a.0)),
+                RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+fn rand_id() -> [u8; 2] {
+    let mut b = [0u8; 2];
+    let _ = getrandom::fill(&mut b);
+    b
+}
+
+impl Resolve for UpstreamResolver {
+    fn resolve(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>> {
+        let me = self.clone();
+        let host = host.to_owned();
+        Box::pin(async move {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                return Ok(vec![ip]);
+            }
+            let name = Name::from_ascii(format!("{host}.")).map_err(io::Error::other)?;
+            let (v4, v6) = tokio::join!(
+                me.ask(&name, RecordType::A),
+                me.ask(&name, RecordType::AAAA)
+            );
+            let mut all = v4.unwrap_or_default();
+            all.extend(v6.unwrap_or_default());
+            if all.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{host}: no address from the upstream resolvers"),
+                ));
+            }
+            Ok(all)
+        })
     }
 }

@@ -254,10 +254,7 @@ pub fn configure_guest(
         rt.block_on(async move {
             let links = Links::connect()?;
             let index = links.ifindex(&peer).await?.ok_or_else(|| {
-                netlink(
-                    &format!("finding {peer} in the guest"),
-                    "not found".into(),
-                )
+                netlink(&format!("finding {peer} in the guest"), "not found".into())
             })?;
             links.rename(index, &name).await?;
             links.add_address(index, addr).await?;

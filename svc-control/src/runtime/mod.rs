@@ -71,7 +71,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A sandbox backend.
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
-    fn start<'a>(&'a self, spec: &'a GuestSpec) -> BoxFuture<'a, Result<GuestHandle, RuntimeError>>;
+    fn start<'a>(&'a self, spec: &'a GuestSpec)
+    -> BoxFuture<'a, Result<GuestHandle, RuntimeError>>;
     /// Whether the guest still runs (and is the one started).
     fn alive(&self, guest: GuestHandle) -> bool;
     /// Stop the guest and everything in it.

@@ -57,7 +57,10 @@ impl Backend for Netns {
         "netns"
     }
 
-    fn start<'a>(&'a self, spec: &'a GuestSpec) -> BoxFuture<'a, Result<GuestHandle, RuntimeError>> {
+    fn start<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+    ) -> BoxFuture<'a, Result<GuestHandle, RuntimeError>> {
         Box::pin(async move {
             std::fs::create_dir_all(&spec.dir)
                 .map_err(|e| Self::start_err(spec, format!("{}: {e}", spec.dir.display())))?;
@@ -103,7 +106,8 @@ impl Backend for Netns {
                 Ok(Ok(Some(line))) => line,
                 other => {
                     let _ = child.start_kill();
-                    let log = std::fs::read_to_string(spec.dir.join("init.log")).unwrap_or_default();
+                    let log =
+                        std::fs::read_to_string(spec.dir.join("init.log")).unwrap_or_default();
                     return Err(Self::start_err(
                         spec,
                         format!(
@@ -120,7 +124,10 @@ impl Backend for Netns {
             };
             if said != "ready" {
                 let _ = child.start_kill();
-                return Err(Self::start_err(spec, format!("the guest's init said {said:?}")));
+                return Err(Self::start_err(
+                    spec,
+                    format!("the guest's init said {said:?}"),
+                ));
             }
             // `unshare --fork` waits for its child, which is PID 1 of the new pid namespace.
             let Some(pid) = children(unshare_pid).first().copied() else {

@@ -110,7 +110,7 @@ fn main() {
     fence.install_sandbox(&link, &[], &[]).unwrap();
     let commit = FenceCommit {
         fence: Arc::new(Mutex::new(fence)),
-        ifindex: 1,
+        ifindex: Arc::new(|_| Some(1)),
         idle: Duration::from_secs(30),
     };
     let allowed = Allowlist(vec![HostPattern::parse("*.bench.test").unwrap()]);

@@ -1,8 +1,8 @@
 //! svcd, the host supervisor.
 //!
-//! The supervisor loop (API socket, sandboxes) arrives with the svcd issue. What is here now
-//! are the operator's fence tools: load the eBPF fence, attach it to a link, read its counters,
-//! detach and unload, all on the pinned objects under the pin directory.
+//! `svcd run` is the supervisor: the API socket, the sandboxes, the fence, the DNS guard and the
+//! proxy. `svcd fence …` are the operator's fence tools on the pinned objects. `svcd
+//! sandbox-init` is the PID 1 of a netns sandbox (svcd starts it; not for people).
 #![forbid(unsafe_code)]
 
 mod fence_run;
@@ -21,7 +21,10 @@ use svc_control::{
 #[command(
     name = "svcd",
     version,
-    about = "svcd, the svc host supervisor (for now: the operator's fence tools)"
+    about = "svcd, the svc host supervisor",
+    long_about = "svcd, the svc host supervisor: runs sandboxes and fences everything they can \
+                  reach. `svcd run` starts it (as root; see packaging/svcd.service); `svc` \
+                  talks to it over its unix socket."
 )]
 struct Cli {
     /// Host configuration file (default: /etc/svc/svcd.toml if it exists, else built-in
@@ -34,6 +37,25 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the supervisor until SIGTERM/SIGINT: API socket, sandboxes, fence, DNS guard, proxy.
+    /// Log detail: RUST_LOG (default info).
+    Run {
+        /// The nftables table svcd owns.
+        #[arg(long, default_value = "svc")]
+        nft_table: String,
+        /// Seconds in-flight API calls get at shutdown.
+        #[arg(long, default_value_t = 10)]
+        grace: u64,
+    },
+    /// PID 1 of a netns sandbox (started by svcd).
+    #[command(hide = true)]
+    SandboxInit {
+        #[arg(long)]
+        hostname: String,
+        /// HOST_FILE=GUEST_PATH bind mounts.
+        #[arg(long)]
+        bind: Vec<String>,
+    },
     /// Inspect and operate the eBPF fence directly (operator diagnostics).
     #[command(subcommand)]
     Fence(FenceCommand),
@@ -91,6 +113,15 @@ struct PinArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SandboxInit { hostname, bind } = &cli.command {
+        return match svc_control::runtime::sandbox_init(hostname, bind) {
+            Ok(never) => match never {},
+            Err(e) => {
+                eprintln!("sandbox-init: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
         return ExitCode::from(64);
@@ -104,6 +135,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Fence(cmd) => fence(cmd, &host.pin_dir),
+        Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
+        Command::SandboxInit { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -112,6 +145,43 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn supervise(
+    host: svc_control::config::host::HostConfig,
+    nft_table: String,
+    grace: u64,
+) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // The path as started, so an upgrade runs the binary now installed there.
+    let exe = std::env::current_exe().context("finding svcd's own binary")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let ended = rt.block_on(svc_control::daemon::run(
+        host,
+        svc_control::daemon::RunOptions {
+            nft_table,
+            exe: exe.clone(),
+            grace: std::time::Duration::from_secs(grace),
+        },
+    ))?;
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    if ended == svc_control::daemon::Ended::Upgrade {
+        use std::os::unix::process::CommandExt as _;
+        let err = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .exec();
+        anyhow::bail!("re-executing {}: {err}", exe.display());
+    }
+    Ok(())
 }
 
 fn fence(cmd: FenceCommand, default_pin_dir: &std::path::Path) -> anyhow::Result<()> {

@@ -1,0 +1,135 @@
+//! The svcd API client: HTTP/1.1 over the unix socket.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde::{Serialize, de::DeserializeOwned};
+use svc_control::api::ApiError;
+
+/// Where svcd listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/svc/svcd.sock";
+
+/// The socket from `--socket`, `SVC_SOCKET`, or the default.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+}
+
+/// An error svcd answered with (already worded for people).
+#[derive(Debug)]
+pub struct Refused {
+    pub error: ApiError,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.error.error)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Client {
+    pub fn new(socket: &Path) -> Self {
+        Self {
+            socket: socket.to_owned(),
+        }
+    }
+
+    /// Send a request; the response (any status) with its streaming body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<http::Response<Incoming>> {
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot reach svcd at {} (is it running? `svcd run` as root, or `systemctl \
+                     start svcd`; another socket: --socket or SVC_SOCKET)",
+                    self.socket.display()
+                )
+            })?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .context("talking to svcd")?;
+        tokio::spawn(conn);
+        let has_body = body.is_some();
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "svcd");
+        if has_body {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .context("building the request")?;
+        sender.send_request(req).await.context("talking to svcd")
+    }
+
+    /// A JSON call: `T` on success, [`Refused`] with svcd's words otherwise.
+    pub async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> anyhow::Result<T> {
+        let body = body.map(serde_json::to_vec).transpose()?;
+        let resp = self.send(method, path, body).await?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .context("reading svcd's answer")?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(refused(status, &bytes).into());
+        }
+        serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "svcd's answer is not what this svc expects (versions differ?): {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })
+    }
+}
+
+/// svcd's error body as an error.
+pub fn refused(status: StatusCode, body: &[u8]) -> Refused {
+    let error = serde_json::from_slice::<ApiError>(body).unwrap_or_else(|_| ApiError {
+        code: "unknown".into(),
+        error: format!("svcd answered {status}: {}", String::from_utf8_lossy(body)),
+    });
+    Refused { error }
+}
+
+/// Split a streaming body into lines as they arrive; `each` gets every complete line.
+pub async fn for_each_line(
+    mut body: Incoming,
+    mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut pending: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.context("reading svcd's stream")?;
+        if let Ok(data) = frame.into_data() {
+            pending.extend_from_slice(&data);
+            while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=i).collect();
+                each(&line[..line.len() - 1])?;
+            }
+        }
+    }
+    if !pending.is_empty() {
+        each(&pending)?;
+    }
+    Ok(())
+}

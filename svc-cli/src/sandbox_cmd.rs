@@ -1,0 +1,476 @@
+//! `svc sandbox …`, `svc events`, `svc supervisor-upgrade`: the commands that talk to svcd.
+
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use http::Method;
+use svc_control::api::{
+    self, CreateSandbox, Destroyed, EgressChoice, Event, ExecFrame, ExecRequest, Health,
+    SandboxView, SecretValue,
+};
+
+use crate::client::{Client, DEFAULT_SOCKET, for_each_line, refused};
+
+/// Where svcd is.
+#[derive(Debug, Clone, Args)]
+pub struct SocketArg {
+    /// svcd's API socket.
+    #[arg(long, env = "SVC_SOCKET", default_value = DEFAULT_SOCKET, global = true)]
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Create a sandbox. Curated by default: the built-in agent hosts, plus what --allow-host
+    /// and --repo add; everything else is closed.
+    #[command(after_help = "\
+Egress modes (--egress):
+  curated    the allowlist only (agent hosts, --allow-host, --repo's code-host family); HTTPS
+             to them goes through the intercepting proxy, placeholders are swapped for the
+             credentials given with --secret
+  allow-all  every host except the refused destination classes (host, link-local, metadata,
+             other sandboxes), no proxy, no credentials; for 24 hours from creation or svcd's
+             last start, then curated with the agent hosts
+
+--file PATH (alias --context-path) creates an allow-all sandbox for 72 hours.
+
+Secrets (--secret VAR@SOURCE, repeatable): VAR is a credential variable the sandbox gets
+(CODE_HOST_TOKEN with --repo, AGENT_AUTH_TOKEN, SVC_CRED_<HOST>_TOKEN per --allow-host); the
+guest sees a placeholder, the proxy swaps it for the value on VAR's hosts only. SOURCE:
+  env:NAME   the environment variable NAME of this svc process
+  file:PATH  the contents of PATH (one trailing newline removed)
+  store:NAME the named secret store (not built yet)
+The value is read here and sent to svcd over its socket; it never enters the sandbox.
+
+Examples:
+  svc sandbox create dev
+  svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@env:GH_TOKEN dev
+  svc sandbox create --allow-host pypi.org --allow-host files.pythonhosted.org build
+  svc sandbox create --file ./project scratch")]
+    Create(CreateArgs),
+    /// List sandboxes.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one sandbox: its envelope, addresses, placeholders (never values).
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a sandbox; its output streams here and its exit code is svc's.
+    #[command(after_help = "Example: svc sandbox exec dev -- curl -sS https://api.github.com/")]
+    Exec {
+        name: String,
+        /// Extra environment, KEY=VALUE (repeatable).
+        #[arg(long = "env", short = 'e')]
+        env: Vec<String>,
+        /// Working directory in the sandbox (default /).
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Destroy a sandbox: its processes, link, fence entries, nftables entry, files and state.
+    Destroy {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a sandbox (microvm backend only).
+    Pause { name: String },
+    /// Resume a paused sandbox (microvm backend only).
+    Resume { name: String },
+    /// Fork a sandbox (microvm backend only).
+    Fork { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    pub name: String,
+    /// Add a host to the allowlist (repeatable): NAME, NAME:PORT, *.NAME, or an IP literal.
+    #[arg(long = "allow-host")]
+    pub allow_host: Vec<String>,
+    /// Bind a code-host repository (owner/repo): adds the code-host family and
+    /// CODE_HOST_TOKEN.
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Egress mode: curated or allow-all.
+    #[arg(long, value_parser = parse_egress)]
+    pub egress: Option<EgressChoice>,
+    /// Broker a credential: VAR@SOURCE (repeatable; see below).
+    #[arg(long)]
+    pub secret: Vec<String>,
+    /// Create an allow-all sandbox for 72 hours for this context path.
+    #[arg(long = "file", visible_alias = "context-path")]
+    pub file: Option<PathBuf>,
+    /// Print the created sandbox as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_egress(s: &str) -> Result<EgressChoice, String> {
+    EgressChoice::parse(s)
+}
+
+/// Read a `VAR@SOURCE` secret.
+pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
+    let (name, source) = spec.split_once('@').with_context(|| {
+        format!("--secret {spec:?}: expected VAR@SOURCE, e.g. CODE_HOST_TOKEN@env:GH_TOKEN")
+    })?;
+    anyhow::ensure!(
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+        "--secret {spec:?}: {name:?} is not a credential variable name (A-Z, 0-9, _)"
+    );
+    let value = match source.split_once(':') {
+        Some(("env", var)) => std::env::var(var).with_context(|| {
+            format!("--secret {name}@{source}: environment variable {var} is not set")
+        })?,
+        Some(("file", path)) => {
+            let mut v = std::fs::read_to_string(path)
+                .with_context(|| format!("--secret {name}@{source}: reading {path}"))?;
+            if v.ends_with('\n') {
+                v.pop();
+                if v.ends_with('\r') {
+                    v.pop();
+                }
+            }
+            v
+        }
+        Some(("store", _)) => anyhow::bail!(
+            "--secret {name}@{source}: the named secret store (`svc secret set`) is not built yet; \
+             use env:VAR or file:PATH"
+        ),
+        _ => anyhow::bail!(
+            "--secret {name}@{source}: unknown source; use env:VAR, file:PATH or store:NAME"
+        ),
+    };
+    Ok(SecretValue {
+        name: name.to_owned(),
+        source: source.to_owned(),
+        value,
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&socket.socket);
+    runtime()?.block_on(async move {
+        match cmd {
+            SandboxCommand::Create(a) => create(&client, a).await,
+            SandboxCommand::List { json } => {
+                let all: Vec<SandboxView> = client
+                    .call::<(), _>(Method::GET, "/v1/sandboxes", None)
+                    .await?;
+                if json {
+                    outln!("{}", serde_json::to_string_pretty(&all)?);
+                } else if all.is_empty() {
+                    outln!("no sandboxes (create one: svc sandbox create NAME)");
+                } else {
+                    outln!(
+                        "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} HOSTS",
+                        "NAME",
+                        "ID",
+                        "STATE",
+                        "MODE",
+                        "GUEST",
+                        "LINK"
+                    );
+                    for s in all {
+                        outln!(
+                            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {}",
+                            s.name,
+                            s.id,
+                            s.state,
+                            s.mode,
+                            s.guest_v4,
+                            s.link,
+                            s.allowed_hosts.len()
+                        );
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            SandboxCommand::Show { name, json } => {
+                let s: SandboxView = client
+                    .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
+                    .await?;
+                if json {
+                    outln!("{}", serde_json::to_string_pretty(&s)?);
+                } else {
+                    print_sandbox(&s);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            SandboxCommand::Destroy { name, json } => {
+                let d: Destroyed = client
+                    .call::<(), _>(Method::DELETE, &format!("/v1/sandboxes/{name}"), None)
+                    .await?;
+                if json {
+                    outln!("{}", serde_json::to_string_pretty(&d)?);
+                } else {
+                    outln!("destroyed {}: {}", d.name, d.removed.join(", "));
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            SandboxCommand::Exec {
+                name,
+                env,
+                cwd,
+                command,
+            } => exec(&client, &name, env, cwd, command).await,
+            SandboxCommand::Pause { name } => lifecycle(&client, &name, "pause").await,
+            SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
+            SandboxCommand::Fork { name } => lifecycle(&client, &name, "fork").await,
+        }
+    })
+}
+
+async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
+    api::check_name(&a.name).map_err(|e| anyhow::anyhow!(e))?;
+    let secrets = a
+        .secret
+        .iter()
+        .map(|s| read_secret(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let context_path = match &a.file {
+        Some(p) => Some(
+            std::fs::canonicalize(p)
+                .with_context(|| format!("--file {}", p.display()))?
+                .display()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let req = CreateSandbox {
+        name: a.name,
+        allow_hosts: a.allow_host,
+        repo: a.repo,
+        egress: a.egress,
+        secrets,
+        context_path,
+    };
+    let s: SandboxView = client
+        .call(Method::POST, "/v1/sandboxes", Some(&req))
+        .await?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        outln!("created sandbox {} ({})", s.name, s.mode);
+        print_sandbox(&s);
+        outln!();
+        outln!(
+            "run a command in it:  svc sandbox exec {} -- sh -c '…'",
+            s.name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_sandbox(s: &SandboxView) {
+    outln!("  name:              {}", s.name);
+    outln!("  id:                {}", s.id);
+    outln!("  state:             {}", s.state);
+    outln!("  backend:           {}", s.backend);
+    match &s.window_ends {
+        Some(w) => outln!("  egress:            {} until {w}", s.mode),
+        None => outln!("  egress:            {}", s.mode),
+    }
+    if !s.allowed_hosts.is_empty() {
+        outln!("  allowed hosts:     {}", s.allowed_hosts.join(", "));
+    }
+    outln!("  allowed branches:  {}", s.allowed_branches.join(", "));
+    if let Some(r) = &s.repo {
+        outln!("  repo:              {r}");
+    }
+    if let Some(c) = &s.context_path {
+        outln!("  context path:      {c}");
+    }
+    outln!(
+        "  network:           {} (gateway and resolver {}), host link {}",
+        s.guest_v4,
+        s.gateway_v4,
+        s.link
+    );
+    outln!("  init pid:          {}", s.pid);
+    outln!("  created:           {}", s.created_at);
+    for p in &s.placeholders {
+        outln!(
+            "  credential:        {} ({}; {}) {}",
+            p.env,
+            p.kind,
+            p.hosts.join(", "),
+            if p.brokered {
+                "swapped for the brokered secret"
+            } else {
+                "no secret brokered: stripped"
+            }
+        );
+    }
+    for sec in &s.secrets {
+        outln!("  secret:            {sec}");
+    }
+}
+
+async fn exec(
+    client: &Client,
+    name: &str,
+    env: Vec<String>,
+    cwd: Option<String>,
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    let env = env
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let req = ExecRequest {
+        argv: command,
+        env,
+        cwd,
+    };
+    let resp = client
+        .send(
+            Method::POST,
+            &format!("/v1/sandboxes/{name}/exec"),
+            Some(serde_json::to_vec(&req)?),
+        )
+        .await?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await?
+            .to_bytes();
+        return Err(refused(status, &body).into());
+    }
+    let mut code: Option<i32> = None;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for_each_line(resp.into_body(), |line| {
+        let frame: ExecFrame = serde_json::from_slice(line)
+            .with_context(|| format!("bad exec frame {}", String::from_utf8_lossy(line)))?;
+        match frame {
+            ExecFrame::Stdout(d) => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(&b64.decode(d)?);
+                let _ = out.flush();
+            }
+            ExecFrame::Stderr(d) => {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(&b64.decode(d)?);
+                let _ = err.flush();
+            }
+            ExecFrame::Exit(c) => code = Some(c),
+            ExecFrame::Error(e) => anyhow::bail!("the command could not run: {e}"),
+        }
+        Ok(())
+    })
+    .await?;
+    let code = code.context("the exec stream ended without an exit code (svcd stopped?)")?;
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+async fn lifecycle(client: &Client, name: &str, op: &str) -> anyhow::Result<ExitCode> {
+    let s: SandboxView = client
+        .call::<(), _>(Method::POST, &format!("/v1/sandboxes/{name}/{op}"), None)
+        .await?;
+    outln!("{op}: {} is {}", s.name, s.state);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `svc events [--follow] [--json]`.
+pub fn events(
+    socket: &SocketArg,
+    follow: bool,
+    json: bool,
+    after: i64,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&socket.socket);
+    runtime()?.block_on(async move {
+        let path = format!(
+            "/v1/events?after={after}{}",
+            if follow { "&follow=1" } else { "" }
+        );
+        let resp = client.send(Method::GET, &path, None).await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await?
+                .to_bytes();
+            return Err(refused(status, &body).into());
+        }
+        for_each_line(resp.into_body(), |line| {
+            if json {
+                outln!("{}", String::from_utf8_lossy(line));
+            } else {
+                let e: Event = serde_json::from_slice(line)?;
+                let detail = if e.detail.as_object().is_some_and(|o| !o.is_empty()) {
+                    format!(" {}", e.detail)
+                } else {
+                    String::new()
+                };
+                outln!(
+                    "{:>6} {} {:<20} {}{detail}",
+                    e.seq,
+                    e.time,
+                    e.kind,
+                    e.sandbox.as_deref().unwrap_or("-")
+                );
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `svc supervisor-upgrade [--force]`.
+pub fn upgrade(socket: &SocketArg, force: bool) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&socket.socket);
+    runtime()?.block_on(async move {
+        let before: Health = client
+            .call(
+                Method::POST,
+                "/v1/supervisor/upgrade",
+                Some(&api::Upgrade { force }),
+            )
+            .await?;
+        eprintln!("svcd (pid {}) is re-executing…", before.pid);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            if let Ok(h) = client
+                .call::<(), Health>(Method::GET, "/v1/health", None)
+                .await
+                && h.started_at != before.started_at
+            {
+                outln!(
+                    "svcd upgraded: version {}, pid {}, {} sandboxes re-adopted",
+                    h.version,
+                    h.pid,
+                    h.sandboxes
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "svcd did not come back within 60 s; check its log (journalctl -u svcd)"
+            );
+        }
+    })
+}

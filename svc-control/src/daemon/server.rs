@@ -1,0 +1,625 @@
+//! svcd's start-up, its API on a unix socket, its background work and its shutdown.
+//!
+//! Start-up order: the configuration was validated before this runs (bad config exits 64
+//! without binding anything); then the fence is loaded (pinned maps and links are reused),
+//! the nftables table is written, the DNS guard and the proxy bind, the sandboxes of the store
+//! are re-adopted, and only then does the API socket accept calls.
+
+use std::{
+    convert::Infallible,
+    net::{IpAddr, SocketAddr},
+    os::unix::fs::PermissionsExt as _,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use ipnet::IpNet;
+use tokio::{
+    io::AsyncReadExt as _,
+    net::{TcpListener, UdpSocket, UnixListener, UnixStream},
+    sync::{mpsc, watch},
+};
+use tracing::{info, warn};
+
+use super::{
+    supervisor::{Failure, Supervisor, SupervisorConfig},
+    wiring::{FenceCommit, Registry, UpstreamResolver},
+};
+use crate::{
+    api::{self, CreateSandbox, ExecFrame, ExecRequest, Health},
+    audit::{AuditRecord, AuditSink, JsonlFile, rfc3339},
+    config::host::HostConfig,
+    dataplane::{self, Fence, Links, Nft, NftConfig, clock},
+    dns::{Guard, GuardConfig, Upstream},
+    policy::destination::{HostNetwork, fence_cidrs},
+    proxy::{Proxy, ProxyConfig},
+    runtime::Netns,
+};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Largest API request body.
+const MAX_BODY: usize = 1024 * 1024;
+
+/// How svcd was started, for the parts that are not configuration.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The nftables table (`svc`).
+    pub nft_table: String,
+    /// svcd's own binary: the guests' init, and what `supervisor-upgrade` re-executes.
+    pub exe: PathBuf,
+    /// Time in-flight API calls get at shutdown.
+    pub grace: Duration,
+}
+
+/// How `run` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// SIGTERM or SIGINT.
+    Stopped,
+    /// `supervisor-upgrade --force`: the caller re-executes the binary.
+    Upgrade,
+}
+
+/// Everything the API handlers share.
+struct Ctx {
+    sup: Arc<Supervisor>,
+    api_gid: Option<u32>,
+    upgrade: watch::Sender<bool>,
+    exe: PathBuf,
+}
+
+/// The addresses of this host's interfaces (never reachable from a sandbox).
+fn host_addresses() -> Vec<IpAddr> {
+    nix::ifaddrs::getifaddrs()
+        .map(|addrs| {
+            addrs
+                .filter_map(|a| {
+                    let s = a.address?;
+                    s.as_sockaddr_in()
+                        .map(|v4| IpAddr::V4(v4.ip()))
+                        .or_else(|| s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Run svcd until SIGTERM/SIGINT or an upgrade.
+pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
+    anyhow::ensure!(
+        nix::unistd::geteuid().is_root(),
+        "svcd must run as root (it loads eBPF programs and manages network namespaces)"
+    );
+    let started = SystemTime::now();
+
+    // The fence.
+    dataplane::ensure_bpffs(std::path::Path::new("/sys/fs/bpf"))?;
+    let mut fence = Fence::load(&host.pin_dir)
+        .with_context(|| format!("loading the fence under {}", host.pin_dir.display()))?;
+    let mut host_addrs = host_addresses();
+    host_addrs.sort();
+    host_addrs.dedup();
+    let net = HostNetwork {
+        host_addresses: host_addrs.clone(),
+        sandbox_pools: vec![host.ipv4_pool.into(), host.ipv6_pool.into()],
+        allow_cidrs: host.allow_cidrs.clone(),
+    };
+    let (deny, operator_allow) = fence_cidrs(&net);
+    fence.set_destination_classes(&deny, &operator_allow)?;
+    let mut never: Vec<IpNet> = net.sandbox_pools.clone();
+    never.extend(host_addrs.iter().map(|a| IpNet::from(*a)));
+    let nft = Nft::new(NftConfig {
+        table: opts.nft_table.clone(),
+        guard_port: host.guard_port,
+        proxy_port: host.proxy_port,
+        never,
+        deny,
+        operator_allow,
+    });
+    if std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
+        .map(|s| s.trim() != "1")
+        .unwrap_or(true)
+    {
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+            .context("enabling IPv4 forwarding (net.ipv4.ip_forward)")?;
+        info!("enabled net.ipv4.ip_forward; the nftables table fences what sandboxes forward");
+    }
+    let fence = Arc::new(Mutex::new(fence));
+
+    // Audit, the guard, the proxy.
+    let audit: Arc<JsonlFile> = Arc::new(
+        JsonlFile::open(host.audit_dir.join("audit.jsonl"), 256 * 1024 * 1024)
+            .context("opening the audit log")?,
+    );
+    let upstream = Upstream::from_host(&host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
+    let registry = Arc::new(Registry::default());
+    let guard = Arc::new(Guard::new(
+        GuardConfig::with_upstream(upstream.clone()),
+        registry.clone(),
+        Arc::new(FenceCommit {
+            fence: fence.clone(),
+            ifindex: registry.ifindex_of(),
+            idle: Duration::from_secs(300),
+        }),
+        audit.clone(),
+        net,
+    ));
+    let mut roots = Vec::new();
+    for path in &host.proxy_extra_roots {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        for cert in <rustls::pki_types::CertificateDer<'static> as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem) {
+            roots.push(cert.with_context(|| format!("parsing {}", path.display()))?);
+        }
+    }
+    let proxy = Arc::new(Proxy::new(
+        ProxyConfig::with_roots(&roots).context("the proxy's upstream roots")?,
+        registry.clone(),
+        registry.clone(),
+        Arc::new(UpstreamResolver(upstream)),
+        audit.clone(),
+    ));
+    let any = |port| SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
+    let guard_udp = UdpSocket::bind(any(host.guard_port))
+        .await
+        .with_context(|| format!("binding the DNS guard to udp port {}", host.guard_port))?;
+    let guard_tcp = TcpListener::bind(any(host.guard_port))
+        .await
+        .with_context(|| format!("binding the DNS guard to tcp port {}", host.guard_port))?;
+    let proxy_tcp = TcpListener::bind(any(host.proxy_port))
+        .await
+        .with_context(|| format!("binding the proxy to tcp port {}", host.proxy_port))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    tokio::spawn(guard.clone().serve_udp(guard_udp, stopped(stop_rx.clone())));
+    tokio::spawn(guard.serve_tcp(guard_tcp, stopped(stop_rx.clone())));
+    tokio::spawn(proxy.serve(proxy_tcp, stopped(stop_rx.clone())));
+
+    // The sandboxes.
+    let store = crate::store::Store::open(&host.state_dir)?;
+    let links = Links::connect()?;
+    let sup = Arc::new(Supervisor::new(
+        SupervisorConfig {
+            host: host.clone(),
+            nft_table: opts.nft_table.clone(),
+        },
+        store,
+        fence,
+        nft,
+        links,
+        Arc::new(Netns {
+            init: opts.exe.clone(),
+        }),
+        registry,
+        started,
+    ));
+    sup.reconcile()
+        .await
+        .map_err(|f| anyhow::anyhow!("re-adopting sandboxes: {}", f.message))?;
+
+    // Background work: drop events to the audit log, windows, expired entries.
+    {
+        let sup = sup.clone();
+        let audit = audit.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut drops = tokio::time::interval(Duration::from_millis(100));
+            let mut ticks = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = drops.tick() => {
+                        let events = sup.drain_drops();
+                        if !events.is_empty() {
+                            let (mono, wall) = (clock::monotonic_ns(), SystemTime::now());
+                            for e in &events {
+                                if let Err(err) = audit.record(&AuditRecord::from_drop(e, mono, wall)) {
+                                    warn!(error = %err, "writing a packet audit record");
+                                }
+                            }
+                        }
+                    }
+                    _ = ticks.tick() => sup.tick(),
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        });
+    }
+
+    // The API socket.
+    let listener = bind_socket(&host).await?;
+    let api_gid = nix::unistd::Group::from_name(&host.api_group)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw());
+    if let Some(gid) = api_gid {
+        let _ = nix::unistd::chown(&host.socket, None, Some(nix::unistd::Gid::from_raw(gid)));
+    }
+    let (upgrade_tx, mut upgrade_rx) = watch::channel(false);
+    let ctx = Arc::new(Ctx {
+        sup: sup.clone(),
+        api_gid,
+        upgrade: upgrade_tx,
+        exe: opts.exe.clone(),
+    });
+    sup.event(
+        "supervisor.started",
+        None,
+        serde_json::json!({"pid": std::process::id(), "sandboxes": sup.count()}),
+    );
+    info!(
+        socket = %host.socket.display(),
+        sandboxes = sup.count(),
+        guard_port = host.guard_port,
+        proxy_port = host.proxy_port,
+        "svcd ready"
+    );
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let connections = tokio_util_tracker();
+    let ended = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let ctx = ctx.clone();
+                    let token = connections.clone();
+                    tokio::spawn(async move {
+                        let _token = token;
+                        serve_connection(ctx, stream).await;
+                    });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accepting an API connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = term.recv() => break Ended::Stopped,
+            _ = int.recv() => break Ended::Stopped,
+            _ = upgrade_rx.wait_for(|u| *u) => break Ended::Upgrade,
+        }
+    };
+    info!(
+        ?ended,
+        "svcd stopping; sandboxes keep running and their fence stays pinned"
+    );
+    drop(listener);
+    let _ = std::fs::remove_file(&host.socket);
+    // Grace: wait for in-flight API calls (each holds a clone of `connections`).
+    let deadline = tokio::time::Instant::now() + opts.grace;
+    while Arc::strong_count(&connections) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop_tx.send(true);
+    Ok(ended)
+}
+
+/// A counter of open API connections: each holds a clone.
+fn tokio_util_tracker() -> Arc<()> {
+    Arc::new(())
+}
+
+async fn bind_socket(host: &HostConfig) -> anyhow::Result<UnixListener> {
+    let path = &host.socket;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).await.is_ok() {
+            anyhow::bail!(
+                "another svcd is already serving {} (stop it first, or use \
+                 `svc supervisor-upgrade --force` to replace it)",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
+}
+
+/// Whether the peer may call the API: root, or a member of the API group.
+fn authorised(stream: &UnixStream, api_gid: Option<u32>) -> Result<(), String> {
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("cannot read the caller's credentials: {e}"))?;
+    if cred.uid() == 0 {
+        return Ok(());
+    }
+    let Some(gid) = api_gid else {
+        return Err(format!(
+            "uid {} may not use svcd: only root may (the API group does not exist on this host)",
+            cred.uid()
+        ));
+    };
+    if cred.gid() == gid {
+        return Ok(());
+    }
+    let member = cred.pid().is_some_and(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+    });
+    if member {
+        Ok(())
+    } else {
+        Err(format!(
+            "uid {} may not use svcd: only root and members of the API group (gid {gid}) may",
+            cred.uid()
+        ))
+    }
+}
+
+async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
+    let denied = authorised(&stream, ctx.api_gid).err();
+    if let Some(reason) = &denied {
+        warn!(%reason, "refused an API caller");
+    }
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let ctx = ctx.clone();
+        let denied = denied.clone();
+        async move {
+            Ok::<_, Infallible>(match denied {
+                Some(reason) => failure(&Failure {
+                    status: 403,
+                    code: "forbidden",
+                    message: reason,
+                }),
+                None => route(ctx, req).await,
+            })
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn failure(f: &Failure) -> Response<Body> {
+    json(
+        StatusCode::from_u16(f.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &f.to_api(),
+    )
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Failure> {
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| Failure {
+            status: 413,
+            code: "too-large",
+            message: format!("request body: {e} (limit {MAX_BODY} bytes)"),
+        })?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|e| Failure::bad(format!("request body: {e}")))
+}
+
+fn health(ctx: &Ctx) -> Health {
+    Health {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+        started_at: rfc3339(ctx.sup.started()),
+        sandboxes: ctx.sup.count(),
+    }
+}
+
+async fn route(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let Some(rest) = path.strip_prefix(api::PREFIX) else {
+        return failure(&Failure {
+            status: 404,
+            code: "not-found",
+            message: format!("no API path {path} (this svcd speaks {})", api::PREFIX),
+        });
+    };
+    let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let method = req.method().clone();
+    let result: Result<Response<Body>, Failure> = match (&method, parts.as_slice()) {
+        (&Method::GET, ["health"]) => Ok(json(StatusCode::OK, &health(&ctx))),
+        (&Method::GET, ["sandboxes"]) => ctx.sup.list().map(|v| json(StatusCode::OK, &v)),
+        (&Method::POST, ["sandboxes"]) => match read_json::<CreateSandbox>(req).await {
+            Ok(create) => ctx
+                .sup
+                .create(create)
+                .await
+                .map(|v| json(StatusCode::CREATED, &v)),
+            Err(f) => Err(f),
+        },
+        (&Method::GET, ["sandboxes", name]) => ctx.sup.show(name).map(|v| json(StatusCode::OK, &v)),
+        (&Method::DELETE, ["sandboxes", name]) => ctx
+            .sup
+            .destroy(name)
+            .await
+            .map(|v| json(StatusCode::OK, &v)),
+        (&Method::POST, ["sandboxes", name, "exec"]) => {
+            let name = (*name).to_owned();
+            match read_json::<ExecRequest>(req).await {
+                Ok(exec) => exec_stream(&ctx, &name, &exec),
+                Err(f) => Err(f),
+            }
+        }
+        (&Method::POST, ["sandboxes", name, op @ ("pause" | "resume" | "fork")]) => ctx
+            .sup
+            .lifecycle(name, op)
+            .map(|v| json(StatusCode::OK, &v)),
+        (&Method::GET, ["events"]) => events_stream(&ctx, &query),
+        (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
+            Ok(u) if u.force => {
+                let h = health(&ctx);
+                info!(exe = %ctx.exe.display(), "supervisor-upgrade: re-executing");
+                let up = ctx.upgrade.clone();
+                tokio::spawn(async move {
+                    // Let this answer reach the caller first.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = up.send(true);
+                });
+                Ok(json(StatusCode::ACCEPTED, &h))
+            }
+            Ok(_) => Err(Failure::bad(format!(
+                "supervisor-upgrade replaces the running svcd with {} (re-exec): sandboxes keep \
+                 running, their fence stays pinned and closed, and the new svcd re-adopts them. \
+                 It cannot change a running sandbox's mounts or credential model (SPEC 5.2.6, \
+                 R-7): recreate a sandbox for that. Pass --force to proceed.",
+                ctx.exe.display()
+            ))),
+            Err(f) => Err(f),
+        },
+        _ => Err(Failure {
+            status: 404,
+            code: "not-found",
+            message: format!("no API route {method} {path}"),
+        }),
+    };
+    result.unwrap_or_else(|f| failure(&f))
+}
+
+fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    StreamBody::new(stream).boxed()
+}
+
+fn line<T: serde::Serialize>(v: &T) -> Bytes {
+    let mut b = serde_json::to_vec(v).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+fn exec_stream(ctx: &Ctx, name: &str, req: &ExecRequest) -> Result<Response<Body>, Failure> {
+    let mut cmd = ctx.sup.exec_command(name, req)?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::internal(format!("running nsenter: {e}")))?;
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let pump = move |mut r: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                     tx: mpsc::Sender<Bytes>,
+                     out: bool| async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let data = b64.encode(&buf[..n]);
+                    let frame = if out {
+                        ExecFrame::Stdout(data)
+                    } else {
+                        ExecFrame::Stderr(data)
+                    };
+                    if tx.send(line(&frame)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    tokio::spawn(async move {
+        let a = out.map(|o| tokio::spawn(pump(Box::new(o), tx.clone(), true)));
+        let b = err.map(|e| tokio::spawn(pump(Box::new(e), tx.clone(), false)));
+        let status = tokio::select! {
+            s = child.wait() => s,
+            () = tx.closed() => {
+                // The caller went away: the command goes too.
+                let _ = child.kill().await;
+                return;
+            }
+        };
+        for h in [a, b].into_iter().flatten() {
+            let _ = h.await;
+        }
+        let frame = match status {
+            Ok(s) => ExecFrame::Exit(s.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
+            })),
+            Err(e) => ExecFrame::Error(e.to_string()),
+        };
+        let _ = tx.send(line(&frame)).await;
+    });
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/x-ndjson")
+        .body(stream_body(rx))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+}
+
+fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
+    let mut follow = false;
+    let mut after: i64 = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=').unwrap_or((pair, "")) {
+            ("follow", v) => follow = matches!(v, "" | "1" | "true"),
+            ("after", v) => {
+                after = v
+                    .parse()
+                    .map_err(|_| Failure::bad(format!("after={v:?}: expected a number")))?;
+            }
+            (k, _) => return Err(Failure::bad(format!("unknown query parameter {k:?}"))),
+        }
+    }
+    // Subscribe before reading the backlog, so nothing falls between the two.
+    let mut live = ctx.sup.subscribe();
+    let backlog = ctx.sup.events_after(after, 10_000)?;
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        let mut last = after;
+        for e in backlog {
+            last = e.seq;
+            if tx.send(line(&e)).await.is_err() {
+                return;
+            }
+        }
+        if !follow {
+            return;
+        }
+        loop {
+            tokio::select! {
+                got = live.recv() => match got {
+                    Ok(e) if e.seq > last => {
+                        last = e.seq;
+                        if tx.send(line(&e)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(_) => return,
+                },
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/x-ndjson")
+        .body(stream_body(rx))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+}

@@ -1,0 +1,1093 @@
+//! The supervisor: sandboxes from creation to destruction, their state in the store, their
+//! links in the fence and the nftables table, their entries in the registry the guard, the
+//! proxy and the broker read; re-adoption after a restart.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, Ipv4Addr},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use ipnet::{IpNet, Ipv4Net};
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use super::wiring::{Registered, Registry};
+use crate::{
+    api::{
+        self, CreateSandbox, Destroyed, EgressChoice, Event, PlaceholderView, SandboxView,
+        SecretValue,
+    },
+    audit::rfc3339,
+    config::{
+        egress::{EgressConfig, RepoName},
+        host::HostConfig,
+    },
+    dataplane::{self, Fence, Links, Nft, SandboxLink},
+    dns::SandboxDns,
+    policy::{
+        credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
+        host::{Allowlist, HostPattern},
+        mode::{AllowAllKind, EgressMode},
+        request::SandboxPolicy,
+    },
+    proxy::{ProxySandbox, ca::SandboxCa, guest_trust},
+    runtime::{Backend, GuestCommand, GuestHandle, GuestSpec},
+    store::{Store, StoreError},
+};
+
+/// The default AllowedBranches (SPEC 8).
+pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
+
+/// An API failure: a stable code, an HTTP status, a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn bad(message: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            code: "bad-request",
+            message: message.into(),
+        }
+    }
+    pub fn not_found(name: &str) -> Self {
+        Self {
+            status: 404,
+            code: "not-found",
+            message: format!("no sandbox named {name:?} (svc sandbox list shows them)"),
+        }
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            status: 500,
+            code: "internal",
+            message: message.into(),
+        }
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self {
+            status: 409,
+            code: "unsupported",
+            message: message.into(),
+        }
+    }
+    pub fn to_api(&self) -> api::ApiError {
+        api::ApiError {
+            code: self.code.to_owned(),
+            error: self.message.clone(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Exists(n) => Self {
+                status: 409,
+                code: "exists",
+                message: format!("a sandbox named {n:?} already exists"),
+            },
+            StoreError::NotFound(n) => Self::not_found(&n),
+            StoreError::Full(n) => Self {
+                status: 507,
+                code: "full",
+                message: format!("all {n} sandbox slots of the address pool are in use"),
+            },
+            other => Self::internal(other.to_string()),
+        }
+    }
+}
+
+/// A stored placeholder.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredPlaceholder {
+    value: String,
+    kind: String,
+    hosts: Vec<String>,
+}
+
+/// The sandbox envelope (SPEC 2.1), fixed at creation and stored as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    backend: String,
+    /// `--allow-host` hosts, as given (validated).
+    extra_hosts: Vec<String>,
+    repo: Option<String>,
+    egress: EgressChoice,
+    context_path: Option<String>,
+    allowed_branches: Vec<String>,
+    link: String,
+    guest_v4: Ipv4Addr,
+    gateway_v4: Ipv4Addr,
+    placeholders: Vec<StoredPlaceholder>,
+}
+
+/// A running sandbox, in memory.
+#[derive(Debug, Clone)]
+struct Live {
+    name: String,
+    id: u32,
+    envelope: Envelope,
+    guest: GuestHandle,
+    ifindex: u32,
+    created_at: String,
+    created: SystemTime,
+    secrets: Vec<(String, String)>,
+    ca: Arc<SandboxCa>,
+    policy: Arc<SandboxPolicy>,
+    /// The guest's environment for exec.
+    env: Vec<(String, String)>,
+    /// The mode in force on the link.
+    mode: EgressMode,
+}
+
+/// Settings the daemon passes in.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    pub host: HostConfig,
+    /// The nftables table (tests use their own; a real host `svc`).
+    pub nft_table: String,
+}
+
+/// The supervisor. Share it with `Arc`.
+pub struct Supervisor {
+    config: SupervisorConfig,
+    store: Mutex<Store>,
+    fence: Arc<Mutex<Fence>>,
+    nft: Nft,
+    /// Serialises changes of the nftables link set.
+    nft_lock: tokio::sync::Mutex<()>,
+    links: Links,
+    backend: Arc<dyn Backend>,
+    registry: Arc<Registry>,
+    live: Mutex<BTreeMap<String, Live>>,
+    events: broadcast::Sender<Event>,
+    started: SystemTime,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor").finish_non_exhaustive()
+    }
+}
+
+fn now_text() -> String {
+    rfc3339(SystemTime::now())
+}
+
+impl Supervisor {
+    #[expect(clippy::too_many_arguments, reason = "the parts the daemon wires in")]
+    pub fn new(
+        config: SupervisorConfig,
+        store: Store,
+        fence: Arc<Mutex<Fence>>,
+        nft: Nft,
+        links: Links,
+        backend: Arc<dyn Backend>,
+        registry: Arc<Registry>,
+        started: SystemTime,
+    ) -> Self {
+        let (events, _) = broadcast::channel(1024);
+        Self {
+            config,
+            store: Mutex::new(store),
+            fence,
+            nft,
+            nft_lock: tokio::sync::Mutex::new(()),
+            links,
+            backend,
+            registry,
+            live: Mutex::default(),
+            events,
+            started,
+        }
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Live>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn fence(&self) -> std::sync::MutexGuard<'_, Fence> {
+        self.fence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    pub fn count(&self) -> usize {
+        self.live().len()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Event>, Failure> {
+        Ok(self.store().events_after(after, limit)?)
+    }
+
+    /// Record an event and tell the followers.
+    pub fn event(&self, kind: &str, sandbox: Option<&str>, detail: serde_json::Value) {
+        match self.store().add_event(&now_text(), kind, sandbox, &detail) {
+            Ok(e) => {
+                let _ = self.events.send(e);
+            }
+            Err(e) => warn!(error = %e, kind, "could not record an event"),
+        }
+    }
+
+    fn max_id(&self) -> u32 {
+        let pool = self.config.host.ipv4_pool;
+        let slots = 1u64 << (30u8.saturating_sub(pool.prefix_len()));
+        slots.min(u64::from(u32::MAX - 1)) as u32
+    }
+
+    /// The /30 of sandbox `id`: (gateway, guest).
+    fn addresses(&self, id: u32) -> (Ipv4Addr, Ipv4Addr) {
+        let base = u32::from(self.config.host.ipv4_pool.network()) + (id - 1) * 4;
+        (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
+    }
+
+    fn sandbox_dir(&self, name: &str) -> PathBuf {
+        self.config.host.state_dir.join("sandboxes").join(name)
+    }
+
+    // ---------------------------------------------------------------- create
+
+    /// `POST /v1/sandboxes`.
+    pub async fn create(&self, req: CreateSandbox) -> Result<SandboxView, Failure> {
+        api::check_name(&req.name).map_err(Failure::bad)?;
+        let plan = self.plan(&req)?;
+        let created = SystemTime::now();
+        let created_at = rfc3339(created);
+        let prelim =
+            serde_json::to_string(&plan.envelope).map_err(|e| Failure::internal(e.to_string()))?;
+        let id = self
+            .store()
+            .reserve(&req.name, &prelim, &created_at, self.max_id())?;
+        match self.build(&req, plan, id, created, created_at).await {
+            Ok(view) => Ok(view),
+            Err(f) => {
+                warn!(sandbox = %req.name, error = %f.message, "creation failed; removing what was built");
+                self.teardown(&req.name, id, None, &format!("svc{id}"))
+                    .await;
+                let _ = self.store().delete(&req.name);
+                Err(f)
+            }
+        }
+    }
+
+    fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
+        let host = &self.config.host;
+        let egress = if req.context_path.is_some() {
+            EgressChoice::AllowAll
+        } else {
+            req.egress.unwrap_or(EgressChoice::Curated)
+        };
+        if egress == EgressChoice::AllowAll {
+            if !req.allow_hosts.is_empty() || req.repo.is_some() || !req.secrets.is_empty() {
+                return Err(Failure::bad(
+                    "allow-all egress opens every host and seeds no credentials: \
+                     --allow-host, --repo and --secret apply to curated sandboxes only",
+                ));
+            }
+            if req.egress == Some(EgressChoice::Curated) {
+                return Err(Failure::bad(
+                    "--file/--context-path creates an allow-all sandbox; it cannot be combined \
+                     with --egress curated",
+                ));
+            }
+        }
+        let mut extra = Vec::new();
+        for h in &req.allow_hosts {
+            let p = HostPattern::parse(h)
+                .map_err(|e| Failure::bad(format!("--allow-host {h:?}: {e}")))?;
+            extra.push(p);
+        }
+        let repo =
+            match &req.repo {
+                Some(r) => Some(RepoName::parse(r).map_err(|e| {
+                    Failure::bad(format!("--repo {r:?}: {e} (expected owner/repo)"))
+                })?),
+                None => None,
+            };
+        let policy =
+            SandboxPolicy::for_sandbox(host, &extra, repo.clone(), EgressConfig::default())
+                .map_err(|e| Failure::bad(e.to_string()))?;
+        // Secrets must name a variable the sandbox gets.
+        let vars: Vec<String> = policy
+            .placeholders
+            .guest_env()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !k.ends_with("_EXPIRES_AT"))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for s in &req.secrets {
+            if !seen.insert(s.name.as_str()) {
+                return Err(Failure::bad(format!("--secret {} is given twice", s.name)));
+            }
+            if !vars.contains(&s.name) {
+                let hint = if s.name == "CODE_HOST_TOKEN" {
+                    " (CODE_HOST_TOKEN needs --repo owner/repo)".to_owned()
+                } else {
+                    String::new()
+                };
+                return Err(Failure::bad(format!(
+                    "--secret {}: this sandbox has no such credential variable{hint}; its \
+                     variables are: {}",
+                    s.name,
+                    vars.join(", ")
+                )));
+            }
+            if s.value.is_empty() || s.value.contains(['\r', '\n', '\0']) {
+                return Err(Failure::bad(format!(
+                    "--secret {} from {}: the value is empty or holds a line break or NUL",
+                    s.name, s.source
+                )));
+            }
+        }
+        let placeholders = policy
+            .placeholders
+            .entries()
+            .iter()
+            .map(|e| StoredPlaceholder {
+                value: e.placeholder.expose().to_owned(),
+                kind: e.kind.name().to_owned(),
+                hosts: e.hosts.iter().map(ToString::to_string).collect(),
+            })
+            .collect();
+        Ok(Plan {
+            envelope: Envelope {
+                backend: self.backend.name().to_owned(),
+                extra_hosts: extra.iter().map(ToString::to_string).collect(),
+                repo: req.repo.clone(),
+                egress,
+                context_path: req.context_path.clone(),
+                allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
+                link: String::new(),
+                guest_v4: Ipv4Addr::UNSPECIFIED,
+                gateway_v4: Ipv4Addr::UNSPECIFIED,
+                placeholders,
+            },
+            policy,
+        })
+    }
+
+    async fn build(
+        &self,
+        req: &CreateSandbox,
+        plan: Plan,
+        id: u32,
+        created: SystemTime,
+        created_at: String,
+    ) -> Result<SandboxView, Failure> {
+        let name = req.name.clone();
+        let (gateway, guest) = self.addresses(id);
+        let link = format!("svc{id}");
+        let mut envelope = plan.envelope;
+        envelope.link = link.clone();
+        envelope.guest_v4 = guest;
+        envelope.gateway_v4 = gateway;
+        let ca = Arc::new(
+            SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?,
+        );
+        let dir = self.sandbox_dir(&name);
+        let files = write_guest_files(&dir, gateway, &ca.ca_pem())
+            .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
+        let guest_handle = self
+            .backend
+            .start(&GuestSpec {
+                name: name.clone(),
+                dir: dir.clone(),
+                files,
+            })
+            .await
+            .map_err(|e| Failure::internal(e.to_string()))?;
+        // Record the guest at once, so a failure from here on can stop it.
+        self.live().insert(
+            name.clone(),
+            Live {
+                name: name.clone(),
+                id,
+                envelope: envelope.clone(),
+                guest: guest_handle,
+                ifindex: 0,
+                created_at: created_at.clone(),
+                created,
+                secrets: Vec::new(),
+                ca: ca.clone(),
+                policy: Arc::new(plan.policy.clone()),
+                env: Vec::new(),
+                mode: EgressMode::Curated,
+            },
+        );
+        let ifindex = self.plumb(&link, guest_handle, gateway, guest).await?;
+        let secrets: Vec<(String, String)> = req
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.source.clone()))
+            .collect();
+        let mut live = Live {
+            name: name.clone(),
+            id,
+            envelope: envelope.clone(),
+            guest: guest_handle,
+            ifindex,
+            created_at,
+            created,
+            secrets,
+            ca: ca.clone(),
+            policy: Arc::new(plan.policy),
+            env: Vec::new(),
+            mode: EgressMode::Curated,
+        };
+        live.env = guest_env(&live);
+        let secret_values: HashMap<String, String> = req
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.value.clone()))
+            .collect();
+        self.enforce(&mut live, secret_values)?;
+        self.sync_nft().await?;
+        let envelope_json =
+            serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
+        self.store().set_running(
+            &name,
+            &envelope_json,
+            &ca.ca_pem(),
+            &ca.ca_key_pem(),
+            guest_handle.pid,
+            guest_handle.start,
+            &req.secrets,
+        )?;
+        let view = self.view(&live);
+        self.live().insert(name.clone(), live);
+        info!(sandbox = %name, id, link = %link, guest = %guest, mode = %view.mode, "sandbox created");
+        self.event(
+            "sandbox.created",
+            Some(&name),
+            serde_json::json!({"id": id, "mode": view.mode, "link": link}),
+        );
+        // No workspace configuration to wait for on the netns backend: ready now.
+        self.event("workspace.ready", Some(&name), serde_json::json!({}));
+        Ok(view)
+    }
+
+    /// The guest's link: a veth whose host end `link` carries the fence.
+    async fn plumb(
+        &self,
+        link: &str,
+        guest: GuestHandle,
+        gateway: Ipv4Addr,
+        addr: Ipv4Addr,
+    ) -> Result<u32, Failure> {
+        let peer = format!("{link}g");
+        let net = |e: dataplane::DataplaneError| Failure::internal(e.to_string());
+        let ifindex = self.links.create_veth(link, &peer).await.map_err(net)?;
+        let peer_index = self
+            .links
+            .ifindex(&peer)
+            .await
+            .map_err(net)?
+            .ok_or_else(|| Failure::internal(format!("{peer} vanished")))?;
+        let ns = std::fs::File::open(guest.netns())
+            .map_err(|e| Failure::internal(format!("{}: {e}", guest.netns().display())))?;
+        self.links
+            .move_to_netns(peer_index, &ns)
+            .await
+            .map_err(net)?;
+        let netns = guest.netns();
+        let guest_net =
+            IpNet::V4(Ipv4Net::new(addr, 30).map_err(|e| Failure::internal(e.to_string()))?);
+        tokio::task::spawn_blocking(move || {
+            dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
+        })
+        .await
+        .map_err(|e| Failure::internal(e.to_string()))?
+        .map_err(net)?;
+        let gw_net =
+            IpNet::V4(Ipv4Net::new(gateway, 30).map_err(|e| Failure::internal(e.to_string()))?);
+        self.links.add_address(ifindex, gw_net).await.map_err(net)?;
+        self.links.up(ifindex).await.map_err(net)?;
+        Ok(ifindex)
+    }
+
+    /// Put the sandbox's policy on its link (fence record, attach) and in the registry.
+    fn enforce(&self, live: &mut Live, secrets: HashMap<String, String>) -> Result<(), Failure> {
+        let mode = if live.envelope.egress == EgressChoice::AllowAll
+            && SystemTime::now() < self.window_end(live)
+        {
+            EgressMode::AllowAll
+        } else {
+            EgressMode::Curated
+        };
+        live.mode = mode;
+        let link = SandboxLink {
+            ifindex: live.ifindex,
+            sandbox: live.id,
+            mode,
+            proxy: mode == EgressMode::Curated,
+            guest_v4: live.envelope.guest_v4,
+            gateway_v4: live.envelope.gateway_v4,
+            guest_v6: None,
+            guest_v6_link_local: None,
+            gateway_v6: None,
+        };
+        {
+            let mut fence = self.fence();
+            fence
+                .install_sandbox(&link, &[], &[])
+                .map_err(|e| Failure::internal(e.to_string()))?;
+            fence
+                .attach(&live.envelope.link)
+                .map_err(|e| Failure::internal(e.to_string()))?;
+        }
+        let allowed = if mode == EgressMode::Curated {
+            live.policy.allowed.clone()
+        } else {
+            Allowlist(Vec::new())
+        };
+        self.registry.remove(live.id);
+        self.registry.insert(Registered {
+            id: live.id,
+            ifindex: live.ifindex,
+            guest: IpAddr::V4(live.envelope.guest_v4),
+            dns: Arc::new(SandboxDns {
+                id: live.id,
+                allowed,
+            }),
+            proxy: (mode == EgressMode::Curated).then(|| {
+                Arc::new(ProxySandbox {
+                    id: live.id,
+                    policy: (*live.policy).clone(),
+                    ca: live.ca.clone(),
+                })
+            }),
+            secrets,
+        });
+        Ok(())
+    }
+
+    /// Put every live sandbox's link in the nftables table (one batch).
+    async fn sync_nft(&self) -> Result<(), Failure> {
+        let _guard = self.nft_lock.lock().await;
+        let links: Vec<String> = self
+            .live()
+            .values()
+            .filter(|l| l.ifindex != 0)
+            .map(|l| l.envelope.link.clone())
+            .collect();
+        let nft = self.nft.clone();
+        tokio::task::spawn_blocking(move || nft.apply(&links))
+            .await
+            .map_err(|e| Failure::internal(e.to_string()))?
+            .map_err(|e| Failure::internal(e.to_string()))
+    }
+
+    // --------------------------------------------------------------- destroy
+
+    /// `DELETE /v1/sandboxes/{name}`.
+    pub async fn destroy(&self, name: &str) -> Result<Destroyed, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let row = self
+            .store()
+            .list()?
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| Failure::not_found(name))?;
+        self.store().set_destroying(name)?;
+        let guest = row
+            .pid
+            .zip(row.pid_start)
+            .map(|(pid, start)| GuestHandle { pid, start });
+        let removed = self
+            .teardown(name, row.id, guest, &format!("svc{}", row.id))
+            .await;
+        self.store().delete(name)?;
+        info!(sandbox = %name, "sandbox destroyed");
+        self.event("sandbox.destroyed", Some(name), serde_json::json!({}));
+        Ok(Destroyed {
+            name: name.to_owned(),
+            removed,
+        })
+    }
+
+    /// Remove everything of a sandbox, best effort, in the order that keeps the fence closed:
+    /// registry (no more DNS answers, no proxy), fence record (the link drops everything),
+    /// processes, link, nftables, files. Returns what was removed.
+    async fn teardown(
+        &self,
+        name: &str,
+        id: u32,
+        guest: Option<GuestHandle>,
+        link: &str,
+    ) -> Vec<String> {
+        let mut removed = Vec::new();
+        self.registry.remove(id);
+        let live = self.live().remove(name);
+        let guest = guest.or(live.as_ref().map(|l| l.guest));
+        let ifindex = match live.as_ref().map(|l| l.ifindex).filter(|i| *i != 0) {
+            Some(i) => Some(i),
+            None => self.links.ifindex(link).await.ok().flatten(),
+        };
+        if let Some(ifindex) = ifindex {
+            let mut fence = self.fence();
+            if fence.remove_sandbox(ifindex).is_ok() {
+                removed.push("fence map entries".to_owned());
+            }
+        }
+        {
+            let mut fence = self.fence();
+            match fence.detach(link) {
+                Ok(()) => removed.push(format!("fence on {link}")),
+                Err(dataplane::DataplaneError::NotAttached { .. }) => {}
+                Err(e) => warn!(sandbox = %name, error = %e, "detaching the fence"),
+            }
+        }
+        if let Some(g) = guest {
+            match self.backend.stop(g).await {
+                Ok(()) => removed.push(format!("processes (init pid {})", g.pid)),
+                Err(e) => warn!(sandbox = %name, error = %e, "stopping the guest"),
+            }
+        }
+        if let Some(ifindex) = self.links.ifindex(link).await.ok().flatten() {
+            match self.links.delete(ifindex).await {
+                Ok(()) => removed.push(format!("link {link}")),
+                Err(e) => warn!(sandbox = %name, error = %e, "deleting the link"),
+            }
+        }
+        if self.sync_nft().await.is_ok() {
+            removed.push("nftables link set entry".to_owned());
+        }
+        let dir = self.sandbox_dir(name);
+        if dir.exists() && std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(format!("files {}", dir.display()));
+        }
+        removed.push("state row".to_owned());
+        removed
+    }
+
+    // ----------------------------------------------------------------- reads
+
+    pub fn list(&self) -> Result<Vec<SandboxView>, Failure> {
+        let live = self.live();
+        Ok(live.values().map(|l| self.view(l)).collect())
+    }
+
+    pub fn show(&self, name: &str) -> Result<SandboxView, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let live = self.live();
+        live.get(name)
+            .map(|l| self.view(l))
+            .ok_or_else(|| Failure::not_found(name))
+    }
+
+    fn view(&self, l: &Live) -> SandboxView {
+        let window_ends = (l.mode == EgressMode::AllowAll).then(|| rfc3339(self.window_end(l)));
+        let secrets: HashMap<&str, &str> = l
+            .secrets
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.as_str()))
+            .collect();
+        let placeholders = l
+            .policy
+            .placeholders
+            .entries()
+            .iter()
+            .map(|e| {
+                let env = placeholder_env(e);
+                PlaceholderView {
+                    brokered: secrets.contains_key(env.as_str()),
+                    env,
+                    kind: e.kind.name().to_owned(),
+                    hosts: e.hosts.iter().map(ToString::to_string).collect(),
+                }
+            })
+            .collect();
+        SandboxView {
+            name: l.name.clone(),
+            id: l.id,
+            state: if self.backend.alive(l.guest) {
+                "running".into()
+            } else {
+                "dead".into()
+            },
+            backend: l.envelope.backend.clone(),
+            mode: match l.mode {
+                EgressMode::Curated => "curated".into(),
+                EgressMode::AllowAll => "allow-all".into(),
+            },
+            window_ends,
+            allowed_hosts: if l.mode == EgressMode::Curated {
+                l.policy.allowed.0.iter().map(ToString::to_string).collect()
+            } else {
+                Vec::new()
+            },
+            allowed_branches: l.envelope.allowed_branches.clone(),
+            repo: l.envelope.repo.clone(),
+            context_path: l.envelope.context_path.clone(),
+            link: l.envelope.link.clone(),
+            guest_v4: l.envelope.guest_v4,
+            gateway_v4: l.envelope.gateway_v4,
+            pid: l.guest.pid,
+            created_at: l.created_at.clone(),
+            placeholders,
+            secrets: l.secrets.iter().map(|(n, s)| format!("{n}@{s}")).collect(),
+        }
+    }
+
+    /// A process for `svc sandbox exec`.
+    pub fn exec_command(
+        &self,
+        name: &str,
+        req: &api::ExecRequest,
+    ) -> Result<tokio::process::Command, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let (guest, mut env) = {
+            let live = self.live();
+            let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+            (l.guest, l.env.clone())
+        };
+        if req.argv.is_empty() {
+            return Err(Failure::bad(
+                "exec needs a command: svc sandbox exec NAME -- CMD…",
+            ));
+        }
+        for (k, _) in &req.env {
+            if k.is_empty() || k.contains(['=', '\0']) {
+                return Err(Failure::bad(format!("bad environment variable name {k:?}")));
+            }
+        }
+        env.extend(req.env.iter().cloned());
+        self.backend
+            .command(
+                guest,
+                &GuestCommand {
+                    argv: req.argv.clone(),
+                    env,
+                    cwd: req.cwd.clone(),
+                },
+            )
+            .map_err(|e| Failure::unsupported(e.to_string()))
+    }
+
+    /// pause / resume / fork: the backend says whether it can.
+    pub fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
+        let guest = {
+            let live = self.live();
+            live.get(name)
+                .ok_or_else(|| Failure::not_found(name))?
+                .guest
+        };
+        let r = match op {
+            "pause" => self.backend.pause(guest),
+            "resume" => self.backend.resume(guest),
+            _ => self.backend.fork(guest),
+        };
+        r.map_err(|e| Failure::unsupported(e.to_string()))?;
+        self.show(name)
+    }
+
+    // --------------------------------------------------------------- restart
+
+    /// At start: re-adopt every running sandbox whose guest is still there, tear down what a
+    /// crash left half-built or half-destroyed, and put every link in the nftables table.
+    pub async fn reconcile(&self) -> Result<(), Failure> {
+        let rows = self.store().list()?;
+        for row in rows {
+            if row.state != "running" {
+                warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
+                let guest = row
+                    .pid
+                    .zip(row.pid_start)
+                    .map(|(pid, start)| GuestHandle { pid, start });
+                self.teardown(&row.name, row.id, guest, &format!("svc{}", row.id))
+                    .await;
+                let _ = self.store().delete(&row.name);
+                continue;
+            }
+            match self.adopt(&row).await {
+                Ok(()) => {
+                    info!(sandbox = %row.name, "re-adopted");
+                    self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
+                }
+                Err(f) => {
+                    warn!(sandbox = %row.name, error = %f.message, "cannot re-adopt; its fence stays closed");
+                    self.event(
+                        "sandbox.dead",
+                        Some(&row.name),
+                        serde_json::json!({"reason": f.message}),
+                    );
+                }
+            }
+        }
+        self.sync_nft().await
+    }
+
+    async fn adopt(&self, row: &crate::store::SandboxRow) -> Result<(), Failure> {
+        let envelope: Envelope = serde_json::from_str(&row.envelope)
+            .map_err(|e| Failure::internal(format!("stored envelope: {e}")))?;
+        let guest = row
+            .pid
+            .zip(row.pid_start)
+            .map(|(pid, start)| GuestHandle { pid, start })
+            .ok_or_else(|| Failure::internal("no guest recorded"))?;
+        let (Some(cert), Some(key)) = (&row.ca_cert, &row.ca_key) else {
+            return Err(Failure::internal("no CA recorded"));
+        };
+        let ca = Arc::new(
+            SandboxCa::restore(&row.name, cert, key)
+                .map_err(|e| Failure::internal(format!("CA: {e}")))?,
+        );
+        let policy = self.policy_from(&envelope)?;
+        let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
+        let alive = self.backend.alive(guest);
+        let ifindex = self
+            .links
+            .ifindex(&envelope.link)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        let secrets = self.store().secrets(&row.name)?;
+        let mut live = Live {
+            name: row.name.clone(),
+            id: row.id,
+            envelope,
+            guest,
+            ifindex,
+            created_at: row.created_at.clone(),
+            created,
+            secrets: secrets
+                .iter()
+                .map(|s| (s.name.clone(), s.source.clone()))
+                .collect(),
+            ca,
+            policy: Arc::new(policy),
+            env: Vec::new(),
+            mode: EgressMode::Curated,
+        };
+        live.env = guest_env(&live);
+        if !alive || ifindex == 0 {
+            // Keep it listed (state "dead") so the operator sees it and destroys it; its
+            // fence record goes, so the link (if any) drops everything.
+            if ifindex != 0 {
+                let _ = self.fence().remove_sandbox(ifindex);
+            }
+            self.live().insert(row.name.clone(), live);
+            return Err(Failure::internal(if alive {
+                "its link is gone".to_owned()
+            } else {
+                "its processes are gone".to_owned()
+            }));
+        }
+        self.enforce(&mut live, to_map(&secrets))?;
+        self.live().insert(row.name.clone(), live);
+        Ok(())
+    }
+
+    fn policy_from(&self, envelope: &Envelope) -> Result<SandboxPolicy, Failure> {
+        let host = &self.config.host;
+        let extra: Vec<HostPattern> = envelope
+            .extra_hosts
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect();
+        let repo = envelope
+            .repo
+            .as_deref()
+            .and_then(|r| RepoName::parse(r).ok());
+        let agent = Allowlist(host.agent_hosts.clone());
+        let egress = EgressConfig::default();
+        let allowed =
+            SandboxPolicy::allowed_hosts(&agent, &extra, &host.code, repo.is_some(), &egress);
+        let mut entries = Vec::new();
+        for p in &envelope.placeholders {
+            let placeholder = Placeholder::parse(&p.value)
+                .ok_or_else(|| Failure::internal("a stored placeholder does not parse"))?;
+            let kind = match p.kind.as_str() {
+                "code-host" => CredentialKind::CodeHost,
+                "agent-api" => CredentialKind::AgentApi,
+                _ => CredentialKind::Host,
+            };
+            let hosts = p
+                .hosts
+                .iter()
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .collect();
+            entries.push(PlaceholderEntry {
+                placeholder,
+                kind,
+                hosts,
+            });
+        }
+        Ok(SandboxPolicy {
+            allowed,
+            agent_hosts: agent,
+            bound_repo: repo,
+            code: host.code.clone(),
+            egress,
+            placeholders: PlaceholderTable::new(entries),
+        })
+    }
+
+    /// Every few seconds: AllowAll windows that ended fall back to Curated (SPEC 5.1.1).
+    pub fn tick(&self) {
+        let due: Vec<String> = {
+            let live = self.live();
+            live.values()
+                .filter(|l| {
+                    l.mode == EgressMode::AllowAll && SystemTime::now() >= self.window_end(l)
+                })
+                .map(|l| l.name.clone())
+                .collect()
+        };
+        for name in due {
+            let Some(mut l) = self.live().get(&name).cloned() else {
+                continue;
+            };
+            let secrets = self
+                .store()
+                .secrets(&name)
+                .map(|s| to_map(&s))
+                .unwrap_or_default();
+            match self.enforce(&mut l, secrets) {
+                Ok(()) => {
+                    info!(sandbox = %name, "AllowAll window ended: curated with the agent hosts");
+                    self.live().insert(name.clone(), l);
+                    self.event("egress.window-ended", Some(&name), serde_json::json!({}));
+                }
+                Err(f) => warn!(sandbox = %name, error = %f.message, "ending the AllowAll window"),
+            }
+        }
+        if let Err(e) = self.fence().collect_expired() {
+            warn!(error = %e, "collecting expired fence entries");
+        }
+    }
+
+    /// Drop events from the fence, for the audit log.
+    pub fn drain_drops(&self) -> Vec<svc_ebpf_common::DropEvent> {
+        self.fence().drain_events()
+    }
+
+    /// The pinned fence directory (for `bpftool` hints).
+    pub fn pin_dir(&self) -> PathBuf {
+        self.config.host.pin_dir.clone()
+    }
+
+    /// When a sandbox's AllowAll window ends: counted from the later of its creation and
+    /// svcd's start, so a supervisor restart resets it (SPEC 5.1.1, intentional).
+    fn window_end(&self, l: &Live) -> SystemTime {
+        l.created.max(self.started) + allow_all_kind(&l.envelope).window()
+    }
+}
+
+struct Plan {
+    envelope: Envelope,
+    policy: SandboxPolicy,
+}
+
+fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
+    secrets
+        .iter()
+        .map(|s| (s.name.clone(), s.value.clone()))
+        .collect()
+}
+
+fn allow_all_kind(e: &Envelope) -> AllowAllKind {
+    if e.context_path.is_some() {
+        AllowAllKind::ContextPath
+    } else {
+        AllowAllKind::Builder
+    }
+}
+
+/// The guest variable a placeholder is written to.
+fn placeholder_env(e: &PlaceholderEntry) -> String {
+    match e.kind {
+        CredentialKind::CodeHost => "CODE_HOST_TOKEN".into(),
+        CredentialKind::AgentApi => "AGENT_AUTH_TOKEN".into(),
+        CredentialKind::Host => e
+            .hosts
+            .first()
+            .and_then(crate::policy::credentials::env_stem)
+            .map_or_else(String::new, |s| format!("{s}_TOKEN")),
+    }
+}
+
+/// The environment every command in the sandbox gets.
+fn guest_env(l: &Live) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/root"),
+        ("LANG", "C.UTF-8"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    env.push(("SVC_SANDBOX".into(), l.name.clone()));
+    for (k, v) in guest_trust::guest_env() {
+        // On the netns backend the CA is in the bundle only (the host's file tree is shared).
+        let v = if k == "NODE_EXTRA_CA_CERTS" {
+            guest_trust::GUEST_BUNDLE
+        } else {
+            v
+        };
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    if l.envelope.egress == EgressChoice::Curated {
+        env.extend(l.policy.placeholders.guest_env());
+    }
+    env
+}
+
+/// The files bind-mounted into the guest: its resolv.conf (the gateway is its only resolver)
+/// and the CA bundle (the host's roots plus the sandbox CA).
+fn write_guest_files(
+    dir: &std::path::Path,
+    gateway: Ipv4Addr,
+    ca_pem: &str,
+) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let resolv = dir.join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {gateway}\noptions edns0\n"))?;
+    let root = dir.join("root");
+    let bundle = root.join(guest_trust::GUEST_BUNDLE.trim_start_matches('/'));
+    if let Some(parent) = bundle.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let system = std::fs::read(guest_trust::GUEST_BUNDLE).unwrap_or_default();
+    std::fs::write(&bundle, system)?;
+    guest_trust::install(&root, ca_pem).map_err(std::io::Error::other)?;
+    Ok(vec![
+        (resolv, PathBuf::from("/etc/resolv.conf")),
+        (bundle, PathBuf::from(guest_trust::GUEST_BUNDLE)),
+    ])
+}
