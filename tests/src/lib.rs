@@ -200,8 +200,10 @@ impl Drop for PinDir {
 
 pub mod dns;
 pub mod frames;
+pub mod git;
 pub mod servers;
 pub mod topology;
+pub mod world;
 
 /// A loaded fence with a standard sandbox, for `BPF_PROG_TEST_RUN` tables.
 pub mod fixture {

@@ -2,16 +2,9 @@
 //! (CGI) behind an HTTPS upstream. The bound repository clones and pushes; a foreign one is
 //! refused by the perimeter with its rule, on every route.
 
-use std::{
-    net::IpAddr,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-    sync::Arc,
-};
+use std::{net::IpAddr, path::Path, process::Command, sync::Arc};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper::{Request, Response, body::Incoming};
+use hyper::{Request, body::Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use svc_control::{
     audit::{AuditError, AuditRecord, AuditSink},
@@ -19,7 +12,6 @@ use svc_control::{
     policy::{credentials::CredentialKind, request::SandboxPolicy},
     proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
 };
-use tokio::io::AsyncWriteExt as _;
 
 struct One(Arc<ProxySandbox>);
 impl Sandboxes for One {
@@ -49,84 +41,6 @@ impl AuditSink for NoAudit {
     fn record(&self, _: &AuditRecord) -> Result<(), AuditError> {
         Ok(())
     }
-}
-
-/// `git http-backend` as CGI for one request.
-async fn cgi(root: PathBuf, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let mut child = tokio::process::Command::new("git")
-        .arg("http-backend")
-        .env("GIT_PROJECT_ROOT", &root)
-        .env("GIT_HTTP_EXPORT_ALL", "1")
-        .env("REQUEST_METHOD", parts.method.as_str())
-        .env("PATH_INFO", parts.uri.path())
-        .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
-        .env(
-            "CONTENT_TYPE",
-            parts
-                .headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        )
-        .env("CONTENT_LENGTH", body.len().to_string())
-        .env("REMOTE_USER", "svc-test")
-        .env(
-            "HTTP_GIT_PROTOCOL",
-            parts
-                .headers
-                .get("git-protocol")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = tokio::spawn(async move {
-        let _ = stdin.write_all(&body).await;
-    });
-    let out = child.wait_with_output().await.unwrap();
-    let _ = writer.await;
-    let split = out
-        .stdout
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4))
-        .or_else(|| {
-            out.stdout
-                .windows(2)
-                .position(|w| w == b"\n\n")
-                .map(|i| (i, 2))
-        })
-        .unwrap_or((0, 0));
-    let (head, rest) = out.stdout.split_at(split.0);
-    let mut resp = Response::builder();
-    let mut status = 200;
-    for line in String::from_utf8_lossy(head).lines() {
-        if let Some((k, v)) = line.split_once(':') {
-            if k.eq_ignore_ascii_case("status") {
-                status = v
-                    .split_whitespace()
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(200);
-            } else {
-                resp = resp.header(k.trim(), v.trim());
-            }
-        }
-    }
-    resp.status(status)
-        .body(Full::new(Bytes::copy_from_slice(
-            &rest[split.1.min(rest.len())..],
-        )))
-        .unwrap()
 }
 
 fn git(args: &[&str], env: &[(&str, String)], dir: &Path) -> std::process::Output {
@@ -232,7 +146,7 @@ fn smart_http_for_the_bound_repo_only() {
                                 .and_then(|v| v.to_str().ok())
                                 .unwrap_or("")
                         ));
-                        Ok::<_, std::convert::Infallible>(cgi(root, req).await)
+                        Ok::<_, std::convert::Infallible>(svc_tests::git::cgi(root, req).await)
                     }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())

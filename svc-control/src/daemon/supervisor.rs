@@ -468,6 +468,7 @@ impl Supervisor {
             .map(|s| (s.name.clone(), s.value.clone()))
             .collect();
         self.enforce(&mut live, secret_values)?;
+        self.live().insert(name.clone(), live.clone());
         self.sync_nft().await?;
         let envelope_json =
             serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
@@ -481,7 +482,6 @@ impl Supervisor {
             &req.secrets,
         )?;
         let view = self.view(&live);
-        self.live().insert(name.clone(), live);
         info!(sandbox = %name, id, link = %link, guest = %guest, mode = %view.mode, "sandbox created");
         self.event(
             "sandbox.created",

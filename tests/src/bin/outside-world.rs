@@ -1,0 +1,206 @@
+//! The outside world of the end-to-end tests and the demo, run inside its own network
+//! namespace: an authoritative DNS server for the test names and one HTTPS server per name
+//! (certificates from a test CA whose certificate it writes for svcd's `proxy.extra_roots`).
+//! Paths `/OWNER/REPO.git/…` are served by `git http-backend`; everything else gets a small
+//! JSON answer. Every DNS question and HTTP request is logged to `DIR/received.jsonl`, so
+//! tests can prove what reached the outside (and what never did).
+//!
+//! ```text
+//! outside-world --dir DIR --dns 192.0.2.53 --git-root DIR --token SECRET \
+//!     --serve api.agent.test=192.0.2.10 --serve code.test=192.0.2.11 …
+//! ```
+//!
+//! `DIR/ready` appears when everything listens.
+
+use std::{
+    collections::HashMap,
+    io::Write as _,
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use bytes::Bytes;
+use hickory_proto::{
+    op::{Message, MessageType, ResponseCode},
+    rr::{RData, Record, RecordType, rdata::A},
+};
+use http_body_util::{BodyExt as _, Full};
+use hyper::{Request, Response, body::Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use svc_control::proxy::ca::SandboxCa;
+
+struct World {
+    names: HashMap<String, IpAddr>,
+    log: Mutex<std::fs::File>,
+    git_root: PathBuf,
+    tokens: Vec<String>,
+}
+
+impl World {
+    fn log(&self, v: serde_json::Value) {
+        if let Ok(mut f) = self.log.lock() {
+            let _ = writeln!(f, "{v}");
+        }
+    }
+}
+
+fn arg_values(args: &[String], flag: &str) -> Vec<String> {
+    args.windows(2)
+        .filter(|w| w[0] == flag)
+        .map(|w| w[1].clone())
+        .collect()
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let one = |flag: &str| {
+        arg_values(&args, flag)
+            .pop()
+            .unwrap_or_else(|| panic!("outside-world: {flag} is required"))
+    };
+    let dir = PathBuf::from(one("--dir"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let dns: IpAddr = one("--dns").parse().expect("--dns IP");
+    let mut names = HashMap::new();
+    for s in arg_values(&args, "--serve") {
+        let (name, ip) = s.split_once('=').expect("--serve NAME=IP");
+        names.insert(name.to_owned(), ip.parse::<IpAddr>().expect("IP"));
+    }
+    let world = Arc::new(World {
+        names,
+        log: Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("received.jsonl"))
+                .expect("log"),
+        ),
+        git_root: PathBuf::from(one("--git-root")),
+        tokens: arg_values(&args, "--token"),
+    });
+    let ca = Arc::new(SandboxCa::generate("outside-world test").expect("CA"));
+    std::fs::write(dir.join("ca.pem"), ca.ca_pem()).expect("ca.pem");
+
+    let udp = tokio::net::UdpSocket::bind(SocketAddr::new(dns, 53))
+        .await
+        .expect("bind DNS");
+    tokio::spawn(serve_dns(world.clone(), udp));
+    for (name, ip) in world.names.clone() {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 443))
+            .await
+            .unwrap_or_else(|e| panic!("bind {ip}:443: {e}"));
+        let tls = tokio_rustls::TlsAcceptor::from(ca.server_config(&name).expect("leaf"));
+        let world = world.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (tls, world, name) = (tls.clone(), world.clone(), name.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = tls.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(move |req| {
+                        let (world, name) = (world.clone(), name.clone());
+                        async move {
+                            Ok::<_, std::convert::Infallible>(handle(&world, &name, req).await)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    }
+    std::fs::write(dir.join("ready"), b"").expect("ready");
+    std::future::pending::<()>().await;
+}
+
+async fn handle(world: &World, name: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let bearer = auth.strip_prefix("Bearer ").unwrap_or("");
+    let credential = if bearer.is_empty() {
+        "none"
+    } else if world.tokens.iter().any(|t| t == bearer) {
+        "real"
+    } else if bearer.len() == 64 && bearer.bytes().all(|b| b.is_ascii_hexdigit()) {
+        "placeholder"
+    } else {
+        "other"
+    };
+    let path = req.uri().path().to_owned();
+    world.log(serde_json::json!({
+        "kind": "http",
+        "host": name,
+        "method": req.method().as_str(),
+        "path": path,
+        "authorization": auth,
+        "credential": credential,
+    }));
+    println!(
+        "  [{name}] {} {path}  Authorization: {}",
+        req.method(),
+        if auth.is_empty() { "(none)" } else { &auth }
+    );
+    let is_git = path
+        .split('/')
+        .nth(2)
+        .is_some_and(|repo| repo.ends_with(".git"));
+    if is_git {
+        return svc_tests::git::cgi(world.git_root.clone(), req).await;
+    }
+    let _ = req.into_body().collect().await;
+    let body = serde_json::json!({
+        "served_by": name,
+        "path": path,
+        "credential_received": credential,
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(format!("{body}\n"))))
+        .unwrap_or_default()
+}
+
+async fn serve_dns(world: Arc<World>, sock: tokio::net::UdpSocket) {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let Ok((n, from)) = sock.recv_from(&mut buf).await else {
+            continue;
+        };
+        let Ok(query) = Message::from_vec(&buf[..n]) else {
+            continue;
+        };
+        let mut answer = Message::response(query.metadata.id, query.metadata.op_code);
+        answer.metadata.message_type = MessageType::Response;
+        answer.metadata.authoritative = true;
+        answer.metadata.recursion_desired = query.metadata.recursion_desired;
+        answer.metadata.recursion_available = true;
+        let mut code = ResponseCode::NXDomain;
+        for q in &query.queries {
+            answer.add_query(q.clone());
+            let name = q.name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+            world.log(
+                serde_json::json!({"kind": "dns", "name": name, "type": q.query_type.to_string()}),
+            );
+            if let Some(ip) = world.names.get(&name) {
+                code = ResponseCode::NoError;
+                if let (RecordType::A, IpAddr::V4(v4)) = (q.query_type, ip) {
+                    answer.add_answer(Record::from_rdata(q.name.clone(), 60, RData::A(A(*v4))));
+                }
+            }
+        }
+        answer.metadata.response_code = code;
+        if let Ok(bytes) = answer.to_vec() {
+            let _ = sock.send_to(&bytes, from).await;
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! A whole svc installation in network namespaces, for the end-to-end tests: svcd (the real
+//! binary) runs in a `host` namespace as it would on a host, and an `outside` namespace plays
+//! the internet: an authoritative DNS server, HTTPS servers for the agent host, the code-host
+//! family (with a real `git http-backend`), an extra allowed host and a host that must stay
+//! unreachable. Nothing leaves the namespaces.
+//!
+//! ```text
+//!  sandbox (netns, made by svcd)     host (ns): svcd            outside (ns)
+//!  eth0 10.203.N.2/30  <->  svcN 10.203.N.1/30   ho 192.0.2.1/24 <-> oh 192.0.2.x/24
+//! ```
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{NetNs, PinDir, run, unique};
+
+/// The names the outside world serves, and their addresses.
+pub const NAMES: &[(&str, &str)] = &[
+    ("api.agent.test", "192.0.2.10"),
+    ("console.agent.test", "192.0.2.11"),
+    ("code.test", "192.0.2.12"),
+    ("api.code.test", "192.0.2.13"),
+    ("uploads.code.test", "192.0.2.14"),
+    ("archive.code.test", "192.0.2.15"),
+    ("allowed.example.test", "192.0.2.20"),
+    ("forbidden.example.test", "192.0.2.66"),
+];
+/// The outside world's DNS server.
+pub const DNS: &str = "192.0.2.53";
+/// The real code-host token the outside world accepts.
+pub const CODE_TOKEN: &str = "real-code-host-token-4f1c";
+/// The real token of allowed.example.test.
+pub const EXAMPLE_TOKEN: &str = "real-example-token-77aa";
+
+/// Path of a workspace binary next to the test executable.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test --workspace` builds it (or `cargo build --bins`)",
+        bin.display()
+    );
+    bin
+}
+
+/// The installation.
+#[derive(Debug)]
+pub struct World {
+    pub host: NetNs,
+    pub outside: NetNs,
+    pub pins: PinDir,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    svcd: Option<Child>,
+    outside_world: Child,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .env("GIT_AUTHOR_NAME", "svc test")
+        .env("GIT_AUTHOR_EMAIL", "test@svc.invalid")
+        .env("GIT_COMMITTER_NAME", "svc test")
+        .env("GIT_COMMITTER_EMAIL", "test@svc.invalid")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A bare repository `owner/repo.git` under `root` with one commit on main, accepting pushes.
+pub fn bare_repo(root: &Path, owner: &str, repo: &str) {
+    let bare = root.join(owner).join(format!("{repo}.git"));
+    std::fs::create_dir_all(&bare).expect("repo dir");
+    git(&bare, &["init", "--bare", "-q", "-b", "main"]);
+    git(&bare, &["config", "http.receivepack", "true"]);
+    let work = root.join(format!(".work-{owner}-{repo}"));
+    std::fs::create_dir_all(&work).expect("work dir");
+    git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("README"), format!("{owner}/{repo}\n")).expect("write");
+    git(&work, &["add", "README"]);
+    git(&work, &["commit", "-q", "-m", "first"]);
+    git(
+        &work,
+        &["push", "-q", bare.to_str().expect("utf-8"), "main"],
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+impl World {
+    /// Build the namespaces, start the outside world and svcd.
+    pub fn start() -> Self {
+        let host = NetNs::new();
+        let outside = NetNs::new();
+        let tmp_o = unique("svo");
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &tmp_o,
+                "netns",
+                &outside.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "ho",
+                "netns",
+                &host.name,
+            ],
+        );
+        run(
+            "ip",
+            &["-n", &outside.name, "link", "set", &tmp_o, "name", "oh"],
+        );
+        run(
+            "ip",
+            &["-n", &host.name, "addr", "add", "192.0.2.1/24", "dev", "ho"],
+        );
+        run("ip", &["-n", &host.name, "link", "set", "ho", "up"]);
+        let mut addrs: Vec<&str> = NAMES.iter().map(|(_, a)| *a).collect();
+        addrs.push(DNS);
+        for a in addrs {
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &outside.name,
+                    "addr",
+                    "add",
+                    &format!("{a}/24"),
+                    "dev",
+                    "oh",
+                ],
+            );
+        }
+        run("ip", &["-n", &outside.name, "link", "set", "oh", "up"]);
+        run(
+            "ip",
+            &[
+                "-n",
+                &outside.name,
+                "route",
+                "add",
+                "10.203.0.0/16",
+                "via",
+                "192.0.2.1",
+            ],
+        );
+
+        let dir = std::env::temp_dir().join(unique("svw"));
+        std::fs::create_dir_all(&dir).expect("world dir");
+        let git_root = dir.join("git");
+        bare_repo(&git_root, "acme", "widget");
+        bare_repo(&git_root, "evil", "exfil");
+        let out_dir = dir.join("outside");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &outside.name])
+            .arg(workspace_bin("outside-world"))
+            .arg("--dir")
+            .arg(&out_dir)
+            .args(["--dns", DNS, "--git-root"])
+            .arg(&git_root)
+            .args(["--token", CODE_TOKEN, "--token", EXAMPLE_TOKEN]);
+        for (name, addr) in NAMES {
+            cmd.args(["--serve", &format!("{name}={addr}")]);
+        }
+        let outside_world = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("outside-world");
+        wait_for(&out_dir.join("ready"), "the outside world");
+
+        let pins = PinDir::new();
+        let socket = dir.join("svcd.sock");
+        let config = dir.join("svcd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"state_dir = "{state}"
+socket = "{socket}"
+pin_dir = "{pins}"
+audit_dir = "{audit}"
+[hosts]
+agent = ["api.agent.test", "console.agent.test"]
+code_host = "code.test"
+code_api_host = "api.code.test"
+code_uploads_host = "uploads.code.test"
+code_archive_host = "archive.code.test"
+[dns]
+upstreams = ["{DNS}"]
+[proxy]
+extra_roots = ["{ca}"]
+"#,
+                state = dir.join("state").display(),
+                socket = socket.display(),
+                pins = pins.path.display(),
+                audit = dir.join("audit").display(),
+                ca = out_dir.join("ca.pem").display(),
+            ),
+        )
+        .expect("svcd.toml");
+        let mut world = Self {
+            host,
+            outside,
+            pins,
+            dir,
+            socket,
+            config,
+            svcd: None,
+            outside_world,
+        };
+        world.start_svcd();
+        world
+    }
+
+    /// Start (or restart) svcd in the host namespace and wait for its socket.
+    pub fn start_svcd(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join("svcd.ready"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("svcd.log"))
+            .expect("svcd.log");
+        // nsenter --net, not `ip netns exec`: the latter remounts /sys, hiding bpffs pins.
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.host.name))
+            .arg(workspace_bin("svcd"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("svcd");
+        self.svcd = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let up = self.svc(&["sandbox", "list", "--json"]);
+            if up.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "svcd did not answer within 20 s; its log:\n{}",
+                self.svcd_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL svcd (no clean-up of any kind).
+    pub fn kill_svcd(&mut self) {
+        if let Some(mut c) = self.svcd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn svcd_pid(&self) -> Option<u32> {
+        self.svcd.as_ref().map(Child::id)
+    }
+
+    pub fn svcd_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("svcd.log")).unwrap_or_default()
+    }
+
+    /// Run `svc` against this svcd.
+    pub fn svc(&self, args: &[&str]) -> Output {
+        self.svc_env(args, &[])
+    }
+
+    pub fn svc_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new(workspace_bin("svc"));
+        c.args(args).env("SVC_SOCKET", &self.socket);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("svc")
+    }
+
+    /// `svc …`, asserting success; its stdout.
+    pub fn svc_ok(&self, args: &[&str]) -> String {
+        let out = self.svc(args);
+        assert!(
+            out.status.success(),
+            "svc {args:?} failed ({}):\n{}{}\nsvcd log:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.svcd_log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What reached the outside world (DNS questions and HTTP requests), one JSON object each.
+    pub fn received(&self) -> Vec<serde_json::Value> {
+        read_jsonl(&self.dir.join("outside/received.jsonl"))
+    }
+
+    /// svcd's audit records.
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        read_jsonl(&self.dir.join("audit/audit.jsonl"))
+    }
+
+    pub fn audit_path(&self) -> PathBuf {
+        self.dir.join("audit/audit.jsonl")
+    }
+}
+
+fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn wait_for(path: &Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::env::var_os("SVC_TEST_KEEP_WORLD").is_some() {
+            eprintln!(
+                "SVC_TEST_KEEP_WORLD: leaving {} and svcd running",
+                self.dir.display()
+            );
+            return;
+        }
+        // Destroy what the test left (through svcd, as a user would), then stop everything.
+        if self.svcd.is_some() {
+            let list = self.svc(&["sandbox", "list", "--json"]);
+            if let Ok(all) = serde_json::from_slice::<Vec<serde_json::Value>>(&list.stdout) {
+                for s in all {
+                    if let Some(name) = s["name"].as_str() {
+                        let _ = self.svc(&["sandbox", "destroy", name]);
+                    }
+                }
+            }
+        }
+        if let Some(mut c) = self.svcd.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = c.wait();
+        }
+        let _ = self.outside_world.kill();
+        let _ = self.outside_world.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

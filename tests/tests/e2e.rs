@@ -1,0 +1,584 @@
+//! End to end: the real `svc` against the real `svcd`, real netns sandboxes, the real fence,
+//! DNS guard and proxy, and an outside world of real DNS, HTTPS and `git http-backend` servers
+//! in their own namespace (see `svc_tests::world`).
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use svc_control::dataplane::Fence;
+use svc_tests::{
+    require_root,
+    world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
+};
+
+fn show(w: &World, name: &str) -> Value {
+    serde_json::from_str(&w.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
+}
+
+/// `svc sandbox exec NAME -- sh -c SCRIPT`: (exit code, stdout, stderr).
+fn sh(w: &World, name: &str, script: &str) -> (i32, String, String) {
+    let out = w.svc(&["sandbox", "exec", name, "--", "sh", "-c", script]);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn http_records<'a>(audit: &'a [Value], host: &str) -> Vec<&'a Value> {
+    audit
+        .iter()
+        .filter(|r| r["layer"] == "http" && r["host"] == host)
+        .collect()
+}
+
+/// Everything svcd made for sandbox `id` on link `link` is gone.
+fn assert_nothing_left(w: &World, id: u32, link: &str, pid: u32, name: &str) {
+    let links = w.host.exec("ip", &["-o", "link", "show"]);
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(
+        !links.contains(&format!(" {link}:")) && !links.contains(&format!(" {link}@")),
+        "link {link} is left:\n{links}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .map(|c| !c.contains("sandbox-init"))
+                .unwrap_or(true),
+        "the sandbox's init (pid {pid}) is still running"
+    );
+    let pinned: Vec<String> = std::fs::read_dir(w.pins.path.join("links"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !pinned.iter().any(|p| p.starts_with(&format!("{link}_"))),
+        "pinned fence links of {link} are left: {pinned:?}"
+    );
+    let fence = Fence::load(&w.pins.path).expect("load the pinned fence");
+    assert!(
+        fence.allow_entries(id).is_empty(),
+        "allow-map entries of sandbox {id} are left"
+    );
+    let set = w
+        .host
+        .exec("nft", &["-j", "list", "set", "inet", "svc", "links"]);
+    let set = String::from_utf8_lossy(&set.stdout);
+    assert!(
+        !set.contains(&format!("\"{link}\"")),
+        "{link} is left in the nftables link set: {set}"
+    );
+    assert!(
+        !w.dir.join("state/sandboxes").join(name).exists(),
+        "the sandbox's files are left"
+    );
+    let list: Vec<Value> =
+        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
+    assert!(
+        !list.iter().any(|s| s["name"] == name),
+        "the state row of {name} is left"
+    );
+}
+
+#[test]
+fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() {
+    require_root();
+    let w = World::start();
+    let created = w.svc_env(
+        &[
+            "sandbox",
+            "create",
+            "--repo",
+            "acme/widget",
+            "--secret",
+            "CODE_HOST_TOKEN@env:CODE",
+            "--allow-host",
+            "allowed.example.test",
+            "--secret",
+            "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:EXAMPLE",
+            "dev",
+        ],
+        &[("CODE", CODE_TOKEN), ("EXAMPLE", EXAMPLE_TOKEN)],
+    );
+    assert!(
+        created.status.success(),
+        "create: {}{}\n{}",
+        String::from_utf8_lossy(&created.stdout),
+        String::from_utf8_lossy(&created.stderr),
+        w.svcd_log()
+    );
+    let s = show(&w, "dev");
+    assert_eq!(s["mode"], "curated");
+    assert_eq!(s["state"], "running");
+    let id = s["id"].as_u64().expect("id") as u32;
+    let link = s["link"].as_str().expect("link").to_owned();
+    let pid = s["pid"].as_u64().expect("pid") as u32;
+    for host in [
+        "api.agent.test",
+        "code.test",
+        "api.code.test",
+        "allowed.example.test",
+    ] {
+        assert!(
+            s["allowed_hosts"]
+                .as_array()
+                .expect("hosts")
+                .iter()
+                .any(|h| h == host),
+            "{host} missing from {s}"
+        );
+    }
+
+    // The guest's environment: placeholders, never the real tokens.
+    let (code, env, _) = sh(&w, "dev", "env");
+    assert_eq!(code, 0);
+    assert!(!env.contains(CODE_TOKEN) && !env.contains(EXAMPLE_TOKEN));
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} not in the guest env:\n{env}"))
+            .to_owned()
+    };
+    let placeholder = var("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN");
+    assert_eq!(placeholder.len(), 64);
+    assert_eq!(
+        var("SVC_CRED_ALLOWED_EXAMPLE_TEST_EXPIRES_AT"),
+        "2099-12-31T23:59:59Z"
+    );
+    assert_eq!(var("CODE_HOST_TOKEN").len(), 64);
+    assert_eq!(var("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt");
+
+    // 1. An allowed host, with the placeholder: the upstream gets the real token.
+    let (code, out, err) = sh(
+        &w,
+        "dev",
+        "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" \
+         https://allowed.example.test/v1/hello",
+    );
+    assert_eq!(code, 0, "allowed request failed: {err}\n{}", w.svcd_log());
+    let answer: Value = serde_json::from_str(out.trim()).expect("json answer");
+    assert_eq!(answer["credential_received"], "real", "{answer}");
+    let received = w.received();
+    let got: Vec<&Value> = received
+        .iter()
+        .filter(|r| r["kind"] == "http" && r["host"] == "allowed.example.test")
+        .collect();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["authorization"], format!("Bearer {EXAMPLE_TOKEN}"));
+    assert!(
+        !received.iter().any(|r| r["authorization"]
+            .as_str()
+            .is_some_and(|a| a.contains(&placeholder))),
+        "a placeholder reached the outside"
+    );
+
+    // 2. A host off the list: refused at DNS, never asked outside.
+    let (code, _, _) = sh(&w, "dev", "getent hosts forbidden.example.test");
+    assert_ne!(code, 0, "forbidden.example.test resolved");
+    // 3. Its address, dialled directly: dropped by the fence.
+    let (code, _, _) = sh(
+        &w,
+        "dev",
+        "curl -sS --connect-timeout 2 -k https://192.0.2.66/",
+    );
+    assert_ne!(code, 0, "the IP literal connected");
+    let received = w.received();
+    assert!(
+        !received.iter().any(|r| r["name"] == "forbidden.example.test"
+            || r["host"] == "forbidden.example.test"),
+        "the forbidden host saw something: {received:?}"
+    );
+
+    // 4. The bound repo over smart HTTP: clone and push a branch, with the token swapped.
+    let (code, out, err) = sh(
+        &w,
+        "dev",
+        "set -e; cd /tmp && rm -rf widget && \
+         git -c http.extraHeader=\"Authorization: Bearer $CODE_HOST_TOKEN\" clone -q https://code.test/acme/widget.git && \
+         cd widget && git -c user.name=agent -c user.email=a@svc.invalid commit -q --allow-empty -m work && \
+         git -c http.extraHeader=\"Authorization: Bearer $CODE_HOST_TOKEN\" push -q origin HEAD:refs/heads/svc/work && \
+         cat README",
+    );
+    assert_eq!(code, 0, "clone/push of the bound repo failed: {out}{err}");
+    assert_eq!(out.trim(), "acme/widget");
+    let heads = Command::new("git")
+        .args(["--git-dir"])
+        .arg(w.dir.join("git/acme/widget.git"))
+        .args(["for-each-ref", "--format=%(refname)"])
+        .output()
+        .expect("git");
+    assert!(String::from_utf8_lossy(&heads.stdout).contains("refs/heads/svc/work"));
+    let git_requests: Vec<Value> = w
+        .received()
+        .into_iter()
+        .filter(|r| r["kind"] == "http" && r["host"] == "code.test")
+        .collect();
+    assert!(!git_requests.is_empty());
+    assert!(
+        git_requests
+            .iter()
+            .all(|r| r["authorization"] == format!("Bearer {CODE_TOKEN}")),
+        "every git request carried the real token: {git_requests:?}"
+    );
+
+    // 5. A foreign repo: 403 with the JSON body, never upstream.
+    let (code, out, _) = sh(
+        &w,
+        "dev",
+        "curl -sS --max-time 10 -w '\\n%{http_code}' \
+         'https://code.test/evil/exfil.git/info/refs?service=git-upload-pack'",
+    );
+    assert_eq!(code, 0);
+    let (body, status) = out.trim().rsplit_once('\n').expect("body and status");
+    assert_eq!(status, "403", "{out}");
+    let refusal: Value = serde_json::from_str(body).expect("refusal json");
+    assert_eq!(refusal["status"], 403);
+    assert!(refusal["perimeter"].is_string(), "{refusal}");
+    assert!(
+        !w.received()
+            .iter()
+            .any(|r| r["path"].as_str().is_some_and(|p| p.contains("evil"))),
+        "the foreign repo request reached the code host"
+    );
+
+    // 6. The audit trail has every layer; no token in it.
+    std::thread::sleep(Duration::from_millis(300));
+    let audit = w.audit();
+    let ex = http_records(&audit, "allowed.example.test");
+    assert_eq!(ex.len(), 1, "{audit:?}");
+    assert_eq!(ex[0]["credential"], "swapped");
+    assert_eq!(ex[0]["sandbox"], id);
+    assert!(
+        http_records(&audit, "code.test")
+            .iter()
+            .any(|r| r["status"] == 403 && r["decision"] == "deny")
+    );
+    let dns: Vec<&Value> = audit.iter().filter(|r| r["layer"] == "dns").collect();
+    assert!(
+        dns.iter()
+            .any(|r| r["name"] == "forbidden.example.test." && r["decision"] == "refused"),
+        "{dns:?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["layer"] == "packet" && r["dst"] == "192.0.2.66")
+    );
+    let raw = std::fs::read_to_string(w.audit_path()).expect("audit");
+    assert!(
+        !raw.contains(CODE_TOKEN) && !raw.contains(EXAMPLE_TOKEN) && !raw.contains(&placeholder)
+    );
+
+    // 7. Events, and destroy leaves nothing.
+    let events = w.svc_ok(&["events", "--json"]);
+    assert!(events.contains("\"sandbox.created\"") && events.contains("\"workspace.ready\""));
+    w.svc_ok(&["sandbox", "destroy", "dev"]);
+    assert_nothing_left(&w, id, &link, pid, "dev");
+    assert!(
+        w.svc_ok(&["events", "--json"])
+            .contains("\"sandbox.destroyed\"")
+    );
+}
+
+#[test]
+fn bad_requests_are_refused_with_clear_errors() {
+    require_root();
+    let w = World::start();
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("path_name", &["sandbox", "create", "../x"], "contains '.'"),
+        ("upper_name", &["sandbox", "create", "Dev"], "lowercase"),
+        (
+            "long_name",
+            &["sandbox", "create", &"a".repeat(49)],
+            "limit is 48",
+        ),
+        (
+            "bad_mode",
+            &["sandbox", "create", "--egress", "open", "x"],
+            "allowed: curated, allow-all",
+        ),
+        (
+            "bad_host",
+            &["sandbox", "create", "--allow-host", "not a host", "x"],
+            "--allow-host",
+        ),
+        (
+            "bad_repo",
+            &["sandbox", "create", "--repo", "just-a-name", "x"],
+            "--repo",
+        ),
+        (
+            "secret_without_repo",
+            &[
+                "sandbox",
+                "create",
+                "--secret",
+                "CODE_HOST_TOKEN@env:PATH",
+                "x",
+            ],
+            "needs --repo",
+        ),
+        (
+            "secret_store",
+            &[
+                "sandbox",
+                "create",
+                "--secret",
+                "AGENT_AUTH_TOKEN@store:x",
+                "x",
+            ],
+            "not built yet",
+        ),
+        (
+            "allow_all_with_hosts",
+            &[
+                "sandbox",
+                "create",
+                "--egress",
+                "allow-all",
+                "--allow-host",
+                "a.test",
+                "x",
+            ],
+            "curated sandboxes only",
+        ),
+        ("unknown", &["sandbox", "show", "nope"], "no sandbox named"),
+        (
+            "exec_unknown",
+            &["sandbox", "exec", "nope", "--", "true"],
+            "no sandbox named",
+        ),
+    ];
+    for (name, args, fragment) in cases {
+        let out = w.svc(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: succeeded");
+        assert!(
+            err.contains(fragment),
+            "{name}: expected {fragment:?} in {err}"
+        );
+    }
+    w.svc_ok(&["sandbox", "create", "dup"]);
+    let again = w.svc(&["sandbox", "create", "dup"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let pause = w.svc(&["sandbox", "pause", "dup"]);
+    assert!(String::from_utf8_lossy(&pause.stderr).contains("netns backend cannot pause"));
+    let upgrade = w.svc(&["supervisor-upgrade"]);
+    let err = String::from_utf8_lossy(&upgrade.stderr);
+    assert!(err.contains("R-7") && err.contains("--force"), "{err}");
+    assert!(
+        w.svc(&["sandbox", "list"]).status.success(),
+        "svcd still serves after every refusal"
+    );
+
+    // An API caller who is neither root nor in the API group.
+    let nobody = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(svc_tests::world::workspace_bin("svc"))
+        .args(["sandbox", "list"])
+        .env("SVC_SOCKET", &w.socket)
+        .output()
+        .expect("setpriv");
+    // The socket is 0660 root:svc-group; either the kernel or svcd refuses.
+    let err = String::from_utf8_lossy(&nobody.stderr);
+    assert!(!nobody.status.success(), "uid 65534 listed sandboxes");
+    assert!(
+        err.contains("may not use svcd") || err.contains("Permission denied"),
+        "{err}"
+    );
+}
+
+#[test]
+fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
+    require_root();
+    let mut w = World::start();
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "k",
+    ]);
+    let s = show(&w, "k");
+    let pid = s["pid"].as_u64().expect("pid").to_string();
+    // Traffic from inside the sandbox that does not depend on svcd: nsenter by pid.
+    let log = w.dir.join("traffic.log");
+    let script = format!(
+        "for i in $(seq 1 25); do \
+           if curl -s --connect-timeout 0.3 -k https://192.0.2.66/ >/dev/null 2>&1; then echo OPEN-literal; else echo closed-literal; fi; \
+           if curl -s --connect-timeout 0.3 --resolve forbidden.example.test:443:192.0.2.66 -k https://forbidden.example.test/ >/dev/null 2>&1; then echo OPEN-name; fi; \
+         done > {}",
+        log.display()
+    );
+    let mut traffic = Command::new("nsenter")
+        .args(["--target", &pid, "--net", "--mount", "--pid"])
+        .args(["sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("traffic");
+    std::thread::sleep(Duration::from_millis(800));
+    w.kill_svcd();
+    // While svcd is down: allowed HTTPS fails closed too (no proxy), nothing opens.
+    std::thread::sleep(Duration::from_millis(1500));
+    let down = Command::new("nsenter")
+        .args(["--target", &pid, "--net", "--mount"])
+        .args(["curl", "-s", "--connect-timeout", "1", "--max-time", "2"])
+        .arg("--resolve")
+        .arg("allowed.example.test:443:192.0.2.20")
+        .arg("https://allowed.example.test/")
+        .output()
+        .expect("curl");
+    assert!(!down.status.success(), "HTTPS passed while svcd was down");
+    w.start_svcd();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while traffic.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "the traffic loop hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let results = std::fs::read_to_string(&log).expect("traffic log");
+    assert!(
+        results.lines().count() >= 20,
+        "too little traffic: {results}"
+    );
+    assert!(!results.contains("OPEN"), "the fence opened:\n{results}");
+
+    // Re-adopted: listed as running, and its allowed host works again through the proxy.
+    let s = show(&w, "k");
+    assert_eq!(s["state"], "running");
+    let (code, out, err) = sh(
+        &w,
+        "k",
+        "curl -sS --max-time 10 https://allowed.example.test/after",
+    );
+    assert_eq!(code, 0, "after restart: {err}\n{}", w.svcd_log());
+    assert!(out.contains("allowed.example.test"));
+    assert!(
+        w.svc_ok(&["events", "--json"])
+            .contains("\"sandbox.adopted\"")
+    );
+}
+
+#[test]
+fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
+    require_root();
+    let w = World::start();
+    const N: usize = 50;
+    let names: Vec<String> = (0..N).map(|i| format!("c{i}")).collect();
+    std::thread::scope(|scope| {
+        for name in &names {
+            let w = &w;
+            scope.spawn(move || {
+                w.svc_env(
+                    &[
+                        "sandbox",
+                        "create",
+                        "--allow-host",
+                        "allowed.example.test",
+                        "--secret",
+                        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:EX",
+                        name,
+                    ],
+                    &[("EX", EXAMPLE_TOKEN)],
+                )
+            });
+        }
+    });
+    let list: Vec<Value> =
+        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
+    assert_eq!(list.len(), N, "{}", w.svcd_log());
+    let placeholders: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let (_, env, _) = sh(&w, n, "echo $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN");
+            env.trim().to_owned()
+        })
+        .collect();
+    let unique: std::collections::HashSet<&String> = placeholders.iter().collect();
+    assert_eq!(unique.len(), N, "placeholders are per sandbox");
+
+    // Each sandbox: its own placeholder is swapped; its neighbour's is not.
+    let results: Vec<(String, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let (w, own, other) = (&w, &placeholders[i], &placeholders[(i + 1) % N]);
+                scope.spawn(move || {
+                    let req = |token: &str, path: &str| {
+                        sh(
+                            w,
+                            n,
+                            &format!(
+                                "curl -sS --max-time 20 -H 'Authorization: Bearer {token}' \
+                                 https://allowed.example.test/{path}"
+                            ),
+                        )
+                        .1
+                    };
+                    (
+                        req(own, &format!("own/{n}")),
+                        req(other, &format!("other/{n}")),
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    for (i, (own, other)) in results.iter().enumerate() {
+        assert!(
+            own.contains("\"credential_received\":\"real\""),
+            "c{i} own: {own}"
+        );
+        assert!(
+            !other.contains("\"real\""),
+            "c{i} neighbour's placeholder was swapped: {other}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let audit = w.audit();
+    let ids: std::collections::HashMap<String, u64> = list
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or("").to_owned(),
+                s["id"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    for n in &names {
+        let id = ids[n];
+        let mine: Vec<&Value> = http_records(&audit, "allowed.example.test")
+            .into_iter()
+            .filter(|r| r["sandbox"] == id)
+            .collect();
+        assert_eq!(
+            mine.len(),
+            2,
+            "{n} (id {id}): every request audited once: {mine:?}"
+        );
+    }
+    std::thread::scope(|scope| {
+        for n in &names {
+            let w = &w;
+            scope.spawn(move || w.svc_ok(&["sandbox", "destroy", n]));
+        }
+    });
+    for s in &list {
+        assert_nothing_left(
+            &w,
+            s["id"].as_u64().expect("id") as u32,
+            s["link"].as_str().expect("link"),
+            s["pid"].as_u64().expect("pid") as u32,
+            s["name"].as_str().expect("name"),
+        );
+    }
+}
