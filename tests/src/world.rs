@@ -38,7 +38,13 @@ pub const EXAMPLE_TOKEN: &str = "real-example-token-77aa";
 /// Path of a workspace binary next to the test executable.
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    // Tests live in target/<profile>/deps, binaries (like the demo) in target/<profile>.
+    let here = exe.parent().expect("exe dir");
+    let dir = if here.ends_with("deps") {
+        here.parent().expect("target dir")
+    } else {
+        here
+    };
     let bin = dir.join(name);
     assert!(
         bin.exists(),

@@ -30,7 +30,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_test_args: Vec<String>,
     },
-    /// Set up, then show a guest link fenced by eBPF and `svc config check` at work.
+    /// Set up, then the main job: svcd, a sandbox created with svc, and what it can and cannot
+    /// reach (credentials swapped on the wire, DNS refusals, fence drops, audit, bpftool).
     Demo,
     /// Run a benchmark: `policy` (one egress decision, criterion), `fence` (throughput and
     /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added

@@ -23,6 +23,22 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "a real upstream resolver for the DNS guard tests (binary only, no service)",
     ),
     ("dnsutils", "dig, for the demo and by hand"),
+    (
+        "curl",
+        "HTTPS requests from inside sandboxes (tests and the demo)",
+    ),
+    (
+        "git",
+        "git http-backend as the test code host, and git inside sandboxes",
+    ),
+    (
+        "ca-certificates",
+        "the system trust bundle a sandbox's CA is added to",
+    ),
+    (
+        "util-linux",
+        "unshare, nsenter and setpriv: the netns sandbox backend",
+    ),
     ("dnsperf", "the DNS guard benchmark's load generator"),
 ];
 

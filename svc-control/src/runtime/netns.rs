@@ -17,6 +17,9 @@ use tokio::io::AsyncBufReadExt as _;
 
 use super::{Backend, BoxFuture, GuestCommand, GuestHandle, GuestSpec, RuntimeError};
 
+/// Directories the guest gets as its own empty tmpfs.
+const PRIVATE_DIRS: [&str; 2] = ["/tmp", "/root"];
+
 /// How long a guest's init may take to say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -85,6 +88,10 @@ impl Backend for Netns {
             for (host, guest) in &spec.files {
                 cmd.arg("--bind")
                     .arg(format!("{}={}", host.display(), guest.display()));
+            }
+            // A private, empty /tmp and home: the host's are not the sandbox's to read or fill.
+            for dir in PRIVATE_DIRS {
+                cmd.args(["--tmpfs", dir]);
             }
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -208,8 +215,13 @@ impl Backend for Netns {
 }
 
 /// The guest's PID 1 (`svcd sandbox-init`): set the hostname, bind-mount `binds`
-/// (`HOST=GUEST`), print `ready`, then reap orphans forever. It never returns on success.
-pub fn sandbox_init(hostname: &str, binds: &[String]) -> Result<std::convert::Infallible, String> {
+/// (`HOST=GUEST`), mount an empty tmpfs on each of `tmpfs` (after the binds, whose sources may
+/// live under them), print `ready`, then reap orphans forever. It never returns on success.
+pub fn sandbox_init(
+    hostname: &str,
+    binds: &[String],
+    tmpfs: &[String],
+) -> Result<std::convert::Infallible, String> {
     nix::unistd::sethostname(hostname).map_err(|e| format!("sethostname {hostname}: {e}"))?;
     for b in binds {
         let (host, guest) = b
@@ -228,6 +240,21 @@ pub fn sandbox_init(hostname: &str, binds: &[String]) -> Result<std::convert::In
             None::<&str>,
         )
         .map_err(|e| format!("bind-mounting {host} over {guest}: {e}"))?;
+    }
+    for dir in tmpfs {
+        let mode = if dir == "/tmp" {
+            "mode=1777"
+        } else {
+            "mode=0700"
+        };
+        nix::mount::mount(
+            Some("tmpfs"),
+            Path::new(dir),
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some(mode),
+        )
+        .map_err(|e| format!("mounting a tmpfs on {dir}: {e}"))?;
     }
     {
         let mut out = std::io::stdout().lock();

@@ -55,6 +55,9 @@ enum Command {
         /// HOST_FILE=GUEST_PATH bind mounts.
         #[arg(long)]
         bind: Vec<String>,
+        /// Directories that get an empty tmpfs.
+        #[arg(long)]
+        tmpfs: Vec<String>,
     },
     /// Inspect and operate the eBPF fence directly (operator diagnostics).
     #[command(subcommand)]
@@ -113,8 +116,13 @@ struct PinArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::SandboxInit { hostname, bind } = &cli.command {
-        return match svc_control::runtime::sandbox_init(hostname, bind) {
+    if let Command::SandboxInit {
+        hostname,
+        bind,
+        tmpfs,
+    } = &cli.command
+    {
+        return match svc_control::runtime::sandbox_init(hostname, bind, tmpfs) {
             Ok(never) => match never {},
             Err(e) => {
                 eprintln!("sandbox-init: {e}");
