@@ -417,7 +417,8 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
         log.display()
     );
     let mut traffic = Command::new("nsenter")
-        .args(["--target", &pid, "--net", "--mount", "--pid"])
+        // The network namespace only: the log file is the host's (the sandbox's /tmp is its own).
+        .args(["--target", &pid, "--net"])
         .args(["sh", "-c", &script])
         .stdout(Stdio::null())
         .spawn()
@@ -427,7 +428,7 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
     // While svcd is down: allowed HTTPS fails closed too (no proxy), nothing opens.
     std::thread::sleep(Duration::from_millis(1500));
     let down = Command::new("nsenter")
-        .args(["--target", &pid, "--net", "--mount"])
+        .args(["--target", &pid, "--net"])
         .args(["curl", "-s", "--connect-timeout", "1", "--max-time", "2"])
         .arg("--resolve")
         .arg("allowed.example.test:443:192.0.2.20")

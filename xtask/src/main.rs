@@ -36,10 +36,12 @@ enum Command {
     /// Run a benchmark: `policy` (one egress decision, criterion), `fence` (throughput and
     /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added
     /// latency and cached rate, beside the upstream and dnsmasq) or `proxy` (HTTPS latency and
-    /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting).
+    /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting) or
+    /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside a bare
+    /// namespace made with `ip`).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox"])]
         which: String,
     },
 }
@@ -86,6 +88,23 @@ fn bench(which: &str) -> anyhow::Result<()> {
                         "proxy-bench",
                     ]),
             )
+        }),
+        "sandbox" => ui::run(std::process::Command::new("cargo").args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "svc-cli",
+            "-p",
+            "svc-control",
+            "-p",
+            "svc-tests",
+            "--bins",
+        ]))
+        .and_then(|()| {
+            ui::run(&mut std::process::Command::new(
+                "target/release/sandbox-bench",
+            ))
         }),
         other => anyhow::bail!("no benchmark {other:?}"),
     }
