@@ -328,6 +328,59 @@ extra_roots = ["{ca}"]
     pub fn audit_path(&self) -> PathBuf {
         self.dir.join("audit/audit.jsonl")
     }
+
+    /// Everything svcd made for sandbox `id` (link `link`, init `pid`) is gone.
+    pub fn assert_gone(&self, id: u32, link: &str, pid: u32, name: &str) {
+        let w = self;
+        let links = w.host.exec("ip", &["-o", "link", "show"]);
+        let links = String::from_utf8_lossy(&links.stdout);
+        assert!(
+            !links.contains(&format!(" {link}:")) && !links.contains(&format!(" {link}@")),
+            "link {link} is left:\n{links}"
+        );
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .map(|c| !c.contains("sandbox-init"))
+                    .unwrap_or(true),
+            "the sandbox's init (pid {pid}) is still running"
+        );
+        let pinned: Vec<String> = std::fs::read_dir(w.pins.path.join("links"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            !pinned.iter().any(|p| p.starts_with(&format!("{link}_"))),
+            "pinned fence links of {link} are left: {pinned:?}"
+        );
+        let fence =
+            svc_control::dataplane::Fence::load(&w.pins.path).expect("load the pinned fence");
+        assert!(
+            fence.allow_entries(id).is_empty(),
+            "allow-map entries of sandbox {id} are left"
+        );
+        let set = w
+            .host
+            .exec("nft", &["-j", "list", "set", "inet", "svc", "links"]);
+        let set = String::from_utf8_lossy(&set.stdout);
+        assert!(
+            !set.contains(&format!("\"{link}\"")),
+            "{link} is left in the nftables link set: {set}"
+        );
+        assert!(
+            !w.dir.join("state/sandboxes").join(name).exists(),
+            "the sandbox's files are left"
+        );
+        let list: Vec<serde_json::Value> =
+            serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
+        assert!(
+            !list.iter().any(|s| s["name"] == name),
+            "the state row of {name} is left"
+        );
+    }
 }
 
 fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {

@@ -8,7 +8,6 @@ use std::{
 };
 
 use serde_json::Value;
-use svc_control::dataplane::Fence;
 use svc_tests::{
     require_root,
     world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
@@ -33,57 +32,6 @@ fn http_records<'a>(audit: &'a [Value], host: &str) -> Vec<&'a Value> {
         .iter()
         .filter(|r| r["layer"] == "http" && r["host"] == host)
         .collect()
-}
-
-/// Everything svcd made for sandbox `id` on link `link` is gone.
-fn assert_nothing_left(w: &World, id: u32, link: &str, pid: u32, name: &str) {
-    let links = w.host.exec("ip", &["-o", "link", "show"]);
-    let links = String::from_utf8_lossy(&links.stdout);
-    assert!(
-        !links.contains(&format!(" {link}:")) && !links.contains(&format!(" {link}@")),
-        "link {link} is left:\n{links}"
-    );
-    assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .map(|c| !c.contains("sandbox-init"))
-                .unwrap_or(true),
-        "the sandbox's init (pid {pid}) is still running"
-    );
-    let pinned: Vec<String> = std::fs::read_dir(w.pins.path.join("links"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(
-        !pinned.iter().any(|p| p.starts_with(&format!("{link}_"))),
-        "pinned fence links of {link} are left: {pinned:?}"
-    );
-    let fence = Fence::load(&w.pins.path).expect("load the pinned fence");
-    assert!(
-        fence.allow_entries(id).is_empty(),
-        "allow-map entries of sandbox {id} are left"
-    );
-    let set = w
-        .host
-        .exec("nft", &["-j", "list", "set", "inet", "svc", "links"]);
-    let set = String::from_utf8_lossy(&set.stdout);
-    assert!(
-        !set.contains(&format!("\"{link}\"")),
-        "{link} is left in the nftables link set: {set}"
-    );
-    assert!(
-        !w.dir.join("state/sandboxes").join(name).exists(),
-        "the sandbox's files are left"
-    );
-    let list: Vec<Value> =
-        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
-    assert!(
-        !list.iter().any(|s| s["name"] == name),
-        "the state row of {name} is left"
-    );
 }
 
 #[test]
@@ -279,7 +227,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     let events = w.svc_ok(&["events", "--json"]);
     assert!(events.contains("\"sandbox.created\"") && events.contains("\"workspace.ready\""));
     w.svc_ok(&["sandbox", "destroy", "dev"]);
-    assert_nothing_left(&w, id, &link, pid, "dev");
+    w.assert_gone(id, &link, pid, "dev");
     assert!(
         w.svc_ok(&["events", "--json"])
             .contains("\"sandbox.destroyed\"")
@@ -574,8 +522,7 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
         }
     });
     for s in &list {
-        assert_nothing_left(
-            &w,
+        w.assert_gone(
             s["id"].as_u64().expect("id") as u32,
             s["link"].as_str().expect("link"),
             s["pid"].as_u64().expect("pid") as u32,

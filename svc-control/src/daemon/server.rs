@@ -427,6 +427,11 @@ fn health(ctx: &Ctx) -> Health {
 }
 
 async fn route(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+    let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
+    tracing::Instrument::instrument(route_in_span(ctx, req), span).await
+}
+
+async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     let Some(rest) = path.strip_prefix(api::PREFIX) else {

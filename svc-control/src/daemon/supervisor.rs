@@ -13,7 +13,7 @@ use std::{
 use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, info_span, warn};
 
 use super::wiring::{Registered, Registry};
 use crate::{
@@ -273,9 +273,14 @@ impl Supervisor {
 
     // ---------------------------------------------------------------- create
 
-    /// `POST /v1/sandboxes`.
+    /// `POST /v1/sandboxes`. Logged in a span `sandbox{name}`.
     pub async fn create(&self, req: CreateSandbox) -> Result<SandboxView, Failure> {
         api::check_name(&req.name).map_err(Failure::bad)?;
+        let span = info_span!("sandbox", name = %req.name);
+        self.create_in_span(req).instrument(span).await
+    }
+
+    async fn create_in_span(&self, req: CreateSandbox) -> Result<SandboxView, Failure> {
         let plan = self.plan(&req)?;
         let created = SystemTime::now();
         let created_at = rfc3339(created);
@@ -606,9 +611,14 @@ impl Supervisor {
 
     // --------------------------------------------------------------- destroy
 
-    /// `DELETE /v1/sandboxes/{name}`.
+    /// `DELETE /v1/sandboxes/{name}`. Logged in a span `sandbox{name}`.
     pub async fn destroy(&self, name: &str) -> Result<Destroyed, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
+        let span = info_span!("sandbox", name = %name);
+        self.destroy_in_span(name).instrument(span).await
+    }
+
+    async fn destroy_in_span(&self, name: &str) -> Result<Destroyed, Failure> {
         let row = self
             .store()
             .list()?
