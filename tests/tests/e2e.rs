@@ -235,6 +235,50 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
 }
 
 #[test]
+fn the_server_name_must_be_one_the_dialled_address_was_resolved_for() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "sni",
+    ]);
+    // Both names resolved through the guard: both addresses are open in the fence.
+    let (code, _, _) = sh(
+        &w,
+        "sni",
+        "getent hosts allowed.example.test && getent hosts api.agent.test",
+    );
+    assert_eq!(code, 0);
+    // allowed.example.test's address, presenting api.agent.test (also allowed): refused.
+    let (code, _, err) = sh(
+        &w,
+        "sni",
+        "curl -sS --max-time 10 --resolve api.agent.test:443:192.0.2.20 https://api.agent.test/mismatch",
+    );
+    assert_ne!(code, 0, "a mismatched server name was served");
+    assert!(err.contains("curl: (35)") || err.contains("SSL"), "{err}");
+    // The same name at its own address: served.
+    let (code, out, err) = sh(&w, "sni", "curl -sS --max-time 10 https://api.agent.test/");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"served_by\":\"api.agent.test\""), "{out}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        w.audit().iter().any(|r| r["layer"] == "http"
+            && r["rule"]
+                .as_str()
+                .is_some_and(|x| x.contains("does not match the address dialled (192.0.2.20)"))),
+        "the refusal is audited"
+    );
+    assert!(
+        !w.received().iter().any(|r| r["path"] == "/mismatch"),
+        "the mismatched request never reached the outside"
+    );
+}
+
+#[test]
 fn bad_requests_are_refused_with_clear_errors() {
     require_root();
     let w = World::start();
@@ -354,6 +398,9 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
         "k",
     ]);
     let s = show(&w, "k");
+    // Resolved before the crash: the guard commits 192.0.2.20 to the fence.
+    let (code, _, _) = sh(&w, "k", "getent hosts allowed.example.test");
+    assert_eq!(code, 0);
     let pid = s["pid"].as_u64().expect("pid").to_string();
     // Traffic from inside the sandbox that does not depend on svcd: nsenter by pid.
     let log = w.dir.join("traffic.log");
@@ -397,9 +444,22 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
     );
     assert!(!results.contains("OPEN"), "the fence opened:\n{results}");
 
-    // Re-adopted: listed as running, and its allowed host works again through the proxy.
+    // Re-adopted: listed as running; the address it resolved before the crash still works
+    // without resolving again (the fence's entries and the binding survived), and so does a
+    // fresh resolution.
     let s = show(&w, "k");
     assert_eq!(s["state"], "running");
+    let (code, _, err) = sh(
+        &w,
+        "k",
+        "curl -sS --max-time 10 --resolve allowed.example.test:443:192.0.2.20 https://allowed.example.test/kept",
+    );
+    assert_eq!(
+        code,
+        0,
+        "a pre-restart address stopped working: {err}\n{}",
+        w.svcd_log()
+    );
     let (code, out, err) = sh(
         &w,
         "k",

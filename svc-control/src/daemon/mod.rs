@@ -7,4 +7,4 @@ mod wiring;
 
 pub use server::{Ended, RunOptions, run};
 pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
-pub use wiring::{FenceCommit, IfindexOf, Registered, Registry, UpstreamResolver};
+pub use wiring::{FenceCommit, IfindexOf, RecordingCommit, Registered, Registry, UpstreamResolver};

@@ -31,7 +31,7 @@ use tracing::{info, warn};
 
 use super::{
     supervisor::{Failure, Supervisor, SupervisorConfig},
-    wiring::{FenceCommit, Registry, UpstreamResolver},
+    wiring::{FenceCommit, RecordingCommit, Registry, UpstreamResolver},
 };
 use crate::{
     api::{self, CreateSandbox, ExecFrame, ExecRequest, Health},
@@ -145,10 +145,13 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let guard = Arc::new(Guard::new(
         GuardConfig::with_upstream(upstream.clone()),
         registry.clone(),
-        Arc::new(FenceCommit {
-            fence: fence.clone(),
-            ifindex: registry.ifindex_of(),
-            idle: Duration::from_secs(300),
+        Arc::new(RecordingCommit {
+            inner: FenceCommit {
+                fence: fence.clone(),
+                ifindex: registry.ifindex_of(),
+                idle: Duration::from_secs(300),
+            },
+            registry: registry.clone(),
         }),
         audit.clone(),
         net,

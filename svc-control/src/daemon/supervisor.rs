@@ -560,9 +560,13 @@ impl Supervisor {
         };
         {
             let mut fence = self.fence();
-            fence
-                .install_sandbox(&link, &[], &[])
-                .map_err(|e| Failure::internal(e.to_string()))?;
+            // After a restart the record is usually in force already: keep it and the entries
+            // the guard wrote (the guest may still use them), and only re-attach.
+            if !fence.record_in_force(&link) {
+                fence
+                    .install_sandbox(&link, &[], &[])
+                    .map_err(|e| Failure::internal(e.to_string()))?;
+            }
             fence
                 .attach(&live.envelope.link)
                 .map_err(|e| Failure::internal(e.to_string()))?;
@@ -654,6 +658,7 @@ impl Supervisor {
     ) -> Vec<String> {
         let mut removed = Vec::new();
         self.registry.remove(id);
+        self.registry.unbind(id);
         let live = self.live().remove(name);
         let guest = guest.or(live.as_ref().map(|l| l.guest));
         let ifindex = match live.as_ref().map(|l| l.ifindex).filter(|i| *i != 0) {
@@ -911,6 +916,13 @@ impl Supervisor {
                 "its processes are gone".to_owned()
             }));
         }
+        let known: Vec<IpAddr> = self
+            .fence()
+            .allow_entries(row.id)
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect();
+        self.registry.bind_unknown(row.id, known);
         self.enforce(&mut live, to_map(&secrets))?;
         self.live().insert(row.name.clone(), live);
         Ok(())

@@ -80,11 +80,35 @@ pub struct Registered {
     pub secrets: HashMap<String, String>,
 }
 
-/// Every running sandbox, by guest address and by id.
+/// Every running sandbox, by guest address and by id, and the names the DNS guard answered
+/// with each address, per sandbox (the proxy's SNI/address binding).
 #[derive(Debug, Default)]
 pub struct Registry {
     by_addr: RwLock<HashMap<IpAddr, Arc<Registered>>>,
     by_id: RwLock<HashMap<u32, Arc<Registered>>>,
+    bindings: Mutex<HashMap<(u32, IpAddr), std::collections::HashSet<String>>>,
+}
+
+/// Bindings kept per sandbox before the oldest are forgotten wholesale (a sandbox resolving
+/// this many distinct addresses is not a normal workload; forgetting only refuses connections
+/// whose names it must then resolve again).
+const MAX_BINDINGS_PER_SANDBOX: usize = 65_536;
+
+/// The binding of an address learned before a restart: any allowed name.
+const ANY_NAME: &str = "*";
+
+/// A [`Commit`] that records which name each address answered for, then commits.
+#[derive(Debug, Clone)]
+pub struct RecordingCommit<C> {
+    pub inner: C,
+    pub registry: Arc<Registry>,
+}
+
+impl<C: Commit> Commit for RecordingCommit<C> {
+    fn commit(&self, sandbox: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String> {
+        self.registry.bind(sandbox.id, entries);
+        self.inner.commit(sandbox, entries)
+    }
 }
 
 impl Registry {
@@ -102,6 +126,38 @@ impl Registry {
         let gone = self.by_id.write().ok().and_then(|mut m| m.remove(&id));
         if let (Some(r), Ok(mut m)) = (gone, self.by_addr.write()) {
             m.remove(&r.guest);
+        }
+    }
+
+    /// Forget the DNS bindings of a sandbox (it was destroyed).
+    pub fn unbind(&self, id: u32) {
+        if let Ok(mut b) = self.bindings.lock() {
+            b.retain(|(s, _), _| *s != id);
+        }
+    }
+
+    /// Addresses a sandbox's fence already held when svcd (re)started: which names they were
+    /// answered for died with the previous process, so they match any allowed name (as they did
+    /// then) until the guest resolves again and a precise binding replaces that.
+    pub fn bind_unknown(&self, id: u32, addrs: impl IntoIterator<Item = IpAddr>) {
+        if let Ok(mut b) = self.bindings.lock() {
+            for a in addrs {
+                b.entry((id, a)).or_default().insert(ANY_NAME.to_owned());
+            }
+        }
+    }
+
+    fn bind(&self, id: u32, entries: &[CommitEntry]) {
+        let Ok(mut b) = self.bindings.lock() else {
+            return;
+        };
+        if entries.iter().any(|e| !b.contains_key(&(id, e.addr)))
+            && b.keys().filter(|(s, _)| *s == id).count() >= MAX_BINDINGS_PER_SANDBOX
+        {
+            b.retain(|(s, _), _| *s != id);
+        }
+        for e in entries {
+            b.entry((id, e.addr)).or_default().insert(e.name.clone());
         }
     }
 
@@ -133,6 +189,16 @@ impl dns::Directory for Registry {
 impl Sandboxes for Registry {
     fn sandbox_for(&self, source: IpAddr) -> Option<Arc<ProxySandbox>> {
         self.by_addr(source).and_then(|r| r.proxy.clone())
+    }
+
+    fn dialled_matches(&self, sandbox: u32, dialled: IpAddr, name: &str) -> bool {
+        if name.parse::<IpAddr>() == Ok(dialled) {
+            return true;
+        }
+        self.bindings.lock().is_ok_and(|b| {
+            b.get(&(sandbox, dialled))
+                .is_some_and(|n| n.contains(name) || n.contains(ANY_NAME))
+        })
     }
 }
 

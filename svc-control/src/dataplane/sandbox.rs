@@ -111,6 +111,15 @@ impl Fence {
         Ok(generation)
     }
 
+    /// Whether `link`'s record is already in force exactly as `link` describes it (any
+    /// generation): re-adoption then keeps the entries the DNS guard wrote before the restart
+    /// instead of starting a new, empty generation.
+    pub fn record_in_force(&self, link: &SandboxLink) -> bool {
+        self.maps
+            .record(link.ifindex)
+            .is_some_and(|r| record(link, r.generation) == r)
+    }
+
     /// Add one entry to the generation in force (the DNS guard's write). Fails if the link has
     /// no sandbox.
     pub fn add_allow(&mut self, ifindex: u32, entry: &AllowEntry) -> Result<(), DataplaneError> {

@@ -232,6 +232,9 @@ impl Guard {
                     .iter()
                     .filter_map(|r| {
                         address(r).map(|addr| CommitEntry {
+                            name: crate::policy::host::normalize_name(&name).unwrap_or_else(|_| {
+                                name.trim_end_matches('.').to_ascii_lowercase()
+                            }),
                             addr,
                             tcp_ports: ports.clone(),
                             ttl: Duration::from_secs(u64::from(r.ttl)),

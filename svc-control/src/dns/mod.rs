@@ -31,6 +31,8 @@ pub trait Directory: Send + Sync {
 /// One address to open for a sandbox: which ports (from the host pattern) and for how long.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitEntry {
+    /// The name asked (normalised: lowercase, no trailing dot); the address answers for it.
+    pub name: String,
     pub addr: IpAddr,
     /// TCP ports the address opens (the pattern's port, or 443 and 80).
     pub tcp_ports: Vec<u16>,

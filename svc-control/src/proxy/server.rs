@@ -64,6 +64,26 @@ pub struct ProxySandbox {
 /// Who is connecting, by source address.
 pub trait Sandboxes: Send + Sync {
     fn sandbox_for(&self, source: IpAddr) -> Option<Arc<ProxySandbox>>;
+
+    /// Whether the address the guest dialled (before the fence redirected it to the proxy) is
+    /// one the DNS guard answered `name` with for this sandbox — or `name` is that address
+    /// itself. The default knows no bindings and accepts (for a proxy without a DNS guard).
+    fn dialled_matches(&self, _sandbox: u32, _dialled: IpAddr, _name: &str) -> bool {
+        true
+    }
+}
+
+/// The address a redirected connection was sent to (`SO_ORIGINAL_DST`), if it was redirected.
+fn original_destination(conn: &TcpStream) -> Option<IpAddr> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    if let Ok(v4) = getsockopt(conn, sockopt::OriginalDst) {
+        return Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(
+            v4.sin_addr.s_addr,
+        ))));
+    }
+    getsockopt(conn, sockopt::Ip6tOriginalDst)
+        .ok()
+        .map(|v6| IpAddr::V6(std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr)))
 }
 
 /// The credential broker: the real bearer behind a placeholder.
@@ -341,6 +361,18 @@ impl Proxy {
             ));
         }
         let name = authority.host_str();
+        // The name must be one the dialled address was resolved for (SNI/address binding):
+        // a connection to one allowed host's address cannot present another allowed name.
+        if let Some(dialled) = original_destination(&conn).map(|a| match a {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(a, IpAddr::V4),
+            v4 => v4,
+        }) && !self.sandboxes.dialled_matches(sandbox.id, dialled, &name)
+        {
+            return refuse(format!(
+                "server name {name} does not match the address dialled ({dialled}), which the \
+                 DNS guard did not answer for it: refused"
+            ));
+        }
         let Ok(tls) = sandbox.ca.server_config(&name) else {
             return refuse(format!("could not mint a certificate for {name}"));
         };
