@@ -547,28 +547,45 @@ fn request_smuggling_is_refused_before_the_upstream() {
 }
 
 #[test]
-fn content_length_with_transfer_encoding_is_reframed_never_desynchronised() {
-    // hyper decodes by Transfer-Encoding and drops Content-Length before the proxy sees the
-    // request (RFC 9112 6.3); the proxy then frames the request itself toward the upstream.
-    // So the upstream sees one chunked request with an empty body and no Content-Length: the
-    // two parsers cannot disagree. (Refusing the shape outright would need our own HTTP/1.1
-    // head parser; the decision is in docs/proxy.md.)
+fn content_length_with_transfer_encoding_is_refused_and_never_reaches_the_upstream() {
+    // hyper would decode by Transfer-Encoding and drop Content-Length before the proxy sees
+    // the request (RFC 9112 6.1); the proxy's framing witness (proxy::h1_frames) sees the raw
+    // head and the request is refused: 400, nothing upstream. Both header orders, and as the
+    // second request of a kept-alive connection after a clean one.
     let w = world();
     let p = w.port;
-    let req = format!(
-        "POST /first HTTP/1.1\r\nHost: api.example.test:{p}\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
-    );
-    assert_eq!(raw(&w, Some("api.example.test"), req.as_bytes()), 200);
-    let seen = w.seen.lock().unwrap().clone();
-    assert_eq!(
-        seen.len(),
-        1,
-        "exactly one request reached the upstream: {seen:?}"
-    );
+    let cases = [
+        format!(
+            "POST /cl-te HTTP/1.1\r\nHost: api.example.test:{p}\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+        ),
+        format!(
+            "POST /te-cl HTTP/1.1\r\nHost: api.example.test:{p}\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\nConnection: close\r\n\r\n0\r\n\r\n"
+        ),
+    ];
+    for req in &cases {
+        assert_eq!(
+            raw(&w, Some("api.example.test"), req.as_bytes()),
+            400,
+            "{req}"
+        );
+    }
     assert!(
-        seen[0].starts_with("POST https://api.example.test"),
-        "{seen:?}"
+        w.seen.lock().unwrap().is_empty(),
+        "nothing reached the upstream: {:?}",
+        w.seen.lock().unwrap()
     );
+    // A clean request, then the smuggling shape on the same connection: the first is served,
+    // the second never leaves the proxy.
+    let pipelined = format!(
+        "GET /clean HTTP/1.1\r\nHost: api.example.test:{p}\r\n\r\nPOST /second HTTP/1.1\r\nHost: api.example.test:{p}\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    );
+    assert_eq!(raw(&w, Some("api.example.test"), pipelined.as_bytes()), 200);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seen = w.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].contains("/clean"), "{seen:?}");
+    let (status, text, _) = curl(&w, "api.example.test", "/after", &[]);
+    assert_eq!(status, 200, "{text}");
 }
 
 #[test]

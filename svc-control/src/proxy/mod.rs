@@ -5,6 +5,7 @@
 pub mod ca;
 pub mod client_hello;
 pub mod guest_trust;
+pub mod h1_frames;
 pub mod server;
 
 pub use server::{

@@ -387,10 +387,28 @@ impl Proxy {
             return;
         };
         let sni: Arc<str> = Arc::from(name.as_str());
+        // HTTP/1.1: a witness of the framing, for the one smuggling shape hyper hides from us.
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let (tracker, verdicts) = super::h1_frames::Tracker::new(self.config.max_head);
+        let stream = super::h1_frames::Watched {
+            inner: stream,
+            tracker: (!h2).then_some(tracker),
+        };
+        let verdicts = (!h2).then_some(verdicts);
         let proxy = self.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (proxy, sandbox, sni) = (proxy.clone(), sandbox.clone(), sni.clone());
-            async move { Ok::<_, Infallible>(proxy.request(&sandbox, &sni, req).await) }
+            let smuggled = verdicts
+                .as_ref()
+                .and_then(|v| v.lock().ok()?.pop_front())
+                .unwrap_or(false);
+            async move {
+                Ok::<_, Infallible>(if smuggled {
+                    proxy.refuse_smuggled(&sandbox, &req)
+                } else {
+                    proxy.request(&sandbox, &sni, req).await
+                })
+            }
         });
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
@@ -727,6 +745,27 @@ impl Proxy {
             sandbox,
             event: crate::audit::AuditEvent::Http(e),
         });
+    }
+
+    /// A request head that carried both `Content-Length` and `Transfer-Encoding`.
+    fn refuse_smuggled(
+        &self,
+        sandbox: &ProxySandbox,
+        req: &Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        self.refuse(
+            sandbox,
+            req.method(),
+            req.headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            Some(req.uri().path().to_owned()),
+            400,
+            "request-malformed",
+            "both Content-Length and Transfer-Encoding: ambiguous framing (request smuggling)",
+            Instant::now(),
+        )
     }
 
     fn audit_conn(&self, sandbox: u32, reason: String) {
