@@ -256,8 +256,7 @@ mod tests {
         for piece in stream.chunks(split.max(1)) {
             t.feed(piece);
         }
-        let v = v.lock().unwrap().iter().copied().collect();
-        v
+        v.lock().unwrap().iter().copied().collect()
     }
 
     #[test]
