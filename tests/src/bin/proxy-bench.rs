@@ -339,17 +339,29 @@ fn vm_rss_kib(pid: u32) -> u64 {
 
 /// RSS of a proxy process holding `n` idle guest connections (each served one request, then
 /// kept alive), against the same process before.
-fn idle_rss(
-    rt: &tokio::runtime::Runtime,
+/// The proxy in a process of its own on 127.0.0.3:`port` (optionally pinned to one CPU with
+/// `taskset`): the child, a client that trusts its sandbox CA (and `also`), its address, and
+/// its scratch directory.
+fn spawn_proxy_child(
     port: u16,
-    upstream_root: &SandboxCa,
-    n: usize,
-) -> (u64, u64) {
+    upstream_root: &rustls::pki_types::CertificateDer<'static>,
+    cpu: Option<u32>,
+    also: &[rustls::pki_types::CertificateDer<'static>],
+) -> (std::process::Child, Client, SocketAddr, std::path::PathBuf) {
     use std::io::BufRead as _;
     let dir = std::env::temp_dir().join(svc_tests::unique("svcpxb"));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("upstream.der"), upstream_root.ca_der().as_ref()).unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+    std::fs::write(dir.join("upstream.der"), upstream_root.as_ref()).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match cpu {
+        Some(c) => {
+            let mut t = std::process::Command::new("taskset");
+            t.args(["-c", &c.to_string()]).arg(&exe);
+            t
+        }
+        None => std::process::Command::new(&exe),
+    };
+    let mut child = cmd
         .arg("--proxy-child")
         .arg(port.to_string())
         .arg(&dir)
@@ -363,9 +375,21 @@ fn idle_rss(
     assert_eq!(line.trim(), "ready", "the proxy child must start");
     let sandbox_root =
         rustls::pki_types::CertificateDer::from(std::fs::read(dir.join("sandbox.der")).unwrap());
-    let mut client = Client::new(&[sandbox_root]);
+    let mut roots = vec![sandbox_root];
+    roots.extend(also.iter().cloned());
+    let mut client = Client::new(&roots);
     client.port = port;
-    let addr: SocketAddr = ([127, 0, 0, 3], port).into();
+    (child, client, ([127, 0, 0, 3], port).into(), dir)
+}
+
+fn idle_rss(
+    rt: &tokio::runtime::Runtime,
+    port: u16,
+    upstream_root: &SandboxCa,
+    n: usize,
+) -> (u64, u64) {
+    let (mut child, client, addr, dir) =
+        spawn_proxy_child(port, &upstream_root.ca_der(), None, &[]);
     let before = vm_rss_kib(child.id());
     let held = rt.block_on(async {
         let mut held = Vec::with_capacity(n);
@@ -437,10 +461,60 @@ fn mitm_keep_alive(
     Ok(figures)
 }
 
+/// `--own-core` (run under `taskset -c 0` by the main run): client and upstream share CPU 0,
+/// the proxy runs in its own process on CPU 1 — the shape of a real host, where the guest's
+/// client runs on the guest's vCPUs and the upstream is elsewhere. Keep-alive rate and
+/// latency direct vs through that proxy.
+fn own_core(n: usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream_ca = SandboxCa::generate("bench-upstream-root").unwrap();
+    let (port, up_l) = rt.block_on(async {
+        loop {
+            let up = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+            let port = up.local_addr().unwrap().port();
+            if std::net::TcpListener::bind(("127.0.0.3", port)).is_ok() {
+                return (port, up);
+            }
+        }
+    });
+    rt.block_on(upstream(&upstream_ca, up_l));
+    let (mut child, client, proxied, dir) = spawn_proxy_child(
+        port,
+        &upstream_ca.ca_der(),
+        Some(1),
+        &[upstream_ca.ca_der()],
+    );
+    let direct: SocketAddr = ([127, 0, 0, 2], port).into();
+    for v in [Version::H1, Version::H2] {
+        let (d, p) = rt.block_on(async {
+            (
+                keep_alive(&client, direct, v, n).await,
+                keep_alive(&client, proxied, v, n).await,
+            )
+        });
+        row(&format!("{} keep-alive, own core", v.name()), &d, &p);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--proxy-child") {
         proxy_child(args[i + 1].parse().unwrap(), Path::new(&args[i + 2]));
+        return;
+    }
+    if args.iter().any(|a| a == "--own-core") {
+        own_core(if args.iter().any(|a| a == "--quick") {
+            200
+        } else {
+            4000
+        });
         return;
     }
     let quick = std::env::args().any(|a| a == "--quick");
@@ -554,6 +628,21 @@ fn main() {
             row("HTTP/2 mitmproxy vs svc", &h2, &ours2);
         }
         Err(why) => println!("PEER NOT MEASURED: mitmproxy: {why}"),
+    }
+    // The proxy on a core of its own (client and upstream pinned to the other).
+    println!(
+        "proxy in its own process on CPU 1, client and upstream on CPU 0 (req/s with 16 in flight)"
+    );
+    let mut own = std::process::Command::new("taskset");
+    own.args(["-c", "0"])
+        .arg(std::env::current_exe().unwrap())
+        .arg("--own-core");
+    if quick {
+        own.arg("--quick");
+    }
+    match own.status() {
+        Ok(s) if s.success() => {}
+        other => println!("OWN-CORE VARIANT NOT MEASURED: {other:?}"),
     }
     let idle = if quick { 100 } else { 1000 };
     let (before, after) = idle_rss(&rt, port, &upstream_ca, idle);
