@@ -62,7 +62,13 @@ Examples:
         json: bool,
     },
     /// Run a command in a sandbox; its output streams here and its exit code is svc's.
-    #[command(after_help = "Example: svc sandbox exec dev -- curl -sS https://api.github.com/")]
+    #[command(
+        after_help = "The command runs as root in the sandbox's namespaces with the \
+sandbox's environment (placeholders, CA variables, SVC_SANDBOX) plus --env. Standard input is \
+not forwarded and there is no terminal: use `sh -c '…'` for pipelines.
+
+Example: svc sandbox exec dev -- curl -sS https://api.github.com/"
+    )]
     Exec {
         name: String,
         /// Extra environment, KEY=VALUE (repeatable).

@@ -201,6 +201,7 @@ impl World {
 socket = "{socket}"
 pin_dir = "{pins}"
 audit_dir = "{audit}"
+api_group = "nogroup"
 [hosts]
 agent = ["api.agent.test", "console.agent.test"]
 code_host = "code.test"

@@ -369,19 +369,48 @@ fn bad_requests_are_refused_with_clear_errors() {
         "svcd still serves after every refusal"
     );
 
-    // An API caller who is neither root nor in the API group.
-    let nobody = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(svc_tests::world::workspace_bin("svc"))
-        .args(["sandbox", "list"])
-        .env("SVC_SOCKET", &w.socket)
-        .output()
-        .expect("setpriv");
-    // The socket is 0660 root:svc-group; either the kernel or svcd refuses.
-    let err = String::from_utf8_lossy(&nobody.stderr);
-    assert!(!nobody.status.success(), "uid 65534 listed sandboxes");
+    // Callers by peer credentials (the World's api_group is `nogroup`, gid 65534). The svc
+    // binary is copied where any user may run it.
+    let bin_dir = w.dir.join("bin");
+    std::fs::create_dir_all(&bin_dir).expect("bin dir");
+    let svc = bin_dir.join("svc");
+    std::fs::copy(svc_tests::world::workspace_bin("svc"), &svc).expect("copy svc");
+    use std::os::unix::fs::PermissionsExt as _;
+    for p in [&w.dir, &bin_dir, &svc] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let as_user = |ids: &[&str]| {
+        Command::new("setpriv")
+            .args(ids)
+            .arg(&svc)
+            .args(["sandbox", "list", "--json"])
+            .env("SVC_SOCKET", &w.socket)
+            .output()
+            .expect("setpriv")
+    };
+    // A member of the API group: served.
+    let member = as_user(&["--reuid=65534", "--regid=65534", "--clear-groups"]);
     assert!(
-        err.contains("may not use svcd") || err.contains("Permission denied"),
+        member.status.success(),
+        "a member of the API group was refused: {}",
+        String::from_utf8_lossy(&member.stderr)
+    );
+    // Anyone else: the socket's mode (0660, root:nogroup) already keeps them out...
+    let outsider = as_user(&["--reuid=1", "--regid=1", "--clear-groups"]);
+    assert!(!outsider.status.success(), "uid 1 listed sandboxes");
+    assert!(
+        String::from_utf8_lossy(&outsider.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&outsider.stderr)
+    );
+    // ...and svcd refuses them itself when the socket is opened up by mistake.
+    std::fs::set_permissions(&w.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let outsider = as_user(&["--reuid=1", "--regid=1", "--clear-groups"]);
+    std::fs::set_permissions(&w.socket, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    let err = String::from_utf8_lossy(&outsider.stderr);
+    assert!(!outsider.status.success(), "uid 1 listed sandboxes");
+    assert!(
+        err.contains("uid 1 may not use svcd") && err.contains("gid 65534"),
         "{err}"
     );
 }
