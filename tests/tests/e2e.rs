@@ -234,6 +234,222 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     );
 }
 
+/// SPEC 5.5 through the live perimeter: svcd, the fence, the guard, the proxy, and the code-host
+/// family of the outside world. Each case: the request from inside the sandbox (always with the
+/// CODE_HOST_TOKEN placeholder), the status the sandbox sees, and what the upstream received:
+/// `Some("real")` swapped, `Some("none")` stripped, `None` never reached.
+#[test]
+fn every_code_host_rule_holds_through_the_live_perimeter() {
+    require_root();
+    let w = World::start();
+    let created = w.svc_env(
+        &[
+            "sandbox",
+            "create",
+            "--repo",
+            "acme/widget",
+            "--secret",
+            "CODE_HOST_TOKEN@env:CODE",
+            "ch",
+        ],
+        &[("CODE", CODE_TOKEN)],
+    );
+    assert!(created.status.success(), "{}", w.svcd_log());
+    let viewer = r#"{"query":"{ viewer { login } }"}"#;
+    let more = r#"{"query":"{ viewer { login email } }"}"#;
+    let mutation =
+        r#"{"query":"mutation { createPullRequest(input: {}) { pullRequest { id } } }"}"#;
+    let pulls = r#"{"title":"t","head":"svc/x","base":"main","body":"b"}"#;
+    struct Case {
+        name: &'static str,
+        method: &'static str,
+        url: &'static str,
+        body: Option<&'static str>,
+        status: &'static str,
+        upstream: Option<&'static str>,
+        /// Send the CODE_HOST_TOKEN placeholder as the bearer.
+        auth: bool,
+    }
+    let cases = [
+        // 5.5.2: the token is swapped on every request to the API and uploads hosts.
+        Case {
+            name: "api_rest_bound_repo",
+            method: "GET",
+            url: "https://api.code.test/repos/acme/widget",
+            body: None,
+            status: "200",
+            upstream: Some("real"),
+            auth: true,
+        },
+        Case {
+            name: "uploads_asset",
+            method: "POST",
+            url: "https://uploads.code.test/repos/acme/widget/releases/1/assets?name=a.tgz",
+            body: Some("x"),
+            status: "200",
+            upstream: Some("real"),
+            auth: true,
+        },
+        // 5.5.4: archives and release downloads of any repository, token stripped.
+        Case {
+            name: "archive_any_repo",
+            method: "GET",
+            url: "https://code.test/other/thing/archive/main.tar.gz",
+            body: None,
+            status: "200",
+            upstream: Some("none"),
+            auth: true,
+        },
+        Case {
+            name: "archive_head",
+            method: "HEAD",
+            url: "https://code.test/other/thing/archive/v1.zip",
+            body: None,
+            status: "200",
+            upstream: Some("none"),
+            auth: true,
+        },
+        Case {
+            name: "release_download",
+            method: "GET",
+            url: "https://code.test/other/thing/releases/download/v1/x.tgz",
+            body: None,
+            status: "200",
+            upstream: Some("none"),
+            auth: true,
+        },
+        // 5.5.5: API root, and GraphQL only for exactly a viewer-login selection.
+        Case {
+            name: "api_root",
+            method: "GET",
+            url: "https://api.code.test/",
+            body: None,
+            status: "200",
+            upstream: Some("real"),
+            auth: true,
+        },
+        Case {
+            name: "graphql_viewer_login",
+            method: "POST",
+            url: "https://api.code.test/graphql",
+            body: Some(viewer),
+            status: "200",
+            upstream: Some("real"),
+            auth: true,
+        },
+        Case {
+            name: "graphql_selects_more",
+            method: "POST",
+            url: "https://api.code.test/graphql",
+            body: Some(more),
+            status: "403",
+            upstream: None,
+            auth: true,
+        },
+        Case {
+            name: "graphql_mutation_gh_pr_create",
+            method: "POST",
+            url: "https://api.code.test/graphql",
+            body: Some(mutation),
+            status: "403",
+            upstream: None,
+            auth: true,
+        },
+        Case {
+            name: "post_to_archive_path",
+            method: "POST",
+            url: "https://code.test/acme/widget/archive/main.tar.gz",
+            body: Some("x"),
+            status: "403",
+            upstream: None,
+            auth: true,
+        },
+        Case {
+            name: "api_other_repo",
+            method: "GET",
+            url: "https://api.code.test/repos/evil/exfil",
+            body: None,
+            status: "403",
+            upstream: None,
+            auth: true,
+        },
+        // 5.5.9: pull requests by the REST form.
+        Case {
+            name: "rest_pull_request",
+            method: "POST",
+            url: "https://api.code.test/repos/acme/widget/pulls",
+            body: Some(pulls),
+            status: "200",
+            upstream: Some("real"),
+            auth: true,
+        },
+        // 5.5.8: the archive host is open — but the code-host placeholder is not its own:
+        // sent there it is a leak attempt, refused (SECURITY-CASES), never swapped.
+        Case {
+            name: "archive_host",
+            method: "GET",
+            url: "https://archive.code.test/acme/widget/tar.gz/main",
+            body: None,
+            status: "200",
+            upstream: Some("none"),
+            auth: false,
+        },
+        Case {
+            name: "placeholder_to_archive_host",
+            method: "GET",
+            url: "https://archive.code.test/acme/widget/tar.gz/v2",
+            body: None,
+            status: "403",
+            upstream: None,
+            auth: true,
+        },
+    ];
+    let mut failures = Vec::new();
+    for c in &cases {
+        let data = c
+            .body
+            .map(|b| format!(" -H 'content-type: application/json' --data-raw '{b}'"))
+            .unwrap_or_default();
+        let head = if c.method == "HEAD" { " -I" } else { "" };
+        let auth = if c.auth {
+            " -H \"Authorization: Bearer $CODE_HOST_TOKEN\""
+        } else {
+            ""
+        };
+        let script = format!(
+            "curl -sS -o /dev/null -w '%{{http_code}}' --max-time 10{head} -X {}{auth}{data} '{}'",
+            c.method, c.url
+        );
+        let before = w.received().len();
+        let (_, status, err) = sh(&w, "ch", &script);
+        let path = c.url.split_once(".test").map_or("", |(_, p)| p);
+        let path = path.split('?').next().unwrap_or(path);
+        let got: Vec<Value> = w.received()[before..]
+            .iter()
+            .filter(|r| r["kind"] == "http")
+            .cloned()
+            .collect();
+        let upstream = got
+            .iter()
+            .find(|r| r["path"] == path)
+            .map(|r| r["credential"].as_str().unwrap_or("").to_owned());
+        if status.trim() != c.status || upstream.as_deref() != c.upstream {
+            failures.push(format!(
+                "{}: status {} (want {}), upstream {upstream:?} (want {:?}) {err}",
+                c.name,
+                status.trim(),
+                c.status,
+                c.upstream
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // 5.5.1: the code host is in an envelope only through --repo or --allow-host.
+    w.svc_ok(&["sandbox", "create", "plain"]);
+    let (code, _, _) = sh(&w, "plain", "getent hosts code.test");
+    assert_ne!(code, 0, "code.test resolved for a sandbox without --repo");
+}
+
 #[test]
 fn the_server_name_must_be_one_the_dialled_address_was_resolved_for() {
     require_root();

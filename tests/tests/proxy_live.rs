@@ -287,6 +287,18 @@ fn curl(w: &World, name: &str, path: &str, extra: &[&str]) -> (u16, String, Stri
 }
 
 #[test]
+fn head_requests_are_answered_on_both_protocols() {
+    // Found end to end: over HTTP/2 a HEAD answer went out as an empty stream under the
+    // upstream's Content-Length, and curl saw the stream reset (PROTOCOL_ERROR).
+    let w = world();
+    for version in ["--http1.1", "--http2"] {
+        let (status, text, err) = curl(&w, "api.example.test", "/head", &["-I", version]);
+        assert_eq!(status, 200, "{version}: {text}{err}");
+        assert!(err.is_empty(), "{version}: {err}");
+    }
+}
+
+#[test]
 fn allowed_request_reaches_the_upstream_with_the_real_token_and_never_shows_it() {
     let w = world();
     let auth = format!("Authorization: Bearer {}", w.placeholder);

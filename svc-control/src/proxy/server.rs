@@ -692,6 +692,20 @@ impl Proxy {
             bytes_up,
             bytes_down: 0,
         };
+        // A response that has no body by definition (to HEAD; 1xx, 204, 304) goes to the guest
+        // as one that ends with its head: forwarding the upstream's (empty) stream under a
+        // Content-Length makes HTTP/2 peers reset the stream as malformed.
+        let status = rparts.status.as_u16();
+        if parts.method == http::Method::HEAD || status == 204 || status == 304 || status < 200 {
+            drop(rbody);
+            drop(pending); // writes the record
+            return Response::from_parts(
+                rparts,
+                http_body_util::Empty::new()
+                    .map_err(|e: Infallible| match e {})
+                    .boxed_unsync(),
+            );
+        }
         Response::from_parts(
             rparts,
             rbody
