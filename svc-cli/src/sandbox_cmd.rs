@@ -214,23 +214,15 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                 let s: SandboxView = client
                     .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
                     .await?;
-                if json {
-                    outln!("{}", serde_json::to_string_pretty(&s)?);
-                } else {
-                    print_sandbox(&s);
-                }
-                Ok(ExitCode::SUCCESS)
+                emit(json, &s, print_sandbox)
             }
             SandboxCommand::Destroy { name, json } => {
                 let d: Destroyed = client
                     .call::<(), _>(Method::DELETE, &format!("/v1/sandboxes/{name}"), None)
                     .await?;
-                if json {
-                    outln!("{}", serde_json::to_string_pretty(&d)?);
-                } else {
+                emit(json, &d, |d| {
                     outln!("destroyed {}: {}", d.name, d.removed.join(", "));
-                }
-                Ok(ExitCode::SUCCESS)
+                })
             }
             SandboxCommand::Exec {
                 name,
@@ -282,6 +274,20 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
             "run a command in it:  svc sandbox exec {} -- sh -c '…'",
             s.name
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Print `value` as JSON for scripts, or for people with `human`.
+fn emit<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&T),
+) -> anyhow::Result<ExitCode> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        human(value);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -316,6 +316,11 @@ extra_roots = ["{ca}"]
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `svc sandbox show NAME --json`.
+    pub fn show(&self, name: &str) -> serde_json::Value {
+        serde_json::from_str(&self.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
+    }
+
     /// What reached the outside world (DNS questions and HTTP requests), one JSON object each.
     pub fn received(&self) -> Vec<serde_json::Value> {
         read_jsonl(&self.dir.join("outside/received.jsonl"))

@@ -13,10 +13,6 @@ use svc_tests::{
     world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
 };
 
-fn show(w: &World, name: &str) -> Value {
-    serde_json::from_str(&w.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
-}
-
 /// `svc sandbox exec NAME -- sh -c SCRIPT`: (exit code, stdout, stderr).
 fn sh(w: &World, name: &str, script: &str) -> (i32, String, String) {
     let out = w.svc(&["sandbox", "exec", name, "--", "sh", "-c", script]);
@@ -61,7 +57,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
         String::from_utf8_lossy(&created.stderr),
         w.svcd_log()
     );
-    let s = show(&w, "dev");
+    let s = w.show("dev");
     assert_eq!(s["mode"], "curated");
     assert_eq!(s["state"], "running");
     let id = s["id"].as_u64().expect("id") as u32;
@@ -642,7 +638,7 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
         "allowed.example.test",
         "k",
     ]);
-    let s = show(&w, "k");
+    let s = w.show("k");
     // Resolved before the crash: the guard commits 192.0.2.20 to the fence.
     let (code, _, _) = sh(&w, "k", "getent hosts allowed.example.test");
     assert_eq!(code, 0);
@@ -692,7 +688,7 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
     // Re-adopted: listed as running; the address it resolved before the crash still works
     // without resolving again (the fence's entries and the binding survived), and so does a
     // fresh resolution.
-    let s = show(&w, "k");
+    let s = w.show("k");
     assert_eq!(s["state"], "running");
     let (code, _, err) = sh(
         &w,

@@ -16,10 +16,6 @@ use svc_tests::{
     world::{World, workspace_bin},
 };
 
-fn show(w: &World, name: &str) -> Value {
-    serde_json::from_str(&w.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
-}
-
 #[test]
 fn bad_configuration_exits_64_before_binding_anything() {
     let dir = tempfile_dir();
@@ -60,7 +56,7 @@ fn a_crash_mid_create_or_mid_destroy_is_cleaned_up_at_start() {
     let mut w = World::start();
     w.svc_ok(&["sandbox", "create", "keep"]);
     w.svc_ok(&["sandbox", "create", "dying"]);
-    let dying = show(&w, "dying");
+    let dying = w.show("dying");
     w.kill_svcd();
     // What a crash leaves: a row still `creating` whose link was already made, and a row
     // marked `destroying` whose sandbox is still fully there.
@@ -101,7 +97,7 @@ fn a_crash_mid_create_or_mid_destroy_is_cleaned_up_at_start() {
         dying["pid"].as_u64().expect("pid") as u32,
         "dying",
     );
-    assert_eq!(show(&w, "keep")["state"], "running");
+    assert_eq!(w.show("keep")["state"], "running");
     let code = w
         .svc(&["sandbox", "exec", "keep", "--", "true"])
         .status
@@ -114,7 +110,7 @@ fn allow_all_is_open_for_its_window_and_a_restart_restarts_the_window() {
     require_root();
     let mut w = World::start();
     w.svc_ok(&["sandbox", "create", "--egress", "allow-all", "open"]);
-    let before = show(&w, "open");
+    let before = w.show("open");
     assert_eq!(before["mode"], "allow-all");
     assert!(
         before["placeholders"]
@@ -170,7 +166,7 @@ fn allow_all_is_open_for_its_window_and_a_restart_restarts_the_window() {
     w.kill_svcd();
     std::thread::sleep(Duration::from_millis(1100));
     w.start_svcd();
-    let after = show(&w, "open");
+    let after = w.show("open");
     assert_eq!(after["mode"], "allow-all");
     assert!(
         ends(&after) >= first + Duration::from_secs(1),
@@ -208,7 +204,7 @@ fn supervisor_upgrade_re_executes_and_keeps_every_sandbox() {
         w.svcd_pid().map(u64::from),
         "the same process, re-executed"
     );
-    let s = show(&w, "u");
+    let s = w.show("u");
     assert_eq!(s["state"], "running");
     let ok = w.svc(&[
         "sandbox",

@@ -10,9 +10,22 @@ use crate::ui;
 
 pub fn run() -> anyhow::Result<()> {
     ui::heading("build: svc, svcd and the demo's outside world");
-    ui::run(Command::new("cargo").args([
-        "build",
-        "--quiet",
+    build_bins(false)?;
+    let status = Command::new("target/debug/svc-demo").status()?;
+    if !status.success() {
+        bail!("the demo failed ({status})");
+    }
+    Ok(())
+}
+
+/// Build svc, svcd and the tests crate's programs (the demo, the outside world, the benchmarks).
+pub fn build_bins(release: bool) -> anyhow::Result<()> {
+    let mut cmd = Command::new("cargo");
+    cmd.args(["build", "--quiet"]);
+    if release {
+        cmd.arg("--release");
+    }
+    ui::run(cmd.args([
         "-p",
         "svc-cli",
         "-p",
@@ -20,10 +33,5 @@ pub fn run() -> anyhow::Result<()> {
         "-p",
         "svc-tests",
         "--bins",
-    ]))?;
-    let status = Command::new("target/debug/svc-demo").status()?;
-    if !status.success() {
-        bail!("the demo failed ({status})");
-    }
-    Ok(())
+    ]))
 }

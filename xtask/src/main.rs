@@ -89,19 +89,7 @@ fn bench(which: &str) -> anyhow::Result<()> {
                     ]),
             )
         }),
-        "sandbox" => ui::run(std::process::Command::new("cargo").args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "svc-cli",
-            "-p",
-            "svc-control",
-            "-p",
-            "svc-tests",
-            "--bins",
-        ]))
-        .and_then(|()| {
+        "sandbox" => demo::build_bins(true).and_then(|()| {
             ui::run(&mut std::process::Command::new(
                 "target/release/sandbox-bench",
             ))
