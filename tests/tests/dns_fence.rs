@@ -138,7 +138,7 @@ fn the_first_syn_after_an_answer_always_passes() {
     let allowed = Allowlist(vec![HostPattern::parse("*.example.test:8443").unwrap()]);
     let dir = Dir(HashMap::from([(
         IpAddr::from(t.guest_v4),
-        Arc::new(SandboxDns { id: 61, allowed }),
+        Arc::new(SandboxDns::curated(61, allowed)),
     )]));
     let commit = FenceCommit {
         fence: fence.clone(),

@@ -102,14 +102,11 @@ async fn world(ttl: u32, rate: u32) -> World {
     let dir = Dir(HashMap::from([
         (
             "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns {
-                id: 1,
-                allowed: allowed.clone(),
-            }),
+            Arc::new(SandboxDns::curated(1, allowed.clone())),
         ),
         (
             "127.0.0.2".parse().unwrap(),
-            Arc::new(SandboxDns { id: 2, allowed }),
+            Arc::new(SandboxDns::curated(2, allowed)),
         ),
     ]));
     let mut config = GuardConfig::with_upstream(Upstream {
@@ -381,10 +378,10 @@ async fn upstream_timeout_is_servfail() {
         }),
         Arc::new(Dir(HashMap::from([(
             "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns {
-                id: 1,
-                allowed: Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
-            }),
+            Arc::new(SandboxDns::curated(
+                1,
+                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
+            )),
         )]))),
         w.commits.clone(),
         w.audit.clone(),
@@ -576,10 +573,10 @@ async fn ipv4_clients_on_a_dual_stack_socket_are_recognised() {
         }),
         Arc::new(Dir(HashMap::from([(
             "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns {
-                id: 1,
-                allowed: Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
-            }),
+            Arc::new(SandboxDns::curated(
+                1,
+                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
+            )),
         )]))),
         w.commits.clone(),
         w.audit.clone(),
@@ -616,10 +613,10 @@ async fn the_cache_honours_the_clamped_ttl() {
         },
         Arc::new(Dir(HashMap::from([(
             "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns {
-                id: 1,
-                allowed: Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
-            }),
+            Arc::new(SandboxDns::curated(
+                1,
+                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
+            )),
         )]))),
         w.commits.clone(),
         w.audit.clone(),

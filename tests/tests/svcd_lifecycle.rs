@@ -139,6 +139,23 @@ fn allow_all_is_open_for_its_window_and_a_restart_restarts_the_window() {
         "allow-all reaches the outside: {}",
         String::from_utf8_lossy(&reach.stderr)
     );
+    // Any name resolves through the guard (no allowlist in AllowAll), and is reachable.
+    let named = w.svc(&[
+        "sandbox",
+        "exec",
+        "open",
+        "--",
+        "curl",
+        "-sSk",
+        "--max-time",
+        "5",
+        "https://forbidden.example.test/",
+    ]);
+    assert!(
+        named.status.success(),
+        "allow-all resolves and reaches any name: {}",
+        String::from_utf8_lossy(&named.stderr)
+    );
     // Never the host itself.
     let host = w.svc(&[
         "sandbox",

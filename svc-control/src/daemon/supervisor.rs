@@ -584,6 +584,7 @@ impl Supervisor {
             dns: Arc::new(SandboxDns {
                 id: live.id,
                 allowed,
+                allow_all: mode == EgressMode::AllowAll,
             }),
             proxy: (mode == EgressMode::Curated).then(|| {
                 Arc::new(ProxySandbox {

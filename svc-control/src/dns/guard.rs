@@ -201,7 +201,12 @@ impl Guard {
             return finish(reply, ResponseCode::Refused, &msg, transport);
         }
 
-        match dns::decide(&sandbox.allowed, &name, qtype) {
+        let decision = if sandbox.allow_all {
+            dns::decide_allow_all(&name, qtype)
+        } else {
+            dns::decide(&sandbox.allowed, &name, qtype)
+        };
+        match decision {
             DnsDecision::Refuse { reason } => {
                 event.reason = Some(reason.into());
                 self.record(sandbox.id, event);

@@ -21,6 +21,19 @@ pub struct SandboxDns {
     pub id: u32,
     /// Names it may resolve (its allowlist).
     pub allowed: Allowlist,
+    /// AllowAll mode: every name resolves (the allowlist is not consulted).
+    pub allow_all: bool,
+}
+
+impl SandboxDns {
+    /// A Curated sandbox: the names of `allowed`.
+    pub fn curated(id: u32, allowed: Allowlist) -> Self {
+        Self {
+            id,
+            allowed,
+            allow_all: false,
+        }
+    }
 }
 
 /// Who is asking: a sandbox by its source address.

@@ -47,6 +47,25 @@ pub mod qtype {
 /// Decide a question for a sandbox with allowlist `allowed`. `name` is the question's name as
 /// written (any case, trailing dot or not).
 pub fn decide(allowed: &Allowlist, name: &str, record_type: u16) -> DnsDecision {
+    decide_with(name, record_type, |normal| {
+        allowed
+            .find_name(&HostKind::Exact(normal.to_owned()))
+            .cloned()
+    })
+}
+
+/// Decide a question for a sandbox in AllowAll mode: every valid name resolves (the fence, not
+/// the guard, keeps the refused destination classes out, and the guard still removes their
+/// addresses from answers); the record-type rules are the same as in Curated mode.
+pub fn decide_allow_all(name: &str, record_type: u16) -> DnsDecision {
+    decide_with(name, record_type, |normal| HostPattern::parse(normal).ok())
+}
+
+fn decide_with(
+    name: &str,
+    record_type: u16,
+    find: impl FnOnce(&str) -> Option<HostPattern>,
+) -> DnsDecision {
     match record_type {
         qtype::ANY => {
             return DnsDecision::Refuse {
@@ -67,16 +86,13 @@ pub fn decide(allowed: &Allowlist, name: &str, record_type: u16) -> DnsDecision 
     };
     // A name's web ports are what an allowlist entry opens; a name matches an entry for any
     // of its ports.
-    let pattern = allowed.find_name(&HostKind::Exact(normal));
-    let Some(pattern) = pattern else {
+    let Some(pattern) = find(&normal) else {
         return DnsDecision::Refuse {
             reason: "name not allowed for this sandbox",
         };
     };
     match record_type {
-        qtype::A | qtype::AAAA | qtype::CNAME => DnsDecision::Resolve {
-            pattern: pattern.clone(),
-        },
+        qtype::A | qtype::AAAA | qtype::CNAME => DnsDecision::Resolve { pattern },
         qtype::HTTPS | qtype::SVCB => DnsDecision::Empty {
             reason: "HTTPS/SVCB records (ECH keys, address hints) are withheld",
         },
@@ -102,6 +118,32 @@ mod tests {
             .map(|h| HostPattern::parse(h).unwrap())
             .collect(),
         )
+    }
+
+    #[test]
+    fn allow_all_resolves_any_valid_name_with_the_same_type_rules() {
+        use DnsDecision::*;
+        let cases: &[(&str, &str, u16, &str)] = &[
+            ("any_name", "anything.example.org", qtype::A, "resolve"),
+            ("aaaa", "Anything.Example.ORG.", qtype::AAAA, "resolve"),
+            (
+                "https_withheld",
+                "anything.example.org",
+                qtype::HTTPS,
+                "empty",
+            ),
+            ("any_refused", "anything.example.org", qtype::ANY, "refuse"),
+            ("axfr_refused", "example.org", qtype::AXFR, "refuse"),
+            ("not_a_name", "bad name", qtype::A, "refuse"),
+        ];
+        for (case, name, t, want) in cases {
+            let got = match decide_allow_all(name, *t) {
+                Resolve { .. } => "resolve",
+                Empty { .. } => "empty",
+                Refuse { .. } => "refuse",
+            };
+            assert_eq!(got, *want, "{case}");
+        }
     }
 
     #[test]

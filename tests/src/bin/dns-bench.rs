@@ -116,7 +116,7 @@ fn main() {
     let allowed = Allowlist(vec![HostPattern::parse("*.bench.test").unwrap()]);
     let directory = Dir(HashMap::from([(
         "127.0.0.1".parse().unwrap(),
-        Arc::new(SandboxDns { id: 9, allowed }),
+        Arc::new(SandboxDns::curated(9, allowed)),
     )]));
     let mut config = GuardConfig::with_upstream(Upstream {
         servers: vec![format!("127.0.0.1:{up_port}").parse().unwrap()],
