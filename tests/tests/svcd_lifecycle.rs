@@ -366,6 +366,37 @@ fn the_api_refuses_malformed_calls_and_keeps_serving() {
 }
 
 #[test]
+fn a_sandbox_whose_processes_die_is_reported_dead_and_destroyable() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "gone"]);
+    let s = w.show("gone");
+    let pid = s["pid"].as_u64().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let events = w.svc_ok(&["events", "--json"]);
+        if events.contains("\"sandbox.dead\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no sandbox.dead event: {events}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(w.show("gone")["state"], "dead");
+    w.svc_ok(&["sandbox", "destroy", "gone"]);
+    w.assert_gone(
+        s["id"].as_u64().expect("id") as u32,
+        s["link"].as_str().expect("link"),
+        pid as u32,
+        "gone",
+    );
+}
+
+#[test]
 fn events_follow_streams_what_happens() {
     require_root();
     let w = World::start();

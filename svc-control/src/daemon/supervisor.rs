@@ -169,6 +169,8 @@ pub struct Supervisor {
     backend: Arc<dyn Backend>,
     registry: Arc<Registry>,
     live: Mutex<BTreeMap<String, Live>>,
+    /// Sandboxes whose processes were found gone (reported once).
+    dead: Mutex<std::collections::HashSet<String>>,
     events: broadcast::Sender<Event>,
     started: SystemTime,
 }
@@ -206,6 +208,7 @@ impl Supervisor {
             backend,
             registry,
             live: Mutex::default(),
+            dead: Mutex::default(),
             events,
             started,
         }
@@ -660,6 +663,10 @@ impl Supervisor {
         let mut removed = Vec::new();
         self.registry.remove(id);
         self.registry.unbind(id);
+        self.dead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
         let live = self.live().remove(name);
         let guest = guest.or(live.as_ref().map(|l| l.guest));
         let ifindex = match live.as_ref().map(|l| l.ifindex).filter(|i| *i != 0) {
@@ -848,6 +855,10 @@ impl Supervisor {
                     self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
                 }
                 Err(f) => {
+                    self.dead
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(row.name.clone());
                     warn!(sandbox = %row.name, error = %f.message, "cannot re-adopt; its fence stays closed");
                     self.event(
                         "sandbox.dead",
@@ -976,6 +987,29 @@ impl Supervisor {
 
     /// Every few seconds: AllowAll windows that ended fall back to Curated (SPEC 5.1.1).
     pub fn tick(&self) {
+        // Guests whose processes died under us: their fence closes, and it is said once.
+        let gone: Vec<(String, u32)> = {
+            let live = self.live();
+            let mut dead = self
+                .dead
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            live.values()
+                .filter(|l| !self.backend.alive(l.guest) && dead.insert(l.name.clone()))
+                .map(|l| (l.name.clone(), l.ifindex))
+                .collect()
+        };
+        for (name, ifindex) in gone {
+            warn!(sandbox = %name, "the sandbox's processes are gone; destroy it to clean up");
+            if ifindex != 0 {
+                let _ = self.fence().remove_sandbox(ifindex);
+            }
+            self.event(
+                "sandbox.dead",
+                Some(&name),
+                serde_json::json!({"reason": "its processes are gone"}),
+            );
+        }
         let due: Vec<String> = {
             let live = self.live();
             live.values()
