@@ -21,6 +21,9 @@ pub struct AuditRecord {
     pub time: String,
     /// The sandbox id.
     pub sandbox: u32,
+    /// The sandbox's name, where the writer knows it (svcd adds it to every record).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     #[serde(flatten)]
     pub event: AuditEvent,
 }
@@ -105,6 +108,7 @@ impl AuditRecord {
         Self {
             time: rfc3339(when),
             sandbox: e.sandbox,
+            name: None,
             event: AuditEvent::Packet(PacketEvent {
                 verdict: "drop",
                 reason: reason::name(e.reason).unwrap_or("unknown"),
@@ -279,6 +283,7 @@ mod tests {
         let r = AuditRecord {
             time: "2026-11-21T00:00:00.000Z".into(),
             sandbox: 1,
+            name: None,
             event: AuditEvent::Http(crate::proxy::HttpEvent {
                 host: Some("api.example.test".into()),
                 method: "GET".into(),

@@ -7,4 +7,6 @@ mod wiring;
 
 pub use server::{Ended, RunOptions, run};
 pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
-pub use wiring::{FenceCommit, IfindexOf, RecordingCommit, Registered, Registry, UpstreamResolver};
+pub use wiring::{
+    FenceCommit, IfindexOf, NamedAudit, RecordingCommit, Registered, Registry, UpstreamResolver,
+};

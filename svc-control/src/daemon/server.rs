@@ -31,7 +31,7 @@ use tracing::{info, warn};
 
 use super::{
     supervisor::{Failure, Supervisor, SupervisorConfig},
-    wiring::{FenceCommit, RecordingCommit, Registry, UpstreamResolver},
+    wiring::{FenceCommit, NamedAudit, RecordingCommit, Registry, UpstreamResolver},
 };
 use crate::{
     api::{self, CreateSandbox, ExecFrame, ExecRequest, Health},
@@ -142,6 +142,10 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     );
     let upstream = Upstream::from_host(&host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let registry = Arc::new(Registry::default());
+    let audit: Arc<dyn AuditSink> = Arc::new(NamedAudit {
+        inner: audit,
+        registry: registry.clone(),
+    });
     let guard = Arc::new(Guard::new(
         GuardConfig::with_upstream(upstream.clone()),
         registry.clone(),

@@ -582,6 +582,7 @@ impl Supervisor {
         self.registry.remove(live.id);
         self.registry.insert(Registered {
             id: live.id,
+            name: live.name.clone(),
             ifindex: live.ifindex,
             guest: IpAddr::V4(live.envelope.guest_v4),
             dns: Arc::new(SandboxDns {

@@ -16,6 +16,7 @@ use hickory_proto::{
 };
 
 use crate::{
+    audit::{AuditError, AuditRecord, AuditSink},
     dataplane::{AllowEntry, Fence, PortRule},
     dns::{self, Commit, CommitEntry, SandboxDns, Upstream},
     policy::credentials::{CredentialKind, env_stem},
@@ -71,6 +72,7 @@ impl Commit for FenceCommit {
 #[derive(Debug)]
 pub struct Registered {
     pub id: u32,
+    pub name: String,
     pub ifindex: u32,
     pub guest: IpAddr,
     pub dns: Arc<SandboxDns>,
@@ -217,6 +219,29 @@ impl Broker for Registry {
             }
         };
         r.secrets.get(&name).cloned()
+    }
+}
+
+/// The audit log, with each record's sandbox name filled in from the registry.
+pub struct NamedAudit {
+    pub inner: Arc<dyn AuditSink>,
+    pub registry: Arc<Registry>,
+}
+
+impl AuditSink for NamedAudit {
+    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        match (&r.name, self.registry.by_id(r.sandbox)) {
+            (None, Some(s)) => {
+                let mut named = r.clone();
+                named.name = Some(s.name.clone());
+                self.inner.record(&named)
+            }
+            _ => self.inner.record(r),
+        }
+    }
+
+    fn ready(&self) -> Result<(), AuditError> {
+        self.inner.ready()
     }
 }
 

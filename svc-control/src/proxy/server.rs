@@ -756,6 +756,7 @@ impl Proxy {
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
         let _ = self.audit.record(&AuditRecord {
             time: rfc3339(SystemTime::now()),
+            name: None,
             sandbox,
             event: crate::audit::AuditEvent::Http(e),
         });
@@ -850,6 +851,7 @@ impl Drop for PendingRecord {
             record.duration_ms = ms(self.started);
             if let Err(e) = self.audit.record(&AuditRecord {
                 time: rfc3339(SystemTime::now()),
+                name: None,
                 sandbox: self.sandbox,
                 event: crate::audit::AuditEvent::Http(record),
             }) {
