@@ -198,7 +198,10 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     assert_eq!(ex.len(), 1, "{audit:?}");
     assert_eq!(ex[0]["credential"], "swapped");
     assert_eq!(ex[0]["sandbox"], id);
-    assert_eq!(ex[0]["name"], "dev", "svcd names the sandbox in every record");
+    assert_eq!(
+        ex[0]["name"], "dev",
+        "svcd names the sandbox in every record"
+    );
     assert!(
         http_records(&audit, "code.test")
             .iter()
