@@ -163,8 +163,8 @@ pub struct Supervisor {
     store: Mutex<Store>,
     fence: Arc<Mutex<Fence>>,
     nft: Nft,
-    /// Serialises changes of the nftables link set.
-    nft_lock: tokio::sync::Mutex<()>,
+    /// Serialises changes of the nftables table; whether it has been written whole.
+    nft_lock: tokio::sync::Mutex<bool>,
     links: Links,
     backend: Arc<dyn Backend>,
     registry: Arc<Registry>,
@@ -203,7 +203,7 @@ impl Supervisor {
             store: Mutex::new(store),
             fence,
             nft,
-            nft_lock: tokio::sync::Mutex::new(()),
+            nft_lock: tokio::sync::Mutex::new(false),
             links,
             backend,
             registry,
@@ -603,8 +603,11 @@ impl Supervisor {
     }
 
     /// Put every live sandbox's link in the nftables table (one batch).
+    /// The first time (at start) the whole table is written; after that only its link set
+    /// changes (one batch either way; the whole table again if the set update fails, e.g. the
+    /// table was removed by hand).
     async fn sync_nft(&self) -> Result<(), Failure> {
-        let _guard = self.nft_lock.lock().await;
+        let mut written = self.nft_lock.lock().await;
         let links: Vec<String> = self
             .live()
             .values()
@@ -612,10 +615,18 @@ impl Supervisor {
             .map(|l| l.envelope.link.clone())
             .collect();
         let nft = self.nft.clone();
-        tokio::task::spawn_blocking(move || nft.apply(&links))
-            .await
-            .map_err(|e| Failure::internal(e.to_string()))?
-            .map_err(|e| Failure::internal(e.to_string()))
+        let whole = !*written;
+        let result = tokio::task::spawn_blocking(move || {
+            if !whole && nft.set_links(&links).is_ok() {
+                return Ok(());
+            }
+            nft.apply(&links)
+        })
+        .await
+        .map_err(|e| Failure::internal(e.to_string()))?
+        .map_err(|e| Failure::internal(e.to_string()));
+        *written = result.is_ok();
+        result
     }
 
     // --------------------------------------------------------------- destroy
