@@ -43,6 +43,8 @@ guest sees a placeholder, the proxy swaps it for the value on VAR's hosts only. 
   file:PATH  the contents of PATH (one trailing newline removed)
   store:NAME the named secret store (not built yet)
 The value is read here and sent to svcd over its socket; it never enters the sandbox.
+With --repo and no CODE_HOST_TOKEN secret, svcd brokers the host's own code-host token when
+its configuration names one (credentials.code_host_token_file).
 
 Examples:
   svc sandbox create dev

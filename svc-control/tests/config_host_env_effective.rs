@@ -62,6 +62,8 @@ guard_port = 5300
 [proxy]
 port = 8443
 extra_roots = ["/etc/svc/private-ca.pem"]
+[credentials]
+code_host_token_file = "/etc/svc/code-host-token"
 "#;
     let h = host::parse(Path::new("svcd.toml"), text).unwrap();
     assert_eq!(h.state_dir, Path::new("/srv/svc"));
@@ -72,6 +74,10 @@ extra_roots = ["/etc/svc/private-ca.pem"]
     assert_eq!(h.dns_upstreams[1].to_string(), "[::1]:5353");
     assert_eq!((h.guard_port, h.proxy_port), (5300, 8443));
     assert_eq!(h.proxy_extra_roots, [Path::new("/etc/svc/private-ca.pem")]);
+    assert_eq!(
+        h.code_host_token_file.as_deref(),
+        Some(Path::new("/etc/svc/code-host-token"))
+    );
 }
 
 #[test]

@@ -192,6 +192,8 @@ impl World {
         wait_for(&out_dir.join("ready"), "the outside world");
 
         let pins = PinDir::new();
+        // The host's own code-host token, brokered by `--repo` without `--secret`.
+        std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
         let socket = dir.join("svcd.sock");
         let config = dir.join("svcd.toml");
         std::fs::write(
@@ -212,12 +214,15 @@ code_archive_host = "archive.code.test"
 upstreams = ["{DNS}"]
 [proxy]
 extra_roots = ["{ca}"]
+[credentials]
+code_host_token_file = "{token}"
 "#,
                 state = dir.join("state").display(),
                 socket = socket.display(),
                 pins = pins.path.display(),
                 audit = dir.join("audit").display(),
                 ca = out_dir.join("ca.pem").display(),
+                token = dir.join("code-host-token").display(),
             ),
         )
         .expect("svcd.toml");

@@ -242,19 +242,16 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
 fn every_code_host_rule_holds_through_the_live_perimeter() {
     require_root();
     let w = World::start();
-    let created = w.svc_env(
-        &[
-            "sandbox",
-            "create",
-            "--repo",
-            "acme/widget",
-            "--secret",
-            "CODE_HOST_TOKEN@env:CODE",
-            "ch",
-        ],
-        &[("CODE", CODE_TOKEN)],
-    );
+    // --repo alone: svcd brokers the host's own code-host token (credentials.code_host_token_file).
+    let created = w.svc(&["sandbox", "create", "--repo", "acme/widget", "ch"]);
     assert!(created.status.success(), "{}", w.svcd_log());
+    let s = w.show("ch");
+    assert!(
+        s["secrets"].as_array().is_some_and(|a| a.iter().any(|x| x
+            .as_str()
+            .is_some_and(|x| x.starts_with("CODE_HOST_TOKEN@host:")))),
+        "{s}"
+    );
     let viewer = r#"{"query":"{ viewer { login } }"}"#;
     let more = r#"{"query":"{ viewer { login email } }"}"#;
     let mutation =

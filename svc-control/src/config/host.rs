@@ -36,6 +36,16 @@ pub struct HostConfigFile {
     pub dns: DnsFile,
     #[serde(default)]
     pub proxy: ProxyFile,
+    #[serde(default)]
+    pub credentials: CredentialsFile,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsFile {
+    /// The host's code-host token (one line): what `svc sandbox create --repo` brokers as
+    /// CODE_HOST_TOKEN when no `--secret CODE_HOST_TOKEN@…` is given. Read at each creation.
+    pub code_host_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -129,6 +139,8 @@ pub struct HostConfig {
     pub proxy_port: u16,
     /// Extra upstream roots (PEM files).
     pub proxy_extra_roots: Vec<PathBuf>,
+    /// The host's code-host token file (`credentials.code_host_token_file`).
+    pub code_host_token_file: Option<PathBuf>,
 }
 
 impl Default for HostConfig {
@@ -335,6 +347,15 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             format!("the proxy and the DNS guard cannot share port {proxy_port}"),
         );
     }
+    let code_host_token_file = f.credentials.code_host_token_file;
+    if let Some(p) = &code_host_token_file
+        && !p.is_absolute()
+    {
+        err(
+            "credentials.code_host_token_file",
+            format!("expected an absolute path, got {}", p.display()),
+        );
+    }
     let proxy_extra_roots = f.proxy.extra_roots.unwrap_or_default();
     for (i, r) in proxy_extra_roots.iter().enumerate() {
         if !r.is_absolute() {
@@ -362,6 +383,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             guard_port,
             proxy_port,
             proxy_extra_roots,
+            code_host_token_file,
         })
     } else {
         Err(ConfigErrors(errors))

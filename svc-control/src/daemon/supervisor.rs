@@ -283,7 +283,8 @@ impl Supervisor {
         self.create_in_span(req).instrument(span).await
     }
 
-    async fn create_in_span(&self, req: CreateSandbox) -> Result<SandboxView, Failure> {
+    async fn create_in_span(&self, mut req: CreateSandbox) -> Result<SandboxView, Failure> {
+        self.host_code_token(&mut req)?;
         let plan = self.plan(&req)?;
         let created = SystemTime::now();
         let created_at = rfc3339(created);
@@ -302,6 +303,31 @@ impl Supervisor {
                 Err(f)
             }
         }
+    }
+
+    /// `--repo` brokers the host's code-host token (`credentials.code_host_token_file`) as
+    /// CODE_HOST_TOKEN, unless the caller gave one with `--secret`.
+    fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
+        let Some(path) = &self.config.host.code_host_token_file else {
+            return Ok(());
+        };
+        let curated = req.context_path.is_none() && req.egress != Some(EgressChoice::AllowAll);
+        if req.repo.is_none() || !curated || req.secrets.iter().any(|s| s.name == "CODE_HOST_TOKEN")
+        {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::internal(format!(
+                "reading the host's code-host token {} (credentials.code_host_token_file): {e}",
+                path.display()
+            ))
+        })?;
+        req.secrets.push(SecretValue {
+            name: "CODE_HOST_TOKEN".into(),
+            source: format!("host:{}", path.display()),
+            value: text.trim_end_matches(['\r', '\n']).to_owned(),
+        });
+        Ok(())
     }
 
     fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
