@@ -370,10 +370,9 @@ impl Supervisor {
         // Secrets must name a variable the sandbox gets.
         let vars: Vec<String> = policy
             .placeholders
-            .guest_env()
-            .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| !k.ends_with("_EXPIRES_AT"))
+            .entries()
+            .iter()
+            .filter_map(PlaceholderEntry::env_name)
             .collect();
         let mut seen = std::collections::HashSet::new();
         for s in &req.secrets {
@@ -776,7 +775,7 @@ impl Supervisor {
             .entries()
             .iter()
             .map(|e| {
-                let env = placeholder_env(e);
+                let env = e.env_name().unwrap_or_default();
                 PlaceholderView {
                     brokered: secrets.contains_key(env.as_str()),
                     env,
@@ -997,11 +996,9 @@ impl Supervisor {
         for p in &envelope.placeholders {
             let placeholder = Placeholder::parse(&p.value)
                 .ok_or_else(|| Failure::internal("a stored placeholder does not parse"))?;
-            let kind = match p.kind.as_str() {
-                "code-host" => CredentialKind::CodeHost,
-                "agent-api" => CredentialKind::AgentApi,
-                _ => CredentialKind::Host,
-            };
+            let kind = CredentialKind::from_name(&p.kind).ok_or_else(|| {
+                Failure::internal(format!("a stored placeholder has kind {:?}", p.kind))
+            })?;
             let hosts = p
                 .hosts
                 .iter()
@@ -1114,19 +1111,6 @@ fn allow_all_kind(e: &Envelope) -> AllowAllKind {
         AllowAllKind::ContextPath
     } else {
         AllowAllKind::Builder
-    }
-}
-
-/// The guest variable a placeholder is written to.
-fn placeholder_env(e: &PlaceholderEntry) -> String {
-    match e.kind {
-        CredentialKind::CodeHost => "CODE_HOST_TOKEN".into(),
-        CredentialKind::AgentApi => "AGENT_AUTH_TOKEN".into(),
-        CredentialKind::Host => e
-            .hosts
-            .first()
-            .and_then(crate::policy::credentials::env_stem)
-            .map_or_else(String::new, |s| format!("{s}_TOKEN")),
     }
 }
 

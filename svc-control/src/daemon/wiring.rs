@@ -19,7 +19,7 @@ use crate::{
     audit::{AuditError, AuditRecord, AuditSink},
     dataplane::{AllowEntry, Fence, PortRule},
     dns::{self, Commit, CommitEntry, SandboxDns, Upstream},
-    policy::credentials::{CredentialKind, env_stem},
+    policy::credentials::CredentialKind,
     proxy::{Broker, ProxySandbox, Resolve, Sandboxes},
 };
 
@@ -207,17 +207,13 @@ impl Sandboxes for Registry {
 impl Broker for Registry {
     fn bearer(&self, sandbox: u32, kind: CredentialKind, host: &str) -> Option<String> {
         let r = self.by_id(sandbox)?;
-        let name = match kind {
-            CredentialKind::CodeHost => "CODE_HOST_TOKEN".to_owned(),
-            CredentialKind::AgentApi => "AGENT_AUTH_TOKEN".to_owned(),
-            CredentialKind::Host => {
-                let proxy = r.proxy.as_ref()?;
-                let entry = proxy.policy.placeholders.entries().iter().find(|e| {
-                    e.kind == CredentialKind::Host && e.hosts.iter().any(|h| h.host_key() == host)
-                })?;
-                format!("{}_TOKEN", env_stem(entry.hosts.first()?)?)
-            }
-        };
+        // The entry of this kind whose hosts include `host`: its variable names the secret.
+        let proxy = r.proxy.as_ref()?;
+        let entry = proxy.policy.placeholders.entries().iter().find(|e| {
+            e.kind == kind
+                && (kind != CredentialKind::Host || e.hosts.iter().any(|h| h.host_key() == host))
+        })?;
+        let name = entry.env_name()?;
         r.secrets.get(&name).cloned()
     }
 }

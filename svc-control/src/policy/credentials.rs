@@ -76,6 +76,13 @@ pub enum CredentialKind {
 }
 
 impl CredentialKind {
+    /// The kind named by [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Host, Self::CodeHost, Self::AgentApi]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Self::Host => "host",
@@ -93,6 +100,18 @@ pub struct PlaceholderEntry {
     /// The hosts whose requests may carry it (one for `Host`; the code host, its API and its
     /// uploads host for `CodeHost`).
     pub hosts: Vec<HostPattern>,
+}
+
+impl PlaceholderEntry {
+    /// The guest variable that holds this placeholder (`SVC_CRED_<HOST>_TOKEN`,
+    /// `CODE_HOST_TOKEN`, `AGENT_AUTH_TOKEN`); `None` for a host entry with no exact host.
+    pub fn env_name(&self) -> Option<String> {
+        match self.kind {
+            CredentialKind::CodeHost => Some("CODE_HOST_TOKEN".to_owned()),
+            CredentialKind::AgentApi => Some("AGENT_AUTH_TOKEN".to_owned()),
+            CredentialKind::Host => Some(format!("{}_TOKEN", env_stem(self.hosts.first()?)?)),
+        }
+    }
 }
 
 /// Errors naming placeholders for the guest.
@@ -204,19 +223,14 @@ impl PlaceholderTable {
     pub fn guest_env(&self) -> Vec<(String, String)> {
         let mut env = Vec::new();
         for e in &self.entries {
-            match e.kind {
-                CredentialKind::Host => {
-                    if let Some(stem) = e.hosts.first().and_then(env_stem) {
-                        env.push((format!("{stem}_TOKEN"), e.placeholder.0.clone()));
-                        env.push((format!("{stem}_EXPIRES_AT"), SYNTHETIC_EXPIRY.to_owned()));
-                    }
-                }
-                CredentialKind::CodeHost => {
-                    env.push(("CODE_HOST_TOKEN".to_owned(), e.placeholder.0.clone()))
-                }
-                CredentialKind::AgentApi => {
-                    env.push(("AGENT_AUTH_TOKEN".to_owned(), e.placeholder.0.clone()))
-                }
+            let Some(var) = e.env_name() else { continue };
+            if e.kind == CredentialKind::Host
+                && let Some(stem) = e.hosts.first().and_then(env_stem)
+            {
+                env.push((var, e.placeholder.0.clone()));
+                env.push((format!("{stem}_EXPIRES_AT"), SYNTHETIC_EXPIRY.to_owned()));
+            } else {
+                env.push((var, e.placeholder.0.clone()));
             }
         }
         env
