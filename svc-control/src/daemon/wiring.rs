@@ -19,7 +19,10 @@ use crate::{
     audit::{AuditError, AuditRecord, AuditSink},
     dataplane::{AllowEntry, Fence, PortRule},
     dns::{self, Commit, CommitEntry, SandboxDns, Upstream},
-    policy::credentials::CredentialKind,
+    policy::{
+        credentials::CredentialKind,
+        dns::{self as dns_policy, Binding},
+    },
     proxy::{Broker, ProxySandbox, Resolve, Sandboxes},
 };
 
@@ -88,16 +91,14 @@ pub struct Registered {
 pub struct Registry {
     by_addr: RwLock<HashMap<IpAddr, Arc<Registered>>>,
     by_id: RwLock<HashMap<u32, Arc<Registered>>>,
-    bindings: Mutex<HashMap<(u32, IpAddr), std::collections::HashSet<String>>>,
+    /// Per sandbox: what the guard answered each address with.
+    bindings: Mutex<HashMap<u32, HashMap<IpAddr, Binding>>>,
 }
 
 /// Bindings kept per sandbox before the oldest are forgotten wholesale (a sandbox resolving
 /// this many distinct addresses is not a normal workload; forgetting only refuses connections
 /// whose names it must then resolve again).
 const MAX_BINDINGS_PER_SANDBOX: usize = 65_536;
-
-/// The binding of an address learned before a restart: any allowed name.
-const ANY_NAME: &str = "*";
 
 /// A [`Commit`] that records which name each address answered for, then commits.
 #[derive(Debug, Clone)]
@@ -134,17 +135,17 @@ impl Registry {
     /// Forget the DNS bindings of a sandbox (it was destroyed).
     pub fn unbind(&self, id: u32) {
         if let Ok(mut b) = self.bindings.lock() {
-            b.retain(|(s, _), _| *s != id);
+            b.remove(&id);
         }
     }
 
     /// Addresses a sandbox's fence already held when svcd (re)started: which names they were
-    /// answered for died with the previous process, so they match any allowed name (as they did
-    /// then) until the guest resolves again and a precise binding replaces that.
+    /// answered for died with the previous process (see `policy::dns::dialled_matches`).
     pub fn bind_unknown(&self, id: u32, addrs: impl IntoIterator<Item = IpAddr>) {
         if let Ok(mut b) = self.bindings.lock() {
+            let mine = b.entry(id).or_default();
             for a in addrs {
-                b.entry((id, a)).or_default().insert(ANY_NAME.to_owned());
+                mine.entry(a).or_default().unknown = true;
             }
         }
     }
@@ -153,13 +154,14 @@ impl Registry {
         let Ok(mut b) = self.bindings.lock() else {
             return;
         };
-        if entries.iter().any(|e| !b.contains_key(&(id, e.addr)))
-            && b.keys().filter(|(s, _)| *s == id).count() >= MAX_BINDINGS_PER_SANDBOX
+        let mine = b.entry(id).or_default();
+        if mine.len() >= MAX_BINDINGS_PER_SANDBOX
+            && entries.iter().any(|e| !mine.contains_key(&e.addr))
         {
-            b.retain(|(s, _), _| *s != id);
+            mine.clear();
         }
         for e in entries {
-            b.entry((id, e.addr)).or_default().insert(e.name.clone());
+            mine.entry(e.addr).or_default().names.insert(e.name.clone());
         }
     }
 
@@ -194,12 +196,12 @@ impl Sandboxes for Registry {
     }
 
     fn dialled_matches(&self, sandbox: u32, dialled: IpAddr, name: &str) -> bool {
-        if name.parse::<IpAddr>() == Ok(dialled) {
-            return true;
-        }
         self.bindings.lock().is_ok_and(|b| {
-            b.get(&(sandbox, dialled))
-                .is_some_and(|n| n.contains(name) || n.contains(ANY_NAME))
+            dns_policy::dialled_matches(
+                name,
+                dialled,
+                b.get(&sandbox).and_then(|m| m.get(&dialled)),
+            )
         })
     }
 }

@@ -102,6 +102,27 @@ fn decide_with(
     }
 }
 
+/// What the DNS guard answered one address with, for one sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Binding {
+    /// The names (normalised) the address answered for.
+    pub names: std::collections::HashSet<String>,
+    /// The address was in the sandbox's fence before svcd (re)started: which names it answered
+    /// for is not known any more.
+    pub unknown: bool,
+}
+
+/// The SNI/address binding of the proxy (ARCHITECTURE "The HTTPS path"): a connection the
+/// guest dialled to `dialled` may present server name `name` only if the DNS guard answered
+/// `name` with that address (`binding`), or `name` is that address itself. An address learned
+/// before a restart matches any allowed name until the guest resolves again.
+pub fn dialled_matches(name: &str, dialled: std::net::IpAddr, binding: Option<&Binding>) -> bool {
+    if name.parse::<std::net::IpAddr>() == Ok(dialled) {
+        return true;
+    }
+    binding.is_some_and(|b| b.unknown || b.names.contains(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +139,47 @@ mod tests {
             .map(|h| HostPattern::parse(h).unwrap())
             .collect(),
         )
+    }
+
+    #[test]
+    fn dialled_address_bindings() {
+        let bound = |names: &[&str], unknown| Binding {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            unknown,
+        };
+        let a: std::net::IpAddr = "192.0.2.20".parse().unwrap();
+        let cases: &[(&str, &str, Option<Binding>, bool)] = &[
+            (
+                "answered_for_it",
+                "a.example",
+                Some(bound(&["a.example"], false)),
+                true,
+            ),
+            (
+                "shared_address",
+                "b.example",
+                Some(bound(&["a.example", "b.example"], false)),
+                true,
+            ),
+            (
+                "answered_for_another",
+                "b.example",
+                Some(bound(&["a.example"], false)),
+                false,
+            ),
+            ("never_answered", "a.example", None, false),
+            (
+                "learned_before_a_restart",
+                "b.example",
+                Some(bound(&[], true)),
+                true,
+            ),
+            ("ip_literal_itself", "192.0.2.20", None, true),
+            ("another_ip_literal", "192.0.2.21", None, false),
+        ];
+        for (case, name, binding, want) in cases {
+            assert_eq!(dialled_matches(name, a, binding.as_ref()), *want, "{case}");
+        }
     }
 
     #[test]
