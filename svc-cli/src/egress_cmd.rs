@@ -151,6 +151,7 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             headers: &header_refs,
             body_prefix: &body,
             body_complete: true,
+            head_had_both_lengths: false,
         },
     );
 

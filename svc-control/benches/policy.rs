@@ -63,6 +63,7 @@ fn bench(c: &mut Criterion) {
         headers: &headers,
         body_prefix: b"0032want 0123456789abcdef0123456789abcdef01234567\n00000009done\n",
         body_complete: false,
+        head_had_both_lengths: false,
     };
     let body = br#"{"query":"query { viewer { login } }"}"#;
     let graphql = HttpRequest {
@@ -72,6 +73,7 @@ fn bench(c: &mut Criterion) {
         sni: Some("api.github.com"),
         body_prefix: body,
         body_complete: true,
+        head_had_both_lengths: false,
         ..plain
     };
     assert!(request::decide(&policy, &plain).allowed());

@@ -364,6 +364,14 @@ fn request_shapes_that_smuggle() {
                 "request-malformed",
             ),
             (
+                "both_lengths_in_the_raw_head_though_the_parser_kept_one",
+                req("POST", h, "/")
+                    .header("Transfer-Encoding", "chunked")
+                    .both_lengths_in_head(),
+                Deny(400),
+                "request-malformed",
+            ),
+            (
                 "duplicate_content_length",
                 req("POST", h, "/")
                     .header("Content-Length", "4")

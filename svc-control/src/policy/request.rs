@@ -131,6 +131,10 @@ pub struct HttpRequest<'a> {
     /// The start of the body (the whole body when `body_complete`).
     pub body_prefix: &'a [u8],
     pub body_complete: bool,
+    /// The request head as it arrived carried both Content-Length and Transfer-Encoding
+    /// (an HTTP/1.1 parser drops one of them before `headers` are seen; the proxy's framing
+    /// witness saw the raw head).
+    pub head_had_both_lengths: bool,
 }
 
 /// What the proxy does with an allowed request's credential.
@@ -228,7 +232,7 @@ pub fn decide(policy: &SandboxPolicy, req: &HttpRequest<'_>) -> Decision {
     };
 
     // 0. Request shape: anything two HTTP parsers could frame or route differently.
-    if let Some(why) = malformed(req.headers) {
+    if let Some(why) = malformed(req.headers, req.head_had_both_lengths) {
         return d.deny(400, Rule::RequestMalformed, why.into());
     }
 
@@ -410,14 +414,14 @@ pub fn decide(policy: &SandboxPolicy, req: &HttpRequest<'_>) -> Decision {
 /// Why a request's headers are refused, if they are: both Content-Length and
 /// Transfer-Encoding, more than one Content-Length, more than one Host, or a header name or
 /// value with a CR, LF or NUL (request smuggling, header injection).
-fn malformed(headers: &[(&str, &[u8])]) -> Option<&'static str> {
+fn malformed(headers: &[(&str, &[u8])], head_had_both_lengths: bool) -> Option<&'static str> {
     let count = |name: &str| {
         headers
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
             .count()
     };
-    if count("content-length") > 0 && count("transfer-encoding") > 0 {
+    if head_had_both_lengths || (count("content-length") > 0 && count("transfer-encoding") > 0) {
         return Some("both Content-Length and Transfer-Encoding (request smuggling)");
     }
     if count("content-length") > 1 {

@@ -398,17 +398,11 @@ impl Proxy {
         let proxy = self.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (proxy, sandbox, sni) = (proxy.clone(), sandbox.clone(), sni.clone());
-            let smuggled = verdicts
+            let both_lengths = verdicts
                 .as_ref()
                 .and_then(|v| v.lock().ok()?.pop_front())
                 .unwrap_or(false);
-            async move {
-                Ok::<_, Infallible>(if smuggled {
-                    proxy.refuse_smuggled(&sandbox, &req)
-                } else {
-                    proxy.request(&sandbox, &sni, req).await
-                })
-            }
+            async move { Ok::<_, Infallible>(proxy.request(&sandbox, &sni, req, both_lengths).await) }
         });
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
@@ -432,6 +426,7 @@ impl Proxy {
         sandbox: &ProxySandbox,
         sni: &str,
         req: Request<Incoming>,
+        head_had_both_lengths: bool,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
         let (mut parts, body) = req.into_parts();
@@ -495,6 +490,7 @@ impl Proxy {
                 headers: &headers,
                 body_prefix: &prefix,
                 body_complete: complete,
+                head_had_both_lengths,
             },
         );
         let credential = match &decision.outcome {
@@ -760,27 +756,6 @@ impl Proxy {
             sandbox,
             event: crate::audit::AuditEvent::Http(e),
         });
-    }
-
-    /// A request head that carried both `Content-Length` and `Transfer-Encoding`.
-    fn refuse_smuggled(
-        &self,
-        sandbox: &ProxySandbox,
-        req: &Request<Incoming>,
-    ) -> Response<ProxyBody> {
-        self.refuse(
-            sandbox,
-            req.method(),
-            req.headers()
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            Some(req.uri().path().to_owned()),
-            400,
-            "request-malformed",
-            "both Content-Length and Transfer-Encoding: ambiguous framing (request smuggling)",
-            Instant::now(),
-        )
     }
 
     fn audit_conn(&self, sandbox: u32, reason: String) {

@@ -85,6 +85,7 @@ impl Fixture {
                 headers: &headers,
                 body_prefix: r.body.as_bytes(),
                 body_complete: r.body_complete,
+                head_had_both_lengths: r.head_had_both_lengths,
             },
         )
     }
@@ -101,6 +102,8 @@ pub struct Req {
     pub headers: Vec<(String, String)>,
     pub body: String,
     pub body_complete: bool,
+    /// The raw head carried both lengths (the HTTP parser kept only Transfer-Encoding).
+    pub head_had_both_lengths: bool,
 }
 
 pub fn req(method: &str, host: &str, target: &str) -> Req {
@@ -113,10 +116,16 @@ pub fn req(method: &str, host: &str, target: &str) -> Req {
         headers: Vec::new(),
         body: String::new(),
         body_complete: true,
+        head_had_both_lengths: false,
     }
 }
 
 impl Req {
+    pub fn both_lengths_in_head(mut self) -> Self {
+        self.head_had_both_lengths = true;
+        self
+    }
+
     pub fn header(mut self, n: &str, v: &str) -> Self {
         self.headers.push((n.to_owned(), v.to_owned()));
         self
