@@ -170,10 +170,7 @@ impl Registry {
     }
 
     fn by_addr(&self, addr: IpAddr) -> Option<Arc<Registered>> {
-        let addr = match addr {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
-            v4 => v4,
-        };
+        let addr = addr.to_canonical();
         self.by_addr.read().ok()?.get(&addr).cloned()
     }
 

@@ -175,10 +175,7 @@ impl Guard {
         };
 
         // A dual-stack socket reports IPv4 clients as ::ffff:a.b.c.d.
-        let source = match source {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(source, IpAddr::V4),
-            v4 => v4,
-        };
+        let source = source.to_canonical();
         let Some(sandbox) = self.directory.sandbox_for(source) else {
             event.reason = Some(format!("{source} is not a sandbox"));
             self.record(0, event);

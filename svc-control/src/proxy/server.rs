@@ -303,10 +303,7 @@ impl Proxy {
     }
 
     async fn connection(self: Arc<Self>, mut conn: TcpStream, peer: SocketAddr) {
-        let source = match peer.ip() {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer.ip(), IpAddr::V4),
-            v4 => v4,
-        };
+        let source = peer.ip().to_canonical();
         let Some(sandbox) = self.sandboxes.sandbox_for(source) else {
             return;
         };
@@ -363,10 +360,8 @@ impl Proxy {
         let name = authority.host_str();
         // The name must be one the dialled address was resolved for (SNI/address binding):
         // a connection to one allowed host's address cannot present another allowed name.
-        if let Some(dialled) = original_destination(&conn).map(|a| match a {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(a, IpAddr::V4),
-            v4 => v4,
-        }) && !self.sandboxes.dialled_matches(sandbox.id, dialled, &name)
+        if let Some(dialled) = original_destination(&conn).map(|a| a.to_canonical())
+            && !self.sandboxes.dialled_matches(sandbox.id, dialled, &name)
         {
             return refuse(format!(
                 "server name {name} does not match the address dialled ({dialled}), which the \
