@@ -122,53 +122,32 @@ fn allow_all_is_open_for_its_window_and_a_restart_restarts_the_window() {
         !env.contains("_TOKEN="),
         "AllowAll seeds no credentials: {env}"
     );
+    // `curl ARGS… URL` inside the sandbox: (succeeded, stderr).
+    let curl = |args: &[&str], url: &str| {
+        let mut all = vec!["sandbox", "exec", "open", "--", "curl"];
+        all.extend_from_slice(args);
+        all.push(url);
+        let out = w.svc(&all);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
     // Any outside address, even one no allowlist names (no proxy: TLS from the server itself).
-    let reach = w.svc(&[
-        "sandbox",
-        "exec",
-        "open",
-        "--",
-        "curl",
-        "-sSk",
-        "--max-time",
-        "5",
-        "https://192.0.2.66/",
-    ]);
-    assert!(
-        reach.status.success(),
-        "allow-all reaches the outside: {}",
-        String::from_utf8_lossy(&reach.stderr)
-    );
+    let (ok, err) = curl(&["-sSk", "--max-time", "5"], "https://192.0.2.66/");
+    assert!(ok, "allow-all reaches the outside: {err}");
     // Any name resolves through the guard (no allowlist in AllowAll), and is reachable.
-    let named = w.svc(&[
-        "sandbox",
-        "exec",
-        "open",
-        "--",
-        "curl",
-        "-sSk",
-        "--max-time",
-        "5",
+    let (ok, err) = curl(
+        &["-sSk", "--max-time", "5"],
         "https://forbidden.example.test/",
-    ]);
-    assert!(
-        named.status.success(),
-        "allow-all resolves and reaches any name: {}",
-        String::from_utf8_lossy(&named.stderr)
     );
+    assert!(ok, "allow-all resolves and reaches any name: {err}");
     // Never the host itself.
-    let host = w.svc(&[
-        "sandbox",
-        "exec",
-        "open",
-        "--",
-        "curl",
-        "-sS",
-        "--connect-timeout",
-        "2",
+    let (ok, _) = curl(
+        &["-sS", "--connect-timeout", "2"],
         "http://192.0.2.1:15443/",
-    ]);
-    assert!(!host.status.success(), "a host address was reachable");
+    );
+    assert!(!ok, "a host address was reachable");
 
     let ends = |v: &Value| {
         humantime::parse_rfc3339(v["window_ends"].as_str().expect("window_ends")).expect("rfc3339")
