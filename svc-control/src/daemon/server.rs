@@ -196,10 +196,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let store = crate::store::Store::open(&host.state_dir)?;
     let links = Links::connect()?;
     let sup = Arc::new(Supervisor::new(
-        SupervisorConfig {
-            host: host.clone(),
-            nft_table: opts.nft_table.clone(),
-        },
+        SupervisorConfig { host: host.clone() },
         store,
         fence,
         nft,
@@ -273,7 +270,8 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let connections = tokio_util_tracker();
+    // Each API connection holds a clone: the strong count is the number in flight.
+    let connections = Arc::new(());
     let ended = loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -308,11 +306,6 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     }
     let _ = stop_tx.send(true);
     Ok(ended)
-}
-
-/// A counter of open API connections: each holds a clone.
-fn tokio_util_tracker() -> Arc<()> {
-    Arc::new(())
 }
 
 async fn bind_socket(host: &HostConfig) -> anyhow::Result<UnixListener> {

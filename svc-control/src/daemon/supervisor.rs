@@ -153,8 +153,6 @@ struct Live {
 #[derive(Debug, Clone)]
 pub struct SupervisorConfig {
     pub host: HostConfig,
-    /// The nftables table (tests use their own; a real host `svc`).
-    pub nft_table: String,
 }
 
 /// The supervisor. Share it with `Arc`.
@@ -456,45 +454,28 @@ impl Supervisor {
             })
             .await
             .map_err(|e| Failure::internal(e.to_string()))?;
-        // Record the guest at once, so a failure from here on can stop it.
-        self.live().insert(
-            name.clone(),
-            Live {
-                name: name.clone(),
-                id,
-                envelope: envelope.clone(),
-                guest: guest_handle,
-                ifindex: 0,
-                created_at: created_at.clone(),
-                created,
-                secrets: Vec::new(),
-                ca: ca.clone(),
-                policy: Arc::new(plan.policy.clone()),
-                env: Vec::new(),
-                mode: EgressMode::Curated,
-            },
-        );
-        let ifindex = self.plumb(&link, guest_handle, gateway, guest).await?;
-        let secrets: Vec<(String, String)> = req
-            .secrets
-            .iter()
-            .map(|s| (s.name.clone(), s.source.clone()))
-            .collect();
         let mut live = Live {
             name: name.clone(),
             id,
             envelope: envelope.clone(),
             guest: guest_handle,
-            ifindex,
+            ifindex: 0,
             created_at,
             created,
-            secrets,
+            secrets: req
+                .secrets
+                .iter()
+                .map(|s| (s.name.clone(), s.source.clone()))
+                .collect(),
             ca: ca.clone(),
             policy: Arc::new(plan.policy),
             env: Vec::new(),
             mode: EgressMode::Curated,
         };
         live.env = guest_env(&live);
+        // Record the guest at once, so a failure from here on can stop it.
+        self.live().insert(name.clone(), live.clone());
+        live.ifindex = self.plumb(&link, guest_handle, gateway, guest).await?;
         let secret_values: HashMap<String, String> = req
             .secrets
             .iter()
