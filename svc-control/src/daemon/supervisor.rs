@@ -31,7 +31,7 @@ use crate::{
     policy::{
         credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
         host::{Allowlist, HostPattern},
-        mode::{AllowAllKind, EgressMode},
+        mode::{AllowAllKind, EgressMode, ModeNow},
         request::SandboxPolicy,
     },
     proxy::{ProxySandbox, ca::SandboxCa, guest_trust},
@@ -548,13 +548,7 @@ impl Supervisor {
 
     /// Put the sandbox's policy on its link (fence record, attach) and in the registry.
     fn enforce(&self, live: &mut Live, secrets: HashMap<String, String>) -> Result<(), Failure> {
-        let mode = if live.envelope.egress == EgressChoice::AllowAll
-            && SystemTime::now() < self.window_end(live)
-        {
-            EgressMode::AllowAll
-        } else {
-            EgressMode::Curated
-        };
+        let mode = self.mode_now(live).mode;
         live.mode = mode;
         let link = SandboxLink {
             ifindex: live.ifindex,
@@ -744,7 +738,9 @@ impl Supervisor {
     }
 
     fn view(&self, l: &Live) -> SandboxView {
-        let window_ends = (l.mode == EgressMode::AllowAll).then(|| rfc3339(self.window_end(l)));
+        let window_ends = (l.mode == EgressMode::AllowAll)
+            .then(|| self.mode_now(l).window_ends.map(rfc3339))
+            .flatten();
         let secrets: HashMap<&str, &str> = l
             .secrets
             .iter()
@@ -1030,7 +1026,7 @@ impl Supervisor {
             let live = self.live();
             live.values()
                 .filter(|l| {
-                    l.mode == EgressMode::AllowAll && SystemTime::now() >= self.window_end(l)
+                    l.mode == EgressMode::AllowAll && self.mode_now(l).mode == EgressMode::Curated
                 })
                 .map(|l| l.name.clone())
                 .collect()
@@ -1068,10 +1064,18 @@ impl Supervisor {
         self.config.host.pin_dir.clone()
     }
 
-    /// When a sandbox's AllowAll window ends: counted from the later of its creation and
-    /// svcd's start, so a supervisor restart resets it (SPEC 5.1.1, intentional).
-    fn window_end(&self, l: &Live) -> SystemTime {
-        l.created.max(self.started) + allow_all_kind(&l.envelope).window()
+    /// The mode in force for a sandbox now, as `policy::mode` decides it (an AllowAll window
+    /// counts from the later of its creation and svcd's start, SPEC 5.1.1).
+    fn mode_now(&self, l: &Live) -> ModeNow {
+        crate::policy::mode::mode_now(
+            l.envelope.egress == EgressChoice::AllowAll,
+            Some(AllowAllKind::for_creation(
+                l.envelope.context_path.is_some(),
+            )),
+            l.created,
+            self.started,
+            SystemTime::now(),
+        )
     }
 }
 
@@ -1085,14 +1089,6 @@ fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
         .iter()
         .map(|s| (s.name.clone(), s.value.clone()))
         .collect()
-}
-
-fn allow_all_kind(e: &Envelope) -> AllowAllKind {
-    if e.context_path.is_some() {
-        AllowAllKind::ContextPath
-    } else {
-        AllowAllKind::Builder
-    }
 }
 
 /// The environment every command in the sandbox gets.

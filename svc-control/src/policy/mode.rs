@@ -30,6 +30,16 @@ pub enum AllowAllKind {
 }
 
 impl AllowAllKind {
+    /// The window an AllowAll sandbox gets at creation: 72 hours when created for a context
+    /// path (`--file` / `--context-path`), else the builder's 24 hours.
+    pub const fn for_creation(context_path: bool) -> Self {
+        if context_path {
+            Self::ContextPath
+        } else {
+            Self::Builder
+        }
+    }
+
     pub const fn window(self) -> Duration {
         match self {
             Self::Builder => Duration::from_secs(24 * 3600),
@@ -100,6 +110,12 @@ mod tests {
     use super::*;
 
     const H: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn creation_picks_the_window() {
+        assert_eq!(AllowAllKind::for_creation(true).window(), 72 * H);
+        assert_eq!(AllowAllKind::for_creation(false).window(), 24 * H);
+    }
 
     #[test]
     fn mode_cases() {
