@@ -54,6 +54,29 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     bin
 }
 
+/// The sandboxes' base image, built by `cargo xtask images` (which `cargo xtask test` runs):
+/// `target/images/base`, or `SVC_TEST_IMAGE`.
+pub fn image_dir() -> PathBuf {
+    let dir = std::env::var_os("SVC_TEST_IMAGE").map_or_else(
+        || {
+            let bin = workspace_bin("svc");
+            let target = bin
+                .parent()
+                .and_then(Path::parent)
+                .expect("target directory");
+            target.join("images/base")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        dir.join("stamp").exists(),
+        "the sandboxes' base image {} is missing: build it with `cargo xtask images` (`cargo \
+         xtask test` does)",
+        dir.display()
+    );
+    dir
+}
+
 /// The installation.
 #[derive(Debug)]
 pub struct World {
@@ -63,6 +86,8 @@ pub struct World {
     pub dir: PathBuf,
     pub socket: PathBuf,
     pub config: PathBuf,
+    /// The cgroup svcd makes the sandboxes' cgroups under (unique to this world).
+    pub cgroup_parent: String,
     svcd: Option<Child>,
     outside_world: Child,
 }
@@ -196,6 +221,7 @@ impl World {
         std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
         let socket = dir.join("svcd.sock");
         let config = dir.join("svcd.toml");
+        let cgroup_parent = format!("svc-test/{}", unique("w"));
         std::fs::write(
             &config,
             format!(
@@ -216,7 +242,11 @@ upstreams = ["{DNS}"]
 extra_roots = ["{ca}"]
 [credentials]
 code_host_token_file = "{token}"
+[container]
+image = "{image}"
+cgroup_parent = "{cgroup_parent}"
 "#,
+                image = image_dir().display(),
                 state = dir.join("state").display(),
                 socket = socket.display(),
                 pins = pins.path.display(),
@@ -233,6 +263,7 @@ code_host_token_file = "{token}"
             dir,
             socket,
             config,
+            cgroup_parent,
             svcd: None,
             outside_world,
         };
@@ -352,9 +383,36 @@ code_host_token_file = "{token}"
         assert!(
             !std::path::Path::new(&format!("/proc/{pid}")).exists()
                 || std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                    .map(|c| !c.contains("sandbox-init"))
+                    .map(|c| !c.contains("tini"))
                     .unwrap_or(true),
             "the sandbox's init (pid {pid}) is still running"
+        );
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let sandbox_dir = w.dir.join("state/sandboxes").join(name);
+        assert!(
+            !mounts.contains(&sandbox_dir.display().to_string()),
+            "a mount under {} is left",
+            sandbox_dir.display()
+        );
+        for root in cgroup_roots() {
+            let cg = root.join(&w.cgroup_parent).join(name);
+            assert!(
+                !cg.exists(),
+                "the sandbox's cgroup {} is left",
+                cg.display()
+            );
+        }
+        let runc = Command::new("runc")
+            .arg("--root")
+            .arg(w.dir.join("state/runc"))
+            .args(["list", "-q"])
+            .output()
+            .expect("runc list");
+        assert!(
+            !String::from_utf8_lossy(&runc.stdout)
+                .lines()
+                .any(|l| l == name),
+            "the runtime still knows container {name}"
         );
         let pinned: Vec<String> = std::fs::read_dir(w.pins.path.join("links"))
             .map(|d| {
@@ -391,6 +449,37 @@ code_host_token_file = "{token}"
             !list.iter().any(|s| s["name"] == name),
             "the state row of {name} is left"
         );
+    }
+}
+
+/// The cgroup hierarchies a sandbox's cgroup may be made in (v2, or each v1 controller).
+pub fn cgroup_roots() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_path_buf()];
+    }
+    std::fs::read_dir(root)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("cgroup.procs").exists())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Remove `parent` (and its empty parents up to the root) from every hierarchy.
+fn remove_cgroups(parent: &str) {
+    for root in cgroup_roots() {
+        let mut p = root.join(parent);
+        while p != root {
+            if std::fs::remove_dir(&p).is_err() {
+                break;
+            }
+            if !p.pop() {
+                break;
+            }
+        }
     }
 }
 
@@ -442,6 +531,7 @@ impl Drop for World {
         }
         let _ = self.outside_world.kill();
         let _ = self.outside_world.wait();
+        remove_cgroups(&self.cgroup_parent);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

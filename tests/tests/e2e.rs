@@ -572,8 +572,8 @@ fn bad_requests_are_refused_with_clear_errors() {
     w.svc_ok(&["sandbox", "create", "dup"]);
     let again = w.svc(&["sandbox", "create", "dup"]);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
-    let pause = w.svc(&["sandbox", "pause", "dup"]);
-    assert!(String::from_utf8_lossy(&pause.stderr).contains("netns backend cannot pause"));
+    let fork = w.svc(&["sandbox", "fork", "dup"]);
+    assert!(String::from_utf8_lossy(&fork.stderr).contains("container backend cannot fork"));
     let upgrade = w.svc(&["supervisor-upgrade"]);
     let err = String::from_utf8_lossy(&upgrade.stderr);
     assert!(err.contains("R-7") && err.contains("--force"), "{err}");

@@ -5,6 +5,7 @@
 //! - `cargo xtask demo`: set up, then the main job: what a fenced guest can and cannot reach.
 
 mod demo;
+mod images;
 mod setup;
 mod test;
 mod ui;
@@ -24,6 +25,13 @@ struct Cli {
 enum Command {
     /// Install the prerequisites: Debian packages, nightly rust-src, bpf-linker, cargo-deny.
     Setup,
+    /// Build the sandboxes' base image from Debian packages (mmdebstrap with this machine's
+    /// apt sources) into OUT/base (default target/images/base); skipped when it is current.
+    Images {
+        /// Where to put the images (the container backend's `container.image` is OUT/base).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// Set up, then run every gate (fmt, clippy, deny) and every test, as CI does.
     Test {
         /// Extra arguments passed to `cargo test` (e.g. a test name filter).
@@ -102,10 +110,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Setup => setup::run(),
-        Command::Test { cargo_test_args } => {
-            setup::run().and_then(|()| test::run(&cargo_test_args))
+        Command::Test { cargo_test_args } => setup::for_tests()
+            .and_then(|()| images::build(&images::default_dir()))
+            .and_then(|()| test::run(&cargo_test_args)),
+        Command::Demo => setup::run()
+            .and_then(|()| images::build(&images::default_dir()))
+            .and_then(|()| demo::run()),
+        Command::Images { out } => {
+            setup::run().and_then(|()| images::build(&out.unwrap_or_else(images::default_dir)))
         }
-        Command::Demo => setup::run().and_then(|()| demo::run()),
         Command::Bench { which } => setup::run().and_then(|()| bench(&which)),
     };
     match result {

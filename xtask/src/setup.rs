@@ -40,21 +40,111 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "unshare, nsenter and setpriv: the netns sandbox backend",
     ),
     ("dnsperf", "the DNS guard benchmark's load generator"),
+    ("runc", "the OCI runtime of the container backend"),
+    (
+        "mmdebstrap",
+        "builds the sandboxes' base image from Debian packages (cargo xtask images)",
+    ),
+    (
+        "passwd",
+        "useradd and usermod: the sandbox user and its id range",
+    ),
 ];
+
+/// The system user whose subordinate id range the guests' ids map to.
+pub const SANDBOX_USER: &str = "svc-sandbox";
+/// Where its range starts when setup picks one (any free range of 65536 will do).
+const SANDBOX_RANGE_START: u32 = 200_000;
 
 /// bpf-linker release built against Debian's LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// cargo-deny release whose rust-version fits the machine's stable compiler.
 const CARGO_DENY_VERSION: &str = "0.18.9";
 
+/// What building svc and running the demo need.
 pub fn run() -> anyhow::Result<()> {
     ui::heading("set-up: prerequisites");
     require_root()?;
     debian_packages()?;
     nightly_rust_src()?;
     bpf_linker()?;
-    cargo_deny()?;
+    sandbox_user()?;
     Ok(())
+}
+
+/// What the tests need besides: the licence and advisory gate.
+pub fn for_tests() -> anyhow::Result<()> {
+    run()?;
+    cargo_deny()
+}
+
+/// The container backend's user (`svc-sandbox`) and its /etc/subuid and /etc/subgid range.
+fn sandbox_user() -> anyhow::Result<()> {
+    let exists = Command::new("id")
+        .arg(SANDBOX_USER)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !exists {
+        ui::run(Command::new("useradd").args([
+            "--system",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            SANDBOX_USER,
+        ]))?;
+    }
+    let owns = |file: &str| {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                f.len() == 3
+                    && f[0] == SANDBOX_USER
+                    && f[2].parse::<u32>().is_ok_and(|c| c >= 65536)
+            })
+    };
+    if owns("/etc/subuid") && owns("/etc/subgid") {
+        ui::ok(&format!("sandbox user {SANDBOX_USER} with its id range"));
+        return Ok(());
+    }
+    let start = free_range()?;
+    let range = format!("{start}-{}", start + 65535);
+    ui::run(Command::new("usermod").args([
+        "--add-subuids",
+        &range,
+        "--add-subgids",
+        &range,
+        SANDBOX_USER,
+    ]))?;
+    ui::ok(&format!(
+        "sandbox user {SANDBOX_USER}: guest ids map to host ids {range}"
+    ));
+    Ok(())
+}
+
+/// The first 65536 ids from [`SANDBOX_RANGE_START`] that no /etc/subuid or /etc/subgid line
+/// uses.
+fn free_range() -> anyhow::Result<u32> {
+    let mut used: Vec<(u64, u64)> = Vec::new();
+    for file in ["/etc/subuid", "/etc/subgid"] {
+        for l in std::fs::read_to_string(file).unwrap_or_default().lines() {
+            let f: Vec<&str> = l.split(':').collect();
+            if let (Some(s), Some(c)) = (
+                f.get(1).and_then(|s| s.parse::<u64>().ok()),
+                f.get(2).and_then(|c| c.parse::<u64>().ok()),
+            ) {
+                used.push((s, s + c));
+            }
+        }
+    }
+    let mut start = u64::from(SANDBOX_RANGE_START);
+    while let Some(&(_, end)) = used.iter().find(|(s, e)| start < *e && *s < start + 65536) {
+        start = end.div_ceil(65536) * 65536;
+    }
+    u32::try_from(start).context("no free subordinate id range below 2^32")
 }
 
 fn require_root() -> anyhow::Result<()> {

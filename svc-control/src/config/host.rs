@@ -38,6 +38,28 @@ pub struct HostConfigFile {
     pub proxy: ProxyFile,
     #[serde(default)]
     pub credentials: CredentialsFile,
+    #[serde(default)]
+    pub container: ContainerFile,
+}
+
+/// `[container]`: the container backend (the embedded default).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerFile {
+    /// The OCI runtime binary (runc 1.1 or later; a name is looked up on PATH).
+    pub runtime: Option<PathBuf>,
+    /// The base image: a directory holding `rootfs/` (made by `cargo xtask images`).
+    pub image: Option<PathBuf>,
+    /// The system user whose `/etc/subuid` and `/etc/subgid` range the guests' ids map to.
+    pub user: Option<String>,
+    /// The cgroup (relative to the hierarchy root) every sandbox's cgroup is made under.
+    pub cgroup_parent: Option<String>,
+    /// Memory limit per sandbox in MiB (0: no limit).
+    pub memory_mib: Option<u64>,
+    /// Process (task) limit per sandbox (0: no limit).
+    pub pids_max: Option<u64>,
+    /// CPU limit per sandbox, in CPUs (e.g. 1.5; 0: no limit).
+    pub cpus: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -108,6 +130,28 @@ pub mod defaults {
     pub const RESOLV_CONF: &str = "/etc/resolv.conf";
     pub const GUARD_PORT: u16 = 15353;
     pub const PROXY_PORT: u16 = 15443;
+    pub const CONTAINER_RUNTIME: &str = "runc";
+    pub const CONTAINER_IMAGE: &str = "/var/lib/svc/images/base";
+    pub const CONTAINER_USER: &str = "svc-sandbox";
+    pub const CGROUP_PARENT: &str = "svc";
+    pub const MEMORY_MIB: u64 = 4096;
+    pub const PIDS_MAX: u64 = 4096;
+    pub const CPUS: f64 = 2.0;
+}
+
+/// The container backend's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerConfig {
+    pub runtime: PathBuf,
+    pub image: PathBuf,
+    pub user: String,
+    pub cgroup_parent: String,
+    /// Bytes; 0: no limit.
+    pub memory_bytes: u64,
+    /// 0: no limit.
+    pub pids_max: u64,
+    /// Thousandths of a CPU; 0: no limit.
+    pub cpu_millis: u64,
 }
 
 /// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
@@ -141,6 +185,7 @@ pub struct HostConfig {
     pub proxy_extra_roots: Vec<PathBuf>,
     /// The host's code-host token file (`credentials.code_host_token_file`).
     pub code_host_token_file: Option<PathBuf>,
+    pub container: ContainerConfig,
 }
 
 impl Default for HostConfig {
@@ -366,6 +411,8 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
         }
     }
 
+    let container = container(f.container, &mut err);
+
     if errors.is_empty() {
         Ok(HostConfig {
             state_dir,
@@ -384,9 +431,97 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             proxy_port,
             proxy_extra_roots,
             code_host_token_file,
+            container,
         })
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+fn container(f: ContainerFile, err: &mut impl FnMut(&str, String)) -> ContainerConfig {
+    let image = f
+        .image
+        .unwrap_or_else(|| PathBuf::from(defaults::CONTAINER_IMAGE));
+    if !image.is_absolute() {
+        err(
+            "container.image",
+            format!("expected an absolute path, got {}", image.display()),
+        );
+    }
+    let user = f
+        .user
+        .unwrap_or_else(|| defaults::CONTAINER_USER.to_owned());
+    if user.is_empty()
+        || !user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+    {
+        err(
+            "container.user",
+            format!("expected a user name, got {user:?}"),
+        );
+    }
+    let cgroup_parent = f
+        .cgroup_parent
+        .unwrap_or_else(|| defaults::CGROUP_PARENT.to_owned());
+    if cgroup_parent.is_empty()
+        || cgroup_parent.starts_with('/')
+        || cgroup_parent
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        || !cgroup_parent
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b))
+    {
+        err(
+            "container.cgroup_parent",
+            format!(
+                "expected a relative cgroup path of letters, digits, '-', '_' and '.' such as \
+                 {:?}, got {cgroup_parent:?}",
+                defaults::CGROUP_PARENT
+            ),
+        );
+    }
+    let memory_mib = f.memory_mib.unwrap_or(defaults::MEMORY_MIB);
+    if memory_mib != 0 && memory_mib < 64 {
+        err(
+            "container.memory_mib",
+            format!("expected 0 (no limit) or at least 64 MiB, got {memory_mib}"),
+        );
+    }
+    let pids_max = f.pids_max.unwrap_or(defaults::PIDS_MAX);
+    if pids_max != 0 && pids_max < 16 {
+        err(
+            "container.pids_max",
+            format!("expected 0 (no limit) or at least 16, got {pids_max}"),
+        );
+    }
+    let cpus = f.cpus.unwrap_or(defaults::CPUS);
+    if !cpus.is_finite() || !(cpus == 0.0 || (0.01..=4096.0).contains(&cpus)) {
+        err(
+            "container.cpus",
+            format!("expected 0 (no limit) or a number of CPUs from 0.01, got {cpus}"),
+        );
+    }
+    ContainerConfig {
+        runtime: f
+            .runtime
+            .unwrap_or_else(|| PathBuf::from(defaults::CONTAINER_RUNTIME)),
+        image,
+        user,
+        cgroup_parent,
+        memory_bytes: memory_mib.saturating_mul(1024 * 1024),
+        pids_max,
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "checked above: finite, 0 or 0.01..=4096"
+        )]
+        cpu_millis: if cpus.is_finite() && cpus >= 0.0 {
+            (cpus * 1000.0).round() as u64
+        } else {
+            0
+        },
     }
 }
 

@@ -41,7 +41,7 @@ use crate::{
     dns::{Guard, GuardConfig, Upstream},
     policy::destination::{HostNetwork, fence_cidrs},
     proxy::{Proxy, ProxyConfig},
-    runtime::Netns,
+    runtime::Container,
 };
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -195,15 +195,25 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     // The sandboxes.
     let store = crate::store::Store::open(&host.state_dir)?;
     let links = Links::connect()?;
+    let backend = {
+        let (config, state_dir) = (host.container.clone(), host.state_dir.clone());
+        tokio::task::spawn_blocking(move || Container::new(&config, &state_dir))
+            .await
+            .context("preparing the container backend")??
+    };
+    info!(
+        uid = backend.ids().uid,
+        gid = backend.ids().gid,
+        "container backend ready: guest root is host uid {}",
+        backend.ids().uid
+    );
     let sup = Arc::new(Supervisor::new(
         SupervisorConfig { host: host.clone() },
         store,
         fence,
         nft,
         links,
-        Arc::new(Netns {
-            init: opts.exe.clone(),
-        }),
+        Arc::new(backend),
         registry,
         started,
     ));
@@ -470,6 +480,7 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
         (&Method::POST, ["sandboxes", name, op @ ("pause" | "resume" | "fork")]) => ctx
             .sup
             .lifecycle(name, op)
+            .await
             .map(|v| json(StatusCode::OK, &v)),
         (&Method::GET, ["events"]) => events_stream(&ctx, &query),
         (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
@@ -518,13 +529,10 @@ fn line<T: serde::Serialize>(v: &T) -> Bytes {
 }
 
 fn exec_stream(ctx: &Ctx, name: &str, req: &ExecRequest) -> Result<Response<Body>, Failure> {
-    let mut cmd = ctx.sup.exec_command(name, req)?;
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failure::internal(format!("running nsenter: {e}")))?;
+    let mut child = ctx.sup.exec(name, req, false)?;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let b64 = &base64::engine::general_purpose::STANDARD;
-    let pump = move |mut r: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    let pump = move |mut r: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
                      tx: mpsc::Sender<Bytes>,
                      out: bool| async move {
         let mut buf = vec![0u8; 64 * 1024];
@@ -548,13 +556,13 @@ fn exec_stream(ctx: &Ctx, name: &str, req: &ExecRequest) -> Result<Response<Body
     let out = child.stdout.take();
     let err = child.stderr.take();
     tokio::spawn(async move {
-        let a = out.map(|o| tokio::spawn(pump(Box::new(o), tx.clone(), true)));
-        let b = err.map(|e| tokio::spawn(pump(Box::new(e), tx.clone(), false)));
+        let a = out.map(|o| tokio::spawn(pump(o, tx.clone(), true)));
+        let b = err.map(|e| tokio::spawn(pump(e, tx.clone(), false)));
         let status = tokio::select! {
             s = child.wait() => s,
             () = tx.closed() => {
                 // The caller went away: the command goes too.
-                let _ = child.kill().await;
+                child.kill().await;
                 return;
             }
         };
@@ -562,9 +570,7 @@ fn exec_stream(ctx: &Ctx, name: &str, req: &ExecRequest) -> Result<Response<Body
             let _ = h.await;
         }
         let frame = match status {
-            Ok(s) => ExecFrame::Exit(s.code().unwrap_or_else(|| {
-                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
-            })),
+            Ok(code) => ExecFrame::Exit(code),
             Err(e) => ExecFrame::Error(e.to_string()),
         };
         let _ = tx.send(line(&frame)).await;

@@ -35,7 +35,10 @@ use crate::{
         request::SandboxPolicy,
     },
     proxy::{ProxySandbox, ca::SandboxCa, guest_trust},
-    runtime::{Backend, GuestCommand, GuestHandle, GuestSpec},
+    runtime::{
+        Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestSpec,
+        RuntimeError,
+    },
     store::{Store, StoreError},
 };
 
@@ -147,6 +150,8 @@ struct Live {
     env: Vec<(String, String)>,
     /// The mode in force on the link.
     mode: EgressMode,
+    /// Frozen by `svc sandbox pause`.
+    paused: bool,
 }
 
 /// Settings the daemon passes in.
@@ -295,8 +300,7 @@ impl Supervisor {
             Ok(view) => Ok(view),
             Err(f) => {
                 warn!(sandbox = %req.name, error = %f.message, "creation failed; removing what was built");
-                self.teardown(&req.name, id, None, &format!("svc{id}"))
-                    .await;
+                self.teardown(&req.name, id, &format!("svc{id}")).await;
                 let _ = self.store().delete(&req.name);
                 Err(f)
             }
@@ -443,23 +447,32 @@ impl Supervisor {
             SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?,
         );
         let dir = self.sandbox_dir(&name);
-        let files = write_guest_files(&dir, gateway, &ca.ca_pem())
+        let files = write_guest_files(&dir, &name, gateway, &ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
-        let guest_handle = self
+        let started = self
             .backend
-            .start(&GuestSpec {
-                name: name.clone(),
-                dir: dir.clone(),
-                files,
-            })
+            .start(
+                &GuestSpec {
+                    name: name.clone(),
+                    dir: dir.clone(),
+                    files,
+                },
+                &SandboxLinks {
+                    links: &self.links,
+                    link: &link,
+                    gateway,
+                    guest,
+                },
+            )
             .await
             .map_err(|e| Failure::internal(e.to_string()))?;
+        let guest_handle = started.guest;
         let mut live = Live {
             name: name.clone(),
             id,
             envelope: envelope.clone(),
-            guest: guest_handle,
-            ifindex: 0,
+            guest: guest_handle.clone(),
+            ifindex: started.ifindex,
             created_at,
             created,
             secrets: req
@@ -471,11 +484,10 @@ impl Supervisor {
             policy: Arc::new(plan.policy),
             env: Vec::new(),
             mode: EgressMode::Curated,
+            paused: false,
         };
         live.env = guest_env(&live);
-        // Record the guest at once, so a failure from here on can stop it.
         self.live().insert(name.clone(), live.clone());
-        live.ifindex = self.plumb(&link, guest_handle, gateway, guest).await?;
         let secret_values: HashMap<String, String> = req
             .secrets
             .iter()
@@ -502,48 +514,9 @@ impl Supervisor {
             Some(&name),
             serde_json::json!({"id": id, "mode": view.mode, "link": link}),
         );
-        // No workspace configuration to wait for on the netns backend: ready now.
+        // No workspace configuration to wait for yet: ready now.
         self.event("workspace.ready", Some(&name), serde_json::json!({}));
         Ok(view)
-    }
-
-    /// The guest's link: a veth whose host end `link` carries the fence.
-    async fn plumb(
-        &self,
-        link: &str,
-        guest: GuestHandle,
-        gateway: Ipv4Addr,
-        addr: Ipv4Addr,
-    ) -> Result<u32, Failure> {
-        let peer = format!("{link}g");
-        let net = |e: dataplane::DataplaneError| Failure::internal(e.to_string());
-        let ifindex = self.links.create_veth(link, &peer).await.map_err(net)?;
-        let peer_index = self
-            .links
-            .ifindex(&peer)
-            .await
-            .map_err(net)?
-            .ok_or_else(|| Failure::internal(format!("{peer} vanished")))?;
-        let ns = std::fs::File::open(guest.netns())
-            .map_err(|e| Failure::internal(format!("{}: {e}", guest.netns().display())))?;
-        self.links
-            .move_to_netns(peer_index, &ns)
-            .await
-            .map_err(net)?;
-        let netns = guest.netns();
-        let guest_net =
-            IpNet::V4(Ipv4Net::new(addr, 30).map_err(|e| Failure::internal(e.to_string()))?);
-        tokio::task::spawn_blocking(move || {
-            dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
-        })
-        .await
-        .map_err(|e| Failure::internal(e.to_string()))?
-        .map_err(net)?;
-        let gw_net =
-            IpNet::V4(Ipv4Net::new(gateway, 30).map_err(|e| Failure::internal(e.to_string()))?);
-        self.links.add_address(ifindex, gw_net).await.map_err(net)?;
-        self.links.up(ifindex).await.map_err(net)?;
-        Ok(ifindex)
     }
 
     /// Put the sandbox's policy on its link (fence record, attach) and in the registry.
@@ -646,13 +619,7 @@ impl Supervisor {
             .find(|r| r.name == name)
             .ok_or_else(|| Failure::not_found(name))?;
         self.store().set_destroying(name)?;
-        let guest = row
-            .pid
-            .zip(row.pid_start)
-            .map(|(pid, start)| GuestHandle { pid, start });
-        let removed = self
-            .teardown(name, row.id, guest, &format!("svc{}", row.id))
-            .await;
+        let removed = self.teardown(name, row.id, &format!("svc{}", row.id)).await;
         self.store().delete(name)?;
         info!(sandbox = %name, "sandbox destroyed");
         self.event("sandbox.destroyed", Some(name), serde_json::json!({}));
@@ -665,13 +632,7 @@ impl Supervisor {
     /// Remove everything of a sandbox, best effort, in the order that keeps the fence closed:
     /// registry (no more DNS answers, no proxy), fence record (the link drops everything),
     /// processes, link, nftables, files. Returns what was removed.
-    async fn teardown(
-        &self,
-        name: &str,
-        id: u32,
-        guest: Option<GuestHandle>,
-        link: &str,
-    ) -> Vec<String> {
+    async fn teardown(&self, name: &str, id: u32, link: &str) -> Vec<String> {
         let mut removed = Vec::new();
         self.registry.remove(id);
         self.registry.unbind(id);
@@ -680,7 +641,6 @@ impl Supervisor {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(name);
         let live = self.live().remove(name);
-        let guest = guest.or(live.as_ref().map(|l| l.guest));
         let ifindex = match live.as_ref().map(|l| l.ifindex).filter(|i| *i != 0) {
             Some(i) => Some(i),
             None => self.links.ifindex(link).await.ok().flatten(),
@@ -699,11 +659,9 @@ impl Supervisor {
                 Err(e) => warn!(sandbox = %name, error = %e, "detaching the fence"),
             }
         }
-        if let Some(g) = guest {
-            match self.backend.stop(g).await {
-                Ok(()) => removed.push(format!("processes (init pid {})", g.pid)),
-                Err(e) => warn!(sandbox = %name, error = %e, "stopping the guest"),
-            }
+        match self.backend.stop(name, &self.sandbox_dir(name)).await {
+            Ok(parts) => removed.extend(parts),
+            Err(e) => warn!(sandbox = %name, error = %e, "stopping the guest"),
         }
         if let Some(ifindex) = self.links.ifindex(link).await.ok().flatten() {
             match self.links.delete(ifindex).await {
@@ -764,10 +722,12 @@ impl Supervisor {
         SandboxView {
             name: l.name.clone(),
             id: l.id,
-            state: if self.backend.alive(l.guest) {
-                "running".into()
-            } else {
+            state: if !self.backend.alive(&l.guest) {
                 "dead".into()
+            } else if l.paused {
+                "paused".into()
+            } else {
+                "running".into()
             },
             backend: l.envelope.backend.clone(),
             mode: match l.mode {
@@ -793,18 +753,24 @@ impl Supervisor {
         }
     }
 
-    /// A process for `svc sandbox exec`.
-    pub fn exec_command(
+    /// Start a command for `svc sandbox exec`; `stdin` gives it a standard input.
+    pub fn exec(
         &self,
         name: &str,
         req: &api::ExecRequest,
-    ) -> Result<tokio::process::Command, Failure> {
+        stdin: bool,
+    ) -> Result<ExecHandle, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
-        let (guest, mut env) = {
+        let (guest, mut env, paused) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
-            (l.guest, l.env.clone())
+            (l.guest.clone(), l.env.clone(), l.paused)
         };
+        if paused {
+            return Err(Failure::unsupported(format!(
+                "sandbox {name:?} is paused: `svc sandbox resume {name}` first"
+            )));
+        }
         if req.argv.is_empty() {
             return Err(Failure::bad(
                 "exec needs a command: svc sandbox exec NAME -- CMD…",
@@ -817,31 +783,55 @@ impl Supervisor {
         }
         env.extend(req.env.iter().cloned());
         self.backend
-            .command(
-                guest,
+            .exec(
+                &guest,
                 &GuestCommand {
                     argv: req.argv.clone(),
                     env,
                     cwd: req.cwd.clone(),
+                    stdin,
                 },
             )
-            .map_err(|e| Failure::unsupported(e.to_string()))
+            .map_err(|e| match e {
+                RuntimeError::NotRunning => Failure::unsupported(format!(
+                    "sandbox {name:?} is not running (its processes are gone): destroy it"
+                )),
+                other => Failure::internal(other.to_string()),
+            })
     }
 
     /// pause / resume / fork: the backend says whether it can.
-    pub fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
+    pub async fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
         let guest = {
             let live = self.live();
             live.get(name)
                 .ok_or_else(|| Failure::not_found(name))?
                 .guest
+                .clone()
         };
         let r = match op {
-            "pause" => self.backend.pause(guest),
-            "resume" => self.backend.resume(guest),
-            _ => self.backend.fork(guest),
+            "pause" => self.backend.pause(&guest).await,
+            "resume" => self.backend.resume(&guest).await,
+            _ => self.backend.fork(&guest),
         };
-        r.map_err(|e| Failure::unsupported(e.to_string()))?;
+        r.map_err(|e| match e {
+            RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
+            other => Failure::internal(other.to_string()),
+        })?;
+        if let Some(l) = self.live().get_mut(name) {
+            match op {
+                "pause" => l.paused = true,
+                "resume" => l.paused = false,
+                _ => {}
+            }
+        }
+        let kind = match op {
+            "pause" => "sandbox.paused",
+            "resume" => "sandbox.resumed",
+            _ => "sandbox.forked",
+        };
+        self.event(kind, Some(name), serde_json::json!({}));
         self.show(name)
     }
 
@@ -854,11 +844,7 @@ impl Supervisor {
         for row in rows {
             if row.state != "running" {
                 warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
-                let guest = row
-                    .pid
-                    .zip(row.pid_start)
-                    .map(|(pid, start)| GuestHandle { pid, start });
-                self.teardown(&row.name, row.id, guest, &format!("svc{}", row.id))
+                self.teardown(&row.name, row.id, &format!("svc{}", row.id))
                     .await;
                 let _ = self.store().delete(&row.name);
                 continue;
@@ -891,7 +877,11 @@ impl Supervisor {
         let guest = row
             .pid
             .zip(row.pid_start)
-            .map(|(pid, start)| GuestHandle { pid, start })
+            .map(|(pid, start)| GuestHandle {
+                name: row.name.clone(),
+                pid,
+                start,
+            })
             .ok_or_else(|| Failure::internal("no guest recorded"))?;
         let (Some(cert), Some(key)) = (&row.ca_cert, &row.ca_key) else {
             return Err(Failure::internal("no CA recorded"));
@@ -902,7 +892,7 @@ impl Supervisor {
         );
         let policy = self.policy_from(&envelope)?;
         let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
-        let alive = self.backend.alive(guest);
+        let alive = self.backend.alive(&guest);
         let ifindex = self
             .links
             .ifindex(&envelope.link)
@@ -927,6 +917,7 @@ impl Supervisor {
             policy: Arc::new(policy),
             env: Vec::new(),
             mode: EgressMode::Curated,
+            paused: false,
         };
         live.env = guest_env(&live);
         if !alive || ifindex == 0 {
@@ -1007,7 +998,7 @@ impl Supervisor {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             live.values()
-                .filter(|l| !self.backend.alive(l.guest) && dead.insert(l.name.clone()))
+                .filter(|l| !self.backend.alive(&l.guest) && dead.insert(l.name.clone()))
                 .map(|l| (l.name.clone(), l.ifindex))
                 .collect()
         };
@@ -1106,12 +1097,6 @@ fn guest_env(l: &Live) -> Vec<(String, String)> {
     .collect();
     env.push(("SVC_SANDBOX".into(), l.name.clone()));
     for (k, v) in guest_trust::guest_env() {
-        // On the netns backend the CA is in the bundle only (the host's file tree is shared).
-        let v = if k == "NODE_EXTRA_CA_CERTS" {
-            guest_trust::GUEST_BUNDLE
-        } else {
-            v
-        };
         env.push((k.to_owned(), v.to_owned()));
     }
     if l.envelope.egress == EgressChoice::Curated {
@@ -1120,10 +1105,11 @@ fn guest_env(l: &Live) -> Vec<(String, String)> {
     env
 }
 
-/// The files bind-mounted into the guest: its resolv.conf (the gateway is its only resolver)
-/// and the CA bundle (the host's roots plus the sandbox CA).
+/// The files the guest sees read-only: its resolv.conf (the gateway is its only resolver), its
+/// hosts file, the CA bundle (the host's roots plus the sandbox CA) and the CA alone.
 fn write_guest_files(
     dir: &std::path::Path,
+    name: &str,
     gateway: Ipv4Addr,
     ca_pem: &str,
 ) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
@@ -1134,6 +1120,11 @@ fn write_guest_files(
         .create(dir)?;
     let resolv = dir.join("resolv.conf");
     std::fs::write(&resolv, format!("nameserver {gateway}\noptions edns0\n"))?;
+    let hosts = dir.join("hosts");
+    std::fs::write(
+        &hosts,
+        format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{name}\n"),
+    )?;
     let root = dir.join("root");
     let bundle = root.join(guest_trust::GUEST_BUNDLE.trim_start_matches('/'));
     if let Some(parent) = bundle.parent() {
@@ -1142,8 +1133,67 @@ fn write_guest_files(
     let system = std::fs::read(guest_trust::GUEST_BUNDLE).unwrap_or_default();
     std::fs::write(&bundle, system)?;
     guest_trust::install(&root, ca_pem).map_err(std::io::Error::other)?;
+    let ca_file = root.join(guest_trust::GUEST_CA_FILE.trim_start_matches('/'));
     Ok(vec![
         (resolv, PathBuf::from("/etc/resolv.conf")),
+        (hosts, PathBuf::from("/etc/hosts")),
         (bundle, PathBuf::from(guest_trust::GUEST_BUNDLE)),
+        (ca_file, PathBuf::from(guest_trust::GUEST_CA_FILE)),
     ])
+}
+
+/// How a sandbox's guest is plugged into its link: a veth whose host end `link` carries the
+/// fence, its guest end moved into the guest's network namespace as `eth0`.
+struct SandboxLinks<'a> {
+    links: &'a Links,
+    link: &'a str,
+    gateway: Ipv4Addr,
+    guest: Ipv4Addr,
+}
+
+impl GuestLinks for SandboxLinks<'_> {
+    fn attach<'a>(
+        &'a self,
+        netns: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<u32, RuntimeError>> {
+        Box::pin(async move {
+            let err = |m: String| RuntimeError::Start {
+                name: self.link.to_owned(),
+                message: format!("plugging in the link: {m}"),
+            };
+            let net = |e: dataplane::DataplaneError| err(e.to_string());
+            let peer = format!("{}g", self.link);
+            let ifindex = self
+                .links
+                .create_veth(self.link, &peer)
+                .await
+                .map_err(net)?;
+            let peer_index = self
+                .links
+                .ifindex(&peer)
+                .await
+                .map_err(net)?
+                .ok_or_else(|| err(format!("{peer} vanished")))?;
+            let ns =
+                std::fs::File::open(netns).map_err(|e| err(format!("{}: {e}", netns.display())))?;
+            self.links
+                .move_to_netns(peer_index, &ns)
+                .await
+                .map_err(net)?;
+            let guest_net =
+                IpNet::V4(Ipv4Net::new(self.guest, 30).map_err(|e| err(e.to_string()))?);
+            let netns = netns.to_path_buf();
+            let gateway = self.gateway;
+            tokio::task::spawn_blocking(move || {
+                dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
+            })
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .map_err(net)?;
+            let gw_net = IpNet::V4(Ipv4Net::new(self.gateway, 30).map_err(|e| err(e.to_string()))?);
+            self.links.add_address(ifindex, gw_net).await.map_err(net)?;
+            self.links.up(ifindex).await.map_err(net)?;
+            Ok(ifindex)
+        })
+    }
 }

@@ -1,30 +1,35 @@
-//! Sandbox backends behind one trait. `netns` (namespaces on the host) is the embedded default
-//! for development, tests and trusted builds; it is not a boundary for hostile code: the
-//! guest shares the host kernel and runs as root in its namespaces. The microvm backend is the
-//! boundary.
+//! Sandbox backends behind one trait. Each backend owns how its guest starts, how the guest is
+//! plugged into its host link (through [`GuestLinks`], which svcd implements over `dataplane`),
+//! how commands run in it ([`ExecHandle`]) and how it stops.
 //!
-//! A backend starts and stops the guest and runs commands in it. It knows nothing of the fence:
-//! svcd plugs the guest's network in through [`GuestHandle::netns`].
+//! `container` is the embedded default: an OCI runtime (runc) runs each sandbox unprivileged —
+//! a user namespace whose root is an unprivileged host id, its own root file system, reduced
+//! capabilities, a seccomp filter, cgroup limits. The guest shares the host's kernel; the
+//! microvm backend (a guest kernel of its own) is the stronger boundary.
 
-mod netns;
+pub mod container;
 
 use std::{future::Future, path::PathBuf, pin::Pin};
 
-pub use netns::{Netns, sandbox_init};
+pub use container::Container;
 
 /// What a backend needs to start a guest.
 #[derive(Debug, Clone)]
 pub struct GuestSpec {
+    /// The sandbox's name (also the guest's hostname and the runtime's container id).
     pub name: String,
-    /// The sandbox's directory on the host (svcd's state dir); the backend keeps its log here.
+    /// The sandbox's directory on the host (under svcd's state dir); the backend keeps its
+    /// bundle and logs here, and removes it with the sandbox.
     pub dir: PathBuf,
-    /// Files bind-mounted over the guest's own: (host file, guest path).
+    /// Host files the guest sees read-only: (host file, guest path).
     pub files: Vec<(PathBuf, PathBuf)>,
 }
 
 /// A running guest, as svcd stores it to find it again after a restart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestHandle {
+    /// The sandbox's name (the runtime's container id).
+    pub name: String,
     /// Host pid of the guest's init.
     pub pid: u32,
     /// Its start time (clock ticks since boot, `/proc/PID/stat` field 22), so a reused pid is
@@ -32,11 +37,20 @@ pub struct GuestHandle {
     pub start: u64,
 }
 
-impl GuestHandle {
-    /// The guest's network namespace.
-    pub fn netns(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/ns/net", self.pid))
-    }
+/// What the backend asks of svcd while it starts a guest: plug the guest's network namespace
+/// into the sandbox's host link (the one the fence sits on).
+pub trait GuestLinks: Send + Sync {
+    /// Move the guest end of the sandbox's link into the network namespace at `netns` and
+    /// configure both ends; returns the host end's ifindex.
+    fn attach<'a>(&'a self, netns: &'a std::path::Path)
+    -> BoxFuture<'a, Result<u32, RuntimeError>>;
+}
+
+/// A started guest and its host link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    pub guest: GuestHandle,
+    pub ifindex: u32,
 }
 
 /// A command to run in a guest.
@@ -45,6 +59,69 @@ pub struct GuestCommand {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<String>,
+    /// Give the command a standard input (else it reads end of file at once).
+    pub stdin: bool,
+}
+
+/// A command running in a guest: its streams and how it ends.
+pub struct ExecHandle {
+    pub stdin: Option<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    pub stdout: Option<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
+    pub stderr: Option<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
+    child: tokio::process::Child,
+}
+
+impl std::fmt::Debug for ExecHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecHandle")
+            .field("pid", &self.child.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecHandle {
+    /// A handle over a host process that runs the command in the guest (the runtime's `exec`).
+    fn from_child(mut child: tokio::process::Child) -> Self {
+        Self {
+            stdin: child
+                .stdin
+                .take()
+                .map(|s| Box::pin(s) as Pin<Box<dyn tokio::io::AsyncWrite + Send>>),
+            stdout: child
+                .stdout
+                .take()
+                .map(|s| Box::pin(s) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
+            stderr: child
+                .stderr
+                .take()
+                .map(|s| Box::pin(s) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
+            child,
+        }
+    }
+
+    /// Wait for the command; its exit code (128 + signal when a signal ended it).
+    pub async fn wait(&mut self) -> Result<i32, RuntimeError> {
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| RuntimeError::Exec(format!("waiting for the command: {e}")))?;
+        Ok(status.code().unwrap_or_else(|| {
+            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+        }))
+    }
+
+    /// Send `signal` to the command (the runtime's exec forwards it into the guest).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// End the command now.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
 }
 
 /// Errors of a backend.
@@ -58,12 +135,20 @@ pub enum RuntimeError {
         operation: &'static str,
         hint: &'static str,
     },
-    #[error("stopping guest pid {pid}: {message}")]
-    Stop { pid: u32, message: String },
+    #[error("stopping the guest of {name}: {message}")]
+    Stop { name: String, message: String },
     #[error("the guest is not running")]
     NotRunning,
     #[error("{0}")]
     Exec(String),
+    #[error("{operation} the guest of {name}: {message}")]
+    Lifecycle {
+        operation: &'static str,
+        name: String,
+        message: String,
+    },
+    #[error("the container backend cannot start: {0}")]
+    Setup(String),
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -71,26 +156,38 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A sandbox backend.
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
-    fn start<'a>(&'a self, spec: &'a GuestSpec)
-    -> BoxFuture<'a, Result<GuestHandle, RuntimeError>>;
+    /// Start the guest and plug it into its link through `links`.
+    fn start<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        links: &'a dyn GuestLinks,
+    ) -> BoxFuture<'a, Result<Started, RuntimeError>>;
     /// Whether the guest still runs (and is the one started).
-    fn alive(&self, guest: GuestHandle) -> bool;
-    /// Stop the guest and everything in it.
-    fn stop(&self, guest: GuestHandle) -> BoxFuture<'_, Result<(), RuntimeError>>;
-    /// A process running `cmd` inside the guest, stdout and stderr piped, stdin null.
-    fn command(
-        &self,
-        guest: GuestHandle,
-        cmd: &GuestCommand,
-    ) -> Result<tokio::process::Command, RuntimeError>;
-    fn pause(&self, _guest: GuestHandle) -> Result<(), RuntimeError> {
-        Err(self.unsupported("pause"))
+    fn alive(&self, guest: &GuestHandle) -> bool;
+    /// Stop the guest of sandbox `name` and remove what the backend made for it under `dir`.
+    /// Safe to call for a guest that never started or is already gone.
+    fn stop<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>>;
+    /// Run `cmd` inside the guest.
+    fn exec(&self, guest: &GuestHandle, cmd: &GuestCommand) -> Result<ExecHandle, RuntimeError>;
+    fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
+    fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
+    fn fork(&self, _guest: &GuestHandle) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unsupported {
+            backend: self.name(),
+            operation: "fork",
+            hint: " (a container's memory cannot be snapshotted; the microvm backend will)",
+        })
     }
-    fn resume(&self, _guest: GuestHandle) -> Result<(), RuntimeError> {
-        Err(self.unsupported("resume"))
-    }
-    fn fork(&self, _guest: GuestHandle) -> Result<(), RuntimeError> {
-        Err(self.unsupported("fork"))
-    }
-    fn unsupported(&self, operation: &'static str) -> RuntimeError;
+}
+
+/// `/proc/PID/stat` field 22 (start time), if the process exists.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }

@@ -1,8 +1,7 @@
 //! svcd, the host supervisor.
 //!
 //! `svcd run` is the supervisor: the API socket, the sandboxes, the fence, the DNS guard and the
-//! proxy. `svcd fence …` are the operator's fence tools on the pinned objects. `svcd
-//! sandbox-init` is the PID 1 of a netns sandbox (svcd starts it; not for people).
+//! proxy. `svcd fence …` are the operator's fence tools on the pinned objects.
 #![forbid(unsafe_code)]
 
 mod fence_run;
@@ -46,18 +45,6 @@ enum Command {
         /// Seconds in-flight API calls get at shutdown.
         #[arg(long, default_value_t = 10)]
         grace: u64,
-    },
-    /// PID 1 of a netns sandbox (started by svcd).
-    #[command(hide = true)]
-    SandboxInit {
-        #[arg(long)]
-        hostname: String,
-        /// HOST_FILE=GUEST_PATH bind mounts.
-        #[arg(long)]
-        bind: Vec<String>,
-        /// Directories that get an empty tmpfs.
-        #[arg(long)]
-        tmpfs: Vec<String>,
     },
     /// Inspect and operate the eBPF fence directly (operator diagnostics).
     #[command(subcommand)]
@@ -116,20 +103,6 @@ struct PinArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::SandboxInit {
-        hostname,
-        bind,
-        tmpfs,
-    } = &cli.command
-    {
-        return match svc_control::runtime::sandbox_init(hostname, bind, tmpfs) {
-            Ok(never) => match never {},
-            Err(e) => {
-                eprintln!("sandbox-init: {e}");
-                ExitCode::from(1)
-            }
-        };
-    }
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
         return ExitCode::from(64);
@@ -144,7 +117,6 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Fence(cmd) => fence(cmd, &host.pin_dir),
         Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
-        Command::SandboxInit { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,353 @@
+//! The container backend (the embedded default): each sandbox is an OCI container run by runc.
+//!
+//! - **ids**: a user namespace maps guest ids 0..65535 to the host range of a dedicated system
+//!   user (`/etc/subuid`, `/etc/subgid`); guest root is an unprivileged host id.
+//! - **files**: its own root file system, an overlay of the shared base image (shifted into
+//!   that id range once) and a writable layer of its own; no host path but the read-only files
+//!   svcd declares (resolv.conf, the CA bundle); private /tmp, /dev, /dev/shm; an empty
+//!   read-only /sys; /proc with the runtimes' usual masked and read-only paths.
+//! - **privileges**: `no_new_privs`, the short capability list of [`oci::CAPABILITIES`], the
+//!   seccomp filter of [`seccomp`].
+//! - **resources**: a cgroup per sandbox with memory, pids and CPU limits.
+//! - **network**: a network namespace of its own, owned by the guest's user namespace, into
+//!   which svcd moves the guest end of the sandbox's link between the runtime's `create` and
+//!   `start` (the order CNI plugins use). The guest has no CAP_NET_ADMIN there, so it cannot
+//!   change its address, routes or link.
+//!
+//! Why runc: it is the reference OCI runtime, packaged by Debian, and handles both cgroup
+//! layouts (pure v2 and the hybrid v1 + v2 layout; crun 1.8 refuses the hybrid one). It is
+//! driven through its command line, so no runtime code runs inside svcd.
+
+mod cgroup;
+pub mod oci;
+pub mod rootfs;
+pub mod seccomp;
+
+use std::{
+    fs::Permissions,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use tokio::process::Command;
+
+use super::{
+    Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestSpec, RuntimeError,
+    Started, start_time,
+};
+use crate::config::host::ContainerConfig;
+
+/// The guest's init: reaps orphans and passes signals on, as PID 1 must.
+pub const INIT: [&str; 4] = ["/usr/bin/tini", "--", "/bin/sleep", "infinity"];
+
+/// How long one runtime command may take.
+const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The container backend.
+#[derive(Debug, Clone)]
+pub struct Container {
+    runtime: PathBuf,
+    /// The runtime's state directory (`runc --root`).
+    state: PathBuf,
+    /// The shifted base image every sandbox's overlay lies on.
+    lower: PathBuf,
+    ids: rootfs::IdRange,
+    cgroup_parent: String,
+    limits: oci::Limits,
+}
+
+impl Container {
+    /// Check the host and prepare the image (a copy shifted into the id range, made once per
+    /// image build): blocking, seconds the first time.
+    pub fn new(config: &ContainerConfig, state_dir: &Path) -> Result<Self, RuntimeError> {
+        let runtime = find_program(&config.runtime).ok_or_else(|| {
+            RuntimeError::Setup(format!(
+                "the OCI runtime {} is not installed (apt-get install runc; or set svcd.toml \
+                 container.runtime)",
+                config.runtime.display()
+            ))
+        })?;
+        let ids = rootfs::id_range(
+            &config.user,
+            Path::new("/etc/subuid"),
+            Path::new("/etc/subgid"),
+        )?;
+        let limits = oci::Limits {
+            memory_bytes: config.memory_bytes,
+            pids_max: config.pids_max,
+            cpu_millis: config.cpu_millis,
+        };
+        cgroup::check(Path::new("/sys/fs/cgroup"), &limits).map_err(RuntimeError::Setup)?;
+        let lower = rootfs::shifted_image(&config.image, ids)?;
+        if !lower.join(INIT[0].trim_start_matches('/')).exists() {
+            return Err(RuntimeError::Setup(format!(
+                "the base image {} has no {} (the guest's init): rebuild it with `cargo xtask \
+                 images`",
+                config.image.display(),
+                INIT[0]
+            )));
+        }
+        // The runtime sets up a guest's root file system as the guest's ids: they must be able
+        // to pass through (not list) svcd's state directory to the sandboxes' bundles. Each
+        // sandbox's own directory is open to its guest's root group only (see `start`).
+        for dir in [state_dir.to_path_buf(), state_dir.join("sandboxes")] {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::set_permissions(&dir, Permissions::from_mode(0o711)))
+                .map_err(|e| RuntimeError::Setup(format!("{}: {e}", dir.display())))?;
+        }
+        Ok(Self {
+            runtime,
+            state: state_dir.join("runc"),
+            lower,
+            ids,
+            cgroup_parent: config.cgroup_parent.clone(),
+            limits,
+        })
+    }
+
+    /// The host ids the guests' root maps to.
+    pub fn ids(&self) -> rootfs::IdRange {
+        self.ids
+    }
+
+    fn runc(&self) -> Command {
+        let mut c = Command::new(&self.runtime);
+        c.arg("--root").arg(&self.state);
+        c.stdin(Stdio::null()).kill_on_drop(true);
+        c
+    }
+
+    /// Run a runtime command to its end; its stderr on failure.
+    async fn run(&self, args: &[&str]) -> Result<(), String> {
+        let mut c = self.runc();
+        c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+        let out = tokio::time::timeout(RUNTIME_TIMEOUT, c.output())
+            .await
+            .map_err(|_| format!("runc {} timed out", args.join(" ")))?
+            .map_err(|e| format!("running {}: {e}", self.runtime.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(runc_error(&out.stderr))
+        }
+    }
+
+    async fn create(&self, spec: &GuestSpec) -> Result<GuestHandle, String> {
+        let layers = rootfs::Layers::under(&spec.dir);
+        layers.mount(&self.lower, self.ids)?;
+        let bundle = spec.dir.join("bundle");
+        let uid_map = oci::IdMapping {
+            container_id: 0,
+            host_id: self.ids.uid,
+            size: rootfs::ID_COUNT,
+        };
+        let config = oci::sandbox(&oci::SandboxBundle {
+            hostname: &spec.name,
+            uid_map,
+            gid_map: oci::IdMapping {
+                host_id: self.ids.gid,
+                ..uid_map
+            },
+            files: &spec.files,
+            init: INIT.iter().map(|s| (*s).to_owned()).collect(),
+            cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
+            limits: self.limits,
+        });
+        let json = serde_json::to_vec_pretty(&config).map_err(|e| e.to_string())?;
+        std::fs::write(bundle.join("config.json"), json)
+            .map_err(|e| format!("writing {}/config.json: {e}", bundle.display()))?;
+        let log = std::fs::File::create(spec.dir.join("init.log"))
+            .map_err(|e| format!("init.log: {e}"))?;
+        let pid_file = spec.dir.join("init.pid");
+        let runc_log = spec.dir.join("runc.log");
+        let mut c = self.runc();
+        c.arg("--log")
+            .arg(&runc_log)
+            .arg("create")
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(&spec.name)
+            // The guest's init keeps its standard output and error: its log file, never a pipe
+            // of svcd's (a pipe would stay open as long as the guest runs).
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status())
+            .await
+            .map_err(|_| "runc create timed out".to_owned())?
+            .map_err(|e| format!("running {}: {e}", self.runtime.display()))?;
+        if !status.success() {
+            let said = std::fs::read(&runc_log).unwrap_or_default();
+            return Err(format!("runc create: {}", runc_error(&said)));
+        }
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .map_err(|e| format!("{}: {e}", pid_file.display()))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{}: {e}", pid_file.display()))?;
+        let start = start_time(pid).ok_or("the guest's init vanished")?;
+        Ok(GuestHandle {
+            name: spec.name.clone(),
+            pid,
+            start,
+        })
+    }
+}
+
+/// The last error line runc printed (it logs `time=… level=error msg="…"`).
+fn runc_error(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    line.split_once("msg=")
+        .map_or(line, |(_, m)| m)
+        .trim()
+        .trim_matches('"')
+        .replace("\\\"", "\"")
+}
+
+/// `program` as given if it is a path, else the first match on PATH.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.exists().then(|| program.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+impl Backend for Container {
+    fn name(&self) -> &'static str {
+        "container"
+    }
+
+    fn start<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        links: &'a dyn GuestLinks,
+    ) -> BoxFuture<'a, Result<Started, RuntimeError>> {
+        Box::pin(async move {
+            let err = |message: String| RuntimeError::Start {
+                name: spec.name.clone(),
+                message,
+            };
+            std::fs::create_dir_all(&spec.dir)
+                .and_then(|()| std::os::unix::fs::chown(&spec.dir, Some(0), Some(self.ids.gid)))
+                .and_then(|()| std::fs::set_permissions(&spec.dir, Permissions::from_mode(0o710)))
+                .map_err(|e| err(format!("{}: {e}", spec.dir.display())))?;
+            let guest = self.create(spec).await.map_err(err)?;
+            // The container waits in `create`: plug its network in before anything runs.
+            let netns = PathBuf::from(format!("/proc/{}/ns/net", guest.pid));
+            let ifindex = links.attach(&netns).await?;
+            self.run(&["start", &spec.name])
+                .await
+                .map_err(|e| err(format!("runc start: {e}")))?;
+            Ok(Started { guest, ifindex })
+        })
+    }
+
+    fn alive(&self, guest: &GuestHandle) -> bool {
+        start_time(guest.pid) == Some(guest.start)
+    }
+
+    fn stop<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a Path,
+    ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>> {
+        Box::pin(async move {
+            let err = |message: String| RuntimeError::Stop {
+                name: name.to_owned(),
+                message,
+            };
+            let mut removed = Vec::new();
+            match self.run(&["delete", "--force", name]).await {
+                Ok(()) => removed.push("container (processes, cgroup)".to_owned()),
+                Err(e) if e.contains("does not exist") || e.contains("not exist") => {}
+                Err(e) => return Err(err(format!("runc delete: {e}"))),
+            }
+            if rootfs::Layers::under(dir).unmount().map_err(err)? {
+                removed.push("root file system overlay".to_owned());
+            }
+            Ok(removed)
+        })
+    }
+
+    fn exec(&self, guest: &GuestHandle, cmd: &GuestCommand) -> Result<ExecHandle, RuntimeError> {
+        if !self.alive(guest) {
+            return Err(RuntimeError::NotRunning);
+        }
+        let Some(first) = cmd.argv.first() else {
+            return Err(RuntimeError::Exec("no command given".into()));
+        };
+        if first.is_empty() {
+            return Err(RuntimeError::Exec("the command name is empty".into()));
+        }
+        let mut c = self.runc();
+        c.arg("exec")
+            .arg("--cwd")
+            .arg(cmd.cwd.as_deref().unwrap_or("/"));
+        for (k, v) in &cmd.env {
+            c.arg("--env").arg(format!("{k}={v}"));
+        }
+        c.arg(&guest.name)
+            .args(&cmd.argv)
+            .env_clear()
+            .stdin(if cmd.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = c
+            .spawn()
+            .map_err(|e| RuntimeError::Exec(format!("running runc exec: {e}")))?;
+        Ok(ExecHandle::from_child(child))
+    }
+
+    fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.run(&["pause", &guest.name])
+                .await
+                .map_err(|message| RuntimeError::Lifecycle {
+                    operation: "pausing",
+                    name: guest.name.clone(),
+                    message,
+                })
+        })
+    }
+
+    fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.run(&["resume", &guest.name])
+                .await
+                .map_err(|message| RuntimeError::Lifecycle {
+                    operation: "resuming",
+                    name: guest.name.clone(),
+                    message,
+                })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runc_errors_are_reduced_to_their_message() {
+        let stderr = b"time=\"2026-11-22T20:56:52Z\" level=error msg=\"container \\\"x\\\" does not exist\"\n";
+        assert_eq!(runc_error(stderr), "container \"x\" does not exist");
+        assert_eq!(runc_error(b"plain failure\n"), "plain failure");
+    }
+}

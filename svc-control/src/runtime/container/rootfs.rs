@@ -1,0 +1,259 @@
+//! The guest's ids and root file system: the unprivileged host id range from `/etc/subuid` and
+//! `/etc/subgid`, the base image shifted into that range once, and a per-sandbox overlay (the
+//! shared image read-only below, the sandbox's own writable layer above).
+
+use std::{
+    os::unix::fs::{MetadataExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+};
+
+use super::super::RuntimeError;
+
+/// How many ids a guest gets (uid and gid 0..65535 inside).
+pub const ID_COUNT: u32 = 65536;
+
+/// The host ids guest ids 0.. map to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The first range of at least [`ID_COUNT`] ids that `user` owns in a subordinate-id file's
+/// text (`name:start:count` lines).
+pub fn subordinate_range(text: &str, user: &str) -> Option<u32> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.trim().split(':');
+            let (name, start, count) = (f.next()?, f.next()?, f.next()?);
+            if name != user || f.next().is_some() {
+                return None;
+            }
+            let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
+            (count >= ID_COUNT && start > 0 && start.checked_add(ID_COUNT).is_some())
+                .then_some(start)
+        })
+        .next()
+}
+
+/// The id range of `user` from `/etc/subuid` and `/etc/subgid`.
+pub fn id_range(user: &str, subuid: &Path, subgid: &Path) -> Result<IdRange, RuntimeError> {
+    let fix = format!(
+        "create it with `useradd --system --no-create-home --shell /usr/sbin/nologin {user}` \
+         and `usermod --add-subuids 200000-265535 --add-subgids 200000-265535 {user}` (any free \
+         range of {ID_COUNT}; `cargo xtask setup` does this), or name another user in \
+         svcd.toml container.user"
+    );
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| RuntimeError::Setup(format!("reading {}: {e}; {fix}", path.display())))
+    };
+    let uid = subordinate_range(&read(subuid)?, user).ok_or_else(|| {
+        RuntimeError::Setup(format!(
+            "user {user:?} has no range of {ID_COUNT} ids in {}; {fix}",
+            subuid.display()
+        ))
+    })?;
+    let gid = subordinate_range(&read(subgid)?, user).ok_or_else(|| {
+        RuntimeError::Setup(format!(
+            "user {user:?} has no range of {ID_COUNT} ids in {}; {fix}",
+            subgid.display()
+        ))
+    })?;
+    Ok(IdRange { uid, gid })
+}
+
+/// The image's root file system shifted into `ids`, made once per image build and id range
+/// and shared read-only by every sandbox: `<image>/rootfs.<build>.uid<U>-gid<G>`. The image
+/// stays owned by real root (the microvm backend turns the same tree into its disk).
+pub fn shifted_image(image: &Path, ids: IdRange) -> Result<PathBuf, RuntimeError> {
+    let source = image.join("rootfs");
+    let stamp = std::fs::read_to_string(image.join("stamp")).map_err(|e| {
+        RuntimeError::Setup(format!(
+            "the base image {} has no stamp ({e}): build it with `cargo xtask images`, or point \
+             svcd.toml container.image at a directory made by it",
+            image.display()
+        ))
+    })?;
+    if !source.join("bin").exists() && !source.join("usr/bin").exists() {
+        return Err(RuntimeError::Setup(format!(
+            "the base image {} holds no root file system: rebuild it with `cargo xtask images`",
+            source.display()
+        )));
+    }
+    let build: String = stamp
+        .lines()
+        .find_map(|l| l.strip_prefix("build: "))
+        .unwrap_or("0")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(32)
+        .collect();
+    let target = image.join(format!("rootfs.{build}.uid{}-gid{}", ids.uid, ids.gid));
+    if target.join(".svc-shifted").exists() {
+        return Ok(target);
+    }
+    let tmp = image.join(format!(
+        ".rootfs.{build}.uid{}.tmp-{}",
+        ids.uid,
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let setup = |what: &str, e: String| RuntimeError::Setup(format!("{what}: {e}"));
+    let out = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&source)
+        .arg(&tmp)
+        .output()
+        .map_err(|e| setup("running cp", e.to_string()))?;
+    if !out.status.success() {
+        return Err(setup(
+            &format!("copying {} to {}", source.display(), tmp.display()),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        ));
+    }
+    shift_tree(&tmp, ids).map_err(|e| setup(&format!("shifting {}", tmp.display()), e))?;
+    std::fs::write(tmp.join(".svc-shifted"), &stamp)
+        .map_err(|e| setup("marking the shifted image", e.to_string()))?;
+    std::fs::set_permissions(
+        &tmp.join(".svc-shifted"),
+        std::fs::Permissions::from_mode(0o444),
+    )
+    .map_err(|e| setup("marking the shifted image", e.to_string()))?;
+    if std::fs::rename(&tmp, &target).is_err() {
+        // Another svcd made it first: use theirs.
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !target.join(".svc-shifted").exists() {
+            return Err(setup(
+                &format!("moving the shifted image to {}", target.display()),
+                "rename failed".into(),
+            ));
+        }
+    }
+    Ok(target)
+}
+
+/// Add the range's start to the owner and group of every file under `root` (not following
+/// links, each hard-linked inode once), keeping set-id bits (chown clears them).
+fn shift_tree(root: &Path, ids: IdRange) -> Result<(), String> {
+    let mut stack = vec![root.to_path_buf()];
+    let mut linked = std::collections::HashSet::new();
+    while let Some(path) = stack.pop() {
+        let meta =
+            std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !meta.is_dir() && meta.nlink() > 1 && !linked.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
+        let (uid, gid) = (meta.uid(), meta.gid());
+        if uid >= ID_COUNT || gid >= ID_COUNT {
+            return Err(format!(
+                "{} is owned by {uid}:{gid}, outside the guest's {ID_COUNT} ids",
+                path.display()
+            ));
+        }
+        std::os::unix::fs::lchown(&path, Some(uid + ids.uid), Some(gid + ids.gid))
+            .map_err(|e| format!("chown {}: {e}", path.display()))?;
+        let ft = meta.file_type();
+        if !ft.is_symlink() && meta.mode() & 0o6000 != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+                .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        }
+        if ft.is_dir() {
+            for entry in std::fs::read_dir(&path).map_err(|e| format!("{}: {e}", path.display()))? {
+                stack.push(
+                    entry
+                        .map_err(|e| format!("{}: {e}", path.display()))?
+                        .path(),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A sandbox's layers under its directory.
+#[derive(Debug, Clone)]
+pub struct Layers {
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub merged: PathBuf,
+}
+
+impl Layers {
+    pub fn under(dir: &Path) -> Self {
+        Self {
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+            merged: dir.join("bundle/rootfs"),
+        }
+    }
+
+    /// Make the writable layer (owned by the guest's root) and mount the overlay.
+    pub fn mount(&self, lower: &Path, ids: IdRange) -> Result<(), String> {
+        for d in [&self.upper, &self.work, &self.merged] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        std::os::unix::fs::chown(&self.upper, Some(ids.uid), Some(ids.gid))
+            .map_err(|e| format!("chown {}: {e}", self.upper.display()))?;
+        std::fs::set_permissions(&self.upper, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("chmod {}: {e}", self.upper.display()))?;
+        for p in [lower, &self.upper, &self.work] {
+            let s = p.display().to_string();
+            if s.contains([',', ':', '\\']) {
+                return Err(format!(
+                    "{s}: an overlay layer path cannot hold ',', ':' or '\\'"
+                ));
+            }
+        }
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.display(),
+            self.upper.display(),
+            self.work.display()
+        );
+        nix::mount::mount(
+            Some("overlay"),
+            &self.merged,
+            Some("overlay"),
+            nix::mount::MsFlags::MS_NODEV,
+            Some(options.as_str()),
+        )
+        .map_err(|e| format!("mounting the overlay on {}: {e}", self.merged.display()))
+    }
+
+    /// Unmount the overlay if it is mounted; whether it was.
+    pub fn unmount(&self) -> Result<bool, String> {
+        match nix::mount::umount2(&self.merged, nix::mount::MntFlags::MNT_DETACH) {
+            Ok(()) => Ok(true),
+            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => Ok(false),
+            Err(e) => Err(format!("unmounting {}: {e}", self.merged.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_users_first_range_of_65536_ids_is_taken() {
+        let text = "alice:100000:65536\nsvc-sandbox:300000:1000\nsvc-sandbox:400000:65536\n";
+        assert_eq!(subordinate_range(text, "svc-sandbox"), Some(400_000));
+        assert_eq!(subordinate_range(text, "alice"), Some(100_000));
+        assert_eq!(subordinate_range(text, "bob"), None);
+    }
+
+    #[test]
+    fn malformed_and_overflowing_lines_are_skipped() {
+        for text in [
+            "svc-sandbox:x:65536",
+            "svc-sandbox:200000",
+            "svc-sandbox:200000:65536:extra",
+            "svc-sandbox:4294967000:65536",
+            "svc-sandbox:0:65536",
+            "",
+        ] {
+            assert_eq!(subordinate_range(text, "svc-sandbox"), None, "{text:?}");
+        }
+    }
+}
