@@ -133,6 +133,11 @@ pub fn bare_repo(root: &Path, owner: &str, repo: &str) {
 impl World {
     /// Build the namespaces, start the outside world and svcd.
     pub fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// [`World::start`] with extra lines for svcd.toml's `[container]` table (limits).
+    pub fn start_with(container: &str) -> Self {
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -245,6 +250,7 @@ code_host_token_file = "{token}"
 [container]
 image = "{image}"
 cgroup_parent = "{cgroup_parent}"
+{container}
 "#,
                 image = image_dir().display(),
                 state = dir.join("state").display(),
@@ -350,6 +356,16 @@ cgroup_parent = "{cgroup_parent}"
             self.svcd_log()
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `svc sandbox exec NAME -- sh -c SCRIPT`: (exit code, stdout, stderr).
+    pub fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
+        let out = self.svc(&["sandbox", "exec", name, "--", "sh", "-c", script]);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// `svc sandbox show NAME --json`.

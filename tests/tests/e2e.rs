@@ -1,4 +1,4 @@
-//! End to end: the real `svc` against the real `svcd`, real netns sandboxes, the real fence,
+//! End to end: the real `svc` against the real `svcd`, real container sandboxes, the real fence,
 //! DNS guard and proxy, and an outside world of real DNS, HTTPS and `git http-backend` servers
 //! in their own namespace (see `svc_tests::world`).
 
@@ -13,14 +13,8 @@ use svc_tests::{
     world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
 };
 
-/// `svc sandbox exec NAME -- sh -c SCRIPT`: (exit code, stdout, stderr).
 fn sh(w: &World, name: &str, script: &str) -> (i32, String, String) {
-    let out = w.svc(&["sandbox", "exec", name, "--", "sh", "-c", script]);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    w.sh(name, script)
 }
 
 fn http_records<'a>(audit: &'a [Value], host: &str) -> Vec<&'a Value> {
