@@ -41,14 +41,9 @@ impl Client {
         }
     }
 
-    /// Send a request; the response (any status) with its streaming body.
-    pub async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Vec<u8>>,
-    ) -> anyhow::Result<http::Response<Incoming>> {
-        let stream = tokio::net::UnixStream::connect(&self.socket)
+    /// A connection to svcd's socket.
+    pub async fn connect(&self) -> anyhow::Result<tokio::net::UnixStream> {
+        tokio::net::UnixStream::connect(&self.socket)
             .await
             .with_context(|| {
                 format!(
@@ -56,7 +51,17 @@ impl Client {
                      start svcd`; another socket: --socket or SVC_SOCKET)",
                     self.socket.display()
                 )
-            })?;
+            })
+    }
+
+    /// Send a request; the response (any status) with its streaming body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<http::Response<Incoming>> {
+        let stream = self.connect().await?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .context("talking to svcd")?;

@@ -6,6 +6,7 @@ mod out;
 mod client;
 mod config_cmd;
 mod egress_cmd;
+mod exec_cmd;
 mod sandbox_cmd;
 
 use std::process::ExitCode;

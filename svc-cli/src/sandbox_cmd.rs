@@ -1,14 +1,12 @@
 //! `svc sandbox …`, `svc events`, `svc supervisor-upgrade`: the commands that talk to svcd.
 
-use std::{io::Write as _, path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
-use base64::Engine as _;
 use clap::{Args, Subcommand};
 use http::Method;
 use svc_control::api::{
-    self, CreateSandbox, Destroyed, EgressChoice, Event, ExecFrame, ExecRequest, Health,
-    SandboxView, SecretValue,
+    self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView, SecretValue,
 };
 
 use crate::client::{Client, DEFAULT_SOCKET, for_each_line, refused};
@@ -63,37 +61,21 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Run a command in a sandbox; its output streams here and its exit code is svc's.
-    #[command(
-        after_help = "The command runs as root in the sandbox's namespaces with the \
-sandbox's environment (placeholders, CA variables, SVC_SANDBOX) plus --env. Standard input is \
-not forwarded and there is no terminal: use `sh -c '…'` for pipelines.
-
-Example: svc sandbox exec dev -- curl -sS https://api.github.com/"
-    )]
-    Exec {
-        name: String,
-        /// Extra environment, KEY=VALUE (repeatable).
-        #[arg(long = "env", short = 'e')]
-        env: Vec<String>,
-        /// Working directory in the sandbox (default /).
-        #[arg(long)]
-        cwd: Option<String>,
-        /// The command and its arguments.
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    /// Run a command in a sandbox, like `docker exec`: output streams here, stdin and signals
+    /// go there, the exit code is svc's.
+    Exec(crate::exec_cmd::ExecArgs),
     /// Destroy a sandbox: its processes, link, fence entries, nftables entry, files and state.
     Destroy {
         name: String,
         #[arg(long)]
         json: bool,
     },
-    /// Pause a sandbox (microvm backend only).
+    /// Pause a sandbox: freeze every process in it (the runtime's freezer); its network
+    /// entries stay.
     Pause { name: String },
-    /// Resume a paused sandbox (microvm backend only).
+    /// Resume a paused sandbox.
     Resume { name: String },
-    /// Fork a sandbox (microvm backend only).
+    /// Fork a sandbox (the microvm backend, when it lands; containers cannot).
     Fork { name: String },
 }
 
@@ -176,7 +158,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
-    runtime()?.block_on(async move {
+    let rt = runtime()?;
+    let result = rt.block_on(async move {
         match cmd {
             SandboxCommand::Create(a) => create(&client, a).await,
             SandboxCommand::List { json } => {
@@ -226,17 +209,15 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                     outln!("destroyed {}: {}", d.name, d.removed.join(", "));
                 })
             }
-            SandboxCommand::Exec {
-                name,
-                env,
-                cwd,
-                command,
-            } => exec(&client, &name, env, cwd, command).await,
+            SandboxCommand::Exec(a) => crate::exec_cmd::run(&client, a).await,
             SandboxCommand::Pause { name } => lifecycle(&client, &name, "pause").await,
             SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
             SandboxCommand::Fork { name } => lifecycle(&client, &name, "fork").await,
         }
-    })
+    });
+    // A read of our standard input may still be waiting (exec -i): do not wait for it.
+    rt.shutdown_background();
+    result
 }
 
 async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
@@ -337,66 +318,6 @@ fn print_sandbox(s: &SandboxView) {
     for sec in &s.secrets {
         outln!("  secret:            {sec}");
     }
-}
-
-async fn exec(
-    client: &Client,
-    name: &str,
-    env: Vec<String>,
-    cwd: Option<String>,
-    command: Vec<String>,
-) -> anyhow::Result<ExitCode> {
-    let env = env
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let req = ExecRequest {
-        argv: command,
-        env,
-        cwd,
-    };
-    let resp = client
-        .send(
-            Method::POST,
-            &format!("/v1/sandboxes/{name}/exec"),
-            Some(serde_json::to_vec(&req)?),
-        )
-        .await?;
-    let status = resp.status();
-    if !status.is_success() {
-        let body = http_body_util::BodyExt::collect(resp.into_body())
-            .await?
-            .to_bytes();
-        return Err(refused(status, &body).into());
-    }
-    let mut code: Option<i32> = None;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    for_each_line(resp.into_body(), |line| {
-        let frame: ExecFrame = serde_json::from_slice(line)
-            .with_context(|| format!("bad exec frame {}", String::from_utf8_lossy(line)))?;
-        match frame {
-            ExecFrame::Stdout(d) => {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(&b64.decode(d)?);
-                let _ = out.flush();
-            }
-            ExecFrame::Stderr(d) => {
-                let mut err = std::io::stderr().lock();
-                let _ = err.write_all(&b64.decode(d)?);
-                let _ = err.flush();
-            }
-            ExecFrame::Exit(c) => code = Some(c),
-            ExecFrame::Error(e) => anyhow::bail!("the command could not run: {e}"),
-        }
-        Ok(())
-    })
-    .await?;
-    let code = code.context("the exec stream ended without an exit code (svcd stopped?)")?;
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
 async fn lifecycle(client: &Client, name: &str, op: &str) -> anyhow::Result<ExitCode> {

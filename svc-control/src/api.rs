@@ -8,8 +8,8 @@
 //! | `GET /v1/sandboxes`                    |                     | `[SandboxView]`            |
 //! | `GET /v1/sandboxes/{name}`             |                     | [`SandboxView`]            |
 //! | `DELETE /v1/sandboxes/{name}`          |                     | [`Destroyed`]              |
-//! | `POST /v1/sandboxes/{name}/exec`       | [`ExecRequest`]     | JSON lines of [`ExecFrame`]|
-//! | `POST /v1/sandboxes/{name}/{pause,resume,fork}` |            | [`ApiError`] on netns      |
+//! | `POST /v1/sandboxes/{name}/exec`       | [`ExecRequest`]     | JSON lines of [`ExecFrame`]; upgraded: [`ExecInput`] in, [`ExecFrame`] out |
+//! | `POST /v1/sandboxes/{name}/{pause,resume,fork}` |            | [`SandboxView`]            |
 //! | `GET /v1/events[?follow=1&after=N]`    |                     | JSON lines of [`Event`]    |
 //! | `POST /v1/supervisor/upgrade`          | [`Upgrade`]         | [`Health`] of the new one  |
 //!
@@ -164,6 +164,12 @@ pub struct Destroyed {
 }
 
 /// `POST /v1/sandboxes/{name}/exec`.
+///
+/// Sent as a plain request, the command gets no standard input and its output comes back as
+/// JSON lines of [`ExecFrame`]. Sent with `Connection: Upgrade` and `Upgrade:`
+/// [`EXEC_UPGRADE`], svcd answers `101 Switching Protocols` and the connection carries JSON
+/// lines both ways: [`ExecInput`] from the caller, [`ExecFrame`] from svcd (as `docker exec`
+/// attaches).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
@@ -174,6 +180,37 @@ pub struct ExecRequest {
     /// Working directory inside the sandbox (default `/`).
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Give the command a standard input fed by [`ExecInput::Stdin`] (upgraded calls only).
+    #[serde(default)]
+    pub stdin: bool,
+    /// Run the command on a terminal of this size (upgraded calls only); its output then comes
+    /// as `stdout` frames only.
+    #[serde(default)]
+    pub tty: Option<TermSize>,
+}
+
+/// The `Upgrade` token of an interactive exec.
+pub const EXEC_UPGRADE: &str = "svc-exec.v1";
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TermSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// One frame from the caller of an upgraded exec. Input bytes are base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecInput {
+    Stdin(String),
+    /// End of standard input.
+    Eof,
+    /// The caller's terminal changed size.
+    Resize(TermSize),
+    /// Send this signal (a number, e.g. 2 for SIGINT) to the command.
+    Signal(i32),
 }
 
 /// One frame of an exec's output stream. Output bytes are base64.

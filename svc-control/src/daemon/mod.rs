@@ -1,6 +1,7 @@
 //! The only place that wires the parts together: start-up, the unix-socket API server,
 //! reconciliation after a restart, graceful shutdown, `supervisor-upgrade`.
 
+mod exec;
 mod server;
 mod supervisor;
 mod wiring;

@@ -15,7 +15,6 @@ use std::{
 };
 
 use anyhow::Context as _;
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
@@ -23,7 +22,6 @@ use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
 use tokio::{
-    io::AsyncReadExt as _,
     net::{TcpListener, UdpSocket, UnixListener, UnixStream},
     sync::{mpsc, watch},
 };
@@ -34,7 +32,7 @@ use super::{
     wiring::{FenceCommit, NamedAudit, RecordingCommit, Registry, UpstreamResolver},
 };
 use crate::{
-    api::{self, CreateSandbox, ExecFrame, ExecRequest, Health},
+    api::{self, CreateSandbox, ExecRequest, Health},
     audit::{AuditRecord, AuditSink, JsonlFile, rfc3339},
     config::host::HostConfig,
     dataplane::{self, Fence, Links, Nft, NftConfig, clock},
@@ -44,7 +42,7 @@ use crate::{
     runtime::Container,
 };
 
-type Body = BoxBody<Bytes, Infallible>;
+pub(super) type Body = BoxBody<Bytes, Infallible>;
 
 /// Largest API request body.
 const MAX_BODY: usize = 1024 * 1024;
@@ -395,6 +393,7 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
         .await;
 }
 
@@ -472,8 +471,17 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
             .map(|v| json(StatusCode::OK, &v)),
         (&Method::POST, ["sandboxes", name, "exec"]) => {
             let name = (*name).to_owned();
+            let upgrade = req.headers().get(http::header::UPGRADE).is_some_and(|u| {
+                u.as_bytes()
+                    .eq_ignore_ascii_case(api::EXEC_UPGRADE.as_bytes())
+            });
+            let mut req = req;
+            let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
             match read_json::<ExecRequest>(req).await {
-                Ok(exec) => exec_stream(&ctx, &name, &exec),
+                Ok(exec) => match on_upgrade {
+                    Some(on) => super::exec::upgraded(ctx.sup.clone(), &name, &exec, on).await,
+                    None => super::exec::plain(&ctx.sup, &name, &exec).await,
+                },
                 Err(f) => Err(f),
             }
         }
@@ -513,7 +521,7 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
     result.unwrap_or_else(|f| failure(&f))
 }
 
-fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
+pub(super) fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -522,64 +530,10 @@ fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
     StreamBody::new(stream).boxed()
 }
 
-fn line<T: serde::Serialize>(v: &T) -> Bytes {
+pub(super) fn line<T: serde::Serialize>(v: &T) -> Bytes {
     let mut b = serde_json::to_vec(v).unwrap_or_default();
     b.push(b'\n');
     Bytes::from(b)
-}
-
-fn exec_stream(ctx: &Ctx, name: &str, req: &ExecRequest) -> Result<Response<Body>, Failure> {
-    let mut child = ctx.sup.exec(name, req, false)?;
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let b64 = &base64::engine::general_purpose::STANDARD;
-    let pump = move |mut r: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
-                     tx: mpsc::Sender<Bytes>,
-                     out: bool| async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match r.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let data = b64.encode(&buf[..n]);
-                    let frame = if out {
-                        ExecFrame::Stdout(data)
-                    } else {
-                        ExecFrame::Stderr(data)
-                    };
-                    if tx.send(line(&frame)).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    };
-    let out = child.stdout.take();
-    let err = child.stderr.take();
-    tokio::spawn(async move {
-        let a = out.map(|o| tokio::spawn(pump(o, tx.clone(), true)));
-        let b = err.map(|e| tokio::spawn(pump(e, tx.clone(), false)));
-        let status = tokio::select! {
-            s = child.wait() => s,
-            () = tx.closed() => {
-                // The caller went away: the command goes too.
-                child.kill().await;
-                return;
-            }
-        };
-        for h in [a, b].into_iter().flatten() {
-            let _ = h.await;
-        }
-        let frame = match status {
-            Ok(code) => ExecFrame::Exit(code),
-            Err(e) => ExecFrame::Error(e.to_string()),
-        };
-        let _ = tx.send(line(&frame)).await;
-    });
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
 }
 
 fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {

@@ -753,14 +753,29 @@ impl Supervisor {
         }
     }
 
-    /// Start a command for `svc sandbox exec`; `stdin` gives it a standard input.
-    pub fn exec(
+    /// Start a command for `svc sandbox exec`. Standard input and a terminal need an
+    /// `interactive` (upgraded) connection to carry them.
+    pub async fn exec(
         &self,
         name: &str,
         req: &api::ExecRequest,
-        stdin: bool,
+        interactive: bool,
     ) -> Result<ExecHandle, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
+        if !interactive && (req.stdin || req.tty.is_some()) {
+            return Err(Failure::bad(format!(
+                "stdin and tty need an upgraded connection (Connection: Upgrade, Upgrade: {})",
+                api::EXEC_UPGRADE
+            )));
+        }
+        if let Some(t) = req.tty
+            && (t.rows == 0 || t.cols == 0)
+        {
+            return Err(Failure::bad(format!(
+                "tty size {}x{}: rows and columns must be at least 1",
+                t.rows, t.cols
+            )));
+        }
         let (guest, mut env, paused) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
@@ -789,9 +804,11 @@ impl Supervisor {
                     argv: req.argv.clone(),
                     env,
                     cwd: req.cwd.clone(),
-                    stdin,
+                    stdin: req.stdin,
+                    tty: req.tty.map(|t| (t.rows, t.cols)),
                 },
             )
+            .await
             .map_err(|e| match e {
                 RuntimeError::NotRunning => Failure::unsupported(format!(
                     "sandbox {name:?} is not running (its processes are gone): destroy it"

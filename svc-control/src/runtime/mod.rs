@@ -61,6 +61,8 @@ pub struct GuestCommand {
     pub cwd: Option<String>,
     /// Give the command a standard input (else it reads end of file at once).
     pub stdin: bool,
+    /// Run it on a terminal of (rows, columns); stdout then carries everything it writes.
+    pub tty: Option<(u16, u16)>,
 }
 
 /// A command running in a guest: its streams and how it ends.
@@ -69,6 +71,8 @@ pub struct ExecHandle {
     pub stdout: Option<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
     pub stderr: Option<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
     child: tokio::process::Child,
+    /// The terminal's master end, when the command has one.
+    tty: Option<std::os::fd::OwnedFd>,
 }
 
 impl std::fmt::Debug for ExecHandle {
@@ -96,7 +100,45 @@ impl ExecHandle {
                 .take()
                 .map(|s| Box::pin(s) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
             child,
+            tty: None,
         }
+    }
+
+    /// A handle over a host process whose command runs on the terminal `master`: its input
+    /// and output are the terminal's.
+    fn from_tty(
+        child: tokio::process::Child,
+        master: std::os::fd::OwnedFd,
+    ) -> std::io::Result<Self> {
+        let reader = tokio::fs::File::from_std(std::fs::File::from(master.try_clone()?));
+        let writer = tokio::fs::File::from_std(std::fs::File::from(master.try_clone()?));
+        Ok(Self {
+            stdin: Some(Box::pin(writer)),
+            stdout: Some(Box::pin(reader)),
+            stderr: None,
+            child,
+            tty: Some(master),
+        })
+    }
+
+    /// Resize the command's terminal (nothing without one): the runtime's exec copies the new
+    /// size into the guest's terminal when told by SIGWINCH.
+    pub fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
+        let Some(master) = &self.tty else {
+            return Ok(());
+        };
+        rustix::termios::tcsetwinsize(
+            master,
+            rustix::termios::Winsize {
+                ws_row: rows,
+                ws_col: cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            },
+        )
+        .map_err(|e| RuntimeError::Exec(format!("setting the terminal size: {e}")))?;
+        self.signal(nix::sys::signal::Signal::SIGWINCH);
+        Ok(())
     }
 
     /// Wait for the command; its exit code (128 + signal when a signal ended it).
@@ -172,7 +214,11 @@ pub trait Backend: Send + Sync {
         dir: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>>;
     /// Run `cmd` inside the guest.
-    fn exec(&self, guest: &GuestHandle, cmd: &GuestCommand) -> Result<ExecHandle, RuntimeError>;
+    fn exec<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        cmd: &'a GuestCommand,
+    ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>>;
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn fork(&self, _guest: &GuestHandle) -> Result<(), RuntimeError> {

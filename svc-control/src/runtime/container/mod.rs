@@ -282,37 +282,76 @@ impl Backend for Container {
         })
     }
 
-    fn exec(&self, guest: &GuestHandle, cmd: &GuestCommand) -> Result<ExecHandle, RuntimeError> {
-        if !self.alive(guest) {
-            return Err(RuntimeError::NotRunning);
-        }
-        let Some(first) = cmd.argv.first() else {
-            return Err(RuntimeError::Exec("no command given".into()));
-        };
-        if first.is_empty() {
-            return Err(RuntimeError::Exec("the command name is empty".into()));
-        }
-        let mut c = self.runc();
-        c.arg("exec")
-            .arg("--cwd")
-            .arg(cmd.cwd.as_deref().unwrap_or("/"));
-        for (k, v) in &cmd.env {
-            c.arg("--env").arg(format!("{k}={v}"));
-        }
-        c.arg(&guest.name)
-            .args(&cmd.argv)
-            .env_clear()
-            .stdin(if cmd.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = c
-            .spawn()
-            .map_err(|e| RuntimeError::Exec(format!("running runc exec: {e}")))?;
-        Ok(ExecHandle::from_child(child))
+    fn exec<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        cmd: &'a GuestCommand,
+    ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>> {
+        Box::pin(async move {
+            if !self.alive(guest) {
+                return Err(RuntimeError::NotRunning);
+            }
+            let Some(first) = cmd.argv.first() else {
+                return Err(RuntimeError::Exec("no command given".into()));
+            };
+            if first.is_empty() {
+                return Err(RuntimeError::Exec("the command name is empty".into()));
+            }
+            let fail = |m: String| RuntimeError::Exec(m);
+            let mut c = self.runc();
+            c.arg("exec")
+                .arg("--cwd")
+                .arg(cmd.cwd.as_deref().unwrap_or("/"));
+            for (k, v) in &cmd.env {
+                c.arg("--env").arg(format!("{k}={v}"));
+            }
+            if cmd.tty.is_some() {
+                c.arg("--tty");
+            }
+            c.arg(&guest.name).args(&cmd.argv).env_clear();
+            let Some((rows, cols)) = cmd.tty else {
+                c.stdin(if cmd.stdin {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+                let child = c
+                    .spawn()
+                    .map_err(|e| fail(format!("running runc exec: {e}")))?;
+                return Ok(ExecHandle::from_child(child));
+            };
+            // runc makes the command's terminal inside the container and copies between it
+            // and its own standard streams: give it a terminal of svcd's (of the caller's size)
+            // whose master end carries the caller's bytes.
+            let pty = nix::pty::openpty(
+                Some(&nix::pty::Winsize {
+                    ws_row: rows,
+                    ws_col: cols,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                }),
+                None,
+            )
+            .map_err(|e| fail(format!("opening a terminal: {e}")))?;
+            let slave = |fd: &std::os::fd::OwnedFd| {
+                fd.try_clone()
+                    .map(Stdio::from)
+                    .map_err(|e| fail(format!("the terminal: {e}")))
+            };
+            c.stdin(slave(&pty.slave)?)
+                .stdout(slave(&pty.slave)?)
+                .stderr(slave(&pty.slave)?);
+            let child = c
+                .spawn()
+                .map_err(|e| fail(format!("running runc exec: {e}")))?;
+            // Only runc holds the terminal's slave end now, so the master reads the end of
+            // the output when the command and runc are gone.
+            drop(c);
+            drop(pty.slave);
+            ExecHandle::from_tty(child, pty.master).map_err(|e| fail(format!("the terminal: {e}")))
+        })
     }
 
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {

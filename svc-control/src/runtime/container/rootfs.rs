@@ -116,7 +116,7 @@ pub fn shifted_image(image: &Path, ids: IdRange) -> Result<PathBuf, RuntimeError
     std::fs::write(tmp.join(".svc-shifted"), &stamp)
         .map_err(|e| setup("marking the shifted image", e.to_string()))?;
     std::fs::set_permissions(
-        &tmp.join(".svc-shifted"),
+        tmp.join(".svc-shifted"),
         std::fs::Permissions::from_mode(0o444),
     )
     .map_err(|e| setup("marking the shifted image", e.to_string()))?;
