@@ -1,7 +1,9 @@
 //! `cargo xtask bench sandbox`: time from `svc sandbox create` to a sandbox whose first HTTPS
-//! request succeeds, and destroy time, netns backend, median over 20 — beside, in the same
-//! run, the floor: a bare network namespace with a veth and addresses made with `ip` (what any
-//! netns sandbox needs before svc adds anything), and the cost of one `svc sandbox exec`.
+//! request succeeds, and destroy time, container backend, median over 20 — beside, in the same
+//! run, the floor: runc's own `run` of the same kind of bundle (the same image overlay, the
+//! same config.json from `runtime::container::oci`, a veth moved into its network namespace
+//! and addressed with `ip`), then `runc delete`; and one `svc sandbox exec` beside one
+//! `runc exec`.
 
 use std::time::{Duration, Instant};
 
@@ -87,35 +89,131 @@ fn main() {
         ready.push(t2 - t0);
     }
 
-    // The floor, in the same run: a bare namespace, a veth into it, addresses, up; and removal.
-    let (mut bare_up, mut bare_down) = (vec![], vec![]);
+    // The floor, in the same run: what runc itself takes for the same kind of sandbox.
+    let (mut bare_up, mut bare_down, mut bare_exec) = (vec![], vec![], vec![]);
+    let floor = w.dir.join("floor");
+    let state = floor.join("runc");
+    let lower = std::fs::read_dir(svc_tests::world::image_dir())
+        .expect("image dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.join(".svc-shifted").exists())
+        .expect("svcd's shifted image");
+    let ids = (200_000u32, 200_000u32);
+    let root = std::fs::read_to_string("/etc/subuid")
+        .ok()
+        .and_then(|t| svc_control::runtime::container::rootfs::subordinate_range(&t, "svc-sandbox"))
+        .unwrap_or(ids.0);
+    let range = svc_control::runtime::container::rootfs::IdRange {
+        uid: root,
+        gid: root,
+    };
     for i in 0..ROUNDS {
-        let ns = format!("svbench{i}");
+        let name = format!("floor{i}");
+        let dir = floor.join(&name);
         let t0 = Instant::now();
-        run("ip", &["netns", "add", &ns]);
+        let layers = svc_control::runtime::container::rootfs::Layers::under(&dir);
+        layers.mount(&lower, range).expect("overlay");
+        let map = svc_control::runtime::container::oci::IdMapping {
+            container_id: 0,
+            host_id: root,
+            size: 65536,
+        };
+        let spec = svc_control::runtime::container::oci::sandbox(
+            &svc_control::runtime::container::oci::SandboxBundle {
+                hostname: &name,
+                uid_map: map,
+                gid_map: map,
+                files: &[],
+                init: svc_control::runtime::container::INIT
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                cgroups_path: format!("/{}/{name}", w.cgroup_parent),
+                limits: svc_control::runtime::container::oci::Limits {
+                    memory_bytes: 4096 << 20,
+                    pids_max: 4096,
+                    cpu_millis: 2000,
+                },
+            },
+        );
+        std::fs::write(
+            dir.join("bundle/config.json"),
+            serde_json::to_vec(&spec).expect("json"),
+        )
+        .expect("config.json");
+        let pid_file = dir.join("pid");
+        run(
+            "runc",
+            &[
+                "--root",
+                state.to_str().expect("utf-8"),
+                "run",
+                "--detach",
+                "--bundle",
+                dir.join("bundle").to_str().expect("utf-8"),
+                "--pid-file",
+                pid_file.to_str().expect("utf-8"),
+                &name,
+            ],
+        );
+        let pid = std::fs::read_to_string(&pid_file).expect("pid");
         run(
             "ip",
             &[
-                "link", "add", "svbh0", "type", "veth", "peer", "name", "eth0", "netns", &ns,
+                "link",
+                "add",
+                "svbh0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                &format!("/proc/{}/ns/net", pid.trim()),
             ],
         );
         run("ip", &["addr", "add", "10.250.0.1/30", "dev", "svbh0"]);
         run("ip", &["link", "set", "svbh0", "up"]);
+        let netns = format!("--net=/proc/{}/ns/net", pid.trim());
         run(
-            "ip",
-            &["-n", &ns, "addr", "add", "10.250.0.2/30", "dev", "eth0"],
+            "nsenter",
+            &[&netns, "ip", "addr", "add", "10.250.0.2/30", "dev", "eth0"],
         );
-        run("ip", &["-n", &ns, "link", "set", "eth0", "up"]);
+        run("nsenter", &[&netns, "ip", "link", "set", "eth0", "up"]);
         bare_up.push(t0.elapsed());
+        let e0 = Instant::now();
+        run(
+            "runc",
+            &[
+                "--root",
+                state.to_str().expect("utf-8"),
+                "exec",
+                &name,
+                "true",
+            ],
+        );
+        bare_exec.push(e0.elapsed());
         let t1 = Instant::now();
-        run("ip", &["netns", "del", &ns]);
+        run(
+            "runc",
+            &[
+                "--root",
+                state.to_str().expect("utf-8"),
+                "delete",
+                "--force",
+                &name,
+            ],
+        );
+        layers.unmount().expect("unmount");
         let _ = std::process::Command::new("ip")
             .args(["link", "del", "svbh0"])
             .output();
         bare_down.push(t1.elapsed());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
-    println!("sandbox lifecycle, netns backend, {ROUNDS} rounds (medians; p90 in brackets)");
+    println!("sandbox lifecycle, container backend, {ROUNDS} rounds (medians; p90 in brackets)");
     println!(
         "  svc sandbox create (API answered)          {} [{}]",
         ms(median(&mut create)),
@@ -127,7 +225,7 @@ fn main() {
         ms(p90(&mut first))
     );
     println!(
-        "  create → first HTTPS request succeeded     {} [{}]   target ≤ 150 ms",
+        "  create → first HTTPS request succeeded     {} [{}]   target ≤ 100 ms",
         ms(median(&mut ready)),
         ms(p90(&mut ready))
     );
@@ -141,14 +239,19 @@ fn main() {
         ms(median(&mut exec_true)),
         ms(p90(&mut exec_true))
     );
-    println!("floor, same run: bare netns + veth + addresses with `ip`");
+    println!("floor, same run: runc run of the same bundle + a veth addressed with `ip`");
     println!(
-        "  set up                                     {} [{}]",
+        "  overlay + runc run + veth + addresses      {} [{}]",
         ms(median(&mut bare_up)),
         ms(p90(&mut bare_up))
     );
     println!(
-        "  removed                                    {} [{}]",
+        "  one `runc exec … true`                     {} [{}]",
+        ms(median(&mut bare_exec)),
+        ms(p90(&mut bare_exec))
+    );
+    println!(
+        "  runc delete --force + unmount + link       {} [{}]",
         ms(median(&mut bare_down)),
         ms(p90(&mut bare_down))
     );
