@@ -16,7 +16,7 @@ pub mod dns;
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.
 pub mod proxy;
-/// Sandbox backends (netns; microvm later).
+/// Sandbox backends (container; microvm later).
 pub mod runtime;
 /// svcd's durable state (SQLite).
 pub mod store;

@@ -63,7 +63,11 @@ fn accepted_shapes() {
             r#"{"version":1,"runtime":{"required":["microvm"],"selection":"prefer-first"}}"#,
         ),
         (
-            "runtime_netns_backend",
+            "runtime_container_backend",
+            r#"{"version":1,"runtime":{"required":["microvm","container"]}}"#,
+        ),
+        (
+            "runtime_netns_is_the_container_backends_old_name",
             r#"{"version":1,"runtime":{"required":["microvm","netns"]}}"#,
         ),
         (
@@ -169,6 +173,12 @@ const REFUSED: &[(&str, &str, &str, &str)] = &[
         r#"{"version":1,"runtime":{"required":["microvm","microvm"]}}"#,
         "/runtime/required/1",
         "listed twice",
+    ),
+    (
+        "container_listed_twice_under_its_old_name",
+        r#"{"version":1,"runtime":{"required":["container","netns"]}}"#,
+        "/runtime/required/1",
+        "\"container\" is listed twice",
     ),
     (
         "unknown_selection",
@@ -444,6 +454,8 @@ fn registry_names_round_trip_through_serde() {
     }
     for b in Backend::ALL {
         let v: Backend = serde_json::from_value(serde_json::json!(b.name())).unwrap();
-        assert_eq!(v, b);
+        assert_eq!(v, b.canonical(), "{b:?} round-trips to its canonical name");
     }
+    let old: Backend = serde_json::from_value(serde_json::json!("netns")).unwrap();
+    assert_eq!(old.canonical(), Backend::Container);
 }

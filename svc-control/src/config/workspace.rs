@@ -174,16 +174,26 @@ pub struct Runtime {
 pub enum Backend {
     /// A microVM guest (QEMU `-M microvm`): the isolation boundary for hostile code.
     Microvm,
-    /// Namespaces on the host: for development, tests and trusted builds only.
+    /// An unprivileged OCI container (user namespace, own root file system, seccomp, cgroup
+    /// limits): the embedded default; shares the host's kernel.
+    Container,
+    /// The former name of `container`, still accepted.
     Netns,
 }
 
 impl Backend {
-    pub const ALL: [Self; 2] = [Self::Microvm, Self::Netns];
+    pub const ALL: [Self; 3] = [Self::Microvm, Self::Container, Self::Netns];
+    /// The backend a name stands for (`netns` is `container`).
+    pub const fn canonical(self) -> Self {
+        match self {
+            Self::Netns => Self::Container,
+            other => other,
+        }
+    }
     pub const fn name(self) -> &'static str {
         match self {
             Self::Microvm => "microvm",
-            Self::Netns => "netns",
+            Self::Container | Self::Netns => "container",
         }
     }
 }
@@ -438,7 +448,10 @@ fn validate(file: &Path, w: &WorkspaceFile) -> Vec<ConfigError> {
     }
     if let Some(runtime) = &w.runtime {
         for (i, b) in runtime.required.iter().enumerate() {
-            if runtime.required[..i].contains(b) {
+            if runtime.required[..i]
+                .iter()
+                .any(|o| o.canonical() == b.canonical())
+            {
                 err(
                     format!("/runtime/required/{i}"),
                     format!("backend {:?} is listed twice", b.name()),

@@ -29,6 +29,7 @@ use crate::{
     dataplane::{self, Fence, Links, Nft, SandboxLink},
     dns::SandboxDns,
     policy::{
+        creation,
         credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
         host::{Allowlist, HostPattern},
         mode::{AllowAllKind, EgressMode, ModeNow},
@@ -308,14 +309,13 @@ impl Supervisor {
     }
 
     /// `--repo` brokers the host's code-host token (`credentials.code_host_token_file`) as
-    /// CODE_HOST_TOKEN, unless the caller gave one with `--secret`.
+    /// CODE_HOST_TOKEN when `policy::creation` says so.
     fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
         let Some(path) = &self.config.host.code_host_token_file else {
             return Ok(());
         };
-        let curated = req.context_path.is_none() && req.egress != Some(EgressChoice::AllowAll);
-        if req.repo.is_none() || !curated || req.secrets.iter().any(|s| s.name == "CODE_HOST_TOKEN")
-        {
+        let secrets = creation_secrets(&req.secrets);
+        if !creation::brokers_host_code_token(&creation_request(req, &secrets)) {
             return Ok(());
         }
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -325,83 +325,20 @@ impl Supervisor {
             ))
         })?;
         req.secrets.push(SecretValue {
-            name: "CODE_HOST_TOKEN".into(),
+            name: creation::CODE_HOST_TOKEN.into(),
             source: format!("host:{}", path.display()),
             value: text.trim_end_matches(['\r', '\n']).to_owned(),
         });
         Ok(())
     }
 
+    /// The request checked by `policy::creation`, and the envelope it makes.
     fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
-        let host = &self.config.host;
-        let egress = if req.context_path.is_some() {
-            EgressChoice::AllowAll
-        } else {
-            req.egress.unwrap_or(EgressChoice::Curated)
-        };
-        if egress == EgressChoice::AllowAll {
-            if !req.allow_hosts.is_empty() || req.repo.is_some() || !req.secrets.is_empty() {
-                return Err(Failure::bad(
-                    "allow-all egress opens every host and seeds no credentials: \
-                     --allow-host, --repo and --secret apply to curated sandboxes only",
-                ));
-            }
-            if req.egress == Some(EgressChoice::Curated) {
-                return Err(Failure::bad(
-                    "--file/--context-path creates an allow-all sandbox; it cannot be combined \
-                     with --egress curated",
-                ));
-            }
-        }
-        let mut extra = Vec::new();
-        for h in &req.allow_hosts {
-            let p = HostPattern::parse(h)
-                .map_err(|e| Failure::bad(format!("--allow-host {h:?}: {e}")))?;
-            extra.push(p);
-        }
-        let repo =
-            match &req.repo {
-                Some(r) => Some(RepoName::parse(r).map_err(|e| {
-                    Failure::bad(format!("--repo {r:?}: {e} (expected owner/repo)"))
-                })?),
-                None => None,
-            };
-        let policy =
-            SandboxPolicy::for_sandbox(host, &extra, repo.clone(), EgressConfig::default())
-                .map_err(|e| Failure::bad(e.to_string()))?;
-        // Secrets must name a variable the sandbox gets.
-        let vars: Vec<String> = policy
-            .placeholders
-            .entries()
-            .iter()
-            .filter_map(PlaceholderEntry::env_name)
-            .collect();
-        let mut seen = std::collections::HashSet::new();
-        for s in &req.secrets {
-            if !seen.insert(s.name.as_str()) {
-                return Err(Failure::bad(format!("--secret {} is given twice", s.name)));
-            }
-            if !vars.contains(&s.name) {
-                let hint = if s.name == "CODE_HOST_TOKEN" {
-                    " (CODE_HOST_TOKEN needs --repo owner/repo)".to_owned()
-                } else {
-                    String::new()
-                };
-                return Err(Failure::bad(format!(
-                    "--secret {}: this sandbox has no such credential variable{hint}; its \
-                     variables are: {}",
-                    s.name,
-                    vars.join(", ")
-                )));
-            }
-            if s.value.is_empty() || s.value.contains(['\r', '\n', '\0']) {
-                return Err(Failure::bad(format!(
-                    "--secret {} from {}: the value is empty or holds a line break or NUL",
-                    s.name, s.source
-                )));
-            }
-        }
-        let placeholders = policy
+        let secrets = creation_secrets(&req.secrets);
+        let plan = creation::plan(&self.config.host, &creation_request(req, &secrets))
+            .map_err(|e| Failure::bad(e.to_string()))?;
+        let placeholders = plan
+            .policy
             .placeholders
             .entries()
             .iter()
@@ -414,9 +351,12 @@ impl Supervisor {
         Ok(Plan {
             envelope: Envelope {
                 backend: self.backend.name().to_owned(),
-                extra_hosts: extra.iter().map(ToString::to_string).collect(),
+                extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),
-                egress,
+                egress: match plan.egress {
+                    EgressMode::Curated => EgressChoice::Curated,
+                    EgressMode::AllowAll => EgressChoice::AllowAll,
+                },
                 context_path: req.context_path.clone(),
                 allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
                 link: String::new(),
@@ -424,7 +364,7 @@ impl Supervisor {
                 gateway_v4: Ipv4Addr::UNSPECIFIED,
                 placeholders,
             },
-            policy,
+            policy: plan.policy,
         })
     }
 
@@ -1090,6 +1030,35 @@ impl Supervisor {
 struct Plan {
     envelope: Envelope,
     policy: SandboxPolicy,
+}
+
+/// The secrets of a request as `policy::creation` reads them.
+fn creation_secrets(secrets: &[SecretValue]) -> Vec<creation::Secret<'_>> {
+    secrets
+        .iter()
+        .map(|s| creation::Secret {
+            name: &s.name,
+            source: &s.source,
+            value: &s.value,
+        })
+        .collect()
+}
+
+/// A create request as `policy::creation` reads it.
+fn creation_request<'a>(
+    req: &'a CreateSandbox,
+    secrets: &'a [creation::Secret<'a>],
+) -> creation::Request<'a> {
+    creation::Request {
+        egress: req.egress.map(|e| match e {
+            EgressChoice::Curated => EgressMode::Curated,
+            EgressChoice::AllowAll => EgressMode::AllowAll,
+        }),
+        context_path: req.context_path.is_some(),
+        allow_hosts: &req.allow_hosts,
+        repo: req.repo.as_deref(),
+        secrets,
+    }
 }
 
 fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {

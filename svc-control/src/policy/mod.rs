@@ -1,6 +1,8 @@
 //! Pure decisions, no I/O. Every security rule of the spec lives here once; the config loader,
 //! the fence, the DNS guard, the proxy and the relay ask this module.
 
+/// Which creation flags combine, the mode they imply, which secrets fit.
+pub mod creation;
 pub mod credentials;
 pub mod destination;
 pub mod dns;

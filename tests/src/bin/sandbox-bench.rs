@@ -143,20 +143,21 @@ fn main() {
         )
         .expect("config.json");
         let pid_file = dir.join("pid");
-        run(
-            "runc",
-            &[
-                "--root",
-                state.to_str().expect("utf-8"),
-                "run",
-                "--detach",
-                "--bundle",
-                dir.join("bundle").to_str().expect("utf-8"),
-                "--pid-file",
-                pid_file.to_str().expect("utf-8"),
-                &name,
-            ],
-        );
+        // The container keeps runc's standard streams: give it none of ours to hold open.
+        let status = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(&state)
+            .args(["run", "--detach", "--bundle"])
+            .arg(dir.join("bundle"))
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(&name)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("runc run");
+        assert!(status.success(), "runc run: {status}");
         let pid = std::fs::read_to_string(&pid_file).expect("pid");
         run(
             "ip",

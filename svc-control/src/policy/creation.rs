@@ -1,0 +1,181 @@
+//! Creation rules: which `svc sandbox create` flags combine, the egress mode a request implies,
+//! the credential variables a sandbox gets and whether each secret fits one, and when `--repo`
+//! brokers the host's own code-host token. Pure: svcd asks, and so can a test or a tool.
+
+use super::{
+    credentials::PlaceholderEntry, host::HostPattern, mode::EgressMode, request::SandboxPolicy,
+};
+use crate::config::{
+    egress::{EgressConfig, RepoName},
+    host::HostConfig,
+};
+
+/// The variable `--repo` brokers.
+pub const CODE_HOST_TOKEN: &str = "CODE_HOST_TOKEN";
+
+/// A creation request, as the decisions need it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// `--egress`, if given.
+    pub egress: Option<EgressMode>,
+    /// `--file` / `--context-path` was given.
+    pub context_path: bool,
+    pub allow_hosts: &'a [String],
+    pub repo: Option<&'a str>,
+    pub secrets: &'a [Secret<'a>],
+}
+
+/// One `--secret VAR@SOURCE`, value included (checked, never shown).
+#[derive(Clone, Copy)]
+pub struct Secret<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub value: &'a str,
+}
+
+impl std::fmt::Debug for Secret<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secret")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a valid request makes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub egress: EgressMode,
+    /// `--allow-host` hosts, parsed.
+    pub extra_hosts: Vec<HostPattern>,
+    pub repo: Option<RepoName>,
+    /// The Curated policy with freshly minted placeholders (unused in AllowAll).
+    pub policy: SandboxPolicy,
+}
+
+/// Why a request is refused; each message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CreationError {
+    #[error(
+        "allow-all egress opens every host and seeds no credentials: --allow-host, --repo and \
+         --secret apply to curated sandboxes only"
+    )]
+    AllowAllWithCuratedFlags,
+    #[error(
+        "--file/--context-path creates an allow-all sandbox; it cannot be combined with \
+         --egress curated"
+    )]
+    ContextPathWithCurated,
+    #[error("--allow-host {host:?}: {reason}")]
+    BadHost { host: String, reason: String },
+    #[error("--repo {repo:?}: {reason} (expected owner/repo)")]
+    BadRepo { repo: String, reason: String },
+    #[error("{0}")]
+    Placeholders(String),
+    #[error("--secret {0} is given twice")]
+    SecretTwice(String),
+    #[error(
+        "--secret {name}: this sandbox has no such credential variable{hint}; its variables are: \
+         {variables}"
+    )]
+    NoSuchVariable {
+        name: String,
+        hint: &'static str,
+        variables: String,
+    },
+    #[error("--secret {name} from {origin}: the value is empty or holds a line break or NUL")]
+    BadSecretValue { name: String, origin: String },
+}
+
+/// The mode a request implies: `--file` means AllowAll, else `--egress`, else Curated.
+pub fn egress_mode(asked: Option<EgressMode>, context_path: bool) -> EgressMode {
+    if context_path {
+        EgressMode::AllowAll
+    } else {
+        asked.unwrap_or(EgressMode::Curated)
+    }
+}
+
+/// Whether svcd should broker the host's own code-host token for this request: `--repo` in a
+/// Curated sandbox with no `--secret CODE_HOST_TOKEN@…` of its own.
+pub fn brokers_host_code_token(req: &Request<'_>) -> bool {
+    req.repo.is_some()
+        && egress_mode(req.egress, req.context_path) == EgressMode::Curated
+        && !req.secrets.iter().any(|s| s.name == CODE_HOST_TOKEN)
+}
+
+/// Check a request and mint what it makes.
+pub fn plan(host: &HostConfig, req: &Request<'_>) -> Result<Plan, CreationError> {
+    let egress = egress_mode(req.egress, req.context_path);
+    if egress == EgressMode::AllowAll {
+        if !req.allow_hosts.is_empty() || req.repo.is_some() || !req.secrets.is_empty() {
+            return Err(CreationError::AllowAllWithCuratedFlags);
+        }
+        if req.egress == Some(EgressMode::Curated) {
+            return Err(CreationError::ContextPathWithCurated);
+        }
+    }
+    let extra_hosts = req
+        .allow_hosts
+        .iter()
+        .map(|h| {
+            HostPattern::parse(h).map_err(|e| CreationError::BadHost {
+                host: h.clone(),
+                reason: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let repo = req
+        .repo
+        .map(|r| {
+            RepoName::parse(r).map_err(|e| CreationError::BadRepo {
+                repo: r.to_owned(),
+                reason: e.to_string(),
+            })
+        })
+        .transpose()?;
+    let policy =
+        SandboxPolicy::for_sandbox(host, &extra_hosts, repo.clone(), EgressConfig::default())
+            .map_err(|e| CreationError::Placeholders(e.to_string()))?;
+    check_secrets(&policy, req.secrets)?;
+    Ok(Plan {
+        egress,
+        extra_hosts,
+        repo,
+        policy,
+    })
+}
+
+/// Every secret names a variable the sandbox gets, once, with a value that fits a header.
+fn check_secrets(policy: &SandboxPolicy, secrets: &[Secret<'_>]) -> Result<(), CreationError> {
+    let variables: Vec<String> = policy
+        .placeholders
+        .entries()
+        .iter()
+        .filter_map(PlaceholderEntry::env_name)
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for s in secrets {
+        if !seen.insert(s.name) {
+            return Err(CreationError::SecretTwice(s.name.to_owned()));
+        }
+        if !variables.iter().any(|v| v == s.name) {
+            return Err(CreationError::NoSuchVariable {
+                name: s.name.to_owned(),
+                hint: if s.name == CODE_HOST_TOKEN {
+                    " (CODE_HOST_TOKEN needs --repo owner/repo)"
+                } else {
+                    ""
+                },
+                variables: variables.join(", "),
+            });
+        }
+        if s.value.is_empty() || s.value.contains(['\r', '\n', '\0']) {
+            return Err(CreationError::BadSecretValue {
+                name: s.name.to_owned(),
+                origin: s.source.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}

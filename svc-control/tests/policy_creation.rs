@@ -1,0 +1,269 @@
+//! `policy::creation`: which `svc sandbox create` requests are refused and why, which mode a
+//! request implies, and when `--repo` brokers the host's code-host token. Named table cases.
+
+use svc_control::{
+    config::host::HostConfig,
+    policy::{
+        creation::{self, CreationError, Request, Secret},
+        mode::EgressMode,
+    },
+};
+
+fn secret<'a>(name: &'a str, value: &'a str) -> Secret<'a> {
+    Secret {
+        name,
+        source: "env:X",
+        value,
+    }
+}
+
+#[test]
+fn refused_requests_name_what_to_change() {
+    let host = HostConfig::default();
+    let hosts = ["allowed.example.test".to_owned()];
+    let bad_host = ["not a host".to_owned()];
+    let code = [secret("CODE_HOST_TOKEN", "t")];
+    let twice = [
+        secret("CODE_HOST_TOKEN", "t"),
+        secret("CODE_HOST_TOKEN", "u"),
+    ];
+    let newline = [secret("CODE_HOST_TOKEN", "t\nX-Evil: 1")];
+    let empty = [secret("CODE_HOST_TOKEN", "")];
+    let unknown = [secret("SVC_CRED_OTHER_TEST_TOKEN", "t")];
+    let cases: Vec<(&str, Request<'_>, fn(&CreationError) -> bool)> = vec![
+        (
+            "allow_all_with_allow_host",
+            Request {
+                egress: Some(EgressMode::AllowAll),
+                context_path: false,
+                allow_hosts: &hosts,
+                repo: None,
+                secrets: &[],
+            },
+            |e| matches!(e, CreationError::AllowAllWithCuratedFlags),
+        ),
+        (
+            "allow_all_with_repo",
+            Request {
+                egress: Some(EgressMode::AllowAll),
+                context_path: false,
+                allow_hosts: &[],
+                repo: Some("acme/widget"),
+                secrets: &[],
+            },
+            |e| matches!(e, CreationError::AllowAllWithCuratedFlags),
+        ),
+        (
+            "context_path_with_secret",
+            Request {
+                egress: None,
+                context_path: true,
+                allow_hosts: &[],
+                repo: None,
+                secrets: &code,
+            },
+            |e| matches!(e, CreationError::AllowAllWithCuratedFlags),
+        ),
+        (
+            "context_path_with_egress_curated",
+            Request {
+                egress: Some(EgressMode::Curated),
+                context_path: true,
+                allow_hosts: &[],
+                repo: None,
+                secrets: &[],
+            },
+            |e| matches!(e, CreationError::ContextPathWithCurated),
+        ),
+        (
+            "bad_allow_host",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &bad_host,
+                repo: None,
+                secrets: &[],
+            },
+            |e| matches!(e, CreationError::BadHost { host, .. } if host == "not a host"),
+        ),
+        (
+            "bad_repo",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &[],
+                repo: Some("../etc"),
+                secrets: &[],
+            },
+            |e| matches!(e, CreationError::BadRepo { .. }),
+        ),
+        (
+            "code_host_token_without_repo",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &[],
+                repo: None,
+                secrets: &code,
+            },
+            |e| matches!(e, CreationError::NoSuchVariable { hint, .. } if hint.contains("needs --repo")),
+        ),
+        (
+            "secret_for_a_host_not_allowed",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &hosts,
+                repo: None,
+                secrets: &unknown,
+            },
+            |e| {
+                matches!(e, CreationError::NoSuchVariable { variables, .. }
+                    if variables.contains("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN"))
+            },
+        ),
+        (
+            "secret_given_twice",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &[],
+                repo: Some("acme/widget"),
+                secrets: &twice,
+            },
+            |e| matches!(e, CreationError::SecretTwice(n) if n == "CODE_HOST_TOKEN"),
+        ),
+        (
+            "secret_with_a_line_break_is_header_injection",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &[],
+                repo: Some("acme/widget"),
+                secrets: &newline,
+            },
+            |e| matches!(e, CreationError::BadSecretValue { .. }),
+        ),
+        (
+            "empty_secret",
+            Request {
+                egress: None,
+                context_path: false,
+                allow_hosts: &[],
+                repo: Some("acme/widget"),
+                secrets: &empty,
+            },
+            |e| matches!(e, CreationError::BadSecretValue { .. }),
+        ),
+    ];
+    for (name, req, expected) in cases {
+        match creation::plan(&host, &req) {
+            Ok(_) => panic!("{name}: accepted"),
+            Err(e) => assert!(expected(&e), "{name}: refused for another reason: {e}"),
+        }
+    }
+}
+
+#[test]
+fn valid_requests_plan_their_mode_hosts_and_variables() {
+    let host = HostConfig::default();
+    let hosts = ["allowed.example.test".to_owned()];
+    let code = [secret("CODE_HOST_TOKEN", "t")];
+    let curated = creation::plan(
+        &host,
+        &Request {
+            egress: None,
+            context_path: false,
+            allow_hosts: &hosts,
+            repo: Some("acme/widget"),
+            secrets: &code,
+        },
+    )
+    .expect("valid");
+    assert_eq!(curated.egress, EgressMode::Curated);
+    assert_eq!(curated.extra_hosts.len(), 1);
+    assert!(curated.repo.is_some());
+    let vars: Vec<String> = curated
+        .policy
+        .placeholders
+        .entries()
+        .iter()
+        .filter_map(svc_control::policy::credentials::PlaceholderEntry::env_name)
+        .collect();
+    assert!(vars.contains(&"CODE_HOST_TOKEN".to_owned()), "{vars:?}");
+    assert!(
+        vars.contains(&"SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN".to_owned()),
+        "{vars:?}"
+    );
+    let open = creation::plan(
+        &host,
+        &Request {
+            egress: None,
+            context_path: true,
+            allow_hosts: &[],
+            repo: None,
+            secrets: &[],
+        },
+    )
+    .expect("valid");
+    assert_eq!(open.egress, EgressMode::AllowAll);
+}
+
+#[test]
+fn the_mode_and_the_host_code_token_follow_the_flags() {
+    let cases = [
+        ("default_is_curated", None, false, EgressMode::Curated),
+        (
+            "egress_allow_all",
+            Some(EgressMode::AllowAll),
+            false,
+            EgressMode::AllowAll,
+        ),
+        (
+            "context_path_is_allow_all",
+            None,
+            true,
+            EgressMode::AllowAll,
+        ),
+        (
+            "explicit_curated",
+            Some(EgressMode::Curated),
+            false,
+            EgressMode::Curated,
+        ),
+    ];
+    for (name, asked, context, want) in cases {
+        assert_eq!(creation::egress_mode(asked, context), want, "{name}");
+    }
+    let own = [secret("CODE_HOST_TOKEN", "t")];
+    let base = Request {
+        egress: None,
+        context_path: false,
+        allow_hosts: &[],
+        repo: Some("acme/widget"),
+        secrets: &[],
+    };
+    let broker = [
+        ("repo_alone_brokers_the_host_token", base, true),
+        (
+            "own_secret_wins",
+            Request {
+                secrets: &own,
+                ..base
+            },
+            false,
+        ),
+        ("no_repo_no_token", Request { repo: None, ..base }, false),
+        (
+            "allow_all_never",
+            Request {
+                egress: Some(EgressMode::AllowAll),
+                ..base
+            },
+            false,
+        ),
+    ];
+    for (name, req, want) in broker {
+        assert_eq!(creation::brokers_host_code_token(&req), want, "{name}");
+    }
+}
