@@ -17,6 +17,9 @@ fn secret<'a>(name: &'a str, value: &'a str) -> Secret<'a> {
     }
 }
 
+/// A named case: the request and what its refusal must be.
+type Refusal<'a> = (&'static str, Request<'a>, fn(&CreationError) -> bool);
+
 #[test]
 fn refused_requests_name_what_to_change() {
     let host = HostConfig::default();
@@ -30,7 +33,7 @@ fn refused_requests_name_what_to_change() {
     let newline = [secret("CODE_HOST_TOKEN", "t\nX-Evil: 1")];
     let empty = [secret("CODE_HOST_TOKEN", "")];
     let unknown = [secret("SVC_CRED_OTHER_TEST_TOKEN", "t")];
-    let cases: Vec<(&str, Request<'_>, fn(&CreationError) -> bool)> = vec![
+    let cases: Vec<Refusal<'_>> = vec![
         (
             "allow_all_with_allow_host",
             Request {
