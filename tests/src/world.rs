@@ -292,7 +292,10 @@ cgroup_parent = "{cgroup_parent}"
             .arg("--config")
             .arg(&self.config)
             .arg("run")
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SVC_TEST_SVCD_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)

@@ -19,7 +19,7 @@ use tokio::{
 use tracing::debug;
 
 use super::{
-    server::{Body, line, stream_body},
+    routes::{Body, line, stream_body},
     supervisor::{Failure, Supervisor},
 };
 use crate::{

@@ -2,6 +2,8 @@
 //! reconciliation after a restart, graceful shutdown, `supervisor-upgrade`.
 
 mod exec;
+mod failure;
+mod routes;
 mod server;
 mod supervisor;
 mod wiring;

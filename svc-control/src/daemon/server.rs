@@ -3,7 +3,8 @@
 //! Start-up order: the configuration was validated before this runs (bad config exits 64
 //! without binding anything); then the fence is loaded (pinned maps and links are reused),
 //! the nftables table is written, the DNS guard and the proxy bind, the sandboxes of the store
-//! are re-adopted, and only then does the API socket accept calls.
+//! are re-adopted, and only then does the API socket accept calls. The API's routes are in
+//! `routes`.
 
 use std::{
     convert::Infallible,
@@ -15,25 +16,23 @@ use std::{
 };
 
 use anyhow::Context as _;
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
-use hyper::body::{Frame, Incoming};
+use http::Request;
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
 use tokio::{
     net::{TcpListener, UdpSocket, UnixListener, UnixStream},
-    sync::{mpsc, watch},
+    sync::watch,
 };
 use tracing::{info, warn};
 
 use super::{
+    routes::{self, Ctx},
     supervisor::{Failure, Supervisor, SupervisorConfig},
     wiring::{FenceCommit, NamedAudit, RecordingCommit, Registry, UpstreamResolver},
 };
 use crate::{
-    api::{self, CreateSandbox, ExecRequest, Health},
-    audit::{AuditRecord, AuditSink, JsonlFile, rfc3339},
+    audit::{AuditRecord, AuditSink, JsonlFile},
     config::host::HostConfig,
     dataplane::{self, Fence, Links, Nft, NftConfig, clock},
     dns::{Guard, GuardConfig, Upstream},
@@ -41,11 +40,6 @@ use crate::{
     proxy::{Proxy, ProxyConfig},
     runtime::Container,
 };
-
-pub(super) type Body = BoxBody<Bytes, Infallible>;
-
-/// Largest API request body.
-const MAX_BODY: usize = 1024 * 1024;
 
 /// How svcd was started, for the parts that are not configuration.
 #[derive(Debug, Clone)]
@@ -65,14 +59,6 @@ pub enum Ended {
     Stopped,
     /// `supervisor-upgrade --force`: the caller re-executes the binary.
     Upgrade,
-}
-
-/// Everything the API handlers share.
-struct Ctx {
-    sup: Arc<Supervisor>,
-    api_gid: Option<u32>,
-    upgrade: watch::Sender<bool>,
-    exe: PathBuf,
 }
 
 /// The addresses of this host's interfaces (never reachable from a sandbox).
@@ -382,12 +368,12 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
         let denied = denied.clone();
         async move {
             Ok::<_, Infallible>(match denied {
-                Some(reason) => failure(&Failure {
+                Some(reason) => routes::failure(&Failure {
                     status: 403,
                     code: "forbidden",
                     message: reason,
                 }),
-                None => route(ctx, req).await,
+                None => routes::route(ctx, req).await,
             })
         }
     });
@@ -395,196 +381,4 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await;
-}
-
-fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)).boxed())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
-}
-
-fn failure(f: &Failure) -> Response<Body> {
-    json(
-        StatusCode::from_u16(f.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &f.to_api(),
-    )
-}
-
-async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Failure> {
-    let body = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| Failure {
-            status: 413,
-            code: "too-large",
-            message: format!("request body: {e} (limit {MAX_BODY} bytes)"),
-        })?
-        .to_bytes();
-    serde_json::from_slice(&body).map_err(|e| Failure::bad(format!("request body: {e}")))
-}
-
-fn health(ctx: &Ctx) -> Health {
-    Health {
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        pid: std::process::id(),
-        started_at: rfc3339(ctx.sup.started()),
-        sandboxes: ctx.sup.count(),
-    }
-}
-
-async fn route(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
-    let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
-    tracing::Instrument::instrument(route_in_span(ctx, req), span).await
-}
-
-async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
-    let path = req.uri().path().to_owned();
-    let query = req.uri().query().unwrap_or("").to_owned();
-    let Some(rest) = path.strip_prefix(api::PREFIX) else {
-        return failure(&Failure {
-            status: 404,
-            code: "not-found",
-            message: format!("no API path {path} (this svcd speaks {})", api::PREFIX),
-        });
-    };
-    let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
-    let method = req.method().clone();
-    let result: Result<Response<Body>, Failure> = match (&method, parts.as_slice()) {
-        (&Method::GET, ["health"]) => Ok(json(StatusCode::OK, &health(&ctx))),
-        (&Method::GET, ["sandboxes"]) => ctx.sup.list().map(|v| json(StatusCode::OK, &v)),
-        (&Method::POST, ["sandboxes"]) => match read_json::<CreateSandbox>(req).await {
-            Ok(create) => ctx
-                .sup
-                .create(create)
-                .await
-                .map(|v| json(StatusCode::CREATED, &v)),
-            Err(f) => Err(f),
-        },
-        (&Method::GET, ["sandboxes", name]) => ctx.sup.show(name).map(|v| json(StatusCode::OK, &v)),
-        (&Method::DELETE, ["sandboxes", name]) => ctx
-            .sup
-            .destroy(name)
-            .await
-            .map(|v| json(StatusCode::OK, &v)),
-        (&Method::POST, ["sandboxes", name, "exec"]) => {
-            let name = (*name).to_owned();
-            let upgrade = req.headers().get(http::header::UPGRADE).is_some_and(|u| {
-                u.as_bytes()
-                    .eq_ignore_ascii_case(api::EXEC_UPGRADE.as_bytes())
-            });
-            let mut req = req;
-            let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-            match read_json::<ExecRequest>(req).await {
-                Ok(exec) => match on_upgrade {
-                    Some(on) => super::exec::upgraded(ctx.sup.clone(), &name, &exec, on).await,
-                    None => super::exec::plain(&ctx.sup, &name, &exec).await,
-                },
-                Err(f) => Err(f),
-            }
-        }
-        (&Method::POST, ["sandboxes", name, op @ ("pause" | "resume" | "fork")]) => ctx
-            .sup
-            .lifecycle(name, op)
-            .await
-            .map(|v| json(StatusCode::OK, &v)),
-        (&Method::GET, ["events"]) => events_stream(&ctx, &query),
-        (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
-            Ok(u) if u.force => {
-                let h = health(&ctx);
-                info!(exe = %ctx.exe.display(), "supervisor-upgrade: re-executing");
-                let up = ctx.upgrade.clone();
-                tokio::spawn(async move {
-                    // Let this answer reach the caller first.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    let _ = up.send(true);
-                });
-                Ok(json(StatusCode::ACCEPTED, &h))
-            }
-            Ok(_) => Err(Failure::bad(format!(
-                "supervisor-upgrade replaces the running svcd with {} (re-exec): sandboxes keep \
-                 running, their fence stays pinned and closed, and the new svcd re-adopts them. \
-                 It cannot change a running sandbox's mounts or credential model (SPEC 5.2.6, \
-                 R-7): recreate a sandbox for that. Pass --force to proceed.",
-                ctx.exe.display()
-            ))),
-            Err(f) => Err(f),
-        },
-        _ => Err(Failure {
-            status: 404,
-            code: "not-found",
-            message: format!("no API route {method} {path}"),
-        }),
-    };
-    result.unwrap_or_else(|f| failure(&f))
-}
-
-pub(super) fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
-    });
-    StreamBody::new(stream).boxed()
-}
-
-pub(super) fn line<T: serde::Serialize>(v: &T) -> Bytes {
-    let mut b = serde_json::to_vec(v).unwrap_or_default();
-    b.push(b'\n');
-    Bytes::from(b)
-}
-
-fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
-    let mut follow = false;
-    let mut after: i64 = 0;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=').unwrap_or((pair, "")) {
-            ("follow", v) => follow = matches!(v, "" | "1" | "true"),
-            ("after", v) => {
-                after = v
-                    .parse()
-                    .map_err(|_| Failure::bad(format!("after={v:?}: expected a number")))?;
-            }
-            (k, _) => return Err(Failure::bad(format!("unknown query parameter {k:?}"))),
-        }
-    }
-    // Subscribe before reading the backlog, so nothing falls between the two.
-    let mut live = ctx.sup.subscribe();
-    let backlog = ctx.sup.events_after(after, 10_000)?;
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
-    tokio::spawn(async move {
-        let mut last = after;
-        for e in backlog {
-            last = e.seq;
-            if tx.send(line(&e)).await.is_err() {
-                return;
-            }
-        }
-        if !follow {
-            return;
-        }
-        loop {
-            tokio::select! {
-                got = live.recv() => match got {
-                    Ok(e) if e.seq > last => {
-                        last = e.seq;
-                        if tx.send(line(&e)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(_) => return,
-                },
-                () = tx.closed() => return,
-            }
-        }
-    });
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
 }

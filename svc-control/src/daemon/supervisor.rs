@@ -1,6 +1,11 @@
 //! The supervisor: sandboxes from creation to destruction, their state in the store, their
 //! links in the fence and the nftables table, their entries in the registry the guard, the
-//! proxy and the broker read; re-adoption after a restart.
+//! proxy and the broker read. Re-adoption after a restart is in `adopt`, the sandbox's records
+//! and what its guest gets in `sandbox`; the creation rules are `policy::creation`'s.
+
+mod adopt;
+mod running;
+mod sandbox;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -10,150 +15,34 @@ use std::{
     time::SystemTime,
 };
 
-use ipnet::{IpNet, Ipv4Net};
-use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tracing::{Instrument as _, info, info_span, warn};
 
+use self::sandbox::{
+    Envelope, Live, Phases, SandboxLinks, StoredPlaceholder, creation_request, creation_secrets,
+    guest_env, to_map, write_guest_files,
+};
+pub use super::failure::Failure;
 use super::wiring::{Registered, Registry};
 use crate::{
-    api::{
-        self, CreateSandbox, Destroyed, EgressChoice, Event, PlaceholderView, SandboxView,
-        SecretValue,
-    },
+    api::{self, CreateSandbox, Destroyed, EgressChoice, Event, SandboxView, SecretValue},
     audit::rfc3339,
-    config::{
-        egress::{EgressConfig, RepoName},
-        host::HostConfig,
-    },
+    config::host::HostConfig,
     dataplane::{self, Fence, Links, Nft, SandboxLink},
     dns::SandboxDns,
     policy::{
         creation,
-        credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
-        host::{Allowlist, HostPattern},
+        host::Allowlist,
         mode::{AllowAllKind, EgressMode, ModeNow},
         request::SandboxPolicy,
     },
-    proxy::{ProxySandbox, ca::SandboxCa, guest_trust},
-    runtime::{
-        Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestSpec,
-        RuntimeError,
-    },
-    store::{Store, StoreError},
+    proxy::{ProxySandbox, ca::SandboxCa},
+    runtime::{Backend, GuestSpec},
+    store::Store,
 };
 
 /// The default AllowedBranches (SPEC 8).
 pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
-
-/// An API failure: a stable code, an HTTP status, a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub status: u16,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn bad(message: impl Into<String>) -> Self {
-        Self {
-            status: 400,
-            code: "bad-request",
-            message: message.into(),
-        }
-    }
-    pub fn not_found(name: &str) -> Self {
-        Self {
-            status: 404,
-            code: "not-found",
-            message: format!("no sandbox named {name:?} (svc sandbox list shows them)"),
-        }
-    }
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self {
-            status: 500,
-            code: "internal",
-            message: message.into(),
-        }
-    }
-    pub fn unsupported(message: impl Into<String>) -> Self {
-        Self {
-            status: 409,
-            code: "unsupported",
-            message: message.into(),
-        }
-    }
-    pub fn to_api(&self) -> api::ApiError {
-        api::ApiError {
-            code: self.code.to_owned(),
-            error: self.message.clone(),
-        }
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Exists(n) => Self {
-                status: 409,
-                code: "exists",
-                message: format!("a sandbox named {n:?} already exists"),
-            },
-            StoreError::NotFound(n) => Self::not_found(&n),
-            StoreError::Full(n) => Self {
-                status: 507,
-                code: "full",
-                message: format!("all {n} sandbox slots of the address pool are in use"),
-            },
-            other => Self::internal(other.to_string()),
-        }
-    }
-}
-
-/// A stored placeholder.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct StoredPlaceholder {
-    value: String,
-    kind: String,
-    hosts: Vec<String>,
-}
-
-/// The sandbox envelope (SPEC 2.1), fixed at creation and stored as JSON.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Envelope {
-    backend: String,
-    /// `--allow-host` hosts, as given (validated).
-    extra_hosts: Vec<String>,
-    repo: Option<String>,
-    egress: EgressChoice,
-    context_path: Option<String>,
-    allowed_branches: Vec<String>,
-    link: String,
-    guest_v4: Ipv4Addr,
-    gateway_v4: Ipv4Addr,
-    placeholders: Vec<StoredPlaceholder>,
-}
-
-/// A running sandbox, in memory.
-#[derive(Debug, Clone)]
-struct Live {
-    name: String,
-    id: u32,
-    envelope: Envelope,
-    guest: GuestHandle,
-    ifindex: u32,
-    created_at: String,
-    created: SystemTime,
-    secrets: Vec<(String, String)>,
-    ca: Arc<SandboxCa>,
-    policy: Arc<SandboxPolicy>,
-    /// The guest's environment for exec.
-    env: Vec<(String, String)>,
-    /// The mode in force on the link.
-    mode: EgressMode,
-    /// Frozen by `svc sandbox pause`.
-    paused: bool,
-}
 
 /// Settings the daemon passes in.
 #[derive(Debug, Clone)]
@@ -383,12 +272,14 @@ impl Supervisor {
         envelope.link = link.clone();
         envelope.guest_v4 = guest;
         envelope.gateway_v4 = gateway;
+        let mut phases = Phases::start();
         let ca = Arc::new(
             SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?,
         );
         let dir = self.sandbox_dir(&name);
         let files = write_guest_files(&dir, &name, gateway, &ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
+        phases.mark("files");
         let started = self
             .backend
             .start(
@@ -406,6 +297,7 @@ impl Supervisor {
             )
             .await
             .map_err(|e| Failure::internal(e.to_string()))?;
+        phases.mark("guest");
         let guest_handle = started.guest;
         let mut live = Live {
             name: name.clone(),
@@ -434,8 +326,10 @@ impl Supervisor {
             .map(|s| (s.name.clone(), s.value.clone()))
             .collect();
         self.enforce(&mut live, secret_values)?;
+        phases.mark("fence");
         self.live().insert(name.clone(), live.clone());
         self.sync_nft().await?;
+        phases.mark("nft");
         let envelope_json =
             serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
         self.store().set_running(
@@ -447,8 +341,9 @@ impl Supervisor {
             guest_handle.start,
             &req.secrets,
         )?;
+        phases.mark("state");
         let view = self.view(&live);
-        info!(sandbox = %name, id, link = %link, guest = %guest, mode = %view.mode, "sandbox created");
+        info!(sandbox = %name, id, link = %link, guest = %guest, mode = %view.mode, phases = %phases, "sandbox created");
         self.event(
             "sandbox.created",
             Some(&name),
@@ -620,331 +515,6 @@ impl Supervisor {
         removed
     }
 
-    // ----------------------------------------------------------------- reads
-
-    pub fn list(&self) -> Result<Vec<SandboxView>, Failure> {
-        let live = self.live();
-        Ok(live.values().map(|l| self.view(l)).collect())
-    }
-
-    pub fn show(&self, name: &str) -> Result<SandboxView, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
-        let live = self.live();
-        live.get(name)
-            .map(|l| self.view(l))
-            .ok_or_else(|| Failure::not_found(name))
-    }
-
-    fn view(&self, l: &Live) -> SandboxView {
-        let window_ends = (l.mode == EgressMode::AllowAll)
-            .then(|| self.mode_now(l).window_ends.map(rfc3339))
-            .flatten();
-        let secrets: HashMap<&str, &str> = l
-            .secrets
-            .iter()
-            .map(|(n, s)| (n.as_str(), s.as_str()))
-            .collect();
-        let placeholders = l
-            .policy
-            .placeholders
-            .entries()
-            .iter()
-            .map(|e| {
-                let env = e.env_name().unwrap_or_default();
-                PlaceholderView {
-                    brokered: secrets.contains_key(env.as_str()),
-                    env,
-                    kind: e.kind.name().to_owned(),
-                    hosts: e.hosts.iter().map(ToString::to_string).collect(),
-                }
-            })
-            .collect();
-        SandboxView {
-            name: l.name.clone(),
-            id: l.id,
-            state: if !self.backend.alive(&l.guest) {
-                "dead".into()
-            } else if l.paused {
-                "paused".into()
-            } else {
-                "running".into()
-            },
-            backend: l.envelope.backend.clone(),
-            mode: match l.mode {
-                EgressMode::Curated => "curated".into(),
-                EgressMode::AllowAll => "allow-all".into(),
-            },
-            window_ends,
-            allowed_hosts: if l.mode == EgressMode::Curated {
-                l.policy.allowed.0.iter().map(ToString::to_string).collect()
-            } else {
-                Vec::new()
-            },
-            allowed_branches: l.envelope.allowed_branches.clone(),
-            repo: l.envelope.repo.clone(),
-            context_path: l.envelope.context_path.clone(),
-            link: l.envelope.link.clone(),
-            guest_v4: l.envelope.guest_v4,
-            gateway_v4: l.envelope.gateway_v4,
-            pid: l.guest.pid,
-            created_at: l.created_at.clone(),
-            placeholders,
-            secrets: l.secrets.iter().map(|(n, s)| format!("{n}@{s}")).collect(),
-        }
-    }
-
-    /// Start a command for `svc sandbox exec`. Standard input and a terminal need an
-    /// `interactive` (upgraded) connection to carry them.
-    pub async fn exec(
-        &self,
-        name: &str,
-        req: &api::ExecRequest,
-        interactive: bool,
-    ) -> Result<ExecHandle, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
-        if !interactive && (req.stdin || req.tty.is_some()) {
-            return Err(Failure::bad(format!(
-                "stdin and tty need an upgraded connection (Connection: Upgrade, Upgrade: {})",
-                api::EXEC_UPGRADE
-            )));
-        }
-        if let Some(t) = req.tty
-            && (t.rows == 0 || t.cols == 0)
-        {
-            return Err(Failure::bad(format!(
-                "tty size {}x{}: rows and columns must be at least 1",
-                t.rows, t.cols
-            )));
-        }
-        let (guest, mut env, paused) = {
-            let live = self.live();
-            let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
-            (l.guest.clone(), l.env.clone(), l.paused)
-        };
-        if paused {
-            return Err(Failure::unsupported(format!(
-                "sandbox {name:?} is paused: `svc sandbox resume {name}` first"
-            )));
-        }
-        if req.argv.is_empty() {
-            return Err(Failure::bad(
-                "exec needs a command: svc sandbox exec NAME -- CMD…",
-            ));
-        }
-        for (k, _) in &req.env {
-            if k.is_empty() || k.contains(['=', '\0']) {
-                return Err(Failure::bad(format!("bad environment variable name {k:?}")));
-            }
-        }
-        env.extend(req.env.iter().cloned());
-        self.backend
-            .exec(
-                &guest,
-                &GuestCommand {
-                    argv: req.argv.clone(),
-                    env,
-                    cwd: req.cwd.clone(),
-                    stdin: req.stdin,
-                    tty: req.tty.map(|t| (t.rows, t.cols)),
-                },
-            )
-            .await
-            .map_err(|e| match e {
-                RuntimeError::NotRunning => Failure::unsupported(format!(
-                    "sandbox {name:?} is not running (its processes are gone): destroy it"
-                )),
-                other => Failure::internal(other.to_string()),
-            })
-    }
-
-    /// pause / resume / fork: the backend says whether it can.
-    pub async fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
-        let guest = {
-            let live = self.live();
-            live.get(name)
-                .ok_or_else(|| Failure::not_found(name))?
-                .guest
-                .clone()
-        };
-        let r = match op {
-            "pause" => self.backend.pause(&guest).await,
-            "resume" => self.backend.resume(&guest).await,
-            _ => self.backend.fork(&guest),
-        };
-        r.map_err(|e| match e {
-            RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
-            other => Failure::internal(other.to_string()),
-        })?;
-        if let Some(l) = self.live().get_mut(name) {
-            match op {
-                "pause" => l.paused = true,
-                "resume" => l.paused = false,
-                _ => {}
-            }
-        }
-        let kind = match op {
-            "pause" => "sandbox.paused",
-            "resume" => "sandbox.resumed",
-            _ => "sandbox.forked",
-        };
-        self.event(kind, Some(name), serde_json::json!({}));
-        self.show(name)
-    }
-
-    // --------------------------------------------------------------- restart
-
-    /// At start: re-adopt every running sandbox whose guest is still there, tear down what a
-    /// crash left half-built or half-destroyed, and put every link in the nftables table.
-    pub async fn reconcile(&self) -> Result<(), Failure> {
-        let rows = self.store().list()?;
-        for row in rows {
-            if row.state != "running" {
-                warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
-                self.teardown(&row.name, row.id, &format!("svc{}", row.id))
-                    .await;
-                let _ = self.store().delete(&row.name);
-                continue;
-            }
-            match self.adopt(&row).await {
-                Ok(()) => {
-                    info!(sandbox = %row.name, "re-adopted");
-                    self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
-                }
-                Err(f) => {
-                    self.dead
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(row.name.clone());
-                    warn!(sandbox = %row.name, error = %f.message, "cannot re-adopt; its fence stays closed");
-                    self.event(
-                        "sandbox.dead",
-                        Some(&row.name),
-                        serde_json::json!({"reason": f.message}),
-                    );
-                }
-            }
-        }
-        self.sync_nft().await
-    }
-
-    async fn adopt(&self, row: &crate::store::SandboxRow) -> Result<(), Failure> {
-        let envelope: Envelope = serde_json::from_str(&row.envelope)
-            .map_err(|e| Failure::internal(format!("stored envelope: {e}")))?;
-        let guest = row
-            .pid
-            .zip(row.pid_start)
-            .map(|(pid, start)| GuestHandle {
-                name: row.name.clone(),
-                pid,
-                start,
-            })
-            .ok_or_else(|| Failure::internal("no guest recorded"))?;
-        let (Some(cert), Some(key)) = (&row.ca_cert, &row.ca_key) else {
-            return Err(Failure::internal("no CA recorded"));
-        };
-        let ca = Arc::new(
-            SandboxCa::restore(&row.name, cert, key)
-                .map_err(|e| Failure::internal(format!("CA: {e}")))?,
-        );
-        let policy = self.policy_from(&envelope)?;
-        let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
-        let alive = self.backend.alive(&guest);
-        let ifindex = self
-            .links
-            .ifindex(&envelope.link)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(0);
-        let secrets = self.store().secrets(&row.name)?;
-        let mut live = Live {
-            name: row.name.clone(),
-            id: row.id,
-            envelope,
-            guest,
-            ifindex,
-            created_at: row.created_at.clone(),
-            created,
-            secrets: secrets
-                .iter()
-                .map(|s| (s.name.clone(), s.source.clone()))
-                .collect(),
-            ca,
-            policy: Arc::new(policy),
-            env: Vec::new(),
-            mode: EgressMode::Curated,
-            paused: false,
-        };
-        live.env = guest_env(&live);
-        if !alive || ifindex == 0 {
-            // Keep it listed (state "dead") so the operator sees it and destroys it; its
-            // fence record goes, so the link (if any) drops everything.
-            if ifindex != 0 {
-                let _ = self.fence().remove_sandbox(ifindex);
-            }
-            self.live().insert(row.name.clone(), live);
-            return Err(Failure::internal(if alive {
-                "its link is gone".to_owned()
-            } else {
-                "its processes are gone".to_owned()
-            }));
-        }
-        let known: Vec<IpAddr> = self
-            .fence()
-            .allow_entries(row.id)
-            .into_iter()
-            .map(|(a, _)| a)
-            .collect();
-        self.registry.bind_unknown(row.id, known);
-        self.enforce(&mut live, to_map(&secrets))?;
-        self.live().insert(row.name.clone(), live);
-        Ok(())
-    }
-
-    fn policy_from(&self, envelope: &Envelope) -> Result<SandboxPolicy, Failure> {
-        let host = &self.config.host;
-        let extra: Vec<HostPattern> = envelope
-            .extra_hosts
-            .iter()
-            .filter_map(|h| HostPattern::parse(h).ok())
-            .collect();
-        let repo = envelope
-            .repo
-            .as_deref()
-            .and_then(|r| RepoName::parse(r).ok());
-        let agent = Allowlist(host.agent_hosts.clone());
-        let egress = EgressConfig::default();
-        let allowed =
-            SandboxPolicy::allowed_hosts(&agent, &extra, &host.code, repo.is_some(), &egress);
-        let mut entries = Vec::new();
-        for p in &envelope.placeholders {
-            let placeholder = Placeholder::parse(&p.value)
-                .ok_or_else(|| Failure::internal("a stored placeholder does not parse"))?;
-            let kind = CredentialKind::from_name(&p.kind).ok_or_else(|| {
-                Failure::internal(format!("a stored placeholder has kind {:?}", p.kind))
-            })?;
-            let hosts = p
-                .hosts
-                .iter()
-                .filter_map(|h| HostPattern::parse(h).ok())
-                .collect();
-            entries.push(PlaceholderEntry {
-                placeholder,
-                kind,
-                hosts,
-            });
-        }
-        Ok(SandboxPolicy {
-            allowed,
-            agent_hosts: agent,
-            bound_repo: repo,
-            code: host.code.clone(),
-            egress,
-            placeholders: PlaceholderTable::new(entries),
-        })
-    }
-
     /// Every few seconds: AllowAll windows that ended fall back to Curated (SPEC 5.1.1).
     pub fn tick(&self) {
         // Guests whose processes died under us: their fence closes, and it is said once.
@@ -1030,156 +600,4 @@ impl Supervisor {
 struct Plan {
     envelope: Envelope,
     policy: SandboxPolicy,
-}
-
-/// The secrets of a request as `policy::creation` reads them.
-fn creation_secrets(secrets: &[SecretValue]) -> Vec<creation::Secret<'_>> {
-    secrets
-        .iter()
-        .map(|s| creation::Secret {
-            name: &s.name,
-            source: &s.source,
-            value: &s.value,
-        })
-        .collect()
-}
-
-/// A create request as `policy::creation` reads it.
-fn creation_request<'a>(
-    req: &'a CreateSandbox,
-    secrets: &'a [creation::Secret<'a>],
-) -> creation::Request<'a> {
-    creation::Request {
-        egress: req.egress.map(|e| match e {
-            EgressChoice::Curated => EgressMode::Curated,
-            EgressChoice::AllowAll => EgressMode::AllowAll,
-        }),
-        context_path: req.context_path.is_some(),
-        allow_hosts: &req.allow_hosts,
-        repo: req.repo.as_deref(),
-        secrets,
-    }
-}
-
-fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
-    secrets
-        .iter()
-        .map(|s| (s.name.clone(), s.value.clone()))
-        .collect()
-}
-
-/// The environment every command in the sandbox gets.
-fn guest_env(l: &Live) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = [
-        (
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ),
-        ("HOME", "/root"),
-        ("LANG", "C.UTF-8"),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
-    env.push(("SVC_SANDBOX".into(), l.name.clone()));
-    for (k, v) in guest_trust::guest_env() {
-        env.push((k.to_owned(), v.to_owned()));
-    }
-    if l.envelope.egress == EgressChoice::Curated {
-        env.extend(l.policy.placeholders.guest_env());
-    }
-    env
-}
-
-/// The files the guest sees read-only: its resolv.conf (the gateway is its only resolver), its
-/// hosts file, the CA bundle (the host's roots plus the sandbox CA) and the CA alone.
-fn write_guest_files(
-    dir: &std::path::Path,
-    name: &str,
-    gateway: Ipv4Addr,
-    ca_pem: &str,
-) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)?;
-    let resolv = dir.join("resolv.conf");
-    std::fs::write(&resolv, format!("nameserver {gateway}\noptions edns0\n"))?;
-    let hosts = dir.join("hosts");
-    std::fs::write(
-        &hosts,
-        format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{name}\n"),
-    )?;
-    let root = dir.join("root");
-    let bundle = root.join(guest_trust::GUEST_BUNDLE.trim_start_matches('/'));
-    if let Some(parent) = bundle.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let system = std::fs::read(guest_trust::GUEST_BUNDLE).unwrap_or_default();
-    std::fs::write(&bundle, system)?;
-    guest_trust::install(&root, ca_pem).map_err(std::io::Error::other)?;
-    let ca_file = root.join(guest_trust::GUEST_CA_FILE.trim_start_matches('/'));
-    Ok(vec![
-        (resolv, PathBuf::from("/etc/resolv.conf")),
-        (hosts, PathBuf::from("/etc/hosts")),
-        (bundle, PathBuf::from(guest_trust::GUEST_BUNDLE)),
-        (ca_file, PathBuf::from(guest_trust::GUEST_CA_FILE)),
-    ])
-}
-
-/// How a sandbox's guest is plugged into its link: a veth whose host end `link` carries the
-/// fence, its guest end moved into the guest's network namespace as `eth0`.
-struct SandboxLinks<'a> {
-    links: &'a Links,
-    link: &'a str,
-    gateway: Ipv4Addr,
-    guest: Ipv4Addr,
-}
-
-impl GuestLinks for SandboxLinks<'_> {
-    fn attach<'a>(
-        &'a self,
-        netns: &'a std::path::Path,
-    ) -> BoxFuture<'a, Result<u32, RuntimeError>> {
-        Box::pin(async move {
-            let err = |m: String| RuntimeError::Start {
-                name: self.link.to_owned(),
-                message: format!("plugging in the link: {m}"),
-            };
-            let net = |e: dataplane::DataplaneError| err(e.to_string());
-            let peer = format!("{}g", self.link);
-            let ifindex = self
-                .links
-                .create_veth(self.link, &peer)
-                .await
-                .map_err(net)?;
-            let peer_index = self
-                .links
-                .ifindex(&peer)
-                .await
-                .map_err(net)?
-                .ok_or_else(|| err(format!("{peer} vanished")))?;
-            let ns =
-                std::fs::File::open(netns).map_err(|e| err(format!("{}: {e}", netns.display())))?;
-            self.links
-                .move_to_netns(peer_index, &ns)
-                .await
-                .map_err(net)?;
-            let guest_net =
-                IpNet::V4(Ipv4Net::new(self.guest, 30).map_err(|e| err(e.to_string()))?);
-            let netns = netns.to_path_buf();
-            let gateway = self.gateway;
-            tokio::task::spawn_blocking(move || {
-                dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
-            })
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .map_err(net)?;
-            let gw_net = IpNet::V4(Ipv4Net::new(self.gateway, 30).map_err(|e| err(e.to_string()))?);
-            self.links.add_address(ifindex, gw_net).await.map_err(net)?;
-            self.links.up(ifindex).await.map_err(net)?;
-            Ok(ifindex)
-        })
-    }
 }

@@ -244,13 +244,22 @@ impl Backend for Container {
                 .and_then(|()| std::os::unix::fs::chown(&spec.dir, Some(0), Some(self.ids.gid)))
                 .and_then(|()| std::fs::set_permissions(&spec.dir, Permissions::from_mode(0o710)))
                 .map_err(|e| err(format!("{}: {e}", spec.dir.display())))?;
+            let t0 = std::time::Instant::now();
             let guest = self.create(spec).await.map_err(err)?;
+            let t1 = std::time::Instant::now();
             // The container waits in `create`: plug its network in before anything runs.
             let netns = PathBuf::from(format!("/proc/{}/ns/net", guest.pid));
             let ifindex = links.attach(&netns).await?;
+            let t2 = std::time::Instant::now();
             self.run(&["start", &spec.name])
                 .await
                 .map_err(|e| err(format!("runc start: {e}")))?;
+            tracing::debug!(
+                create_ms = (t1 - t0).as_secs_f64() * 1000.0,
+                attach_ms = (t2 - t1).as_secs_f64() * 1000.0,
+                start_ms = t2.elapsed().as_secs_f64() * 1000.0,
+                "container started"
+            );
             Ok(Started { guest, ifindex })
         })
     }

@@ -1,0 +1,67 @@
+//! The API's failure type: a stable code, an HTTP status and a message for people.
+
+use crate::{api, store::StoreError};
+
+/// An API failure: a stable code, an HTTP status, a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn bad(message: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            code: "bad-request",
+            message: message.into(),
+        }
+    }
+    pub fn not_found(name: &str) -> Self {
+        Self {
+            status: 404,
+            code: "not-found",
+            message: format!("no sandbox named {name:?} (svc sandbox list shows them)"),
+        }
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            status: 500,
+            code: "internal",
+            message: message.into(),
+        }
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self {
+            status: 409,
+            code: "unsupported",
+            message: message.into(),
+        }
+    }
+    pub fn to_api(&self) -> api::ApiError {
+        api::ApiError {
+            code: self.code.to_owned(),
+            error: self.message.clone(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Exists(n) => Self {
+                status: 409,
+                code: "exists",
+                message: format!("a sandbox named {n:?} already exists"),
+            },
+            StoreError::NotFound(n) => Self::not_found(&n),
+            StoreError::Full(n) => Self {
+                status: 507,
+                code: "full",
+                message: format!("all {n} sandbox slots of the address pool are in use"),
+            },
+            other => Self::internal(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Start-up: re-adopt every sandbox a previous svcd left running, and tear down what a crash
+//! left half-built or half-destroyed.
+
+use std::{net::IpAddr, sync::Arc, time::SystemTime};
+
+use tracing::{info, warn};
+
+use super::{
+    Supervisor,
+    sandbox::{Envelope, Live, guest_env, to_map},
+};
+use crate::{
+    config::egress::{EgressConfig, RepoName},
+    daemon::failure::Failure,
+    policy::{
+        credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
+        host::{Allowlist, HostPattern},
+        mode::EgressMode,
+        request::SandboxPolicy,
+    },
+    proxy::ca::SandboxCa,
+    runtime::GuestHandle,
+};
+
+impl Supervisor {
+    /// At start: re-adopt every running sandbox whose guest is still there, tear down what a
+    /// crash left half-built or half-destroyed, and put every link in the nftables table.
+    pub async fn reconcile(&self) -> Result<(), Failure> {
+        let rows = self.store().list()?;
+        for row in rows {
+            if row.state != "running" {
+                warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
+                self.teardown(&row.name, row.id, &format!("svc{}", row.id))
+                    .await;
+                let _ = self.store().delete(&row.name);
+                continue;
+            }
+            match self.adopt(&row).await {
+                Ok(()) => {
+                    info!(sandbox = %row.name, "re-adopted");
+                    self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
+                }
+                Err(f) => {
+                    self.dead
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(row.name.clone());
+                    warn!(sandbox = %row.name, error = %f.message, "cannot re-adopt; its fence stays closed");
+                    self.event(
+                        "sandbox.dead",
+                        Some(&row.name),
+                        serde_json::json!({"reason": f.message}),
+                    );
+                }
+            }
+        }
+        self.sync_nft().await
+    }
+
+    async fn adopt(&self, row: &crate::store::SandboxRow) -> Result<(), Failure> {
+        let envelope: Envelope = serde_json::from_str(&row.envelope)
+            .map_err(|e| Failure::internal(format!("stored envelope: {e}")))?;
+        let guest = row
+            .pid
+            .zip(row.pid_start)
+            .map(|(pid, start)| GuestHandle {
+                name: row.name.clone(),
+                pid,
+                start,
+            })
+            .ok_or_else(|| Failure::internal("no guest recorded"))?;
+        let (Some(cert), Some(key)) = (&row.ca_cert, &row.ca_key) else {
+            return Err(Failure::internal("no CA recorded"));
+        };
+        let ca = Arc::new(
+            SandboxCa::restore(&row.name, cert, key)
+                .map_err(|e| Failure::internal(format!("CA: {e}")))?,
+        );
+        let policy = self.policy_from(&envelope)?;
+        let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
+        let alive = self.backend.alive(&guest);
+        let ifindex = self
+            .links
+            .ifindex(&envelope.link)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        let secrets = self.store().secrets(&row.name)?;
+        let mut live = Live {
+            name: row.name.clone(),
+            id: row.id,
+            envelope,
+            guest,
+            ifindex,
+            created_at: row.created_at.clone(),
+            created,
+            secrets: secrets
+                .iter()
+                .map(|s| (s.name.clone(), s.source.clone()))
+                .collect(),
+            ca,
+            policy: Arc::new(policy),
+            env: Vec::new(),
+            mode: EgressMode::Curated,
+            paused: false,
+        };
+        live.env = guest_env(&live);
+        if !alive || ifindex == 0 {
+            // Keep it listed (state "dead") so the operator sees it and destroys it; its
+            // fence record goes, so the link (if any) drops everything.
+            if ifindex != 0 {
+                let _ = self.fence().remove_sandbox(ifindex);
+            }
+            self.live().insert(row.name.clone(), live);
+            return Err(Failure::internal(if alive {
+                "its link is gone".to_owned()
+            } else {
+                "its processes are gone".to_owned()
+            }));
+        }
+        let known: Vec<IpAddr> = self
+            .fence()
+            .allow_entries(row.id)
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect();
+        self.registry.bind_unknown(row.id, known);
+        self.enforce(&mut live, to_map(&secrets))?;
+        self.live().insert(row.name.clone(), live);
+        Ok(())
+    }
+
+    fn policy_from(&self, envelope: &Envelope) -> Result<SandboxPolicy, Failure> {
+        let host = &self.config.host;
+        let extra: Vec<HostPattern> = envelope
+            .extra_hosts
+            .iter()
+            .filter_map(|h| HostPattern::parse(h).ok())
+            .collect();
+        let repo = envelope
+            .repo
+            .as_deref()
+            .and_then(|r| RepoName::parse(r).ok());
+        let agent = Allowlist(host.agent_hosts.clone());
+        let egress = EgressConfig::default();
+        let allowed =
+            SandboxPolicy::allowed_hosts(&agent, &extra, &host.code, repo.is_some(), &egress);
+        let mut entries = Vec::new();
+        for p in &envelope.placeholders {
+            let placeholder = Placeholder::parse(&p.value)
+                .ok_or_else(|| Failure::internal("a stored placeholder does not parse"))?;
+            let kind = CredentialKind::from_name(&p.kind).ok_or_else(|| {
+                Failure::internal(format!("a stored placeholder has kind {:?}", p.kind))
+            })?;
+            let hosts = p
+                .hosts
+                .iter()
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .collect();
+            entries.push(PlaceholderEntry {
+                placeholder,
+                kind,
+                hosts,
+            });
+        }
+        Ok(SandboxPolicy {
+            allowed,
+            agent_hosts: agent,
+            bound_repo: repo,
+            code: host.code.clone(),
+            egress,
+            placeholders: PlaceholderTable::new(entries),
+        })
+    }
+}

@@ -1,0 +1,185 @@
+//! What callers do with running sandboxes: list and show them, run commands in them, pause and
+//! resume them.
+
+use std::collections::HashMap;
+
+use super::{Supervisor, sandbox::Live};
+use crate::{
+    api::{self, PlaceholderView, SandboxView},
+    audit::rfc3339,
+    daemon::failure::Failure,
+    policy::mode::EgressMode,
+    runtime::{ExecHandle, GuestCommand, RuntimeError},
+};
+
+impl Supervisor {
+    pub fn list(&self) -> Result<Vec<SandboxView>, Failure> {
+        let live = self.live();
+        Ok(live.values().map(|l| self.view(l)).collect())
+    }
+
+    pub fn show(&self, name: &str) -> Result<SandboxView, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let live = self.live();
+        live.get(name)
+            .map(|l| self.view(l))
+            .ok_or_else(|| Failure::not_found(name))
+    }
+
+    pub(super) fn view(&self, l: &Live) -> SandboxView {
+        let window_ends = (l.mode == EgressMode::AllowAll)
+            .then(|| self.mode_now(l).window_ends.map(rfc3339))
+            .flatten();
+        let secrets: HashMap<&str, &str> = l
+            .secrets
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.as_str()))
+            .collect();
+        let placeholders = l
+            .policy
+            .placeholders
+            .entries()
+            .iter()
+            .map(|e| {
+                let env = e.env_name().unwrap_or_default();
+                PlaceholderView {
+                    brokered: secrets.contains_key(env.as_str()),
+                    env,
+                    kind: e.kind.name().to_owned(),
+                    hosts: e.hosts.iter().map(ToString::to_string).collect(),
+                }
+            })
+            .collect();
+        SandboxView {
+            name: l.name.clone(),
+            id: l.id,
+            state: if !self.backend.alive(&l.guest) {
+                "dead".into()
+            } else if l.paused {
+                "paused".into()
+            } else {
+                "running".into()
+            },
+            backend: l.envelope.backend.clone(),
+            mode: match l.mode {
+                EgressMode::Curated => "curated".into(),
+                EgressMode::AllowAll => "allow-all".into(),
+            },
+            window_ends,
+            allowed_hosts: if l.mode == EgressMode::Curated {
+                l.policy.allowed.0.iter().map(ToString::to_string).collect()
+            } else {
+                Vec::new()
+            },
+            allowed_branches: l.envelope.allowed_branches.clone(),
+            repo: l.envelope.repo.clone(),
+            context_path: l.envelope.context_path.clone(),
+            link: l.envelope.link.clone(),
+            guest_v4: l.envelope.guest_v4,
+            gateway_v4: l.envelope.gateway_v4,
+            pid: l.guest.pid,
+            created_at: l.created_at.clone(),
+            placeholders,
+            secrets: l.secrets.iter().map(|(n, s)| format!("{n}@{s}")).collect(),
+        }
+    }
+
+    /// Start a command for `svc sandbox exec`. Standard input and a terminal need an
+    /// `interactive` (upgraded) connection to carry them.
+    pub async fn exec(
+        &self,
+        name: &str,
+        req: &api::ExecRequest,
+        interactive: bool,
+    ) -> Result<ExecHandle, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        if !interactive && (req.stdin || req.tty.is_some()) {
+            return Err(Failure::bad(format!(
+                "stdin and tty need an upgraded connection (Connection: Upgrade, Upgrade: {})",
+                api::EXEC_UPGRADE
+            )));
+        }
+        if let Some(t) = req.tty
+            && (t.rows == 0 || t.cols == 0)
+        {
+            return Err(Failure::bad(format!(
+                "tty size {}x{}: rows and columns must be at least 1",
+                t.rows, t.cols
+            )));
+        }
+        let (guest, mut env, paused) = {
+            let live = self.live();
+            let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+            (l.guest.clone(), l.env.clone(), l.paused)
+        };
+        if paused {
+            return Err(Failure::unsupported(format!(
+                "sandbox {name:?} is paused: `svc sandbox resume {name}` first"
+            )));
+        }
+        if req.argv.is_empty() {
+            return Err(Failure::bad(
+                "exec needs a command: svc sandbox exec NAME -- CMD…",
+            ));
+        }
+        for (k, _) in &req.env {
+            if k.is_empty() || k.contains(['=', '\0']) {
+                return Err(Failure::bad(format!("bad environment variable name {k:?}")));
+            }
+        }
+        env.extend(req.env.iter().cloned());
+        self.backend
+            .exec(
+                &guest,
+                &GuestCommand {
+                    argv: req.argv.clone(),
+                    env,
+                    cwd: req.cwd.clone(),
+                    stdin: req.stdin,
+                    tty: req.tty.map(|t| (t.rows, t.cols)),
+                },
+            )
+            .await
+            .map_err(|e| match e {
+                RuntimeError::NotRunning => Failure::unsupported(format!(
+                    "sandbox {name:?} is not running (its processes are gone): destroy it"
+                )),
+                other => Failure::internal(other.to_string()),
+            })
+    }
+
+    /// pause / resume / fork: the backend says whether it can.
+    pub async fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let guest = {
+            let live = self.live();
+            live.get(name)
+                .ok_or_else(|| Failure::not_found(name))?
+                .guest
+                .clone()
+        };
+        let r = match op {
+            "pause" => self.backend.pause(&guest).await,
+            "resume" => self.backend.resume(&guest).await,
+            _ => self.backend.fork(&guest),
+        };
+        r.map_err(|e| match e {
+            RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
+            other => Failure::internal(other.to_string()),
+        })?;
+        if let Some(l) = self.live().get_mut(name) {
+            match op {
+                "pause" => l.paused = true,
+                "resume" => l.paused = false,
+                _ => {}
+            }
+        }
+        let kind = match op {
+            "pause" => "sandbox.paused",
+            "resume" => "sandbox.resumed",
+            _ => "sandbox.forked",
+        };
+        self.event(kind, Some(name), serde_json::json!({}));
+        self.show(name)
+    }
+}

@@ -1,0 +1,251 @@
+//! A sandbox as the supervisor holds it: its envelope (stored), its live record (in memory),
+//! the environment and files its guest gets, and how its guest is plugged into its link.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv4Addr},
+    path::PathBuf,
+    sync::Arc,
+    time::SystemTime,
+};
+
+use ipnet::{IpNet, Ipv4Net};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    api::{CreateSandbox, EgressChoice, SecretValue},
+    dataplane::{self, Links},
+    policy::{creation, mode::EgressMode, request::SandboxPolicy},
+    proxy::{ca::SandboxCa, guest_trust},
+    runtime::{BoxFuture, GuestHandle, GuestLinks, RuntimeError},
+};
+
+/// A stored placeholder.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct StoredPlaceholder {
+    pub(super) value: String,
+    pub(super) kind: String,
+    pub(super) hosts: Vec<String>,
+}
+
+/// The sandbox envelope (SPEC 2.1), fixed at creation and stored as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    pub(super) backend: String,
+    /// `--allow-host` hosts, as given (validated).
+    pub(super) extra_hosts: Vec<String>,
+    pub(super) repo: Option<String>,
+    pub(super) egress: EgressChoice,
+    pub(super) context_path: Option<String>,
+    pub(super) allowed_branches: Vec<String>,
+    pub(super) link: String,
+    pub(super) guest_v4: Ipv4Addr,
+    pub(super) gateway_v4: Ipv4Addr,
+    pub(super) placeholders: Vec<StoredPlaceholder>,
+}
+
+/// A running sandbox, in memory.
+#[derive(Debug, Clone)]
+pub(super) struct Live {
+    pub(super) name: String,
+    pub(super) id: u32,
+    pub(super) envelope: Envelope,
+    pub(super) guest: GuestHandle,
+    pub(super) ifindex: u32,
+    pub(super) created_at: String,
+    pub(super) created: SystemTime,
+    pub(super) secrets: Vec<(String, String)>,
+    pub(super) ca: Arc<SandboxCa>,
+    pub(super) policy: Arc<SandboxPolicy>,
+    /// The guest's environment for exec.
+    pub(super) env: Vec<(String, String)>,
+    /// The mode in force on the link.
+    pub(super) mode: EgressMode,
+    /// Frozen by `svc sandbox pause`.
+    pub(super) paused: bool,
+}
+
+/// How long each step of a creation took, for its log line (`files=3ms guest=40ms …`).
+pub(super) struct Phases {
+    last: std::time::Instant,
+    done: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Phases {
+    pub(super) fn start() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    pub(super) fn mark(&mut self, step: &'static str) {
+        let now = std::time::Instant::now();
+        self.done.push((step, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, d)) in self.done.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{step}={:.1}ms", d.as_secs_f64() * 1000.0)?;
+        }
+        Ok(())
+    }
+}
+
+/// The secrets of a request as `policy::creation` reads them.
+pub(super) fn creation_secrets(secrets: &[SecretValue]) -> Vec<creation::Secret<'_>> {
+    secrets
+        .iter()
+        .map(|s| creation::Secret {
+            name: &s.name,
+            source: &s.source,
+            value: &s.value,
+        })
+        .collect()
+}
+
+/// A create request as `policy::creation` reads it.
+pub(super) fn creation_request<'a>(
+    req: &'a CreateSandbox,
+    secrets: &'a [creation::Secret<'a>],
+) -> creation::Request<'a> {
+    creation::Request {
+        egress: req.egress.map(|e| match e {
+            EgressChoice::Curated => EgressMode::Curated,
+            EgressChoice::AllowAll => EgressMode::AllowAll,
+        }),
+        context_path: req.context_path.is_some(),
+        allow_hosts: &req.allow_hosts,
+        repo: req.repo.as_deref(),
+        secrets,
+    }
+}
+
+pub(super) fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
+    secrets
+        .iter()
+        .map(|s| (s.name.clone(), s.value.clone()))
+        .collect()
+}
+
+/// The environment every command in the sandbox gets.
+pub(super) fn guest_env(l: &Live) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/root"),
+        ("LANG", "C.UTF-8"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    env.push(("SVC_SANDBOX".into(), l.name.clone()));
+    for (k, v) in guest_trust::guest_env() {
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    if l.envelope.egress == EgressChoice::Curated {
+        env.extend(l.policy.placeholders.guest_env());
+    }
+    env
+}
+
+/// The files the guest sees read-only: its resolv.conf (the gateway is its only resolver), its
+/// hosts file, the CA bundle (the host's roots plus the sandbox CA) and the CA alone.
+pub(super) fn write_guest_files(
+    dir: &std::path::Path,
+    name: &str,
+    gateway: Ipv4Addr,
+    ca_pem: &str,
+) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let resolv = dir.join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {gateway}\noptions edns0\n"))?;
+    let hosts = dir.join("hosts");
+    std::fs::write(
+        &hosts,
+        format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{name}\n"),
+    )?;
+    let root = dir.join("root");
+    let bundle = root.join(guest_trust::GUEST_BUNDLE.trim_start_matches('/'));
+    if let Some(parent) = bundle.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let system = std::fs::read(guest_trust::GUEST_BUNDLE).unwrap_or_default();
+    std::fs::write(&bundle, system)?;
+    guest_trust::install(&root, ca_pem).map_err(std::io::Error::other)?;
+    let ca_file = root.join(guest_trust::GUEST_CA_FILE.trim_start_matches('/'));
+    Ok(vec![
+        (resolv, PathBuf::from("/etc/resolv.conf")),
+        (hosts, PathBuf::from("/etc/hosts")),
+        (bundle, PathBuf::from(guest_trust::GUEST_BUNDLE)),
+        (ca_file, PathBuf::from(guest_trust::GUEST_CA_FILE)),
+    ])
+}
+
+/// How a sandbox's guest is plugged into its link: a veth whose host end `link` carries the
+/// fence, its guest end moved into the guest's network namespace as `eth0`.
+pub(super) struct SandboxLinks<'a> {
+    pub(super) links: &'a Links,
+    pub(super) link: &'a str,
+    pub(super) gateway: Ipv4Addr,
+    pub(super) guest: Ipv4Addr,
+}
+
+impl GuestLinks for SandboxLinks<'_> {
+    fn attach<'a>(
+        &'a self,
+        netns: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<u32, RuntimeError>> {
+        Box::pin(async move {
+            let err = |m: String| RuntimeError::Start {
+                name: self.link.to_owned(),
+                message: format!("plugging in the link: {m}"),
+            };
+            let net = |e: dataplane::DataplaneError| err(e.to_string());
+            let peer = format!("{}g", self.link);
+            let ifindex = self
+                .links
+                .create_veth(self.link, &peer)
+                .await
+                .map_err(net)?;
+            let peer_index = self
+                .links
+                .ifindex(&peer)
+                .await
+                .map_err(net)?
+                .ok_or_else(|| err(format!("{peer} vanished")))?;
+            let ns =
+                std::fs::File::open(netns).map_err(|e| err(format!("{}: {e}", netns.display())))?;
+            self.links
+                .move_to_netns(peer_index, &ns)
+                .await
+                .map_err(net)?;
+            let guest_net =
+                IpNet::V4(Ipv4Net::new(self.guest, 30).map_err(|e| err(e.to_string()))?);
+            let netns = netns.to_path_buf();
+            let gateway = self.gateway;
+            tokio::task::spawn_blocking(move || {
+                dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
+            })
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .map_err(net)?;
+            let gw_net = IpNet::V4(Ipv4Net::new(self.gateway, 30).map_err(|e| err(e.to_string()))?);
+            self.links.add_address(ifindex, gw_net).await.map_err(net)?;
+            self.links.up(ifindex).await.map_err(net)?;
+            Ok(ifindex)
+        })
+    }
+}
