@@ -20,7 +20,7 @@ use tracing::{Instrument as _, info, info_span, warn};
 
 use self::sandbox::{
     Envelope, Live, Phases, SandboxLinks, StoredPlaceholder, creation_request, creation_secrets,
-    guest_env, to_map, write_guest_files,
+    fence_link, guest_env, link_record, to_map, write_guest_files,
 };
 pub use super::failure::Failure;
 use super::wiring::{Registered, Registry};
@@ -28,7 +28,7 @@ use crate::{
     api::{self, CreateSandbox, Destroyed, EgressChoice, Event, SandboxView, SecretValue},
     audit::rfc3339,
     config::host::HostConfig,
-    dataplane::{self, Fence, Links, Nft, SandboxLink},
+    dataplane::{self, Fence, Links, Nft},
     dns::SandboxDns,
     policy::{
         creation,
@@ -273,6 +273,7 @@ impl Supervisor {
         envelope.guest_v4 = guest;
         envelope.gateway_v4 = gateway;
         let mut phases = Phases::start();
+        let mode = self.mode_of(&envelope, created).mode;
         let ca = Arc::new(
             SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?,
         );
@@ -290,9 +291,9 @@ impl Supervisor {
                 },
                 &SandboxLinks {
                     links: &self.links,
+                    fence: &self.fence,
                     link: &link,
-                    gateway,
-                    guest,
+                    record: link_record(id, &envelope, 0, mode),
                 },
             )
             .await
@@ -315,7 +316,7 @@ impl Supervisor {
             ca: ca.clone(),
             policy: Arc::new(plan.policy),
             env: Vec::new(),
-            mode: EgressMode::Curated,
+            mode,
             paused: false,
         };
         live.env = guest_env(&live);
@@ -325,8 +326,9 @@ impl Supervisor {
             .iter()
             .map(|s| (s.name.clone(), s.value.clone()))
             .collect();
-        self.enforce(&mut live, secret_values)?;
-        phases.mark("fence");
+        // The link was fenced while the guest started (`SandboxLinks::prepare`).
+        self.register(&live, secret_values);
+        phases.mark("register");
         self.live().insert(name.clone(), live.clone());
         self.sync_nft().await?;
         phases.mark("nft");
@@ -358,30 +360,15 @@ impl Supervisor {
     fn enforce(&self, live: &mut Live, secrets: HashMap<String, String>) -> Result<(), Failure> {
         let mode = self.mode_now(live).mode;
         live.mode = mode;
-        let link = SandboxLink {
-            ifindex: live.ifindex,
-            sandbox: live.id,
-            mode,
-            proxy: mode == EgressMode::Curated,
-            guest_v4: live.envelope.guest_v4,
-            gateway_v4: live.envelope.gateway_v4,
-            guest_v6: None,
-            guest_v6_link_local: None,
-            gateway_v6: None,
-        };
-        {
-            let mut fence = self.fence();
-            // After a restart the record is usually in force already: keep it and the entries
-            // the guard wrote (the guest may still use them), and only re-attach.
-            if !fence.record_in_force(&link) {
-                fence
-                    .install_sandbox(&link, &[], &[])
-                    .map_err(|e| Failure::internal(e.to_string()))?;
-            }
-            fence
-                .attach(&live.envelope.link)
-                .map_err(|e| Failure::internal(e.to_string()))?;
-        }
+        let record = link_record(live.id, &live.envelope, live.ifindex, mode);
+        fence_link(&self.fence, &record, &live.envelope.link)?;
+        self.register(live, secrets);
+        Ok(())
+    }
+
+    /// Put the sandbox in the registry the DNS guard, the proxy and the broker read.
+    fn register(&self, live: &Live, secrets: HashMap<String, String>) {
+        let mode = live.mode;
         let allowed = if mode == EgressMode::Curated {
             live.policy.allowed.clone()
         } else {
@@ -407,7 +394,6 @@ impl Supervisor {
             }),
             secrets,
         });
-        Ok(())
     }
 
     /// Put every live sandbox's link in the nftables table (one batch).
@@ -585,12 +571,15 @@ impl Supervisor {
     /// The mode in force for a sandbox now, as `policy::mode` decides it (an AllowAll window
     /// counts from the later of its creation and svcd's start, SPEC 5.1.1).
     fn mode_now(&self, l: &Live) -> ModeNow {
+        self.mode_of(&l.envelope, l.created)
+    }
+
+    /// The mode in force now for a sandbox with `envelope`, created at `created`.
+    fn mode_of(&self, envelope: &Envelope, created: SystemTime) -> ModeNow {
         crate::policy::mode::mode_now(
-            l.envelope.egress == EgressChoice::AllowAll,
-            Some(AllowAllKind::for_creation(
-                l.envelope.context_path.is_some(),
-            )),
-            l.created,
+            envelope.egress == EgressChoice::AllowAll,
+            Some(AllowAllKind::for_creation(envelope.context_path.is_some())),
+            created,
             self.started,
             SystemTime::now(),
         )

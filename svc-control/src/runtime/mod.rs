@@ -37,13 +37,15 @@ pub struct GuestHandle {
     pub start: u64,
 }
 
-/// What the backend asks of svcd while it starts a guest: plug the guest's network namespace
-/// into the sandbox's host link (the one the fence sits on).
+/// What the backend asks of svcd while it starts a guest: the sandbox's host link (the one
+/// the fence sits on), in two steps so that the first can run while the guest is being made.
 pub trait GuestLinks: Send + Sync {
-    /// Move the guest end of the sandbox's link into the network namespace at `netns` and
-    /// configure both ends; returns the host end's ifindex.
-    fn attach<'a>(&'a self, netns: &'a std::path::Path)
-    -> BoxFuture<'a, Result<u32, RuntimeError>>;
+    /// Make the host end of the sandbox's link, address it and fence it; its ifindex. Nothing
+    /// of the guest is needed yet.
+    fn prepare(&self) -> BoxFuture<'_, Result<u32, RuntimeError>>;
+    /// Move the guest end of the link into the network namespace at `netns` and configure it
+    /// (address, route via the host end), after [`GuestLinks::prepare`].
+    fn attach<'a>(&'a self, netns: &'a std::path::Path) -> BoxFuture<'a, Result<(), RuntimeError>>;
 }
 
 /// A started guest and its host link.
@@ -236,4 +238,13 @@ pub fn start_time(pid: u32) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether process `pid` has exited and waits to be reaped (state `Z` or `X`).
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X")
+    })
 }

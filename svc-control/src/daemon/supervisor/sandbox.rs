@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::SystemTime,
 };
 
@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     api::{CreateSandbox, EgressChoice, SecretValue},
-    dataplane::{self, Links},
+    daemon::failure::Failure,
+    dataplane::{self, Fence, Links, SandboxLink},
     policy::{creation, mode::EgressMode, request::SandboxPolicy},
     proxy::{ca::SandboxCa, guest_trust},
     runtime::{BoxFuture, GuestHandle, GuestLinks, RuntimeError},
@@ -195,57 +196,125 @@ pub(super) fn write_guest_files(
 }
 
 /// How a sandbox's guest is plugged into its link: a veth whose host end `link` carries the
-/// fence, its guest end moved into the guest's network namespace as `eth0`.
+/// fence, its guest end moved into the guest's network namespace as `eth0`. The host end is
+/// made and fenced first (while the runtime creates the guest), the guest end moved in after.
 pub(super) struct SandboxLinks<'a> {
     pub(super) links: &'a Links,
+    pub(super) fence: &'a Arc<Mutex<Fence>>,
     pub(super) link: &'a str,
-    pub(super) gateway: Ipv4Addr,
-    pub(super) guest: Ipv4Addr,
+    /// The fence's record for the link (its ifindex is filled in once the link exists).
+    pub(super) record: SandboxLink,
+}
+
+impl SandboxLinks<'_> {
+    fn err(&self, m: String) -> RuntimeError {
+        RuntimeError::Start {
+            name: self.link.to_owned(),
+            message: format!("plugging in the link: {m}"),
+        }
+    }
+
+    fn peer(&self) -> String {
+        format!("{}g", self.link)
+    }
 }
 
 impl GuestLinks for SandboxLinks<'_> {
-    fn attach<'a>(
-        &'a self,
-        netns: &'a std::path::Path,
-    ) -> BoxFuture<'a, Result<u32, RuntimeError>> {
+    fn prepare(&self) -> BoxFuture<'_, Result<u32, RuntimeError>> {
         Box::pin(async move {
-            let err = |m: String| RuntimeError::Start {
-                name: self.link.to_owned(),
-                message: format!("plugging in the link: {m}"),
-            };
-            let net = |e: dataplane::DataplaneError| err(e.to_string());
-            let peer = format!("{}g", self.link);
+            let net = |e: dataplane::DataplaneError| self.err(e.to_string());
             let ifindex = self
                 .links
-                .create_veth(self.link, &peer)
+                .create_veth(self.link, &self.peer())
                 .await
                 .map_err(net)?;
+            let gw_net = IpNet::V4(
+                Ipv4Net::new(self.record.gateway_v4, 30).map_err(|e| self.err(e.to_string()))?,
+            );
+            self.links.add_address(ifindex, gw_net).await.map_err(net)?;
+            self.links.up(ifindex).await.map_err(net)?;
+            // Fenced before its other end reaches the guest: nothing ever passes unchecked.
+            let record = SandboxLink {
+                ifindex,
+                ..self.record
+            };
+            let (fence, link) = (self.fence.clone(), self.link.to_owned());
+            tokio::task::spawn_blocking(move || fence_link(&fence, &record, &link))
+                .await
+                .map_err(|e| self.err(e.to_string()))?
+                .map_err(|f| self.err(f.message))?;
+            Ok(ifindex)
+        })
+    }
+
+    fn attach<'a>(&'a self, netns: &'a std::path::Path) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let net = |e: dataplane::DataplaneError| self.err(e.to_string());
+            let peer = self.peer();
             let peer_index = self
                 .links
                 .ifindex(&peer)
                 .await
                 .map_err(net)?
-                .ok_or_else(|| err(format!("{peer} vanished")))?;
-            let ns =
-                std::fs::File::open(netns).map_err(|e| err(format!("{}: {e}", netns.display())))?;
+                .ok_or_else(|| self.err(format!("{peer} vanished")))?;
+            let ns = std::fs::File::open(netns)
+                .map_err(|e| self.err(format!("{}: {e}", netns.display())))?;
             self.links
                 .move_to_netns(peer_index, &ns)
                 .await
                 .map_err(net)?;
-            let guest_net =
-                IpNet::V4(Ipv4Net::new(self.guest, 30).map_err(|e| err(e.to_string()))?);
+            let guest_net = IpNet::V4(
+                Ipv4Net::new(self.record.guest_v4, 30).map_err(|e| self.err(e.to_string()))?,
+            );
             let netns = netns.to_path_buf();
-            let gateway = self.gateway;
+            let gateway = self.record.gateway_v4;
             tokio::task::spawn_blocking(move || {
                 dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
             })
             .await
-            .map_err(|e| err(e.to_string()))?
-            .map_err(net)?;
-            let gw_net = IpNet::V4(Ipv4Net::new(self.gateway, 30).map_err(|e| err(e.to_string()))?);
-            self.links.add_address(ifindex, gw_net).await.map_err(net)?;
-            self.links.up(ifindex).await.map_err(net)?;
-            Ok(ifindex)
+            .map_err(|e| self.err(e.to_string()))?
+            .map_err(net)
         })
     }
+}
+
+/// The fence's record of sandbox `id`'s link `ifindex` in `mode`.
+pub(super) fn link_record(
+    id: u32,
+    envelope: &Envelope,
+    ifindex: u32,
+    mode: EgressMode,
+) -> SandboxLink {
+    SandboxLink {
+        ifindex,
+        sandbox: id,
+        mode,
+        proxy: mode == EgressMode::Curated,
+        guest_v4: envelope.guest_v4,
+        gateway_v4: envelope.gateway_v4,
+        guest_v6: None,
+        guest_v6_link_local: None,
+        gateway_v6: None,
+    }
+}
+
+/// Put `record` on `link` in the fence and attach the fence's programs to it. A record already
+/// in force (after a restart) is kept with the entries the guard wrote, which the guest may
+/// still use.
+pub(super) fn fence_link(
+    fence: &Mutex<Fence>,
+    record: &SandboxLink,
+    link: &str,
+) -> Result<(), Failure> {
+    let mut fence = fence
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !fence.record_in_force(record) {
+        fence
+            .install_sandbox(record, &[], &[])
+            .map_err(|e| Failure::internal(e.to_string()))?;
+    }
+    fence
+        .attach(link)
+        .map_err(|e| Failure::internal(e.to_string()))
 }
