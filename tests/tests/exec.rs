@@ -239,7 +239,10 @@ fn pause_freezes_a_sandbox_and_resume_thaws_it() {
 
     // A paused sandbox is destroyed whole, frozen processes included.
     let s = w.show("dev");
-    let (id, pid) = (s["id"].as_u64().expect("id"), s["pid"].as_u64().expect("pid"));
+    let (id, pid) = (
+        s["id"].as_u64().expect("id"),
+        s["pid"].as_u64().expect("pid"),
+    );
     w.svc_ok(&["sandbox", "pause", "dev"]);
     w.svc_ok(&["sandbox", "destroy", "dev"]);
     w.assert_gone(

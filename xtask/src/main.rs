@@ -45,8 +45,8 @@ enum Command {
     /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added
     /// latency and cached rate, beside the upstream and dnsmasq) or `proxy` (HTTPS latency and
     /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting) or
-    /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside a bare
-    /// namespace made with `ip`).
+    /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside runc's
+    /// own run, exec and delete of the same bundle).
     Bench {
         /// Which benchmark.
         #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox"])]

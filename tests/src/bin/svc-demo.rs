@@ -261,7 +261,51 @@ fn story(d: &Demo) -> Result<(), String> {
     }
     check(dump.status.success(), "the map is pinned and readable")?;
 
-    heading("11. destroy the sandbox");
+    heading("11. the guest is root in its sandbox, not on the host: going around the fence fails");
+    let pins = w.pins.path.display().to_string();
+    let moves: [(&str, String); 6] = [
+        (
+            "enter another network namespace",
+            "nsenter --net=/proc/1/ns/net true".to_owned(),
+        ),
+        (
+            "find the fence's pinned allow map",
+            format!("ls {pins}/SVC_ALLOW4"),
+        ),
+        (
+            "load eBPF (bpf(2))",
+            "python3 -c 'import ctypes as c,sys; r=c.CDLL(None).syscall(321,0,0,0); sys.exit(r<0)'"
+                .to_owned(),
+        ),
+        (
+            "reach svcd's socket",
+            format!("test -S {}", w.socket.display()),
+        ),
+        (
+            "give itself another address",
+            "ip addr add 10.203.9.9/32 dev eth0".to_owned(),
+        ),
+        ("mount a bpffs", "mount -t bpf bpf /mnt".to_owned()),
+    ];
+    let mut held = true;
+    for (what, script) in &moves {
+        let (code, _, err) = d.sh(script);
+        let said = err.lines().next().unwrap_or("").trim();
+        info(&format!(
+            "{what:<36} {} (exit {code}{}{said})",
+            if code != 0 { "refused" } else { "ALLOWED" },
+            if said.is_empty() { "" } else { ": " }
+        ));
+        held &= code != 0;
+    }
+    let marker = std::path::Path::new("/etc/svc-demo-was-here");
+    let _ = d.sh(&format!("touch {}", marker.display()));
+    check(
+        held && !marker.exists(),
+        "every move refused; `touch /etc/…` wrote only the sandbox's own layer, not the host's",
+    )?;
+
+    heading("12. destroy the sandbox");
     cmd("svc sandbox destroy demo");
     shown(&w.svc_ok(&["sandbox", "destroy", "demo"]));
     let links = w.host.exec("ip", &["-o", "link", "show"]);
