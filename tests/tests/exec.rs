@@ -18,6 +18,16 @@ fn svc_cmd(w: &World, args: &[&str]) -> Command {
     c
 }
 
+/// `svc sandbox exec dev -- sh -c SCRIPT` running, with `stdin` and piped output.
+fn spawn_sh(w: &World, script: &str, stdin: Stdio) -> std::process::Child {
+    svc_cmd(w, &["sandbox", "exec", "dev", "--", "sh", "-c", script])
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("svc")
+}
+
 #[test]
 fn exec_forwards_stdin_keeps_exit_codes_and_takes_workdir_and_env() {
     require_root();
@@ -26,23 +36,7 @@ fn exec_forwards_stdin_keeps_exit_codes_and_takes_workdir_and_env() {
 
     // A pipe is forwarded, byte for byte, a megabyte of it.
     let data: Vec<u8> = (0..1_048_576u32).map(|i| (i * 7 % 251) as u8).collect();
-    let mut child = svc_cmd(
-        &w,
-        &[
-            "sandbox",
-            "exec",
-            "dev",
-            "--",
-            "sh",
-            "-c",
-            "cat; echo end >&2",
-        ],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("svc");
+    let mut child = spawn_sh(&w, "cat; echo end >&2", Stdio::piped());
     let mut stdin = child.stdin.take().expect("stdin");
     let feed = data.clone();
     let writer = std::thread::spawn(move || stdin.write_all(&feed));
@@ -105,23 +99,11 @@ fn signals_reach_the_command_and_a_terminal_has_the_callers_size() {
     w.svc_ok(&["sandbox", "create", "dev"]);
 
     // Without a terminal, SIGINT to svc reaches the command.
-    let mut child = svc_cmd(
+    let mut child = spawn_sh(
         &w,
-        &[
-            "sandbox",
-            "exec",
-            "dev",
-            "--",
-            "sh",
-            "-c",
-            "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.1; done",
-        ],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("svc");
+        "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.1; done",
+        Stdio::null(),
+    );
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut first = String::new();
     out.read_line(&mut first).expect("read");
