@@ -110,6 +110,12 @@ fn sandbox_user() -> anyhow::Result<()> {
         ui::ok(&format!("sandbox user {SANDBOX_USER} with its id range"));
         return Ok(());
     }
+    // usermod refuses to add ranges to files that do not exist yet (a fresh machine).
+    for file in ["/etc/subuid", "/etc/subgid"] {
+        if !Path::new(file).exists() {
+            std::fs::write(file, "").with_context(|| format!("creating {file}"))?;
+        }
+    }
     let start = free_range()?;
     let range = format!("{start}-{}", start + 65535);
     ui::run(Command::new("usermod").args([
