@@ -381,9 +381,22 @@ cgroup_parent = "{cgroup_parent}"
         read_jsonl(&self.dir.join("outside/received.jsonl"))
     }
 
-    /// svcd's audit records.
+    /// svcd's audit records. Every line must be one JSON object with unique keys that fits
+    /// `schema/audit.v1.json`; a line that does not fails the test that reads it.
     pub fn audit(&self) -> Vec<serde_json::Value> {
-        read_jsonl(&self.dir.join("audit/audit.jsonl"))
+        let text = std::fs::read_to_string(self.audit_path()).unwrap_or_default();
+        let schema = svc_control::audit::schema();
+        let validator = jsonschema::validator_for(&schema).expect("the audit schema compiles");
+        text.lines()
+            .map(|line| {
+                let v = svc_control::audit::parse_strict(line)
+                    .unwrap_or_else(|e| panic!("audit line is not strict JSON ({e}): {line}"));
+                if let Err(e) = validator.validate(&v) {
+                    panic!("audit line does not fit schema/audit.v1.json ({e}): {line}");
+                }
+                v
+            })
+            .collect()
     }
 
     pub fn audit_path(&self) -> PathBuf {

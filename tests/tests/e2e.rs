@@ -193,9 +193,18 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     assert_eq!(ex[0]["credential"], "swapped");
     assert_eq!(ex[0]["sandbox"], id);
     assert_eq!(
-        ex[0]["name"], "dev",
+        ex[0]["sandbox_name"], "dev",
         "svcd names the sandbox in every record"
     );
+    let dns = audit
+        .iter()
+        .find(|r| r["layer"] == "dns")
+        .expect("a DNS record");
+    assert_eq!(
+        dns["sandbox_name"], "dev",
+        "a DNS record keeps the sandbox's name beside the question's"
+    );
+    assert!(dns["name"].as_str().is_some_and(|n| n.ends_with('.')));
     assert!(
         http_records(&audit, "code.test")
             .iter()

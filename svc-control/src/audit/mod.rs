@@ -11,11 +11,12 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use svc_ebpf_common::{DropEvent, reason};
 
 /// One audit record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct AuditRecord {
     /// RFC 3339, UTC, milliseconds.
     pub time: String,
@@ -23,13 +24,13 @@ pub struct AuditRecord {
     pub sandbox: u32,
     /// The sandbox's name, where the writer knows it (svcd adds it to every record).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub sandbox_name: Option<String>,
     #[serde(flatten)]
     pub event: AuditEvent,
 }
 
 /// What happened, by layer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(tag = "layer", rename_all = "kebab-case")]
 pub enum AuditEvent {
     /// A packet the fence dropped.
@@ -37,11 +38,29 @@ pub enum AuditEvent {
     /// A DNS question the guard answered.
     Dns(DnsEvent),
     /// An HTTPS request through the proxy (or a refused TLS connection).
-    Http(crate::proxy::HttpEvent),
+    Http(HttpEvent),
+}
+
+/// One proxied request, for the audit log (no header values, no query values, no tokens).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct HttpEvent {
+    pub host: Option<String>,
+    pub method: String,
+    pub path: Option<String>,
+    pub status: u16,
+    pub decision: &'static str,
+    pub rule: String,
+    pub credential: &'static str,
+    /// Body bytes forwarded from the guest to the upstream.
+    pub bytes_up: u64,
+    /// Body bytes forwarded from the upstream to the guest (for a refusal: the refusal body).
+    pub bytes_down: u64,
+    /// From the request head to the end of the response body (or the guest hanging up).
+    pub duration_ms: u64,
 }
 
 /// One DNS question and what the guard did with it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct DnsEvent {
     pub name: String,
     /// Record type mnemonic (`A`, `AAAA`, …) or number.
@@ -66,7 +85,7 @@ pub struct DnsEvent {
 }
 
 /// A dropped packet: the reason and the addresses, never the payload.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct PacketEvent {
     pub verdict: &'static str,
     pub reason: &'static str,
@@ -92,6 +111,16 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// The JSON Schema of one audit line (draft 2020-12), as shipped in `schema/audit.v1.json`
+/// (`svcd audit-schema` prints it).
+pub fn schema() -> serde_json::Value {
+    // What svcd writes: fields it leaves out when empty are optional.
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    serde_json::to_value(generator.into_root_schema_for::<AuditRecord>()).unwrap_or_default()
+}
+
 impl AuditRecord {
     /// The record of a drop event. `mono_now_ns` and `wall_now` are one reading of both clocks,
     /// to place the kernel's monotonic timestamp on the wall clock.
@@ -108,7 +137,7 @@ impl AuditRecord {
         Self {
             time: rfc3339(when),
             sandbox: e.sandbox,
-            name: None,
+            sandbox_name: None,
             event: AuditEvent::Packet(PacketEvent {
                 verdict: "drop",
                 reason: reason::name(e.reason).unwrap_or("unknown"),
@@ -271,6 +300,77 @@ fn open_append(path: &Path) -> Result<File, AuditError> {
         })
 }
 
+/// Parse one audit line as JSON, refusing an object with the same key twice (which ordinary
+/// parsers accept, keeping one value and losing the other). For readers of audit files and the
+/// tests that check what svcd writes.
+pub fn parse_strict(line: &str) -> Result<serde_json::Value, String> {
+    let mut de = serde_json::Deserializer::from_str(line);
+    let v = serde::Deserialize::deserialize(&mut de).map(|Strict(v)| v);
+    let v = v.map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// A JSON value whose objects have unique keys.
+struct Strict(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        let mut v = Vec::new();
+        while let Some(Strict(x)) = a.next_element()? {
+            v.push(x);
+        }
+        Ok(v.into())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        let mut m = serde_json::Map::new();
+        while let Some(k) = a.next_key::<String>()? {
+            let Strict(v) = a.next_value()?;
+            if m.insert(k.clone(), v).is_some() {
+                return Err(serde::de::Error::custom(format!("key {k:?} appears twice")));
+            }
+        }
+        Ok(m.into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,8 +383,8 @@ mod tests {
         let r = AuditRecord {
             time: "2026-11-21T00:00:00.000Z".into(),
             sandbox: 1,
-            name: None,
-            event: AuditEvent::Http(crate::proxy::HttpEvent {
+            sandbox_name: None,
+            event: AuditEvent::Http(HttpEvent {
                 host: Some("api.example.test".into()),
                 method: "GET".into(),
                 path: Some("/".into()),

@@ -225,10 +225,10 @@ pub struct NamedAudit {
 
 impl AuditSink for NamedAudit {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        match (&r.name, self.registry.by_id(r.sandbox)) {
+        match (&r.sandbox_name, self.registry.by_id(r.sandbox)) {
             (None, Some(s)) => {
                 let mut named = r.clone();
-                named.name = Some(s.name.clone());
+                named.sandbox_name = Some(s.name.clone());
                 self.inner.record(&named)
             }
             _ => self.inner.record(r),

@@ -429,7 +429,7 @@ impl Guard {
     fn record(&self, sandbox: u32, event: DnsEvent) {
         let _ = self.audit.record(&AuditRecord {
             time: rfc3339(SystemTime::now()),
-            name: None,
+            sandbox_name: None,
             sandbox,
             event: AuditEvent::Dns(event),
         });

@@ -8,6 +8,6 @@ pub mod guest_trust;
 pub mod h1_frames;
 pub mod server;
 
-pub use server::{
-    Broker, HttpEvent, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, SystemResolver,
-};
+/// The proxy's audit record lives with the others in `audit`.
+pub use crate::audit::HttpEvent;
+pub use server::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, SystemResolver};

@@ -42,7 +42,7 @@ use tokio::{
 
 use super::{ca::SandboxCa, client_hello};
 use crate::{
-    audit::{AuditRecord, AuditSink, rfc3339},
+    audit::{AuditRecord, AuditSink, HttpEvent, rfc3339},
     policy::{
         credentials::{CredentialKind, Scheme},
         host::{Authority, normalize_name},
@@ -210,24 +210,6 @@ struct Refusal<'a> {
     status: u16,
     rule: String,
     reason: &'a str,
-}
-
-/// One proxied request, for the audit log (no header values, no query values, no tokens).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HttpEvent {
-    pub host: Option<String>,
-    pub method: String,
-    pub path: Option<String>,
-    pub status: u16,
-    pub decision: &'static str,
-    pub rule: String,
-    pub credential: &'static str,
-    /// Body bytes forwarded from the guest to the upstream.
-    pub bytes_up: u64,
-    /// Body bytes forwarded from the upstream to the guest (for a refusal: the refusal body).
-    pub bytes_down: u64,
-    /// From the request head to the end of the response body (or the guest hanging up).
-    pub duration_ms: u64,
 }
 
 impl Proxy {
@@ -747,7 +729,7 @@ impl Proxy {
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
         let _ = self.audit.record(&AuditRecord {
             time: rfc3339(SystemTime::now()),
-            name: None,
+            sandbox_name: None,
             sandbox,
             event: crate::audit::AuditEvent::Http(e),
         });
@@ -821,7 +803,7 @@ impl Drop for PendingRecord {
             record.duration_ms = ms(self.started);
             if let Err(e) = self.audit.record(&AuditRecord {
                 time: rfc3339(SystemTime::now()),
-                name: None,
+                sandbox_name: None,
                 sandbox: self.sandbox,
                 event: crate::audit::AuditEvent::Http(record),
             }) {

@@ -49,6 +49,8 @@ enum Command {
     /// Inspect and operate the eBPF fence directly (operator diagnostics).
     #[command(subcommand)]
     Fence(FenceCommand),
+    /// Print the JSON Schema of one audit line (schema/audit.v1.json).
+    AuditSchema,
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,6 +118,9 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Fence(cmd) => fence(cmd, &host.pin_dir),
+        Command::AuditSchema => serde_json::to_string_pretty(&svc_control::audit::schema())
+            .map(|s| println!("{s}"))
+            .map_err(anyhow::Error::from),
         Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
     };
     match result {
