@@ -835,3 +835,84 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
         );
     }
 }
+
+#[test]
+fn plain_http_to_an_allowed_host_is_served_with_the_same_rules_never_a_silent_close() {
+    require_root();
+    let w = World::start();
+    let created = w.svc_env(
+        &[
+            "sandbox",
+            "create",
+            "--allow-host",
+            "allowed.example.test",
+            "--secret",
+            "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:EXAMPLE",
+            "plain",
+        ],
+        &[("EXAMPLE", EXAMPLE_TOKEN)],
+    );
+    assert!(created.status.success(), "{created:?}");
+    // Served: through the proxy to the upstream's port 80, audited.
+    let (code, out, err) = w.sh(
+        "plain",
+        "curl -sS -w '\\nHTTP %{http_code}\\n' http://allowed.example.test/over-http",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("\"served_by\":\"allowed.example.test\""),
+        "{out}"
+    );
+    assert!(out.contains("HTTP 200"), "{out}");
+    let received = w.received();
+    assert!(
+        received
+            .iter()
+            .any(|r| r["scheme"] == "http" && r["path"] == "/over-http"),
+        "the upstream did not get it over plain HTTP: {received:?}"
+    );
+    // A placeholder over plain HTTP is refused as a leak, with a body naming the rule; the
+    // upstream never sees it.
+    let (_, out, _) = w.sh(
+        "plain",
+        "curl -sS -w '\\nHTTP %{http_code}\\n' -H \"Authorization: Bearer \
+         $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" http://allowed.example.test/leak",
+    );
+    assert!(out.contains("HTTP 403"), "{out}");
+    assert!(
+        out.contains("\"rule\""),
+        "no JSON body naming the rule: {out}"
+    );
+    assert!(
+        !w.received().iter().any(|r| r["path"] == "/leak"),
+        "the placeholder reached the upstream over plain HTTP"
+    );
+    // Another allowed name on this address's connection: refused (Host bound to the address).
+    let (_, out, _) = w.sh(
+        "plain",
+        "getent hosts api.agent.test >/dev/null; curl -sS -w '\\nHTTP %{http_code}\\n' \
+         -H 'Host: api.agent.test' http://allowed.example.test/fronted",
+    );
+    assert!(out.contains("HTTP 421"), "{out}");
+    assert!(!w.received().iter().any(|r| r["path"] == "/fronted"));
+    // Every one audited.
+    std::thread::sleep(Duration::from_millis(300));
+    let audit = w.audit();
+    let http: Vec<&Value> = audit
+        .iter()
+        .filter(|r| r["layer"] == "http" && r["host"] == "allowed.example.test")
+        .collect();
+    for (path, decision) in [("/over-http", "allow"), ("/leak", "deny")] {
+        assert!(
+            http.iter()
+                .any(|r| r["path"] == path && r["decision"] == decision),
+            "{path}: no {decision} record in {http:?}"
+        );
+    }
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["layer"] == "http" && r["rule"] == "address-binding"),
+        "the fronting attempt was not audited"
+    );
+}

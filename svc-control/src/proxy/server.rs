@@ -226,7 +226,9 @@ impl Proxy {
         http.set_connect_timeout(Some(Duration::from_secs(10)));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config.upstream_tls.clone())
-            .https_only()
+            // The scheme of each upstream URI is the guest's (https for TLS, http for plain),
+            // built by the proxy, never taken from the guest's request target.
+            .https_or_http()
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
@@ -311,16 +313,21 @@ impl Proxy {
                     return Err(client_hello::HelloError::Incomplete);
                 }
                 buf.extend_from_slice(&chunk[..n]);
+                // Not a TLS handshake record: a plain HTTP request (redirected port 80).
+                if buf.first().is_some_and(u8::is_ascii_uppercase) {
+                    return Ok(None);
+                }
                 match client_hello::parse(&buf) {
                     Err(client_hello::HelloError::Incomplete) => {}
-                    other => return other,
+                    other => return other.map(Some),
                 }
             }
         })
         .await;
         let refuse = |why: String| self.audit_conn(sandbox.id, why);
         let hello = match hello {
-            Ok(Ok(h)) => h,
+            Ok(Ok(Some(h))) => h,
+            Ok(Ok(None)) => return self.plain_http(conn, buf, sandbox).await,
             Ok(Err(e)) => return refuse(format!("ClientHello refused: {e}")),
             Err(_) => return refuse("no ClientHello in time".into()),
         };
@@ -379,7 +386,13 @@ impl Proxy {
                 .as_ref()
                 .and_then(|v| v.lock().ok()?.pop_front())
                 .unwrap_or(false);
-            async move { Ok::<_, Infallible>(proxy.request(&sandbox, &sni, req, both_lengths).await) }
+            async move {
+                Ok::<_, Infallible>(
+                    proxy
+                        .request(&sandbox, Scheme::Https, &sni, req, both_lengths)
+                        .await,
+                )
+            }
         });
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
@@ -398,9 +411,96 @@ impl Proxy {
             .await;
     }
 
+    /// Plain HTTP (the fence redirects TCP 80 to allowed addresses here too): HTTP/1.1 only,
+    /// each request's Host bound to the address the guest dialled as the TLS path binds the
+    /// server name, then the same per-request policy with the `http` scheme (which refuses any
+    /// placeholder as a leak) and a plain HTTP upstream.
+    async fn plain_http(
+        self: Arc<Self>,
+        conn: TcpStream,
+        buf: Vec<u8>,
+        sandbox: Arc<ProxySandbox>,
+    ) {
+        let dialled = original_destination(&conn).map(|a| a.to_canonical());
+        let (tracker, verdicts) = super::h1_frames::Tracker::new(self.config.max_head);
+        let stream = super::h1_frames::Watched {
+            inner: Rewind {
+                prefix: buf,
+                pos: 0,
+                inner: conn,
+            },
+            tracker: Some(tracker),
+        };
+        let proxy = self.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let (proxy, sandbox) = (proxy.clone(), sandbox.clone());
+            let both_lengths = verdicts
+                .lock()
+                .ok()
+                .and_then(|mut v| v.pop_front())
+                .unwrap_or(false);
+            async move {
+                Ok::<_, Infallible>(
+                    proxy
+                        .plain_request(&sandbox, dialled, req, both_lengths)
+                        .await,
+                )
+            }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.config.header_timeout)
+            .max_buf_size(self.config.max_head.max(8192))
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    }
+
+    /// One plain HTTP request: its Host must be a name the DNS guard answered the dialled
+    /// address with, as a TLS server name must.
+    async fn plain_request(
+        &self,
+        sandbox: &ProxySandbox,
+        dialled: Option<IpAddr>,
+        req: Request<Incoming>,
+        both_lengths: bool,
+    ) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| Authority::parse(h, 80).ok());
+        // A missing or bad Host, or a name off the list, is the policy's to refuse below.
+        if let (Some(authority), Some(dialled)) = (&host, dialled)
+            && sandbox.policy.allowed.find_name(&authority.host).is_some()
+            && !self
+                .sandboxes
+                .dialled_matches(sandbox.id, dialled, &authority.host_str())
+        {
+            return self.refuse(
+                sandbox,
+                req.method(),
+                Some(authority.host_str()),
+                None,
+                421,
+                "address-binding",
+                &format!(
+                    "Host {} does not match the address dialled ({dialled}), which the DNS guard \
+                     did not answer for it",
+                    authority.host_str()
+                ),
+                started,
+            );
+        }
+        let bound = host.map(|a| a.host_str()).unwrap_or_default();
+        self.request(sandbox, Scheme::Http, &bound, req, both_lengths)
+            .await
+    }
+
     async fn request(
         &self,
         sandbox: &ProxySandbox,
+        scheme: Scheme,
         sni: &str,
         req: Request<Incoming>,
         head_had_both_lengths: bool,
@@ -458,11 +558,11 @@ impl Proxy {
         let decision = request::decide(
             &sandbox.policy,
             &HttpRequest {
-                scheme: Scheme::Https,
+                scheme,
                 method: parts.method.as_str(),
                 target: &target,
                 authority: authority.as_deref(),
-                sni: Some(sni),
+                sni: (scheme == Scheme::Https).then_some(sni),
                 alt_authority: alt.as_deref(),
                 headers: &headers,
                 body_prefix: &prefix,
@@ -503,13 +603,17 @@ impl Proxy {
             );
         }
         let host = decision.host.clone().unwrap_or_default();
-        let port =
-            Authority::parse(authority.as_deref().unwrap_or(""), 443).map_or(443, |a| a.port);
+        let (scheme_name, default_port) = match scheme {
+            Scheme::Https => ("https", 443),
+            Scheme::Http => ("http", 80),
+        };
+        let port = Authority::parse(authority.as_deref().unwrap_or(""), default_port)
+            .map_or(default_port, |a| a.port);
         // Upstream request: the checked name, the original path, the credential as policy says.
-        let uri = if port == 443 {
-            format!("https://{host}{}", pq(&target, &parts.uri))
+        let uri = if port == default_port {
+            format!("{scheme_name}://{host}{}", pq(&target, &parts.uri))
         } else {
-            format!("https://{host}:{port}{}", pq(&target, &parts.uri))
+            format!("{scheme_name}://{host}:{port}{}", pq(&target, &parts.uri))
         };
         let mut up = Request::builder().method(parts.method.clone()).uri(uri);
         // The guest's headers are not needed again: move them, no copy per request.

@@ -88,6 +88,32 @@ async fn main() {
         .expect("bind DNS");
     tokio::spawn(serve_dns(world.clone(), udp));
     for (name, ip) in world.names.clone() {
+        // Plain HTTP on port 80 too, same handler.
+        let plain = tokio::net::TcpListener::bind(SocketAddr::new(ip, 80))
+            .await
+            .unwrap_or_else(|e| panic!("bind {ip}:80: {e}"));
+        let (w80, n80) = (world.clone(), name.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = plain.accept().await else {
+                    continue;
+                };
+                let (world, name) = (w80.clone(), n80.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let (world, name) = (world.clone(), name.clone());
+                        async move {
+                            Ok::<_, std::convert::Infallible>(
+                                handle(&world, &name, "http", req).await,
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
         let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 443))
             .await
             .unwrap_or_else(|e| panic!("bind {ip}:443: {e}"));
@@ -106,7 +132,9 @@ async fn main() {
                     let service = hyper::service::service_fn(move |req| {
                         let (world, name) = (world.clone(), name.clone());
                         async move {
-                            Ok::<_, std::convert::Infallible>(handle(&world, &name, req).await)
+                            Ok::<_, std::convert::Infallible>(
+                                handle(&world, &name, "https", req).await,
+                            )
                         }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -120,7 +148,12 @@ async fn main() {
     std::future::pending::<()>().await;
 }
 
-async fn handle(world: &World, name: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(
+    world: &World,
+    name: &str,
+    scheme: &str,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let auth = req
         .headers()
         .get("authorization")
@@ -140,6 +173,7 @@ async fn handle(world: &World, name: &str, req: Request<Incoming>) -> Response<F
     let path = req.uri().path().to_owned();
     world.log(serde_json::json!({
         "kind": "http",
+        "scheme": scheme,
         "host": name,
         "method": req.method().as_str(),
         "path": path,
