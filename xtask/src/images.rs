@@ -26,6 +26,13 @@ pub const PACKAGES: &[&str] = &[
     "procps",
 ];
 
+/// The base tree, then the microvm images made from it.
+pub fn build_all(out: &Path) -> anyhow::Result<()> {
+    build(out)?;
+    let agent = crate::microvm_images::agent()?;
+    crate::microvm_images::build(out, &out.join("base"), &agent)
+}
+
 pub fn default_dir() -> PathBuf {
     PathBuf::from("target/images")
 }

@@ -6,6 +6,7 @@
 
 mod demo;
 mod images;
+mod microvm_images;
 mod setup;
 mod test;
 mod ui;
@@ -23,14 +24,25 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Install the prerequisites: Debian packages, nightly rust-src, bpf-linker, cargo-deny.
-    Setup,
-    /// Build the sandboxes' base image from Debian packages (mmdebstrap with this machine's
-    /// apt sources) into OUT/base (default target/images/base); skipped when it is current.
+    /// Install the prerequisites of the build and the demo: Debian packages, nightly rust-src,
+    /// bpf-linker, the sandbox user; with --tests also what only the tests need (QEMU from
+    /// backports, cargo-deny).
+    Setup {
+        /// Also the tests' prerequisites.
+        #[arg(long)]
+        tests: bool,
+    },
+    /// Build the sandboxes' images from Debian packages: the base tree (mmdebstrap with this
+    /// machine's apt sources) into OUT/base, and from it the microvm kernel, initramfs and ext4
+    /// root file system into OUT/microvm (default OUT: target/images); each is skipped when
+    /// current.
     Images {
         /// Where to put the images (the container backend's `container.image` is OUT/base).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// Only the base tree (what the container backend and the demo need).
+        #[arg(long)]
+        base_only: bool,
     },
     /// Set up, then run every gate (fmt, clippy, deny) and every test, as CI does.
     Test {
@@ -109,16 +121,27 @@ fn bench(which: &str) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Setup => setup::run(),
+        Command::Setup { tests } => {
+            if tests {
+                setup::for_tests()
+            } else {
+                setup::run()
+            }
+        }
         Command::Test { cargo_test_args } => setup::for_tests()
-            .and_then(|()| images::build(&images::default_dir()))
+            .and_then(|()| images::build_all(&images::default_dir()))
             .and_then(|()| test::run(&cargo_test_args)),
         Command::Demo => setup::run()
             .and_then(|()| images::build(&images::default_dir()))
             .and_then(|()| demo::run()),
-        Command::Images { out } => {
-            setup::run().and_then(|()| images::build(&out.unwrap_or_else(images::default_dir)))
-        }
+        Command::Images { out, base_only } => setup::run().and_then(|()| {
+            let out = out.unwrap_or_else(images::default_dir);
+            if base_only {
+                images::build(&out)
+            } else {
+                images::build_all(&out)
+            }
+        }),
         Command::Bench { which } => setup::run().and_then(|()| bench(&which)),
     };
     match result {

@@ -72,10 +72,99 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the tests need besides: the licence and advisory gate.
+/// What the tests need besides: the licence and advisory gate, and QEMU for the microvm
+/// tests.
 pub fn for_tests() -> anyhow::Result<()> {
     run()?;
+    qemu()?;
     cargo_deny()
+}
+
+/// QEMU 10 (`qemu-system-x86`) from the suite's backports, enabled by copying this machine's
+/// own Debian source entry (Debian 12's own QEMU 7.2 would replace the newer `qemu-utils`).
+pub fn qemu() -> anyhow::Result<()> {
+    let have = ui::output(Command::new("dpkg-query").args([
+        "-W",
+        "-f=${Status} ${Version}",
+        "qemu-system-x86",
+    ]));
+    if let Ok(v) = &have
+        && v.contains("install ok installed")
+        && v.contains(":10.")
+    {
+        ui::ok(&format!(
+            "qemu-system-x86 ({})",
+            v.split(' ').next_back().unwrap_or("")
+        ));
+        return Ok(());
+    }
+    let codename = std::fs::read_to_string("/etc/os-release")?
+        .lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .context("/etc/os-release names no VERSION_CODENAME")?;
+    let suite = format!("{codename}-backports");
+    let deb822 = Path::new("/etc/apt/sources.list.d/debian.sources");
+    let (file, entry) = if let Ok(text) = std::fs::read_to_string(deb822) {
+        let stanza = text
+            .split("\n\n")
+            .find(|st| {
+                st.lines()
+                    .any(|l| l.starts_with("Suites:") && l.contains(&codename))
+                    && !st.contains("security")
+            })
+            .context("no Debian entry in /etc/apt/sources.list.d/debian.sources")?;
+        let copied: Vec<String> = stanza
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .map(|l| {
+                if l.starts_with("Suites:") {
+                    format!("Suites: {suite}")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        (
+            "/etc/apt/sources.list.d/svc-backports.sources",
+            copied.join("\n") + "\n",
+        )
+    } else {
+        let text = std::fs::read_to_string("/etc/apt/sources.list")
+            .context("no apt sources (/etc/apt/sources.list)")?;
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("deb ") && l.split_whitespace().nth(2) == Some(codename.as_str())
+            })
+            .context("no Debian entry for this suite in /etc/apt/sources.list")?;
+        let mut f: Vec<&str> = line.split_whitespace().collect();
+        f[2] = &suite;
+        (
+            "/etc/apt/sources.list.d/svc-backports.list",
+            f.join(" ") + "\n",
+        )
+    };
+    ui::info(&format!(
+        "enabling {suite} from this machine's own Debian entry ({file})"
+    ));
+    std::fs::write(file, entry).with_context(|| format!("writing {file}"))?;
+    ui::run(Command::new("apt-get").args(["update", "-q"]))?;
+    ui::run(
+        Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "-t",
+                &suite,
+            ])
+            .arg("qemu-system-x86")
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    ui::ok(&format!("qemu-system-x86 installed from {suite}"));
+    Ok(())
 }
 
 /// The container backend's user (`svc-sandbox`) and its /etc/subuid and /etc/subgid range.
