@@ -916,3 +916,29 @@ fn plain_http_to_an_allowed_host_is_served_with_the_same_rules_never_a_silent_cl
         "the fronting attempt was not audited"
     );
 }
+
+#[test]
+fn an_idle_sandbox_writes_no_packet_records_of_its_own_ipv6_housekeeping() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "idle"]);
+    // A guest link with IPv6 would send router solicitations and MLD reports within seconds of
+    // coming up, which the fence audited as drop_spoofed / drop_ip_options.
+    std::thread::sleep(Duration::from_secs(6));
+    let noise: Vec<Value> = w
+        .audit()
+        .into_iter()
+        .filter(|r| r["layer"] == "packet")
+        .collect();
+    assert!(
+        noise.is_empty(),
+        "an idle sandbox filled the audit log: {noise:?}"
+    );
+    // The guest's link carries no IPv6 at all (IPv4 only on this backend).
+    let (_, out, _) = w.sh(
+        "idle",
+        "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6; ip -6 addr show dev eth0",
+    );
+    assert!(out.starts_with('1'), "IPv6 is on for eth0: {out}");
+    assert!(!out.contains("inet6"), "eth0 has an IPv6 address: {out}");
+}

@@ -231,7 +231,8 @@ impl Links {
 }
 
 /// Configure the guest end of a link inside another network namespace (`netns`: a
-/// `/proc/PID/ns/net` or `/run/netns/NAME` file): rename `peer` to `name`, give it `addr`, bring
+/// `/proc/PID/ns/net` or `/run/netns/NAME` file): rename `peer` to `name`, turn IPv6 off on it,
+/// give it `addr`, bring
 /// it and `lo` up, and route everything via `gateway`. Blocks; runs on a thread of its own that
 /// enters the namespace, so the caller's namespace is untouched.
 pub fn configure_guest(
@@ -257,6 +258,8 @@ pub fn configure_guest(
                 netlink(&format!("finding {peer} in the guest"), "not found".into())
             })?;
             links.rename(index, &name).await?;
+            // The guest cannot turn it back on (no CAP_NET_ADMIN, /proc/sys read-only).
+            disable_ipv6(&name)?;
             links.add_address(index, addr).await?;
             links.up(index).await?;
             if let Some(lo) = links.ifindex("lo").await? {
@@ -271,6 +274,19 @@ pub fn configure_guest(
     })
     .join()
     .map_err(|_| netlink("configuring the guest link", "the thread panicked".into()))?
+}
+
+/// Turn IPv6 off on link `name` of this thread's network namespace. Sandbox links are IPv4
+/// only: without IPv6 neither end sends router solicitations or MLD reports, which the fence
+/// would otherwise drop and audit as spoofed or optioned packets.
+pub fn disable_ipv6(name: &str) -> Result<(), DataplaneError> {
+    let knob = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+    match std::fs::write(&knob, "1") {
+        Ok(()) => Ok(()),
+        // A kernel without IPv6 has no such file: nothing to turn off.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(netlink(&format!("writing {knob}"), e.to_string())),
+    }
 }
 
 fn netlink(operation: &str, message: String) -> DataplaneError {

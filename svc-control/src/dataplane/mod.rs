@@ -13,7 +13,7 @@ pub use bpffs::ensure_bpffs;
 pub use fence::{
     Counters, Direction, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
 };
-pub use link::{Links, configure_guest};
+pub use link::{Links, configure_guest, disable_ipv6};
 pub use nft::{Nft, NftConfig};
 pub use sandbox::{AllowEntry, CidrEntry, PortRule, SandboxLink, WEB};
 

@@ -228,6 +228,7 @@ impl GuestLinks for SandboxLinks<'_> {
                 .create_veth(self.link, &self.peer())
                 .await
                 .map_err(net)?;
+            dataplane::disable_ipv6(self.link).map_err(net)?;
             let gw_net = IpNet::V4(
                 Ipv4Net::new(self.record.gateway_v4, 30).map_err(|e| self.err(e.to_string()))?,
             );
