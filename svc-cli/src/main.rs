@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod out;
+mod audit_cmd;
 mod client;
 mod config_cmd;
 mod egress_cmd;
@@ -35,6 +36,8 @@ enum Command {
     /// Create, inspect, use and destroy sandboxes (through svcd).
     #[command(subcommand)]
     Sandbox(sandbox_cmd::SandboxCommand),
+    /// Read the audit log: what the fence, the DNS guard and the proxy decided, per record.
+    Audit(audit_cmd::AuditArgs),
     /// Print svcd's events (sandbox.created, workspace.ready, sandbox.destroyed, …).
     Events {
         /// Keep printing new events as they happen.
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
+        Command::Audit(a) => audit_cmd::run(&cli.socket, a),
         Command::Events {
             follow,
             json,

@@ -149,7 +149,7 @@ pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
     })
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -942,3 +942,133 @@ fn an_idle_sandbox_writes_no_packet_records_of_its_own_ipv6_housekeeping() {
     assert!(out.starts_with('1'), "IPv6 is on for eth0: {out}");
     assert!(!out.contains("inet6"), "eth0 has an IPv6 address: {out}");
 }
+
+#[test]
+fn svc_audit_reads_filters_and_follows_the_audit_log() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "dev",
+    ]);
+    w.svc_ok(&["sandbox", "create", "other"]);
+    // A rotated file is read first.
+    let rotated = w.audit_path().with_extension("jsonl.1");
+    std::fs::write(
+        &rotated,
+        "{\"time\":\"2026-11-22T00:00:00.000Z\",\"sandbox\":9,\"sandbox_name\":\"old\",\"layer\":\"dns\",\"name\":\"rotated.test.\",\"qtype\":\"A\",\"decision\":\"refused\"}\n",
+    )
+    .expect("rotated file");
+    let _ = sh(&w, "dev", "getent hosts forbidden.example.test");
+    let _ = sh(&w, "dev", "curl -sS https://allowed.example.test/audited");
+    let _ = sh(
+        &w,
+        "dev",
+        "curl -sS --connect-timeout 1 -k https://192.0.2.66/",
+    );
+    let _ = sh(&w, "other", "getent hosts forbidden.example.test");
+    std::thread::sleep(Duration::from_millis(500));
+
+    let all = w.svc_ok(&["audit", "--json"]);
+    let lines: Vec<Value> = all
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(
+        lines[0]["name"], "rotated.test.",
+        "the rotated file comes first"
+    );
+    assert_eq!(
+        lines.len(),
+        w.audit().len() + 1,
+        "every record of both files, once"
+    );
+    let denied_dns = w.svc_ok(&[
+        "audit",
+        "--json",
+        "--sandbox",
+        "dev",
+        "--layer",
+        "dns",
+        "--verdict",
+        "deny",
+    ]);
+    assert!(!denied_dns.is_empty());
+    for l in denied_dns.lines() {
+        let v: Value = serde_json::from_str(l).expect("json");
+        assert_eq!(v["sandbox_name"], "dev", "{l}");
+        assert_eq!(v["layer"], "dns", "{l}");
+        assert_ne!(v["decision"], "answered", "{l}");
+    }
+    let people = w.svc_ok(&["audit", "--sandbox", "dev"]);
+    assert!(
+        people.lines().any(|l| l.contains("dev")
+            && l.contains("http")
+            && l.contains("ALLOW")
+            && l.contains("allowed.example.test/audited")),
+        "{people}"
+    );
+    assert!(
+        people
+            .lines()
+            .any(|l| l.contains("packet") && l.contains("DENY") && l.contains("192.0.2.66:443")),
+        "{people}"
+    );
+    assert!(
+        !people.contains("other "),
+        "another sandbox's records: {people}"
+    );
+    let recent = w.svc_ok(&["audit", "--json", "--since", "10m"]);
+    assert!(
+        !recent.contains("rotated.test."),
+        "--since kept an old record"
+    );
+    let bad = w.svc(&["audit", "--since", "whenever"]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("expected a duration"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
+    // --follow prints what is written after it started.
+    let mut follow = std::process::Command::new(svc_tests::world::workspace_bin("svc"))
+        .args([
+            "audit", "--follow", "--json", "--layer", "http", "--since", "1s",
+        ])
+        .env("SVC_SOCKET", &w.socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("svc audit --follow");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = sh(&w, "dev", "curl -sS https://allowed.example.test/followed");
+    let out = std::io::BufReader::new(follow.stdout.take().expect("stdout"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(out).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) if l.contains("/followed") => {
+                seen.push(l);
+                break;
+            }
+            Ok(l) => seen.push(l),
+            Err(_) => {}
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(
+        seen.iter().any(|l| l.contains("/followed")),
+        "--follow did not print the new record: {seen:?}"
+    );
+}

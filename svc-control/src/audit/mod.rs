@@ -11,6 +11,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+/// Which records a reader asked for.
+pub mod query;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 use svc_ebpf_common::{DropEvent, reason};

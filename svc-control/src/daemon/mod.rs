@@ -1,6 +1,7 @@
 //! The only place that wires the parts together: start-up, the unix-socket API server,
 //! reconciliation after a restart, graceful shutdown, `supervisor-upgrade`.
 
+mod audit_read;
 mod exec;
 mod failure;
 mod routes;

@@ -122,6 +122,7 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
             .await
             .map(|v| json(StatusCode::OK, &v)),
         (&Method::GET, ["events"]) => events_stream(&ctx, &query),
+        (&Method::GET, ["audit"]) => audit_stream(&ctx, &query),
         (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
             Ok(u) if u.force => {
                 let h = health(&ctx);
@@ -213,6 +214,38 @@ fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
             }
         }
     });
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/x-ndjson")
+        .body(stream_body(rx))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+}
+
+/// `GET /v1/audit?sandbox=&layer=&verdict=&since=&follow=1`: the audit log's records that match,
+/// rotated file first, as JSON lines exactly as written; with `follow`, new ones as they come
+/// (across a rotation).
+fn audit_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
+    let pairs: Vec<(String, String)> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (
+                k.to_owned(),
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            )
+        })
+        .collect();
+    let follow = pairs
+        .iter()
+        .any(|(k, v)| k == "follow" && matches!(v.as_str(), "" | "1" | "true"));
+    let filter = crate::audit::query::Filter::parse(&pairs, std::time::SystemTime::now())
+        .map_err(Failure::bad)?;
+    let path = ctx.sup.audit_path();
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::task::spawn_blocking(move || super::audit_read::stream(&path, &filter, follow, &tx));
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/x-ndjson")

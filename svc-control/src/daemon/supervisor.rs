@@ -568,6 +568,11 @@ impl Supervisor {
         self.config.host.pin_dir.clone()
     }
 
+    /// The audit log svcd writes (rotated to `<file>.1`).
+    pub fn audit_path(&self) -> PathBuf {
+        self.config.host.audit_dir.join("audit.jsonl")
+    }
+
     /// The mode in force for a sandbox now, as `policy::mode` decides it (an AllowAll window
     /// counts from the later of its creation and svcd's start, SPEC 5.1.1).
     fn mode_now(&self, l: &Live) -> ModeNow {

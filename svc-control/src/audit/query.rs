@@ -1,0 +1,179 @@
+//! Which audit records a reader asked for (`svc audit --sandbox … --layer … --verdict …
+//! --since …`), decided on the records as written (JSON), so rotated files and records of
+//! older versions are read the same way.
+
+use std::time::{Duration, SystemTime};
+
+/// A reader's filter. Every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// The sandbox's name (or its id, as digits).
+    pub sandbox: Option<String>,
+    /// `packet`, `dns`, `http` (`ssh` when the relay lands).
+    pub layer: Option<String>,
+    /// `allow` or `deny`.
+    pub verdict: Option<Verdict>,
+    /// Records at or after this time.
+    pub since: Option<SystemTime>,
+}
+
+/// Allowed or refused, across layers' own words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+}
+
+/// The layers a filter may name.
+pub const LAYERS: [&str; 4] = ["packet", "dns", "http", "ssh"];
+
+impl Filter {
+    /// Build a filter from query values (`sandbox`, `layer`, `verdict`, `since` as `10m`,
+    /// `2h`, … or an RFC 3339 time), naming what is wrong.
+    pub fn parse(pairs: &[(String, String)], now: SystemTime) -> Result<Self, String> {
+        let mut f = Self::default();
+        for (k, v) in pairs {
+            match k.as_str() {
+                "sandbox" => f.sandbox = Some(v.clone()),
+                "layer" if LAYERS.contains(&v.as_str()) => f.layer = Some(v.clone()),
+                "layer" => {
+                    return Err(format!(
+                        "layer {v:?}: expected one of {}",
+                        LAYERS.join(", ")
+                    ));
+                }
+                "verdict" => {
+                    f.verdict = Some(match v.as_str() {
+                        "allow" => Verdict::Allow,
+                        "deny" => Verdict::Deny,
+                        _ => return Err(format!("verdict {v:?}: expected allow or deny")),
+                    });
+                }
+                "since" => f.since = Some(parse_since(v, now)?),
+                "follow" => {}
+                other => return Err(format!("unknown query parameter {other:?}")),
+            }
+        }
+        Ok(f)
+    }
+
+    /// Whether `record` (one audit line, parsed) is wanted.
+    pub fn matches(&self, record: &serde_json::Value) -> bool {
+        if let Some(s) = &self.sandbox {
+            let by_name = record["sandbox_name"].as_str() == Some(s.as_str());
+            let by_id = record["sandbox"]
+                .as_u64()
+                .is_some_and(|id| id.to_string() == *s);
+            if !(by_name || by_id) {
+                return false;
+            }
+        }
+        if let Some(l) = &self.layer
+            && record["layer"].as_str() != Some(l.as_str())
+        {
+            return false;
+        }
+        if let Some(v) = self.verdict
+            && verdict(record) != Some(v)
+        {
+            return false;
+        }
+        if let Some(since) = self.since {
+            let at = record["time"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok());
+            if at.is_none_or(|at| at < since) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// A record's verdict in the layers' own words: a dropped packet is a deny; a DNS question
+/// answered (or answered empty) is an allow, anything else a deny; an HTTP decision as given.
+pub fn verdict(record: &serde_json::Value) -> Option<Verdict> {
+    let word = match record["layer"].as_str()? {
+        "packet" => record["verdict"].as_str()?,
+        _ => record["decision"].as_str()?,
+    };
+    Some(match word {
+        "allow" | "answered" | "empty" | "pass" => Verdict::Allow,
+        _ => Verdict::Deny,
+    })
+}
+
+/// `10s`, `10m`, `2h`, `3d` ago, or an RFC 3339 time.
+fn parse_since(v: &str, now: SystemTime) -> Result<SystemTime, String> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(v.trim_end_matches('Z')) {
+        return Ok(t);
+    }
+    let ago: Duration = humantime::parse_duration(v).map_err(|_| {
+        format!("since {v:?}: expected a duration such as 10m or 2h, or an RFC 3339 time")
+    })?;
+    now.checked_sub(ago)
+        .ok_or_else(|| format!("since {v:?}: too far back"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+    }
+
+    /// A named case: the query and whether each of the three records matches.
+    type Case = (
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        [bool; 3],
+    );
+
+    fn now() -> SystemTime {
+        humantime::parse_rfc3339("2026-11-22T12:00:00Z").expect("time")
+    }
+
+    #[test]
+    fn filters_match_by_sandbox_layer_verdict_and_time() {
+        let dns_refused = serde_json::json!({"time":"2026-11-22T11:55:00.000Z","sandbox":3,
+            "sandbox_name":"dev","layer":"dns","name":"x.test.","decision":"refused"});
+        let http_allow = serde_json::json!({"time":"2026-11-22T11:00:00.000Z","sandbox":4,
+            "sandbox_name":"ci","layer":"http","decision":"allow"});
+        let drop = serde_json::json!({"time":"2026-11-22T11:59:00.000Z","sandbox":3,
+            "sandbox_name":"dev","layer":"packet","verdict":"drop"});
+        let cases: [Case; 7] = [
+            ("everything", &[], [true, true, true]),
+            ("by_name", &[("sandbox", "dev")], [true, false, true]),
+            ("by_id", &[("sandbox", "4")], [false, true, false]),
+            ("layer_dns", &[("layer", "dns")], [true, false, false]),
+            ("denials", &[("verdict", "deny")], [true, false, true]),
+            ("allowed", &[("verdict", "allow")], [false, true, false]),
+            ("last_ten_minutes", &[("since", "10m")], [true, false, true]),
+        ];
+        for (name, q, want) in cases {
+            let f = Filter::parse(&pairs(q), now()).expect(name);
+            let got = [&dns_refused, &http_allow, &drop].map(|r| f.matches(r));
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn bad_filters_are_named() {
+        for (q, fragment) in [
+            (
+                &[("layer", "smtp")][..],
+                "expected one of packet, dns, http, ssh",
+            ),
+            (&[("verdict", "maybe")][..], "expected allow or deny"),
+            (&[("since", "yesterday-ish")][..], "expected a duration"),
+            (&[("colour", "red")][..], "unknown query parameter"),
+        ] {
+            let err = Filter::parse(&pairs(q), now()).expect_err("refused");
+            assert!(err.contains(fragment), "{err}");
+        }
+        let at = Filter::parse(&pairs(&[("since", "2026-11-22T11:00:00Z")]), now())
+            .expect("an RFC 3339 time");
+        assert!(at.since.is_some());
+    }
+}
