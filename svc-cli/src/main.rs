@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// svc runs microVM sandboxes for coding agents and fences everything they can reach.
+/// svc runs isolated sandboxes for coding agents and fences everything they can reach.
 #[derive(Debug, Parser)]
 #[command(name = "svc", version, about, long_about = None, propagate_version = true)]
 struct Cli {
@@ -38,6 +38,16 @@ enum Command {
     Sandbox(sandbox_cmd::SandboxCommand),
     /// Read the audit log: what the fence, the DNS guard and the proxy decided, per record.
     Audit(audit_cmd::AuditArgs),
+    /// Print a shell completion script: `svc completions bash > /etc/bash_completion.d/svc`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (svc.1 and one per subcommand) into DIR.
+    Man {
+        /// Where to write them (e.g. /usr/local/share/man/man1).
+        dir: std::path::PathBuf,
+    },
     /// Print svcd's events (sandbox.created, workspace.ready, sandbox.destroyed, …).
     Events {
         /// Keep printing new events as they happen.
@@ -60,6 +70,37 @@ enum Command {
     },
 }
 
+/// `svc.1`, then `svc-<sub>.1`, `svc-<sub>-<subsub>.1`, … for every visible subcommand.
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = 0;
+    let mut stack = vec![(
+        "svc".to_owned(),
+        "svc".to_owned(),
+        <Cli as clap::CommandFactory>::command(),
+    )];
+    while let Some((file, words, cmd)) = stack.pop() {
+        for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+            stack.push((
+                format!("{file}-{}", sub.get_name()),
+                format!("{words} {}", sub.get_name()),
+                sub.clone(),
+            ));
+        }
+        let cmd = cmd.name(file.clone()).bin_name(words);
+        let path = dir.join(format!("{file}.1"));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd)
+            .render(&mut page)
+            .with_context(|| format!("rendering {file}.1"))?;
+        std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+        written += 1;
+    }
+    outln!("wrote {written} man pages to {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -67,6 +108,19 @@ fn main() -> ExitCode {
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
         Command::Audit(a) => audit_cmd::run(&cli.socket, a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "svc", &mut script);
+            // A closed pipe (`| head`) is the reader's choice, not an error.
+            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(anyhow::anyhow!("writing the completion script: {e}"))
+                }
+                _ => Ok(ExitCode::SUCCESS),
+            }
+        }
+        Command::Man { dir } => man_pages(&dir),
         Command::Events {
             follow,
             json,
