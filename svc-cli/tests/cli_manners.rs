@@ -1,5 +1,9 @@
 //! The CLI's manners: shell completions for bash, zsh and fish, and man pages, generated from
 //! the same definitions as `--help`.
+#![expect(
+    clippy::expect_used,
+    reason = "test code: a helper that cannot run svc should panic"
+)]
 
 use std::process::Command;
 
