@@ -56,6 +56,7 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
                 bytes_up: 0,
                 bytes_down: 5120,
                 duration_ms: 84,
+                upgrade: None,
             })),
         ),
     ]

@@ -428,3 +428,76 @@ fn request_shapes_that_smuggle() {
         ],
     );
 }
+
+/// A named case: method, HTTP/1.1 or not, headers, and what the upgrade rule says.
+type UpgradeCase<'a> = (
+    &'a str,
+    &'a str,
+    bool,
+    &'a [(&'a str, &'a [u8])],
+    svc_control::policy::request::UpgradeAsk,
+);
+
+#[test]
+fn only_websocket_upgrades_pass_and_everything_else_is_refused() {
+    use svc_control::policy::request::{UpgradeAsk, upgrade};
+    let ws: &[(&str, &[u8])] = &[
+        ("Connection", b"keep-alive, Upgrade"),
+        ("Upgrade", b"websocket"),
+    ];
+    let cases: [UpgradeCase<'_>; 6] = [
+        (
+            "no_upgrade",
+            "GET",
+            true,
+            &[("Connection", b"keep-alive")],
+            UpgradeAsk::None,
+        ),
+        ("websocket", "GET", true, ws, UpgradeAsk::WebSocket),
+        (
+            "h2c",
+            "GET",
+            true,
+            &[
+                ("Connection", b"Upgrade, HTTP2-Settings"),
+                ("Upgrade", b"h2c"),
+            ],
+            UpgradeAsk::Refused(
+                "upgrade to h2c is refused: only WebSocket upgrades pass the perimeter".into(),
+            ),
+        ),
+        (
+            "websocket_by_post",
+            "POST",
+            true,
+            ws,
+            UpgradeAsk::Refused("a WebSocket handshake is an HTTP/1.1 GET".into()),
+        ),
+        (
+            "websocket_over_h2",
+            "GET",
+            false,
+            ws,
+            UpgradeAsk::Refused("a WebSocket handshake is an HTTP/1.1 GET".into()),
+        ),
+        (
+            "websocket_without_connection_upgrade",
+            "GET",
+            true,
+            &[("Upgrade", b"WebSocket")],
+            UpgradeAsk::Refused("Upgrade: websocket without Connection: upgrade".into()),
+        ),
+    ];
+    for (name, method, h11, headers, want) in cases {
+        assert_eq!(upgrade(method, h11, headers), want, "{name}");
+    }
+    let two = upgrade(
+        "GET",
+        true,
+        &[("Connection", b"upgrade"), ("Upgrade", b"websocket, h2c")],
+    );
+    assert!(
+        matches!(two, UpgradeAsk::Refused(_)),
+        "a second protocol beside websocket"
+    );
+}

@@ -113,6 +113,11 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                     let seen = seen.clone();
                     async move {
                         use http_body_util::BodyExt as _;
+                        if req.uri().path() == "/ws" {
+                            return Ok::<_, std::convert::Infallible>(
+                                websocket_echo(req, &seen).map(http_body_util::Either::Left),
+                            );
+                        }
                         if req.uri().path() == "/count" {
                             let mut body = req.into_body();
                             let mut n = 0usize;
@@ -166,12 +171,66 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                     }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), svc)
+                    .serve_connection_with_upgrades(TokioIo::new(tls), svc)
                     .await;
             });
         }
     });
     port
+}
+
+/// The upstream's WebSocket endpoint: answer the handshake (noting its Authorization), then
+/// echo every message back with `echo:` before it.
+fn websocket_echo(
+    mut req: Request<Incoming>,
+    seen: &Arc<Mutex<Vec<String>>>,
+) -> Response<Full<Bytes>> {
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    seen.lock()
+        .unwrap()
+        .push(format!("WS {} auth={auth}", req.uri()));
+    let key = req
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
+        .unwrap_or_default();
+    let on = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        use futures::{SinkExt as _, StreamExt as _};
+        let Ok(io) = on.await else { return };
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(io),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_text() {
+                let text = format!("echo:{}", m.into_text().unwrap_or_default());
+                if ws
+                    .send(tokio_tungstenite::tungstenite::Message::text(text))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            } else if m.is_close() {
+                return;
+            }
+        }
+    });
+    Response::builder()
+        .status(101)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", key)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
 }
 
 struct World {
@@ -1044,4 +1103,88 @@ fn a_reconnecting_guest_resumes_its_tls_session() {
         kinds.iter().all(|(_, s)| s.as_deref() == Some("421")),
         "a resumed connection is bound to its name as much as a new one: {kinds:?}"
     );
+}
+
+/// A WebSocket through the proxy: the handshake passes the same checks (the placeholder is
+/// swapped), the upgraded stream is relayed both ways, and the handshake and the close are
+/// audited with the bytes each way. Other upgrades (h2c) are refused with a reason.
+#[test]
+fn websockets_are_relayed_after_the_same_checks_and_other_upgrades_refused() {
+    use futures::{SinkExt as _, StreamExt as _};
+    let w = world();
+    let ca = std::fs::read(&w.ca_pem).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let tls = tls_to_proxy(&ca, w.proxy_port)
+            .await
+            .expect("TLS to the proxy");
+        let request = hyper::Request::builder()
+            .uri(format!("wss://api.example.test:{}/ws", w.port))
+            .header("host", format!("api.example.test:{}", w.port))
+            .header("authorization", format!("Bearer {}", w.placeholder))
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header(
+                "sec-websocket-key",
+                tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+            )
+            .body(())
+            .unwrap();
+        let (mut ws, resp) = tokio_tungstenite::client_async(request, tls)
+            .await
+            .expect("the handshake through the proxy");
+        assert_eq!(resp.status(), 101);
+        for text in ["hello", "again"] {
+            ws.send(tokio_tungstenite::tungstenite::Message::text(text))
+                .await
+                .unwrap();
+            let got = ws.next().await.expect("an answer").unwrap();
+            assert_eq!(got.into_text().unwrap().as_str(), format!("echo:{text}"));
+        }
+        ws.close(None).await.unwrap();
+        while ws.next().await.is_some() {}
+    });
+    // The upstream saw the real token in the handshake, never the placeholder.
+    let seen = w.seen.lock().unwrap().clone();
+    let handshake = seen
+        .iter()
+        .find(|l| l.starts_with("WS "))
+        .expect("handshake upstream");
+    assert!(handshake.contains("auth=Bearer REAL-"), "{handshake}");
+    assert!(!handshake.contains(&w.placeholder));
+    // Audited: the handshake at once, the close with bytes each way.
+    let records = w
+        .audit
+        .http_until(|r| r.iter().any(|e| e.upgrade == Some("websocket-closed")));
+    let opened = records
+        .iter()
+        .find(|e| e.upgrade == Some("websocket"))
+        .expect("handshake record");
+    assert_eq!(opened.status, 101);
+    assert_eq!(opened.credential, "swapped");
+    let closed = records
+        .iter()
+        .find(|e| e.upgrade == Some("websocket-closed"))
+        .expect("close record");
+    assert!(closed.bytes_up > 10 && closed.bytes_down > 10, "{closed:?}");
+
+    // h2c and other upgrades: 400 with the rule, nothing upstream.
+    let (code, body, _) = curl(
+        &w,
+        "api.example.test",
+        "/h2c",
+        &[
+            "--http1.1",
+            "-H",
+            "Connection: Upgrade, HTTP2-Settings",
+            "-H",
+            "Upgrade: h2c",
+            "-H",
+            "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA",
+        ],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("upgrade-refused"), "{body}");
+    assert!(!w.seen.lock().unwrap().iter().any(|l| l.contains("/h2c")));
 }

@@ -60,6 +60,10 @@ pub struct HttpEvent {
     pub bytes_down: u64,
     /// From the request head to the end of the response body (or the guest hanging up).
     pub duration_ms: u64,
+    /// A protocol upgrade: `websocket` for the handshake, `websocket-closed` for the record
+    /// written when the relayed connection ends (its bytes each way and its whole duration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<&'static str>,
 }
 
 /// One DNS question and what the guard did with it.
@@ -398,6 +402,7 @@ mod tests {
                 bytes_up: 0,
                 bytes_down: 2,
                 duration_ms: 1,
+                upgrade: None,
             }),
         };
         let err = sink.record(&r).unwrap_err();

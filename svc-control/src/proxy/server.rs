@@ -172,6 +172,8 @@ pub struct Proxy {
     broker: Arc<dyn Broker>,
     audit: Arc<dyn AuditSink>,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector<DnsService>>, ProxyBody>,
+    /// HTTP/1.1 only, for WebSocket handshakes (an upgrade does not exist in HTTP/2).
+    upgrade_client: Client<hyper_rustls::HttpsConnector<HttpConnector<DnsService>>, ProxyBody>,
     /// Open guest connections per sandbox.
     open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
 }
@@ -231,16 +233,28 @@ impl Proxy {
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .wrap_connector(http);
+            .wrap_connector(http.clone());
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(https);
+        // enable_http1 alone makes the connector offer only http/1.1 in ALPN.
+        let h1_tls = config.upstream_tls.clone();
+        let upgrade_client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(h1_tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .wrap_connector(http),
+            );
         Self {
             config,
             sandboxes,
             broker,
             audit,
             client,
+            upgrade_client,
             open: Arc::default(),
         }
     }
@@ -406,8 +420,9 @@ impl Proxy {
             .keep_alive_interval(self.config.header_timeout)
             .keep_alive_timeout(self.config.header_timeout)
             .max_header_list_size(u32::try_from(self.config.max_head).unwrap_or(u32::MAX));
+        // With upgrades: a WebSocket handshake hands its connection over to the relay.
         let _ = builder
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .await;
     }
 
@@ -452,6 +467,7 @@ impl Proxy {
             .header_read_timeout(self.config.header_timeout)
             .max_buf_size(self.config.max_head.max(8192))
             .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
             .await;
     }
 
@@ -502,10 +518,39 @@ impl Proxy {
         sandbox: &ProxySandbox,
         scheme: Scheme,
         sni: &str,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         head_had_both_lengths: bool,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
+        // A protocol upgrade: WebSocket handshakes pass on (relayed once the upstream agrees),
+        // every other upgrade is refused here, never dropped silently.
+        let ask = {
+            let headers: Vec<(&str, &[u8])> = req
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes()))
+                .collect();
+            request::upgrade(
+                req.method().as_str(),
+                req.version() == http::Version::HTTP_11,
+                &headers,
+            )
+        };
+        if let request::UpgradeAsk::Refused(why) = &ask {
+            let path = Some(req.uri().path().to_owned());
+            return self.refuse(
+                sandbox,
+                req.method(),
+                None,
+                path,
+                400,
+                "upgrade-refused",
+                why,
+                started,
+            );
+        }
+        let guest_upgrade =
+            (ask == request::UpgradeAsk::WebSocket).then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let h2 = parts.version == http::Version::HTTP_2;
         let host_header = parts
@@ -621,6 +666,9 @@ impl Proxy {
         let mut headers_out = std::mem::take(&mut parts.headers);
         strip_hop_by_hop(&mut headers_out);
         headers_out.remove(header::HOST);
+        if guest_upgrade.is_some() {
+            websocket_headers(&mut headers_out);
+        }
         let mut real_token: Option<String> = None;
         let credential_note = match &credential {
             CredentialAction::Passthrough => "none",
@@ -699,9 +747,13 @@ impl Proxy {
                 started,
             );
         };
-        let response = match tokio::time::timeout(
+        let mut response = match tokio::time::timeout(
             self.config.request_timeout,
-            self.client.request(up),
+            if guest_upgrade.is_some() {
+                self.upgrade_client.request(up)
+            } else {
+                self.client.request(up)
+            },
         )
         .await
         {
@@ -731,8 +783,17 @@ impl Proxy {
                 );
             }
         };
+        let upgraded = match guest_upgrade {
+            Some(guest) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                Some((guest, hyper::upgrade::on(&mut response)))
+            }
+            _ => None,
+        };
         let (mut rparts, rbody) = response.into_parts();
         strip_hop_by_hop(&mut rparts.headers);
+        if upgraded.is_some() {
+            websocket_headers(&mut rparts.headers);
+        }
         if let Some(token) = &real_token {
             // A real token must never reach the guest, even echoed by the upstream.
             let leaking: Vec<HeaderName> = rparts
@@ -760,7 +821,37 @@ impl Proxy {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            upgrade: None,
         };
+        if let Some((guest, upstream)) = upgraded {
+            // The handshake is audited now; the relay writes a second record when it closes.
+            let mut opened = record.clone();
+            opened.upgrade = Some("websocket");
+            opened.duration_ms = ms(started);
+            self.audit_request(sandbox.id, opened);
+            let (audit, id) = (self.audit.clone(), sandbox.id);
+            tokio::spawn(async move {
+                let mut closed = record;
+                closed.upgrade = Some("websocket-closed");
+                if let (Ok(g), Ok(u)) = tokio::join!(guest, upstream) {
+                    (closed.bytes_up, closed.bytes_down) =
+                        relay(TokioIo::new(g), TokioIo::new(u)).await;
+                }
+                closed.duration_ms = ms(started);
+                let _ = audit.record(&AuditRecord {
+                    time: rfc3339(SystemTime::now()),
+                    sandbox_name: None,
+                    sandbox: id,
+                    event: crate::audit::AuditEvent::Http(closed),
+                });
+            });
+            return Response::from_parts(
+                rparts,
+                http_body_util::Empty::new()
+                    .map_err(|e: Infallible| match e {})
+                    .boxed_unsync(),
+            );
+        }
         let mut pending = PendingRecord {
             audit: self.audit.clone(),
             sandbox: sandbox.id,
@@ -825,6 +916,7 @@ impl Proxy {
                 bytes_up: 0,
                 bytes_down: refusal_body(status, rule, reason).len() as u64,
                 duration_ms: ms(started),
+                upgrade: None,
             },
         );
         refusal(status, rule, reason)
@@ -853,6 +945,7 @@ impl Proxy {
                 bytes_up: 0,
                 bytes_down: 0,
                 duration_ms: 0,
+                upgrade: None,
             },
         );
     }
@@ -989,6 +1082,42 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
     "upgrade",
 ];
+
+/// Copy both ways until both directions end (or either fails); the bytes each way, counted
+/// even when a side drops its connection without a clean close.
+async fn relay<G, U>(guest: G, upstream: U) -> (u64, u64)
+where
+    G: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt as _;
+    async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) -> u64 {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut total = 0u64;
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    total += n as u64;
+                }
+            }
+        }
+        let _ = to.shutdown().await;
+        total
+    }
+    let (gr, gw) = tokio::io::split(guest);
+    let (ur, uw) = tokio::io::split(upstream);
+    tokio::join!(pump(gr, uw), pump(ur, gw))
+}
+
+/// The two hop-by-hop headers a WebSocket handshake (and its 101 answer) carries on.
+fn websocket_headers(h: &mut HeaderMap) {
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+}
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     let listed: Vec<String> = h
