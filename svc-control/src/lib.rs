@@ -12,6 +12,8 @@ pub mod daemon;
 pub mod dataplane;
 /// The DNS guard: policy-gated resolution that commits addresses to the fence first.
 pub mod dns;
+/// svcd's Prometheus metrics.
+pub mod metrics;
 /// Pure decisions: every security rule of the spec, once.
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.

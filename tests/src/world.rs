@@ -32,6 +32,8 @@ pub const NAMES: &[(&str, &str)] = &[
 pub const DNS: &str = "192.0.2.53";
 /// The real code-host token the outside world accepts.
 pub const CODE_TOKEN: &str = "real-code-host-token-4f1c";
+/// Where svcd serves /metrics inside the world's host namespace.
+pub const METRICS_PORT: u16 = 9464;
 /// The real token of allowed.example.test.
 pub const EXAMPLE_TOKEN: &str = "real-example-token-77aa";
 
@@ -251,6 +253,8 @@ code_host_token_file = "{token}"
 image = "{image}"
 cgroup_parent = "{cgroup_parent}"
 {container}
+[metrics]
+listen = "127.0.0.1:{METRICS_PORT}"
 "#,
                 image = image_dir().display(),
                 state = dir.join("state").display(),
@@ -369,6 +373,16 @@ cgroup_parent = "{cgroup_parent}"
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    /// svcd's /metrics, scraped from inside its namespace.
+    pub fn metrics(&self) -> String {
+        let out = self.host.exec(
+            "curl",
+            &["-sS", &format!("http://127.0.0.1:{METRICS_PORT}/metrics")],
+        );
+        assert!(out.status.success(), "scraping /metrics: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `svc sandbox show NAME --json`.

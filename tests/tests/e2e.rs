@@ -1072,3 +1072,81 @@ fn svc_audit_reads_filters_and_follows_the_audit_log() {
         "--follow did not print the new record: {seen:?}"
     );
 }
+
+/// The value of one series in a /metrics text (0 when absent).
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn metrics_move_when_traffic_flows() {
+    require_root();
+    let w = World::start();
+    let before = w.metrics();
+    assert!(
+        before.contains("# TYPE svc_fence_packets counter"),
+        "{before}"
+    );
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "dev",
+    ]);
+    let _ = sh(&w, "dev", "getent hosts forbidden.example.test");
+    let _ = sh(&w, "dev", "curl -sS https://allowed.example.test/metered");
+    let _ = sh(
+        &w,
+        "dev",
+        "curl -sS --connect-timeout 1 -k https://192.0.2.66/",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let after = w.metrics();
+    for (series, at_least) in [
+        (
+            r#"svc_dns_questions_total{sandbox="dev",decision="refused"}"#,
+            1.0,
+        ),
+        (
+            r#"svc_dns_questions_total{sandbox="dev",decision="answered"}"#,
+            1.0,
+        ),
+        (
+            r#"svc_proxy_requests_total{sandbox="dev",decision="allow",rule="open-host",status="200"}"#,
+            1.0,
+        ),
+        (
+            r#"svc_fence_packets_total{reason="drop_tcp_not_allowed"}"#,
+            1.0,
+        ),
+        (
+            r#"svc_fence_drops_audited_total{sandbox="dev",reason="drop_tcp_not_allowed"}"#,
+            1.0,
+        ),
+        (r#"svc_sandboxes{state="running"}"#, 1.0),
+        ("svc_sandbox_create_seconds_count", 1.0),
+        ("svc_proxy_request_seconds_count", 1.0),
+    ] {
+        assert!(
+            metric(&after, series) >= at_least,
+            "{series} did not move:\n{after}"
+        );
+    }
+    assert!(
+        metric(&after, r#"svc_fence_packets_total{reason="pass_proxy"}"#)
+            > metric(&before, r#"svc_fence_packets_total{reason="pass_proxy"}"#),
+        "the fence's pass counter did not move"
+    );
+    assert!(
+        !after.contains("allowed.example.test"),
+        "a host name became a label"
+    );
+    // A destroyed sandbox's series go with it.
+    w.svc_ok(&["sandbox", "destroy", "dev"]);
+    let gone = w.metrics();
+    assert!(!gone.contains(r#"sandbox="dev""#), "{gone}");
+    assert_eq!(metric(&gone, "svc_sandbox_destroy_seconds_count"), 1.0);
+}

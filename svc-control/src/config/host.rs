@@ -40,6 +40,16 @@ pub struct HostConfigFile {
     pub credentials: CredentialsFile,
     #[serde(default)]
     pub container: ContainerFile,
+    #[serde(default)]
+    pub metrics: MetricsFile,
+}
+
+/// `[metrics]`: Prometheus metrics over HTTP (off unless `listen` is set).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsFile {
+    /// `IP:port` to serve `/metrics` on, e.g. `127.0.0.1:9464`.
+    pub listen: Option<String>,
 }
 
 /// `[container]`: the container backend (the embedded default).
@@ -186,6 +196,8 @@ pub struct HostConfig {
     /// The host's code-host token file (`credentials.code_host_token_file`).
     pub code_host_token_file: Option<PathBuf>,
     pub container: ContainerConfig,
+    /// Where `/metrics` is served; `None`: not served.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for HostConfig {
@@ -412,6 +424,19 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
     }
 
     let container = container(f.container, &mut err);
+    let metrics_listen = match f.metrics.listen.as_deref() {
+        None => None,
+        Some(l) => match l.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                err(
+                    "metrics.listen",
+                    format!("expected IP:port such as 127.0.0.1:9464, got {l:?}"),
+                );
+                None
+            }
+        },
+    };
 
     if errors.is_empty() {
         Ok(HostConfig {
@@ -432,6 +457,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             proxy_extra_roots,
             code_host_token_file,
             container,
+            metrics_listen,
         })
     } else {
         Err(ConfigErrors(errors))

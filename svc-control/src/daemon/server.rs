@@ -126,9 +126,11 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     );
     let upstream = Upstream::from_host(&host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let registry = Arc::new(Registry::default());
+    let metrics = Arc::new(crate::metrics::Metrics::new());
     let audit: Arc<dyn AuditSink> = Arc::new(NamedAudit {
         inner: audit,
         registry: registry.clone(),
+        metrics: metrics.clone(),
     });
     let guard = Arc::new(Guard::new(
         GuardConfig::with_upstream(upstream.clone()),
@@ -192,7 +194,10 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         backend.ids().uid
     );
     let sup = Arc::new(Supervisor::new(
-        SupervisorConfig { host: host.clone() },
+        SupervisorConfig {
+            host: host.clone(),
+            metrics: metrics.clone(),
+        },
         store,
         fence,
         nft,
@@ -231,6 +236,19 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
                 }
             }
         });
+    }
+
+    // Metrics, when asked for.
+    if let Some(addr) = host.metrics_listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding metrics.listen {addr}"))?;
+        info!(%addr, "serving /metrics");
+        tokio::spawn(serve_metrics(
+            listener,
+            sup.clone(),
+            stopped(stop_rx.clone()),
+        ));
     }
 
     // The API socket.
@@ -381,4 +399,54 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await;
+}
+
+/// `GET /metrics` (OpenMetrics text) on `metrics.listen`; anything else is 404.
+async fn serve_metrics(
+    listener: TcpListener,
+    sup: Arc<Supervisor>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(_) => continue,
+            },
+            () = &mut shutdown => return,
+        };
+        let sup = sup.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let sup = sup.clone();
+                async move {
+                    let ok = req.method() == http::Method::GET && req.uri().path() == "/metrics";
+                    let (status, ctype, body) = if ok {
+                        (
+                            http::StatusCode::OK,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            sup.metrics_text(),
+                        )
+                    } else {
+                        (
+                            http::StatusCode::NOT_FOUND,
+                            "text/plain",
+                            "svcd serves GET /metrics here\n".to_owned(),
+                        )
+                    };
+                    Ok::<_, Infallible>(
+                        http::Response::builder()
+                            .status(status)
+                            .header("content-type", ctype)
+                            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                            .unwrap_or_default(),
+                    )
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }

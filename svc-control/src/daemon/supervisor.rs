@@ -48,6 +48,7 @@ pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
 #[derive(Debug, Clone)]
 pub struct SupervisorConfig {
     pub host: HostConfig,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The supervisor. Share it with `Arc`.
@@ -173,7 +174,12 @@ impl Supervisor {
     pub async fn create(&self, req: CreateSandbox) -> Result<SandboxView, Failure> {
         api::check_name(&req.name).map_err(Failure::bad)?;
         let span = info_span!("sandbox", name = %req.name);
-        self.create_in_span(req).instrument(span).await
+        let started = std::time::Instant::now();
+        let result = self.create_in_span(req).instrument(span).await;
+        if result.is_ok() {
+            self.config.metrics.created(started.elapsed());
+        }
+        result
     }
 
     async fn create_in_span(&self, mut req: CreateSandbox) -> Result<SandboxView, Failure> {
@@ -429,7 +435,33 @@ impl Supervisor {
     pub async fn destroy(&self, name: &str) -> Result<Destroyed, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
         let span = info_span!("sandbox", name = %name);
-        self.destroy_in_span(name).instrument(span).await
+        let started = std::time::Instant::now();
+        let result = self.destroy_in_span(name).instrument(span).await;
+        if result.is_ok() {
+            self.config.metrics.destroyed(started.elapsed());
+            self.config.metrics.forget(name);
+        }
+        result
+    }
+
+    /// The metrics' text: the fence's counters and the sandboxes' states read now.
+    pub fn metrics_text(&self) -> String {
+        let counters = self
+            .fence()
+            .counters()
+            .map(|c| c.reasons)
+            .unwrap_or_default();
+        let fence: Vec<(&str, u32, u64, u64)> = counters
+            .iter()
+            .map(|r| (r.reason, r.code, r.packets, r.bytes))
+            .collect();
+        let states: Vec<String> = self
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.state)
+            .collect();
+        self.config.metrics.encode(&fence, &states)
     }
 
     async fn destroy_in_span(&self, name: &str) -> Result<Destroyed, Failure> {

@@ -221,6 +221,19 @@ impl Broker for Registry {
 pub struct NamedAudit {
     pub inner: Arc<dyn AuditSink>,
     pub registry: Arc<Registry>,
+    /// Every record written is counted here too.
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl NamedAudit {
+    fn write(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        let result = self.inner.record(r);
+        match &result {
+            Ok(()) => self.metrics.record(r),
+            Err(_) => self.metrics.audit_failed(),
+        }
+        result
+    }
 }
 
 impl AuditSink for NamedAudit {
@@ -229,9 +242,9 @@ impl AuditSink for NamedAudit {
             (None, Some(s)) => {
                 let mut named = r.clone();
                 named.sandbox_name = Some(s.name.clone());
-                self.inner.record(&named)
+                self.write(&named)
             }
-            _ => self.inner.record(r),
+            _ => self.write(r),
         }
     }
 
