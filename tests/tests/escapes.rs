@@ -150,6 +150,15 @@ refused("setns", 308, 0, 0)
 refused("unshare(CLONE_NEWUSER)", 272, 0x10000000)
 refused("ptrace(PTRACE_ATTACH, 1)", 101, 16, 1, 0, 0)
 refused("open_by_handle_at", 304, 0, 0, 0)
+refused("acct (not on the allow list)", 163, 0)
+refused("swapoff (not on the allow list)", 168, 0)
+try:
+    socket.socket(40, socket.SOCK_STREAM)  # AF_VSOCK
+    print("ESCAPED: a vsock socket opened"); sys.exit(1)
+except OSError as e:
+    if e.errno != errno.EPERM:
+        print(f"ESCAPED: vsock socket failed with {{e}}, not EPERM"); sys.exit(1)
+    print("refused: AF_VSOCK socket: EPERM")
 for fam, kind, what in [(socket.AF_PACKET, socket.SOCK_RAW, "AF_PACKET raw socket"),
                         (socket.AF_INET, socket.SOCK_RAW, "IPv4 raw socket"),
                         (socket.AF_INET6, socket.SOCK_RAW, "IPv6 raw socket")]:
