@@ -110,6 +110,11 @@ impl Vm {
                 channel.display()
             ))
             .args(["-device", "virtserialport,chardev=agent,name=svc.agent"])
+            .arg("-qmp")
+            .arg(format!(
+                "unix:{},server=on,wait=off",
+                dir.join("qmp.sock").display()
+            ))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -211,4 +216,78 @@ fn the_images_boot_and_the_agent_answers_across_host_reconnects() {
         vm.console()
     );
     assert_eq!(ask(&mut reader, &mut writer, "ping"), "pong");
+}
+
+#[test]
+fn a_vm_pauses_and_resumes_over_qmp_and_its_agent_waits_meanwhile() {
+    require_root();
+    let mut vm = Vm::boot();
+    let (mut reader, mut writer, first) = vm.connect(Duration::from_secs(60));
+    assert_eq!(
+        first.trim_end(),
+        svc_guest::READY,
+        "console:\n{}",
+        vm.console()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let qmp_path = vm.dir.join("qmp.sock");
+    let mut qmp = rt
+        .block_on(svc_control::runtime::microvm::qmp::Qmp::connect(
+            &qmp_path,
+            Duration::from_secs(10),
+        ))
+        .expect("QMP");
+    assert!(qmp.version.starts_with("10."), "QEMU {}", qmp.version);
+    assert_eq!(rt.block_on(qmp.status()).expect("status"), "running");
+
+    let t = Instant::now();
+    rt.block_on(qmp.execute("stop", None)).expect("stop");
+    let paused_in = t.elapsed();
+    assert_eq!(rt.block_on(qmp.status()).expect("status"), "paused");
+    // Paused: the agent cannot answer.
+    writeln!(writer, "ping").expect("write");
+    writer
+        .set_read_timeout(Some(Duration::from_millis(800)))
+        .expect("timeout");
+    reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(800)))
+        .expect("timeout");
+    let mut answer = String::new();
+    assert!(
+        reader.read_line(&mut answer).is_err(),
+        "a paused guest answered: {answer:?}"
+    );
+    let t = Instant::now();
+    rt.block_on(qmp.execute("cont", None)).expect("cont");
+    let resumed_in = t.elapsed();
+    reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    answer.clear();
+    reader
+        .read_line(&mut answer)
+        .expect("the answer after resume");
+    assert_eq!(answer.trim_end(), "pong");
+    assert_eq!(rt.block_on(qmp.status()).expect("status"), "running");
+    let events: Vec<&str> = qmp
+        .events
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(
+        events.contains(&"STOP") && events.contains(&"RESUME"),
+        "{events:?}"
+    );
+    // A command QEMU refuses is an error naming it, not a hang.
+    let err = rt
+        .block_on(qmp.execute("no-such-command", None))
+        .expect_err("refused");
+    assert!(err.to_string().contains("no-such-command"), "{err}");
+    println!("QMP stop {paused_in:?}, cont {resumed_in:?}");
+    let _ = rt.block_on(qmp.execute("quit", None));
 }

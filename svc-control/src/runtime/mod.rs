@@ -8,6 +8,7 @@
 //! microvm backend (a guest kernel of its own) is the stronger boundary.
 
 pub mod container;
+pub mod microvm;
 
 use std::{future::Future, path::PathBuf, pin::Pin};
 
