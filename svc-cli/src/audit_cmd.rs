@@ -6,11 +6,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use http::Method;
 use serde_json::Value;
 
 use crate::{
-    client::{Client, for_each_line, refused},
+    client::Client,
     sandbox_cmd::{SocketArg, runtime},
 };
 
@@ -66,23 +65,16 @@ pub fn run(socket: &SocketArg, a: AuditArgs) -> anyhow::Result<ExitCode> {
     }
     let path = format!("/v1/audit?{}", query.join("&"));
     runtime()?.block_on(async move {
-        let resp = client.send(Method::GET, &path, None).await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = http_body_util::BodyExt::collect(resp.into_body())
-                .await?
-                .to_bytes();
-            return Err(refused(status, &body).into());
-        }
-        for_each_line(resp.into_body(), |line| {
-            if a.json {
-                outln!("{}", String::from_utf8_lossy(line));
-            } else if let Ok(record) = serde_json::from_slice::<Value>(line) {
-                outln!("{}", human(&record));
-            }
-            Ok(())
-        })
-        .await?;
+        client
+            .get_lines(&path, |line| {
+                if a.json {
+                    outln!("{}", String::from_utf8_lossy(line));
+                } else if let Ok(record) = serde_json::from_slice::<Value>(line) {
+                    outln!("{}", human(&record));
+                }
+                Ok(())
+            })
+            .await?;
         Ok(ExitCode::SUCCESS)
     })
 }

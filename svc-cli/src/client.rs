@@ -108,6 +108,29 @@ impl Client {
     }
 }
 
+impl Client {
+    /// `GET path`, a stream of JSON lines: `each` gets every line as it arrives; a refusal is
+    /// svcd's error.
+    pub async fn get_lines(
+        &self,
+        path: &str,
+        each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let resp = self.send(Method::GET, path, None).await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .context("reading svcd's answer")?
+                .to_bytes();
+            return Err(refused(status, &body).into());
+        }
+        for_each_line(resp.into_body(), each).await
+    }
+}
+
 /// svcd's error body as an error.
 pub fn refused(status: StatusCode, body: &[u8]) -> Refused {
     let error = serde_json::from_slice::<ApiError>(body).unwrap_or_else(|_| ApiError {

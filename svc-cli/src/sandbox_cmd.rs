@@ -9,7 +9,7 @@ use svc_control::api::{
     self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView, SecretValue,
 };
 
-use crate::client::{Client, DEFAULT_SOCKET, for_each_line, refused};
+use crate::client::{Client, DEFAULT_SOCKET};
 
 /// Where svcd is.
 #[derive(Debug, Clone, Args)]
@@ -341,35 +341,28 @@ pub fn events(
             "/v1/events?after={after}{}",
             if follow { "&follow=1" } else { "" }
         );
-        let resp = client.send(Method::GET, &path, None).await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = http_body_util::BodyExt::collect(resp.into_body())
-                .await?
-                .to_bytes();
-            return Err(refused(status, &body).into());
-        }
-        for_each_line(resp.into_body(), |line| {
-            if json {
-                outln!("{}", String::from_utf8_lossy(line));
-            } else {
-                let e: Event = serde_json::from_slice(line)?;
-                let detail = if e.detail.as_object().is_some_and(|o| !o.is_empty()) {
-                    format!(" {}", e.detail)
+        client
+            .get_lines(&path, |line| {
+                if json {
+                    outln!("{}", String::from_utf8_lossy(line));
                 } else {
-                    String::new()
-                };
-                outln!(
-                    "{:>6} {} {:<20} {}{detail}",
-                    e.seq,
-                    e.time,
-                    e.kind,
-                    e.sandbox.as_deref().unwrap_or("-")
-                );
-            }
-            Ok(())
-        })
-        .await?;
+                    let e: Event = serde_json::from_slice(line)?;
+                    let detail = if e.detail.as_object().is_some_and(|o| !o.is_empty()) {
+                        format!(" {}", e.detail)
+                    } else {
+                        String::new()
+                    };
+                    outln!(
+                        "{:>6} {} {:<20} {}{detail}",
+                        e.seq,
+                        e.time,
+                        e.kind,
+                        e.sandbox.as_deref().unwrap_or("-")
+                    );
+                }
+                Ok(())
+            })
+            .await?;
         Ok(ExitCode::SUCCESS)
     })
 }
