@@ -98,6 +98,9 @@ pub struct CreateArgs {
     /// Create an allow-all sandbox for 72 hours for this context path.
     #[arg(long = "file", visible_alias = "context-path")]
     pub file: Option<PathBuf>,
+    /// The backend: container (the default; netns is its old name) or microvm.
+    #[arg(long, value_parser = ["container", "netns", "microvm"])]
+    pub backend: Option<String>,
     /// Print the created sandbox as JSON.
     #[arg(long)]
     pub json: bool,
@@ -243,6 +246,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         egress: a.egress,
         secrets,
         context_path,
+        backend: a.backend,
     };
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))

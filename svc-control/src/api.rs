@@ -117,6 +117,10 @@ pub struct CreateSandbox {
     /// The spec's `--context-path` (`--file`): AllowAll for 72 hours.
     #[serde(default)]
     pub context_path: Option<String>,
+    /// The backend asked for (`container`, its old name `netns`, `microvm`); default: the
+    /// embedded default, `container`.
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 /// One placeholder variable of a sandbox (never the real value).

@@ -270,3 +270,34 @@ fn the_mode_and_the_host_code_token_follow_the_flags() {
         assert_eq!(creation::brokers_host_code_token(&req), want, "{name}");
     }
 }
+
+#[test]
+fn a_backend_is_given_only_if_this_svcd_offers_it() {
+    use svc_control::config::workspace::Backend;
+    let offered = [Backend::Container];
+    assert_eq!(creation::backend(None, &offered), Ok(Backend::Container));
+    assert_eq!(
+        creation::backend(Some("container"), &offered),
+        Ok(Backend::Container)
+    );
+    assert_eq!(
+        creation::backend(Some("netns"), &offered),
+        Ok(Backend::Container),
+        "netns is container's old name"
+    );
+    let vm = creation::backend(Some("microvm"), &offered).expect_err("not offered");
+    assert!(
+        matches!(vm, CreationError::BackendUnavailable("microvm", _)),
+        "{vm}"
+    );
+    assert!(vm.to_string().contains("it offers: container"), "{vm}");
+    let bad = creation::backend(Some("docker"), &offered).expect_err("unknown");
+    assert!(
+        bad.to_string().contains("expected container or microvm"),
+        "{bad}"
+    );
+    assert_eq!(
+        creation::backend(Some("microvm"), &[Backend::Microvm, Backend::Container]),
+        Ok(Backend::Microvm)
+    );
+}

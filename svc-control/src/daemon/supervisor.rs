@@ -230,6 +230,11 @@ impl Supervisor {
     /// The request checked by `policy::creation`, and the envelope it makes.
     fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
         let secrets = creation_secrets(&req.secrets);
+        let offered = [crate::config::workspace::Backend::Container];
+        creation::backend(req.backend.as_deref(), &offered).map_err(|e| match e {
+            creation::CreationError::BackendUnavailable(..) => Failure::unsupported(e.to_string()),
+            other => Failure::bad(other.to_string()),
+        })?;
         let plan = creation::plan(&self.config.host, &creation_request(req, &secrets))
             .map_err(|e| Failure::bad(e.to_string()))?;
         let placeholders = plan

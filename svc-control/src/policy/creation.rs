@@ -85,6 +85,46 @@ pub enum CreationError {
     },
     #[error("--secret {name} from {origin}: the value is empty or holds a line break or NUL")]
     BadSecretValue { name: String, origin: String },
+    #[error("--backend {0:?}: expected container or microvm (netns is container's old name)")]
+    UnknownBackend(String),
+    #[error(
+        "--backend {0}: this svcd does not offer that backend (it offers: {1}); the microvm \
+         backend's images and guest agent exist (cargo xtask images), the backend itself is not \
+         built yet"
+    )]
+    BackendUnavailable(&'static str, String),
+}
+
+/// The backend a request gets: the one asked for if this svcd offers it (`netns` is
+/// `container`'s old name), else the first offered.
+pub fn backend(
+    asked: Option<&str>,
+    offered: &[crate::config::workspace::Backend],
+) -> Result<crate::config::workspace::Backend, CreationError> {
+    use crate::config::workspace::Backend;
+    let list = || {
+        offered
+            .iter()
+            .map(|b| b.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(asked) = asked else {
+        return offered
+            .first()
+            .copied()
+            .ok_or_else(|| CreationError::BackendUnavailable("any", list()));
+    };
+    let wanted = Backend::ALL
+        .into_iter()
+        .find(|b| serde_json::to_value(b).is_ok_and(|v| v.as_str() == Some(asked)))
+        .ok_or_else(|| CreationError::UnknownBackend(asked.to_owned()))?
+        .canonical();
+    if offered.iter().any(|o| o.canonical() == wanted) {
+        Ok(wanted)
+    } else {
+        Err(CreationError::BackendUnavailable(wanted.name(), list()))
+    }
 }
 
 /// The mode a request implies: `--file` means AllowAll, else `--egress`, else Curated.
