@@ -558,6 +558,11 @@ fn bad_requests_are_refused_with_clear_errors() {
         ),
         ("unknown", &["sandbox", "show", "nope"], "no sandbox named"),
         (
+            "microvm_not_offered_yet",
+            &["sandbox", "create", "--backend", "microvm", "vm"],
+            "does not offer that backend",
+        ),
+        (
             "exec_unknown",
             &["sandbox", "exec", "nope", "--", "true"],
             "no sandbox named",
@@ -572,7 +577,12 @@ fn bad_requests_are_refused_with_clear_errors() {
             "{name}: expected {fragment:?} in {err}"
         );
     }
-    w.svc_ok(&["sandbox", "create", "dup"]);
+    w.svc_ok(&["sandbox", "create", "--backend", "netns", "dup"]);
+    assert_eq!(
+        w.show("dup")["backend"],
+        "container",
+        "netns is container's old name"
+    );
     let again = w.svc(&["sandbox", "create", "dup"]);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
     let fork = w.svc(&["sandbox", "fork", "dup"]);
