@@ -417,6 +417,20 @@ listen = "127.0.0.1:{METRICS_PORT}"
         self.dir.join("audit/audit.jsonl")
     }
 
+    /// `svc sandbox destroy NAME`, then [`World::assert_gone`] for everything it had.
+    pub fn destroy_checked(&self, name: &str) {
+        let s = self.show(name);
+        let num = |k: &str| {
+            s[k].as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or_else(|| panic!("{name} has no {k}: {s}"))
+        };
+        let (id, pid) = (num("id"), num("pid"));
+        let link = s["link"].as_str().unwrap_or_default().to_owned();
+        self.svc_ok(&["sandbox", "destroy", name]);
+        self.assert_gone(id, &link, pid, name);
+    }
+
     /// Everything svcd made for sandbox `id` (link `link`, init `pid`) is gone.
     pub fn assert_gone(&self, id: u32, link: &str, pid: u32, name: &str) {
         let w = self;

@@ -309,13 +309,5 @@ fn a_fork_bomb_and_a_memory_hog_are_contained_by_the_cgroup() {
     w.svc_ok(&["sandbox", "list"]);
     assert_eq!(w.sh("bystander", "echo fine").1.trim(), "fine");
     // And the bomb goes with its sandbox.
-    let pid = w.show("bomb")["pid"].as_u64().expect("pid");
-    let id = u32::try_from(w.show("bomb")["id"].as_u64().expect("id")).expect("id");
-    w.svc_ok(&["sandbox", "destroy", "bomb"]);
-    w.assert_gone(
-        id,
-        &format!("svc{id}"),
-        u32::try_from(pid).expect("pid"),
-        "bomb",
-    );
+    w.destroy_checked("bomb");
 }

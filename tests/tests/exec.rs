@@ -220,17 +220,6 @@ fn pause_freezes_a_sandbox_and_resume_thaws_it() {
     assert!(events.contains("sandbox.paused") && events.contains("sandbox.resumed"));
 
     // A paused sandbox is destroyed whole, frozen processes included.
-    let s = w.show("dev");
-    let (id, pid) = (
-        s["id"].as_u64().expect("id"),
-        s["pid"].as_u64().expect("pid"),
-    );
     w.svc_ok(&["sandbox", "pause", "dev"]);
-    w.svc_ok(&["sandbox", "destroy", "dev"]);
-    w.assert_gone(
-        u32::try_from(id).expect("id"),
-        &format!("svc{id}"),
-        u32::try_from(pid).expect("pid"),
-        "dev",
-    );
+    w.destroy_checked("dev");
 }
