@@ -141,6 +141,19 @@ impl Vm {
         }
     }
 
+    /// Boot and wait for the agent's first ready line on a fresh connection.
+    fn boot_ready() -> (Self, BufReader<UnixStream>, UnixStream) {
+        let mut vm = Self::boot();
+        let (reader, writer, first) = vm.connect(Duration::from_secs(60));
+        assert_eq!(
+            first.trim_end(),
+            svc_guest::READY,
+            "console:\n{}",
+            vm.console()
+        );
+        (vm, reader, writer)
+    }
+
     fn console(&self) -> String {
         std::fs::read_to_string(self.dir.join("console.log")).unwrap_or_default()
     }
@@ -191,14 +204,7 @@ fn ask(reader: &mut BufReader<UnixStream>, writer: &mut UnixStream, line: &str) 
 #[test]
 fn the_images_boot_and_the_agent_answers_across_host_reconnects() {
     require_root();
-    let mut vm = Vm::boot();
-    let (mut reader, mut writer, first) = vm.connect(Duration::from_secs(60));
-    assert_eq!(
-        first.trim_end(),
-        svc_guest::READY,
-        "console:\n{}",
-        vm.console()
-    );
+    let (mut vm, mut reader, mut writer) = Vm::boot_ready();
     assert_eq!(ask(&mut reader, &mut writer, "ping"), "pong");
     assert!(ask(&mut reader, &mut writer, "version").starts_with(svc_guest::READY));
     let bad = ask(&mut reader, &mut writer, "rm -rf /");
@@ -221,14 +227,7 @@ fn the_images_boot_and_the_agent_answers_across_host_reconnects() {
 #[test]
 fn a_vm_pauses_and_resumes_over_qmp_and_its_agent_waits_meanwhile() {
     require_root();
-    let mut vm = Vm::boot();
-    let (mut reader, mut writer, first) = vm.connect(Duration::from_secs(60));
-    assert_eq!(
-        first.trim_end(),
-        svc_guest::READY,
-        "console:\n{}",
-        vm.console()
-    );
+    let (vm, mut reader, mut writer) = Vm::boot_ready();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -249,9 +248,7 @@ fn a_vm_pauses_and_resumes_over_qmp_and_its_agent_waits_meanwhile() {
     assert_eq!(rt.block_on(qmp.status()).expect("status"), "paused");
     // Paused: the agent cannot answer.
     writeln!(writer, "ping").expect("write");
-    writer
-        .set_read_timeout(Some(Duration::from_millis(800)))
-        .expect("timeout");
+    // One socket behind both handles: its read timeout is the reader's.
     reader
         .get_ref()
         .set_read_timeout(Some(Duration::from_millis(800)))

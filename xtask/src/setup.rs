@@ -37,7 +37,7 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "util-linux",
-        "unshare, nsenter and setpriv: the netns sandbox backend",
+        "nsenter and setpriv: the tests enter namespaces and run svc as other users",
     ),
     ("dnsperf", "the DNS guard benchmark's load generator"),
     ("runc", "the OCI runtime of the container backend"),

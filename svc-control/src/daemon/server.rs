@@ -46,7 +46,7 @@ use crate::{
 pub struct RunOptions {
     /// The nftables table (`svc`).
     pub nft_table: String,
-    /// svcd's own binary: the guests' init, and what `supervisor-upgrade` re-executes.
+    /// svcd's own binary: what `supervisor-upgrade` re-executes.
     pub exe: PathBuf,
     /// Time in-flight API calls get at shutdown.
     pub grace: Duration,
