@@ -13,10 +13,6 @@ use svc_tests::{
     world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
 };
 
-fn sh(w: &World, name: &str, script: &str) -> (i32, String, String) {
-    w.sh(name, script)
-}
-
 fn http_records<'a>(audit: &'a [Value], host: &str) -> Vec<&'a Value> {
     audit
         .iter()
@@ -74,7 +70,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     }
 
     // The guest's environment: placeholders, never the real tokens.
-    let (code, env, _) = sh(&w, "dev", "env");
+    let (code, env, _) = w.sh("dev", "env");
     assert_eq!(code, 0);
     assert!(!env.contains(CODE_TOKEN) && !env.contains(EXAMPLE_TOKEN));
     let var = |name: &str| {
@@ -93,8 +89,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     assert_eq!(var("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt");
 
     // 1. An allowed host, with the placeholder: the upstream gets the real token.
-    let (code, out, err) = sh(
-        &w,
+    let (code, out, err) = w.sh(
         "dev",
         "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" \
          https://allowed.example.test/v1/hello",
@@ -117,14 +112,10 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     );
 
     // 2. A host off the list: refused at DNS, never asked outside.
-    let (code, _, _) = sh(&w, "dev", "getent hosts forbidden.example.test");
+    let (code, _, _) = w.sh("dev", "getent hosts forbidden.example.test");
     assert_ne!(code, 0, "forbidden.example.test resolved");
     // 3. Its address, dialled directly: dropped by the fence.
-    let (code, _, _) = sh(
-        &w,
-        "dev",
-        "curl -sS --connect-timeout 2 -k https://192.0.2.66/",
-    );
+    let (code, _, _) = w.sh("dev", "curl -sS --connect-timeout 2 -k https://192.0.2.66/");
     assert_ne!(code, 0, "the IP literal connected");
     let received = w.received();
     assert!(
@@ -134,9 +125,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     );
 
     // 4. The bound repo over smart HTTP: clone and push a branch, with the token swapped.
-    let (code, out, err) = sh(
-        &w,
-        "dev",
+    let (code, out, err) = w.sh("dev",
         "set -e; cd /tmp && rm -rf widget && \
          git -c http.extraHeader=\"Authorization: Bearer $CODE_HOST_TOKEN\" clone -q https://code.test/acme/widget.git && \
          cd widget && git -c user.name=agent -c user.email=a@svc.invalid commit -q --allow-empty -m work && \
@@ -166,8 +155,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     );
 
     // 5. A foreign repo: 403 with the JSON body, never upstream.
-    let (code, out, _) = sh(
-        &w,
+    let (code, out, _) = w.sh(
         "dev",
         "curl -sS --max-time 10 -w '\\n%{http_code}' \
          'https://code.test/evil/exfil.git/info/refs?service=git-upload-pack'",
@@ -421,7 +409,7 @@ fn every_code_host_rule_holds_through_the_live_perimeter() {
             c.method, c.url
         );
         let before = w.received().len();
-        let (_, status, err) = sh(&w, "ch", &script);
+        let (_, status, err) = w.sh("ch", &script);
         let path = c.url.split_once(".test").map_or("", |(_, p)| p);
         let path = path.split('?').next().unwrap_or(path);
         let got: Vec<Value> = w.received()[before..]
@@ -446,7 +434,7 @@ fn every_code_host_rule_holds_through_the_live_perimeter() {
     assert!(failures.is_empty(), "{failures:#?}");
     // 5.5.1: the code host is in an envelope only through --repo or --allow-host.
     w.svc_ok(&["sandbox", "create", "plain"]);
-    let (code, _, _) = sh(&w, "plain", "getent hosts code.test");
+    let (code, _, _) = w.sh("plain", "getent hosts code.test");
     assert_ne!(code, 0, "code.test resolved for a sandbox without --repo");
 }
 
@@ -462,22 +450,19 @@ fn the_server_name_must_be_one_the_dialled_address_was_resolved_for() {
         "sni",
     ]);
     // Both names resolved through the guard: both addresses are open in the fence.
-    let (code, _, _) = sh(
-        &w,
+    let (code, _, _) = w.sh(
         "sni",
         "getent hosts allowed.example.test && getent hosts api.agent.test",
     );
     assert_eq!(code, 0);
     // allowed.example.test's address, presenting api.agent.test (also allowed): refused.
-    let (code, _, err) = sh(
-        &w,
-        "sni",
+    let (code, _, err) = w.sh("sni",
         "curl -sS --max-time 10 --resolve api.agent.test:443:192.0.2.20 https://api.agent.test/mismatch",
     );
     assert_ne!(code, 0, "a mismatched server name was served");
     assert!(err.contains("curl: (35)") || err.contains("SSL"), "{err}");
     // The same name at its own address: served.
-    let (code, out, err) = sh(&w, "sni", "curl -sS --max-time 10 https://api.agent.test/");
+    let (code, out, err) = w.sh("sni", "curl -sS --max-time 10 https://api.agent.test/");
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"served_by\":\"api.agent.test\""), "{out}");
     std::thread::sleep(Duration::from_millis(200));
@@ -654,7 +639,7 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
     ]);
     let s = w.show("k");
     // Resolved before the crash: the guard commits 192.0.2.20 to the fence.
-    let (code, _, _) = sh(&w, "k", "getent hosts allowed.example.test");
+    let (code, _, _) = w.sh("k", "getent hosts allowed.example.test");
     assert_eq!(code, 0);
     let pid = s["pid"].as_u64().expect("pid").to_string();
     // Traffic from inside the sandbox that does not depend on svcd: nsenter by pid.
@@ -704,9 +689,7 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
     // fresh resolution.
     let s = w.show("k");
     assert_eq!(s["state"], "running");
-    let (code, _, err) = sh(
-        &w,
-        "k",
+    let (code, _, err) = w.sh("k",
         "curl -sS --max-time 10 --resolve allowed.example.test:443:192.0.2.20 https://allowed.example.test/kept",
     );
     assert_eq!(
@@ -715,8 +698,7 @@ fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
         "a pre-restart address stopped working: {err}\n{}",
         w.svcd_log()
     );
-    let (code, out, err) = sh(
-        &w,
+    let (code, out, err) = w.sh(
         "k",
         "curl -sS --max-time 10 https://allowed.example.test/after",
     );
@@ -759,7 +741,7 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
     let placeholders: Vec<String> = names
         .iter()
         .map(|n| {
-            let (_, env, _) = sh(&w, n, "echo $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN");
+            let (_, env, _) = w.sh(n, "echo $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN");
             env.trim().to_owned()
         })
         .collect();
@@ -775,8 +757,7 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
                 let (w, own, other) = (&w, &placeholders[i], &placeholders[(i + 1) % N]);
                 scope.spawn(move || {
                     let req = |token: &str, path: &str| {
-                        sh(
-                            w,
+                        w.sh(
                             n,
                             &format!(
                                 "curl -sS --max-time 20 -H 'Authorization: Bearer {token}' \
@@ -972,14 +953,10 @@ fn svc_audit_reads_filters_and_follows_the_audit_log() {
         "{\"time\":\"2026-11-22T00:00:00.000Z\",\"sandbox\":9,\"sandbox_name\":\"old\",\"layer\":\"dns\",\"name\":\"rotated.test.\",\"qtype\":\"A\",\"decision\":\"refused\"}\n",
     )
     .expect("rotated file");
-    let _ = sh(&w, "dev", "getent hosts forbidden.example.test");
-    let _ = sh(&w, "dev", "curl -sS https://allowed.example.test/audited");
-    let _ = sh(
-        &w,
-        "dev",
-        "curl -sS --connect-timeout 1 -k https://192.0.2.66/",
-    );
-    let _ = sh(&w, "other", "getent hosts forbidden.example.test");
+    let _ = w.sh("dev", "getent hosts forbidden.example.test");
+    let _ = w.sh("dev", "curl -sS https://allowed.example.test/audited");
+    let _ = w.sh("dev", "curl -sS --connect-timeout 1 -k https://192.0.2.66/");
+    let _ = w.sh("other", "getent hosts forbidden.example.test");
     std::thread::sleep(Duration::from_millis(500));
 
     let all = w.svc_ok(&["audit", "--json"]);
@@ -1053,7 +1030,7 @@ fn svc_audit_reads_filters_and_follows_the_audit_log() {
         .spawn()
         .expect("svc audit --follow");
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = sh(&w, "dev", "curl -sS https://allowed.example.test/followed");
+    let _ = w.sh("dev", "curl -sS https://allowed.example.test/followed");
     let out = std::io::BufReader::new(follow.stdout.take().expect("stdout"));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -1106,13 +1083,9 @@ fn metrics_move_when_traffic_flows() {
         "allowed.example.test",
         "dev",
     ]);
-    let _ = sh(&w, "dev", "getent hosts forbidden.example.test");
-    let _ = sh(&w, "dev", "curl -sS https://allowed.example.test/metered");
-    let _ = sh(
-        &w,
-        "dev",
-        "curl -sS --connect-timeout 1 -k https://192.0.2.66/",
-    );
+    let _ = w.sh("dev", "getent hosts forbidden.example.test");
+    let _ = w.sh("dev", "curl -sS https://allowed.example.test/metered");
+    let _ = w.sh("dev", "curl -sS --connect-timeout 1 -k https://192.0.2.66/");
     std::thread::sleep(Duration::from_millis(500));
     let after = w.metrics();
     for (series, at_least) in [
