@@ -68,21 +68,30 @@ pub struct GuestCommand {
     pub tty: Option<(u16, u16)>,
 }
 
+/// How a running command is controlled: each backend's own (a host process for the
+/// container backend, a stream on the agent's channel for the microvm backend).
+pub trait ExecControl: Send {
+    /// Resize the command's terminal (nothing without one).
+    fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError>;
+    /// Send `signal` to the command.
+    fn signal(&self, signal: nix::sys::signal::Signal);
+    /// Wait for the command; its exit code (128 + signal when a signal ended it).
+    fn wait(&mut self) -> BoxFuture<'_, Result<i32, RuntimeError>>;
+    /// End the command now.
+    fn kill(&mut self) -> BoxFuture<'_, ()>;
+}
+
 /// A command running in a guest: its streams and how it ends.
 pub struct ExecHandle {
     pub stdin: Option<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
     pub stdout: Option<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
     pub stderr: Option<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
-    child: tokio::process::Child,
-    /// The terminal's master end, when the command has one.
-    tty: Option<std::os::fd::OwnedFd>,
+    control: Box<dyn ExecControl>,
 }
 
 impl std::fmt::Debug for ExecHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecHandle")
-            .field("pid", &self.child.id())
-            .finish_non_exhaustive()
+        f.debug_struct("ExecHandle").finish_non_exhaustive()
     }
 }
 
@@ -102,8 +111,7 @@ impl ExecHandle {
                 .stderr
                 .take()
                 .map(|s| Box::pin(s) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
-            child,
-            tty: None,
+            control: Box::new(HostProcess { child, tty: None }),
         }
     }
 
@@ -119,14 +127,44 @@ impl ExecHandle {
             stdin: Some(Box::pin(writer)),
             stdout: Some(Box::pin(reader)),
             stderr: None,
-            child,
-            tty: Some(master),
+            control: Box::new(HostProcess {
+                child,
+                tty: Some(master),
+            }),
         })
     }
 
-    /// Resize the command's terminal (nothing without one): the runtime's exec copies the new
-    /// size into the guest's terminal when told by SIGWINCH.
+    /// Resize the command's terminal (nothing without one).
     pub fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
+        self.control.resize(rows, cols)
+    }
+
+    /// Wait for the command; its exit code (128 + signal when a signal ended it).
+    pub async fn wait(&mut self) -> Result<i32, RuntimeError> {
+        self.control.wait().await
+    }
+
+    /// Send `signal` to the command.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        self.control.signal(signal);
+    }
+
+    /// End the command now.
+    pub async fn kill(&mut self) {
+        self.control.kill().await;
+    }
+}
+
+/// A command run by a host process (the OCI runtime's `exec`), maybe on a host terminal.
+struct HostProcess {
+    child: tokio::process::Child,
+    /// The terminal's master end, when the command has one.
+    tty: Option<std::os::fd::OwnedFd>,
+}
+
+impl ExecControl for HostProcess {
+    /// The runtime's exec copies the new size into the guest's terminal when told by SIGWINCH.
+    fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
         let Some(master) = &self.tty else {
             return Ok(());
         };
@@ -144,28 +182,30 @@ impl ExecHandle {
         Ok(())
     }
 
-    /// Wait for the command; its exit code (128 + signal when a signal ended it).
-    pub async fn wait(&mut self) -> Result<i32, RuntimeError> {
-        let status = self
-            .child
-            .wait()
-            .await
-            .map_err(|e| RuntimeError::Exec(format!("waiting for the command: {e}")))?;
-        Ok(status.code().unwrap_or_else(|| {
-            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-        }))
-    }
-
-    /// Send `signal` to the command (the runtime's exec forwards it into the guest).
-    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+    /// The runtime's exec forwards signals into the guest.
+    fn signal(&self, signal: nix::sys::signal::Signal) {
         if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
         }
     }
 
-    /// End the command now.
-    pub async fn kill(&mut self) {
-        let _ = self.child.kill().await;
+    fn wait(&mut self) -> BoxFuture<'_, Result<i32, RuntimeError>> {
+        Box::pin(async move {
+            let status = self
+                .child
+                .wait()
+                .await
+                .map_err(|e| RuntimeError::Exec(format!("waiting for the command: {e}")))?;
+            Ok(status.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+            }))
+        })
+    }
+
+    fn kill(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.child.kill().await;
+        })
     }
 }
 

@@ -1,0 +1,509 @@
+//! The host's side of the channel to a microvm's agent ([`svc_guest::proto`]): one connection
+//! to the VM's virtio-serial socket, many streams over it.
+//!
+//! The guest is untrusted: every frame it sends is checked. A stream that sends more than its
+//! credit allows, or a frame that does not parse, ends the channel (its commands fail with the
+//! reason; the next exec connects again). Nothing the guest says is buffered beyond a window
+//! per stream.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use svc_guest::proto::{self, Exec, Frame, Kind, MAX_PAYLOAD, Request, WINDOW};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
+    net::UnixStream,
+    sync::{Semaphore, mpsc, oneshot, watch},
+};
+
+use super::super::{BoxFuture, ExecControl, ExecHandle, RuntimeError};
+
+/// How long one hello waits for its answer before it is sent again.
+const HELLO_RETRY: Duration = Duration::from_millis(500);
+
+/// What the guest sent on one stream.
+enum Event {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exit(i32),
+    Error(String),
+}
+
+/// The host's record of an open stream.
+struct StreamOut {
+    events: mpsc::UnboundedSender<Event>,
+    /// Credit the guest gave for what the host sends (standard input, file content).
+    credit: Arc<Semaphore>,
+    /// Bytes the guest sent that the host has not yet handed on (and credited back).
+    unread: Arc<AtomicU32>,
+}
+
+type Streams = Arc<Mutex<HashMap<u32, StreamOut>>>;
+
+/// A stream just opened: what the host needs to send on it and to hear from it.
+struct Opened {
+    id: u32,
+    events: mpsc::UnboundedReceiver<Event>,
+    credit: Arc<Semaphore>,
+    unread: Arc<AtomicU32>,
+    ended: watch::Receiver<Option<String>>,
+    out: mpsc::UnboundedSender<Frame>,
+}
+
+fn lock(s: &Streams) -> std::sync::MutexGuard<'_, HashMap<u32, StreamOut>> {
+    s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A connected channel.
+pub struct Channel {
+    out: mpsc::UnboundedSender<Frame>,
+    streams: Streams,
+    next: AtomicU32,
+    /// Why the channel ended, once it has.
+    ended: watch::Receiver<Option<String>>,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("ended", &*self.ended.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Channel {
+    /// Connect to the agent at `socket` (QEMU's end of the virtio-serial port) and say hello
+    /// until it answers, within `limit`.
+    pub async fn connect(socket: &Path, limit: Duration) -> Result<Arc<Self>, String> {
+        let deadline = Instant::now() + limit;
+        let stream = loop {
+            match UnixStream::connect(socket).await {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(format!("connecting to {}: {e}", socket.display()));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let (r, w) = stream.into_split();
+        let (channel, mut hellos) = Self::over(r, w);
+        channel
+            .greet(&mut hellos, deadline)
+            .await
+            .map_err(|e| format!("the agent on {}: {e}", socket.display()))?;
+        Ok(channel)
+    }
+
+    /// Say hello (again every half second) until the agent answers this hello, by `deadline`.
+    pub async fn greet(
+        &self,
+        hellos: &mut mpsc::UnboundedReceiver<String>,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let nonce = format!("{:016x}", rand_u64());
+        let want = format!("{} {nonce}", svc_guest::READY);
+        loop {
+            if self
+                .out
+                .send(Frame::new(0, Kind::Hello, nonce.clone()))
+                .is_err()
+            {
+                return Err(self.ended_reason());
+            }
+            let wait = HELLO_RETRY.min(deadline.saturating_duration_since(Instant::now()));
+            let answered = tokio::time::timeout(wait, async {
+                while let Some(said) = hellos.recv().await {
+                    if said == want {
+                        return true;
+                    }
+                }
+                false
+            })
+            .await;
+            match answered {
+                Ok(true) => return Ok(()),
+                Ok(false) => return Err(self.ended_reason()),
+                Err(_) if Instant::now() >= deadline => {
+                    return Err("no answer to hello in time".to_owned());
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// A channel over any byte stream (the tests run the agent over a socket pair); the
+    /// receiver of the agent's hello answers.
+    pub fn over<R, W>(reader: R, writer: W) -> (Arc<Self>, mpsc::UnboundedReceiver<String>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let (ended_tx, ended) = watch::channel(None);
+        let (hello_tx, hello_rx) = mpsc::unbounded_channel();
+        let streams: Streams = Arc::default();
+        let ended_tx = Arc::new(ended_tx);
+        tokio::spawn({
+            let ended_tx = ended_tx.clone();
+            async move {
+                if let Err(e) = write_frames(writer, out_rx).await {
+                    let _ = ended_tx.send(Some(format!("writing to the agent: {e}")));
+                }
+            }
+        });
+        tokio::spawn({
+            let streams = streams.clone();
+            async move {
+                let why = read_frames(reader, &streams, &hello_tx).await;
+                let _ = ended_tx.send(Some(why));
+                // Every stream still open learns that the channel ended.
+                lock(&streams).clear();
+            }
+        });
+        (
+            Arc::new(Self {
+                out,
+                streams,
+                next: AtomicU32::new(1),
+                ended,
+            }),
+            hello_rx,
+        )
+    }
+
+    /// Whether the channel still works.
+    pub fn is_open(&self) -> bool {
+        self.ended.borrow().is_none() && !self.out.is_closed()
+    }
+
+    fn ended_reason(&self) -> String {
+        self.ended
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| "the channel to the agent closed".into())
+    }
+
+    /// Open a stream for `request`.
+    fn open(&self, request: &Request) -> Result<Opened, String> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, events) = mpsc::unbounded_channel();
+        let credit = Arc::new(Semaphore::new(WINDOW as usize));
+        let unread = Arc::new(AtomicU32::new(0));
+        lock(&self.streams).insert(
+            id,
+            StreamOut {
+                events: tx,
+                credit: credit.clone(),
+                unread: unread.clone(),
+            },
+        );
+        let json = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        if json.len() > MAX_PAYLOAD {
+            lock(&self.streams).remove(&id);
+            return Err(format!("the request is over {MAX_PAYLOAD} bytes"));
+        }
+        self.out
+            .send(Frame::new(id, Kind::Open, json))
+            .map_err(|_| self.ended_reason())?;
+        Ok(Opened {
+            id,
+            events,
+            credit,
+            unread,
+            ended: self.ended.clone(),
+            out: self.out.clone(),
+        })
+    }
+
+    /// Run a request that takes `input` and answers with success or an error: a file write,
+    /// the guest's setup.
+    pub async fn call(&self, request: &Request, input: &[u8]) -> Result<(), String> {
+        let mut opened = self.open(request)?;
+        let id = opened.id;
+        send_input(&self.out, id, &opened.credit, input).await?;
+        let _ = self.out.send(Frame::new(id, Kind::Eof, Vec::new()));
+        loop {
+            match opened.events.recv().await {
+                Some(Event::Exit(0)) => return Ok(()),
+                Some(Event::Exit(code)) => return Err(format!("the agent ended it with {code}")),
+                Some(Event::Error(e)) => return Err(e),
+                Some(Event::Stdout(_) | Event::Stderr(_)) => {}
+                None => return Err(self.ended_reason()),
+            }
+        }
+    }
+
+    /// Run a command in the guest: its streams and how it ends.
+    pub fn exec(self: &Arc<Self>, exec: Exec) -> Result<ExecHandle, String> {
+        let stdin = exec.stdin;
+        let tty = exec.tty.is_some();
+        let opened = self.open(&Request::Exec(exec))?;
+        let (id, credit) = (opened.id, opened.credit.clone());
+        let (stdout_r, stdout_w) = tokio::io::simplex(64 * 1024);
+        let (stderr_r, stderr_w) = tokio::io::simplex(64 * 1024);
+        let (exit_tx, exit_rx) = oneshot::channel();
+        tokio::spawn(deliver(
+            opened,
+            stdout_w,
+            (!tty).then_some(stderr_w),
+            exit_tx,
+        ));
+        let stdin = stdin.then(|| {
+            let (r, w) = tokio::io::simplex(64 * 1024);
+            tokio::spawn(forward_input(id, r, self.out.clone(), credit));
+            Box::pin(w) as Pin<Box<dyn AsyncWrite + Send>>
+        });
+        Ok(ExecHandle {
+            stdin,
+            stdout: Some(Box::pin(stdout_r)),
+            stderr: (!tty).then(|| Box::pin(stderr_r) as Pin<Box<dyn AsyncRead + Send>>),
+            control: Box::new(Remote {
+                out: self.out.clone(),
+                ended: self.ended.clone(),
+                id,
+                exit: Some(exit_rx),
+                code: None,
+            }),
+        })
+    }
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    u64::from_le_bytes(b)
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+) -> std::io::Result<()> {
+    while let Some(f) = rx.recv().await {
+        w.write_all(&f.encode()).await?;
+        w.flush().await?;
+    }
+    Ok(())
+}
+
+/// Route the guest's frames to their streams until the channel ends; why it ended.
+async fn read_frames<R: AsyncRead + Unpin>(
+    mut r: R,
+    streams: &Streams,
+    hello: &mpsc::UnboundedSender<String>,
+) -> String {
+    loop {
+        let frame = match proto::read_frame(&mut r).await {
+            Ok(Some(f)) => f,
+            Ok(None) => return "the agent's channel closed".into(),
+            Err(e) => return format!("the agent broke the protocol: {e}"),
+        };
+        let id = frame.stream;
+        match frame.kind {
+            Kind::Hello => {
+                let _ = hello.send(String::from_utf8_lossy(&frame.payload).into_owned());
+            }
+            Kind::Stdout | Kind::Stderr => {
+                let streams = lock(streams);
+                let Some(s) = streams.get(&id) else { continue };
+                let len = frame.payload.len() as u32;
+                let unread = s.unread.fetch_add(len, Ordering::AcqRel) + len;
+                if unread > WINDOW {
+                    return format!(
+                        "the agent broke the protocol: stream {id} sent {unread} bytes on a window of {WINDOW}"
+                    );
+                }
+                let event = if frame.kind == Kind::Stdout {
+                    Event::Stdout(frame.payload)
+                } else {
+                    Event::Stderr(frame.payload)
+                };
+                let _ = s.events.send(event);
+            }
+            Kind::Exit | Kind::Error => {
+                let Some(s) = lock(streams).remove(&id) else {
+                    continue;
+                };
+                let event = if frame.kind == Kind::Exit {
+                    Event::Exit(frame.as_i32().unwrap_or(255))
+                } else {
+                    Event::Error(
+                        String::from_utf8_lossy(&frame.payload)
+                            .chars()
+                            .take(1024)
+                            .collect(),
+                    )
+                };
+                let _ = s.events.send(event);
+            }
+            Kind::Credit => {
+                if let (Some(n), Some(s)) = (frame.as_u32(), lock(streams).get(&id)) {
+                    let room = (WINDOW as usize).saturating_sub(s.credit.available_permits());
+                    s.credit.add_permits((n as usize).min(room));
+                }
+            }
+            // Only the host sends these.
+            Kind::Open | Kind::Data | Kind::Eof | Kind::Resize | Kind::Signal => {}
+        }
+    }
+}
+
+/// Send `input` on stream `id` within its credit.
+async fn send_input(
+    out: &mpsc::UnboundedSender<Frame>,
+    id: u32,
+    credit: &Semaphore,
+    input: &[u8],
+) -> Result<(), String> {
+    for chunk in proto::chunks(input) {
+        credit
+            .acquire_many(chunk.len() as u32)
+            .await
+            .map_err(|e| e.to_string())?
+            .forget();
+        out.send(Frame::new(id, Kind::Data, chunk.to_vec()))
+            .map_err(|_| "the channel to the agent closed".to_owned())?;
+    }
+    Ok(())
+}
+
+/// Copy what the caller writes to the command's standard input, then end it.
+async fn forward_input<R: AsyncRead + Unpin>(
+    id: u32,
+    mut r: R,
+    out: mpsc::UnboundedSender<Frame>,
+    credit: Arc<Semaphore>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if send_input(&out, id, &credit, &buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = out.send(Frame::new(id, Kind::Eof, Vec::new()));
+}
+
+/// Hand a command's output to its readers (crediting the guest as it goes) and its end to
+/// its waiter.
+async fn deliver(
+    opened: Opened,
+    mut stdout: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+    mut stderr: Option<tokio::io::WriteHalf<tokio::io::SimplexStream>>,
+    exit: oneshot::Sender<Result<i32, String>>,
+) {
+    let Opened {
+        id,
+        mut events,
+        ended,
+        out,
+        unread,
+        ..
+    } = opened;
+    let end = loop {
+        match events.recv().await {
+            Some(Event::Stdout(data)) => {
+                // A reader that went away is not an error: the output is dropped.
+                let _ = stdout.write_all(&data).await;
+                credit(&out, id, &unread, data.len());
+            }
+            Some(Event::Stderr(data)) => {
+                match &mut stderr {
+                    Some(e) => {
+                        let _ = e.write_all(&data).await;
+                    }
+                    None => {
+                        let _ = stdout.write_all(&data).await;
+                    }
+                }
+                credit(&out, id, &unread, data.len());
+            }
+            Some(Event::Exit(code)) => break Ok(code),
+            Some(Event::Error(e)) => break Err(e),
+            None => {
+                break Err(ended
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| "the channel to the guest's agent closed".to_owned()));
+            }
+        }
+    };
+    let _ = stdout.shutdown().await;
+    if let Some(mut e) = stderr {
+        let _ = e.shutdown().await;
+    }
+    let _ = exit.send(end);
+}
+
+fn credit(out: &mpsc::UnboundedSender<Frame>, id: u32, unread: &AtomicU32, n: usize) {
+    unread.fetch_sub(n as u32, Ordering::AcqRel);
+    let _ = out.send(Frame::u32(id, Kind::Credit, n as u32));
+}
+
+/// A command running in the guest, as its exec handle controls it.
+struct Remote {
+    out: mpsc::UnboundedSender<Frame>,
+    ended: watch::Receiver<Option<String>>,
+    id: u32,
+    exit: Option<oneshot::Receiver<Result<i32, String>>>,
+    code: Option<i32>,
+}
+
+impl ExecControl for Remote {
+    fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
+        let mut p = rows.to_be_bytes().to_vec();
+        p.extend_from_slice(&cols.to_be_bytes());
+        self.out
+            .send(Frame::new(self.id, Kind::Resize, p))
+            .map_err(|_| RuntimeError::Exec("the channel to the guest's agent closed".into()))
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = self
+            .out
+            .send(Frame::i32(self.id, Kind::Signal, signal as i32));
+    }
+
+    fn wait(&mut self) -> BoxFuture<'_, Result<i32, RuntimeError>> {
+        Box::pin(async move {
+            if let Some(code) = self.code {
+                return Ok(code);
+            }
+            let rx = self
+                .exit
+                .take()
+                .ok_or_else(|| RuntimeError::Exec("the command's end was already taken".into()))?;
+            // The end as the agent said it; or the channel's, even while output nobody reads
+            // is still waiting to be handed on.
+            let mut ended = self.ended.clone();
+            let code = tokio::select! {
+                biased;
+                end = rx => end
+                    .map_err(|_| RuntimeError::Exec("the channel to the guest's agent closed".into()))?
+                    .map_err(|e| RuntimeError::Exec(format!("in the guest: {e}")))?,
+                why = ended.wait_for(Option::is_some) => {
+                    let why = why.map(|w| w.clone().unwrap_or_default()).unwrap_or_default();
+                    return Err(RuntimeError::Exec(format!("in the guest: {why}")));
+                }
+            };
+            self.code = Some(code);
+            Ok(code)
+        })
+    }
+
+    fn kill(&mut self) -> BoxFuture<'_, ()> {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        Box::pin(async {})
+    }
+}

@@ -1,0 +1,302 @@
+//! The host↔guest channel of the microvm backend, end to end without a VM: svcd's side
+//! (`runtime::microvm::channel`) and the agent's (`svc_guest::agent`) over a socket pair, the
+//! agent running real processes on this host. Plus a hostile "agent" that breaks the protocol.
+#![expect(clippy::expect_used, reason = "test helpers")]
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use svc_control::runtime::{ExecHandle, microvm::channel::Channel};
+use svc_guest::proto::{Exec, Frame, Kind, Request, Setup, WINDOW};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::UnixStream,
+};
+
+/// Records the setups it is asked for (the guest's real one changes the guest's network).
+#[derive(Default)]
+struct Recorded(Mutex<Vec<Setup>>);
+
+impl svc_guest::agent::System for Recorded {
+    fn setup(&self, setup: &Setup) -> Result<(), String> {
+        if setup.hostname.is_empty() {
+            return Err("no host name".into());
+        }
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(setup.clone());
+        Ok(())
+    }
+}
+
+/// A channel to a real agent over a socket pair.
+async fn pair() -> (Arc<Channel>, Arc<Recorded>) {
+    let (host, guest) = UnixStream::pair().expect("socket pair");
+    let system = Arc::new(Recorded::default());
+    let (gr, gw) = guest.into_split();
+    tokio::spawn(svc_guest::agent::serve(gr, gw, system.clone()));
+    let (hr, hw) = host.into_split();
+    let (channel, mut hello) = Channel::over(hr, hw);
+    channel
+        .greet(
+            &mut hello,
+            std::time::Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .expect("the agent answers hello");
+    (channel, system)
+}
+
+fn exec(argv: &[&str]) -> Exec {
+    Exec {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        ..Exec::default()
+    }
+}
+
+/// Everything a command says and its exit code.
+async fn output(mut h: ExecHandle) -> (Vec<u8>, Vec<u8>, i32) {
+    let mut out = h.stdout.take().expect("stdout");
+    let err = h.stderr.take();
+    let o = tokio::spawn(async move {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).await.expect("read stdout");
+        v
+    });
+    let e = tokio::spawn(async move {
+        let mut v = Vec::new();
+        if let Some(mut err) = err {
+            err.read_to_end(&mut v).await.expect("read stderr");
+        }
+        v
+    });
+    let code = tokio::time::timeout(Duration::from_secs(30), h.wait())
+        .await
+        .expect("the command ends")
+        .expect("an exit code");
+    (o.await.expect("join"), e.await.expect("join"), code)
+}
+
+#[tokio::test]
+async fn commands_run_with_their_streams_and_exit_codes() {
+    let (ch, _) = pair().await;
+    let (out, err, code) = output(
+        ch.exec(exec(&["sh", "-c", "echo out; echo err >&2; exit 3"]))
+            .expect("exec"),
+    )
+    .await;
+    assert_eq!(
+        (out.as_slice(), err.as_slice(), code),
+        (&b"out\n"[..], &b"err\n"[..], 3)
+    );
+
+    let (out, err, code) = output(ch.exec(exec(&["no-such-command-here"])).expect("exec")).await;
+    assert_eq!(code, 127, "not found is 127 as in a shell");
+    assert!(out.is_empty());
+    assert!(
+        String::from_utf8_lossy(&err).contains("no-such-command-here"),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+
+    // The environment is exactly the one given.
+    let mut e = exec(&["sh", "-c", "echo $SVC_X:${HOME:-unset}"]);
+    e.env.push(("SVC_X".into(), "1".into()));
+    e.cwd = Some("/tmp".into());
+    let (out, _, _) = output(ch.exec(e).expect("exec")).await;
+    assert_eq!(out, b"1:unset\n");
+}
+
+#[tokio::test]
+async fn large_input_and_output_flow_within_the_window() {
+    let (ch, _) = pair().await;
+    // 3 MiB out: twelve windows, so credit must come back for it to finish.
+    let (out, _, code) = output(
+        ch.exec(exec(&["head", "-c", "3145728", "/dev/zero"]))
+            .expect("exec"),
+    )
+    .await;
+    assert_eq!((out.len(), code), (3 << 20, 0));
+
+    // 2 MiB in.
+    let mut e = exec(&["wc", "-c"]);
+    e.stdin = true;
+    let mut h = ch.exec(e).expect("exec");
+    let mut stdin = h.stdin.take().expect("stdin");
+    tokio::spawn(async move {
+        stdin.write_all(&vec![b'x'; 2 << 20]).await.expect("write");
+        stdin.shutdown().await.expect("eof");
+    });
+    let (out, _, code) = output(h).await;
+    assert_eq!((String::from_utf8_lossy(&out).trim(), code), ("2097152", 0));
+}
+
+#[tokio::test]
+async fn a_reader_that_stops_stalls_only_its_own_stream() {
+    let (ch, _) = pair().await;
+    // Nobody reads this one's 4 MiB: it fills its window and waits.
+    let mut stuck = ch
+        .exec(exec(&["head", "-c", "4194304", "/dev/zero"]))
+        .expect("exec");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (out, _, code) = output(ch.exec(exec(&["echo", "still here"])).expect("exec")).await;
+    assert_eq!((out.as_slice(), code), (&b"still here\n"[..], 0));
+    // Reading it now lets it finish.
+    let mut rest = Vec::new();
+    stuck
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut rest)
+        .await
+        .expect("read");
+    assert_eq!(rest.len(), 4 << 20);
+    assert_eq!(stuck.wait().await.expect("code"), 0);
+}
+
+#[tokio::test]
+async fn terminals_resize_and_signals_reach_the_command() {
+    let (ch, _) = pair().await;
+    let mut e = exec(&["sh", "-c", "stty size; tty >/dev/null && echo on-a-tty"]);
+    e.tty = Some((24, 80));
+    let (out, _, code) = output(ch.exec(e).expect("exec")).await;
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("24 80") && out.contains("on-a-tty"), "{out:?}");
+
+    let mut e = exec(&[
+        "sh",
+        "-c",
+        "trap 'stty size; exit 0' WINCH; while :; do sleep 0.05; done",
+    ]);
+    e.tty = Some((24, 80));
+    let h = ch.exec(e).expect("exec");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.resize(30, 100).expect("resize");
+    let (out, _, code) = output(h).await;
+    assert!(
+        String::from_utf8_lossy(&out).contains("30 100"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(code, 0);
+
+    let h = ch.exec(exec(&["sleep", "30"])).expect("exec");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    h.signal(nix::sys::signal::Signal::SIGTERM);
+    let (_, _, code) = output(h).await;
+    assert_eq!(code, 128 + 15, "ended by SIGTERM");
+}
+
+#[tokio::test]
+async fn files_are_written_whole_and_bad_paths_refused() {
+    let (ch, system) = pair().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("etc/resolv.conf");
+    let body = vec![b'n'; 200_000];
+    ch.call(
+        &Request::WriteFile {
+            path: path.display().to_string(),
+            mode: 0o644,
+        },
+        &body,
+    )
+    .await
+    .expect("written");
+    assert_eq!(std::fs::read(&path).expect("read"), body);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path).expect("meta").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o644);
+    for bad in ["relative/file", "/tmp/../etc/passwd"] {
+        let err = ch
+            .call(
+                &Request::WriteFile {
+                    path: bad.into(),
+                    mode: 0o644,
+                },
+                b"x",
+            )
+            .await
+            .expect_err(bad);
+        assert!(
+            err.contains("not an absolute path without `..`"),
+            "{bad}: {err}"
+        );
+    }
+    let setup = Setup {
+        hostname: "sb1".into(),
+        address: "10.0.0.2/30".into(),
+        gateway: "10.0.0.1".into(),
+        entropy: "00ff".into(),
+    };
+    ch.call(&Request::Setup(setup.clone()), b"")
+        .await
+        .expect("setup");
+    assert_eq!(*system.0.lock().expect("lock"), vec![setup]);
+    let err = ch
+        .call(
+            &Request::Setup(Setup {
+                hostname: String::new(),
+                address: "10.0.0.2/30".into(),
+                gateway: "10.0.0.1".into(),
+                entropy: String::new(),
+            }),
+            b"",
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(err, "setup: no host name");
+}
+
+/// A hostile guest: writes what it likes on the channel.
+async fn hostile(frames: Vec<Vec<u8>>) -> String {
+    let (host, guest) = UnixStream::pair().expect("pair");
+    let (hr, hw) = host.into_split();
+    let (ch, _) = Channel::over(hr, hw);
+    let h = ch.exec(exec(&["anything"])).expect("exec");
+    let (mut gr, mut gw) = guest.into_split();
+    // It reads what the host says (so nothing is reset), and says its piece, then ends.
+    let drain = tokio::spawn(async move { tokio::io::copy(&mut gr, &mut tokio::io::sink()).await });
+    for f in frames {
+        gw.write_all(&f).await.expect("write");
+    }
+    gw.shutdown().await.expect("end of the guest's output");
+    let mut h = h;
+    let err = tokio::time::timeout(Duration::from_secs(5), h.wait())
+        .await
+        .expect("ends")
+        .expect_err("the command fails");
+    assert!(!ch.is_open(), "the channel ended");
+    drain.abort();
+    err.to_string()
+}
+
+#[tokio::test]
+async fn a_guest_that_breaks_the_protocol_ends_the_channel() {
+    // Stream 1 is the exec above; the guest floods it past its window (plus the one frame
+    // the host handed on, and credited, before its unread output stalled it).
+    let flood: Vec<Vec<u8>> = (0..(WINDOW as usize / 65536 + 3))
+        .map(|_| Frame::new(1, Kind::Stdout, vec![b'x'; 65536]).encode())
+        .collect();
+    let err = hostile(flood).await;
+    assert!(err.contains("on a window of"), "{err}");
+
+    let mut bad = Frame::new(1, Kind::Stdout, b"x".to_vec()).encode();
+    bad[4] = 0x7f;
+    let err = hostile(vec![bad]).await;
+    assert!(err.contains("unknown kind 127"), "{err}");
+
+    let mut huge = Frame::new(1, Kind::Stdout, Vec::new()).encode();
+    huge[5..9].copy_from_slice(&u32::MAX.to_be_bytes());
+    let err = hostile(vec![huge]).await;
+    assert!(err.contains("over the limit"), "{err}");
+
+    // A guest that just goes away.
+    let err = hostile(Vec::new()).await;
+    assert!(err.contains("closed"), "{err}");
+}

@@ -1,0 +1,316 @@
+//! The host↔guest channel's protocol: length-prefixed frames, multiplexed by stream.
+//!
+//! One channel (a virtio-serial port on QEMU) carries many streams: each `exec`, each file the
+//! host writes, the guest's setup. A frame is
+//!
+//! ```text
+//! stream: u32 (big endian) | kind: u8 | length: u32 (big endian) | payload (length bytes)
+//! ```
+//!
+//! Stream 0 is the channel's own: the host opens with [`Kind::Hello`] carrying a nonce and the
+//! agent answers [`Kind::Hello`] with [`crate::READY`] and the same nonce, so a host that
+//! (re)connects knows which answer is to it. A stream starts with [`Kind::Open`] (a JSON
+//! [`Request`]) from the host and ends with [`Kind::Exit`] or [`Kind::Error`] from the agent.
+//!
+//! Flow control is by credit, per stream and direction: a sender may have at most [`WINDOW`]
+//! bytes of `Data`/`Stdout`/`Stderr` payload unacknowledged; the receiver returns
+//! [`Kind::Credit`] as it hands the bytes on. So a reader that stops reading stalls its own
+//! stream and nothing else, and neither side buffers more than a window per stream.
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+/// Largest payload of one frame.
+pub const MAX_PAYLOAD: usize = 64 * 1024;
+
+/// Bytes a sender may have in flight per stream before it waits for credit.
+pub const WINDOW: u32 = 256 * 1024;
+
+/// Bytes of a frame's header.
+pub const HEADER: usize = 9;
+
+/// What a frame says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Stream 0: host → agent with a nonce; agent → host with `READY nonce`.
+    Hello = 1,
+    /// Host → agent: start a stream; payload is a JSON [`Request`].
+    Open = 2,
+    /// Host → agent: the command's standard input (or a file's content).
+    Data = 3,
+    /// Host → agent: end of standard input.
+    Eof = 4,
+    /// Agent → host: the command's standard output (everything, on a terminal).
+    Stdout = 5,
+    /// Agent → host: the command's standard error.
+    Stderr = 6,
+    /// Agent → host: the stream is done; payload is the exit code (i32, big endian).
+    Exit = 7,
+    /// Host → agent: the terminal's new size (rows u16, columns u16, big endian).
+    Resize = 8,
+    /// Host → agent: send a signal (i32 signal number, big endian) to the command.
+    Signal = 9,
+    /// Agent → host: the request failed before it ran; payload is the reason (UTF-8).
+    Error = 10,
+    /// Either way: the receiver handed on this many more bytes (u32, big endian).
+    Credit = 11,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            1 => Self::Hello,
+            2 => Self::Open,
+            3 => Self::Data,
+            4 => Self::Eof,
+            5 => Self::Stdout,
+            6 => Self::Stderr,
+            7 => Self::Exit,
+            8 => Self::Resize,
+            9 => Self::Signal,
+            10 => Self::Error,
+            11 => Self::Credit,
+            _ => return None,
+        })
+    }
+}
+
+/// One frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub stream: u32,
+    pub kind: Kind,
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    pub fn new(stream: u32, kind: Kind, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            stream,
+            kind,
+            payload: payload.into(),
+        }
+    }
+
+    /// A frame whose payload is one big-endian u32.
+    pub fn u32(stream: u32, kind: Kind, value: u32) -> Self {
+        Self::new(stream, kind, value.to_be_bytes())
+    }
+
+    /// A frame whose payload is one big-endian i32.
+    pub fn i32(stream: u32, kind: Kind, value: i32) -> Self {
+        Self::new(stream, kind, value.to_be_bytes())
+    }
+
+    /// The frame on the wire. Payloads over [`MAX_PAYLOAD`] are the caller's bug: senders
+    /// split data with [`chunks`].
+    pub fn encode(&self) -> Vec<u8> {
+        let len = u32::try_from(self.payload.len()).unwrap_or(u32::MAX);
+        let mut out = Vec::with_capacity(HEADER + self.payload.len());
+        out.extend_from_slice(&self.stream.to_be_bytes());
+        out.push(self.kind as u8);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// The payload as a big-endian u32, if it is exactly four bytes.
+    pub fn as_u32(&self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.payload.as_slice().try_into().ok()?))
+    }
+
+    /// The payload as a big-endian i32, if it is exactly four bytes.
+    pub fn as_i32(&self) -> Option<i32> {
+        Some(i32::from_be_bytes(self.payload.as_slice().try_into().ok()?))
+    }
+}
+
+/// Split `data` into payloads a frame may carry.
+pub fn chunks(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.chunks(MAX_PAYLOAD)
+}
+
+/// What is wrong with the bytes on the channel.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("reading the channel: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the channel ended in the middle of a frame")]
+    Truncated,
+    #[error("frame of unknown kind {0}")]
+    UnknownKind(u8),
+    #[error("frame payload of {0} bytes is over the limit of {MAX_PAYLOAD}")]
+    TooLarge(u32),
+}
+
+/// Read one frame; `None` at a clean end of the channel (between frames).
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>, ProtoError> {
+    let mut header = [0u8; HEADER];
+    let mut got = 0;
+    while got < HEADER {
+        let n = r.read(&mut header[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(ProtoError::Truncated)
+            };
+        }
+        got += n;
+    }
+    let stream = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let kind = Kind::from_u8(header[4]).ok_or(ProtoError::UnknownKind(header[4]))?;
+    let len = u32::from_be_bytes([header[5], header[6], header[7], header[8]]);
+    if len as usize > MAX_PAYLOAD {
+        return Err(ProtoError::TooLarge(len));
+    }
+    let mut payload = vec![0u8; len as usize];
+    r.read_exact(&mut payload).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            ProtoError::Truncated
+        } else {
+            ProtoError::Io(e)
+        }
+    })?;
+    Ok(Some(Frame {
+        stream,
+        kind,
+        payload,
+    }))
+}
+
+/// What a stream asks of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// Run a command.
+    Exec(Exec),
+    /// Write the stream's `Data` to `path` (replaced whole once `Eof` arrives, never partly).
+    WriteFile { path: String, mode: u32 },
+    /// Configure the guest for its sandbox: at boot and again in each clone after a fork.
+    Setup(Setup),
+}
+
+/// A command to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Exec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    /// The command gets a standard input (else end of file at once).
+    pub stdin: bool,
+    /// Run on a terminal of (rows, columns).
+    pub tty: Option<(u16, u16)>,
+}
+
+/// The guest's identity and network: fresh in every clone of a fork.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Setup {
+    pub hostname: String,
+    /// The guest's address with its prefix, e.g. `10.200.0.2/30`.
+    pub address: String,
+    /// Its gateway (the host end of its link), also its only resolver.
+    pub gateway: String,
+    /// Random bytes (hex) the agent mixes into the guest's entropy pool, so that clones of
+    /// one snapshot do not share their random state.
+    pub entropy: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(bytes: &[u8]) -> Result<Vec<Frame>, ProtoError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(ProtoError::Io)?;
+        rt.block_on(async {
+            let mut r = bytes;
+            let mut out = Vec::new();
+            while let Some(f) = read_frame(&mut r).await? {
+                out.push(f);
+            }
+            Ok(out)
+        })
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let frames = vec![
+            Frame::new(0, Kind::Hello, b"n1".to_vec()),
+            Frame::new(7, Kind::Data, vec![0u8; MAX_PAYLOAD]),
+            Frame::i32(7, Kind::Exit, -3),
+            Frame::u32(u32::MAX, Kind::Credit, 4096),
+            Frame::new(2, Kind::Eof, Vec::new()),
+        ];
+        let wire: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
+        let back = read_all(&wire).expect("decodes");
+        assert_eq!(back, frames);
+        assert_eq!(back[2].as_i32(), Some(-3));
+        assert_eq!(back[3].as_u32(), Some(4096));
+        assert_eq!(back[0].as_u32(), None, "two bytes are not a u32");
+    }
+
+    #[test]
+    fn bad_bytes_are_named_errors_not_panics() {
+        struct Case {
+            name: &'static str,
+            bytes: Vec<u8>,
+            want: &'static str,
+        }
+        let mut huge = Frame::new(1, Kind::Data, Vec::new()).encode();
+        huge[5..9].copy_from_slice(&(MAX_PAYLOAD as u32 + 1).to_be_bytes());
+        let mut unknown = Frame::new(1, Kind::Data, Vec::new()).encode();
+        unknown[4] = 0xee;
+        let mut short = Frame::new(1, Kind::Data, b"abcdef".to_vec()).encode();
+        short.truncate(12);
+        for c in [
+            Case {
+                name: "length over the limit",
+                bytes: huge,
+                want: "over the limit of 65536",
+            },
+            Case {
+                name: "unknown kind",
+                bytes: unknown,
+                want: "unknown kind 238",
+            },
+            Case {
+                name: "payload cut short",
+                bytes: short,
+                want: "in the middle of a frame",
+            },
+            Case {
+                name: "header cut short",
+                bytes: vec![0, 0, 0],
+                want: "in the middle of a frame",
+            },
+        ] {
+            let err = read_all(&c.bytes).expect_err(c.name).to_string();
+            assert!(err.contains(c.want), "{}: {err}", c.name);
+        }
+        assert!(read_all(&[]).expect("empty").is_empty(), "clean end");
+    }
+
+    #[test]
+    fn requests_are_strict_json() {
+        let exec = Request::Exec(Exec {
+            argv: vec!["true".into()],
+            tty: Some((24, 80)),
+            ..Exec::default()
+        });
+        let json = serde_json::to_string(&exec).expect("json");
+        assert!(json.starts_with(r#"{"op":"exec""#), "{json}");
+        assert_eq!(serde_json::from_str::<Request>(&json).expect("back"), exec);
+        for bad in [
+            r#"{"op":"shell","argv":[]}"#,
+            r#"{"op":"write-file","path":"/x","mode":420,"owner":"root"}"#,
+            r#"{"op":"exec"}"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+    }
+}
