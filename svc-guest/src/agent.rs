@@ -11,7 +11,10 @@ use std::{
     collections::HashMap,
     os::fd::OwnedFd,
     process::Stdio,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -63,43 +66,92 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, out_rx) = mpsc::unbounded_channel::<Frame>();
-    let writing = tokio::spawn(write_frames(writer, out_rx));
+    let (tx, out_rx) = mpsc::unbounded_channel();
+    let current = Arc::new(AtomicU64::new(0));
+    let writing = tokio::spawn(write_frames(writer, out_rx, current.clone()));
+    let mut out = Out {
+        tx,
+        epoch: 0,
+        current,
+    };
     let streams: Streams = Arc::default();
+    // The nonce of the host being served. The port does not always say end of file between
+    // two hosts (one that reconnects at once finds the port still open), so a hello with a new
+    // nonce is a new host.
+    let mut host: Option<Vec<u8>> = None;
     let result = loop {
         let frame = match proto::read_frame(&mut reader).await {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        if frame.kind == Kind::Hello && host.as_ref() != Some(&frame.payload) {
+            end_all(&streams);
+            host = Some(frame.payload.clone());
+            // What the previous host's commands still say is not for this one.
+            out = out.next_host();
+        }
         handle(frame, &out, &streams, &system);
     };
     // The host is gone: what it started has no one to report to.
-    for s in lock(&streams).values() {
-        if let Some(pid) = s.pid.and_then(rustix::process::Pid::from_raw) {
-            // Each command leads its own process group (or session, on a terminal).
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
+    end_all(&streams);
     drop(out);
     writing.abort();
     result
 }
 
-async fn write_frames<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<Frame>) {
-    while let Some(f) = rx.recv().await {
+/// Kill every command a previous host started, and forget its streams.
+fn end_all(streams: &Streams) {
+    for (_, s) in lock(streams).drain() {
+        if let Some(pid) = s.pid.and_then(rustix::process::Pid::from_raw) {
+            // Each command leads its own process group (or session, on a terminal).
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Where a stream's frames go: to the host it was opened by, and nowhere once another host
+/// took over the channel.
+#[derive(Clone)]
+struct Out {
+    tx: mpsc::UnboundedSender<(u64, Frame)>,
+    /// The host this sender is for.
+    epoch: u64,
+    /// The host being served now.
+    current: Arc<AtomicU64>,
+}
+
+impl Out {
+    fn send(&self, frame: Frame) -> Result<(), ()> {
+        self.tx.send((self.epoch, frame)).map_err(|_| ())
+    }
+
+    fn next_host(&self) -> Self {
+        let epoch = self.current.fetch_add(1, Ordering::AcqRel) + 1;
+        Self {
+            tx: self.tx.clone(),
+            epoch,
+            current: self.current.clone(),
+        }
+    }
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<(u64, Frame)>,
+    current: Arc<AtomicU64>,
+) {
+    while let Some((epoch, f)) = rx.recv().await {
+        if epoch != current.load(Ordering::Acquire) {
+            continue;
+        }
         if w.write_all(&f.encode()).await.is_err() || w.flush().await.is_err() {
             return;
         }
     }
 }
 
-fn handle(
-    frame: Frame,
-    out: &mpsc::UnboundedSender<Frame>,
-    streams: &Streams,
-    system: &Arc<dyn System>,
-) {
+fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) {
     let id = frame.stream;
     match frame.kind {
         Kind::Hello => {
@@ -177,13 +229,7 @@ fn error(id: u32, message: String) -> Frame {
     Frame::new(id, Kind::Error, message)
 }
 
-fn open(
-    id: u32,
-    request: Request,
-    out: mpsc::UnboundedSender<Frame>,
-    streams: Streams,
-    system: Arc<dyn System>,
-) {
+fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn System>) {
     let (input_tx, input_rx) = mpsc::unbounded_channel();
     let credit = Arc::new(Semaphore::new(WINDOW as usize));
     lock(&streams).insert(
@@ -219,7 +265,7 @@ async fn write_file(
     path: &str,
     mode: u32,
     mut input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    out: &mpsc::UnboundedSender<Frame>,
+    out: &Out,
 ) -> Frame {
     let path = std::path::PathBuf::from(path);
     if !path.is_absolute()
@@ -282,7 +328,7 @@ async fn run(
     id: u32,
     exec: Exec,
     input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    out: &mpsc::UnboundedSender<Frame>,
+    out: &Out,
     streams: &Streams,
     credit: Arc<Semaphore>,
 ) -> Frame {
@@ -435,7 +481,7 @@ async fn pump<R: AsyncRead + Unpin>(
     id: u32,
     kind: Kind,
     mut r: R,
-    out: mpsc::UnboundedSender<Frame>,
+    out: Out,
     credit: Arc<Semaphore>,
     mut exited: watch::Receiver<bool>,
 ) {
@@ -471,7 +517,7 @@ async fn feed<W: AsyncWrite + Unpin>(
     id: u32,
     mut w: W,
     mut input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    out: mpsc::UnboundedSender<Frame>,
+    out: Out,
 ) {
     while let Some(Some(chunk)) = input.recv().await {
         if w.write_all(&chunk).await.is_err() || w.flush().await.is_err() {

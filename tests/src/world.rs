@@ -283,6 +283,11 @@ listen = "127.0.0.1:{METRICS_PORT}"
 
     /// Start (or restart) svcd in the host namespace and wait for its socket.
     pub fn start_svcd(&mut self) {
+        self.start_svcd_with_env(&[]);
+    }
+
+    /// [`World::start_svcd`] with environment changes (`None`: removed).
+    pub fn start_svcd_with_env(&mut self, env: &[(&str, Option<&str>)]) {
         let _ = std::fs::remove_file(self.dir.join("svcd.ready"));
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -290,7 +295,8 @@ listen = "127.0.0.1:{METRICS_PORT}"
             .open(self.dir.join("svcd.log"))
             .expect("svcd.log");
         // nsenter --net, not `ip netns exec`: the latter remounts /sys, hiding bpffs pins.
-        let child = Command::new("nsenter")
+        let mut child = Command::new("nsenter");
+        child
             .arg(format!("--net=/run/netns/{}", self.host.name))
             .arg(workspace_bin("svcd"))
             .arg("--config")
@@ -301,10 +307,16 @@ listen = "127.0.0.1:{METRICS_PORT}"
                 std::env::var("SVC_TEST_SVCD_LOG").unwrap_or_else(|_| "info".into()),
             )
             .env("NO_COLOR", "1")
+            .envs(microvm_env())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("svcd");
+            .stderr(log);
+        for (k, v) in env {
+            match v {
+                Some(v) => child.env(k, v),
+                None => child.env_remove(k),
+            };
+        }
+        let child = child.spawn().expect("svcd");
         self.svcd = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -510,6 +522,42 @@ listen = "127.0.0.1:{METRICS_PORT}"
             "the state row of {name} is left"
         );
     }
+}
+
+/// The microvm images `cargo xtask images` builds next to the base image.
+pub fn microvm_dir() -> PathBuf {
+    image_dir()
+        .parent()
+        .expect("images directory")
+        .join("microvm")
+}
+
+/// svcd's environment for the microvm backend: the images, when they are built (every
+/// microvm test checks they are, and says how to build them).
+pub fn microvm_env() -> Vec<(&'static str, PathBuf)> {
+    let dir = microvm_dir();
+    [
+        ("SVC_MICROVM_KERNEL", "vmlinuz"),
+        ("SVC_MICROVM_INITRD", "initrd.img"),
+        ("SVC_MICROVM_ROOTFS", "rootfs.ext4"),
+    ]
+    .into_iter()
+    .map(|(var, file)| (var, dir.join(file)))
+    .filter(|(_, p)| p.exists())
+    .collect()
+}
+
+/// The microvm images, asserted to be there.
+pub fn microvm_images() -> PathBuf {
+    let dir = microvm_dir();
+    for f in ["vmlinuz", "initrd.img", "rootfs.ext4"] {
+        assert!(
+            dir.join(f).exists(),
+            "{} is missing: build the images with `cargo xtask images` (`cargo xtask test` does)",
+            dir.join(f).display()
+        );
+    }
+    dir
 }
 
 /// The cgroup hierarchies a sandbox's cgroup may be made in (v2, or each v1 controller).

@@ -1,33 +1,19 @@
-//! The microvm images boot: QEMU `-M microvm` (KVM where usable, else TCG) with the kernel,
-//! initramfs and ext4 root file system `cargo xtask images` builds, and the in-guest agent
-//! answers on its virtio-serial channel — also after the host side disconnects and comes back
-//! (svcd restarting, a VM forked).
+//! The microvm images boot under a bare QEMU `-M microvm` (KVM where usable, else TCG) with
+//! the kernel, initramfs and ext4 root file system `cargo xtask images` builds, and the
+//! in-guest agent serves its virtio-serial channel — also after the host side disconnects and
+//! comes back (svcd restarting, a VM forked); QMP pauses and resumes it.
 
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    os::unix::net::UnixStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use svc_tests::{require_root, unique, world::image_dir};
-
-/// The microvm images next to the base image.
-fn microvm_dir() -> PathBuf {
-    let dir = image_dir()
-        .parent()
-        .expect("images directory")
-        .join("microvm");
-    for f in ["vmlinuz", "initrd.img", "rootfs.ext4"] {
-        assert!(
-            dir.join(f).exists(),
-            "{} is missing: build the images with `cargo xtask images` (`cargo xtask test` does)",
-            dir.join(f).display()
-        );
-    }
-    dir
-}
+use svc_control::runtime::microvm::channel::Channel;
+use svc_guest::proto::Exec;
+use svc_tests::{require_root, unique, world::microvm_images};
+use tokio::io::AsyncReadExt as _;
 
 /// The host's TSC frequency in kHz, for the guest's early calibration under TCG.
 fn tsc_khz() -> u64 {
@@ -63,7 +49,7 @@ struct Vm {
 
 impl Vm {
     fn boot() -> Self {
-        let images = microvm_dir();
+        let images = microvm_images();
         let dir = std::env::temp_dir().join(unique("svm"));
         std::fs::create_dir_all(&dir).expect("vm dir");
         let disk = dir.join("disk.qcow2");
@@ -127,62 +113,16 @@ impl Vm {
         }
     }
 
-    /// What QEMU printed, if it has exited.
-    fn qemu_said(&mut self) -> String {
-        match self.child.try_wait() {
-            Ok(Some(status)) => {
-                let mut err = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                format!("exited ({status}): {err}")
-            }
-            _ => "still running".into(),
-        }
-    }
-
-    /// Boot and wait for the agent's first ready line on a fresh connection.
-    fn boot_ready() -> (Self, BufReader<UnixStream>, UnixStream) {
-        let mut vm = Self::boot();
-        let (reader, writer, first) = vm.connect(Duration::from_secs(60));
-        assert_eq!(
-            first.trim_end(),
-            svc_guest::READY,
-            "console:\n{}",
-            vm.console()
-        );
-        (vm, reader, writer)
-    }
-
     fn console(&self) -> String {
         std::fs::read_to_string(self.dir.join("console.log")).unwrap_or_default()
     }
 
-    /// Connect to the agent's channel and read its first line, within `limit`.
-    fn connect(&mut self, limit: Duration) -> (BufReader<UnixStream>, UnixStream, String) {
-        let deadline = Instant::now() + limit;
-        let stream = loop {
-            match UnixStream::connect(&self.channel) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                Err(e) => panic!(
-                    "no agent channel: {e}\nconsole:\n{}\nqemu: {}",
-                    self.console(),
-                    self.qemu_said()
-                ),
-            }
-        };
-        stream
-            .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now())))
-            .expect("timeout");
-        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-        let mut first = String::new();
-        if let Err(e) = reader.read_line(&mut first) {
-            panic!("the agent said nothing ({e}); console:\n{}", self.console());
+    /// Connect to the agent's channel (it answers hello once the guest is up).
+    async fn connect(&self, limit: Duration) -> Arc<Channel> {
+        match Channel::connect(&self.channel, limit).await {
+            Ok(c) => c,
+            Err(e) => panic!("no agent: {e}\nconsole:\n{}", self.console()),
         }
-        (reader, stream, first)
     }
 }
 
@@ -194,97 +134,110 @@ impl Drop for Vm {
     }
 }
 
-fn ask(reader: &mut BufReader<UnixStream>, writer: &mut UnixStream, line: &str) -> String {
-    writeln!(writer, "{line}").expect("write");
-    let mut answer = String::new();
-    reader.read_line(&mut answer).expect("answer");
-    answer.trim_end().to_owned()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Run `script` in the guest; (exit code, stdout).
+async fn sh(ch: &Arc<Channel>, script: &str) -> (i32, String) {
+    let mut h = ch
+        .exec(Exec {
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin:/usr/sbin:/sbin".into())],
+            ..Exec::default()
+        })
+        .expect("exec");
+    let mut out = String::new();
+    h.stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .await
+        .expect("read");
+    (h.wait().await.expect("exit code"), out)
 }
 
 #[test]
-fn the_images_boot_and_the_agent_answers_across_host_reconnects() {
+fn the_agent_serves_across_host_reconnects_and_ends_what_a_gone_host_started() {
     require_root();
-    let (mut vm, mut reader, mut writer) = Vm::boot_ready();
-    assert_eq!(ask(&mut reader, &mut writer, "ping"), "pong");
-    assert!(ask(&mut reader, &mut writer, "version").starts_with(svc_guest::READY));
-    let bad = ask(&mut reader, &mut writer, "rm -rf /");
-    assert!(bad.starts_with("error: unknown request"), "{bad}");
-
-    // The host side goes away and comes back: the agent says ready again.
-    drop(reader);
-    drop(writer);
-    std::thread::sleep(Duration::from_millis(300));
-    let (mut reader, mut writer, again) = vm.connect(Duration::from_secs(20));
-    assert_eq!(
-        again.trim_end(),
-        svc_guest::READY,
-        "console:\n{}",
-        vm.console()
-    );
-    assert_eq!(ask(&mut reader, &mut writer, "ping"), "pong");
+    let vm = Vm::boot();
+    let rt = runtime();
+    rt.block_on(async {
+        let ch = vm.connect(Duration::from_secs(60)).await;
+        assert_eq!(sh(&ch, "echo hi").await, (0, "hi\n".into()));
+        // A command left running when the host side goes away (svcd restarting, a fork).
+        let _orphan = ch
+            .exec(Exec {
+                argv: vec!["sleep".into(), "1000".into()],
+                ..Exec::default()
+            })
+            .expect("exec");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(ch);
+        let ch = vm.connect(Duration::from_secs(20)).await;
+        let (code, out) = sh(
+            &ch,
+            "for i in $(seq 50); do pgrep -x sleep >/dev/null || { echo gone; exit 0; }; sleep 0.1; done; ps -eo pid,pgid,stat,comm",
+        )
+        .await;
+        assert_eq!((code, out.trim()), (0, "gone"), "the orphaned command still runs");
+    });
 }
 
 #[test]
 fn a_vm_pauses_and_resumes_over_qmp_and_its_agent_waits_meanwhile() {
     require_root();
-    let (vm, mut reader, mut writer) = Vm::boot_ready();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let qmp_path = vm.dir.join("qmp.sock");
-    let mut qmp = rt
-        .block_on(svc_control::runtime::microvm::qmp::Qmp::connect(
-            &qmp_path,
+    let vm = Vm::boot();
+    let rt = runtime();
+    rt.block_on(async {
+        let ch = vm.connect(Duration::from_secs(60)).await;
+        let mut qmp = svc_control::runtime::microvm::qmp::Qmp::connect(
+            &vm.dir.join("qmp.sock"),
             Duration::from_secs(10),
-        ))
+        )
+        .await
         .expect("QMP");
-    assert!(qmp.version.starts_with("10."), "QEMU {}", qmp.version);
-    assert_eq!(rt.block_on(qmp.status()).expect("status"), "running");
-
-    let t = Instant::now();
-    rt.block_on(qmp.execute("stop", None)).expect("stop");
-    let paused_in = t.elapsed();
-    assert_eq!(rt.block_on(qmp.status()).expect("status"), "paused");
-    // Paused: the agent cannot answer.
-    writeln!(writer, "ping").expect("write");
-    // One socket behind both handles: its read timeout is the reader's.
-    reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_millis(800)))
-        .expect("timeout");
-    let mut answer = String::new();
-    assert!(
-        reader.read_line(&mut answer).is_err(),
-        "a paused guest answered: {answer:?}"
-    );
-    let t = Instant::now();
-    rt.block_on(qmp.execute("cont", None)).expect("cont");
-    let resumed_in = t.elapsed();
-    reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    answer.clear();
-    reader
-        .read_line(&mut answer)
-        .expect("the answer after resume");
-    assert_eq!(answer.trim_end(), "pong");
-    assert_eq!(rt.block_on(qmp.status()).expect("status"), "running");
-    let events: Vec<&str> = qmp
-        .events
-        .iter()
-        .filter_map(|e| e["event"].as_str())
-        .collect();
-    assert!(
-        events.contains(&"STOP") && events.contains(&"RESUME"),
-        "{events:?}"
-    );
-    // A command QEMU refuses is an error naming it, not a hang.
-    let err = rt
-        .block_on(qmp.execute("no-such-command", None))
-        .expect_err("refused");
-    assert!(err.to_string().contains("no-such-command"), "{err}");
-    println!("QMP stop {paused_in:?}, cont {resumed_in:?}");
-    let _ = rt.block_on(qmp.execute("quit", None));
+        assert!(qmp.version.starts_with("10."), "QEMU {}", qmp.version);
+        assert_eq!(qmp.status().await.expect("status"), "running");
+        let t = Instant::now();
+        qmp.execute("stop", None).await.expect("stop");
+        let paused_in = t.elapsed();
+        assert_eq!(qmp.status().await.expect("status"), "paused");
+        // Paused: a command does not run until the guest resumes.
+        let pending = tokio::spawn({
+            let ch = ch.clone();
+            async move { sh(&ch, "echo after").await }
+        });
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(!pending.is_finished(), "a paused guest ran a command");
+        let t = Instant::now();
+        qmp.execute("cont", None).await.expect("cont");
+        let resumed_in = t.elapsed();
+        let done = tokio::time::timeout(Duration::from_secs(20), pending)
+            .await
+            .expect("runs after resume")
+            .expect("join");
+        assert_eq!(done, (0, "after\n".into()));
+        let events: Vec<&str> = qmp
+            .events
+            .iter()
+            .filter_map(|e| e["event"].as_str())
+            .collect();
+        assert!(
+            events.contains(&"STOP") && events.contains(&"RESUME"),
+            "{events:?}"
+        );
+        // A command QEMU refuses is an error naming it, not a hang.
+        let err = qmp
+            .execute("no-such-command", None)
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("no-such-command"), "{err}");
+        println!("QMP stop {paused_in:?}, cont {resumed_in:?}");
+        let _ = qmp.execute("quit", None).await;
+    });
 }

@@ -41,7 +41,30 @@ pub struct HostConfigFile {
     #[serde(default)]
     pub container: ContainerFile,
     #[serde(default)]
+    pub microvm: MicrovmFile,
+    #[serde(default)]
     pub metrics: MetricsFile,
+}
+
+/// `[microvm]`: the microvm backend (QEMU `-M microvm`). The kernel and root file system come
+/// from `SVC_MICROVM_KERNEL` / `SVC_MICROVM_ROOTFS` (and `SVC_MICROVM_INITRD`) in svcd's
+/// environment, not from this file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MicrovmFile {
+    /// The QEMU system emulator (a name is looked up on PATH).
+    pub qemu: Option<PathBuf>,
+    /// Guest memory in MiB (the guest's RAM; the ceiling on the QEMU process adds
+    /// `overhead_mib`).
+    pub memory_mib: Option<u64>,
+    /// What QEMU itself may use beyond the guest's RAM, in MiB (its code cache, devices).
+    pub overhead_mib: Option<u64>,
+    /// Virtual CPUs per guest.
+    pub cpus: Option<u32>,
+    /// `auto` (KVM where the host can run guests with it, else TCG), `kvm` or `tcg`.
+    pub accel: Option<String>,
+    /// The unprivileged user QEMU runs as once it has opened its devices.
+    pub user: Option<String>,
 }
 
 /// `[metrics]`: Prometheus metrics over HTTP (off unless `listen` is set).
@@ -145,6 +168,8 @@ pub mod defaults {
     pub const CONTAINER_USER: &str = "svc-sandbox";
     pub const CGROUP_PARENT: &str = "svc";
     pub const MEMORY_MIB: u64 = 4096;
+    pub const MICROVM_MEMORY_MIB: u64 = 512;
+    pub const MICROVM_OVERHEAD_MIB: u64 = 256;
     pub const PIDS_MAX: u64 = 4096;
     pub const CPUS: f64 = 2.0;
 }
@@ -162,6 +187,18 @@ pub struct ContainerConfig {
     pub pids_max: u64,
     /// Thousandths of a CPU; 0: no limit.
     pub cpu_millis: u64,
+}
+
+/// The microvm backend's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MicrovmConfig {
+    pub qemu: PathBuf,
+    pub memory_mib: u64,
+    pub overhead_mib: u64,
+    pub cpus: u32,
+    /// `auto`, `kvm` or `tcg`.
+    pub accel: String,
+    pub user: String,
 }
 
 /// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
@@ -196,6 +233,7 @@ pub struct HostConfig {
     /// The host's code-host token file (`credentials.code_host_token_file`).
     pub code_host_token_file: Option<PathBuf>,
     pub container: ContainerConfig,
+    pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
     pub metrics_listen: Option<SocketAddr>,
 }
@@ -424,6 +462,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
     }
 
     let container = container(f.container, &mut err);
+    let microvm = microvm(f.microvm, &mut err);
     let metrics_listen = match f.metrics.listen.as_deref() {
         None => None,
         Some(l) => match l.parse::<SocketAddr>() {
@@ -457,6 +496,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             proxy_extra_roots,
             code_host_token_file,
             container,
+            microvm,
             metrics_listen,
         })
     } else {
@@ -548,6 +588,57 @@ fn container(f: ContainerFile, err: &mut impl FnMut(&str, String)) -> ContainerC
         } else {
             0
         },
+    }
+}
+
+fn microvm(f: MicrovmFile, err: &mut impl FnMut(&str, String)) -> MicrovmConfig {
+    let memory_mib = f.memory_mib.unwrap_or(defaults::MICROVM_MEMORY_MIB);
+    if !(128..=1 << 20).contains(&memory_mib) {
+        err(
+            "microvm.memory_mib",
+            format!("expected 128 MiB or more, got {memory_mib}"),
+        );
+    }
+    let overhead_mib = f.overhead_mib.unwrap_or(defaults::MICROVM_OVERHEAD_MIB);
+    if overhead_mib < 64 {
+        err(
+            "microvm.overhead_mib",
+            format!("expected at least 64 MiB (QEMU needs it), got {overhead_mib}"),
+        );
+    }
+    let cpus = f.cpus.unwrap_or(1);
+    if !(1..=64).contains(&cpus) {
+        err("microvm.cpus", format!("expected 1 to 64, got {cpus}"));
+    }
+    let accel = f.accel.unwrap_or_else(|| "auto".to_owned());
+    if !["auto", "kvm", "tcg"].contains(&accel.as_str()) {
+        err(
+            "microvm.accel",
+            format!("expected \"auto\", \"kvm\" or \"tcg\", got {accel:?}"),
+        );
+    }
+    let user = f
+        .user
+        .unwrap_or_else(|| defaults::CONTAINER_USER.to_owned());
+    if user.is_empty()
+        || !user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+    {
+        err(
+            "microvm.user",
+            format!("expected a user name, got {user:?}"),
+        );
+    }
+    MicrovmConfig {
+        qemu: f
+            .qemu
+            .unwrap_or_else(|| PathBuf::from("qemu-system-x86_64")),
+        memory_mib,
+        overhead_mib,
+        cpus,
+        accel,
+        user,
     }
 }
 

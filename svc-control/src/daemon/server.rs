@@ -38,7 +38,7 @@ use crate::{
     dns::{Guard, GuardConfig, Upstream},
     policy::destination::{HostNetwork, fence_cidrs},
     proxy::{Proxy, ProxyConfig},
-    runtime::Container,
+    runtime::{Backends, Container, Microvm},
 };
 
 /// How svcd was started, for the parts that are not configuration.
@@ -193,6 +193,20 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         "container backend ready: guest root is host uid {}",
         backend.ids().uid
     );
+    let microvm = Arc::new(Microvm::new(
+        &host.microvm,
+        &host.state_dir,
+        &host.container.cgroup_parent,
+        |v| std::env::var_os(v),
+    ));
+    let (accel, why) = microvm.accel();
+    match microvm.unavailable() {
+        None => info!(
+            accel,
+            why, "microvm backend ready: guests run under {accel} ({why})"
+        ),
+        Some(reason) => info!("microvm backend not offered: {reason}"),
+    }
     let sup = Arc::new(Supervisor::new(
         SupervisorConfig {
             host: host.clone(),
@@ -202,7 +216,10 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         fence,
         nft,
         links,
-        Arc::new(backend),
+        Backends {
+            container: Arc::new(backend),
+            microvm: Some(microvm),
+        },
         registry,
         started,
     ));

@@ -37,7 +37,7 @@ use crate::{
         request::SandboxPolicy,
     },
     proxy::{ProxySandbox, ca::SandboxCa},
-    runtime::{Backend, GuestSpec},
+    runtime::{Backends, GuestSpec},
     store::Store,
 };
 
@@ -60,7 +60,7 @@ pub struct Supervisor {
     /// Serialises changes of the nftables table; whether it has been written whole.
     nft_lock: tokio::sync::Mutex<bool>,
     links: Links,
-    backend: Arc<dyn Backend>,
+    backends: Backends,
     registry: Arc<Registry>,
     live: Mutex<BTreeMap<String, Live>>,
     /// Sandboxes whose processes were found gone (reported once).
@@ -75,6 +75,15 @@ impl std::fmt::Debug for Supervisor {
     }
 }
 
+/// The backend a stored sandbox was made with (the container backend's when the envelope
+/// does not say, as before the microvm backend).
+fn row_backend(row: &crate::store::SandboxRow) -> String {
+    serde_json::from_str::<serde_json::Value>(&row.envelope)
+        .ok()
+        .and_then(|v| v["backend"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "container".to_owned())
+}
+
 fn now_text() -> String {
     rfc3339(SystemTime::now())
 }
@@ -87,7 +96,7 @@ impl Supervisor {
         fence: Arc<Mutex<Fence>>,
         nft: Nft,
         links: Links,
-        backend: Arc<dyn Backend>,
+        backends: Backends,
         registry: Arc<Registry>,
         started: SystemTime,
     ) -> Self {
@@ -99,7 +108,7 @@ impl Supervisor {
             nft,
             nft_lock: tokio::sync::Mutex::new(false),
             links,
-            backend,
+            backends,
             registry,
             live: Mutex::default(),
             dead: Mutex::default(),
@@ -185,6 +194,7 @@ impl Supervisor {
     async fn create_in_span(&self, mut req: CreateSandbox) -> Result<SandboxView, Failure> {
         self.host_code_token(&mut req)?;
         let plan = self.plan(&req)?;
+        let backend = plan.envelope.backend.clone();
         let created = SystemTime::now();
         let created_at = rfc3339(created);
         let prelim =
@@ -196,7 +206,8 @@ impl Supervisor {
             Ok(view) => Ok(view),
             Err(f) => {
                 warn!(sandbox = %req.name, error = %f.message, "creation failed; removing what was built");
-                self.teardown(&req.name, id, &format!("svc{id}")).await;
+                self.teardown(&req.name, id, &format!("svc{id}"), &backend)
+                    .await;
                 let _ = self.store().delete(&req.name);
                 Err(f)
             }
@@ -230,8 +241,14 @@ impl Supervisor {
     /// The request checked by `policy::creation`, and the envelope it makes.
     fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
         let secrets = creation_secrets(&req.secrets);
-        let offered = [crate::config::workspace::Backend::Container];
-        creation::backend(req.backend.as_deref(), &offered).map_err(|e| match e {
+        let offered = self.backends.offered();
+        let backend = creation::backend(req.backend.as_deref(), &offered).map_err(|e| match e {
+            creation::CreationError::BackendUnavailable("microvm", _) => {
+                Failure::unsupported(format!(
+                    "{e}: {}",
+                    self.backends.microvm_unavailable().unwrap_or_default()
+                ))
+            }
             creation::CreationError::BackendUnavailable(..) => Failure::unsupported(e.to_string()),
             other => Failure::bad(other.to_string()),
         })?;
@@ -250,7 +267,7 @@ impl Supervisor {
             .collect();
         Ok(Plan {
             envelope: Envelope {
-                backend: self.backend.name().to_owned(),
+                backend: backend.name().to_owned(),
                 extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),
                 egress: match plan.egress {
@@ -293,7 +310,8 @@ impl Supervisor {
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
         phases.mark("files");
         let started = self
-            .backend
+            .backends
+            .get(&envelope.backend)
             .start(
                 &GuestSpec {
                     name: name.clone(),
@@ -477,7 +495,9 @@ impl Supervisor {
             .find(|r| r.name == name)
             .ok_or_else(|| Failure::not_found(name))?;
         self.store().set_destroying(name)?;
-        let removed = self.teardown(name, row.id, &format!("svc{}", row.id)).await;
+        let removed = self
+            .teardown(name, row.id, &format!("svc{}", row.id), &row_backend(&row))
+            .await;
         self.store().delete(name)?;
         info!(sandbox = %name, "sandbox destroyed");
         self.event("sandbox.destroyed", Some(name), serde_json::json!({}));
@@ -490,7 +510,7 @@ impl Supervisor {
     /// Remove everything of a sandbox, best effort, in the order that keeps the fence closed:
     /// registry (no more DNS answers, no proxy), fence record (the link drops everything),
     /// processes, link, nftables, files. Returns what was removed.
-    async fn teardown(&self, name: &str, id: u32, link: &str) -> Vec<String> {
+    async fn teardown(&self, name: &str, id: u32, link: &str, backend: &str) -> Vec<String> {
         let mut removed = Vec::new();
         self.registry.remove(id);
         self.registry.unbind(id);
@@ -517,7 +537,12 @@ impl Supervisor {
                 Err(e) => warn!(sandbox = %name, error = %e, "detaching the fence"),
             }
         }
-        match self.backend.stop(name, &self.sandbox_dir(name)).await {
+        match self
+            .backends
+            .get(backend)
+            .stop(name, &self.sandbox_dir(name))
+            .await
+        {
             Ok(parts) => removed.extend(parts),
             Err(e) => warn!(sandbox = %name, error = %e, "stopping the guest"),
         }
@@ -548,7 +573,10 @@ impl Supervisor {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             live.values()
-                .filter(|l| !self.backend.alive(&l.guest) && dead.insert(l.name.clone()))
+                .filter(|l| {
+                    !self.backends.get(&l.envelope.backend).alive(&l.guest)
+                        && dead.insert(l.name.clone())
+                })
                 .map(|l| (l.name.clone(), l.ifindex))
                 .collect()
         };

@@ -87,11 +87,7 @@ pub enum CreationError {
     BadSecretValue { name: String, origin: String },
     #[error("--backend {0:?}: expected container or microvm (netns is container's old name)")]
     UnknownBackend(String),
-    #[error(
-        "--backend {0}: this svcd does not offer that backend (it offers: {1}); the microvm \
-         backend's images and guest agent exist (cargo xtask images), the backend itself is not \
-         built yet"
-    )]
+    #[error("--backend {0}: this svcd does not offer that backend (it offers: {1})")]
     BackendUnavailable(&'static str, String),
 }
 

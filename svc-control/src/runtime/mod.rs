@@ -10,9 +10,58 @@
 pub mod container;
 pub mod microvm;
 
-use std::{future::Future, path::PathBuf, pin::Pin};
+use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
 pub use container::Container;
+pub use microvm::Microvm;
+
+/// The backends an svcd has: the container backend (always) and the microvm backend (always
+/// built; it offers sandboxes only when its images are configured).
+#[derive(Clone)]
+pub struct Backends {
+    pub container: Arc<dyn Backend>,
+    pub microvm: Option<Arc<Microvm>>,
+}
+
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backends")
+            .field("microvm", &self.microvm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backends {
+    /// The backend called `name` (as stored in a sandbox's envelope; `netns` is the container
+    /// backend's old name).
+    pub fn get(&self, name: &str) -> Arc<dyn Backend> {
+        match (name, &self.microvm) {
+            ("microvm", Some(m)) => m.clone(),
+            _ => self.container.clone(),
+        }
+    }
+
+    /// The backends that can make a sandbox now, the default first.
+    pub fn offered(&self) -> Vec<crate::config::workspace::Backend> {
+        let mut v = vec![crate::config::workspace::Backend::Container];
+        if self
+            .microvm
+            .as_ref()
+            .is_some_and(|m| m.unavailable().is_none())
+        {
+            v.push(crate::config::workspace::Backend::Microvm);
+        }
+        v
+    }
+
+    /// Why the microvm backend cannot make sandboxes, if it cannot.
+    pub fn microvm_unavailable(&self) -> Option<String> {
+        match &self.microvm {
+            None => Some("this svcd runs without the microvm backend".into()),
+            Some(m) => m.unavailable().map(str::to_owned),
+        }
+    }
+}
 
 /// What a backend needs to start a guest.
 #[derive(Debug, Clone)]
@@ -38,12 +87,35 @@ pub struct GuestHandle {
     pub start: u64,
 }
 
+/// What the host end of a sandbox's link is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostEnd {
+    /// A veth pair svcd makes; its other end goes into the guest's network namespace.
+    Veth,
+    /// A tap the VM monitor made (named [`GuestLinks::link`]); the guest's NIC is its other
+    /// side.
+    Tap,
+}
+
+/// The guest's side of its link, as the guest configures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestNet {
+    pub address: std::net::Ipv4Addr,
+    pub prefix: u8,
+    /// The host end's address: the guest's gateway and only resolver.
+    pub gateway: std::net::Ipv4Addr,
+}
+
 /// What the backend asks of svcd while it starts a guest: the sandbox's host link (the one
 /// the fence sits on), in two steps so that the first can run while the guest is being made.
 pub trait GuestLinks: Send + Sync {
-    /// Make the host end of the sandbox's link, address it and fence it; its ifindex. Nothing
-    /// of the guest is needed yet.
-    fn prepare(&self) -> BoxFuture<'_, Result<u32, RuntimeError>>;
+    /// The host end's name.
+    fn link(&self) -> &str;
+    /// The guest's address on the link.
+    fn guest_net(&self) -> GuestNet;
+    /// Make (veth) or take (tap) the host end of the sandbox's link, address it and fence it;
+    /// its ifindex. Nothing of the guest runs yet.
+    fn prepare(&self, end: HostEnd) -> BoxFuture<'_, Result<u32, RuntimeError>>;
     /// Move the guest end of the link into the network namespace at `netns` and configure it
     /// (address, route via the host end), after [`GuestLinks::prepare`].
     fn attach<'a>(&'a self, netns: &'a std::path::Path) -> BoxFuture<'a, Result<(), RuntimeError>>;
@@ -288,4 +360,17 @@ pub fn is_zombie(pid: u32) -> bool {
             .and_then(|i| stat[i + 1..].split_whitespace().next())
             .is_some_and(|state| state == "Z" || state == "X")
     })
+}
+
+/// Wait until process `pid` (started at `start`) is gone or dead (a zombie waiting for the
+/// host's init to reap it); whether it went in time.
+pub(crate) async fn gone_within(pid: u32, start: u64, limit: std::time::Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while start_time(pid) == Some(start) && !is_zombie(pid) {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    true
 }

@@ -30,8 +30,13 @@ impl Supervisor {
         for row in rows {
             if row.state != "running" {
                 warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
-                self.teardown(&row.name, row.id, &format!("svc{}", row.id))
-                    .await;
+                self.teardown(
+                    &row.name,
+                    row.id,
+                    &format!("svc{}", row.id),
+                    &super::row_backend(&row),
+                )
+                .await;
                 let _ = self.store().delete(&row.name);
                 continue;
             }
@@ -78,7 +83,7 @@ impl Supervisor {
         );
         let policy = self.policy_from(&envelope)?;
         let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
-        let alive = self.backend.alive(&guest);
+        let alive = self.backends.get(&super::row_backend(row)).alive(&guest);
         let ifindex = self
             .links
             .ifindex(&envelope.link)

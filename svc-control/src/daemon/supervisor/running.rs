@@ -53,7 +53,7 @@ impl Supervisor {
         SandboxView {
             name: l.name.clone(),
             id: l.id,
-            state: if !self.backend.alive(&l.guest) {
+            state: if !self.backends.get(&l.envelope.backend).alive(&l.guest) {
                 "dead".into()
             } else if l.paused {
                 "paused".into()
@@ -107,10 +107,15 @@ impl Supervisor {
                 t.rows, t.cols
             )));
         }
-        let (guest, mut env, paused) = {
+        let (guest, mut env, paused, backend) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
-            (l.guest.clone(), l.env.clone(), l.paused)
+            (
+                l.guest.clone(),
+                l.env.clone(),
+                l.paused,
+                self.backends.get(&l.envelope.backend),
+            )
         };
         if paused {
             return Err(Failure::unsupported(format!(
@@ -128,7 +133,7 @@ impl Supervisor {
             }
         }
         env.extend(req.env.iter().cloned());
-        self.backend
+        backend
             .exec(
                 &guest,
                 &GuestCommand {
@@ -151,17 +156,15 @@ impl Supervisor {
     /// pause / resume / fork: the backend says whether it can.
     pub async fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
-        let guest = {
+        let (guest, backend) = {
             let live = self.live();
-            live.get(name)
-                .ok_or_else(|| Failure::not_found(name))?
-                .guest
-                .clone()
+            let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+            (l.guest.clone(), self.backends.get(&l.envelope.backend))
         };
         let r = match op {
-            "pause" => self.backend.pause(&guest).await,
-            "resume" => self.backend.resume(&guest).await,
-            _ => self.backend.fork(&guest),
+            "pause" => backend.pause(&guest).await,
+            "resume" => backend.resume(&guest).await,
+            _ => backend.fork(&guest),
         };
         r.map_err(|e| match e {
             RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),

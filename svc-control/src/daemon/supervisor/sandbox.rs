@@ -18,7 +18,7 @@ use crate::{
     dataplane::{self, Fence, Links, SandboxLink},
     policy::{creation, mode::EgressMode, request::SandboxPolicy},
     proxy::{ca::SandboxCa, guest_trust},
-    runtime::{BoxFuture, GuestHandle, GuestLinks, RuntimeError},
+    runtime::{BoxFuture, GuestHandle, GuestLinks, GuestNet, HostEnd, RuntimeError},
 };
 
 /// A stored placeholder.
@@ -220,14 +220,34 @@ impl SandboxLinks<'_> {
 }
 
 impl GuestLinks for SandboxLinks<'_> {
-    fn prepare(&self) -> BoxFuture<'_, Result<u32, RuntimeError>> {
+    fn link(&self) -> &str {
+        self.link
+    }
+
+    fn guest_net(&self) -> GuestNet {
+        GuestNet {
+            address: self.record.guest_v4,
+            prefix: 30,
+            gateway: self.record.gateway_v4,
+        }
+    }
+
+    fn prepare(&self, end: HostEnd) -> BoxFuture<'_, Result<u32, RuntimeError>> {
         Box::pin(async move {
             let net = |e: dataplane::DataplaneError| self.err(e.to_string());
-            let ifindex = self
-                .links
-                .create_veth(self.link, &self.peer())
-                .await
-                .map_err(net)?;
+            let ifindex = match end {
+                HostEnd::Veth => self
+                    .links
+                    .create_veth(self.link, &self.peer())
+                    .await
+                    .map_err(net)?,
+                HostEnd::Tap => self
+                    .links
+                    .ifindex(self.link)
+                    .await
+                    .map_err(net)?
+                    .ok_or_else(|| self.err(format!("the monitor made no tap {}", self.link)))?,
+            };
             dataplane::disable_ipv6(self.link).map_err(net)?;
             let gw_net = IpNet::V4(
                 Ipv4Net::new(self.record.gateway_v4, 30).map_err(|e| self.err(e.to_string()))?,

@@ -206,19 +206,6 @@ fn read_init(dir: &Path) -> Option<(u32, u64)> {
     Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
-/// Wait until process `pid` (started at `start`) is gone or dead (a zombie waiting for the
-/// host's init to reap it); whether it went in time.
-async fn gone_within(pid: u32, start: u64, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while start_time(pid) == Some(start) && !super::is_zombie(pid) {
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    true
-}
-
 /// The last error line runc printed (it logs `time=… level=error msg="…"`).
 fn runc_error(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
@@ -270,7 +257,7 @@ impl Backend for Container {
             // The host end of the link is made and fenced while runc creates the container.
             let (guest, ifindex) = tokio::try_join!(
                 async { self.create(spec).await.map_err(err) },
-                links.prepare()
+                links.prepare(super::HostEnd::Veth)
             )?;
             let t1 = std::time::Instant::now();
             // The container waits in `create`: plug its network in before anything runs.
@@ -313,7 +300,7 @@ impl Backend for Container {
             if let Some((pid, start)) = init.filter(|(p, s)| start_time(*p) == Some(*s))
                 && self.run(&["kill", name, "KILL"]).await.is_ok()
             {
-                forced = !gone_within(pid, start, Duration::from_secs(2)).await;
+                forced = !super::gone_within(pid, start, Duration::from_secs(2)).await;
             }
             let delete: &[&str] = if forced {
                 &["delete", "--force", name]

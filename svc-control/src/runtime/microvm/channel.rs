@@ -69,6 +69,17 @@ pub struct Channel {
     next: AtomicU32,
     /// Why the channel ended, once it has.
     ended: watch::Receiver<Option<String>>,
+    /// The tasks that read and write the connection: dropping the channel ends them, which
+    /// closes the connection (the agent then ends what this host started).
+    tasks: [tokio::task::AbortHandle; 2],
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for Channel {
@@ -151,7 +162,7 @@ impl Channel {
         let (hello_tx, hello_rx) = mpsc::unbounded_channel();
         let streams: Streams = Arc::default();
         let ended_tx = Arc::new(ended_tx);
-        tokio::spawn({
+        let writing = tokio::spawn({
             let ended_tx = ended_tx.clone();
             async move {
                 if let Err(e) = write_frames(writer, out_rx).await {
@@ -159,7 +170,7 @@ impl Channel {
                 }
             }
         });
-        tokio::spawn({
+        let reading = tokio::spawn({
             let streams = streams.clone();
             async move {
                 let why = read_frames(reader, &streams, &hello_tx).await;
@@ -174,6 +185,7 @@ impl Channel {
                 streams,
                 next: AtomicU32::new(1),
                 ended,
+                tasks: [writing.abort_handle(), reading.abort_handle()],
             }),
             hello_rx,
         )
@@ -480,12 +492,13 @@ impl ExecControl for Remote {
             if let Some(code) = self.code {
                 return Ok(code);
             }
-            let rx = self
-                .exit
-                .take()
-                .ok_or_else(|| RuntimeError::Exec("the command's end was already taken".into()))?;
-            // The end as the agent said it; or the channel's, even while output nobody reads
-            // is still waiting to be handed on.
+            // Polled by reference: a wait that is dropped (a `select!` that chose otherwise)
+            // loses nothing.
+            let Some(rx) = self.exit.as_mut() else {
+                return Err(RuntimeError::Exec(
+                    "the command's end was already taken".into(),
+                ));
+            };
             let mut ended = self.ended.clone();
             let code = tokio::select! {
                 biased;
@@ -498,6 +511,7 @@ impl ExecControl for Remote {
                 }
             };
             self.code = Some(code);
+            self.exit = None;
             Ok(code)
         })
     }

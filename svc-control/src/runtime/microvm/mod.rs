@@ -1,6 +1,412 @@
-//! The microvm backend (in progress): QEMU `-M microvm` guests. What is here so far is the QMP
-//! client the backend drives QEMU with; the images and the in-guest agent are built by
-//! `cargo xtask images` and `svc-guest` (docs/microvm.md).
+//! The microvm backend: each sandbox is a QEMU `-M microvm` guest with a kernel of its own —
+//! the boundary for hostile code. A guest root that owns its kernel still sees only virtio
+//! devices: its disk (a copy-on-write overlay of the image), its NIC (a tap on the host that
+//! carries the fence, exactly like the container backend's veth), and the agent's channel.
+//!
+//! Creation: overlay the root file system; launch QEMU paused ([`qemu::Monitor::launch`]),
+//! which makes the tap; put QEMU in its memory cgroup; address and fence the tap; let the guest
+//! run; wait for the agent's hello on the channel; set the guest up (address, host name,
+//! entropy) and write its files (resolv.conf, hosts, CA bundle). Exec, files and setup go over
+//! the channel ([`channel`], protocol in `svc_guest::proto`).
+//!
+//! Fork: pause the source, snapshot its memory and devices to a file, copy its disk overlay,
+//! and start a clone from them with its own tap, addresses, channel and identity (docs/microvm.md).
 
 pub mod channel;
+pub mod qemu;
 pub mod qmp;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use svc_guest::proto::{Exec, Request, Setup};
+
+use self::{
+    channel::Channel,
+    qemu::{Accel, Images, Launch, Monitor, Qemu, VmDir},
+};
+use super::{
+    Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestSpec, HostEnd,
+    RuntimeError, Started, start_time,
+};
+use crate::config::host::MicrovmConfig;
+
+/// How long a guest may take from launch to its agent's hello (TCG on a busy host is slow).
+const BOOT_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long an exec waits to reach an agent that was up before (after an svcd restart).
+const RECONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+/// The microvm backend.
+pub struct Microvm {
+    config: MicrovmConfig,
+    /// The images, or why they are not usable.
+    images: Result<Images, String>,
+    monitor: Qemu,
+    /// Why this accelerator.
+    accel_reason: String,
+    /// `<state_dir>/sandboxes`: each VM's files are in its sandbox's directory.
+    sandboxes: PathBuf,
+    /// The memory cgroup each VM's QEMU goes in, under this parent.
+    cgroup_parent: String,
+    /// One channel per running guest.
+    channels: Mutex<HashMap<String, Arc<Channel>>>,
+}
+
+impl std::fmt::Debug for Microvm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Microvm")
+            .field("accel", &self.monitor.accel)
+            .field("images", &self.images)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Microvm {
+    /// The backend as svcd's configuration and environment make it. It always exists; when
+    /// the images are missing, [`Microvm::unavailable`] says why and creation is refused.
+    pub fn new(
+        config: &MicrovmConfig,
+        state_dir: &Path,
+        cgroup_parent: &str,
+        env: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Self {
+        let (accel, accel_reason) = Accel::choose(&config.accel);
+        Self {
+            config: config.clone(),
+            images: Images::from_env(env),
+            monitor: Qemu {
+                binary: config.qemu.clone(),
+                accel,
+                user: config.user.clone(),
+            },
+            accel_reason,
+            sandboxes: state_dir.join("sandboxes"),
+            cgroup_parent: cgroup_parent.to_owned(),
+            channels: Mutex::default(),
+        }
+    }
+
+    /// Why a sandbox cannot be made with this backend, if it cannot.
+    pub fn unavailable(&self) -> Option<&str> {
+        self.images.as_ref().err().map(String::as_str)
+    }
+
+    /// The accelerator and why it was chosen.
+    pub fn accel(&self) -> (&'static str, &str) {
+        (self.monitor.accel.name(), &self.accel_reason)
+    }
+
+    fn dir(&self, name: &str) -> VmDir {
+        VmDir(self.sandboxes.join(name))
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Channel>>> {
+        self.channels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The guest's channel: the open one, or a new connection (after an svcd restart, or when
+    /// the last one broke).
+    async fn channel(&self, name: &str, limit: Duration) -> Result<Arc<Channel>, RuntimeError> {
+        if let Some(c) = self.channels().get(name).filter(|c| c.is_open()) {
+            return Ok(c.clone());
+        }
+        let c = Channel::connect(&self.dir(name).agent(), limit)
+            .await
+            .map_err(|e| RuntimeError::Exec(format!("reaching the guest's agent: {e}")))?;
+        self.channels().insert(name.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// The memory cgroup of VM `name`: (directory, the file its limit goes in).
+    fn cgroup(&self, name: &str) -> (PathBuf, &'static str) {
+        let root = Path::new("/sys/fs/cgroup");
+        if root.join("cgroup.controllers").exists() {
+            (root.join(&self.cgroup_parent).join(name), "memory.max")
+        } else {
+            (
+                root.join("memory").join(&self.cgroup_parent).join(name),
+                "memory.limit_in_bytes",
+            )
+        }
+    }
+
+    /// Put QEMU (`pid`) in a cgroup whose memory ceiling is the guest's RAM plus QEMU's own
+    /// overhead: the guest's RAM size alone is not a host limit.
+    fn limit_memory(&self, name: &str, pid: u32) -> Result<(), String> {
+        let (dir, limit_file) = self.cgroup(name);
+        let said = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        if limit_file == "memory.max" {
+            // cgroup v2: the memory controller must be on for every level above.
+            let root = Path::new("/sys/fs/cgroup");
+            let mut at = root.to_path_buf();
+            for part in Path::new(&self.cgroup_parent).components() {
+                let control = at.join("cgroup.subtree_control");
+                std::fs::write(&control, "+memory").map_err(|e| said(&control, e))?;
+                at.push(part);
+                std::fs::create_dir_all(&at).map_err(|e| said(&at, e))?;
+            }
+            let control = at.join("cgroup.subtree_control");
+            std::fs::write(&control, "+memory").map_err(|e| said(&control, e))?;
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| said(&dir, e))?;
+        let bytes = (self.config.memory_mib + self.config.overhead_mib) << 20;
+        let limit = dir.join(limit_file);
+        std::fs::write(&limit, bytes.to_string()).map_err(|e| said(&limit, e))?;
+        let procs = dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).map_err(|e| said(&procs, e))
+    }
+
+    /// Launch, fence, boot and set up a guest.
+    async fn boot(
+        &self,
+        spec: &GuestSpec,
+        links: &dyn GuestLinks,
+        images: &Images,
+    ) -> Result<Started, String> {
+        let dir = VmDir(spec.dir.clone());
+        std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+        for sock in [dir.agent(), dir.qmp()] {
+            if sock.as_os_str().len() >= 108 {
+                return Err(format!(
+                    "{}: too long for a unix socket (108 bytes); use a shorter state_dir",
+                    sock.display()
+                ));
+            }
+        }
+        overlay(&images.rootfs, &dir.disk()).await?;
+        let pid = self
+            .monitor
+            .launch(&Launch {
+                dir: &dir,
+                images,
+                tap: links.link(),
+                memory_mib: self.config.memory_mib,
+                cpus: self.config.cpus,
+                incoming: None,
+            })
+            .await?;
+        let start = start_time(pid).ok_or("QEMU exited as it started")?;
+        self.limit_memory(&spec.name, pid)
+            .map_err(|e| format!("the memory cgroup: {e}"))?;
+        // Fenced before the guest runs a single instruction.
+        let ifindex = links
+            .prepare(HostEnd::Tap)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.monitor.resume(&dir).await?;
+        let channel = Channel::connect(&dir.agent(), BOOT_LIMIT)
+            .await
+            .map_err(|e| format!("the guest did not come up: {e}"))?;
+        set_up(&channel, &spec.name, links, &spec.files).await?;
+        self.channels().insert(spec.name.clone(), channel);
+        Ok(Started {
+            guest: GuestHandle {
+                name: spec.name.clone(),
+                pid,
+                start,
+            },
+            ifindex,
+        })
+    }
+}
+
+/// A qcow2 overlay at `disk` over the raw image `rootfs`: the guest writes only its own copy.
+async fn overlay(rootfs: &Path, disk: &Path) -> Result<(), String> {
+    let out = tokio::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .arg(rootfs)
+        .arg(disk)
+        .output()
+        .await
+        .map_err(|e| format!("running qemu-img: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "qemu-img create: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The guest's identity, network and files, over its channel.
+async fn set_up(
+    channel: &Channel,
+    name: &str,
+    links: &dyn GuestLinks,
+    files: &[(PathBuf, PathBuf)],
+) -> Result<(), String> {
+    let net = links.guest_net();
+    let mut entropy = [0u8; 64];
+    getrandom::fill(&mut entropy).map_err(|e| e.to_string())?;
+    channel
+        .call(
+            &Request::Setup(Setup {
+                hostname: name.to_owned(),
+                address: format!("{}/{}", net.address, net.prefix),
+                gateway: net.gateway.to_string(),
+                entropy: entropy.iter().map(|b| format!("{b:02x}")).collect(),
+            }),
+            b"",
+        )
+        .await
+        .map_err(|e| format!("setting the guest up: {e}"))?;
+    for (host, guest) in files {
+        let content = tokio::fs::read(host)
+            .await
+            .map_err(|e| format!("{}: {e}", host.display()))?;
+        channel
+            .call(
+                &Request::WriteFile {
+                    path: guest.display().to_string(),
+                    mode: 0o644,
+                },
+                &content,
+            )
+            .await
+            .map_err(|e| format!("writing {} in the guest: {e}", guest.display()))?;
+    }
+    Ok(())
+}
+
+/// QEMU's pid from its pidfile, if that process is still this VM's QEMU (its command line
+/// names the VM's directory).
+fn qemu_pid(dir: &VmDir) -> Option<(u32, u64)> {
+    let pid: u32 = std::fs::read_to_string(dir.pidfile())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mine = dir.agent().display().to_string();
+    String::from_utf8_lossy(&cmdline)
+        .contains(&mine)
+        .then_some(())?;
+    Some((pid, start_time(pid)?))
+}
+
+impl Backend for Microvm {
+    fn name(&self) -> &'static str {
+        "microvm"
+    }
+
+    fn start<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        links: &'a dyn GuestLinks,
+    ) -> BoxFuture<'a, Result<Started, RuntimeError>> {
+        Box::pin(async move {
+            let images = self.images.as_ref().map_err(|e| RuntimeError::Start {
+                name: spec.name.clone(),
+                message: e.clone(),
+            })?;
+            self.boot(spec, links, images)
+                .await
+                .map_err(|message| RuntimeError::Start {
+                    name: spec.name.clone(),
+                    message,
+                })
+        })
+    }
+
+    fn alive(&self, guest: &GuestHandle) -> bool {
+        start_time(guest.pid) == Some(guest.start) && !super::is_zombie(guest.pid)
+    }
+
+    fn stop<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a Path,
+    ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>> {
+        Box::pin(async move {
+            let dir = VmDir(dir.to_path_buf());
+            let mut removed = Vec::new();
+            self.channels().remove(name);
+            if let Some((pid, start)) = qemu_pid(&dir) {
+                // Asked first (QEMU then removes its tap and sockets itself), killed if slow.
+                let asked = self.monitor.quit(&dir).await.is_ok()
+                    && super::gone_within(pid, start, Duration::from_secs(2)).await;
+                if !asked {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    if !super::gone_within(pid, start, Duration::from_secs(5)).await {
+                        return Err(RuntimeError::Stop {
+                            name: name.to_owned(),
+                            message: format!("QEMU (pid {pid}) did not die"),
+                        });
+                    }
+                }
+                removed.push(format!("QEMU (pid {pid})"));
+            }
+            let (cgroup, _) = self.cgroup(name);
+            if cgroup.exists() {
+                // Empty once QEMU is gone; the kernel may take a moment to say so.
+                for _ in 0..100 {
+                    if std::fs::remove_dir(&cgroup).is_ok() {
+                        removed.push(format!("memory cgroup {}", cgroup.display()));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            Ok(removed)
+        })
+    }
+
+    fn exec<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        cmd: &'a GuestCommand,
+    ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>> {
+        Box::pin(async move {
+            if !self.alive(guest) {
+                return Err(RuntimeError::NotRunning);
+            }
+            let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
+            channel
+                .exec(Exec {
+                    argv: cmd.argv.clone(),
+                    env: cmd.env.clone(),
+                    cwd: cmd.cwd.clone(),
+                    stdin: cmd.stdin,
+                    tty: cmd.tty,
+                })
+                .map_err(RuntimeError::Exec)
+        })
+    }
+
+    fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.monitor
+                .pause(&self.dir(&guest.name))
+                .await
+                .map_err(|message| RuntimeError::Lifecycle {
+                    operation: "pausing",
+                    name: guest.name.clone(),
+                    message,
+                })
+        })
+    }
+
+    fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.monitor
+                .resume(&self.dir(&guest.name))
+                .await
+                .map_err(|message| RuntimeError::Lifecycle {
+                    operation: "resuming",
+                    name: guest.name.clone(),
+                    message,
+                })
+        })
+    }
+}

@@ -50,6 +50,8 @@ async fn run() -> ExitCode {
             Err(e) => Err(e.to_string()),
         };
         match served {
+            // The host went away (or none is there yet: then the port says end of file at
+            // once, every time, so nothing is said here).
             Ok(()) => last_error.clear(),
             Err(e) => {
                 let said = format!("svc-microvm-agent: {}: {e}", dev.display());

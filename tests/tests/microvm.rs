@@ -1,0 +1,184 @@
+//! Sandboxes on the microvm backend, end to end: svcd boots a real QEMU `-M microvm` guest
+//! (TCG here, KVM where the host can), its tap carries the same fence as the container
+//! backend's veth, and `svc sandbox exec` runs commands through the in-guest agent.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use svc_tests::{
+    require_root,
+    world::{EXAMPLE_TOKEN, World, microvm_images},
+};
+
+/// A world with a microvm sandbox `name` (Curated, allowed.example.test added, its token
+/// brokered).
+fn world_with_vm(name: &str) -> World {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    let token = w.dir.join("example-token");
+    std::fs::write(&token, EXAMPLE_TOKEN).expect("token file");
+    let out = w.svc(&[
+        "sandbox",
+        "create",
+        "--backend",
+        "microvm",
+        "--allow-host",
+        "allowed.example.test",
+        "--secret",
+        &format!(
+            "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@file:{}",
+            token.display()
+        ),
+        name,
+    ]);
+    assert!(
+        out.status.success(),
+        "create --backend microvm failed: {}\nsvcd:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.svcd_log()
+    );
+    w
+}
+
+#[test]
+fn a_microvm_sandbox_runs_commands_behind_the_same_fence() {
+    let w = world_with_vm("vm");
+    let show = w.show("vm");
+    assert_eq!(show["backend"], "microvm", "{show}");
+    assert_eq!(show["state"], "running", "{show}");
+
+    // Its own kernel: not the host's.
+    let (code, out, err) = w.sh("vm", "uname -r; cat /proc/1/comm; hostname");
+    assert_eq!(code, 0, "{out}\n{err}\n{}", w.svcd_log());
+    let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut lines = out.lines();
+    assert_ne!(
+        lines.next(),
+        Some(host_kernel.trim()),
+        "the guest runs the host's kernel"
+    );
+    assert_eq!(lines.next(), Some("tini"), "{out}");
+    assert_eq!(lines.next(), Some("vm"), "the host name is the sandbox's");
+
+    // The guest's files came from the host: its only resolver is the gateway.
+    let (_, resolv, _) = w.sh("vm", "cat /etc/resolv.conf");
+    let gateway = show["gateway_v4"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        resolv.contains(&format!("nameserver {gateway}")),
+        "{resolv} (gateway {gateway})"
+    );
+
+    // Allowed HTTPS through the proxy, with the placeholder swapped on the host.
+    let (code, out, err) = w.sh(
+        "vm",
+        "curl -sS --max-time 20 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" \
+         https://allowed.example.test/v1/from-a-vm",
+    );
+    assert_eq!(code, 0, "allowed request failed: {err}\n{}", w.svcd_log());
+    let answer: Value = serde_json::from_str(out.trim()).expect("json answer");
+    assert_eq!(answer["credential_received"], "real", "{answer}");
+
+    // A host off the list: no answer at DNS; its address dialled directly: dropped.
+    let (code, _, _) = w.sh("vm", "getent hosts forbidden.example.test");
+    assert_ne!(code, 0, "forbidden.example.test resolved");
+    let (code, _, _) = w.sh("vm", "curl -sS --connect-timeout 3 -k https://192.0.2.66/");
+    assert_ne!(code, 0, "the IP literal connected");
+    assert!(
+        !w.received()
+            .iter()
+            .any(|r| r["host"] == "forbidden.example.test" || r["name"] == "forbidden.example.test"),
+        "the forbidden host saw something"
+    );
+
+    // Streams, exit codes and stdin through the agent.
+    let out = w.svc_env(
+        &[
+            "sandbox",
+            "exec",
+            "-i",
+            "vm",
+            "--",
+            "sh",
+            "-c",
+            "wc -c; exit 7",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+
+    w.destroy_checked("vm");
+}
+
+#[test]
+fn pause_and_resume_freeze_the_guest() {
+    let w = world_with_vm("frozen");
+    let qmp_status = |w: &World| w.show("frozen")["state"].as_str().unwrap_or("").to_owned();
+    w.svc_ok(&["sandbox", "pause", "frozen"]);
+    let out = w.svc(&["sandbox", "exec", "frozen", "--", "true"]);
+    assert!(!out.status.success(), "exec in a paused sandbox ran");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is paused"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    w.svc_ok(&["sandbox", "resume", "frozen"]);
+    let (code, out, _) = w.sh("frozen", "echo thawed");
+    assert_eq!((code, out.trim()), (0, "thawed"));
+    assert_eq!(qmp_status(&w), "running");
+    w.destroy_checked("frozen");
+}
+
+#[test]
+fn a_guest_that_panics_is_reaped() {
+    let w = world_with_vm("doomed");
+    let pid = w.show("doomed")["pid"].as_u64().expect("pid");
+    // The guest's own kernel panics; QEMU exits (-no-reboot) and svcd sees the sandbox dead.
+    let _ = w.svc(&[
+        "sandbox",
+        "exec",
+        "doomed",
+        "--",
+        "sh",
+        "-c",
+        "echo c > /proc/sysrq-trigger",
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = w.show("doomed")["state"].as_str().unwrap_or("").to_owned();
+        if state != "running" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the panicked guest still shows running"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "QEMU (pid {pid}) still runs"
+    );
+    w.destroy_checked("doomed");
+}
+
+#[test]
+fn without_images_the_microvm_backend_is_refused_by_name() {
+    require_root();
+    let mut w = World::start();
+    // Restart svcd without SVC_MICROVM_ROOTFS.
+    w.kill_svcd();
+    w.start_svcd_with_env(&[("SVC_MICROVM_ROOTFS", None)]);
+    let out = w.svc(&["sandbox", "create", "--backend", "microvm", "novm"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "the microvm backend needs SVC_MICROVM_ROOTFS (the path to the microvm rootfs image (ext4)) in svcd's environment"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("it offers: container"), "{err}");
+}
