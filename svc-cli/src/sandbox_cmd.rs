@@ -70,13 +70,26 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Pause a sandbox: freeze every process in it (the runtime's freezer); its network
-    /// entries stay.
+    /// Pause a sandbox: freeze every process in it (the container runtime's freezer, or the
+    /// VM's CPUs); its network entries stay.
     Pause { name: String },
     /// Resume a paused sandbox.
     Resume { name: String },
-    /// Fork a sandbox (the microvm backend, when it lands; containers cannot).
-    Fork { name: String },
+    /// Fork a microvm sandbox: snapshot it and start each CLONE from the snapshot, each a new
+    /// sandbox with the source's allowlist, mode and secrets but its own link, addresses, CA,
+    /// placeholders and host name. The source is paused while it is saved and resumed after
+    /// (unless it was paused). Commands running in the source keep running there; in the clones
+    /// they are ended. Containers cannot be forked.
+    #[command(after_help = "Example:\n  svc sandbox fork base try-a try-b")]
+    Fork {
+        /// The sandbox to fork.
+        name: String,
+        /// Names of the clones (one or more).
+        #[arg(required = true)]
+        clones: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -215,7 +228,28 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
             SandboxCommand::Exec(a) => crate::exec_cmd::run(&client, a).await,
             SandboxCommand::Pause { name } => lifecycle(&client, &name, "pause").await,
             SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
-            SandboxCommand::Fork { name } => lifecycle(&client, &name, "fork").await,
+            SandboxCommand::Fork { name, clones, json } => {
+                let f: api::Forked = client
+                    .call(
+                        Method::POST,
+                        &format!("/v1/sandboxes/{name}/fork"),
+                        Some(&api::ForkRequest { clones }),
+                    )
+                    .await?;
+                emit(json, &f, |f| {
+                    outln!("snapshot of {}: {:.0} ms", f.source, f.snapshot_ms);
+                    for c in &f.clones {
+                        outln!(
+                            "fork: {} is {} ({}, guest {}) in {:.0} ms",
+                            c.view.name,
+                            c.view.state,
+                            c.view.link,
+                            c.view.guest_v4,
+                            c.ready_ms
+                        );
+                    }
+                })
+            }
         }
     });
     // A read of our standard input may still be waiting (exec -i): do not wait for it.

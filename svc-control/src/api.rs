@@ -123,6 +123,32 @@ pub struct CreateSandbox {
     pub backend: Option<String>,
 }
 
+/// `POST /v1/sandboxes/{name}/fork`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// The names of the clones to start from one snapshot.
+    pub clones: Vec<String>,
+}
+
+/// The answer to a fork.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Forked {
+    pub source: String,
+    /// Pausing and saving the source.
+    pub snapshot_ms: f64,
+    pub clones: Vec<ForkedClone>,
+}
+
+/// One clone of a fork.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkedClone {
+    #[serde(flatten)]
+    pub view: SandboxView,
+    /// From the start of its restore to its agent's setup done.
+    pub ready_ms: f64,
+}
+
 /// One placeholder variable of a sandbox (never the real value).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlaceholderView {

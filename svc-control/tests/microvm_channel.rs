@@ -233,6 +233,7 @@ async fn files_are_written_whole_and_bad_paths_refused() {
         address: "10.0.0.2/30".into(),
         gateway: "10.0.0.1".into(),
         entropy: "00ff".into(),
+        clock_ms: 1,
     };
     ch.call(&Request::Setup(setup.clone()), b"")
         .await
@@ -245,6 +246,7 @@ async fn files_are_written_whole_and_bad_paths_refused() {
                 address: "10.0.0.2/30".into(),
                 gateway: "10.0.0.1".into(),
                 entropy: String::new(),
+                clock_ms: 1,
             }),
             b"",
         )

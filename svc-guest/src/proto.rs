@@ -217,6 +217,9 @@ pub struct Setup {
     /// Random bytes (hex) the agent mixes into the guest's entropy pool, so that clones of
     /// one snapshot do not share their random state.
     pub entropy: String,
+    /// The host's clock (milliseconds since the Unix epoch): a clone wakes with its source's
+    /// time, behind by as long as the snapshot waited.
+    pub clock_ms: u64,
 }
 
 #[cfg(test)]

@@ -182,3 +182,122 @@ fn without_images_the_microvm_backend_is_refused_by_name() {
     );
     assert!(err.contains("it offers: container"), "{err}");
 }
+
+/// The value of `var` in the sandbox's environment.
+fn guest_var(w: &World, name: &str, var: &str) -> String {
+    let (code, out, err) = w.sh(name, &format!("printf %s \"${var}\""));
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+#[test]
+fn a_fork_starts_clones_with_their_own_network_and_credentials() {
+    let w = world_with_vm("src");
+    let (code, _, err) = w.sh("src", "echo from-src > /root/marker && sync");
+    assert_eq!(code, 0, "{err}");
+    let src = w.show("src");
+    let src_placeholder = guest_var(&w, "src", "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN");
+
+    let out = w.svc(&["sandbox", "fork", "src", "c1", "c2", "--json"]);
+    assert!(
+        out.status.success(),
+        "fork failed: {}\nsvcd:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.svcd_log()
+    );
+    let forked: Value = serde_json::from_slice(&out.stdout).expect("fork json");
+    assert_eq!(
+        forked["clones"].as_array().map(Vec::len),
+        Some(2),
+        "{forked}"
+    );
+    // The source was running: it runs again.
+    assert_eq!(w.show("src")["state"], "running");
+    let (code, out, _) = w.sh("src", "hostname");
+    assert_eq!((code, out.trim()), (0, "src"));
+
+    let mut seen = vec![src["guest_v4"].clone()];
+    for clone in ["c1", "c2"] {
+        let view = w.show(clone);
+        assert_eq!(view["backend"], "microvm");
+        assert!(
+            !seen.contains(&view["guest_v4"]),
+            "{clone} shares an address: {view}"
+        );
+        seen.push(view["guest_v4"].clone());
+        assert_ne!(view["link"], src["link"]);
+        // The source's disk and memory, its own identity and network.
+        let (code, out, err) = w.sh(
+            clone,
+            "cat /root/marker; hostname; ip -4 -o addr show dev eth0 | awk '{print $4}'",
+        );
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.first(), Some(&"from-src"), "{out}");
+        assert_eq!(lines.get(1), Some(&clone), "{out}");
+        assert_eq!(
+            lines.get(2).copied(),
+            Some(format!("{}/30", view["guest_v4"].as_str().unwrap_or("")).as_str()),
+            "{out}"
+        );
+        // Fresh placeholders, bound on the host to the same real credential.
+        let placeholder = guest_var(&w, clone, "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN");
+        assert_eq!(placeholder.len(), 64);
+        assert_ne!(
+            placeholder, src_placeholder,
+            "{clone} shares its source's placeholder"
+        );
+        let (code, out, err) = w.sh(
+            clone,
+            "curl -sS --max-time 20 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" \
+             https://allowed.example.test/v1/from-a-clone",
+        );
+        assert_eq!(code, 0, "{clone}: {err}\n{}", w.svcd_log());
+        let answer: Value = serde_json::from_str(out.trim()).expect("json");
+        assert_eq!(answer["credential_received"], "real", "{answer}");
+        // The source's placeholder means nothing in the clone: it is not swapped there.
+        let (_, out, _) = w.sh(
+            clone,
+            &format!(
+                "curl -sS --max-time 20 -H 'Authorization: Bearer {src_placeholder}' \
+                 https://allowed.example.test/v1/old-placeholder"
+            ),
+        );
+        assert!(!out.contains("\"credential_received\":\"real\""), "{out}");
+    }
+    // A container cannot be forked, and says so.
+    w.svc_ok(&["sandbox", "create", "box"]);
+    let out = w.svc(&["sandbox", "fork", "box", "box2"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use --backend microvm"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["c1", "c2", "src", "box"] {
+        w.destroy_checked(name);
+    }
+    assert!(
+        std::fs::read_dir(w.dir.join("state/snapshots"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "a snapshot was left behind"
+    );
+}
+
+#[test]
+fn a_vm_outlives_an_svcd_restart_and_exec_reconnects() {
+    let mut w = world_with_vm("kept");
+    let pid = w.show("kept")["pid"].as_u64().expect("pid");
+    w.kill_svcd();
+    w.start_svcd();
+    assert_eq!(w.show("kept")["pid"].as_u64(), Some(pid), "the same QEMU");
+    let (code, out, err) = w.sh("kept", "echo still-here");
+    assert_eq!(
+        (code, out.trim()),
+        (0, "still-here"),
+        "{err}\n{}",
+        w.svcd_log()
+    );
+    w.destroy_checked("kept");
+}

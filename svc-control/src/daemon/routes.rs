@@ -116,7 +116,18 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 Err(f) => Err(f),
             }
         }
-        (&Method::POST, ["sandboxes", name, op @ ("pause" | "resume" | "fork")]) => ctx
+        (&Method::POST, ["sandboxes", name, "fork"]) => {
+            let name = (*name).to_owned();
+            match read_json::<api::ForkRequest>(req).await {
+                Ok(f) => ctx
+                    .sup
+                    .fork(&name, f)
+                    .await
+                    .map(|v| json(StatusCode::OK, &v)),
+                Err(f) => Err(f),
+            }
+        }
+        (&Method::POST, ["sandboxes", name, op @ ("pause" | "resume")]) => ctx
             .sup
             .lifecycle(name, op)
             .await

@@ -184,14 +184,19 @@ impl Supervisor {
         api::check_name(&req.name).map_err(Failure::bad)?;
         let span = info_span!("sandbox", name = %req.name);
         let started = std::time::Instant::now();
-        let result = self.create_in_span(req).instrument(span).await;
+        let result = self.create_in_span(req, None).instrument(span).await;
         if result.is_ok() {
             self.config.metrics.created(started.elapsed());
         }
         result
     }
 
-    async fn create_in_span(&self, mut req: CreateSandbox) -> Result<SandboxView, Failure> {
+    /// Create a sandbox; a fork's clone starts from `restore` instead of booting.
+    pub(super) async fn create_in_span(
+        &self,
+        mut req: CreateSandbox,
+        restore: Option<crate::runtime::Snapshot>,
+    ) -> Result<SandboxView, Failure> {
         self.host_code_token(&mut req)?;
         let plan = self.plan(&req)?;
         let backend = plan.envelope.backend.clone();
@@ -202,7 +207,10 @@ impl Supervisor {
         let id = self
             .store()
             .reserve(&req.name, &prelim, &created_at, self.max_id())?;
-        match self.build(&req, plan, id, created, created_at).await {
+        match self
+            .build(&req, plan, id, (created, created_at), restore)
+            .await
+        {
             Ok(view) => Ok(view),
             Err(f) => {
                 warn!(sandbox = %req.name, error = %f.message, "creation failed; removing what was built");
@@ -290,8 +298,8 @@ impl Supervisor {
         req: &CreateSandbox,
         plan: Plan,
         id: u32,
-        created: SystemTime,
-        created_at: String,
+        (created, created_at): (SystemTime, String),
+        restore: Option<crate::runtime::Snapshot>,
     ) -> Result<SandboxView, Failure> {
         let name = req.name.clone();
         let (gateway, guest) = self.addresses(id);
@@ -317,6 +325,7 @@ impl Supervisor {
                     name: name.clone(),
                     dir: dir.clone(),
                     files,
+                    restore,
                 },
                 &SandboxLinks {
                     links: &self.links,

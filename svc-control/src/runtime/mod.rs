@@ -73,6 +73,17 @@ pub struct GuestSpec {
     pub dir: PathBuf,
     /// Host files the guest sees read-only: (host file, guest path).
     pub files: Vec<(PathBuf, PathBuf)>,
+    /// Start from this snapshot of another guest (a fork's clone) instead of booting.
+    pub restore: Option<Snapshot>,
+}
+
+/// A paused guest saved for forking: its memory and device state, and its disk as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The directory holding both (removed once the clones run).
+    pub dir: PathBuf,
+    pub memory: PathBuf,
+    pub disk: PathBuf,
 }
 
 /// A running guest, as svcd stores it to find it again after a restart.
@@ -336,11 +347,19 @@ pub trait Backend: Send + Sync {
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>>;
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
-    fn fork(&self, _guest: &GuestHandle) -> Result<(), RuntimeError> {
-        Err(RuntimeError::Unsupported {
-            backend: self.name(),
-            operation: "fork",
-            hint: " (a container's memory cannot be snapshotted; the microvm backend will)",
+    /// Pause the guest (it stays paused) and save it under `into` for clones to start from.
+    fn snapshot<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _into: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<Snapshot, RuntimeError>> {
+        let name = self.name();
+        Box::pin(async move {
+            Err(RuntimeError::Unsupported {
+                backend: name,
+                operation: "fork",
+                hint: " (a container's memory cannot be snapshotted: use --backend microvm)",
+            })
         })
     }
 }

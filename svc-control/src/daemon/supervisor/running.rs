@@ -153,7 +153,7 @@ impl Supervisor {
             })
     }
 
-    /// pause / resume / fork: the backend says whether it can.
+    /// pause / resume: the backend says whether it can.
     pub async fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
         let (guest, backend) = {
@@ -161,28 +161,145 @@ impl Supervisor {
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
             (l.guest.clone(), self.backends.get(&l.envelope.backend))
         };
-        let r = match op {
-            "pause" => backend.pause(&guest).await,
-            "resume" => backend.resume(&guest).await,
-            _ => backend.fork(&guest),
+        let pause = op == "pause";
+        let r = if pause {
+            backend.pause(&guest).await
+        } else {
+            backend.resume(&guest).await
         };
         r.map_err(|e| match e {
             RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
             other => Failure::internal(other.to_string()),
         })?;
         if let Some(l) = self.live().get_mut(name) {
-            match op {
-                "pause" => l.paused = true,
-                "resume" => l.paused = false,
-                _ => {}
-            }
+            l.paused = pause;
         }
-        let kind = match op {
-            "pause" => "sandbox.paused",
-            "resume" => "sandbox.resumed",
-            _ => "sandbox.forked",
+        let kind = if pause {
+            "sandbox.paused"
+        } else {
+            "sandbox.resumed"
         };
         self.event(kind, Some(name), serde_json::json!({}));
         self.show(name)
+    }
+
+    /// `POST /v1/sandboxes/{name}/fork`: snapshot the sandbox (paused meanwhile; it stays
+    /// paused if it was) and start each clone from it — each a new sandbox with the source's
+    /// envelope but its own link, addresses, CA, placeholders and identity.
+    pub async fn fork(&self, source: &str, req: api::ForkRequest) -> Result<api::Forked, Failure> {
+        api::check_name(source).map_err(Failure::bad)?;
+        if req.clones.is_empty() {
+            return Err(Failure::bad(
+                "fork needs the names of its clones: svc sandbox fork SOURCE CLONE…",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &req.clones {
+            api::check_name(c).map_err(Failure::bad)?;
+            if !seen.insert(c) {
+                return Err(Failure::bad(format!("clone name {c:?} is given twice")));
+            }
+            if self.live().contains_key(c) {
+                return Err(crate::store::StoreError::Exists(c.clone()).into());
+            }
+        }
+        let (guest, envelope, was_paused) = {
+            let live = self.live();
+            let l = live.get(source).ok_or_else(|| Failure::not_found(source))?;
+            (l.guest.clone(), l.envelope.clone(), l.paused)
+        };
+        let backend = self.backends.get(&envelope.backend);
+        let started = std::time::Instant::now();
+        let into = self
+            .config
+            .host
+            .state_dir
+            .join("snapshots")
+            .join(format!("{source}-{}", std::process::id()));
+        let snap = backend.snapshot(&guest, &into).await.map_err(|e| match e {
+            RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
+            other => Failure::internal(other.to_string()),
+        });
+        let snap = match snap {
+            Ok(s) => s,
+            Err(f) => {
+                let _ = std::fs::remove_dir_all(&into);
+                if !was_paused {
+                    let _ = backend.resume(&guest).await;
+                }
+                return Err(f);
+            }
+        };
+        let snapshot_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if let Some(l) = self.live().get_mut(source) {
+            l.paused = true;
+        }
+        let secrets = self.store().secrets(source).unwrap_or_default();
+        let mut clones = Vec::new();
+        let mut failed = None;
+        for name in &req.clones {
+            let create = api::CreateSandbox {
+                name: name.clone(),
+                allow_hosts: envelope.extra_hosts.clone(),
+                repo: envelope.repo.clone(),
+                egress: Some(envelope.egress),
+                secrets: secrets.clone(),
+                context_path: envelope.context_path.clone(),
+                backend: Some(envelope.backend.clone()),
+            };
+            let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
+            let t = std::time::Instant::now();
+            match tracing::Instrument::instrument(
+                self.create_in_span(create, Some(snap.clone())),
+                span,
+            )
+            .await
+            {
+                Ok(v) => clones.push(api::ForkedClone {
+                    view: v,
+                    ready_ms: t.elapsed().as_secs_f64() * 1000.0,
+                }),
+                Err(f) => {
+                    failed = Some(f);
+                    break;
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&snap.dir);
+        if !was_paused {
+            match backend.resume(&guest).await {
+                Ok(()) => {
+                    if let Some(l) = self.live().get_mut(source) {
+                        l.paused = false;
+                    }
+                }
+                Err(e) => tracing::warn!(sandbox = %source, error = %e, "resuming after the fork"),
+            }
+        }
+        let names: Vec<&str> = clones.iter().map(|c| c.view.name.as_str()).collect();
+        self.event(
+            "sandbox.forked",
+            Some(source),
+            serde_json::json!({"clones": names, "snapshot_ms": snapshot_ms}),
+        );
+        if let Some(f) = failed {
+            return Err(Failure {
+                message: format!(
+                    "{} (clones made before it: {})",
+                    f.message,
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+                ..f
+            });
+        }
+        Ok(api::Forked {
+            source: source.to_owned(),
+            snapshot_ms,
+            clones,
+        })
     }
 }

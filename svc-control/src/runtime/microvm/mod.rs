@@ -163,6 +163,19 @@ impl Microvm {
         std::fs::write(&procs, pid.to_string()).map_err(|e| said(&procs, e))
     }
 
+    /// The uid and gid QEMU runs as.
+    fn qemu_ids(&self) -> Result<(u32, u32), String> {
+        let user = nix::unistd::User::from_name(&self.config.user)
+            .map_err(|e| format!("looking up user {}: {e}", self.config.user))?
+            .ok_or_else(|| {
+                format!(
+                    "no user {} (microvm.user) on this host: `cargo xtask setup` makes it",
+                    self.config.user
+                )
+            })?;
+        Ok((user.uid.as_raw(), user.gid.as_raw()))
+    }
+
     /// Launch, fence, boot and set up a guest.
     async fn boot(
         &self,
@@ -180,7 +193,26 @@ impl Microvm {
                 ));
             }
         }
-        overlay(&images.rootfs, &dir.disk()).await?;
+        match &spec.restore {
+            // A clone's disk is its source's as it was at the snapshot.
+            Some(snap) => {
+                tokio::fs::copy(&snap.disk, dir.disk())
+                    .await
+                    .map_err(|e| format!("copying the snapshot's disk: {e}"))?;
+            }
+            None => overlay(&images.rootfs, &dir.disk()).await?,
+        }
+        // QEMU reopens its disk as the unprivileged user it runs as (after a restore, and on
+        // `cont` after a snapshot): that user owns this guest's overlay, and only that.
+        let (uid, gid) = self.qemu_ids()?;
+        std::os::unix::fs::chown(dir.disk(), Some(uid), Some(gid))
+            .and_then(|()| {
+                std::fs::set_permissions(
+                    dir.disk(),
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+            })
+            .map_err(|e| format!("{}: {e}", dir.disk().display()))?;
         let pid = self
             .monitor
             .launch(&Launch {
@@ -189,7 +221,7 @@ impl Microvm {
                 tap: links.link(),
                 memory_mib: self.config.memory_mib,
                 cpus: self.config.cpus,
-                incoming: None,
+                incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
             })
             .await?;
         let start = start_time(pid).ok_or("QEMU exited as it started")?;
@@ -253,6 +285,9 @@ async fn set_up(
                 address: format!("{}/{}", net.address, net.prefix),
                 gateway: net.gateway.to_string(),
                 entropy: entropy.iter().map(|b| format!("{b:02x}")).collect(),
+                clock_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             }),
             b"",
         )
@@ -381,6 +416,47 @@ impl Backend for Microvm {
                     tty: cmd.tty,
                 })
                 .map_err(RuntimeError::Exec)
+        })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        into: &'a Path,
+    ) -> BoxFuture<'a, Result<super::Snapshot, RuntimeError>> {
+        Box::pin(async move {
+            let err = |message: String| RuntimeError::Lifecycle {
+                operation: "snapshotting",
+                name: guest.name.clone(),
+                message,
+            };
+            let dir = self.dir(&guest.name);
+            // QEMU writes the memory file as the unprivileged user it runs as.
+            let (uid, gid) = self.qemu_ids().map_err(err)?;
+            std::fs::create_dir_all(into)
+                .and_then(|()| std::os::unix::fs::chown(into, Some(uid), Some(gid)))
+                .and_then(|()| {
+                    std::fs::set_permissions(
+                        into,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                    )
+                })
+                .map_err(|e| err(format!("{}: {e}", into.display())))?;
+            self.monitor.pause(&dir).await.map_err(err)?;
+            let snap = super::Snapshot {
+                dir: into.to_path_buf(),
+                memory: into.join("memory"),
+                disk: into.join("disk.qcow2"),
+            };
+            self.monitor
+                .snapshot(&dir, &snap.memory)
+                .await
+                .map_err(err)?;
+            // Paused and flushed: the overlay is the disk as the memory knows it.
+            tokio::fs::copy(dir.disk(), &snap.disk)
+                .await
+                .map_err(|e| err(format!("copying the disk: {e}")))?;
+            Ok(snap)
         })
     }
 

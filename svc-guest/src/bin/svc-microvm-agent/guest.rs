@@ -20,6 +20,14 @@ impl svc_guest::agent::System for Guest {
             .parse()
             .map_err(|e| format!("gateway {:?}: {e}", setup.gateway))?;
         entropy(&setup.entropy)?;
+        if setup.clock_ms > 0 {
+            let ts = rustix::time::Timespec {
+                tv_sec: i64::try_from(setup.clock_ms / 1000).unwrap_or(i64::MAX),
+                tv_nsec: i64::try_from((setup.clock_ms % 1000) * 1_000_000).unwrap_or(0),
+            };
+            rustix::time::clock_settime(rustix::time::ClockId::Realtime, ts)
+                .map_err(|e| format!("setting the clock: {e}"))?;
+        }
         rustix::system::sethostname(setup.hostname.as_bytes())
             .map_err(|e| format!("setting the host name: {e}"))?;
         let rt = tokio::runtime::Builder::new_current_thread()
