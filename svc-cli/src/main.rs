@@ -4,6 +4,7 @@
 #[macro_use]
 mod out;
 mod audit_cmd;
+mod canary_cmd;
 mod client;
 mod config_cmd;
 mod egress_cmd;
@@ -48,6 +49,9 @@ enum Command {
         /// Where to write them (e.g. /usr/local/share/man/man1).
         dir: std::path::PathBuf,
     },
+    /// The lifecycle canary: create a microvm sandbox, pause, fork, resume, destroy; each
+    /// step's time, and whether each sandbox answered. Run it regularly on a host.
+    Canary(canary_cmd::CanaryArgs),
     /// Print svcd's events (sandbox.created, workspace.ready, sandbox.destroyed, …).
     Events {
         /// Keep printing new events as they happen.
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Man { dir } => man_pages(&dir),
+        Command::Canary(a) => canary_cmd::run(&cli.socket, a),
         Command::Events {
             follow,
             json,

@@ -301,3 +301,45 @@ fn a_vm_outlives_an_svcd_restart_and_exec_reconnects() {
     );
     w.destroy_checked("kept");
 }
+
+#[test]
+fn the_lifecycle_canary_runs_create_pause_fork_resume_destroy() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    let out = w.svc(&["canary", "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "canary said no JSON ({e}): {}\n{}\nsvcd:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            w.svcd_log()
+        )
+    });
+    assert!(out.status.success(), "{report:#}\nsvcd:\n{}", w.svcd_log());
+    assert_eq!(report["passed"], true);
+    let steps: Vec<&str> = report["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|s| s["step"].as_str())
+        .collect();
+    assert_eq!(steps, ["create", "pause", "fork", "resume", "destroy"]);
+    for s in report["steps"].as_array().expect("steps") {
+        assert!(s["ms"].as_f64().is_some_and(|ms| ms > 0.0), "{s}");
+    }
+    // Nothing of it is left.
+    let list: Vec<Value> =
+        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
+    assert!(list.is_empty(), "{list:?}");
+
+    // A canary that cannot pass says which step failed, and still cleans up: here the
+    // container backend, which cannot fork.
+    let out = w.svc(&["canary", "--backend", "container", "--name", "cbox"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("canary FAILED: fork:"), "{said}");
+    let list: Vec<Value> =
+        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
+    assert!(list.is_empty(), "the failed canary left {list:?}");
+}
