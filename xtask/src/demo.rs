@@ -8,10 +8,12 @@ use anyhow::bail;
 
 use crate::ui;
 
-pub fn run() -> anyhow::Result<()> {
+pub fn run(backend: &str) -> anyhow::Result<()> {
     ui::heading("build: svc, svcd and the demo's outside world");
     build_bins(false)?;
-    let status = Command::new("target/debug/svc-demo").status()?;
+    let status = Command::new("target/debug/svc-demo")
+        .arg(format!("--backend={backend}"))
+        .status()?;
     if !status.success() {
         bail!("the demo failed ({status})");
     }

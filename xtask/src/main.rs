@@ -52,16 +52,21 @@ enum Command {
     },
     /// Set up, then the main job: svcd, a sandbox created with svc, and what it can and cannot
     /// reach (credentials swapped on the wire, DNS refusals, fence drops, audit, bpftool).
-    Demo,
+    Demo {
+        /// The backend the demo's sandbox runs on: `container` (default) or `microvm`.
+        #[arg(long, default_value = "container", value_parser = ["container", "microvm"])]
+        backend: String,
+    },
     /// Run a benchmark: `policy` (one egress decision, criterion), `fence` (throughput and
     /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added
     /// latency and cached rate, beside the upstream and dnsmasq) or `proxy` (HTTPS latency and
     /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting) or
     /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside runc's
-    /// own run, exec and delete of the same bundle).
+    /// own run, exec and delete of the same bundle) or `microvm` (the lifecycle canary's steps
+    /// beside a bare QEMU boot of the same images).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm"])]
         which: String,
     },
 }
@@ -114,6 +119,13 @@ fn bench(which: &str) -> anyhow::Result<()> {
                 "target/release/sandbox-bench",
             ))
         }),
+        "microvm" => demo::build_bins(true)
+            .and_then(|()| images::build_all(&images::default_dir()))
+            .and_then(|()| {
+                ui::run(&mut std::process::Command::new(
+                    "target/release/microvm-bench",
+                ))
+            }),
         other => anyhow::bail!("no benchmark {other:?}"),
     }
 }
@@ -131,9 +143,22 @@ fn main() -> ExitCode {
         Command::Test { cargo_test_args } => setup::for_tests()
             .and_then(|()| images::build_all(&images::default_dir()))
             .and_then(|()| test::run(&cargo_test_args)),
-        Command::Demo => setup::run()
-            .and_then(|()| images::build(&images::default_dir()))
-            .and_then(|()| demo::run()),
+        Command::Demo { backend } => {
+            let microvm = backend == "microvm";
+            (if microvm {
+                setup::for_microvm()
+            } else {
+                setup::run()
+            })
+            .and_then(|()| {
+                if microvm {
+                    images::build_all(&images::default_dir())
+                } else {
+                    images::build(&images::default_dir())
+                }
+            })
+            .and_then(|()| demo::run(&backend))
+        }
         Command::Images { out, base_only } => setup::run().and_then(|()| {
             let out = out.unwrap_or_else(images::default_dir);
             if base_only {

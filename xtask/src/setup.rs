@@ -72,6 +72,12 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the microvm demo needs besides: QEMU.
+pub fn for_microvm() -> anyhow::Result<()> {
+    run()?;
+    qemu()
+}
+
 /// What the tests need besides: the licence and advisory gate, and QEMU for the microvm
 /// tests.
 pub fn for_tests() -> anyhow::Result<()> {

@@ -35,6 +35,8 @@ fn cmd(text: &str) {
 
 struct Demo {
     w: World,
+    /// The sandbox is a microVM (`--backend=microvm`).
+    microvm: bool,
 }
 
 impl Demo {
@@ -91,26 +93,42 @@ fn story(d: &Demo) -> Result<(), String> {
     info(&format!("API socket {}", w.socket.display()));
     info(&format!("fence pinned under {}", w.pins.path.display()));
 
-    heading("3. create a sandbox");
-    cmd(
+    heading(if d.microvm {
+        "3. create a sandbox: a microVM with its own kernel (QEMU -M microvm)"
+    } else {
+        "3. create a sandbox: an unprivileged container"
+    });
+    cmd(if d.microvm {
+        "svc sandbox create --backend microvm --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
+         --allow-host allowed.example.test \\\n      \
+         --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo"
+    } else {
         "svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
          --allow-host allowed.example.test \\\n      \
-         --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo",
-    );
+         --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo"
+    });
+    let backend_args: Vec<&str> = if d.microvm {
+        vec!["--backend", "microvm"]
+    } else {
+        Vec::new()
+    };
     let out = w.svc_env(
         &[
-            "sandbox",
-            "create",
-            "--repo",
-            "acme/widget",
-            "--secret",
-            "CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN",
-            "--allow-host",
-            "allowed.example.test",
-            "--secret",
-            "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN",
-            "demo",
-        ],
+            &["sandbox", "create"][..],
+            &backend_args,
+            &[
+                "--repo",
+                "acme/widget",
+                "--secret",
+                "CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN",
+                "--allow-host",
+                "allowed.example.test",
+                "--secret",
+                "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN",
+                "demo",
+            ],
+        ]
+        .concat(),
         &[
             ("DEMO_CODE_TOKEN", CODE_TOKEN),
             ("DEMO_EXAMPLE_TOKEN", EXAMPLE_TOKEN),
@@ -263,7 +281,31 @@ fn story(d: &Demo) -> Result<(), String> {
 
     heading("11. the guest is root in its sandbox, not on the host: going around the fence fails");
     let pins = w.pins.path.display().to_string();
-    let moves: [(&str, String); 6] = [
+    let vm_moves: [(&str, String); 5] = [
+        (
+            "find the fence's pinned allow map",
+            format!("ls {pins}/SVC_ALLOW4"),
+        ),
+        (
+            "reach svcd's socket",
+            format!("test -S {}", w.socket.display()),
+        ),
+        ("see svcd among its processes", "pgrep -x svcd".to_owned()),
+        (
+            "speak from another address",
+            "ip addr add 10.203.9.9/32 dev eth0 && curl -sS --interface 10.203.9.9 \
+             --connect-timeout 3 https://allowed.example.test/"
+                .to_owned(),
+        ),
+        (
+            "reach the host's own address",
+            format!(
+                "curl -sS --connect-timeout 3 http://{}:15443/",
+                show["gateway_v4"].as_str().unwrap_or("")
+            ),
+        ),
+    ];
+    let container_moves: [(&str, String); 6] = [
         (
             "enter another network namespace",
             "nsenter --net=/proc/1/ns/net true".to_owned(),
@@ -287,8 +329,19 @@ fn story(d: &Demo) -> Result<(), String> {
         ),
         ("mount a bpffs", "mount -t bpf bpf /mnt".to_owned()),
     ];
+    if d.microvm {
+        info(
+            "in a microVM the guest is root of its own kernel: eBPF, mounts and namespaces are \
+             its own; the host's are not there to reach",
+        );
+    }
+    let moves: &[(&str, String)] = if d.microvm {
+        &vm_moves
+    } else {
+        &container_moves
+    };
     let mut held = true;
-    for (what, script) in &moves {
+    for (what, script) in moves {
         let (code, _, err) = d.sh(script);
         let said = err.lines().next().unwrap_or("").trim();
         info(&format!(
@@ -302,7 +355,11 @@ fn story(d: &Demo) -> Result<(), String> {
     let _ = d.sh(&format!("touch {}", marker.display()));
     check(
         held && !marker.exists(),
-        "every move refused; `touch /etc/…` wrote only the sandbox's own layer, not the host's",
+        if d.microvm {
+            "every move refused; `touch /etc/…` wrote only the guest's own disk, not the host's"
+        } else {
+            "every move refused; `touch /etc/…` wrote only the sandbox's own layer, not the host's"
+        },
     )?;
 
     heading("12. destroy the sandbox");
@@ -367,7 +424,18 @@ fn main() -> ExitCode {
     println!(
         "{DIM}(everything runs in throwaway network namespaces and is removed at the end){RESET}"
     );
-    let demo = Demo { w: World::start() };
+    let microvm = match std::env::args().nth(1).as_deref() {
+        None | Some("--backend=container") => false,
+        Some("--backend=microvm") => true,
+        Some(other) => {
+            eprintln!("svc-demo: unknown argument {other:?} (--backend=container|microvm)");
+            return ExitCode::from(2);
+        }
+    };
+    let demo = Demo {
+        w: World::start(),
+        microvm,
+    };
     let result = story(&demo);
     drop(demo);
     match result {

@@ -1,0 +1,192 @@
+//! `cargo xtask bench microvm`: the microvm lifecycle through svcd — create→READY, pause,
+//! snapshot, fork→READY, resume, destroy, as `svc canary --json` times them — beside, in the
+//! same run and interleaved with it, the reference: a bare QEMU boot of the same images with
+//! the same command line (qcow2 overlay, QEMU started paused, `cont`, the agent's hello on
+//! its channel), no svcd. Our overhead is create→READY over the bare boot. Median and range
+//! over the rounds (TCG here; KVM hosts are an order of magnitude faster).
+#![expect(clippy::expect_used, reason = "a benchmark: any failure ends it")]
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use svc_control::runtime::microvm::{
+    channel::Channel,
+    qemu::{Accel, Images, Launch, Qemu, VmDir},
+    qmp::Qmp,
+};
+use svc_tests::{
+    unique,
+    world::{World, microvm_images},
+};
+
+const ROUNDS: usize = 5;
+
+fn stats(v: &mut [f64]) -> String {
+    v.sort_by(f64::total_cmp);
+    format!(
+        "median {:>8.1} ms  (range {:.1}–{:.1}, n={})",
+        v[v.len() / 2],
+        v[0],
+        v[v.len() - 1],
+        v.len()
+    )
+}
+
+/// One bare boot: overlay, QEMU paused, cont, the agent's hello; then quit. Milliseconds.
+async fn bare_boot(images: &Images, accel: Accel) -> f64 {
+    let dir = VmDir(std::env::temp_dir().join(unique("svb")));
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let t = Instant::now();
+    let made = tokio::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .arg(&images.rootfs)
+        .arg(dir.disk())
+        .status()
+        .await
+        .expect("qemu-img");
+    assert!(made.success());
+    let qemu = Qemu {
+        binary: "qemu-system-x86_64".into(),
+        accel,
+        user: "svc-sandbox".into(),
+    };
+    let tap = format!("svb{}", std::process::id() % 100_000);
+    let launch = Launch {
+        dir: &dir,
+        images,
+        tap: &tap,
+        memory_mib: 512,
+        cpus: 1,
+        incoming: None,
+    };
+    // As root, without the switch to the unprivileged user (the bare floor).
+    let mut args = qemu.args(&launch);
+    if let Some(i) = args.iter().position(|a| a == "-run-with") {
+        args.drain(i..i + 2);
+    }
+    let mut child = tokio::process::Command::new("qemu-system-x86_64")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("qemu");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut qmp = loop {
+        if let Ok(q) = Qmp::connect(&dir.qmp(), Duration::from_secs(10)).await {
+            break q;
+        }
+        assert!(
+            child.try_wait().expect("qemu").is_none() && Instant::now() < deadline,
+            "QEMU did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    qmp.execute("cont", None).await.expect("cont");
+    let _channel = Channel::connect(&dir.agent(), Duration::from_secs(120))
+        .await
+        .expect("the agent answers");
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let _ = qmp.execute("quit", None).await;
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(&dir.0);
+    ms
+}
+
+fn canary(w: &World) -> serde_json::Value {
+    let out = w.svc(&["canary", "--json"]);
+    assert!(
+        out.status.success(),
+        "canary failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("canary json")
+}
+
+fn main() {
+    let dir: PathBuf = microvm_images();
+    let images = Images {
+        kernel: dir.join("vmlinuz"),
+        initrd: Some(dir.join("initrd.img")),
+        rootfs: dir.join("rootfs.ext4"),
+    };
+    let (accel, why) = Accel::choose("auto");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let w = World::start();
+    // Warm up both (page cache, first-use costs).
+    rt.block_on(bare_boot(&images, accel));
+    canary(&w);
+
+    let (mut bare, mut create, mut pause, mut snapshot, mut fork_ready, mut resume, mut destroy) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..ROUNDS {
+        bare.push(rt.block_on(bare_boot(&images, accel)));
+        let r = canary(&w);
+        let step = |name: &str| -> &serde_json::Value {
+            r["steps"]
+                .as_array()
+                .expect("steps")
+                .iter()
+                .find(|s| s["step"] == name)
+                .expect("step")
+        };
+        create.push(step("create")["ms"].as_f64().expect("ms"));
+        pause.push(step("pause")["ms"].as_f64().expect("ms"));
+        resume.push(step("resume")["ms"].as_f64().expect("ms"));
+        destroy.push(step("destroy")["ms"].as_f64().expect("ms"));
+        // "snapshot 812 ms, clone ready 1234 ms"
+        let detail = step("fork")["detail"].as_str().expect("detail").to_owned();
+        let nums: Vec<f64> = detail
+            .split(|c: char| !c.is_ascii_digit() && c != '.')
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        snapshot.push(nums[0]);
+        fork_ready.push(nums[1]);
+    }
+    let mut ratio: Vec<f64> = create.iter().zip(&bare).map(|(c, b)| c / b).collect();
+    println!(
+        "microvm lifecycle under {} ({why}), {ROUNDS} interleaved rounds, 512 MiB guest",
+        accel.name()
+    );
+    println!(
+        "  bare QEMU boot to the agent's hello  {}",
+        stats(&mut bare)
+    );
+    println!(
+        "  svc create → READY                   {}",
+        stats(&mut create)
+    );
+    println!(
+        "  pause                                {}",
+        stats(&mut pause)
+    );
+    println!(
+        "  snapshot (fork, source paused)       {}",
+        stats(&mut snapshot)
+    );
+    println!(
+        "  fork → clone READY                   {}",
+        stats(&mut fork_ready)
+    );
+    println!(
+        "  resume                               {}",
+        stats(&mut resume)
+    );
+    println!(
+        "  destroy (source and clone)           {}",
+        stats(&mut destroy)
+    );
+    ratio.sort_by(f64::total_cmp);
+    println!(
+        "  create / bare boot, per round        median {:.2}×  (range {:.2}–{:.2})",
+        ratio[ratio.len() / 2],
+        ratio[0],
+        ratio[ratio.len() - 1]
+    );
+}
