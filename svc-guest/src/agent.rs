@@ -317,8 +317,10 @@ fn replace_file(path: &std::path::Path, content: &[u8], mode: u32) -> Result<(),
         .mode(mode & 0o7777)
         .open(&tmp)
         .map_err(said)?;
+    // No fsync: these are the sandbox's configuration files, written again at every start;
+    // the rename is what makes the replacement whole (ext4 flushes a file renamed over
+    // another before the rename).
     std::io::Write::write_all(&mut f, content).map_err(said)?;
-    f.sync_all().map_err(said)?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(said)?;
     std::fs::rename(&tmp, path).map_err(said)
 }

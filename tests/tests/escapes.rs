@@ -415,7 +415,11 @@ echo "all refused"
             .collect();
         (entries, pins)
     };
-    assert_eq!(shape(fence_state(&w, id)), shape(before), "the fence changed");
+    assert_eq!(
+        shape(fence_state(&w, id)),
+        shape(before),
+        "the fence changed"
+    );
     let dir = w.dir.join("state/sandboxes/vmjail");
     let on_host: u64 = std::fs::read_dir(&dir)
         .expect("sandbox dir")

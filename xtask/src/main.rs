@@ -122,9 +122,11 @@ fn bench(which: &str) -> anyhow::Result<()> {
         "microvm" => demo::build_bins(true)
             .and_then(|()| images::build_all(&images::default_dir()))
             .and_then(|()| {
-                ui::run(&mut std::process::Command::new(
-                    "target/release/microvm-bench",
-                ))
+                // svcd's debug log says where its part of each create went.
+                ui::run(
+                    std::process::Command::new("target/release/microvm-bench")
+                        .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
+                )
             }),
         other => anyhow::bail!("no benchmark {other:?}"),
     }

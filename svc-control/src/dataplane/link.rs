@@ -219,6 +219,28 @@ impl Links {
         }
     }
 
+    /// Create a persistent tap `name` (for a VM monitor to open); its ifindex. Netlink cannot
+    /// make a tap, and the ioctl would be the only unsafe code here: `ip tuntap` does it.
+    pub async fn create_tap(&self, name: &str) -> Result<u32, DataplaneError> {
+        let out = tokio::process::Command::new("ip")
+            .args(["tuntap", "add", "dev", name, "mode", "tap"])
+            .output()
+            .await
+            .map_err(|e| netlink(&format!("creating tap {name}"), format!("running ip: {e}")))?;
+        if !out.status.success() {
+            return Err(netlink(
+                &format!("creating tap {name}"),
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ));
+        }
+        self.ifindex(name).await?.ok_or_else(|| {
+            netlink(
+                &format!("finding {name} after creating it"),
+                "not found".into(),
+            )
+        })
+    }
+
     /// Delete link `ifindex` (a veth takes its peer with it).
     pub async fn delete(&self, ifindex: u32) -> Result<(), DataplaneError> {
         self.handle

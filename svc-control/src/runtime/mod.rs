@@ -103,7 +103,7 @@ pub struct GuestHandle {
 pub enum HostEnd {
     /// A veth pair svcd makes; its other end goes into the guest's network namespace.
     Veth,
-    /// A tap the VM monitor made (named [`GuestLinks::link`]); the guest's NIC is its other
+    /// A tap (named [`GuestLinks::link`]) the VM monitor opens; the guest's NIC is its other
     /// side.
     Tap,
 }
@@ -124,8 +124,12 @@ pub trait GuestLinks: Send + Sync {
     fn link(&self) -> &str;
     /// The guest's address on the link.
     fn guest_net(&self) -> GuestNet;
-    /// Make (veth) or take (tap) the host end of the sandbox's link, address it and fence it;
-    /// its ifindex. Nothing of the guest runs yet.
+    /// Make the sandbox's tap (down, unaddressed, not yet fenced: nothing can use it before
+    /// [`GuestLinks::prepare`]), for a VM monitor to open by name.
+    fn make_tap(&self) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Make the host end of the sandbox's link (a veth pair; a tap is made by
+    /// [`GuestLinks::make_tap`] first), address it and fence it; its ifindex. Nothing of the
+    /// guest runs yet.
     fn prepare(&self, end: HostEnd) -> BoxFuture<'_, Result<u32, RuntimeError>>;
     /// Move the guest end of the link into the network namespace at `netns` and configure it
     /// (address, route via the host end), after [`GuestLinks::prepare`].

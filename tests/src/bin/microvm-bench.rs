@@ -182,6 +182,17 @@ fn main() {
         "  destroy (source and clone)           {}",
         stats(&mut destroy)
     );
+    // Where svcd's part of create goes (its debug log: launch, fence and cont, boot to the
+    // agent's hello, setup), for the last rounds.
+    let log = w.svcd_log();
+    let phases: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("microvm started"))
+        .collect();
+    for l in phases.iter().rev().take(4).rev() {
+        let fields = l.split("microvm started").nth(1).unwrap_or(l).trim();
+        println!("  svcd phases: {fields}");
+    }
     ratio.sort_by(f64::total_cmp);
     println!(
         "  create / bare boot, per round        median {:.2}×  (range {:.2}–{:.2})",

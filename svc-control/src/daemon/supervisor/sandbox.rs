@@ -232,6 +232,16 @@ impl GuestLinks for SandboxLinks<'_> {
         }
     }
 
+    fn make_tap(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.links
+                .create_tap(self.link)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.err(e.to_string()))
+        })
+    }
+
     fn prepare(&self, end: HostEnd) -> BoxFuture<'_, Result<u32, RuntimeError>> {
         Box::pin(async move {
             let net = |e: dataplane::DataplaneError| self.err(e.to_string());
@@ -246,7 +256,7 @@ impl GuestLinks for SandboxLinks<'_> {
                     .ifindex(self.link)
                     .await
                     .map_err(net)?
-                    .ok_or_else(|| self.err(format!("the monitor made no tap {}", self.link)))?,
+                    .ok_or_else(|| self.err(format!("no tap {}: make_tap first", self.link)))?,
             };
             dataplane::disable_ipv6(self.link).map_err(net)?;
             let gw_net = IpNet::V4(

@@ -183,6 +183,7 @@ impl Microvm {
         links: &dyn GuestLinks,
         images: &Images,
     ) -> Result<Started, String> {
+        let t0 = std::time::Instant::now();
         let dir = VmDir(spec.dir.clone());
         std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
         for sock in [dir.agent(), dir.qmp()] {
@@ -213,30 +214,42 @@ impl Microvm {
                 )
             })
             .map_err(|e| format!("{}: {e}", dir.disk().display()))?;
-        let pid = self
-            .monitor
-            .launch(&Launch {
-                dir: &dir,
-                images,
-                tap: links.link(),
-                memory_mib: self.config.memory_mib,
-                cpus: self.config.cpus,
-                incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
-            })
-            .await?;
+        // The tap is made and fenced while QEMU starts; QEMU opens it, and the guest runs
+        // only once both are done.
+        let launch = Launch {
+            dir: &dir,
+            images,
+            tap: links.link(),
+            memory_mib: self.config.memory_mib,
+            cpus: self.config.cpus,
+            incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
+        };
+        // QEMU attaches to the tap by name: it exists first.
+        links.make_tap().await.map_err(|e| e.to_string())?;
+        let (ifindex, pid) = tokio::try_join!(
+            async { links.prepare(HostEnd::Tap).await.map_err(|e| e.to_string()) },
+            self.monitor.launch(&launch)
+        )?;
+        let t1 = std::time::Instant::now();
         let start = start_time(pid).ok_or("QEMU exited as it started")?;
         self.limit_memory(&spec.name, pid)
             .map_err(|e| format!("the memory cgroup: {e}"))?;
-        // Fenced before the guest runs a single instruction.
-        let ifindex = links
-            .prepare(HostEnd::Tap)
-            .await
-            .map_err(|e| e.to_string())?;
         self.monitor.resume(&dir).await?;
+        let t2 = std::time::Instant::now();
         let channel = Channel::connect(&dir.agent(), BOOT_LIMIT)
             .await
             .map_err(|e| format!("the guest did not come up: {e}"))?;
+        let t3 = std::time::Instant::now();
         set_up(&channel, &spec.name, links, &spec.files).await?;
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        tracing::debug!(
+            disk_and_launch_ms = ms(t1 - t0),
+            cgroup_fence_cont_ms = ms(t2 - t1),
+            to_agent_ms = ms(t3 - t2),
+            setup_ms = ms(t3.elapsed()),
+            restored = spec.restore.is_some(),
+            "microvm started"
+        );
         self.channels().insert(spec.name.clone(), channel);
         Ok(Started {
             guest: GuestHandle {
@@ -278,36 +291,49 @@ async fn set_up(
     let net = links.guest_net();
     let mut entropy = [0u8; 64];
     getrandom::fill(&mut entropy).map_err(|e| e.to_string())?;
-    channel
-        .call(
-            &Request::Setup(Setup {
-                hostname: name.to_owned(),
-                address: format!("{}/{}", net.address, net.prefix),
-                gateway: net.gateway.to_string(),
-                entropy: entropy.iter().map(|b| format!("{b:02x}")).collect(),
-                clock_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            }),
-            b"",
-        )
-        .await
-        .map_err(|e| format!("setting the guest up: {e}"))?;
+    let setup = Request::Setup(Setup {
+        hostname: name.to_owned(),
+        address: format!("{}/{}", net.address, net.prefix),
+        gateway: net.gateway.to_string(),
+        entropy: entropy.iter().map(|b| format!("{b:02x}")).collect(),
+        clock_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    });
+    let mut contents = Vec::new();
     for (host, guest) in files {
         let content = tokio::fs::read(host)
             .await
             .map_err(|e| format!("{}: {e}", host.display()))?;
-        channel
+        contents.push((guest, content));
+    }
+    // All at once: the channel carries them side by side, each answered on its own stream.
+    let writes = contents.iter().map(|(guest, content)| async move {
+        let t = std::time::Instant::now();
+        let r = channel
             .call(
                 &Request::WriteFile {
                     path: guest.display().to_string(),
                     mode: 0o644,
                 },
-                &content,
+                content,
             )
             .await
-            .map_err(|e| format!("writing {} in the guest: {e}", guest.display()))?;
-    }
+            .map_err(|e| format!("writing {} in the guest: {e}", guest.display()));
+        tracing::debug!(file = %guest.display(), bytes = content.len(), ms = t.elapsed().as_secs_f64() * 1000.0, "written");
+        r
+    });
+    let (set_up, written) = tokio::join!(
+        async {
+            let t = std::time::Instant::now();
+            let r = channel.call(&setup, b"").await;
+            tracing::debug!(ms = t.elapsed().as_secs_f64() * 1000.0, "setup call");
+            r
+        },
+        futures::future::join_all(writes)
+    );
+    set_up.map_err(|e| format!("setting the guest up: {e}"))?;
+    written.into_iter().collect::<Result<Vec<()>, String>>()?;
     Ok(())
 }
 

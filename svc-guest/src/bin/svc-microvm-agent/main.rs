@@ -25,6 +25,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = guest::Guest::prepare() {
+        eprintln!("svc-microvm-agent: {e} (the host's setup will try again)");
+    }
     rt.block_on(run())
 }
 
