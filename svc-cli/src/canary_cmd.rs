@@ -138,6 +138,7 @@ async fn sequence(
                 secrets: Vec::new(),
                 context_path: None,
                 backend: Some(a.backend.clone()),
+                runtime_required: None,
             }),
         )
         .await

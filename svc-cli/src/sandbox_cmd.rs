@@ -111,9 +111,14 @@ pub struct CreateArgs {
     /// Create an allow-all sandbox for 72 hours for this context path.
     #[arg(long = "file", visible_alias = "context-path")]
     pub file: Option<PathBuf>,
-    /// The backend: container (the default; netns is its old name) or microvm.
+    /// The backend: container (the default; netns is its old name) or microvm. Overrides the
+    /// workspace's runtime block.
     #[arg(long, value_parser = ["container", "netns", "microvm"])]
     pub backend: Option<String>,
+    /// Take the backend from the workspace in DIR (its .svc/workspace.json `runtime` block:
+    /// the first of `required` this svcd offers; empty or absent: automatic).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
     /// Print the created sandbox as JSON.
     #[arg(long)]
     pub json: bool,
@@ -273,6 +278,18 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    let runtime_required = match &a.workspace {
+        None => None,
+        Some(dir) => {
+            let loaded = svc_control::config::loader::load_workspace(
+                dir,
+                &svc_control::config::effective::ApiParams::default(),
+                std::env::vars(),
+            )
+            .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
+            Some(loaded.effective.runtime.required)
+        }
+    };
     let req = CreateSandbox {
         name: a.name,
         allow_hosts: a.allow_host,
@@ -281,6 +298,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         secrets,
         context_path,
         backend: a.backend,
+        runtime_required,
     };
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))
@@ -317,7 +335,11 @@ fn print_sandbox(s: &SandboxView) {
     outln!("  name:              {}", s.name);
     outln!("  id:                {}", s.id);
     outln!("  state:             {}", s.state);
-    outln!("  backend:           {}", s.backend);
+    if s.backend_reason.is_empty() {
+        outln!("  backend:           {}", s.backend);
+    } else {
+        outln!("  backend:           {} ({})", s.backend, s.backend_reason);
+    }
     match &s.window_ends {
         Some(w) => outln!("  egress:            {} until {w}", s.mode),
         None => outln!("  egress:            {}", s.mode),

@@ -121,6 +121,10 @@ pub struct CreateSandbox {
     /// embedded default, `container`.
     #[serde(default)]
     pub backend: Option<String>,
+    /// A workspace's `runtime.required` (SPEC 2.5), used when `backend` is not given: the
+    /// first of these this svcd offers; empty: automatic.
+    #[serde(default)]
+    pub runtime_required: Option<Vec<crate::config::workspace::Backend>>,
 }
 
 /// `POST /v1/sandboxes/{name}/fork`.
@@ -167,6 +171,9 @@ pub struct SandboxView {
     /// `running`, or `dead` when its processes are gone (destroy it).
     pub state: String,
     pub backend: String,
+    /// Why this backend (asked for, the workspace's runtime block, or the default).
+    #[serde(default)]
+    pub backend_reason: String,
     /// `curated` or `allow-all`.
     pub mode: String,
     /// End of the AllowAll window (RFC 3339), counted from svcd's start.

@@ -301,3 +301,63 @@ fn a_backend_is_given_only_if_this_svcd_offers_it() {
         Ok(Backend::Microvm)
     );
 }
+
+#[test]
+fn a_workspace_runtime_block_selects_a_backend_as_spec_2_5_says() {
+    use svc_control::config::workspace::Backend::{Container, Microvm, Netns};
+    let why = |b: svc_control::config::workspace::Backend| format!("{} images missing", b.name());
+    struct Case {
+        name: &'static str,
+        required: Vec<svc_control::config::workspace::Backend>,
+        offered: Vec<svc_control::config::workspace::Backend>,
+        want: Result<(svc_control::config::workspace::Backend, &'static str), &'static str>,
+    }
+    for c in [
+        Case {
+            name: "empty, microvm offered: automatic picks the stronger boundary",
+            required: vec![],
+            offered: vec![Container, Microvm],
+            want: Ok((Microvm, "automatic, microvm")),
+        },
+        Case {
+            name: "empty, microvm not offered: container, and why",
+            required: vec![],
+            offered: vec![Container],
+            want: Ok((Container, "automatic, container (microvm images missing)")),
+        },
+        Case {
+            name: "microvm required and offered",
+            required: vec![Microvm],
+            offered: vec![Container, Microvm],
+            want: Ok((Microvm, "lists microvm first and this svcd offers it")),
+        },
+        Case {
+            name: "microvm required, not offered: unsatisfiable",
+            required: vec![Microvm],
+            offered: vec![Container],
+            want: Err("cannot be met here: microvm is not offered: microvm images missing"),
+        },
+        Case {
+            name: "prefer-first falls back to the next listed",
+            required: vec![Microvm, Container],
+            offered: vec![Container],
+            want: Ok((Container, "prefer-first: container (microvm is not offered")),
+        },
+        Case {
+            name: "the old name netns is container",
+            required: vec![Netns],
+            offered: vec![Container],
+            want: Ok((Container, "lists container first")),
+        },
+    ] {
+        let got = creation::select_runtime(&c.required, &c.offered, why);
+        match (got, c.want) {
+            (Ok((b, reason)), Ok((want_b, want_reason))) => {
+                assert_eq!(b, want_b, "{}", c.name);
+                assert!(reason.contains(want_reason), "{}: {reason}", c.name);
+            }
+            (Err(e), Err(want)) => assert!(e.to_string().contains(want), "{}: {e}", c.name),
+            (got, want) => panic!("{}: got {got:?}, want {want:?}", c.name),
+        }
+    }
+}

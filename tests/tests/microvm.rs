@@ -343,3 +343,35 @@ fn the_lifecycle_canary_runs_create_pause_fork_resume_destroy() {
         serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
     assert!(list.is_empty(), "the failed canary left {list:?}");
 }
+
+#[test]
+fn a_workspace_that_requires_microvm_gets_one_and_says_why() {
+    require_root();
+    microvm_images();
+    let mut w = World::start();
+    let ws = w.dir.join("project");
+    std::fs::create_dir_all(ws.join(".svc")).expect("mkdir");
+    std::fs::write(
+        ws.join(".svc/workspace.json"),
+        r#"{"version": 1, "runtime": {"required": ["microvm"], "selection": "prefer-first"}}"#,
+    )
+    .expect("workspace.json");
+    let ws_arg = ws.display().to_string();
+    let out = w.svc_ok(&["sandbox", "create", "--workspace", &ws_arg, "wsvm"]);
+    assert!(
+        out.contains("backend:           microvm (runtime.required lists microvm first"),
+        "{out}"
+    );
+    assert_eq!(w.show("wsvm")["backend"], "microvm");
+    w.destroy_checked("wsvm");
+    // The same workspace where svcd has no microvm images: refused, naming why.
+    w.kill_svcd();
+    w.start_svcd_with_env(&[("SVC_MICROVM_KERNEL", None)]);
+    let out = w.svc(&["sandbox", "create", "--workspace", &ws_arg, "wsvm2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the workspace's runtime.required cannot be met here: microvm is not offered: the microvm backend needs SVC_MICROVM_KERNEL"),
+        "{err}"
+    );
+}

@@ -250,16 +250,37 @@ impl Supervisor {
     fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
         let secrets = creation_secrets(&req.secrets);
         let offered = self.backends.offered();
-        let backend = creation::backend(req.backend.as_deref(), &offered).map_err(|e| match e {
-            creation::CreationError::BackendUnavailable("microvm", _) => {
-                Failure::unsupported(format!(
-                    "{e}: {}",
-                    self.backends.microvm_unavailable().unwrap_or_default()
-                ))
+        let why_not = |b: crate::config::workspace::Backend| match b.canonical() {
+            crate::config::workspace::Backend::Microvm => self
+                .backends
+                .microvm_unavailable()
+                .unwrap_or_else(|| "offered".into()),
+            _ => "offered".into(),
+        };
+        let (backend, backend_reason) = match (&req.backend, &req.runtime_required) {
+            (None, Some(required)) => creation::select_runtime(required, &offered, why_not)
+                .map_err(|e| Failure::unsupported(e.to_string()))?,
+            (asked, _) => {
+                let b = creation::backend(asked.as_deref(), &offered).map_err(|e| match e {
+                    creation::CreationError::BackendUnavailable("microvm", _) => {
+                        Failure::unsupported(format!(
+                            "{e}: {}",
+                            why_not(crate::config::workspace::Backend::Microvm)
+                        ))
+                    }
+                    creation::CreationError::BackendUnavailable(..) => {
+                        Failure::unsupported(e.to_string())
+                    }
+                    other => Failure::bad(other.to_string()),
+                })?;
+                let reason = if asked.is_some() {
+                    format!("--backend {}", b.name())
+                } else {
+                    "the default (svcd's embedded backend)".to_owned()
+                };
+                (b, reason)
             }
-            creation::CreationError::BackendUnavailable(..) => Failure::unsupported(e.to_string()),
-            other => Failure::bad(other.to_string()),
-        })?;
+        };
         let plan = creation::plan(&self.config.host, &creation_request(req, &secrets))
             .map_err(|e| Failure::bad(e.to_string()))?;
         let placeholders = plan
@@ -276,6 +297,7 @@ impl Supervisor {
         Ok(Plan {
             envelope: Envelope {
                 backend: backend.name().to_owned(),
+                backend_reason,
                 extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),
                 egress: match plan.egress {

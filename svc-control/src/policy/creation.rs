@@ -89,6 +89,8 @@ pub enum CreationError {
     UnknownBackend(String),
     #[error("--backend {0}: this svcd does not offer that backend (it offers: {1})")]
     BackendUnavailable(&'static str, String),
+    #[error("the workspace's runtime.required cannot be met here: {0}")]
+    RuntimeUnsatisfiable(String),
 }
 
 /// The backend a request gets: the one asked for if this svcd offers it (`netns` is
@@ -121,6 +123,58 @@ pub fn backend(
     } else {
         Err(CreationError::BackendUnavailable(wanted.name(), list()))
     }
+}
+
+/// The backend a workspace's `runtime` block selects (SPEC 2.5), and why, in words for the
+/// user. `required` empty: automatic — the microvm backend when this svcd offers it (the
+/// boundary for hostile code), else the container backend. Otherwise the first backend of
+/// `required` this svcd offers (`selection: prefer-first`, the only selection); none offered is
+/// an error naming each and why it is not (`why_not`).
+pub fn select_runtime(
+    required: &[crate::config::workspace::Backend],
+    offered: &[crate::config::workspace::Backend],
+    why_not: impl Fn(crate::config::workspace::Backend) -> String,
+) -> Result<(crate::config::workspace::Backend, String), CreationError> {
+    use crate::config::workspace::Backend;
+    let offers = |b: Backend| offered.iter().any(|o| o.canonical() == b.canonical());
+    if required.is_empty() {
+        return Ok(if offers(Backend::Microvm) {
+            (
+                Backend::Microvm,
+                "runtime.required is empty: automatic, microvm (the stronger boundary) is offered"
+                    .to_owned(),
+            )
+        } else {
+            (
+                Backend::Container,
+                format!(
+                    "runtime.required is empty: automatic, container ({})",
+                    why_not(Backend::Microvm)
+                ),
+            )
+        });
+    }
+    let mut skipped = Vec::new();
+    for b in required {
+        let b = b.canonical();
+        if offers(b) {
+            let reason = if skipped.is_empty() {
+                format!(
+                    "runtime.required lists {} first and this svcd offers it",
+                    b.name()
+                )
+            } else {
+                format!(
+                    "runtime.required, prefer-first: {} ({})",
+                    b.name(),
+                    skipped.join("; ")
+                )
+            };
+            return Ok((b, reason));
+        }
+        skipped.push(format!("{} is not offered: {}", b.name(), why_not(b)));
+    }
+    Err(CreationError::RuntimeUnsatisfiable(skipped.join("; ")))
 }
 
 /// The mode a request implies: `--file` means AllowAll, else `--egress`, else Curated.

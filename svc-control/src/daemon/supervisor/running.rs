@@ -61,6 +61,7 @@ impl Supervisor {
                 "running".into()
             },
             backend: l.envelope.backend.clone(),
+            backend_reason: l.envelope.backend_reason.clone(),
             mode: match l.mode {
                 EgressMode::Curated => "curated".into(),
                 EgressMode::AllowAll => "allow-all".into(),
@@ -246,6 +247,7 @@ impl Supervisor {
                 secrets: secrets.clone(),
                 context_path: envelope.context_path.clone(),
                 backend: Some(envelope.backend.clone()),
+                runtime_required: None,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

@@ -33,6 +33,9 @@ pub(super) struct StoredPlaceholder {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
     pub(super) backend: String,
+    /// Why this backend (absent in sandboxes made before it was recorded).
+    #[serde(default)]
+    pub(super) backend_reason: String,
     /// `--allow-host` hosts, as given (validated).
     pub(super) extra_hosts: Vec<String>,
     pub(super) repo: Option<String>,
