@@ -637,6 +637,20 @@ impl Drop for World {
             );
             let _ = c.wait();
         }
+        // Whatever svcd could not destroy (a test that killed it): VM monitors run in their own
+        // process group and name this world's directory on their command line.
+        let mine = self.dir.display().to_string();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&mine)
+                && let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>()
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
         let _ = self.outside_world.kill();
         let _ = self.outside_world.wait();
         remove_cgroups(&self.cgroup_parent);

@@ -543,9 +543,9 @@ fn bad_requests_are_refused_with_clear_errors() {
         ),
         ("unknown", &["sandbox", "show", "nope"], "no sandbox named"),
         (
-            "microvm_not_offered_yet",
-            &["sandbox", "create", "--backend", "microvm", "vm"],
-            "does not offer that backend",
+            "backend_unknown",
+            &["sandbox", "create", "--backend", "docker", "vm"],
+            "invalid value 'docker'",
         ),
         (
             "exec_unknown",
