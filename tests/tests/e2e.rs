@@ -570,8 +570,13 @@ fn bad_requests_are_refused_with_clear_errors() {
     );
     let again = w.svc(&["sandbox", "create", "dup"]);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
-    let fork = w.svc(&["sandbox", "fork", "dup"]);
+    let fork = w.svc(&["sandbox", "fork", "dup", "dup2"]);
     assert!(String::from_utf8_lossy(&fork.stderr).contains("container backend cannot fork"));
+    let fork = w.svc(&["sandbox", "fork", "dup"]);
+    assert!(
+        String::from_utf8_lossy(&fork.stderr).contains("<CLONES>..."),
+        "fork without clone names says what it needs"
+    );
     let upgrade = w.svc(&["supervisor-upgrade"]);
     let err = String::from_utf8_lossy(&upgrade.stderr);
     assert!(err.contains("R-7") && err.contains("--force"), "{err}");
