@@ -174,6 +174,9 @@ pub struct SandboxView {
     /// Why this backend (asked for, the workspace's runtime block, or the default).
     #[serde(default)]
     pub backend_reason: String,
+    /// Host directories shared live into the guest (`HOST -> GUEST`), fixed at creation.
+    #[serde(default)]
+    pub live_mounts: Vec<String>,
     /// `curated` or `allow-all`.
     pub mode: String,
     /// End of the AllowAll window (RFC 3339), counted from svcd's start.

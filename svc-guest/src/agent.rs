@@ -36,6 +36,8 @@ const DRAIN_IDLE: Duration = Duration::from_millis(500);
 /// name, the entropy pool. The guest's implementation is in the agent binary.
 pub trait System: Send + Sync {
     fn setup(&self, setup: &Setup) -> Result<(), String>;
+    /// Mount the virtio-fs file system `tag` at `path`.
+    fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
 }
 
 /// What the agent knows of one open stream, for the frames that follow its `Open`.
@@ -251,6 +253,24 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                     Ok(Ok(())) => Frame::i32(id, Kind::Exit, 0),
                     Ok(Err(e)) => error(id, format!("setup: {e}")),
                     Err(e) => error(id, format!("setup: {e}")),
+                }
+            }
+            Request::Mount { tag, path } => {
+                let system = system.clone();
+                let done = tokio::task::spawn_blocking(move || {
+                    let p = std::path::Path::new(&path);
+                    if !p.is_absolute()
+                        || p.components().any(|c| c == std::path::Component::ParentDir)
+                    {
+                        return Err(format!("{path}: not an absolute path without `..`"));
+                    }
+                    system.mount(&tag, &path)
+                })
+                .await;
+                match done {
+                    Ok(Ok(())) => Frame::i32(id, Kind::Exit, 0),
+                    Ok(Err(e)) => error(id, format!("mount: {e}")),
+                    Err(e) => error(id, format!("mount: {e}")),
                 }
             }
         };

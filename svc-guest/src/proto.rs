@@ -190,6 +190,8 @@ pub enum Request {
     WriteFile { path: String, mode: u32 },
     /// Configure the guest for its sandbox: at boot and again in each clone after a fork.
     Setup(Setup),
+    /// Mount the virtio-fs file system `tag` at `path` (made if missing).
+    Mount { tag: String, path: String },
 }
 
 /// A command to run.

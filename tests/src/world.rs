@@ -140,6 +140,16 @@ impl World {
 
     /// [`World::start`] with extra lines for svcd.toml's `[container]` table (limits).
     pub fn start_with(container: &str) -> Self {
+        Self::start_full(container, "")
+    }
+
+    /// [`World::start`] with the coding agent's home `dir` shared live into microvm sandboxes
+    /// (`credentials.agent_home`).
+    pub fn start_with_agent_home(dir: &Path) -> Self {
+        Self::start_full("", &format!("agent_home = \"{}\"", dir.display()))
+    }
+
+    fn start_full(container: &str, credentials: &str) -> Self {
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -249,6 +259,9 @@ upstreams = ["{DNS}"]
 extra_roots = ["{ca}"]
 [credentials]
 code_host_token_file = "{token}"
+{credentials}
+[microvm]
+{virtiofsd}
 [container]
 image = "{image}"
 cgroup_parent = "{cgroup_parent}"
@@ -257,6 +270,10 @@ cgroup_parent = "{cgroup_parent}"
 listen = "127.0.0.1:{METRICS_PORT}"
 "#,
                 image = image_dir().display(),
+                virtiofsd = virtiofsd().map_or(String::new(), |p| format!(
+                    "virtiofsd = \"{}\"",
+                    p.display()
+                )),
                 state = dir.join("state").display(),
                 socket = socket.display(),
                 pins = pins.path.display(),
@@ -522,6 +539,12 @@ listen = "127.0.0.1:{METRICS_PORT}"
             "the state row of {name} is left"
         );
     }
+}
+
+/// virtiofsd as `cargo xtask setup --tests` installs it (`target/tools/bin`), if it is there.
+pub fn virtiofsd() -> Option<PathBuf> {
+    let target = image_dir().parent()?.parent()?.to_path_buf();
+    Some(target.join("tools/bin/virtiofsd")).filter(|p| p.exists())
 }
 
 /// The microvm images `cargo xtask images` builds next to the base image.

@@ -375,3 +375,94 @@ fn a_workspace_that_requires_microvm_gets_one_and_says_why() {
         "{err}"
     );
 }
+
+#[test]
+fn the_coding_agents_home_is_shared_live_and_read_write() {
+    require_root();
+    microvm_images();
+    assert!(
+        svc_tests::world::virtiofsd().is_some(),
+        "virtiofsd is missing: `cargo xtask setup --tests` installs it into target/tools"
+    );
+    let base = std::env::temp_dir().join(svc_tests::unique("agh"));
+    let home = base.join(".claude");
+    std::fs::create_dir_all(&home).expect("agent home");
+    std::fs::write(home.join(".credentials.json"), r#"{"token":"host-1"}"#).expect("creds");
+    // A user's directory: not root's.
+    for p in [&home, &home.join(".credentials.json")] {
+        std::os::unix::fs::chown(p, Some(1234), Some(1234)).expect("chown");
+    }
+    let w = World::start_with_agent_home(&home);
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "agent"]);
+    let view = w.show("agent");
+    assert_eq!(
+        view["live_mounts"][0],
+        format!("{} -> /root/.claude", home.display()),
+        "{view}"
+    );
+    let (code, out, err) = w.sh(
+        "agent",
+        "cat /root/.claude/.credentials.json; echo; stat -c %u /root/.claude/.credentials.json; \
+         echo from-guest > /root/.claude/written-in-guest",
+    );
+    assert_eq!(code, 0, "{err}\n{}", w.svcd_log());
+    assert_eq!(
+        out, "{\"token\":\"host-1\"}\n0\n",
+        "the guest's root sees the owner's files as its own"
+    );
+    let written = home.join("written-in-guest");
+    assert_eq!(
+        std::fs::read_to_string(&written).expect("on the host"),
+        "from-guest\n"
+    );
+    let meta = std::fs::metadata(&written).expect("meta");
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::gid(&meta)
+        ),
+        (1234, 1234),
+        "the guest's root wrote as the directory's owner, not as the host's root"
+    );
+    // The host refreshes the token: the guest sees it at once (live, not a copy).
+    std::fs::write(home.join(".credentials.json"), r#"{"token":"host-2"}"#).expect("refresh");
+    let (_, out, _) = w.sh("agent", "cat /root/.claude/.credentials.json");
+    assert_eq!(out, r#"{"token":"host-2"}"#);
+    // The sandbox's other paths stay its own.
+    let (code, _, _) = w.sh(
+        "agent",
+        "test -e /root/.claude/../.claude/.credentials.json",
+    );
+    assert_eq!(code, 0);
+    assert!(!base.join("written-elsewhere").exists());
+
+    // A clone keeps the mount (its own virtiofsd on the same directory).
+    let out = w.svc(&["sandbox", "fork", "agent", "agent2"]);
+    assert!(
+        out.status.success(),
+        "fork with a live mount: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.svcd_log()
+    );
+    let (code, out, err) = w.sh(
+        "agent2",
+        "cat /root/.claude/written-in-guest && echo clone > /root/.claude/from-clone",
+    );
+    assert_eq!((code, out.as_str()), (0, "from-guest\n"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(home.join("from-clone")).expect("clone wrote"),
+        "clone\n"
+    );
+    w.destroy_checked("agent2");
+    w.destroy_checked("agent");
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("virtiofsd.*{}", w.dir.display())])
+        .output()
+        .expect("pgrep");
+    assert!(
+        left.stdout.is_empty(),
+        "virtiofsd left running: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -75,7 +75,8 @@ pub fn run() -> anyhow::Result<()> {
 /// What the microvm demo needs besides: QEMU.
 pub fn for_microvm() -> anyhow::Result<()> {
     run()?;
-    qemu()
+    qemu()?;
+    virtiofsd()
 }
 
 /// What the tests need besides: the licence and advisory gate, and QEMU for the microvm
@@ -83,7 +84,58 @@ pub fn for_microvm() -> anyhow::Result<()> {
 pub fn for_tests() -> anyhow::Result<()> {
     run()?;
     qemu()?;
+    virtiofsd()?;
     cargo_deny()
+}
+
+/// virtiofsd release whose rust-version fits the machine's stable compiler.
+const VIRTIOFSD_VERSION: &str = "1.14.0";
+
+/// virtiofsd (the microvm backend's live mount), built from crates.io into `target/tools`
+/// (Debian 12 does not package a version that can be migrated); it links libseccomp and
+/// libcap-ng.
+fn virtiofsd() -> anyhow::Result<()> {
+    let bin = std::path::Path::new("target/tools/bin/virtiofsd");
+    if let Ok(v) = ui::output(Command::new(bin).arg("--version"))
+        && v.contains(VIRTIOFSD_VERSION)
+    {
+        ui::ok(&format!("virtiofsd ({})", v.trim()));
+        return Ok(());
+    }
+    let missing: Vec<&str> = ["libseccomp-dev", "libcap-ng-dev"]
+        .into_iter()
+        .filter(|p| {
+            let status = ui::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]));
+            !matches!(status, Ok(s) if s.contains("install ok installed"))
+        })
+        .collect();
+    if !missing.is_empty() {
+        ui::info(&format!(
+            "virtiofsd links {}: installing",
+            missing.join(", ")
+        ));
+        ui::run(Command::new("apt-get").args(["update", "-q"]))?;
+        ui::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+    ui::info(&format!(
+        "building virtiofsd {VIRTIOFSD_VERSION} (about a minute)"
+    ));
+    ui::run(Command::new("cargo").args([
+        "install",
+        "virtiofsd",
+        "--version",
+        VIRTIOFSD_VERSION,
+        "--locked",
+        "--root",
+        "target/tools",
+    ]))?;
+    ui::ok("virtiofsd installed in target/tools/bin");
+    Ok(())
 }
 
 /// QEMU 10 (`qemu-system-x86`) from the suite's backports, enabled by copying this machine's

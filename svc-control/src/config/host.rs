@@ -65,6 +65,8 @@ pub struct MicrovmFile {
     pub accel: Option<String>,
     /// The unprivileged user QEMU runs as once it has opened its devices.
     pub user: Option<String>,
+    /// virtiofsd (1.11 or later), which serves the coding agent's live mount.
+    pub virtiofsd: Option<PathBuf>,
 }
 
 /// `[metrics]`: Prometheus metrics over HTTP (off unless `listen` is set).
@@ -101,6 +103,11 @@ pub struct CredentialsFile {
     /// The host's code-host token (one line): what `svc sandbox create --repo` brokers as
     /// CODE_HOST_TOKEN when no `--secret CODE_HOST_TOKEN@…` is given. Read at each creation.
     pub code_host_token_file: Option<PathBuf>,
+    /// The coding agent's home on the host (SPEC 5.2, e.g. `/home/alice/.claude`): mounted
+    /// read-write into every sandbox made while this is set (microvm backend: virtiofs).
+    pub agent_home: Option<PathBuf>,
+    /// Where the guest sees it (default: `/root/` and the host directory's name).
+    pub agent_home_guest: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -199,6 +206,7 @@ pub struct MicrovmConfig {
     /// `auto`, `kvm` or `tcg`.
     pub accel: String,
     pub user: String,
+    pub virtiofsd: PathBuf,
 }
 
 /// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
@@ -232,6 +240,8 @@ pub struct HostConfig {
     pub proxy_extra_roots: Vec<PathBuf>,
     /// The host's code-host token file (`credentials.code_host_token_file`).
     pub code_host_token_file: Option<PathBuf>,
+    /// The coding agent's home: (host directory, guest path) (`credentials.agent_home`).
+    pub agent_home: Option<(PathBuf, PathBuf)>,
     pub container: ContainerConfig,
     pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
@@ -451,6 +461,30 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             format!("expected an absolute path, got {}", p.display()),
         );
     }
+    let agent_home = match f.credentials.agent_home {
+        None => None,
+        Some(host) => {
+            let guest = f.credentials.agent_home_guest.unwrap_or_else(|| {
+                Path::new("/root").join(host.file_name().unwrap_or(std::ffi::OsStr::new("agent")))
+            });
+            for (key, p) in [
+                ("credentials.agent_home", &host),
+                ("credentials.agent_home_guest", &guest),
+            ] {
+                if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir)
+                {
+                    err(
+                        key,
+                        format!(
+                            "expected an absolute path without `..`, got {}",
+                            p.display()
+                        ),
+                    );
+                }
+            }
+            Some((host, guest))
+        }
+    };
     let proxy_extra_roots = f.proxy.extra_roots.unwrap_or_default();
     for (i, r) in proxy_extra_roots.iter().enumerate() {
         if !r.is_absolute() {
@@ -495,6 +529,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             proxy_port,
             proxy_extra_roots,
             code_host_token_file,
+            agent_home,
             container,
             microvm,
             metrics_listen,
@@ -639,6 +674,7 @@ fn microvm(f: MicrovmFile, err: &mut impl FnMut(&str, String)) -> MicrovmConfig 
         cpus,
         accel,
         user,
+        virtiofsd: f.virtiofsd.unwrap_or_else(|| PathBuf::from("virtiofsd")),
     }
 }
 

@@ -37,7 +37,7 @@ use crate::{
         request::SandboxPolicy,
     },
     proxy::{ProxySandbox, ca::SandboxCa},
-    runtime::{Backends, GuestSpec},
+    runtime::{Backends, GuestSpec, SharedDir},
     store::Store,
 };
 
@@ -195,10 +195,14 @@ impl Supervisor {
     pub(super) async fn create_in_span(
         &self,
         mut req: CreateSandbox,
-        restore: Option<crate::runtime::Snapshot>,
+        restore: Option<(crate::runtime::Snapshot, Vec<SharedDir>)>,
     ) -> Result<SandboxView, Failure> {
         self.host_code_token(&mut req)?;
-        let plan = self.plan(&req)?;
+        let mut plan = self.plan(&req)?;
+        if let Some((_, mounts)) = &restore {
+            // A clone has its source's devices, whatever the configuration says now.
+            plan.envelope.live_mounts.clone_from(mounts);
+        }
         let backend = plan.envelope.backend.clone();
         let created = SystemTime::now();
         let created_at = rfc3339(created);
@@ -208,7 +212,13 @@ impl Supervisor {
             .store()
             .reserve(&req.name, &prelim, &created_at, self.max_id())?;
         match self
-            .build(&req, plan, id, (created, created_at), restore)
+            .build(
+                &req,
+                plan,
+                id,
+                (created, created_at),
+                restore.map(|(s, _)| s),
+            )
             .await
         {
             Ok(view) => Ok(view),
@@ -298,6 +308,18 @@ impl Supervisor {
             envelope: Envelope {
                 backend: backend.name().to_owned(),
                 backend_reason,
+                // The coding agent's live mount (SPEC 5.2), fixed now: the microvm backend
+                // shares it over virtio-fs (the container backend's bind mount comes with the
+                // credentials work).
+                live_mounts: match (&self.config.host.agent_home, backend.canonical()) {
+                    (Some((host, guest)), crate::config::workspace::Backend::Microvm) => {
+                        vec![SharedDir {
+                            host: host.clone(),
+                            guest: guest.clone(),
+                        }]
+                    }
+                    _ => Vec::new(),
+                },
                 extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),
                 egress: match plan.egress {
@@ -348,6 +370,7 @@ impl Supervisor {
                     dir: dir.clone(),
                     files,
                     restore,
+                    shared: envelope.live_mounts.clone(),
                 },
                 &SandboxLinks {
                     links: &self.links,

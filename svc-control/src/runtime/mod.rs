@@ -75,6 +75,15 @@ pub struct GuestSpec {
     pub files: Vec<(PathBuf, PathBuf)>,
     /// Start from this snapshot of another guest (a fork's clone) instead of booting.
     pub restore: Option<Snapshot>,
+    /// Host directories the guest sees read-write, live (the coding agent's home, SPEC 5.2).
+    pub shared: Vec<SharedDir>,
+}
+
+/// A host directory shared into a guest read-write.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedDir {
+    pub host: PathBuf,
+    pub guest: PathBuf,
 }
 
 /// A paused guest saved for forking: its memory and device state, and its disk as it was.

@@ -60,6 +60,7 @@ async fn bare_boot(images: &Images, accel: Accel) -> f64 {
         memory_mib: 512,
         cpus: 1,
         incoming: None,
+        shared: &[],
     };
     // As root, without the switch to the unprivileged user (the bare floor).
     let mut args = qemu.args(&launch);

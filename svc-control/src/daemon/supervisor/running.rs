@@ -62,6 +62,12 @@ impl Supervisor {
             },
             backend: l.envelope.backend.clone(),
             backend_reason: l.envelope.backend_reason.clone(),
+            live_mounts: l
+                .envelope
+                .live_mounts
+                .iter()
+                .map(|m| format!("{} -> {}", m.host.display(), m.guest.display()))
+                .collect(),
             mode: match l.mode {
                 EgressMode::Curated => "curated".into(),
                 EgressMode::AllowAll => "allow-all".into(),
@@ -252,7 +258,7 @@ impl Supervisor {
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();
             match tracing::Instrument::instrument(
-                self.create_in_span(create, Some(snap.clone())),
+                self.create_in_span(create, Some((snap.clone(), envelope.live_mounts.clone()))),
                 span,
             )
             .await

@@ -36,6 +36,9 @@ pub struct Envelope {
     /// Why this backend (absent in sandboxes made before it was recorded).
     #[serde(default)]
     pub(super) backend_reason: String,
+    /// Host directories the guest sees live (fixed at creation: SPEC 5.2, R-7).
+    #[serde(default)]
+    pub(super) live_mounts: Vec<crate::runtime::SharedDir>,
     /// `--allow-host` hosts, as given (validated).
     pub(super) extra_hosts: Vec<String>,
     pub(super) repo: Option<String>,

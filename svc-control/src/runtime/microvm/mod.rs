@@ -176,6 +176,80 @@ impl Microvm {
         Ok((user.uid.as_raw(), user.gid.as_raw()))
     }
 
+    /// Start a virtiofsd for each shared directory (the guest's root is the directory
+    /// owner there); their sockets and tags.
+    async fn serve_shared(
+        &self,
+        dir: &VmDir,
+        shared: &[super::SharedDir],
+    ) -> Result<Vec<(PathBuf, String)>, String> {
+        let mut out = Vec::new();
+        for (i, d) in shared.iter().enumerate() {
+            let meta = std::fs::metadata(&d.host).map_err(|e| {
+                format!("the live mount's host directory {}: {e}", d.host.display())
+            })?;
+            if !meta.is_dir() {
+                return Err(format!(
+                    "the live mount's host {} is not a directory",
+                    d.host.display()
+                ));
+            }
+            let (uid, gid) = (
+                std::os::unix::fs::MetadataExt::uid(&meta),
+                std::os::unix::fs::MetadataExt::gid(&meta),
+            );
+            let socket = dir.fs_socket(i);
+            let log = std::fs::File::create(dir.0.join(format!("fs{i}.log")))
+                .map_err(|e| format!("virtiofsd's log: {e}"))?;
+            let child = tokio::process::Command::new(&self.config.virtiofsd)
+                .arg("--socket-path")
+                .arg(&socket)
+                .arg("--shared-dir")
+                .arg(&d.host)
+                .args(["--sandbox", "namespace", "--cache", "auto"])
+                .args([
+                    "--migration-mode",
+                    "find-paths",
+                    "--migration-on-error",
+                    "guest-error",
+                ])
+                // The guest's root writes as the directory's owner, and sees the owner's files
+                // as its own.
+                .arg("--translate-uid")
+                .arg(format!("map:0:{uid}:1"))
+                .arg("--translate-gid")
+                .arg(format!("map:0:{gid}:1"))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+                .map_err(|e| format!("running {}: {e}", self.config.virtiofsd.display()))?;
+            if let Some(pid) = child.id() {
+                let _ = std::fs::write(dir.fs_pidfile(i), pid.to_string());
+            }
+            let mut child = child;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !socket.exists() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let said = std::fs::read_to_string(dir.0.join(format!("fs{i}.log")))
+                        .unwrap_or_default();
+                    return Err(format!("virtiofsd exited ({status}): {}", said.trim()));
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err("virtiofsd did not open its socket within 10 s".into());
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Reaped whenever it ends (it ends with QEMU's connection).
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+            out.push((socket, format!("svcfs{i}")));
+        }
+        Ok(out)
+    }
+
     /// Launch, fence, boot and set up a guest.
     async fn boot(
         &self,
@@ -214,6 +288,8 @@ impl Microvm {
                 )
             })
             .map_err(|e| format!("{}: {e}", dir.disk().display()))?;
+        // The live mounts: one virtiofsd each, up before QEMU connects to it.
+        let shared = self.serve_shared(&dir, &spec.shared).await?;
         // The tap is made and fenced while QEMU starts; QEMU opens it, and the guest runs
         // only once both are done.
         let launch = Launch {
@@ -223,6 +299,7 @@ impl Microvm {
             memory_mib: self.config.memory_mib,
             cpus: self.config.cpus,
             incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
+            shared: &shared,
         };
         // QEMU attaches to the tap by name: it exists first.
         links.make_tap().await.map_err(|e| e.to_string())?;
@@ -241,6 +318,21 @@ impl Microvm {
             .map_err(|e| format!("the guest did not come up: {e}"))?;
         let t3 = std::time::Instant::now();
         set_up(&channel, &spec.name, links, &spec.files).await?;
+        if spec.restore.is_none() {
+            // A clone's mounts came with its memory.
+            for ((_, tag), dir) in shared.iter().zip(&spec.shared) {
+                channel
+                    .call(
+                        &Request::Mount {
+                            tag: tag.clone(),
+                            path: dir.guest.display().to_string(),
+                        },
+                        b"",
+                    )
+                    .await
+                    .map_err(|e| format!("the live mount of {}: {e}", dir.host.display()))?;
+            }
+        }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         tracing::debug!(
             disk_and_launch_ms = ms(t1 - t0),
@@ -407,6 +499,22 @@ impl Backend for Microvm {
                     }
                 }
                 removed.push(format!("QEMU (pid {pid})"));
+            }
+            for i in 0.. {
+                let Ok(pid) = std::fs::read_to_string(dir.fs_pidfile(i)) else {
+                    break;
+                };
+                if let Ok(pid) = pid.trim().parse::<i32>()
+                    && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                        String::from_utf8_lossy(&c).contains(&dir.0.display().to_string())
+                    })
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    removed.push(format!("virtiofsd (pid {pid})"));
+                }
             }
             let (cgroup, _) = self.cgroup(name);
             if cgroup.exists() {

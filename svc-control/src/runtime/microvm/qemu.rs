@@ -39,6 +39,14 @@ impl VmDir {
     pub fn log(&self) -> PathBuf {
         self.0.join("qemu.log")
     }
+    /// virtiofsd's socket for shared directory `i`.
+    pub fn fs_socket(&self, i: usize) -> PathBuf {
+        self.0.join(format!("fs{i}.sock"))
+    }
+    /// virtiofsd's pid for shared directory `i`.
+    pub fn fs_pidfile(&self, i: usize) -> PathBuf {
+        self.0.join(format!("fs{i}.pid"))
+    }
 }
 
 /// The kernel, initramfs and root file system images (SPEC 2.8).
@@ -149,6 +157,8 @@ pub struct Launch<'a> {
     pub cpus: u32,
     /// Restore from this snapshot instead of booting (a fork's clone).
     pub incoming: Option<&'a Path>,
+    /// virtio-fs devices: (the virtiofsd socket, the tag the guest mounts).
+    pub shared: &'a [(PathBuf, String)],
 }
 
 /// A VM monitor.
@@ -185,7 +195,20 @@ impl Qemu {
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |s: &str| a.push(s.into());
         push("-M");
-        push("microvm,pit=on,acpi=on");
+        if vm.shared.is_empty() {
+            push("microvm,pit=on,acpi=on");
+        } else {
+            // vhost-user devices (virtiofsd) need the guest's RAM in shared memory, and modern
+            // virtio-mmio.
+            push("microvm,pit=on,acpi=on,memory-backend=mem");
+            push("-object");
+            push(&format!(
+                "memory-backend-memfd,id=mem,size={}M,share=on",
+                vm.memory_mib
+            ));
+            push("-global");
+            push("virtio-mmio.force-legacy=false");
+        }
         push("-accel");
         push(match self.accel {
             Accel::Kvm => "kvm",
@@ -259,6 +282,12 @@ impl Qemu {
         );
         a.push("-device".into());
         a.push("virtio-net-device,netdev=net,mac=52:54:00:5c:00:02".into());
+        for (i, (socket, tag)) in vm.shared.iter().enumerate() {
+            a.push("-chardev".into());
+            a.push(format!("socket,id=fs{i},path={}", socket.display()).into());
+            a.push("-device".into());
+            a.push(format!("vhost-user-fs-device,chardev=fs{i},tag={tag}").into());
+        }
         a.push("-qmp".into());
         a.push(format!("unix:{},server=on,wait=off", vm.dir.qmp().display()).into());
         a.push("-pidfile".into());
@@ -537,6 +566,7 @@ mod tests {
             memory_mib: 512,
             cpus: 1,
             incoming: None,
+            shared: &[],
         };
         let args: Vec<String> = q
             .args(&launch)
@@ -569,5 +599,25 @@ mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         assert!(joined.join(" ").ends_with("-incoming defer"));
+        let shared = [(PathBuf::from("/s/fs0.sock"), "svcfs0".to_owned())];
+        let with_fs = Launch {
+            shared: &shared,
+            ..launch
+        };
+        let joined: Vec<String> = q
+            .args(&with_fs)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = joined.join(" ");
+        for want in [
+            "memory-backend=mem",
+            "memory-backend-memfd,id=mem,size=512M,share=on",
+            "virtio-mmio.force-legacy=false",
+            "socket,id=fs0,path=/s/fs0.sock",
+            "vhost-user-fs-device,chardev=fs0,tag=svcfs0",
+        ] {
+            assert!(joined.contains(want), "{want} missing from {joined}");
+        }
     }
 }

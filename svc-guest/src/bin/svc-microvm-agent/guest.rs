@@ -49,6 +49,18 @@ async fn link_index(handle: &rtnetlink::Handle, name: &str) -> Result<u32, Strin
 }
 
 impl svc_guest::agent::System for Guest {
+    fn mount(&self, tag: &str, path: &str) -> Result<(), String> {
+        std::fs::create_dir_all(path).map_err(|e| format!("{path}: {e}"))?;
+        rustix::mount::mount(
+            tag,
+            path,
+            "virtiofs",
+            rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+            None,
+        )
+        .map_err(|e| format!("mounting virtiofs {tag} at {path}: {e}"))
+    }
+
     fn setup(&self, setup: &Setup) -> Result<(), String> {
         let (address, prefix) = parse_address(&setup.address)?;
         let gateway: Ipv4Addr = setup
