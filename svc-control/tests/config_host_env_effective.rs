@@ -149,6 +149,54 @@ fn host_refusals() {
             "proxy.extra_roots[0]",
             "absolute path",
         ),
+        (
+            "microvm_tiny_memory",
+            "[microvm]\nmemory_mib = 64\n",
+            "microvm.memory_mib",
+            "128 MiB or more",
+        ),
+        (
+            "microvm_small_overhead",
+            "[microvm]\noverhead_mib = 16\n",
+            "microvm.overhead_mib",
+            "at least 64 MiB",
+        ),
+        (
+            "microvm_no_cpus",
+            "[microvm]\ncpus = 0\n",
+            "microvm.cpus",
+            "1 to 64",
+        ),
+        (
+            "microvm_accel",
+            "[microvm]\naccel = \"hvf\"\n",
+            "microvm.accel",
+            "\"auto\", \"kvm\" or \"tcg\"",
+        ),
+        (
+            "microvm_user",
+            "[microvm]\nuser = \"a b\"\n",
+            "microvm.user",
+            "user name",
+        ),
+        (
+            "microvm_unknown_key",
+            "[microvm]\nballoon = true\n",
+            "microvm",
+            "unknown field",
+        ),
+        (
+            "agent_home_relative",
+            "[credentials]\nagent_home = \".claude\"\n",
+            "credentials.agent_home",
+            "absolute path without `..`",
+        ),
+        (
+            "agent_home_guest_dotdot",
+            "[credentials]\nagent_home = \"/home/a/.claude\"\nagent_home_guest = \"/root/../etc\"\n",
+            "credentials.agent_home_guest",
+            "absolute path without `..`",
+        ),
         ("wrong_type", "api_group = 5\n", "", "invalid type"),
         ("broken_toml", "state_dir = \n", "", ""),
     ];
@@ -161,6 +209,31 @@ fn host_refusals() {
             "{name}: expected {path:?} / {fragment:?}, got {errors:#?}"
         );
     }
+}
+
+#[test]
+fn the_agent_home_lands_under_roots_home_unless_told() {
+    let h = host::parse(
+        Path::new("svcd.toml"),
+        "[credentials]\nagent_home = \"/home/alice/.claude\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        h.agent_home,
+        Some(("/home/alice/.claude".into(), "/root/.claude".into()))
+    );
+    let h = host::parse(
+        Path::new("svcd.toml"),
+        "[credentials]\nagent_home = \"/srv/a\"\nagent_home_guest = \"/home/agent/.a\"\n",
+    )
+    .unwrap();
+    assert_eq!(h.agent_home, Some(("/srv/a".into(), "/home/agent/.a".into())));
+    let d = host::parse(Path::new("svcd.toml"), "").unwrap();
+    assert_eq!(d.agent_home, None);
+    assert_eq!(
+        (d.microvm.memory_mib, d.microvm.overhead_mib, d.microvm.cpus, d.microvm.accel.as_str()),
+        (512, 256, 1, "auto")
+    );
 }
 
 #[test]
