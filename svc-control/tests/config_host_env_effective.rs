@@ -180,6 +180,12 @@ fn host_refusals() {
             "user name",
         ),
         (
+            "microvm_channel",
+            "[microvm]\nchannel = \"pci\"\n",
+            "microvm.channel",
+            "\"virtio-serial\" or \"vsock\"",
+        ),
+        (
             "microvm_unknown_key",
             "[microvm]\nballoon = true\n",
             "microvm",
@@ -227,11 +233,19 @@ fn the_agent_home_lands_under_roots_home_unless_told() {
         "[credentials]\nagent_home = \"/srv/a\"\nagent_home_guest = \"/home/agent/.a\"\n",
     )
     .unwrap();
-    assert_eq!(h.agent_home, Some(("/srv/a".into(), "/home/agent/.a".into())));
+    assert_eq!(
+        h.agent_home,
+        Some(("/srv/a".into(), "/home/agent/.a".into()))
+    );
     let d = host::parse(Path::new("svcd.toml"), "").unwrap();
     assert_eq!(d.agent_home, None);
     assert_eq!(
-        (d.microvm.memory_mib, d.microvm.overhead_mib, d.microvm.cpus, d.microvm.accel.as_str()),
+        (
+            d.microvm.memory_mib,
+            d.microvm.overhead_mib,
+            d.microvm.cpus,
+            d.microvm.accel.as_str()
+        ),
         (512, 256, 1, "auto")
     );
 }

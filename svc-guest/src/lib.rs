@@ -13,6 +13,22 @@ use std::path::{Path, PathBuf};
 /// The virtio-serial port's name (QEMU `-device virtserialport,name=…`).
 pub const PORT_NAME: &str = "svc.agent";
 
+/// The vsock port the agent listens on when the guest has no virtio-serial port (the second
+/// transport: VMs that are never snapshotted, Firecracker).
+pub const VSOCK_PORT: u32 = 1024;
+
+/// The reply to a Firecracker-style hybrid vsock `CONNECT <port>\n`: `OK <host port>\n`. The
+/// host port, or what is wrong with the line.
+pub fn parse_vsock_ok(line: &str) -> Result<u32, String> {
+    let shown: String = line.chars().take(64).collect();
+    let rest = line
+        .strip_suffix('\n')
+        .and_then(|l| l.strip_prefix("OK "))
+        .ok_or_else(|| format!("expected `OK <port>`, got {shown:?}"))?;
+    rest.parse::<u32>()
+        .map_err(|_| format!("expected `OK <port>`, got {shown:?}"))
+}
+
 /// What the agent answers a host's hello with (then a space and the hello's nonce).
 pub const READY: &str = "svc-microvm-agent ready v1";
 
@@ -29,6 +45,28 @@ pub fn find_port(ports: &Path, name: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hybrid_vsock_reply_is_parsed_strictly() {
+        assert_eq!(parse_vsock_ok("OK 1073741824\n"), Ok(1_073_741_824));
+        for bad in [
+            "OK\n",
+            "OK 12",
+            "ok 12\n",
+            "OK -1\n",
+            "OK 12 13\n",
+            "",
+            "ERR\n",
+        ] {
+            let e = parse_vsock_ok(bad).expect_err(bad);
+            assert!(e.starts_with("expected `OK <port>`"), "{bad:?}: {e}");
+        }
+        let long = format!("{}\n", "X".repeat(10_000));
+        assert!(
+            parse_vsock_ok(&long).expect_err("long").len() < 120,
+            "not echoed whole"
+        );
+    }
 
     #[test]
     fn the_port_is_found_by_its_name() {

@@ -140,16 +140,21 @@ impl World {
 
     /// [`World::start`] with extra lines for svcd.toml's `[container]` table (limits).
     pub fn start_with(container: &str) -> Self {
-        Self::start_full(container, "")
+        Self::start_full(container, "", "")
+    }
+
+    /// [`World::start`] with extra lines for svcd.toml's `[microvm]` table.
+    pub fn start_with_microvm(microvm: &str) -> Self {
+        Self::start_full("", "", microvm)
     }
 
     /// [`World::start`] with the coding agent's home `dir` shared live into microvm sandboxes
     /// (`credentials.agent_home`).
     pub fn start_with_agent_home(dir: &Path) -> Self {
-        Self::start_full("", &format!("agent_home = \"{}\"", dir.display()))
+        Self::start_full("", &format!("agent_home = \"{}\"", dir.display()), "")
     }
 
-    fn start_full(container: &str, credentials: &str) -> Self {
+    fn start_full(container: &str, credentials: &str, microvm: &str) -> Self {
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -262,6 +267,8 @@ code_host_token_file = "{token}"
 {credentials}
 [microvm]
 {virtiofsd}
+{vhost_vsock}
+{microvm}
 [container]
 image = "{image}"
 cgroup_parent = "{cgroup_parent}"
@@ -270,8 +277,12 @@ cgroup_parent = "{cgroup_parent}"
 listen = "127.0.0.1:{METRICS_PORT}"
 "#,
                 image = image_dir().display(),
-                virtiofsd = virtiofsd().map_or(String::new(), |p| format!(
+                virtiofsd = tool("virtiofsd").map_or(String::new(), |p| format!(
                     "virtiofsd = \"{}\"",
+                    p.display()
+                )),
+                vhost_vsock = tool("vhost-device-vsock").map_or(String::new(), |p| format!(
+                    "vhost_vsock = \"{}\"",
                     p.display()
                 )),
                 state = dir.join("state").display(),
@@ -469,12 +480,13 @@ listen = "127.0.0.1:{METRICS_PORT}"
             !links.contains(&format!(" {link}:")) && !links.contains(&format!(" {link}@")),
             "link {link} is left:\n{links}"
         );
+        let mine = w.dir.display().to_string();
         assert!(
             !std::path::Path::new(&format!("/proc/{pid}")).exists()
                 || std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                    .map(|c| !c.contains("tini"))
+                    .map(|c| !c.contains("tini") && !c.contains(&mine))
                     .unwrap_or(true),
-            "the sandbox's init (pid {pid}) is still running"
+            "the sandbox's init or VM monitor (pid {pid}) is still running"
         );
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let sandbox_dir = w.dir.join("state/sandboxes").join(name);
@@ -541,10 +553,11 @@ listen = "127.0.0.1:{METRICS_PORT}"
     }
 }
 
-/// virtiofsd as `cargo xtask setup --tests` installs it (`target/tools/bin`), if it is there.
-pub fn virtiofsd() -> Option<PathBuf> {
+/// A helper `cargo xtask setup --tests` builds into `target/tools/bin` (virtiofsd,
+/// vhost-device-vsock), if it is there.
+pub fn tool(name: &str) -> Option<PathBuf> {
     let target = image_dir().parent()?.parent()?.to_path_buf();
-    Some(target.join("tools/bin/virtiofsd")).filter(|p| p.exists())
+    Some(target.join("tools/bin").join(name)).filter(|p| p.exists())
 }
 
 /// The microvm images `cargo xtask images` builds next to the base image.

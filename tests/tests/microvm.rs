@@ -381,7 +381,7 @@ fn the_coding_agents_home_is_shared_live_and_read_write() {
     require_root();
     microvm_images();
     assert!(
-        svc_tests::world::virtiofsd().is_some(),
+        svc_tests::world::tool("virtiofsd").is_some(),
         "virtiofsd is missing: `cargo xtask setup --tests` installs it into target/tools"
     );
     let base = std::env::temp_dir().join(svc_tests::unique("agh"));
@@ -465,4 +465,55 @@ fn the_coding_agents_home_is_shared_live_and_read_write() {
         String::from_utf8_lossy(&left.stdout)
     );
     let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn the_vsock_channel_serves_exec_and_refuses_fork() {
+    require_root();
+    microvm_images();
+    assert!(
+        svc_tests::world::tool("vhost-device-vsock").is_some(),
+        "vhost-device-vsock is missing: `cargo xtask setup --tests` installs it into target/tools"
+    );
+    let w = World::start_with_microvm("channel = \"vsock\"");
+    let out = w.svc(&["sandbox", "create", "--backend", "microvm", "vs"]);
+    assert!(
+        out.status.success(),
+        "{}\nsvcd:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        w.svcd_log()
+    );
+    // No virtio-serial port in this guest: the agent answers on vsock.
+    let (code, out, err) = w.sh(
+        "vs",
+        "ls /sys/class/virtio-ports 2>/dev/null | wc -l; test -e /dev/vsock && echo vsock; hostname",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "0\nvsock\nvs\n");
+    let out = w.svc_env(&["sandbox", "exec", "-i", "vs", "--", "wc", "-c"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = w.svc(&["sandbox", "fork", "vs", "vs2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("channel is vsock"), "{err}");
+    // The source still runs after the refused fork.
+    let (code, out, _) = w.sh("vs", "echo alive");
+    assert_eq!((code, out.as_str()), (0, "alive\n"));
+    w.destroy_checked("vs");
+    assert!(
+        std::process::Command::new("pgrep")
+            .args([
+                "-f",
+                &format!(
+                    "{}.*vhost-device-vsock|vhost-device-vsock.*{}",
+                    w.dir.display(),
+                    w.dir.display()
+                )
+            ])
+            .output()
+            .expect("pgrep")
+            .stdout
+            .is_empty(),
+        "vhost-device-vsock left running"
+    );
 }

@@ -1,6 +1,6 @@
 //! The microvm backend's images, from Debian packages only: the Debian cloud kernel
 //! (`linux-image-cloud-amd64`), an initramfs (busybox-static and the virtio modules the cloud
-//! kernel builds as modules — block, console, net and virtio-fs — loaded in dependency order), and an ext4 root file system made from
+//! kernel builds as modules — block, console, net, virtio-fs and vsock — loaded in dependency order), and an ext4 root file system made from
 //! the same base tree as the container backend's image (`mkfs.ext4 -d`) with
 //! `svc-microvm-agent` (statically linked) at `/usr/local/bin/svc-microvm-agent`.
 //!
@@ -32,6 +32,9 @@ const MODULES: &[&str] = &[
     "drivers/net/virtio_net.ko",
     "fs/fuse/fuse.ko",
     "fs/fuse/virtiofs.ko",
+    "net/vmw_vsock/vsock.ko",
+    "net/vmw_vsock/vmw_vsock_virtio_transport_common.ko",
+    "net/vmw_vsock/vmw_vsock_virtio_transport.ko",
 ];
 
 /// The guest's first program: load the modules, mount the root file system, hand over to the

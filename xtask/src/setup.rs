@@ -76,7 +76,7 @@ pub fn run() -> anyhow::Result<()> {
 pub fn for_microvm() -> anyhow::Result<()> {
     run()?;
     qemu()?;
-    virtiofsd()
+    microvm_tools()
 }
 
 /// What the tests need besides: the licence and advisory gate, and QEMU for the microvm
@@ -84,36 +84,45 @@ pub fn for_microvm() -> anyhow::Result<()> {
 pub fn for_tests() -> anyhow::Result<()> {
     run()?;
     qemu()?;
-    virtiofsd()?;
+    microvm_tools()?;
     cargo_deny()
 }
 
 /// virtiofsd release whose rust-version fits the machine's stable compiler.
 const VIRTIOFSD_VERSION: &str = "1.14.0";
+/// vhost-device-vsock release (the microvm backend's vsock channel).
+const VHOST_VSOCK_VERSION: &str = "0.3.0";
 
-/// virtiofsd (the microvm backend's live mount), built from crates.io into `target/tools`
-/// (Debian 12 does not package a version that can be migrated); it links libseccomp and
-/// libcap-ng.
-fn virtiofsd() -> anyhow::Result<()> {
-    let bin = std::path::Path::new("target/tools/bin/virtiofsd");
-    if let Ok(v) = ui::output(Command::new(bin).arg("--version"))
-        && v.contains(VIRTIOFSD_VERSION)
+/// The microvm backend's helpers, built from crates.io into `target/tools/bin` (Debian 12
+/// packages neither a virtiofsd that can migrate nor vhost-device-vsock): virtiofsd (the live
+/// mount; links libseccomp and libcap-ng) and vhost-device-vsock (the vsock channel).
+fn microvm_tools() -> anyhow::Result<()> {
+    tool(
+        "virtiofsd",
+        VIRTIOFSD_VERSION,
+        &["libseccomp-dev", "libcap-ng-dev"],
+    )?;
+    tool("vhost-device-vsock", VHOST_VSOCK_VERSION, &[])
+}
+
+fn tool(name: &str, version: &str, debian: &[&str]) -> anyhow::Result<()> {
+    let bin = Path::new("target/tools/bin").join(name);
+    if let Ok(v) = ui::output(Command::new(&bin).arg("--version"))
+        && v.contains(version)
     {
-        ui::ok(&format!("virtiofsd ({})", v.trim()));
+        ui::ok(&format!("{name} ({})", v.trim()));
         return Ok(());
     }
-    let missing: Vec<&str> = ["libseccomp-dev", "libcap-ng-dev"]
-        .into_iter()
+    let missing: Vec<&str> = debian
+        .iter()
+        .copied()
         .filter(|p| {
             let status = ui::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]));
             !matches!(status, Ok(s) if s.contains("install ok installed"))
         })
         .collect();
     if !missing.is_empty() {
-        ui::info(&format!(
-            "virtiofsd links {}: installing",
-            missing.join(", ")
-        ));
+        ui::info(&format!("{name} links {}: installing", missing.join(", ")));
         ui::run(Command::new("apt-get").args(["update", "-q"]))?;
         ui::run(
             Command::new("apt-get")
@@ -122,19 +131,17 @@ fn virtiofsd() -> anyhow::Result<()> {
                 .env("DEBIAN_FRONTEND", "noninteractive"),
         )?;
     }
-    ui::info(&format!(
-        "building virtiofsd {VIRTIOFSD_VERSION} (about a minute)"
-    ));
+    ui::info(&format!("building {name} {version} (about a minute)"));
     ui::run(Command::new("cargo").args([
         "install",
-        "virtiofsd",
+        name,
         "--version",
-        VIRTIOFSD_VERSION,
+        version,
         "--locked",
         "--root",
         "target/tools",
     ]))?;
-    ui::ok("virtiofsd installed in target/tools/bin");
+    ui::ok(&format!("{name} installed in target/tools/bin"));
     Ok(())
 }
 

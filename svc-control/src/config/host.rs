@@ -67,6 +67,11 @@ pub struct MicrovmFile {
     pub user: Option<String>,
     /// virtiofsd (1.11 or later), which serves the coding agent's live mount.
     pub virtiofsd: Option<PathBuf>,
+    /// The agent's channel: `virtio-serial` (default; survives fork) or `vsock` (a
+    /// vhost-user vsock device with Firecracker's hybrid handshake; such VMs cannot fork).
+    pub channel: Option<String>,
+    /// vhost-device-vsock, for `channel = "vsock"`.
+    pub vhost_vsock: Option<PathBuf>,
 }
 
 /// `[metrics]`: Prometheus metrics over HTTP (off unless `listen` is set).
@@ -207,6 +212,9 @@ pub struct MicrovmConfig {
     pub accel: String,
     pub user: String,
     pub virtiofsd: PathBuf,
+    /// `virtio-serial` or `vsock`.
+    pub channel: String,
+    pub vhost_vsock: PathBuf,
 }
 
 /// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
@@ -665,6 +673,13 @@ fn microvm(f: MicrovmFile, err: &mut impl FnMut(&str, String)) -> MicrovmConfig 
             format!("expected a user name, got {user:?}"),
         );
     }
+    let channel = f.channel.unwrap_or_else(|| "virtio-serial".to_owned());
+    if !["virtio-serial", "vsock"].contains(&channel.as_str()) {
+        err(
+            "microvm.channel",
+            format!("expected \"virtio-serial\" or \"vsock\", got {channel:?}"),
+        );
+    }
     MicrovmConfig {
         qemu: f
             .qemu
@@ -675,6 +690,10 @@ fn microvm(f: MicrovmFile, err: &mut impl FnMut(&str, String)) -> MicrovmConfig 
         accel,
         user,
         virtiofsd: f.virtiofsd.unwrap_or_else(|| PathBuf::from("virtiofsd")),
+        channel,
+        vhost_vsock: f
+            .vhost_vsock
+            .unwrap_or_else(|| PathBuf::from("vhost-device-vsock")),
     }
 }
 

@@ -61,6 +61,7 @@ async fn bare_boot(images: &Images, accel: Accel) -> f64 {
         cpus: 1,
         incoming: None,
         shared: &[],
+        vsock: None,
     };
     // As root, without the switch to the unprivileged user (the bare floor).
     let mut args = qemu.args(&launch);

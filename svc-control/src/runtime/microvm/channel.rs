@@ -113,6 +113,55 @@ impl Channel {
         Ok(channel)
     }
 
+    /// Connect to the agent through a hybrid vsock unix socket (Firecracker's, and
+    /// vhost-device-vsock's): `CONNECT <port>\n`, `OK <host port>\n`, then the channel.
+    pub async fn connect_vsock(
+        socket: &Path,
+        port: u32,
+        limit: Duration,
+    ) -> Result<Arc<Self>, String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let attempt = async {
+                let mut stream = UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
+                stream
+                    .write_all(format!("CONNECT {port}\n").as_bytes())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Byte by byte: nothing after the line may be read into a buffer here.
+                let mut line = Vec::new();
+                let mut byte = [0u8; 1];
+                while line.len() < 64 && !line.ends_with(b"\n") {
+                    if stream.read(&mut byte).await.map_err(|e| e.to_string())? == 0 {
+                        return Err(
+                            "the vsock socket closed before OK (no agent listening yet?)"
+                                .to_owned(),
+                        );
+                    }
+                    line.push(byte[0]);
+                }
+                svc_guest::parse_vsock_ok(&String::from_utf8_lossy(&line))?;
+                Ok(stream)
+            };
+            match attempt.await {
+                Ok(stream) => {
+                    let (r, w) = stream.into_split();
+                    let (channel, mut hellos) = Self::over(r, w);
+                    channel.greet(&mut hellos, deadline).await.map_err(|e| {
+                        format!("the agent on {} port {port}: {e}", socket.display())
+                    })?;
+                    return Ok(channel);
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(format!("vsock {} port {port}: {e}", socket.display()));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
     /// Say hello (again every half second) until the agent answers this hello, by `deadline`.
     pub async fn greet(
         &self,

@@ -117,11 +117,65 @@ impl Microvm {
         if let Some(c) = self.channels().get(name).filter(|c| c.is_open()) {
             return Ok(c.clone());
         }
-        let c = Channel::connect(&self.dir(name).agent(), limit)
+        let c = self
+            .connect(&self.dir(name), limit)
             .await
             .map_err(|e| RuntimeError::Exec(format!("reaching the guest's agent: {e}")))?;
         self.channels().insert(name.to_owned(), c.clone());
         Ok(c)
+    }
+
+    /// Whether guests talk to their agent over vsock (`microvm.channel = "vsock"`).
+    fn vsock(&self) -> bool {
+        self.config.channel == "vsock"
+    }
+
+    /// Connect to the agent of the VM in `dir` over this backend's transport.
+    async fn connect(&self, dir: &VmDir, limit: Duration) -> Result<Arc<Channel>, String> {
+        if self.vsock() {
+            Channel::connect_vsock(&dir.vsock(), svc_guest::VSOCK_PORT, limit).await
+        } else {
+            Channel::connect(&dir.agent(), limit).await
+        }
+    }
+
+    /// Start the VM's vhost-device-vsock: QEMU's vhost-user device on one side, the hybrid
+    /// socket svcd connects to on the other.
+    async fn serve_vsock(&self, dir: &VmDir) -> Result<(), String> {
+        let log = std::fs::File::create(dir.0.join("vsock.log"))
+            .map_err(|e| format!("vhost-device-vsock's log: {e}"))?;
+        let mut child = tokio::process::Command::new(&self.config.vhost_vsock)
+            .args(["--guest-cid", "3", "--socket"])
+            .arg(dir.vsock_device())
+            .arg("--uds-path")
+            .arg(dir.vsock())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("running {}: {e}", self.config.vhost_vsock.display()))?;
+        if let Some(pid) = child.id() {
+            let _ = std::fs::write(dir.vsock_pidfile(), pid.to_string());
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !dir.vsock_device().exists() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let said = std::fs::read_to_string(dir.0.join("vsock.log")).unwrap_or_default();
+                return Err(format!(
+                    "vhost-device-vsock exited ({status}): {}",
+                    said.trim()
+                ));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("vhost-device-vsock did not open its socket within 10 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        Ok(())
     }
 
     /// The memory cgroup of VM `name`: (directory, the file its limit goes in).
@@ -290,6 +344,11 @@ impl Microvm {
             .map_err(|e| format!("{}: {e}", dir.disk().display()))?;
         // The live mounts: one virtiofsd each, up before QEMU connects to it.
         let shared = self.serve_shared(&dir, &spec.shared).await?;
+        let vsock = self.vsock() && spec.restore.is_none();
+        if vsock {
+            self.serve_vsock(&dir).await?;
+        }
+        let vsock_device = dir.vsock_device();
         // The tap is made and fenced while QEMU starts; QEMU opens it, and the guest runs
         // only once both are done.
         let launch = Launch {
@@ -300,6 +359,7 @@ impl Microvm {
             cpus: self.config.cpus,
             incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
             shared: &shared,
+            vsock: vsock.then_some(vsock_device.as_path()),
         };
         // QEMU attaches to the tap by name: it exists first.
         links.make_tap().await.map_err(|e| e.to_string())?;
@@ -313,9 +373,19 @@ impl Microvm {
             .map_err(|e| format!("the memory cgroup: {e}"))?;
         self.monitor.resume(&dir).await?;
         let t2 = std::time::Instant::now();
-        let channel = Channel::connect(&dir.agent(), BOOT_LIMIT)
-            .await
-            .map_err(|e| format!("the guest did not come up: {e}"))?;
+        let channel = match self.connect(&dir, BOOT_LIMIT).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Say what the guest said: the console's last lines.
+                let console = self.monitor.console(&dir).await.unwrap_or_default();
+                let tail: Vec<&str> = console.lines().rev().take(8).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(format!(
+                    "the guest did not come up: {e}; its console ends:\n{}",
+                    tail.join("\n")
+                ));
+            }
+        };
         let t3 = std::time::Instant::now();
         set_up(&channel, &spec.name, links, &spec.files).await?;
         if spec.restore.is_none() {
@@ -438,7 +508,8 @@ fn qemu_pid(dir: &VmDir) -> Option<(u32, u64)> {
         .parse()
         .ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let mine = dir.agent().display().to_string();
+    // Every QEMU of ours names its QMP socket, whichever channel it has.
+    let mine = dir.qmp().display().to_string();
     String::from_utf8_lossy(&cmdline)
         .contains(&mine)
         .then_some(())?;
@@ -500,9 +571,14 @@ impl Backend for Microvm {
                 }
                 removed.push(format!("QEMU (pid {pid})"));
             }
-            for i in 0.. {
-                let Ok(pid) = std::fs::read_to_string(dir.fs_pidfile(i)) else {
-                    break;
+            let helpers = (0..)
+                .map(|i| dir.fs_pidfile(i))
+                .take_while(|p| p.exists())
+                .chain(std::iter::once(dir.vsock_pidfile()).filter(|p| p.exists()))
+                .collect::<Vec<_>>();
+            for pidfile in helpers {
+                let Ok(pid) = std::fs::read_to_string(&pidfile) else {
+                    continue;
                 };
                 if let Ok(pid) = pid.trim().parse::<i32>()
                     && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
@@ -513,7 +589,14 @@ impl Backend for Microvm {
                         nix::unistd::Pid::from_raw(pid),
                         nix::sys::signal::Signal::SIGKILL,
                     );
-                    removed.push(format!("virtiofsd (pid {pid})"));
+                    removed.push(format!(
+                        "{} (pid {pid})",
+                        if pidfile == dir.vsock_pidfile() {
+                            "vhost-device-vsock"
+                        } else {
+                            "virtiofsd"
+                        }
+                    ));
                 }
             }
             let (cgroup, _) = self.cgroup(name);
@@ -565,6 +648,14 @@ impl Backend for Microvm {
                 message,
             };
             let dir = self.dir(&guest.name);
+            if self.vsock() {
+                return Err(RuntimeError::Unsupported {
+                    backend: "microvm",
+                    operation: "fork",
+                    hint: " whose agent channel is vsock (QEMU cannot migrate a vhost-user vsock \
+                           device): set microvm.channel = \"virtio-serial\" for sandboxes that fork",
+                });
+            }
             // QEMU writes the memory file as the unprivileged user it runs as.
             let (uid, gid) = self.qemu_ids().map_err(err)?;
             std::fs::create_dir_all(into)

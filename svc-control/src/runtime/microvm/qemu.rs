@@ -39,6 +39,17 @@ impl VmDir {
     pub fn log(&self) -> PathBuf {
         self.0.join("qemu.log")
     }
+    /// vhost-device-vsock's vhost-user socket (QEMU's side).
+    pub fn vsock_device(&self) -> PathBuf {
+        self.0.join("vhu-vsock.sock")
+    }
+    /// The hybrid vsock socket svcd connects to (`CONNECT <port>`).
+    pub fn vsock(&self) -> PathBuf {
+        self.0.join("vsock.sock")
+    }
+    pub fn vsock_pidfile(&self) -> PathBuf {
+        self.0.join("vsock.pid")
+    }
     /// virtiofsd's socket for shared directory `i`.
     pub fn fs_socket(&self, i: usize) -> PathBuf {
         self.0.join(format!("fs{i}.sock"))
@@ -159,6 +170,9 @@ pub struct Launch<'a> {
     pub incoming: Option<&'a Path>,
     /// virtio-fs devices: (the virtiofsd socket, the tag the guest mounts).
     pub shared: &'a [(PathBuf, String)],
+    /// The agent's channel over vsock instead of virtio-serial: the vhost-user socket of its
+    /// vhost-device-vsock.
+    pub vsock: Option<&'a Path>,
 }
 
 /// A VM monitor.
@@ -175,6 +189,8 @@ pub trait Monitor: Send + Sync {
     fn snapshot<'a>(&'a self, dir: &'a VmDir, file: &'a Path) -> BoxFuture<'a, Result<(), String>>;
     /// Ask the monitor to exit (the guest ends with it).
     fn quit<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>>;
+    /// The last of what the guest wrote on its console (for an error that explains a boot).
+    fn console<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<String, String>>;
 }
 
 /// QEMU.
@@ -195,7 +211,7 @@ impl Qemu {
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |s: &str| a.push(s.into());
         push("-M");
-        if vm.shared.is_empty() {
+        if vm.shared.is_empty() && vm.vsock.is_none() {
             push("microvm,pit=on,acpi=on");
         } else {
             // vhost-user devices (virtiofsd) need the guest's RAM in shared memory, and modern
@@ -253,24 +269,32 @@ impl Qemu {
             )
             .into(),
         );
-        for s in [
-            "-device",
-            "virtio-blk-device,drive=root",
-            "-device",
-            "virtio-serial-device",
-            "-chardev",
-        ] {
-            a.push(s.into());
-        }
-        a.push(
-            format!(
-                "socket,id=agent,path={},server=on,wait=off",
-                vm.dir.agent().display()
-            )
-            .into(),
-        );
         a.push("-device".into());
-        a.push(format!("virtserialport,chardev=agent,name={}", svc_guest::PORT_NAME).into());
+        a.push("virtio-blk-device,drive=root".into());
+        match vm.vsock {
+            None => {
+                for s in ["-device", "virtio-serial-device", "-chardev"] {
+                    a.push(s.into());
+                }
+                a.push(
+                    format!(
+                        "socket,id=agent,path={},server=on,wait=off",
+                        vm.dir.agent().display()
+                    )
+                    .into(),
+                );
+                a.push("-device".into());
+                a.push(
+                    format!("virtserialport,chardev=agent,name={}", svc_guest::PORT_NAME).into(),
+                );
+            }
+            Some(device) => {
+                a.push("-chardev".into());
+                a.push(format!("socket,id=vsock,path={}", device.display()).into());
+                a.push("-device".into());
+                a.push("vhost-user-vsock-device,chardev=vsock".into());
+            }
+        }
         a.push("-netdev".into());
         // No vhost: the kernel's vhost-net is not everywhere, and the fence is on the tap.
         a.push(
@@ -371,8 +395,10 @@ impl Monitor for Qemu {
             let log = std::fs::File::create(vm.dir.log())
                 .map_err(|e| format!("{}: {e}", vm.dir.log().display()))?;
             let err = log.try_clone().map_err(|e| e.to_string())?;
+            let args = self.args(vm);
+            tracing::debug!(binary = %self.binary.display(), ?args, "launching QEMU");
             let mut child = tokio::process::Command::new(&self.binary)
-                .args(self.args(vm))
+                .args(args)
                 .stdin(std::process::Stdio::null())
                 .stdout(log)
                 .stderr(err)
@@ -463,6 +489,22 @@ impl Monitor for Qemu {
                     _ => tokio::time::sleep(Duration::from_millis(5)).await,
                 }
             }
+        })
+    }
+
+    fn console<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let mut qmp = self.qmp(dir).await?;
+            let text = qmp
+                .execute(
+                    "ringbuf-read",
+                    Some(
+                        serde_json::json!({"device": "console", "size": 1 << 20, "format": "utf8"}),
+                    ),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(text.as_str().unwrap_or_default().to_owned())
         })
     }
 
@@ -567,6 +609,7 @@ mod tests {
             cpus: 1,
             incoming: None,
             shared: &[],
+            vsock: None,
         };
         let args: Vec<String> = q
             .args(&launch)
@@ -599,6 +642,23 @@ mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         assert!(joined.join(" ").ends_with("-incoming defer"));
+        let device = PathBuf::from("/s/vhu-vsock.sock");
+        let over_vsock = Launch {
+            vsock: Some(&device),
+            ..launch.clone()
+        };
+        let joined: Vec<String> = q
+            .args(&over_vsock)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = joined.join(" ");
+        assert!(
+            joined.contains("vhost-user-vsock-device,chardev=vsock"),
+            "{joined}"
+        );
+        assert!(joined.contains("memory-backend-memfd"), "{joined}");
+        assert!(!joined.contains("virtserialport"), "one channel: {joined}");
         let shared = [(PathBuf::from("/s/fs0.sock"), "svcfs0".to_owned())];
         let with_fs = Launch {
             shared: &shared,

@@ -38,6 +38,10 @@ async fn run() -> ExitCode {
     let mut last_error = String::new();
     loop {
         let Some(dev) = svc_guest::find_port(&ports, svc_guest::PORT_NAME) else {
+            // No virtio-serial port: the second transport, vsock, when the guest has it.
+            if std::path::Path::new("/dev/vsock").exists() {
+                return serve_vsock(system).await;
+            }
             eprintln!(
                 "svc-microvm-agent: no virtio-serial port named {} under {} yet",
                 svc_guest::PORT_NAME,
@@ -70,6 +74,66 @@ async fn run() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
+}
+
+/// Serve hosts that connect over vsock, one connection at a time (each is a new host).
+async fn serve_vsock(system: Arc<dyn svc_guest::agent::System>) -> ExitCode {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, VsockAddr, bind, listen, socket};
+    let listener = socket(
+        AddressFamily::Vsock,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .and_then(|fd| {
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &VsockAddr::new(libc_cid_any(), svc_guest::VSOCK_PORT),
+        )?;
+        listen(&fd, nix::sys::socket::Backlog::new(4)?)?;
+        Ok(fd)
+    });
+    let listener = match listener {
+        Ok(fd) => std::sync::Arc::new(fd),
+        Err(e) => {
+            eprintln!(
+                "svc-microvm-agent: listening on vsock port {}: {e}",
+                svc_guest::VSOCK_PORT
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    loop {
+        // A vsock stream is a byte stream like a unix one: the same reads and writes.
+        // (std's unix listener refuses a vsock peer address: accept the socket as it is.)
+        let l = listener.clone();
+        let accepted = tokio::task::spawn_blocking(move || rustix::net::accept(&*l))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r.map_err(std::io::Error::from))
+            .and_then(|fd| {
+                let s = std::os::unix::net::UnixStream::from(fd);
+                s.set_nonblocking(true)?;
+                tokio::net::UnixStream::from_std(s)
+            });
+        match accepted {
+            Ok(stream) => {
+                let (r, w) = stream.into_split();
+                if let Err(e) = svc_guest::agent::serve(r, w, system.clone()).await {
+                    eprintln!("svc-microvm-agent: vsock: {e} (waiting for the host)");
+                }
+            }
+            Err(e) => {
+                eprintln!("svc-microvm-agent: vsock accept: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// `VMADDR_CID_ANY`.
+const fn libc_cid_any() -> u32 {
+    u32::MAX
 }
 
 /// The port, once for reading and once (a duplicate) for writing: a tokio file does one
