@@ -340,6 +340,12 @@ fn print_sandbox(s: &SandboxView) {
     } else {
         outln!("  backend:           {} ({})", s.backend, s.backend_reason);
     }
+    if let Some(accel) = &s.accel {
+        outln!("  accelerator:       {accel}");
+    }
+    for m in &s.live_mounts {
+        outln!("  live mount:        {m}");
+    }
     match &s.window_ends {
         Some(w) => outln!("  egress:            {} until {w}", s.mode),
         None => outln!("  egress:            {}", s.mode),

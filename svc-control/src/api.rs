@@ -177,6 +177,9 @@ pub struct SandboxView {
     /// Host directories shared live into the guest (`HOST -> GUEST`), fixed at creation.
     #[serde(default)]
     pub live_mounts: Vec<String>,
+    /// How a microvm guest's code runs: `kvm` or `tcg`, and why (microvm sandboxes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<String>,
     /// `curated` or `allow-all`.
     pub mode: String,
     /// End of the AllowAll window (RFC 3339), counted from svcd's start.

@@ -47,6 +47,14 @@ fn a_microvm_sandbox_runs_commands_behind_the_same_fence() {
     let show = w.show("vm");
     assert_eq!(show["backend"], "microvm", "{show}");
     assert_eq!(show["state"], "running", "{show}");
+    // The accelerator and why: TCG on a machine without vmx/svm, KVM where it can.
+    let accel = show["accel"].as_str().unwrap_or_default();
+    assert!(
+        accel.starts_with("tcg (") || accel.starts_with("kvm ("),
+        "{show}"
+    );
+    let human = w.svc_ok(&["sandbox", "show", "vm"]);
+    assert!(human.contains("accelerator:"), "{human}");
 
     // Its own kernel: not the host's.
     let (code, out, err) = w.sh("vm", "uname -r; cat /proc/1/comm; hostname");
