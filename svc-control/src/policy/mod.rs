@@ -11,4 +11,5 @@ pub mod host;
 pub mod mode;
 pub mod paths;
 pub mod request;
+pub mod ssh;
 pub mod target;

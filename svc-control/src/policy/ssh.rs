@@ -1,0 +1,437 @@
+//! The git-over-SSH relay's rules (SPEC 5.6, 7): which SSH requests a sandbox may make, which
+//! refs a push may touch. Pure: the relay (`git_relay`) feeds it what the guest's shim sent and
+//! the push's command list, and enforces what it says before a byte reaches the server.
+//!
+//! - A request is git's own: `[-o SendEnv=GIT_PROTOCOL] [-4|-6] [-p PORT] [USER@]HOST CMD`, where
+//!   CMD is `git-upload-pack '<path>'` or `git-receive-pack '<path>'` (also spelt `git
+//!   upload-pack …`), the path single-quoted as git quotes it and unquoted exactly once. Anything
+//!   else — another command (a shell, `scp`, `sftp`, `git-upload-archive`,
+//!   `git-lfs-authenticate`), another option (`-oProxyCommand=…`), a host or path starting with
+//!   `-`, a newline, NUL or `..` — is refused.
+//! - AllowedBranches are globs with git's wildmatch semantics on whole ref names: `*` matches
+//!   within one path component, `**` across components (`refs/heads/svc/**` matches
+//!   `refs/heads/svc/a` and `refs/heads/svc/a/b`, not `refs/heads/svc` itself), `?` one
+//!   character, `[…]` a class.
+
+/// What the guest asked the relay to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshRequest {
+    pub user: Option<String>,
+    pub host: String,
+    pub port: Option<u16>,
+    pub service: Service,
+    /// The path as given, unquoted (`/acme/widget.git`, `acme/widget`).
+    pub path: String,
+    /// `owner/repo`, without a leading `/` or a trailing `.git`.
+    pub repo: String,
+}
+
+/// The two git services a relay runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    UploadPack,
+    ReceivePack,
+}
+
+impl Service {
+    pub const fn command(self) -> &'static str {
+        match self {
+            Self::UploadPack => "git-upload-pack",
+            Self::ReceivePack => "git-receive-pack",
+        }
+    }
+}
+
+/// Why a request is refused (the message git's stderr gets, after `svc: refused: `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SshRefusal {
+    #[error("ssh option {0:?} is not allowed (only -o SendEnv=GIT_PROTOCOL, -4, -6, -p PORT)")]
+    Option(String),
+    #[error("bad port {0:?}")]
+    Port(String),
+    #[error("no host given")]
+    NoHost,
+    #[error("bad host {0:?}")]
+    Host(String),
+    #[error("no command given (interactive shells are not relayed)")]
+    NoCommand,
+    #[error("only git-upload-pack and git-receive-pack are relayed, not {0:?}")]
+    Command(String),
+    #[error("bad repository path {0:?}: {1}")]
+    Path(String, &'static str),
+    #[error("more arguments than a host and one command")]
+    Extra,
+}
+
+/// Shorten what the guest sent before it goes into a message.
+fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(80).collect();
+    if s.chars().count() > 80 {
+        out.push('…');
+    }
+    out
+}
+
+/// Parse the arguments git gave the shim (argv after the program name).
+pub fn parse_request(args: &[String]) -> Result<SshRequest, SshRefusal> {
+    let mut i = 0;
+    let mut port = None;
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "-4" | "-6" => i += 1,
+            "-o" => {
+                let v = args.get(i + 1).map(String::as_str).unwrap_or_default();
+                if v != "SendEnv=GIT_PROTOCOL" {
+                    return Err(SshRefusal::Option(shown(&format!("-o {v}"))));
+                }
+                i += 2;
+            }
+            "-p" => {
+                let v = args.get(i + 1).map(String::as_str).unwrap_or_default();
+                port = Some(
+                    v.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0 && v.bytes().all(|b| b.is_ascii_digit()))
+                        .ok_or_else(|| SshRefusal::Port(shown(v)))?,
+                );
+                i += 2;
+            }
+            other if other.starts_with('-') => return Err(SshRefusal::Option(shown(other))),
+            _ => break,
+        }
+    }
+    let target = args.get(i).ok_or(SshRefusal::NoHost)?;
+    let (user, host) = match target.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, target.as_str()),
+    };
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('-')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    };
+    if !name_ok(host) || user.is_some_and(|u| !name_ok(u)) {
+        return Err(SshRefusal::Host(shown(target)));
+    }
+    let command = args.get(i + 1).ok_or(SshRefusal::NoCommand)?;
+    if args.len() > i + 2 {
+        return Err(SshRefusal::Extra);
+    }
+    let (service, quoted) = if let Some(rest) = command.strip_prefix("git-upload-pack ") {
+        (Service::UploadPack, rest)
+    } else if let Some(rest) = command.strip_prefix("git upload-pack ") {
+        (Service::UploadPack, rest)
+    } else if let Some(rest) = command.strip_prefix("git-receive-pack ") {
+        (Service::ReceivePack, rest)
+    } else if let Some(rest) = command.strip_prefix("git receive-pack ") {
+        (Service::ReceivePack, rest)
+    } else {
+        let name = command.split_whitespace().next().unwrap_or_default();
+        return Err(SshRefusal::Command(shown(name)));
+    };
+    let path = unquote(quoted).ok_or_else(|| {
+        SshRefusal::Path(shown(quoted), "not one single-quoted path as git quotes it")
+    })?;
+    let repo = repo_of(&path).map_err(|why| SshRefusal::Path(shown(&path), why))?;
+    Ok(SshRequest {
+        user: user.map(str::to_owned),
+        host: host.to_owned(),
+        port,
+        service,
+        path,
+        repo,
+    })
+}
+
+/// Undo git's `sq_quote_buf`: `'…'` where `'` is written `'\''` and `!` is written `'\!'`.
+/// Exactly one quoted word; `None` for anything else.
+fn unquote(s: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    if chars.next()? != '\'' {
+        return None;
+    }
+    loop {
+        match chars.next()? {
+            '\'' => match chars.next() {
+                None => return Some(out),
+                Some('\\') => {
+                    let c = chars.next()?;
+                    if c != '\'' && c != '!' {
+                        return None;
+                    }
+                    out.push(c);
+                    if chars.next()? != '\'' {
+                        return None;
+                    }
+                }
+                Some(_) => return None,
+            },
+            c => out.push(c),
+        }
+    }
+}
+
+/// `owner/repo` from a path: `/owner/repo.git`, `owner/repo`, `~/…` refused.
+fn repo_of(path: &str) -> Result<String, &'static str> {
+    if path.contains(['\n', '\r', '\0']) {
+        return Err("holds a line break or NUL");
+    }
+    if path.starts_with('-') {
+        return Err("starts with '-'");
+    }
+    let trimmed = path.trim_start_matches('/');
+    let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
+    let trimmed = trimmed.strip_suffix(".git").unwrap_or(trimmed);
+    let parts: Vec<&str> = trimmed.split('/').collect();
+    if parts
+        .iter()
+        .any(|p| *p == ".." || *p == "." || p.is_empty())
+    {
+        return Err("holds an empty, '.' or '..' component");
+    }
+    let [owner, repo] = parts.as_slice() else {
+        return Err("is not owner/repo");
+    };
+    let ok = |s: &str| {
+        !s.starts_with('-')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    };
+    if !ok(owner) || !ok(repo) {
+        return Err("has characters a repository name does not");
+    }
+    Ok(format!("{owner}/{repo}"))
+}
+
+/// Whether `name` (a full ref name) matches the glob `pattern` (git's wildmatch with
+/// path-name semantics).
+pub fn ref_matches(pattern: &str, name: &str) -> bool {
+    wildmatch(pattern.as_bytes(), name.as_bytes())
+}
+
+fn wildmatch(p: &[u8], t: &[u8]) -> bool {
+    match p.first() {
+        None => t.is_empty(),
+        Some(b'*') if p.get(1) == Some(&b'*') => {
+            // `**/` matches zero or more whole components; a trailing `**` everything left.
+            let rest = &p[2..];
+            if rest.is_empty() {
+                return true;
+            }
+            let rest = rest.strip_prefix(b"/").unwrap_or(rest);
+            if wildmatch(rest, t) {
+                return true;
+            }
+            (0..t.len()).any(|i| t[i] == b'/' && wildmatch(rest, &t[i + 1..]))
+        }
+        Some(b'*') => {
+            let rest = &p[1..];
+            for i in 0..=t.len() {
+                if wildmatch(rest, &t[i..]) {
+                    return true;
+                }
+                if i < t.len() && t[i] == b'/' {
+                    return false;
+                }
+            }
+            false
+        }
+        Some(b'?') => t.first().is_some_and(|c| *c != b'/') && wildmatch(&p[1..], &t[1..]),
+        Some(b'[') => {
+            let Some(end) = p.iter().skip(1).position(|c| *c == b']').map(|e| e + 1) else {
+                return t.first() == Some(&b'[') && wildmatch(&p[1..], &t[1..]);
+            };
+            let Some(&c) = t.first() else { return false };
+            if c == b'/' {
+                return false;
+            }
+            let class = &p[1..end];
+            let (negate, class) = match class.first() {
+                Some(b'!' | b'^') => (true, &class[1..]),
+                _ => (false, class),
+            };
+            let mut hit = false;
+            let mut k = 0;
+            while k < class.len() {
+                if k + 2 < class.len() && class[k + 1] == b'-' {
+                    hit |= class[k] <= c && c <= class[k + 2];
+                    k += 3;
+                } else {
+                    hit |= class[k] == c;
+                    k += 1;
+                }
+            }
+            hit != negate && wildmatch(&p[end + 1..], &t[1..])
+        }
+        Some(&c) => t.first() == Some(&c) && wildmatch(&p[1..], &t[1..]),
+    }
+}
+
+/// One ref a push updates (a creation has an all-zero old id, a deletion an all-zero new id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefUpdate {
+    pub old: String,
+    pub new: String,
+    pub name: String,
+}
+
+/// A push's command list, read before anything of it is forwarded.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PushCommands {
+    pub updates: Vec<RefUpdate>,
+    /// The client's capabilities (after the NUL of the first command or of `push-cert`).
+    pub capabilities: Vec<String>,
+    pub push_options: Vec<String>,
+    /// Whether the commands came in a signed push certificate.
+    pub signed: bool,
+    /// Bytes of the stream the command list (and push options) took; the pack follows.
+    pub consumed: usize,
+}
+
+/// What is wrong with a push's command list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    #[error("bad pkt-line length {0:?}")]
+    Length(String),
+    #[error("bad command line {0:?}")]
+    Command(String),
+    #[error("the push certificate ended without push-cert-end")]
+    Certificate,
+    #[error("the command list is over {0} bytes")]
+    TooLong(usize),
+}
+
+/// Longest command list (with push options) read before the push is decided.
+pub const MAX_COMMANDS: usize = 4 << 20;
+
+/// A pkt-line: its payload (`None` for a flush or delimiter) and its length on the wire.
+type Pkt<'a> = (Option<&'a [u8]>, usize);
+
+/// One pkt-line at the start of `buf`; `None` if more bytes are needed.
+fn pkt_line(buf: &[u8]) -> Result<Option<Pkt<'_>>, PushError> {
+    let Some(head) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(head).map_err(|_| PushError::Length(format!("{head:?}")))?;
+    let len = usize::from_str_radix(text, 16).map_err(|_| PushError::Length(text.to_owned()))?;
+    match len {
+        0..=2 => Ok(Some((None, 4))),
+        3 => Err(PushError::Length(text.to_owned())),
+        n if n > 65520 => Err(PushError::Length(text.to_owned())),
+        n if buf.len() < n => Ok(None),
+        n => Ok(Some((Some(&buf[4..n]), n))),
+    }
+}
+
+fn is_oid(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `<old> <new> <ref>` (the line break already gone).
+fn parse_update(line: &str) -> Result<RefUpdate, PushError> {
+    let bad = || PushError::Command(shown(line));
+    let mut parts = line.splitn(3, ' ');
+    let (old, new, name) = (
+        parts.next().ok_or_else(bad)?,
+        parts.next().ok_or_else(bad)?,
+        parts.next().ok_or_else(bad)?,
+    );
+    if !is_oid(old) || !is_oid(new) || old.len() != new.len() {
+        return Err(bad());
+    }
+    if name.is_empty() || name.contains(['\0', '\n', ' ']) {
+        return Err(bad());
+    }
+    Ok(RefUpdate {
+        old: old.to_ascii_lowercase(),
+        new: new.to_ascii_lowercase(),
+        name: name.to_owned(),
+    })
+}
+
+/// Read a push's command list from the start of the client's stream (after the server's ref
+/// advertisement): `Ok(None)` until it is all there (and its push options, if the client asked
+/// for them), then the commands and how many bytes they took.
+pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
+    let mut at = 0;
+    let mut out = PushCommands::default();
+    let mut in_cert = false;
+    let mut cert_body = false;
+    loop {
+        if at > MAX_COMMANDS {
+            return Err(PushError::TooLong(MAX_COMMANDS));
+        }
+        let Some((payload, len)) = pkt_line(&buf[at..])? else {
+            return Ok(None);
+        };
+        at += len;
+        let Some(payload) = payload else {
+            // A flush ends the command list (after a certificate too).
+            if in_cert {
+                return Err(PushError::Certificate);
+            }
+            break;
+        };
+        let line = String::from_utf8_lossy(payload);
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        if in_cert {
+            if line == "push-cert-end" {
+                in_cert = false;
+            } else if !cert_body {
+                cert_body = line.is_empty();
+            } else if !line.starts_with("-----BEGIN")
+                && is_oid(line.split(' ').next().unwrap_or(""))
+            {
+                out.updates.push(parse_update(line)?);
+            } else {
+                // The signature's lines: the commands are over.
+                cert_body = false;
+            }
+            continue;
+        }
+        if let Some(oid) = line.strip_prefix("shallow ") {
+            if !is_oid(oid) {
+                return Err(PushError::Command(shown(line)));
+            }
+            continue;
+        }
+        let (command, caps) = match line.split_once('\0') {
+            Some((c, caps)) => (c, Some(caps)),
+            None => (line, None),
+        };
+        if let Some(caps) = caps {
+            out.capabilities = caps
+                .split(' ')
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect();
+        }
+        if command == "push-cert" {
+            in_cert = true;
+            out.signed = true;
+            continue;
+        }
+        out.updates.push(parse_update(command)?);
+    }
+    if out.capabilities.iter().any(|c| c == "push-options") {
+        loop {
+            let Some((payload, len)) = pkt_line(&buf[at..])? else {
+                return Ok(None);
+            };
+            at += len;
+            match payload {
+                None => break,
+                Some(p) => out
+                    .push_options
+                    .push(String::from_utf8_lossy(p).trim_end_matches('\n').to_owned()),
+            }
+            if at > MAX_COMMANDS {
+                return Err(PushError::TooLong(MAX_COMMANDS));
+            }
+        }
+    }
+    out.consumed = at;
+    Ok(Some(out))
+}

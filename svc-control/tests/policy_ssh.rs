@@ -1,0 +1,311 @@
+//! The git-over-SSH relay's rules (`policy::ssh`): which requests pass, how refs are matched,
+//! how a push's command list is read. Named cases.
+
+use svc_control::policy::ssh::{
+    self, PushError, RefUpdate, Service, SshRefusal, parse_push, parse_request, ref_matches,
+};
+
+fn args(s: &[&str]) -> Vec<String> {
+    s.iter().map(|a| (*a).to_owned()).collect()
+}
+
+#[test]
+fn git_requests_pass_and_everything_else_is_refused() {
+    let ok = parse_request(&args(&[
+        "-o",
+        "SendEnv=GIT_PROTOCOL",
+        "-p",
+        "2222",
+        "git@code.test",
+        "git-receive-pack '/acme/widget.git'",
+    ]))
+    .expect("a push");
+    assert_eq!(
+        (
+            ok.user.as_deref(),
+            ok.host.as_str(),
+            ok.port,
+            ok.service,
+            ok.repo.as_str()
+        ),
+        (
+            Some("git"),
+            "code.test",
+            Some(2222),
+            Service::ReceivePack,
+            "acme/widget"
+        )
+    );
+    let ok = parse_request(&args(&["-4", "code.test", "git upload-pack 'acme/widget'"]))
+        .expect("the two-word spelling");
+    assert_eq!(
+        (ok.service, ok.repo.as_str()),
+        (Service::UploadPack, "acme/widget")
+    );
+    // git quotes a ' in a path as '\''.
+    let quoted = parse_request(&args(&["h", "git-upload-pack 'a/it'\\''s'"]));
+    assert!(matches!(quoted, Err(SshRefusal::Path(..))), "{quoted:?}");
+
+    let refused: &[(&str, &[&str], &str)] = &[
+        ("a shell", &["code.test"], "no command given"),
+        ("a shell command", &["code.test", "sh -c id"], "not \"sh\""),
+        (
+            "sftp",
+            &["code.test", "internal-sftp"],
+            "not \"internal-sftp\"",
+        ),
+        ("scp", &["code.test", "scp -t /tmp"], "not \"scp\""),
+        (
+            "upload-archive",
+            &["code.test", "git-upload-archive 'a/b'"],
+            "not \"git-upload-archive\"",
+        ),
+        (
+            "lfs",
+            &["code.test", "git-lfs-authenticate a/b download"],
+            "not \"git-lfs-authenticate\"",
+        ),
+        (
+            "proxy command",
+            &[
+                "-oProxyCommand=nc evil 22",
+                "code.test",
+                "git-upload-pack 'a/b'",
+            ],
+            "ssh option",
+        ),
+        (
+            "another -o",
+            &["-o", "ProxyCommand=x", "code.test", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "-F config",
+            &["-F", "/tmp/x", "code.test", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "host as option",
+            &["--", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        ("host with -", &["-oX@code.test"], "ssh option"),
+        (
+            "user with -",
+            &["-x@code.test", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "bad host",
+            &["code test", "git-upload-pack 'a/b'"],
+            "bad host",
+        ),
+        (
+            "port 0",
+            &["-p", "0", "h", "git-upload-pack 'a/b'"],
+            "bad port",
+        ),
+        (
+            "port word",
+            &["-p", "ssh", "h", "git-upload-pack 'a/b'"],
+            "bad port",
+        ),
+        (
+            "unquoted path",
+            &["h", "git-upload-pack a/b"],
+            "single-quoted",
+        ),
+        (
+            "two paths",
+            &["h", "git-upload-pack 'a/b' 'c/d'"],
+            "single-quoted",
+        ),
+        (
+            "command after",
+            &["h", "git-upload-pack 'a/b'; id"],
+            "single-quoted",
+        ),
+        ("dot dot", &["h", "git-upload-pack '/acme/../etc'"], "'..'"),
+        ("newline", &["h", "git-upload-pack 'a/b\nc'"], "line break"),
+        (
+            "NUL",
+            &["h", "git-upload-pack 'a/b\0'"],
+            "line break or NUL",
+        ),
+        (
+            "dash path",
+            &["h", "git-upload-pack '-x/y'"],
+            "starts with '-'",
+        ),
+        (
+            "three parts",
+            &["h", "git-upload-pack 'a/b/c'"],
+            "not owner/repo",
+        ),
+        (
+            "home",
+            &["h", "git-upload-pack '~/a'"],
+            "characters a repository name does not",
+        ),
+        (
+            "extra argument",
+            &["h", "git-upload-pack 'a/b'", "x"],
+            "more arguments",
+        ),
+    ];
+    for (name, a, want) in refused {
+        let e = parse_request(&args(a)).expect_err(name).to_string();
+        assert!(e.contains(want), "{name}: {e}");
+        assert!(e.len() < 200, "{name}: not echoed whole");
+    }
+}
+
+#[test]
+fn allowed_branches_match_like_git_wildmatch() {
+    let cases: &[(&str, &str, bool)] = &[
+        ("refs/heads/svc/**", "refs/heads/svc/a", true),
+        ("refs/heads/svc/**", "refs/heads/svc/a/b/c", true),
+        ("refs/heads/svc/**", "refs/heads/svc", false),
+        ("refs/heads/svc/**", "refs/heads/svcx/a", false),
+        ("refs/heads/svc/**", "refs/heads/main", false),
+        ("refs/heads/svc/**", "refs/tags/svc/a", false),
+        ("refs/heads/*", "refs/heads/main", true),
+        ("refs/heads/*", "refs/heads/a/b", false),
+        ("refs/heads/feat-?", "refs/heads/feat-1", true),
+        ("refs/heads/feat-?", "refs/heads/feat-12", false),
+        ("refs/heads/[ab]*", "refs/heads/bug", true),
+        ("refs/heads/[!ab]*", "refs/heads/bug", false),
+        ("refs/heads/[a-c]x", "refs/heads/bx", true),
+        ("refs/**/wip", "refs/heads/wip", true),
+        ("refs/**/wip", "refs/wip", true),
+        ("refs/heads/main", "refs/heads/main", true),
+        ("refs/heads/main", "refs/heads/main2", false),
+    ];
+    for (pattern, name, want) in cases {
+        assert_eq!(ref_matches(pattern, name), *want, "{pattern} vs {name}");
+    }
+}
+
+fn pkt(s: &str) -> Vec<u8> {
+    format!("{:04x}{s}", s.len() + 4).into_bytes()
+}
+
+const A: &str = "1111111111111111111111111111111111111111";
+const B: &str = "2222222222222222222222222222222222222222";
+const Z: &str = "0000000000000000000000000000000000000000";
+
+#[test]
+fn a_push_command_list_is_read_whole_before_anything_passes() {
+    let mut stream = pkt(&format!(
+        "{A} {B} refs/heads/svc/a\0report-status side-band-64k\n"
+    ));
+    stream.extend(pkt(&format!("{Z} {B} refs/tags/v1\n")));
+    stream.extend(pkt(&format!("{A} {Z} refs/heads/old\n")));
+    stream.extend(b"0000");
+    stream.extend(b"PACK....");
+    for cut in 0..stream.len() - 8 {
+        assert_eq!(parse_push(&stream[..cut]), Ok(None), "incomplete at {cut}");
+    }
+    let p = parse_push(&stream).expect("parses").expect("complete");
+    assert_eq!(
+        p.updates,
+        vec![
+            RefUpdate {
+                old: A.into(),
+                new: B.into(),
+                name: "refs/heads/svc/a".into()
+            },
+            RefUpdate {
+                old: Z.into(),
+                new: B.into(),
+                name: "refs/tags/v1".into()
+            },
+            RefUpdate {
+                old: A.into(),
+                new: Z.into(),
+                name: "refs/heads/old".into()
+            },
+        ]
+    );
+    assert_eq!(p.capabilities, ["report-status", "side-band-64k"]);
+    assert_eq!(&stream[p.consumed..], b"PACK....");
+
+    // Push options follow the list when the client asked for them.
+    let mut stream = pkt(&format!(
+        "{A} {B} refs/heads/svc/a\0report-status push-options\n"
+    ));
+    stream.extend(b"0000");
+    stream.extend(pkt("ci.skip\n"));
+    stream.extend(b"0000");
+    let p = parse_push(&stream).expect("parses").expect("complete");
+    assert_eq!(p.push_options, ["ci.skip"]);
+    assert_eq!(p.consumed, stream.len());
+
+    // Shallow lines first, SHA-256 ids.
+    let a256 = "a".repeat(64);
+    let b256 = "b".repeat(64);
+    let mut stream = pkt(&format!("shallow {A}\n"));
+    stream.extend(pkt(&format!(
+        "{a256} {b256} refs/heads/svc/x\0object-format=sha256\n"
+    )));
+    stream.extend(b"0000");
+    let p = parse_push(&stream).expect("parses").expect("complete");
+    assert_eq!(p.updates[0].name, "refs/heads/svc/x");
+
+    // A signed push: the commands are inside the certificate.
+    let mut stream = pkt("push-cert\0report-status\n");
+    for l in [
+        "certificate version 0.1\n",
+        "pusher agent <a@b> 1700000000 +0000\n",
+        "pushee ssh://code.test/acme/widget.git\n",
+        "nonce 1700000000-abc\n",
+        "\n",
+        &format!("{A} {B} refs/heads/main\n"),
+        "-----BEGIN PGP SIGNATURE-----\n",
+        "abc\n",
+        "-----END PGP SIGNATURE-----\n",
+        "push-cert-end\n",
+    ] {
+        stream.extend(pkt(l));
+    }
+    stream.extend(b"0000");
+    let p = parse_push(&stream).expect("parses").expect("complete");
+    assert!(p.signed);
+    assert_eq!(p.updates.len(), 1);
+    assert_eq!(p.updates[0].name, "refs/heads/main");
+
+    let bad: &[(&str, Vec<u8>, &str)] = &[
+        ("not hex length", b"zzzz".to_vec(), "bad pkt-line length"),
+        ("length 3", b"0003".to_vec(), "bad pkt-line length"),
+        (
+            "short id",
+            [pkt(&format!("abc {B} refs/heads/x\n")), b"0000".to_vec()].concat(),
+            "bad command line",
+        ),
+        (
+            "mixed id lengths",
+            [pkt(&format!("{A} {b256} refs/heads/x\n")), b"0000".to_vec()].concat(),
+            "bad command line",
+        ),
+        (
+            "no ref",
+            [pkt(&format!("{A} {B}\n")), b"0000".to_vec()].concat(),
+            "bad command line",
+        ),
+        (
+            "cert without end",
+            [
+                pkt("push-cert\0x\n"),
+                pkt("certificate version 0.1\n"),
+                b"0000".to_vec(),
+            ]
+            .concat(),
+            "push-cert-end",
+        ),
+    ];
+    for (name, bytes, want) in bad {
+        let e = parse_push(bytes).expect_err(name);
+        assert!(e.to_string().contains(want), "{name}: {e}");
+    }
+    let _ = (ssh::MAX_COMMANDS, PushError::TooLong(1));
+}
