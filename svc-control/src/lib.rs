@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod dataplane;
 /// The DNS guard: policy-gated resolution that commits addresses to the fence first.
 pub mod dns;
+pub mod git_relay;
 /// svcd's Prometheus metrics.
 pub mod metrics;
 /// Pure decisions: every security rule of the spec, once.

@@ -255,6 +255,10 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                     Err(e) => error(id, format!("setup: {e}")),
                 }
             }
+            Request::GitSsh { .. } => error(
+                id,
+                "git SSH requests go from the guest to the host, not to the agent".into(),
+            ),
             Request::Mount { tag, path } => {
                 let system = system.clone();
                 let done = tokio::task::spawn_blocking(move || {

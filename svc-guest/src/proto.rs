@@ -192,6 +192,14 @@ pub enum Request {
     Setup(Setup),
     /// Mount the virtio-fs file system `tag` at `path` (made if missing).
     Mount { tag: String, path: String },
+    /// The git SSH shim (guest → host): run git's SSH request through the host's relay. The
+    /// stream then carries git's input and the server's output like an exec.
+    GitSsh {
+        /// What git passed to `ssh` (after the program name).
+        args: Vec<String>,
+        /// git's `GIT_PROTOCOL` (e.g. `version=2`), sent on to the server.
+        git_protocol: Option<String>,
+    },
 }
 
 /// A command to run.

@@ -36,6 +36,14 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "the system trust bundle a sandbox's CA is added to",
     ),
     (
+        "openssh-client",
+        "ssh and ssh-agent: the git SSH relay runs the host's ssh",
+    ),
+    (
+        "openssh-server",
+        "sshd: the git SSH relay's test code host (started by the tests, not as a service)",
+    ),
+    (
         "util-linux",
         "nsenter and setpriv: the tests enter namespaces and run svc as other users",
     ),

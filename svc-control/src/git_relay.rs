@@ -1,0 +1,389 @@
+//! The git-over-SSH relay (SPEC 5.6): a sandbox's `svc-git-ssh` shim sends git's SSH request
+//! here; the relay decides it with `policy::ssh`, then runs the host's real `ssh` with the
+//! host's agent and pumps the session. A push's command list is read whole and every ref
+//! checked before a byte of it reaches the server.
+//!
+//! The shim speaks `svc_guest::proto` on one stream: `Open` with a `GitSsh` request, `Data`/
+//! `Eof` for git's input, and gets `Stdout`/`Stderr`/`Exit` back, with credit both ways.
+
+use std::{
+    path::PathBuf,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use svc_guest::proto::{self, Frame, Kind, Request, WINDOW};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
+    sync::{Semaphore, mpsc},
+};
+
+use crate::policy::ssh::{self, RefUpdate, Service, SshRequest};
+
+/// What a sandbox may reach over SSH.
+#[derive(Debug, Clone, Default)]
+pub struct RelayPolicy {
+    /// (host, `owner/repo`) pairs of `.svc/config.yaml` `egress.policy`.
+    pub repos: Vec<(String, String)>,
+    /// AllowedBranches globs (default `refs/heads/svc/**`).
+    pub branches: Vec<String>,
+}
+
+/// How the relay runs the host's ssh.
+#[derive(Debug, Clone)]
+pub struct SshClient {
+    pub binary: PathBuf,
+    /// The host's agent (`SSH_AUTH_SOCK`); the only credential the relay uses.
+    pub auth_sock: Option<PathBuf>,
+    /// The known-hosts file servers are checked against (strictly).
+    pub known_hosts: PathBuf,
+}
+
+/// What one session did, for the audit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub host: String,
+    pub repo: String,
+    pub command: String,
+    pub refs: Vec<RefUpdate>,
+    /// `allow` or `deny`.
+    pub decision: &'static str,
+    /// Why it was refused (the line git's stderr got), if it was.
+    pub reason: Option<String>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration: Duration,
+    pub exit: i32,
+}
+
+/// The exact refusal for a repository outside the policy (SPEC 7).
+pub fn policy_refusal(host: &str, repo: &str) -> String {
+    format!("svc: refused by egress policy: {host} {repo} not in .svc/config.yaml egress.policy")
+}
+
+/// The exact refusal for a ref outside AllowedBranches (SPEC 7).
+pub fn ref_refusal(name: &str) -> String {
+    format!("svc: refused: ref {name} not in allowed branches")
+}
+
+/// Serve one shim connection.
+pub async fn serve<R, W>(
+    mut reader: R,
+    writer: W,
+    policy: &RelayPolicy,
+    client: &SshClient,
+) -> Result<Session, String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let (out, out_rx) = mpsc::unbounded_channel::<Frame>();
+    let writing = tokio::spawn(write_frames(writer, out_rx));
+    // The request: the first Open.
+    let (id, args, git_protocol) = loop {
+        let f = proto::read_frame(&mut reader)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("the shim closed before its request")?;
+        if f.kind == Kind::Open {
+            match serde_json::from_slice::<Request>(&f.payload) {
+                Ok(Request::GitSsh { args, git_protocol }) => break (f.stream, args, git_protocol),
+                Ok(_) => {
+                    let _ = out.send(Frame::new(
+                        f.stream,
+                        Kind::Error,
+                        "only git SSH requests here",
+                    ));
+                    return Err("not a git SSH request".into());
+                }
+                Err(e) => {
+                    let _ = out.send(Frame::new(
+                        f.stream,
+                        Kind::Error,
+                        format!("bad request: {e}"),
+                    ));
+                    return Err(format!("bad request: {e}"));
+                }
+            }
+        }
+    };
+    let refuse = |session: Session, line: String| {
+        let _ = out.send(Frame::new(id, Kind::Stderr, format!("{line}\n")));
+        let _ = out.send(Frame::i32(id, Kind::Exit, 1));
+        Session {
+            decision: "deny",
+            reason: Some(line),
+            exit: 1,
+            duration: started.elapsed(),
+            ..session
+        }
+    };
+    let blank = Session {
+        host: String::new(),
+        repo: String::new(),
+        command: String::new(),
+        refs: Vec::new(),
+        decision: "deny",
+        reason: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        duration: Duration::ZERO,
+        exit: 1,
+    };
+    let request = match ssh::parse_request(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            let s = refuse(blank, format!("svc: refused: {e}"));
+            finish(writing, out).await;
+            return Ok(s);
+        }
+    };
+    let session = Session {
+        host: request.host.clone(),
+        repo: request.repo.clone(),
+        command: request.service.command().to_owned(),
+        ..blank
+    };
+    if !policy.repos.iter().any(|(h, r)| {
+        h.eq_ignore_ascii_case(&request.host) && r.eq_ignore_ascii_case(&request.repo)
+    }) {
+        let s = refuse(session, policy_refusal(&request.host, &request.repo));
+        finish(writing, out).await;
+        return Ok(s);
+    }
+    let result = relay(
+        &mut reader,
+        &out,
+        id,
+        &request,
+        git_protocol,
+        policy,
+        client,
+        session,
+    )
+    .await;
+    let mut session = match result {
+        Ok(s) => s,
+        Err((s, line)) => refuse(s, line),
+    };
+    session.duration = started.elapsed();
+    finish(writing, out).await;
+    Ok(session)
+}
+
+async fn finish(writing: tokio::task::JoinHandle<()>, out: mpsc::UnboundedSender<Frame>) {
+    drop(out);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writing).await;
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<Frame>) {
+    while let Some(f) = rx.recv().await {
+        if w.write_all(&f.encode()).await.is_err() || w.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Run ssh and pump the session; a refused push is `Err` with its line.
+#[expect(clippy::too_many_arguments, reason = "one session's parts")]
+async fn relay<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    out: &mpsc::UnboundedSender<Frame>,
+    id: u32,
+    request: &SshRequest,
+    git_protocol: Option<String>,
+    policy: &RelayPolicy,
+    client: &SshClient,
+    mut session: Session,
+) -> Result<Session, (Session, String)> {
+    // The command is ours, rebuilt from the parsed request (its path holds only name
+    // characters): no guest text reaches a shell.
+    let command = format!("{} '/{}.git'", request.service.command(), request.repo);
+    let mut cmd = tokio::process::Command::new(&client.binary);
+    cmd.args(["-F", "/dev/null", "-T", "-x", "-a"])
+        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
+        .arg("-o")
+        .arg(format!(
+            "UserKnownHostsFile={}",
+            client.known_hosts.display()
+        ))
+        .args(["-o", "ClearAllForwardings=yes", "-o", "ProxyCommand=none"])
+        .args(["-o", "ConnectTimeout=15"]);
+    if let Some(v) = git_protocol.filter(|v| {
+        v.len() < 100
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"=:._-".contains(&b))
+    }) {
+        cmd.arg("-o").arg(format!("SetEnv=GIT_PROTOCOL={v}"));
+    }
+    if let Some(port) = request.port {
+        cmd.arg("-p").arg(port.to_string());
+    }
+    let target = match &request.user {
+        Some(u) => format!("{u}@{}", request.host),
+        None => request.host.clone(),
+    };
+    cmd.arg("--").arg(target).arg(command);
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(sock) = &client.auth_sock {
+        cmd.env("SSH_AUTH_SOCK", sock);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let line = format!("svc: the relay cannot run {}: {e}", client.binary.display());
+            return Err((session, line));
+        }
+    };
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err((session, "svc: the relay lost ssh's pipes".into()));
+    };
+    // The server's output to git, within the shim's credit.
+    let credit = Arc::new(Semaphore::new(WINDOW as usize));
+    let down = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let pumps = [
+        tokio::spawn(pump(
+            id,
+            Kind::Stdout,
+            stdout,
+            out.clone(),
+            credit.clone(),
+            down.clone(),
+        )),
+        tokio::spawn(pump(
+            id,
+            Kind::Stderr,
+            stderr,
+            out.clone(),
+            credit.clone(),
+            down.clone(),
+        )),
+    ];
+    // git's input to the server: a push's command list is held until every ref is checked.
+    let mut held: Option<Vec<u8>> = (request.service == Service::ReceivePack).then(Vec::new);
+    // Dropped at git's end of input: ssh then closes the server's input.
+    let mut stdin = Some(stdin);
+    let mut up = 0u64;
+    let mut exited = None;
+    loop {
+        // git's next frame, or ssh's end (then git's input has nowhere to go: a client that
+        // waits for the server would wait forever).
+        let frame = tokio::select! {
+            f = proto::read_frame(reader) => match f {
+                Ok(Some(f)) => f,
+                Ok(None) | Err(_) => break,
+            },
+            status = child.wait() => {
+                exited = Some(status);
+                break;
+            }
+        };
+        match frame.kind {
+            Kind::Data => {
+                let n = frame.payload.len();
+                up += n as u64;
+                let _ = out.send(Frame::u32(id, Kind::Credit, n as u32));
+                let ready = match &mut held {
+                    None => Some(frame.payload),
+                    Some(buf) => {
+                        buf.extend_from_slice(&frame.payload);
+                        match ssh::parse_push(buf) {
+                            Ok(None) => None,
+                            Ok(Some(push)) => {
+                                if let Some(bad) = push.updates.iter().find(|u| {
+                                    !policy.branches.iter().any(|b| ssh::ref_matches(b, &u.name))
+                                }) {
+                                    let line = ref_refusal(&bad.name);
+                                    session.refs = push.updates.clone();
+                                    let _ = child.kill().await;
+                                    for p in pumps {
+                                        p.abort();
+                                    }
+                                    return Err((session, line));
+                                }
+                                session.refs = push.updates;
+                                held.take()
+                            }
+                            Err(e) => {
+                                let _ = child.kill().await;
+                                for p in pumps {
+                                    p.abort();
+                                }
+                                return Err((session, format!("svc: refused: {e}")));
+                            }
+                        }
+                    }
+                };
+                if let (Some(bytes), Some(w)) = (ready, stdin.as_mut())
+                    && w.write_all(&bytes).await.is_err()
+                {
+                    break;
+                }
+            }
+            Kind::Eof => {
+                if held.is_some() {
+                    // git ended before its command list was whole: nothing reaches the server.
+                    let _ = child.kill().await;
+                    break;
+                }
+                stdin = None;
+            }
+            Kind::Credit => {
+                if let Some(n) = frame.as_u32() {
+                    let room = (WINDOW as usize).saturating_sub(credit.available_permits());
+                    credit.add_permits((n as usize).min(room));
+                }
+            }
+            _ => {}
+        }
+    }
+    drop(stdin);
+    let status = match exited {
+        Some(s) => s,
+        None => child.wait().await,
+    };
+    for p in pumps {
+        let _ = p.await;
+    }
+    let code = status.ok().and_then(|s| s.code()).unwrap_or(255);
+    let _ = out.send(Frame::i32(id, Kind::Exit, code));
+    session.decision = "allow";
+    session.exit = code;
+    session.bytes_up = up;
+    session.bytes_down = down.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(session)
+}
+
+async fn pump<R: AsyncRead + Unpin>(
+    id: u32,
+    kind: Kind,
+    mut r: R,
+    out: mpsc::UnboundedSender<Frame>,
+    credit: Arc<Semaphore>,
+    count: Arc<std::sync::atomic::AtomicU64>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        match credit.acquire_many(n as u32).await {
+            Ok(p) => p.forget(),
+            Err(_) => return,
+        }
+        count.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        if out.send(Frame::new(id, kind, &buf[..n])).is_err() {
+            return;
+        }
+    }
+}
