@@ -47,6 +47,8 @@ pub struct Session {
     pub repo: String,
     pub command: String,
     pub refs: Vec<RefUpdate>,
+    /// The push came with a signed certificate.
+    pub signed: bool,
     /// `allow` or `deny`.
     pub decision: &'static str,
     /// Why it was refused (the line git's stderr got), if it was.
@@ -125,6 +127,7 @@ where
         repo: String::new(),
         command: String::new(),
         refs: Vec::new(),
+        signed: false,
         decision: "deny",
         reason: None,
         bytes_up: 0,
@@ -311,6 +314,7 @@ async fn relay<R: AsyncRead + Unpin>(
                                     return Err((session, line));
                                 }
                                 session.refs = push.updates;
+                                session.signed = push.signed;
                                 held.take()
                             }
                             Err(e) => {

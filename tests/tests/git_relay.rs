@@ -325,6 +325,82 @@ fn git_over_ssh_goes_through_the_relay_with_its_rules() {
         );
         assert_eq!(s.refs("acme/widget"), before, "{name}: the server changed");
     }
+    // Push options (the server advertises them) and a signed push (an SSH-signed push
+    // certificate): read past, and their refs checked like any other.
+    let server = s.dir.join("repos/acme/widget.git");
+    for (k, v) in [
+        ("receive.advertisePushOptions", "true"),
+        ("receive.certNonceSeed", "svc-test"),
+    ] {
+        run(Command::new("git")
+            .arg("-C")
+            .arg(&server)
+            .args(["config", k, v]));
+    }
+    let out = s.git(
+        &repo,
+        &[
+            "push",
+            "-q",
+            "-o",
+            "ci.skip",
+            "origin",
+            "HEAD:refs/heads/svc/opts",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "push -o: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let signing = s.dir.join("client_key");
+    let signing = signing.display().to_string();
+    let signed = [
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        &format!("user.signingkey={signing}"),
+        "push",
+        "--signed=yes",
+    ];
+    let out = s.git(
+        &repo,
+        &[&signed[..], &["origin", "HEAD:refs/heads/svc/signed"]].concat(),
+    );
+    assert!(
+        out.status.success(),
+        "signed push: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = s.refs("acme/widget");
+    let out = s.git(
+        &repo,
+        &[&signed[..], &["origin", "HEAD:refs/heads/main"]].concat(),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("svc: refused: ref refs/heads/main not in allowed branches"),
+        "signed push to main: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = s.git(
+        &repo,
+        &["push", "-o", "x", "origin", "HEAD:refs/heads/main"],
+    );
+    assert!(!out.status.success(), "push -o to main went through");
+    assert_eq!(
+        s.refs("acme/widget"),
+        before,
+        "a refused signed push changed the server"
+    );
+    let sessions = s.sessions.lock().expect("lock").clone();
+    assert!(
+        sessions
+            .iter()
+            .any(|x| x.refs.iter().any(|r| r.name == "refs/heads/svc/signed")),
+        "the signed push's refs were read from its certificate"
+    );
+
     // Deleting an allowed branch is an allowed update.
     let out = s.git(&repo, &["push", "-q", "origin", ":refs/heads/svc/work"]);
     assert!(
