@@ -4,42 +4,19 @@
 //! comes back (svcd restarting, a VM forked); QMP pauses and resumes it.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use svc_control::runtime::microvm::channel::Channel;
+use svc_control::runtime::microvm::{
+    channel::Channel,
+    qemu::{self, Accel},
+};
 use svc_guest::proto::Exec;
 use svc_tests::{require_root, unique, world::microvm_images};
 use tokio::io::AsyncReadExt as _;
-
-/// The host's TSC frequency in kHz, for the guest's early calibration under TCG.
-fn tsc_khz() -> u64 {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("cpu MHz"))
-        .and_then(|v| {
-            v.trim_start_matches([' ', '\t', ':'])
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(2_000_000, |mhz| (mhz * 1000.0) as u64)
-}
-
-/// KVM only where the CPU shows virtualisation and /dev/kvm is there (a nested machine without
-/// vmx/svm has /dev/kvm but cannot run a guest).
-fn kvm_usable() -> bool {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    Path::new("/dev/kvm").exists()
-        && cpu
-            .lines()
-            .filter(|l| l.starts_with("flags"))
-            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
-}
 
 struct Vm {
     child: Child,
@@ -61,10 +38,11 @@ impl Vm {
             .expect("qemu-img");
         assert!(made.success(), "qemu-img create");
         let channel = dir.join("agent.sock");
-        let accel = if kvm_usable() { "kvm" } else { "tcg" };
+        // The backend's own choice of accelerator and kernel command line.
+        let (accel, _) = Accel::choose("auto");
         let child = Command::new("qemu-system-x86_64")
             .args(["-M", "microvm,pit=on,acpi=on", "-accel"])
-            .arg(accel)
+            .arg(accel.name())
             .args([
                 "-m",
                 "256",
@@ -80,10 +58,7 @@ impl Vm {
             .arg("-initrd")
             .arg(images.join("initrd.img"))
             .arg("-append")
-            .arg(format!(
-                "console=ttyS0 tsc_early_khz={} panic=-1 quiet",
-                tsc_khz()
-            ))
+            .arg(qemu::cmdline(accel))
             .arg("-drive")
             .arg(format!(
                 "id=root,file={},format=qcow2,if=none",
