@@ -142,40 +142,19 @@ impl Microvm {
     /// Start the VM's vhost-device-vsock: QEMU's vhost-user device on one side, the hybrid
     /// socket svcd connects to on the other.
     async fn serve_vsock(&self, dir: &VmDir) -> Result<(), String> {
-        let log = std::fs::File::create(dir.0.join("vsock.log"))
-            .map_err(|e| format!("vhost-device-vsock's log: {e}"))?;
-        let mut child = tokio::process::Command::new(&self.config.vhost_vsock)
-            .args(["--guest-cid", "3", "--socket"])
+        let mut cmd = tokio::process::Command::new(&self.config.vhost_vsock);
+        cmd.args(["--guest-cid", "3", "--socket"])
             .arg(dir.vsock_device())
             .arg("--uds-path")
-            .arg(dir.vsock())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("running {}: {e}", self.config.vhost_vsock.display()))?;
-        if let Some(pid) = child.id() {
-            let _ = std::fs::write(dir.vsock_pidfile(), pid.to_string());
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !dir.vsock_device().exists() {
-            if let Ok(Some(status)) = child.try_wait() {
-                let said = std::fs::read_to_string(dir.0.join("vsock.log")).unwrap_or_default();
-                return Err(format!(
-                    "vhost-device-vsock exited ({status}): {}",
-                    said.trim()
-                ));
-            }
-            if std::time::Instant::now() > deadline {
-                return Err("vhost-device-vsock did not open its socket within 10 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-        });
-        Ok(())
+            .arg(dir.vsock());
+        spawn_helper(
+            cmd,
+            "vhost-device-vsock",
+            &dir.0.join("vsock.log"),
+            &dir.vsock_pidfile(),
+            &dir.vsock_device(),
+        )
+        .await
     }
 
     /// The memory cgroup of VM `name`: (directory, the file its limit goes in).
@@ -253,10 +232,8 @@ impl Microvm {
                 std::os::unix::fs::MetadataExt::gid(&meta),
             );
             let socket = dir.fs_socket(i);
-            let log = std::fs::File::create(dir.0.join(format!("fs{i}.log")))
-                .map_err(|e| format!("virtiofsd's log: {e}"))?;
-            let child = tokio::process::Command::new(&self.config.virtiofsd)
-                .arg("--socket-path")
+            let mut cmd = tokio::process::Command::new(&self.config.virtiofsd);
+            cmd.arg("--socket-path")
                 .arg(&socket)
                 .arg("--shared-dir")
                 .arg(&d.host)
@@ -272,33 +249,15 @@ impl Microvm {
                 .arg("--translate-uid")
                 .arg(format!("map:0:{uid}:1"))
                 .arg("--translate-gid")
-                .arg(format!("map:0:{gid}:1"))
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(log)
-                .process_group(0)
-                .spawn()
-                .map_err(|e| format!("running {}: {e}", self.config.virtiofsd.display()))?;
-            if let Some(pid) = child.id() {
-                let _ = std::fs::write(dir.fs_pidfile(i), pid.to_string());
-            }
-            let mut child = child;
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while !socket.exists() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let said = std::fs::read_to_string(dir.0.join(format!("fs{i}.log")))
-                        .unwrap_or_default();
-                    return Err(format!("virtiofsd exited ({status}): {}", said.trim()));
-                }
-                if std::time::Instant::now() > deadline {
-                    return Err("virtiofsd did not open its socket within 10 s".into());
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            // Reaped whenever it ends (it ends with QEMU's connection).
-            tokio::spawn(async move {
-                let _ = child.wait().await;
-            });
+                .arg(format!("map:0:{gid}:1"));
+            spawn_helper(
+                cmd,
+                "virtiofsd",
+                &dir.0.join(format!("fs{i}.log")),
+                &dir.fs_pidfile(i),
+                &socket,
+            )
+            .await?;
             out.push((socket, format!("svcfs{i}")));
         }
         Ok(out)
@@ -422,6 +381,46 @@ impl Microvm {
             ifindex,
         })
     }
+}
+
+/// Start a VM's helper daemon (`what`: virtiofsd, vhost-device-vsock) in its own process
+/// group, its messages in `log` and its pid in `pidfile`, and wait until it has opened
+/// `socket` (QEMU connects to it at launch). It is reaped whenever it ends (with QEMU's
+/// connection); destroy kills it by its pid file.
+async fn spawn_helper(
+    mut cmd: tokio::process::Command,
+    what: &str,
+    log: &Path,
+    pidfile: &Path,
+    socket: &Path,
+) -> Result<(), String> {
+    let out = std::fs::File::create(log).map_err(|e| format!("{what}'s log: {e}"))?;
+    let program = std::path::PathBuf::from(cmd.as_std().get_program());
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("running {}: {e}", program.display()))?;
+    if let Some(pid) = child.id() {
+        let _ = std::fs::write(pidfile, pid.to_string());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let said = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(format!("{what} exited ({status}): {}", said.trim()));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{what} did not open its socket within 10 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(())
 }
 
 /// A qcow2 overlay at `disk` over the raw image `rootfs`: the guest writes only its own copy.
