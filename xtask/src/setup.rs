@@ -121,23 +121,10 @@ fn tool(name: &str, version: &str, debian: &[&str]) -> anyhow::Result<()> {
         ui::ok(&format!("{name} ({})", v.trim()));
         return Ok(());
     }
-    let missing: Vec<&str> = debian
-        .iter()
-        .copied()
-        .filter(|p| {
-            let status = ui::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]));
-            !matches!(status, Ok(s) if s.contains("install ok installed"))
-        })
-        .collect();
+    let missing = missing_packages(debian);
     if !missing.is_empty() {
         ui::info(&format!("{name} links {}: installing", missing.join(", ")));
-        ui::run(Command::new("apt-get").args(["update", "-q"]))?;
-        ui::run(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
+        apt_install(&missing)?;
     }
     ui::info(&format!("building {name} {version} (about a minute)"));
     ui::run(Command::new("cargo").args([
@@ -327,14 +314,8 @@ fn require_root() -> anyhow::Result<()> {
 }
 
 fn debian_packages() -> anyhow::Result<()> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
-        .iter()
-        .map(|(p, _)| *p)
-        .filter(|p| {
-            let status = ui::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]));
-            !matches!(status, Ok(s) if s.contains("install ok installed"))
-        })
-        .collect();
+    let all: Vec<&str> = DEBIAN_PACKAGES.iter().map(|(p, _)| *p).collect();
+    let missing = missing_packages(&all);
     if missing.is_empty() {
         ui::ok(&format!(
             "Debian packages ({} present)",
@@ -349,18 +330,35 @@ fn debian_packages() -> anyhow::Result<()> {
             .map_or("", |(_, w)| w);
         ui::info(&format!("missing {p}: {why}"));
     }
-    ui::run(Command::new("apt-get").args(["update", "-q"]))?;
-    ui::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )?;
+    apt_install(&missing)?;
     ui::ok(&format!(
         "Debian packages installed: {}",
         missing.join(", ")
     ));
     Ok(())
+}
+
+/// The packages of `names` that are not installed.
+fn missing_packages<'a>(names: &[&'a str]) -> Vec<&'a str> {
+    names
+        .iter()
+        .copied()
+        .filter(|p| {
+            let status = ui::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]));
+            !matches!(status, Ok(s) if s.contains("install ok installed"))
+        })
+        .collect()
+}
+
+/// `apt-get update`, then install `packages` without recommends.
+fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
+    ui::run(Command::new("apt-get").args(["update", "-q"]))?;
+    ui::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 fn nightly_rust_src() -> anyhow::Result<()> {
