@@ -16,23 +16,39 @@ impl Guest {
     /// At the agent's start, before any host: `lo` up (every guest needs it, and the first
     /// netlink round trip costs most under an emulator: the setup that follows is quicker).
     pub fn prepare() -> Result<(), String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            let (conn, handle, _) =
-                rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
-            tokio::spawn(conn);
+        with_netlink(|handle| async move {
             let lo = link_index(&handle, "lo").await?;
-            handle
-                .link()
-                .set(LinkUnspec::new_with_index(lo).up().build())
-                .execute()
-                .await
-                .map_err(|e| format!("bringing lo up: {e}"))
+            set_up(&handle, lo, "lo").await
         })
     }
+}
+
+/// Run `work` with a netlink handle, on a runtime of its own (the agent calls this from a
+/// blocking thread).
+fn with_netlink<F, Fut>(work: F) -> Result<(), String>
+where
+    F: FnOnce(rtnetlink::Handle) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
+        tokio::spawn(conn);
+        work(handle).await
+    })
+}
+
+/// Bring link `index` (called `name` in messages) up.
+async fn set_up(handle: &rtnetlink::Handle, index: u32, name: &str) -> Result<(), String> {
+    handle
+        .link()
+        .set(LinkUnspec::new_with_index(index).up().build())
+        .execute()
+        .await
+        .map_err(|e| format!("bringing {name} up: {e}"))
 }
 
 async fn link_index(handle: &rtnetlink::Handle, name: &str) -> Result<u32, String> {
@@ -78,11 +94,7 @@ impl svc_guest::agent::System for Guest {
         }
         rustix::system::sethostname(setup.hostname.as_bytes())
             .map_err(|e| format!("setting the host name: {e}"))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        rt.block_on(network(address, prefix, gateway))
+        with_netlink(|handle| network(handle, address, prefix, gateway))
     }
 }
 
@@ -108,16 +120,14 @@ fn entropy(hex: &str) -> Result<(), String> {
 }
 
 /// `lo` up; `eth0` up with exactly `address/prefix`; the default route via `gateway`.
-async fn network(address: Ipv4Addr, prefix: u8, gateway: Ipv4Addr) -> Result<(), String> {
-    let (conn, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
-    tokio::spawn(conn);
+async fn network(
+    handle: rtnetlink::Handle,
+    address: Ipv4Addr,
+    prefix: u8,
+    gateway: Ipv4Addr,
+) -> Result<(), String> {
     let lo = link_index(&handle, "lo").await?;
-    handle
-        .link()
-        .set(LinkUnspec::new_with_index(lo).up().build())
-        .execute()
-        .await
-        .map_err(|e| format!("bringing lo up: {e}"))?;
+    set_up(&handle, lo, "lo").await?;
     let eth = link_index(&handle, LINK).await?;
     // A clone keeps its source's address: remove every other one first.
     let old: Vec<_> = handle
@@ -150,12 +160,7 @@ async fn network(address: Ipv4Addr, prefix: u8, gateway: Ipv4Addr) -> Result<(),
         .execute()
         .await
         .map_err(|e| format!("adding {address}/{prefix} to {LINK}: {e}"))?;
-    handle
-        .link()
-        .set(LinkUnspec::new_with_index(eth).up().build())
-        .execute()
-        .await
-        .map_err(|e| format!("bringing {LINK} up: {e}"))?;
+    set_up(&handle, eth, LINK).await?;
     handle
         .route()
         .add(
