@@ -149,9 +149,7 @@ where
         command: request.service.command().to_owned(),
         ..blank
     };
-    if !policy.repos.iter().any(|(h, r)| {
-        h.eq_ignore_ascii_case(&request.host) && r.eq_ignore_ascii_case(&request.repo)
-    }) {
+    if !ssh::repo_allowed(&policy.repos, &request.host, &request.repo) {
         let s = refuse(session, policy_refusal(&request.host, &request.repo));
         finish(writing, out).await;
         return Ok(s);
@@ -214,11 +212,7 @@ async fn relay<R: AsyncRead + Unpin>(
         ))
         .args(["-o", "ClearAllForwardings=yes", "-o", "ProxyCommand=none"])
         .args(["-o", "ConnectTimeout=15"]);
-    if let Some(v) = git_protocol.filter(|v| {
-        v.len() < 100
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"=:._-".contains(&b))
-    }) {
+    if let Some(v) = git_protocol.filter(|v| ssh::git_protocol_ok(v)) {
         cmd.arg("-o").arg(format!("SetEnv=GIT_PROTOCOL={v}"));
     }
     if let Some(port) = request.port {
@@ -302,9 +296,9 @@ async fn relay<R: AsyncRead + Unpin>(
                         match ssh::parse_push(buf) {
                             Ok(None) => None,
                             Ok(Some(push)) => {
-                                if let Some(bad) = push.updates.iter().find(|u| {
-                                    !policy.branches.iter().any(|b| ssh::ref_matches(b, &u.name))
-                                }) {
+                                if let Some(bad) =
+                                    ssh::first_refused(&policy.branches, &push.updates)
+                                {
                                     let line = ref_refusal(&bad.name);
                                     session.refs = push.updates.clone();
                                     let _ = child.kill().await;

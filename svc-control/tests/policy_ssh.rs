@@ -309,3 +309,42 @@ fn a_push_command_list_is_read_whole_before_anything_passes() {
     }
     let _ = (ssh::MAX_COMMANDS, PushError::TooLong(1));
 }
+
+#[test]
+fn the_relays_allow_checks() {
+    let repos = vec![("code.test".to_owned(), "acme/widget".to_owned())];
+    for (host, repo, want) in [
+        ("code.test", "acme/widget", true),
+        ("CODE.test", "Acme/Widget", true),
+        ("code.test", "acme/other", false),
+        ("other.test", "acme/widget", false),
+    ] {
+        assert_eq!(ssh::repo_allowed(&repos, host, repo), want, "{host} {repo}");
+    }
+    let branches = vec!["refs/heads/svc/**".to_owned()];
+    let up = |name: &str| RefUpdate {
+        old: A.into(),
+        new: B.into(),
+        name: name.into(),
+    };
+    let ok = [up("refs/heads/svc/a"), up("refs/heads/svc/b/c")];
+    assert_eq!(ssh::first_refused(&branches, &ok), None);
+    let mixed = [
+        up("refs/heads/svc/a"),
+        up("refs/heads/main"),
+        up("refs/tags/v1"),
+    ];
+    assert_eq!(
+        ssh::first_refused(&branches, &mixed).map(|u| u.name.as_str()),
+        Some("refs/heads/main")
+    );
+    for (v, want) in [
+        ("version=2", true),
+        ("version=2:object-format=sha256", true),
+        ("version=2 ; id", false),
+        ("a\nb", false),
+        (&"x".repeat(200)[..], false),
+    ] {
+        assert_eq!(ssh::git_protocol_ok(v), want, "{v:?}");
+    }
+}

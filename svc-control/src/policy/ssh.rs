@@ -205,6 +205,29 @@ fn repo_of(path: &str) -> Result<String, &'static str> {
     Ok(format!("{owner}/{repo}"))
 }
 
+/// Whether (`host`, `repo`) is one of a sandbox's `egress.policy` pairs (names compare
+/// case-insensitively, as the code host compares them).
+pub fn repo_allowed(repos: &[(String, String)], host: &str, repo: &str) -> bool {
+    repos
+        .iter()
+        .any(|(h, r)| h.eq_ignore_ascii_case(host) && r.eq_ignore_ascii_case(repo))
+}
+
+/// The first update of a push whose ref matches none of `branches`: the push is refused for it.
+pub fn first_refused<'a>(branches: &[String], updates: &'a [RefUpdate]) -> Option<&'a RefUpdate> {
+    updates
+        .iter()
+        .find(|u| !branches.iter().any(|b| ref_matches(b, &u.name)))
+}
+
+/// Whether git's `GIT_PROTOCOL` value may be passed on to the server: short, and only the
+/// characters git's own values use (`version=2`, `key=value:key2=value2`).
+pub fn git_protocol_ok(v: &str) -> bool {
+    v.len() < 100
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"=:._-".contains(&b))
+}
+
 /// Whether `name` (a full ref name) matches the glob `pattern` (git's wildmatch with
 /// path-name semantics).
 pub fn ref_matches(pattern: &str, name: &str) -> bool {
