@@ -139,6 +139,7 @@ async fn sequence(
                 context_path: None,
                 backend: Some(a.backend.clone()),
                 runtime_required: None,
+                ssh_repos: Vec::new(),
             }),
         )
         .await

@@ -116,7 +116,8 @@ pub struct CreateArgs {
     #[arg(long, value_parser = ["container", "netns", "microvm"])]
     pub backend: Option<String>,
     /// Take the backend from the workspace in DIR (its .svc/workspace.json `runtime` block:
-    /// the first of `required` this svcd offers; empty or absent: automatic).
+    /// the first of `required` this svcd offers; empty or absent: automatic) and the
+    /// repositories git may reach over SSH (its .svc/config.yaml `egress.policy` repos).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Print the created sandbox as JSON.
@@ -278,8 +279,8 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let runtime_required = match &a.workspace {
-        None => None,
+    let (runtime_required, ssh_repos) = match &a.workspace {
+        None => (None, Vec::new()),
         Some(dir) => {
             let loaded = svc_control::config::loader::load_workspace(
                 dir,
@@ -287,7 +288,19 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
                 std::env::vars(),
             )
             .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
-            Some(loaded.effective.runtime.required)
+            // The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
+            let repos = loaded
+                .egress
+                .iter()
+                .flat_map(|e| e.policy.values())
+                .flat_map(|p| {
+                    p.repos.iter().map(|r| svc_control::api::SshRepo {
+                        host: p.host.to_string(),
+                        repo: r.as_str().to_owned(),
+                    })
+                })
+                .collect();
+            (Some(loaded.effective.runtime.required), repos)
         }
     };
     let req = CreateSandbox {
@@ -299,6 +312,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         context_path,
         backend: a.backend,
         runtime_required,
+        ssh_repos,
     };
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))
@@ -354,6 +368,9 @@ fn print_sandbox(s: &SandboxView) {
         outln!("  allowed hosts:     {}", s.allowed_hosts.join(", "));
     }
     outln!("  allowed branches:  {}", s.allowed_branches.join(", "));
+    for r in &s.ssh_repos {
+        outln!("  git over ssh:      {} {}", r.host, r.repo);
+    }
     if let Some(r) = &s.repo {
         outln!("  repo:              {r}");
     }

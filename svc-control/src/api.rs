@@ -125,6 +125,20 @@ pub struct CreateSandbox {
     /// first of these this svcd offers; empty: automatic.
     #[serde(default)]
     pub runtime_required: Option<Vec<crate::config::workspace::Backend>>,
+    /// Repositories the sandbox's git may reach over SSH through the relay: the `repos` of
+    /// `.svc/config.yaml` `egress.policy` (`svc sandbox create --workspace` sends them).
+    #[serde(default)]
+    pub ssh_repos: Vec<SshRepo>,
+}
+
+/// A repository on a host, reachable over SSH through the relay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshRepo {
+    /// The host name, as in the remote URL (no port: that comes from the URL).
+    pub host: String,
+    /// `owner/repo`.
+    pub repo: String,
 }
 
 /// `POST /v1/sandboxes/{name}/fork`.
@@ -186,6 +200,9 @@ pub struct SandboxView {
     pub window_ends: Option<String>,
     pub allowed_hosts: Vec<String>,
     pub allowed_branches: Vec<String>,
+    /// Repositories git may reach over SSH (the relay's policy).
+    #[serde(default)]
+    pub ssh_repos: Vec<SshRepo>,
     pub repo: Option<String>,
     pub context_path: Option<String>,
     pub link: String,

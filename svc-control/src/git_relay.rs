@@ -69,6 +69,85 @@ pub fn ref_refusal(name: &str) -> String {
     format!("svc: refused: ref {name} not in allowed branches")
 }
 
+/// How long a connection may take to send its request.
+const REQUEST_LIMIT: Duration = Duration::from_secs(30);
+
+/// The shim's request: its first `Open` (stream id, ssh arguments, `GIT_PROTOCOL`). Anything
+/// else is answered with an error on the stream and ends the connection.
+async fn read_request<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    out: &mpsc::UnboundedSender<Frame>,
+) -> Result<(u32, Vec<String>, Option<String>), String> {
+    let first = async {
+        loop {
+            let f = proto::read_frame(reader)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("the shim closed before its request")?;
+            if f.kind == Kind::Open {
+                return Ok::<_, String>(f);
+            }
+        }
+    };
+    let f = tokio::time::timeout(REQUEST_LIMIT, first)
+        .await
+        .map_err(|_| format!("no request within {} s", REQUEST_LIMIT.as_secs()))??;
+    match serde_json::from_slice::<Request>(&f.payload) {
+        Ok(Request::GitSsh { args, git_protocol }) => Ok((f.stream, args, git_protocol)),
+        Ok(_) => {
+            let _ = out.send(Frame::new(
+                f.stream,
+                Kind::Error,
+                "only git SSH requests here",
+            ));
+            Err("not a git SSH request".into())
+        }
+        Err(e) => {
+            let _ = out.send(Frame::new(
+                f.stream,
+                Kind::Error,
+                format!("bad request: {e}"),
+            ));
+            Err(format!("bad request: {e}"))
+        }
+    }
+}
+
+/// Answer one shim connection's request with `line` on git's stderr and exit status 1,
+/// without looking further (a sandbox with too many sessions).
+pub async fn refuse<R, W>(mut reader: R, writer: W, line: &str) -> Result<Session, String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let (out, out_rx) = mpsc::unbounded_channel::<Frame>();
+    let writing = tokio::spawn(write_frames(writer, out_rx));
+    let read = read_request(&mut reader, &out).await;
+    let result = read.map(|(id, args, _)| {
+        let _ = out.send(Frame::new(id, Kind::Stderr, format!("{line}\n")));
+        let _ = out.send(Frame::i32(id, Kind::Exit, 1));
+        let request = ssh::parse_request(&args).ok();
+        Session {
+            host: request.as_ref().map(|r| r.host.clone()).unwrap_or_default(),
+            repo: request.as_ref().map(|r| r.repo.clone()).unwrap_or_default(),
+            command: request
+                .map(|r| r.service.command().to_owned())
+                .unwrap_or_default(),
+            refs: Vec::new(),
+            signed: false,
+            decision: "deny",
+            reason: Some(line.to_owned()),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: started.elapsed(),
+            exit: 1,
+        }
+    });
+    finish(writing, out).await;
+    result
+}
+
 /// Serve one shim connection.
 pub async fn serve<R, W>(
     mut reader: R,
@@ -83,32 +162,11 @@ where
     let started = Instant::now();
     let (out, out_rx) = mpsc::unbounded_channel::<Frame>();
     let writing = tokio::spawn(write_frames(writer, out_rx));
-    // The request: the first Open.
-    let (id, args, git_protocol) = loop {
-        let f = proto::read_frame(&mut reader)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("the shim closed before its request")?;
-        if f.kind == Kind::Open {
-            match serde_json::from_slice::<Request>(&f.payload) {
-                Ok(Request::GitSsh { args, git_protocol }) => break (f.stream, args, git_protocol),
-                Ok(_) => {
-                    let _ = out.send(Frame::new(
-                        f.stream,
-                        Kind::Error,
-                        "only git SSH requests here",
-                    ));
-                    return Err("not a git SSH request".into());
-                }
-                Err(e) => {
-                    let _ = out.send(Frame::new(
-                        f.stream,
-                        Kind::Error,
-                        format!("bad request: {e}"),
-                    ));
-                    return Err(format!("bad request: {e}"));
-                }
-            }
+    let (id, args, git_protocol) = match read_request(&mut reader, &out).await {
+        Ok(r) => r,
+        Err(e) => {
+            finish(writing, out).await;
+            return Err(e);
         }
     };
     let refuse = |session: Session, line: String| {

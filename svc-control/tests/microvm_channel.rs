@@ -41,7 +41,12 @@ async fn pair() -> (Arc<Channel>, Arc<Recorded>) {
     let (host, guest) = UnixStream::pair().expect("socket pair");
     let system = Arc::new(Recorded::default());
     let (gr, gw) = guest.into_split();
-    tokio::spawn(svc_guest::agent::serve(gr, gw, system.clone()));
+    tokio::spawn(svc_guest::agent::serve(
+        gr,
+        gw,
+        system.clone(),
+        Arc::default(),
+    ));
     let (hr, hw) = host.into_split();
     let (channel, mut hello) = Channel::over(hr, hw);
     channel

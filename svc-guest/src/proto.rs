@@ -12,6 +12,11 @@
 //! (re)connects knows which answer is to it. A stream starts with [`Kind::Open`] (a JSON
 //! [`Request`]) from the host and ends with [`Kind::Exit`] or [`Kind::Error`] from the agent.
 //!
+//! Streams whose id has [`GUEST_STREAM`] set are opened by the guest instead: a connection
+//! to one of the host's services for the sandbox (the git SSH relay). On those the directions
+//! turn: the guest sends `Open`, `Data`, `Eof`; the host answers `Stdout`, `Stderr`, `Exit`
+//! or `Error` (and an `Error` from the guest says its end went away).
+//!
 //! Flow control is by credit, per stream and direction: a sender may have at most [`WINDOW`]
 //! bytes of `Data`/`Stdout`/`Stderr` payload unacknowledged; the receiver returns
 //! [`Kind::Credit`] as it hands the bytes on. So a reader that stops reading stalls its own
@@ -25,6 +30,9 @@ pub const MAX_PAYLOAD: usize = 64 * 1024;
 
 /// Bytes a sender may have in flight per stream before it waits for credit.
 pub const WINDOW: u32 = 256 * 1024;
+
+/// The bit of a stream id that says the guest opened the stream (host-opened ids never have it).
+pub const GUEST_STREAM: u32 = 1 << 31;
 
 /// Bytes of a frame's header.
 pub const HEADER: usize = 9;

@@ -42,6 +42,46 @@ pub enum AuditEvent {
     Dns(DnsEvent),
     /// An HTTPS request through the proxy (or a refused TLS connection).
     Http(HttpEvent),
+    /// A git-over-SSH session through the relay.
+    Ssh(SshEvent),
+}
+
+/// One git session through the SSH relay: what was asked, every ref a push updates, what was
+/// decided (no pack data, no keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SshEvent {
+    /// The host as git's remote names it (empty when the request did not parse).
+    pub host: String,
+    /// `owner/repo`.
+    pub repo: String,
+    /// `git-upload-pack` or `git-receive-pack`.
+    pub command: String,
+    /// A push's ref updates (creations and deletions included), each checked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<SshRef>,
+    /// The push carried a signed push certificate.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub signed: bool,
+    /// `allow` or `deny`.
+    pub decision: &'static str,
+    /// For a refusal: the line git's stderr got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes from git to the server.
+    pub bytes_up: u64,
+    /// Bytes from the server to git.
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+    /// The exit status git saw.
+    pub exit: i32,
+}
+
+/// One ref update of a push: the ids before and after (all zeros: created or deleted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SshRef {
+    pub name: String,
+    pub old: String,
+    pub new: String,
 }
 
 /// One proxied request, for the audit log (no header values, no query values, no tokens).

@@ -44,6 +44,24 @@ pub struct HostConfigFile {
     pub microvm: MicrovmFile,
     #[serde(default)]
     pub metrics: MetricsFile,
+    #[serde(default)]
+    pub git_ssh: GitSshFile,
+}
+
+/// `[git_ssh]`: the git-over-SSH relay (how the host's own ssh reaches code hosts for the
+/// sandboxes; which repositories and refs each sandbox may reach is its own policy).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitSshFile {
+    /// The OpenSSH client the relay runs.
+    pub ssh: Option<PathBuf>,
+    /// The host's SSH agent socket, the relay's only credential (absent: `SSH_AUTH_SOCK` of
+    /// svcd's environment; neither: servers that need a key refuse).
+    pub agent_socket: Option<PathBuf>,
+    /// The known-hosts file servers' keys are checked against, strictly.
+    pub known_hosts: Option<PathBuf>,
+    /// Git sessions at once per sandbox.
+    pub max_sessions: Option<u32>,
 }
 
 /// `[microvm]`: the microvm backend (QEMU `-M microvm`). The kernel and root file system come
@@ -184,6 +202,19 @@ pub mod defaults {
     pub const MICROVM_OVERHEAD_MIB: u64 = 256;
     pub const PIDS_MAX: u64 = 4096;
     pub const CPUS: f64 = 2.0;
+    pub const GIT_SSH: &str = "/usr/bin/ssh";
+    pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
+    pub const GIT_SSH_MAX_SESSIONS: u32 = 8;
+}
+
+/// The git SSH relay's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GitSshConfig {
+    pub ssh: PathBuf,
+    /// `None`: svcd's own `SSH_AUTH_SOCK`.
+    pub agent_socket: Option<PathBuf>,
+    pub known_hosts: PathBuf,
+    pub max_sessions: u32,
 }
 
 /// The container backend's settings, validated.
@@ -254,6 +285,7 @@ pub struct HostConfig {
     pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
     pub metrics_listen: Option<SocketAddr>,
+    pub git_ssh: GitSshConfig,
 }
 
 impl Default for HostConfig {
@@ -503,6 +535,38 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
         }
     }
 
+    let git_ssh = GitSshConfig {
+        ssh: f.git_ssh.ssh.unwrap_or_else(|| defaults::GIT_SSH.into()),
+        agent_socket: f.git_ssh.agent_socket,
+        known_hosts: f
+            .git_ssh
+            .known_hosts
+            .unwrap_or_else(|| defaults::GIT_SSH_KNOWN_HOSTS.into()),
+        max_sessions: f
+            .git_ssh
+            .max_sessions
+            .unwrap_or(defaults::GIT_SSH_MAX_SESSIONS),
+    };
+    for (key, p) in [
+        ("git_ssh.ssh", Some(&git_ssh.ssh)),
+        ("git_ssh.agent_socket", git_ssh.agent_socket.as_ref()),
+        ("git_ssh.known_hosts", Some(&git_ssh.known_hosts)),
+    ] {
+        if let Some(p) = p
+            && !p.is_absolute()
+        {
+            err(
+                key,
+                format!("expected an absolute path, got {}", p.display()),
+            );
+        }
+    }
+    if !(1..=256).contains(&git_ssh.max_sessions) {
+        err(
+            "git_ssh.max_sessions",
+            format!("expected 1 to 256 sessions, got {}", git_ssh.max_sessions),
+        );
+    }
     let container = container(f.container, &mut err);
     let microvm = microvm(f.microvm, &mut err);
     let metrics_listen = match f.metrics.listen.as_deref() {
@@ -541,6 +605,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             container,
             microvm,
             metrics_listen,
+            git_ssh,
         })
     } else {
         Err(ConfigErrors(errors))

@@ -211,6 +211,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         SupervisorConfig {
             host: host.clone(),
             metrics: metrics.clone(),
+            audit: audit.clone(),
         },
         store,
         fence,

@@ -4,6 +4,7 @@
 //! and what its guest gets in `sandbox`; the creation rules are `policy::creation`'s.
 
 mod adopt;
+mod git_ssh;
 mod running;
 mod sandbox;
 
@@ -45,10 +46,12 @@ use crate::{
 pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
 
 /// Settings the daemon passes in.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SupervisorConfig {
     pub host: HostConfig,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where the relay's session records go (the proxy and the guard write theirs there too).
+    pub audit: Arc<dyn crate::audit::AuditSink>,
 }
 
 /// The supervisor. Share it with `Arc`.
@@ -293,6 +296,16 @@ impl Supervisor {
         };
         let plan = creation::plan(&self.config.host, &creation_request(req, &secrets))
             .map_err(|e| Failure::bad(e.to_string()))?;
+        let ssh_repos = creation::ssh_repos(
+            &req.ssh_repos
+                .iter()
+                .map(|r| (r.host.clone(), r.repo.clone()))
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| Failure::bad(e.to_string()))?
+        .into_iter()
+        .map(|(host, repo)| api::SshRepo { host, repo })
+        .collect();
         let placeholders = plan
             .policy
             .placeholders
@@ -328,6 +341,7 @@ impl Supervisor {
                 },
                 context_path: req.context_path.clone(),
                 allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
+                ssh_repos,
                 link: String::new(),
                 guest_v4: Ipv4Addr::UNSPECIFIED,
                 gateway_v4: Ipv4Addr::UNSPECIFIED,
@@ -403,6 +417,10 @@ impl Supervisor {
             paused: false,
         };
         live.env = guest_env(&live);
+        self.serve_git_ssh(&live)
+            .await
+            .map_err(|e| Failure::internal(format!("the git SSH relay: {e}")))?;
+        phases.mark("relay");
         self.live().insert(name.clone(), live.clone());
         let secret_values: HashMap<String, String> = req
             .secrets

@@ -48,6 +48,13 @@ struct HttpLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SshLabels {
+    sandbox: String,
+    command: String,
+    decision: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -62,6 +69,7 @@ pub struct Metrics {
     dns_upstream: Histogram,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: Histogram,
+    ssh_sessions: Family<SshLabels, Counter>,
     audit_failures: Counter,
     sandboxes: Family<StateLabels, Gauge>,
     create_seconds: Histogram,
@@ -77,6 +85,7 @@ enum SandboxSeries {
     Drop(DropLabels),
     Dns(DnsLabels),
     Http(HttpLabels),
+    Ssh(SshLabels),
 }
 
 impl std::fmt::Debug for Metrics {
@@ -109,6 +118,7 @@ impl Metrics {
             dns_upstream: latency(),
             http_requests: Family::default(),
             http_duration: latency(),
+            ssh_sessions: Family::default(),
             audit_failures: Counter::default(),
             sandboxes: Family::default(),
             create_seconds: latency(),
@@ -151,6 +161,11 @@ impl Metrics {
             "proxy_request_seconds",
             "Allowed proxied requests, from the request head to the end of the response",
             m.http_duration.clone(),
+        );
+        registry.register(
+            "git_ssh_sessions",
+            "git sessions through the SSH relay, by sandbox, command and decision",
+            m.ssh_sessions.clone(),
         );
         registry.register(
             "audit_write_failures",
@@ -218,6 +233,15 @@ impl Metrics {
                 self.http_requests.get_or_create(&l).inc();
                 SandboxSeries::Http(l)
             }
+            AuditEvent::Ssh(s) => {
+                let l = SshLabels {
+                    sandbox: sandbox.clone(),
+                    command: s.command.clone(),
+                    decision: s.decision.to_owned(),
+                };
+                self.ssh_sessions.get_or_create(&l).inc();
+                SandboxSeries::Ssh(l)
+            }
         };
         self.by_sandbox
             .lock()
@@ -245,6 +269,7 @@ impl Metrics {
                 SandboxSeries::Drop(l) => drop(self.drops_audited.remove(&l)),
                 SandboxSeries::Dns(l) => drop(self.dns_questions.remove(&l)),
                 SandboxSeries::Http(l) => drop(self.http_requests.remove(&l)),
+                SandboxSeries::Ssh(l) => drop(self.ssh_sessions.remove(&l)),
             }
         }
     }

@@ -70,6 +70,12 @@ pub enum CreationError {
     BadHost { host: String, reason: String },
     #[error("--repo {repo:?}: {reason} (expected owner/repo)")]
     BadRepo { repo: String, reason: String },
+    #[error("ssh repository {host} {repo}: {reason}")]
+    BadSshRepo {
+        host: String,
+        repo: String,
+        reason: String,
+    },
     #[error("{0}")]
     Placeholders(String),
     #[error("--secret {0} is given twice")]
@@ -91,6 +97,38 @@ pub enum CreationError {
     BackendUnavailable(&'static str, String),
     #[error("the workspace's runtime.required cannot be met here: {0}")]
     RuntimeUnsatisfiable(String),
+}
+
+/// The repositories a sandbox's git may reach over SSH (`egress.policy` repos): each host a
+/// plain name (the port comes from the remote URL), each repository `owner/repo`; the
+/// normalised pairs, without repeats.
+pub fn ssh_repos(given: &[(String, String)]) -> Result<Vec<(String, String)>, CreationError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (host, repo) in given {
+        let bad = |reason: String| CreationError::BadSshRepo {
+            host: host.clone(),
+            repo: repo.clone(),
+            reason,
+        };
+        let pattern = HostPattern::parse(host).map_err(|e| bad(e.to_string()))?;
+        let name = match (&pattern.kind, pattern.port) {
+            (super::host::HostKind::Exact(name), None) => name.clone(),
+            (super::host::HostKind::Ip(ip), None) => ip.to_string(),
+            (_, Some(_)) => {
+                return Err(bad(
+                    "give the host without a port (git's remote URL says the port)".into(),
+                ));
+            }
+            _ => {
+                return Err(bad("give one host name or address (no wildcard)".into()));
+            }
+        };
+        let repo = RepoName::parse(repo).map_err(bad)?.as_str().to_owned();
+        if !out.iter().any(|(h, r)| *h == name && *r == repo) {
+            out.push((name, repo));
+        }
+    }
+    Ok(out)
 }
 
 /// The backend a request gets: the one asked for if this svcd offers it (`netns` is

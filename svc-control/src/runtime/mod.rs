@@ -152,6 +152,25 @@ pub struct Started {
     pub ifindex: u32,
 }
 
+/// A connection the guest opened to one of svcd's services for its sandbox (the git SSH
+/// relay): `svc_guest::proto` frames both ways, as untrusted as anything from the guest.
+pub struct GuestConn {
+    pub reader: Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    pub writer: Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+}
+
+impl std::fmt::Debug for GuestConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestConn").finish_non_exhaustive()
+    }
+}
+
+/// What svcd does with each connection a guest opens (it must not block: it spawns).
+pub type GuestService = Arc<dyn Fn(GuestConn) + Send + Sync>;
+
+/// Where the git SSH relay is reached inside every guest.
+pub const GUEST_RELAY_SOCKET: &str = svc_guest::agent::relay::SOCKET;
+
 /// A command to run in a guest.
 #[derive(Debug, Clone, Default)]
 pub struct GuestCommand {
@@ -352,6 +371,17 @@ pub trait Backend: Send + Sync {
         name: &'a str,
         dir: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>>;
+    /// Hand every connection the guest opens to svcd's services (the git SSH relay,
+    /// [`GUEST_RELAY_SOCKET`] inside) to `service`, from now until the guest stops; called
+    /// again after an svcd restart. The container backend binds a socket in the sandbox's
+    /// directory, which the guest sees at that path; the microvm backend takes the streams the
+    /// guest's agent opens on its channel.
+    fn serve_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        dir: &'a std::path::Path,
+        service: GuestService,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>>;
     /// Run `cmd` inside the guest.
     fn exec<'a>(
         &'a self,

@@ -132,6 +132,9 @@ impl Supervisor {
             .collect();
         self.registry.bind_unknown(row.id, known);
         self.enforce(&mut live, to_map(&secrets))?;
+        if let Err(e) = self.serve_git_ssh(&live).await {
+            warn!(sandbox = %row.name, error = %e, "git over SSH will not work in this sandbox until it is recreated");
+        }
         self.live().insert(row.name.clone(), live);
         Ok(())
     }

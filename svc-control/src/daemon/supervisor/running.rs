@@ -83,6 +83,7 @@ impl Supervisor {
                 Vec::new()
             },
             allowed_branches: l.envelope.allowed_branches.clone(),
+            ssh_repos: l.envelope.ssh_repos.clone(),
             repo: l.envelope.repo.clone(),
             context_path: l.envelope.context_path.clone(),
             link: l.envelope.link.clone(),
@@ -258,6 +259,7 @@ impl Supervisor {
                 context_path: envelope.context_path.clone(),
                 backend: Some(envelope.backend.clone()),
                 runtime_required: None,
+                ssh_repos: envelope.ssh_repos.clone(),
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

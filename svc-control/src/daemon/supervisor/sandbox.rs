@@ -45,6 +45,9 @@ pub struct Envelope {
     pub(super) egress: EgressChoice,
     pub(super) context_path: Option<String>,
     pub(super) allowed_branches: Vec<String>,
+    /// Repositories git may reach over SSH through the relay (normalised, fixed at creation).
+    #[serde(default)]
+    pub(super) ssh_repos: Vec<crate::api::SshRepo>,
     pub(super) link: String,
     pub(super) guest_v4: Ipv4Addr,
     pub(super) gateway_v4: Ipv4Addr,
@@ -141,6 +144,9 @@ pub(super) fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
         .collect()
 }
 
+/// Where the images put the git SSH shim.
+pub(super) const GIT_SSH_SHIM: &str = "/usr/local/bin/svc-git-ssh";
+
 /// The environment every command in the sandbox gets.
 pub(super) fn guest_env(l: &Live) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = [
@@ -155,6 +161,9 @@ pub(super) fn guest_env(l: &Live) -> Vec<(String, String)> {
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
     env.push(("SVC_SANDBOX".into(), l.name.clone()));
+    // git's SSH goes through the relay: the shim is in both backends' images.
+    env.push(("GIT_SSH_COMMAND".into(), GIT_SSH_SHIM.into()));
+    env.push(("GIT_SSH_VARIANT".into(), "ssh".into()));
     for (k, v) in guest_trust::guest_env() {
         env.push((k.to_owned(), v.to_owned()));
     }

@@ -34,8 +34,8 @@ use std::{
 use tokio::process::Command;
 
 use super::{
-    Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestSpec, RuntimeError,
-    Started, start_time,
+    Backend, BoxFuture, ExecHandle, GuestCommand, GuestConn, GuestHandle, GuestLinks, GuestService,
+    GuestSpec, RuntimeError, Started, start_time,
 };
 use crate::config::host::ContainerConfig;
 
@@ -56,6 +56,15 @@ pub struct Container {
     ids: rootfs::IdRange,
     cgroup_parent: String,
     limits: oci::Limits,
+    /// Each sandbox's relay socket listener (`serve_guest`), ended at `stop`.
+    relays: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
+    >,
+}
+
+/// The directory of a sandbox's relay socket (`<dir>/run`, the guest's `/run/svc`, read-only).
+fn relay_dir(dir: &Path) -> PathBuf {
+    dir.join("run")
 }
 
 impl Container {
@@ -104,6 +113,7 @@ impl Container {
             ids,
             cgroup_parent: config.cgroup_parent.clone(),
             limits,
+            relays: std::sync::Arc::default(),
         })
     }
 
@@ -134,7 +144,30 @@ impl Container {
         }
     }
 
+    fn relays(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, tokio::task::AbortHandle>>
+    {
+        self.relays
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     async fn create(&self, spec: &GuestSpec) -> Result<GuestHandle, String> {
+        // The relay socket's directory: root's, so the guest can use the socket svcd binds in
+        // it (and svcd can bind it again after a restart) but change nothing there.
+        let relay = relay_dir(&spec.dir);
+        std::fs::create_dir_all(&relay)
+            .and_then(|()| std::fs::set_permissions(&relay, Permissions::from_mode(0o755)))
+            .map_err(|e| format!("{}: {e}", relay.display()))?;
+        let mut files = spec.files.clone();
+        files.push((
+            relay,
+            Path::new(super::GUEST_RELAY_SOCKET)
+                .parent()
+                .unwrap_or(Path::new("/run/svc"))
+                .to_path_buf(),
+        ));
         let layers = rootfs::Layers::under(&spec.dir);
         layers.mount(&self.lower, self.ids)?;
         let bundle = spec.dir.join("bundle");
@@ -150,7 +183,7 @@ impl Container {
                 host_id: self.ids.gid,
                 ..uid_map
             },
-            files: &spec.files,
+            files: &files,
             init: INIT.iter().map(|s| (*s).to_owned()).collect(),
             cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
             limits: self.limits,
@@ -281,6 +314,56 @@ impl Backend for Container {
         start_time(guest.pid) == Some(guest.start)
     }
 
+    fn serve_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        dir: &'a Path,
+        service: GuestService,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let socket = relay_dir(dir).join(
+                Path::new(super::GUEST_RELAY_SOCKET)
+                    .file_name()
+                    .unwrap_or_default(),
+            );
+            let err = |e: std::io::Error| {
+                RuntimeError::Exec(format!("the relay socket {}: {e}", socket.display()))
+            };
+            match std::fs::remove_file(&socket) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
+                _ => {}
+            }
+            let listener = tokio::net::UnixListener::bind(&socket).map_err(err)?;
+            // Guest root is an unprivileged host id: the socket is open to all, in a directory
+            // only the guest (through its mount) and root can reach.
+            std::fs::set_permissions(&socket, Permissions::from_mode(0o666)).map_err(err)?;
+            let task = tokio::spawn(async move {
+                loop {
+                    match listener.accept().await {
+                        Ok((stream, _)) => {
+                            let (r, w) = stream.into_split();
+                            service(GuestConn {
+                                reader: Box::pin(r),
+                                writer: Box::pin(w),
+                            });
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accepting on a sandbox's relay socket");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }
+            });
+            if let Some(old) = self
+                .relays()
+                .insert(guest.name.clone(), task.abort_handle())
+            {
+                old.abort();
+            }
+            Ok(())
+        })
+    }
+
     fn stop<'a>(
         &'a self,
         name: &'a str,
@@ -292,6 +375,10 @@ impl Backend for Container {
                 message,
             };
             let mut removed = Vec::new();
+            if let Some(relay) = self.relays().remove(name) {
+                relay.abort();
+                removed.push("git SSH relay socket".to_owned());
+            }
             // `runc delete --force` waits a fixed 100 ms after its SIGKILL before it looks
             // again; killing the init (the kernel then kills the whole pid namespace) and
             // watching it go is quicker. `delete --force` stays the fallback for anything odd.

@@ -17,14 +17,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use svc_guest::proto::{self, Exec, Frame, Kind, MAX_PAYLOAD, Request, WINDOW};
+use svc_guest::proto::{self, Exec, Frame, GUEST_STREAM, Kind, MAX_PAYLOAD, Request, WINDOW};
 use tokio::{
     io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
     net::UnixStream,
     sync::{Semaphore, mpsc, oneshot, watch},
 };
 
-use super::super::{BoxFuture, ExecControl, ExecHandle, RuntimeError};
+use super::super::{BoxFuture, ExecControl, ExecHandle, GuestConn, GuestService, RuntimeError};
 
 /// How long one hello waits for its answer before it is sent again.
 const HELLO_RETRY: Duration = Duration::from_millis(500);
@@ -48,6 +48,29 @@ struct StreamOut {
 
 type Streams = Arc<Mutex<HashMap<u32, StreamOut>>>;
 
+/// Guest-opened streams at most at once (the service limits its own sessions further).
+const MAX_GUEST_STREAMS: usize = 64;
+
+/// The streams the guest opened ([`GUEST_STREAM`] ids), each a [`GuestConn`] handed to the
+/// service: the guest's frames are written into it, the service's frames read out of it.
+#[derive(Default)]
+struct GuestSide {
+    service: Option<GuestService>,
+    streams: HashMap<u32, GuestIn>,
+}
+
+struct GuestIn {
+    frames: mpsc::UnboundedSender<Frame>,
+    /// `Data` bytes the guest sent that are not yet handed to the service.
+    unread: Arc<AtomicU32>,
+}
+
+type Guest = Arc<Mutex<GuestSide>>;
+
+fn lock_guest(g: &Guest) -> std::sync::MutexGuard<'_, GuestSide> {
+    g.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A stream just opened: what the host needs to send on it and to hear from it.
 struct Opened {
     id: u32,
@@ -66,6 +89,7 @@ fn lock(s: &Streams) -> std::sync::MutexGuard<'_, HashMap<u32, StreamOut>> {
 pub struct Channel {
     out: mpsc::UnboundedSender<Frame>,
     streams: Streams,
+    guest: Guest,
     next: AtomicU32,
     /// Why the channel ended, once it has.
     ended: watch::Receiver<Option<String>>,
@@ -210,6 +234,7 @@ impl Channel {
         let (ended_tx, ended) = watch::channel(None);
         let (hello_tx, hello_rx) = mpsc::unbounded_channel();
         let streams: Streams = Arc::default();
+        let guest: Guest = Arc::default();
         let ended_tx = Arc::new(ended_tx);
         let writing = tokio::spawn({
             let ended_tx = ended_tx.clone();
@@ -220,24 +245,32 @@ impl Channel {
             }
         });
         let reading = tokio::spawn({
-            let streams = streams.clone();
+            let (streams, guest, out) = (streams.clone(), guest.clone(), out.clone());
             async move {
-                let why = read_frames(reader, &streams, &hello_tx).await;
+                let why = read_frames(reader, &streams, &hello_tx, &guest, &out).await;
                 let _ = ended_tx.send(Some(why));
                 // Every stream still open learns that the channel ended.
                 lock(&streams).clear();
+                lock_guest(&guest).streams.clear();
             }
         });
         (
             Arc::new(Self {
                 out,
                 streams,
+                guest,
                 next: AtomicU32::new(1),
                 ended,
                 tasks: [writing.abort_handle(), reading.abort_handle()],
             }),
             hello_rx,
         )
+    }
+
+    /// Hand the streams the guest opens from now on to `service` (until then they are
+    /// refused).
+    pub fn serve_guest(&self, service: GuestService) {
+        lock_guest(&self.guest).service = Some(service);
     }
 
     /// Whether the channel still works.
@@ -359,6 +392,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
     mut r: R,
     streams: &Streams,
     hello: &mpsc::UnboundedSender<String>,
+    guest: &Guest,
+    out: &mpsc::UnboundedSender<Frame>,
 ) -> String {
     loop {
         let frame = match proto::read_frame(&mut r).await {
@@ -367,6 +402,12 @@ async fn read_frames<R: AsyncRead + Unpin>(
             Err(e) => return format!("the agent broke the protocol: {e}"),
         };
         let id = frame.stream;
+        if id & GUEST_STREAM != 0 {
+            if let Err(why) = from_guest(frame, guest, out) {
+                return format!("the agent broke the protocol: {why}");
+            }
+            continue;
+        }
         match frame.kind {
             Kind::Hello => {
                 let _ = hello.send(String::from_utf8_lossy(&frame.payload).into_owned());
@@ -414,6 +455,120 @@ async fn read_frames<R: AsyncRead + Unpin>(
             Kind::Open | Kind::Data | Kind::Eof | Kind::Resize | Kind::Signal => {}
         }
     }
+}
+
+/// A frame on a stream the guest opened.
+fn from_guest(
+    frame: Frame,
+    guest: &Guest,
+    out: &mpsc::UnboundedSender<Frame>,
+) -> Result<(), String> {
+    let id = frame.stream;
+    let mut g = lock_guest(guest);
+    match frame.kind {
+        Kind::Open => {
+            if g.streams.contains_key(&id) {
+                return Err(format!("stream {id:#x} opened twice"));
+            }
+            let refuse = |why: &str| {
+                let _ = out.send(Frame::new(id, Kind::Error, why));
+            };
+            let Some(service) = g.service.clone() else {
+                refuse("no host service is set up for this sandbox");
+                return Ok(());
+            };
+            if g.streams.len() >= MAX_GUEST_STREAMS {
+                refuse("too many connections to the host in flight");
+                return Ok(());
+            }
+            let (frames, unread) = open_guest_stream(id, guest.clone(), out.clone(), &service);
+            let _ = frames.send(frame);
+            g.streams.insert(id, GuestIn { frames, unread });
+        }
+        Kind::Data | Kind::Eof | Kind::Credit => {
+            let Some(s) = g.streams.get(&id) else {
+                return Ok(());
+            };
+            if frame.kind == Kind::Data {
+                let len = frame.payload.len() as u32;
+                let unread = s.unread.fetch_add(len, Ordering::AcqRel) + len;
+                if unread > WINDOW {
+                    return Err(format!(
+                        "stream {id:#x} sent {unread} bytes on a window of {WINDOW}"
+                    ));
+                }
+            }
+            let _ = s.frames.send(frame);
+        }
+        // The guest's end went away: the service reads the end of its input.
+        Kind::Error => {
+            g.streams.remove(&id);
+        }
+        Kind::Hello | Kind::Stdout | Kind::Stderr | Kind::Exit | Kind::Resize | Kind::Signal => {}
+    }
+    Ok(())
+}
+
+/// Start a guest-opened stream: a connection handed to `service`, the guest's frames written
+/// into it, the service's answers sent on to the guest. The sender of the guest's frames and
+/// its unread count.
+fn open_guest_stream(
+    id: u32,
+    guest: Guest,
+    out: mpsc::UnboundedSender<Frame>,
+    service: &GuestService,
+) -> (mpsc::UnboundedSender<Frame>, Arc<AtomicU32>) {
+    let (ours, theirs) = tokio::io::duplex(2 * WINDOW as usize);
+    let (mut from_service, mut to_service) = tokio::io::split(ours);
+    let (frames, mut rx) = mpsc::unbounded_channel::<Frame>();
+    let unread = Arc::new(AtomicU32::new(0));
+    tokio::spawn({
+        let unread = unread.clone();
+        async move {
+            while let Some(f) = rx.recv().await {
+                let n = if f.kind == Kind::Data {
+                    f.payload.len() as u32
+                } else {
+                    0
+                };
+                if to_service.write_all(&f.encode()).await.is_err() {
+                    break;
+                }
+                unread.fetch_sub(n, Ordering::AcqRel);
+            }
+            let _ = to_service.shutdown().await;
+        }
+    });
+    tokio::spawn(async move {
+        loop {
+            match proto::read_frame(&mut from_service).await {
+                Ok(Some(f))
+                    if f.stream == id
+                        && matches!(
+                            f.kind,
+                            Kind::Stdout | Kind::Stderr | Kind::Exit | Kind::Error | Kind::Credit
+                        ) =>
+                {
+                    let end = matches!(f.kind, Kind::Exit | Kind::Error);
+                    if out.send(f).is_err() || end {
+                        break;
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    let _ = out.send(Frame::new(id, Kind::Error, "the host's service ended"));
+                    break;
+                }
+            }
+        }
+        lock_guest(&guest).streams.remove(&id);
+    });
+    let (r, w) = tokio::io::split(theirs);
+    service(GuestConn {
+        reader: Box::pin(r),
+        writer: Box::pin(w),
+    });
+    (frames, unread)
 }
 
 /// Send `input` on stream `id` within its credit.

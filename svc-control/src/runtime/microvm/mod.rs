@@ -55,6 +55,8 @@ pub struct Microvm {
     cgroup_parent: String,
     /// One channel per running guest.
     channels: Mutex<HashMap<String, Arc<Channel>>>,
+    /// What each guest's own connections go to (`serve_guest`), kept for its next channel.
+    services: Mutex<HashMap<String, super::GuestService>>,
 }
 
 impl std::fmt::Debug for Microvm {
@@ -88,6 +90,7 @@ impl Microvm {
             sandboxes: state_dir.join("sandboxes"),
             cgroup_parent: cgroup_parent.to_owned(),
             channels: Mutex::default(),
+            services: Mutex::default(),
         }
     }
 
@@ -121,8 +124,17 @@ impl Microvm {
             .connect(&self.dir(name), limit)
             .await
             .map_err(|e| RuntimeError::Exec(format!("reaching the guest's agent: {e}")))?;
+        if let Some(service) = self.services().get(name) {
+            c.serve_guest(service.clone());
+        }
         self.channels().insert(name.to_owned(), c.clone());
         Ok(c)
+    }
+
+    fn services(&self) -> std::sync::MutexGuard<'_, HashMap<String, super::GuestService>> {
+        self.services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether guests talk to their agent over vsock (`microvm.channel = "vsock"`).
@@ -552,6 +564,7 @@ impl Backend for Microvm {
             let dir = VmDir(dir.to_path_buf());
             let mut removed = Vec::new();
             self.channels().remove(name);
+            self.services().remove(name);
             if let Some((pid, start)) = qemu_pid(&dir) {
                 // Asked first (QEMU then removes its tap and sockets itself), killed if slow.
                 let asked = self.monitor.quit(&dir).await.is_ok()
@@ -610,6 +623,20 @@ impl Backend for Microvm {
                 }
             }
             Ok(removed)
+        })
+    }
+
+    fn serve_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        _dir: &'a Path,
+        service: super::GuestService,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.services().insert(guest.name.clone(), service.clone());
+            let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
+            channel.serve_guest(service);
+            Ok(())
         })
     }
 

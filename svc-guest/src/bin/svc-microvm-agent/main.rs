@@ -34,13 +34,23 @@ fn main() -> ExitCode {
 async fn run() -> ExitCode {
     let ports = PathBuf::from("/sys/class/virtio-ports");
     let system: Arc<dyn svc_guest::agent::System> = Arc::new(guest::Guest);
+    let hub = Arc::new(svc_guest::agent::relay::Hub::default());
+    match listen_relay() {
+        Ok(l) => {
+            tokio::spawn(hub.clone().listen(l));
+        }
+        Err(e) => eprintln!(
+            "svc-microvm-agent: {}: {e} (git over SSH will not work in this guest)",
+            svc_guest::agent::relay::SOCKET
+        ),
+    }
     // Said once until it changes: while no host is connected the port may fail every attempt.
     let mut last_error = String::new();
     loop {
         let Some(dev) = svc_guest::find_port(&ports, svc_guest::PORT_NAME) else {
             // No virtio-serial port: the second transport, vsock, when the guest has it.
             if std::path::Path::new("/dev/vsock").exists() {
-                return serve_vsock(system).await;
+                return serve_vsock(system, hub).await;
             }
             eprintln!(
                 "svc-microvm-agent: no virtio-serial port named {} under {} yet",
@@ -51,7 +61,7 @@ async fn run() -> ExitCode {
             continue;
         };
         let served = match open(&dev) {
-            Ok((r, w)) => svc_guest::agent::serve(r, w, system.clone())
+            Ok((r, w)) => svc_guest::agent::serve(r, w, system.clone(), hub.clone())
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
@@ -77,7 +87,10 @@ async fn run() -> ExitCode {
 }
 
 /// Serve hosts that connect over vsock, one connection at a time (each is a new host).
-async fn serve_vsock(system: Arc<dyn svc_guest::agent::System>) -> ExitCode {
+async fn serve_vsock(
+    system: Arc<dyn svc_guest::agent::System>,
+    hub: Arc<svc_guest::agent::relay::Hub>,
+) -> ExitCode {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, VsockAddr, bind, listen, socket};
     let listener = socket(
         AddressFamily::Vsock,
@@ -119,7 +132,7 @@ async fn serve_vsock(system: Arc<dyn svc_guest::agent::System>) -> ExitCode {
         match accepted {
             Ok(stream) => {
                 let (r, w) = stream.into_split();
-                if let Err(e) = svc_guest::agent::serve(r, w, system.clone()).await {
+                if let Err(e) = svc_guest::agent::serve(r, w, system.clone(), hub.clone()).await {
                     eprintln!("svc-microvm-agent: vsock: {e} (waiting for the host)");
                 }
             }
@@ -129,6 +142,24 @@ async fn serve_vsock(system: Arc<dyn svc_guest::agent::System>) -> ExitCode {
             }
         }
     }
+}
+
+/// Listen where the git SSH shim connects: a socket any guest user may use (the host decides
+/// every request), in a directory only root may change.
+fn listen_relay() -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let socket = std::path::Path::new(svc_guest::agent::relay::SOCKET);
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    match std::fs::remove_file(socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(socket)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
 }
 
 /// `VMADDR_CID_ANY`.

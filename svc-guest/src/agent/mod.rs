@@ -23,7 +23,9 @@ use tokio::{
     sync::{Semaphore, mpsc, watch},
 };
 
-use crate::proto::{self, Exec, Frame, Kind, ProtoError, Request, Setup, WINDOW};
+use crate::proto::{self, Exec, Frame, GUEST_STREAM, Kind, ProtoError, Request, Setup, WINDOW};
+
+pub mod relay;
 
 /// Largest file the host may write with one request.
 pub const MAX_FILE: usize = 16 << 20;
@@ -58,11 +60,13 @@ fn lock(s: &Streams) -> std::sync::MutexGuard<'_, HashMap<u32, StreamIn>> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Serve one host connection until it ends. `Ok` at a clean end of file.
+/// Serve one host connection until it ends. `Ok` at a clean end of file. The guest's
+/// connections to the host's services (`hub`) go to this host while it is served.
 pub async fn serve<R, W>(
     mut reader: R,
     writer: W,
     system: Arc<dyn System>,
+    hub: Arc<relay::Hub>,
 ) -> Result<(), ProtoError>
 where
     R: AsyncRead + Unpin,
@@ -92,11 +96,17 @@ where
             host = Some(frame.payload.clone());
             // What the previous host's commands still say is not for this one.
             out = out.next_host();
+            hub.attach(out.clone());
+        }
+        if frame.stream & GUEST_STREAM != 0 {
+            hub.from_host(frame);
+            continue;
         }
         handle(frame, &out, &streams, &system);
     };
     // The host is gone: what it started has no one to report to.
     end_all(&streams);
+    hub.detach();
     drop(out);
     writing.abort();
     result

@@ -1,0 +1,166 @@
+//! The git SSH relay's service for each sandbox: every connection its guest opens (the
+//! `svc-git-ssh` shim) is one git session, decided by `policy::ssh` with the sandbox's own
+//! repositories and branches, run with the host's ssh and agent, and audited.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::{Supervisor, sandbox::Live};
+use crate::{
+    audit::{AuditEvent, AuditRecord, SshEvent, SshRef, rfc3339},
+    git_relay::{self, RelayPolicy, Session, SshClient},
+    runtime::{GuestConn, GuestService},
+};
+
+impl Supervisor {
+    /// The host's ssh as the relay runs it: `[git_ssh]`, the agent socket defaulting to
+    /// svcd's own `SSH_AUTH_SOCK`.
+    pub(super) fn ssh_client(&self) -> SshClient {
+        let c = &self.config.host.git_ssh;
+        SshClient {
+            binary: c.ssh.clone(),
+            auth_sock: c
+                .agent_socket
+                .clone()
+                .or_else(|| std::env::var_os("SSH_AUTH_SOCK").map(Into::into)),
+            known_hosts: c.known_hosts.clone(),
+        }
+    }
+
+    /// Hand the connections `live`'s guest opens to the relay (at creation, and again when
+    /// svcd re-adopts the sandbox).
+    pub(super) async fn serve_git_ssh(
+        &self,
+        live: &Live,
+    ) -> Result<(), crate::runtime::RuntimeError> {
+        let service = relay_service(
+            live.id,
+            live.name.clone(),
+            RelayPolicy {
+                repos: live
+                    .envelope
+                    .ssh_repos
+                    .iter()
+                    .map(|r| (r.host.clone(), r.repo.clone()))
+                    .collect(),
+                branches: live.envelope.allowed_branches.clone(),
+            },
+            self.ssh_client(),
+            self.config.host.git_ssh.max_sessions,
+            self.config.audit.clone(),
+        );
+        self.backends
+            .get(&live.envelope.backend)
+            .serve_guest(&live.guest, &self.sandbox_dir(&live.name), service)
+            .await
+    }
+}
+
+/// Each connection: a session (or a refusal when `max` already run), its audit record.
+fn relay_service(
+    id: u32,
+    name: String,
+    policy: RelayPolicy,
+    client: SshClient,
+    max: u32,
+    audit: Arc<dyn crate::audit::AuditSink>,
+) -> GuestService {
+    let sessions = Arc::new(Semaphore::new(max as usize));
+    let shared = Arc::new((name, policy, client, audit));
+    Arc::new(move |conn: GuestConn| {
+        let (sessions, shared) = (sessions.clone(), shared.clone());
+        tokio::spawn(async move {
+            let (name, policy, client, audit) = &*shared;
+            let result = match sessions.try_acquire_owned() {
+                Ok(_permit) => git_relay::serve(conn.reader, conn.writer, policy, client).await,
+                Err(_) => {
+                    let line = format!(
+                        "svc: refused: {max} git SSH sessions already run in this sandbox (git_ssh.max_sessions)"
+                    );
+                    git_relay::refuse(conn.reader, conn.writer, &line).await
+                }
+            };
+            match result {
+                Ok(s) => {
+                    info!(sandbox = %name, host = %s.host, repo = %s.repo, command = %s.command,
+                        decision = s.decision, reason = s.reason.as_deref().unwrap_or(""),
+                        refs = s.refs.len(), exit = s.exit,
+                        "git SSH session");
+                    if let Err(e) = audit.record(&record(id, name, &s)) {
+                        warn!(sandbox = %name, error = %e, "writing a git SSH audit record");
+                    }
+                }
+                Err(e) => {
+                    warn!(sandbox = %name, error = %e, "a git SSH relay connection ended without a request")
+                }
+            }
+        });
+    })
+}
+
+fn record(id: u32, name: &str, s: &Session) -> AuditRecord {
+    AuditRecord {
+        time: rfc3339(std::time::SystemTime::now()),
+        sandbox: id,
+        sandbox_name: Some(name.to_owned()),
+        event: AuditEvent::Ssh(SshEvent {
+            host: s.host.clone(),
+            repo: s.repo.clone(),
+            command: s.command.clone(),
+            refs: s
+                .refs
+                .iter()
+                .map(|r| SshRef {
+                    name: r.name.clone(),
+                    old: r.old.clone(),
+                    new: r.new.clone(),
+                })
+                .collect(),
+            signed: s.signed,
+            decision: s.decision,
+            reason: s.reason.clone(),
+            bytes_up: s.bytes_up,
+            bytes_down: s.bytes_down,
+            duration_ms: u64::try_from(s.duration.as_millis()).unwrap_or(u64::MAX),
+            exit: s.exit,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_session_becomes_one_ssh_audit_record() {
+        let s = Session {
+            host: "code.test".into(),
+            repo: "acme/widget".into(),
+            command: "git-receive-pack".into(),
+            refs: vec![crate::policy::ssh::RefUpdate {
+                old: "0".repeat(40),
+                new: "1".repeat(40),
+                name: "refs/heads/main".into(),
+            }],
+            signed: true,
+            decision: "deny",
+            reason: Some("svc: refused: ref refs/heads/main not in allowed branches".into()),
+            bytes_up: 10,
+            bytes_down: 20,
+            duration: Duration::from_millis(1500),
+            exit: 1,
+        };
+        let v = serde_json::to_value(record(7, "demo", &s)).expect("json");
+        assert_eq!(v["layer"], "ssh");
+        assert_eq!(v["sandbox"], 7);
+        assert_eq!(v["sandbox_name"], "demo");
+        assert_eq!(v["refs"][0]["name"], "refs/heads/main");
+        assert_eq!(v["signed"], true);
+        assert_eq!(v["duration_ms"], 1500);
+        assert_eq!(v["decision"], "deny");
+    }
+}
