@@ -202,6 +202,7 @@ pub mod dns;
 pub mod frames;
 pub mod git;
 pub mod servers;
+pub mod ssh_host;
 pub mod topology;
 pub mod world;
 

@@ -28,6 +28,8 @@ pub const NAMES: &[(&str, &str)] = &[
     ("allowed.example.test", "192.0.2.20"),
     ("forbidden.example.test", "192.0.2.66"),
 ];
+/// Where the code host serves git over SSH in a world started with it (code.test's address).
+pub const CODE_SSH_ADDR: &str = "192.0.2.12";
 /// The outside world's DNS server.
 pub const DNS: &str = "192.0.2.53";
 /// The real code-host token the outside world accepts.
@@ -90,6 +92,9 @@ pub struct World {
     pub config: PathBuf,
     /// The cgroup svcd makes the sandboxes' cgroups under (unique to this world).
     pub cgroup_parent: String,
+    /// The code host's SSH server (192.0.2.12 port 22 in the outside world) when the world
+    /// was started with it; svcd's relay uses its known_hosts and agent.
+    pub ssh: Option<crate::ssh_host::SshHost>,
     svcd: Option<Child>,
     outside_world: Child,
 }
@@ -140,21 +145,33 @@ impl World {
 
     /// [`World::start`] with extra lines for svcd.toml's `[container]` table (limits).
     pub fn start_with(container: &str) -> Self {
-        Self::start_full(container, "", "")
+        Self::start_full(container, "", "", false)
+    }
+
+    /// [`World::start`] with the code host serving git over SSH too (its sshd in the outside
+    /// world at code.test's address, port 22; the host's agent holding the only key) and
+    /// svcd's relay configured for it, plus extra `[microvm]` lines.
+    pub fn start_with_git_ssh(microvm: &str) -> Self {
+        Self::start_full("", "", microvm, true)
     }
 
     /// [`World::start`] with extra lines for svcd.toml's `[microvm]` table.
     pub fn start_with_microvm(microvm: &str) -> Self {
-        Self::start_full("", "", microvm)
+        Self::start_full("", "", microvm, false)
     }
 
     /// [`World::start`] with the coding agent's home `dir` shared live into microvm sandboxes
     /// (`credentials.agent_home`).
     pub fn start_with_agent_home(dir: &Path) -> Self {
-        Self::start_full("", &format!("agent_home = \"{}\"", dir.display()), "")
+        Self::start_full(
+            "",
+            &format!("agent_home = \"{}\"", dir.display()),
+            "",
+            false,
+        )
     }
 
-    fn start_full(container: &str, credentials: &str, microvm: &str) -> Self {
+    fn start_full(container: &str, credentials: &str, microvm: &str, git_ssh: bool) -> Self {
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -238,6 +255,22 @@ impl World {
             .expect("outside-world");
         wait_for(&out_dir.join("ready"), "the outside world");
 
+        let ssh = git_ssh.then(|| {
+            crate::ssh_host::SshHost::start(
+                &dir.join("ssh"),
+                &git_root,
+                Some(&outside.name),
+                CODE_SSH_ADDR,
+                22,
+            )
+        });
+        let git_ssh_lines = ssh.as_ref().map_or(String::new(), |h| {
+            format!(
+                "[git_ssh]\nknown_hosts = \"{}\"\nagent_socket = \"{}\"\n",
+                h.known_hosts.display(),
+                h.agent_sock.display()
+            )
+        });
         let pins = PinDir::new();
         // The host's own code-host token, brokered by `--repo` without `--secret`.
         std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
@@ -275,6 +308,7 @@ cgroup_parent = "{cgroup_parent}"
 {container}
 [metrics]
 listen = "127.0.0.1:{METRICS_PORT}"
+{git_ssh_lines}
 "#,
                 image = image_dir().display(),
                 virtiofsd = tool("virtiofsd").map_or(String::new(), |p| format!(
@@ -302,6 +336,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
             socket,
             config,
             cgroup_parent,
+            ssh,
             svcd: None,
             outside_world,
         };

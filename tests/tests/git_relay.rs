@@ -7,22 +7,21 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output},
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
 };
 
 use svc_control::git_relay::{self, RelayPolicy, Session, SshClient};
 use svc_tests::{
-    require_root, unique,
+    require_root,
+    ssh_host::SshHost,
+    unique,
     world::{bare_repo, workspace_bin},
 };
 
 struct Server {
     dir: PathBuf,
-    port: u16,
-    sshd: Child,
-    agent: Child,
+    host: SshHost,
     relay_socket: PathBuf,
     sessions: Arc<Mutex<Vec<Session>>>,
     _rt: tokio::runtime::Runtime,
@@ -30,10 +29,6 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.sshd.kill();
-        let _ = self.sshd.wait();
-        let _ = self.agent.kill();
-        let _ = self.agent.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -56,92 +51,19 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 impl Server {
     fn start() -> Self {
         let dir = std::env::temp_dir().join(unique("sgr"));
         std::fs::create_dir_all(dir.join("repos")).expect("dir");
         bare_repo(&dir.join("repos"), "acme", "widget");
         bare_repo(&dir.join("repos"), "evil", "exfil");
-        for key in ["host_key", "client_key"] {
-            run(Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(dir.join(key)));
-        }
-        std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).expect("keys");
-        // The code host: git's own commands under one root, whatever path is asked.
-        let wrapper = dir.join("git-serve");
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nset -f\ncmd=${{SSH_ORIGINAL_COMMAND%% *}}\npath=${{SSH_ORIGINAL_COMMAND#* }}\npath=$(printf %s \"$path\" | tr -d \"'\")\ncase \"$cmd\" in git-upload-pack|git-receive-pack) ;; *) echo \"not served: $cmd\" >&2; exit 1;; esac\nexec \"$cmd\" \"{}$path\"\n",
-                dir.join("repos").display()
-            ),
-        )
-        .expect("wrapper");
-        std::os::unix::fs::PermissionsExt::set_mode(
-            &mut std::fs::metadata(&wrapper).expect("meta").permissions(),
-            0o755,
+        let host = SshHost::start(
+            &dir.join("ssh"),
+            &dir.join("repos"),
+            None,
+            "127.0.0.1",
+            free_port(),
         );
-        run(Command::new("chmod").arg("755").arg(&wrapper));
-        let port = free_port();
-        std::fs::write(
-            dir.join("sshd_config"),
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
-                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
-                 PidFile {pid}\nForceCommand {wrapper}\nAcceptEnv GIT_PROTOCOL\nLogLevel ERROR\n",
-                hk = dir.join("host_key").display(),
-                ak = dir.join("authorized_keys").display(),
-                pid = dir.join("sshd.pid").display(),
-                wrapper = wrapper.display(),
-            ),
-        )
-        .expect("sshd_config");
-        std::fs::create_dir_all("/run/sshd").expect("/run/sshd");
-        let sshd = Command::new("/usr/sbin/sshd")
-            .args(["-D", "-e", "-f"])
-            .arg(dir.join("sshd_config"))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("sshd (openssh-server; cargo xtask setup installs it)");
-        let host_pub = std::fs::read_to_string(dir.join("host_key.pub")).expect("host pub");
-        let mut fields = host_pub.split_whitespace();
-        std::fs::write(
-            dir.join("known_hosts"),
-            format!(
-                "[127.0.0.1]:{port} {} {}\n",
-                fields.next().expect("type"),
-                fields.next().expect("key")
-            ),
-        )
-        .expect("known_hosts");
-        // The host's agent: the only place the key is used from.
-        let agent_sock = dir.join("agent.sock");
-        let agent = Command::new("ssh-agent")
-            .arg("-D")
-            .arg("-a")
-            .arg(&agent_sock)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("ssh-agent");
-        wait_for(&agent_sock);
-        run(Command::new("ssh-add")
-            .env("SSH_AUTH_SOCK", &agent_sock)
-            .arg("-q")
-            .arg(dir.join("client_key")));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -155,8 +77,8 @@ impl Server {
         };
         let client = SshClient {
             binary: "ssh".into(),
-            auth_sock: Some(agent_sock),
-            known_hosts: dir.join("known_hosts"),
+            auth_sock: Some(host.agent_sock.clone()),
+            known_hosts: host.known_hosts.clone(),
         };
         let listener = {
             let _guard = rt.enter();
@@ -180,17 +102,9 @@ impl Server {
                 }
             }
         });
-        // sshd is up when it accepts.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
         Self {
             dir,
-            port,
-            sshd,
-            agent,
+            host,
             relay_socket,
             sessions,
             _rt: rt,
@@ -220,17 +134,11 @@ impl Server {
     }
 
     fn url(&self, repo: &str) -> String {
-        // The test code host's account is root (sshd's ForceCommand serves git only).
-        format!("ssh://root@127.0.0.1:{}/{repo}.git", self.port)
+        self.host.url(repo)
     }
 
-    /// The server repository's refs (`git for-each-ref`), to check a refusal changed nothing.
     fn refs(&self, repo: &str) -> String {
-        let out = run(Command::new("git")
-            .arg("-C")
-            .arg(self.dir.join("repos").join(format!("{repo}.git")))
-            .args(["for-each-ref", "--format=%(refname) %(objectname)"]));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.host.refs(repo)
     }
 }
 
@@ -353,7 +261,7 @@ fn git_over_ssh_goes_through_the_relay_with_its_rules() {
         "push -o: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let signing = s.dir.join("client_key");
+    let signing = s.host.client_key.clone();
     let signing = signing.display().to_string();
     let signed = [
         "-c",

@@ -29,15 +29,63 @@ pub const PACKAGES: &[&str] = &[
 /// The base tree, then the microvm images made from it.
 pub fn build_all(out: &Path) -> anyhow::Result<()> {
     build(out)?;
-    let agent = crate::microvm_images::agent()?;
-    crate::microvm_images::build(out, &out.join("base"), &agent)
+    let bins = crate::microvm_images::guest_bins()?;
+    crate::microvm_images::build(out, &out.join("base"), &bins.agent)
+}
+
+/// Where the git SSH shim lies in the guest's tree (what `GIT_SSH_COMMAND` names).
+const SHIM: &str = "usr/local/bin/svc-git-ssh";
+
+/// Put the (statically linked) git SSH shim into the base tree if it is not the one there;
+/// a new shim is a new build of the image (svcd shifts it again, the microvm root file system
+/// is made again).
+fn install_shim(base: &Path, shim: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let target = base.join("rootfs").join(SHIM);
+    let new = std::fs::read(shim).with_context(|| format!("the shim {}", shim.display()))?;
+    if std::fs::read(&target).is_ok_and(|old| old == new) {
+        return Ok(());
+    }
+    let dir = target.parent().context("shim path")?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(".svc-git-ssh.new");
+    std::fs::write(&tmp, &new)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, &target)?;
+    let stamp = base.join("stamp");
+    let text = std::fs::read_to_string(&stamp)?;
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("build: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&stamp, format!("{kept}build: {}\n", now_nanos()))?;
+    ui::ok(&format!(
+        "installed the git SSH shim at /{SHIM} in {}",
+        base.display()
+    ));
+    Ok(())
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 pub fn default_dir() -> PathBuf {
     PathBuf::from("target/images")
 }
 
+/// The base tree with the git SSH shim in it.
 pub fn build(out: &Path) -> anyhow::Result<()> {
+    build_tree(out)?;
+    let bins = crate::microvm_images::guest_bins()?;
+    install_shim(&out.join("base"), &bins.shim)
+}
+
+fn build_tree(out: &Path) -> anyhow::Result<()> {
     ui::heading("images: the sandboxes' base image (Debian packages, mmdebstrap)");
     let base = out.join("base");
     let suite = suite()?;
@@ -82,11 +130,7 @@ pub fn build(out: &Path) -> anyhow::Result<()> {
         }
     }
     std::fs::rename(&new, base.join("rootfs"))?;
-    let build = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    std::fs::write(&stamp, format!("{wanted}build: {build}\n"))?;
+    std::fs::write(&stamp, format!("{wanted}build: {}\n", now_nanos()))?;
     ui::ok(&format!(
         "base image {} built in {:.1} s",
         base.display(),

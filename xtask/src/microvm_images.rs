@@ -276,8 +276,14 @@ fn rootfs(base: &Path, agent: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Build the agent statically linked for the guest; its path.
-pub fn agent() -> anyhow::Result<PathBuf> {
+/// The in-guest binaries, statically linked.
+pub struct GuestBins {
+    pub agent: PathBuf,
+    pub shim: PathBuf,
+}
+
+/// Build the agent and the git SSH shim statically linked for the guest.
+pub fn guest_bins() -> anyhow::Result<GuestBins> {
     ui::run(
         Command::new("cargo")
             .args([
@@ -288,6 +294,8 @@ pub fn agent() -> anyhow::Result<PathBuf> {
                 "svc-guest",
                 "--bin",
                 "svc-microvm-agent",
+                "--bin",
+                "svc-git-ssh",
                 "--target",
                 "x86_64-unknown-linux-gnu",
                 "--target-dir",
@@ -295,9 +303,11 @@ pub fn agent() -> anyhow::Result<PathBuf> {
             ])
             .env("RUSTFLAGS", "-C target-feature=+crt-static"),
     )?;
-    Ok(PathBuf::from(
-        "target/guest/x86_64-unknown-linux-gnu/release/svc-microvm-agent",
-    ))
+    let dir = PathBuf::from("target/guest/x86_64-unknown-linux-gnu/release");
+    Ok(GuestBins {
+        agent: dir.join("svc-microvm-agent"),
+        shim: dir.join("svc-git-ssh"),
+    })
 }
 
 #[cfg(test)]

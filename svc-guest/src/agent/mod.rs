@@ -99,7 +99,7 @@ where
             hub.attach(out.clone());
         }
         if frame.stream & GUEST_STREAM != 0 {
-            hub.from_host(frame);
+            hub.deliver(frame);
             continue;
         }
         handle(frame, &out, &streams, &system);

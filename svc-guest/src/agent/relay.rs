@@ -71,7 +71,7 @@ impl Hub {
     }
 
     /// A frame from the host on a guest-opened stream.
-    pub(super) fn from_host(&self, frame: Frame) {
+    pub(super) fn deliver(&self, frame: Frame) {
         if !matches!(
             frame.kind,
             Kind::Stdout | Kind::Stderr | Kind::Exit | Kind::Error | Kind::Credit

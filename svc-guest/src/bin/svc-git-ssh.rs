@@ -34,7 +34,11 @@ fn main() -> ExitCode {
             return ExitCode::from(255);
         }
     };
-    match rt.block_on(run(args)) {
+    let result = rt.block_on(run(args));
+    // Not a plain drop: the task reading git's standard input sits in a blocking read that
+    // only git closing the pipe would end, and git waits for this process to exit first.
+    rt.shutdown_background();
+    match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(255)),
         Err(e) => {
             eprintln!("svc: {e}");

@@ -1,0 +1,211 @@
+//! git over SSH from inside real sandboxes, on both backends: the guest's git runs the
+//! `svc-git-ssh` shim from the image (GIT_SSH_COMMAND), the shim reaches svcd's relay through
+//! the sandbox's own socket (container: a unix socket svcd binds in the sandbox's directory;
+//! microvm: a stream the guest's agent opens on its channel), and svcd runs the host's real
+//! ssh with the host's agent against a real sshd in the outside world. The guest has no key,
+//! no agent and no route to port 22. Every refusal gives git's stderr the exact line, leaves
+//! the server's refs and objects unchanged, and is audited.
+#![expect(clippy::expect_used, reason = "test helpers")]
+
+use svc_tests::{
+    require_root,
+    world::{CODE_SSH_ADDR, World, microvm_images},
+};
+
+/// A workspace whose `.svc/config.yaml` lets git reach acme/widget on the code host over SSH.
+fn workspace(w: &World) -> std::path::PathBuf {
+    let dir = w.dir.join("project");
+    std::fs::create_dir_all(dir.join(".svc")).expect("workspace");
+    std::fs::write(
+        dir.join(".svc/config.yaml"),
+        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n"),
+    )
+    .expect("config.yaml");
+    dir
+}
+
+fn create(w: &World, name: &str, backend: &str) -> serde_json::Value {
+    let ws = workspace(w);
+    let out = w.svc_ok(&[
+        "sandbox",
+        "create",
+        name,
+        "--backend",
+        backend,
+        "--workspace",
+        ws.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        v["ssh_repos"],
+        serde_json::json!([{"host": CODE_SSH_ADDR, "repo": "acme/widget"}]),
+        "{v}"
+    );
+    v
+}
+
+const GIT: &str = "git -c user.name=agent -c user.email=agent@svc.invalid";
+
+/// Clone, push to an allowed branch, and every refusal, from inside `name`.
+fn clone_push_and_refusals(w: &World, name: &str) {
+    let ssh = w.ssh.as_ref().expect("the world serves SSH");
+    let remote = format!("root@{CODE_SSH_ADDR}:acme/widget.git");
+
+    // No way around the relay: no key, no agent, no route to port 22.
+    let (code, out, _) = w.sh(
+        name,
+        "ls /root/.ssh 2>/dev/null; echo \"agent=${SSH_AUTH_SOCK:-none}\"; \
+         echo \"cmd=$GIT_SSH_COMMAND\"; command -v ssh || echo no-ssh",
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("agent=none"), "{out}");
+    assert!(out.contains("cmd=/usr/local/bin/svc-git-ssh"), "{out}");
+    let (code, _, _) = w.sh(
+        name,
+        &format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{CODE_SSH_ADDR}/22' 2>/dev/null"),
+    );
+    assert_ne!(code, 0, "the guest reached port 22 directly");
+
+    // Clone (upload-pack, scp-style URL), then a protocol-v2 fetch.
+    let (code, out, err) = w.sh(
+        name,
+        &format!("cd /tmp && {GIT} clone -q {remote} widget && cat widget/README && cd widget && {GIT} -c protocol.version=2 fetch -q origin && echo fetched"),
+    );
+    assert_eq!(code, 0, "clone: {out}{err}\n{}", w.svcd_log());
+    assert!(
+        out.contains("acme/widget") && out.contains("fetched"),
+        "{out}"
+    );
+
+    // A push to an allowed branch lands.
+    let (code, out, err) = w.sh(
+        name,
+        &format!("cd /tmp/widget && {GIT} commit -q --allow-empty -m work && {GIT} push -q origin HEAD:refs/heads/svc/{name}"),
+    );
+    assert_eq!(code, 0, "allowed push: {out}{err}");
+    assert!(
+        ssh.refs("acme/widget")
+            .contains(&format!("refs/heads/svc/{name}"))
+    );
+
+    // A push to main: refused with the exact line; the server is unchanged.
+    let (refs, objects) = (ssh.refs("acme/widget"), ssh.objects("acme/widget"));
+    let (code, _, err) = w.sh(
+        name,
+        &format!("cd /tmp/widget && echo change > f && {GIT} add f && {GIT} commit -q -m main && {GIT} push origin HEAD:refs/heads/main"),
+    );
+    assert_ne!(code, 0, "a push to main went through");
+    assert!(
+        err.contains("svc: refused: ref refs/heads/main not in allowed branches"),
+        "{err}"
+    );
+    assert_eq!(ssh.refs("acme/widget"), refs, "a refused push moved a ref");
+    assert_eq!(
+        ssh.objects("acme/widget"),
+        objects,
+        "a refused push stored objects"
+    );
+
+    // A repository outside the policy: refused at once.
+    let (code, _, err) = w.sh(
+        name,
+        &format!("cd /tmp && {GIT} clone -q root@{CODE_SSH_ADDR}:evil/exfil.git exfil"),
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!(
+            "svc: refused by egress policy: {CODE_SSH_ADDR} evil/exfil not in .svc/config.yaml egress.policy"
+        )),
+        "{err}"
+    );
+
+    // Not git: a shell, option injection. The shim is the guest's; the relay decides.
+    for (what, args) in [
+        ("a shell", format!("root@{CODE_SSH_ADDR} sh")),
+        (
+            "ProxyCommand injection",
+            format!("-oProxyCommand=id root@{CODE_SSH_ADDR} \"git-upload-pack 'acme/widget.git'\""),
+        ),
+    ] {
+        let (code, _, err) = w.sh(name, &format!("/usr/local/bin/svc-git-ssh {args}"));
+        assert_ne!(code, 0, "{what} was relayed");
+        assert!(err.contains("svc: refused"), "{what}: {err}");
+    }
+
+    // One audit record per session, with the push's refs.
+    let ssh_records: Vec<serde_json::Value> = w
+        .audit()
+        .into_iter()
+        .filter(|r| r["layer"] == "ssh" && r["sandbox_name"] == name)
+        .collect();
+    assert!(
+        ssh_records
+            .iter()
+            .any(|r| r["command"] == "git-upload-pack" && r["decision"] == "allow"),
+        "{ssh_records:?}"
+    );
+    assert!(
+        ssh_records.iter().any(|r| r["decision"] == "deny"
+            && r["refs"][0]["name"] == "refs/heads/main"
+            && r["reason"] == "svc: refused: ref refs/heads/main not in allowed branches"),
+        "{ssh_records:?}"
+    );
+    assert!(
+        ssh_records
+            .iter()
+            .any(|r| r["repo"] == "evil/exfil" && r["decision"] == "deny"),
+        "{ssh_records:?}"
+    );
+    let metrics = w.metrics();
+    assert!(
+        metrics.contains(&format!(
+            "svc_git_ssh_sessions_total{{sandbox=\"{name}\",command=\"git-receive-pack\",decision=\"deny\"}}"
+        )),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn git_over_ssh_from_a_container_sandbox_goes_through_the_relay() {
+    require_root();
+    let mut w = World::start_with_git_ssh("");
+    create(&w, "gitc", "container");
+    clone_push_and_refusals(&w, "gitc");
+
+    // svcd restarts: the sandbox's relay socket is bound again where its guest sees it.
+    w.kill_svcd();
+    w.start_svcd();
+    let (code, out, err) = w.sh(
+        "gitc",
+        &format!("cd /tmp/widget && {GIT} fetch -q origin && echo again"),
+    );
+    assert_eq!(code, 0, "fetch after an svcd restart: {out}{err}");
+    w.destroy_checked("gitc");
+}
+
+#[test]
+fn git_over_ssh_from_a_microvm_sandbox_goes_through_the_relay() {
+    require_root();
+    let _ = microvm_images();
+    let w = World::start_with_git_ssh("");
+    create(&w, "gitv", "microvm");
+    clone_push_and_refusals(&w, "gitv");
+
+    // A clone of the VM: its agent serves a new host, and the clone's git reaches the relay
+    // as its own sandbox.
+    w.svc_ok(&["sandbox", "fork", "gitv", "gitv2"]);
+    let (code, out, err) = w.sh(
+        "gitv2",
+        &format!("cd /tmp/widget && {GIT} fetch -q origin && echo forked"),
+    );
+    assert_eq!(code, 0, "fetch in the clone: {out}{err}");
+    assert!(
+        w.audit()
+            .iter()
+            .any(|r| r["layer"] == "ssh" && r["sandbox_name"] == "gitv2"),
+        "the clone's session was audited as the clone's"
+    );
+    w.destroy_checked("gitv2");
+    w.destroy_checked("gitv");
+}
