@@ -8,8 +8,8 @@ use std::{
     time::Duration,
 };
 
-use svc_control::runtime::{ExecHandle, microvm::channel::Channel};
-use svc_guest::proto::{Exec, Frame, Kind, Request, Setup, WINDOW};
+use svc_control::runtime::{ExecHandle, GuestConn, GuestService, microvm::channel::Channel};
+use svc_guest::proto::{self, Exec, Frame, GUEST_STREAM, Kind, Request, Setup, WINDOW};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::UnixStream,
@@ -266,9 +266,17 @@ async fn files_are_written_whole_and_bad_paths_refused() {
 
 /// A hostile guest: writes what it likes on the channel.
 async fn hostile(frames: Vec<Vec<u8>>) -> String {
+    hostile_with(frames, None).await
+}
+
+/// [`hostile`] with a service for the streams the guest opens.
+async fn hostile_with(frames: Vec<Vec<u8>>, service: Option<GuestService>) -> String {
     let (host, guest) = UnixStream::pair().expect("pair");
     let (hr, hw) = host.into_split();
     let (ch, _) = Channel::over(hr, hw);
+    if let Some(s) = service {
+        ch.serve_guest(s);
+    }
     let h = ch.exec(exec(&["anything"])).expect("exec");
     let (mut gr, mut gw) = guest.into_split();
     // It reads what the host says (so nothing is reset), and says its piece, then ends.
@@ -310,4 +318,146 @@ async fn a_guest_that_breaks_the_protocol_ends_the_channel() {
     // A guest that just goes away.
     let err = hostile(Vec::new()).await;
     assert!(err.contains("closed"), "{err}");
+}
+
+/// A service that answers each connection like the relay would: the request, then the
+/// input upper-cased on stdout (credited), then exit 0.
+fn upper_service() -> GuestService {
+    Arc::new(|conn: GuestConn| {
+        tokio::spawn(async move {
+            let GuestConn {
+                mut reader,
+                mut writer,
+            } = conn;
+            let open = proto::read_frame(&mut reader)
+                .await
+                .expect("frame")
+                .expect("open");
+            assert_eq!(open.kind, Kind::Open);
+            let id = open.stream;
+            let mut said = Vec::new();
+            while let Some(f) = proto::read_frame(&mut reader).await.expect("frame") {
+                match f.kind {
+                    Kind::Data => {
+                        let credit = Frame::u32(id, Kind::Credit, f.payload.len() as u32);
+                        writer.write_all(&credit.encode()).await.expect("credit");
+                        said.extend_from_slice(&f.payload);
+                    }
+                    Kind::Eof => break,
+                    _ => {}
+                }
+            }
+            let reply = Frame::new(id, Kind::Stdout, said.to_ascii_uppercase());
+            writer.write_all(&reply.encode()).await.expect("reply");
+            writer
+                .write_all(&Frame::i32(id, Kind::Exit, 0).encode())
+                .await
+                .expect("exit");
+        });
+    })
+}
+
+/// Be the shim on one connection to the agent's hub: open, send `input`, read to the end.
+async fn shim(hub: Arc<svc_guest::agent::relay::Hub>, input: &[u8]) -> Vec<Frame> {
+    let (ours, theirs) = UnixStream::pair().expect("pair");
+    let (tr, tw) = theirs.into_split();
+    tokio::spawn(hub.connection(tr, tw));
+    let (mut r, mut w) = ours.into_split();
+    let open = Request::GitSsh {
+        args: vec!["host".into(), "git-upload-pack 'a/b.git'".into()],
+        git_protocol: None,
+    };
+    let json = serde_json::to_vec(&open).expect("json");
+    w.write_all(&Frame::new(5, Kind::Open, json).encode())
+        .await
+        .expect("open");
+    w.write_all(&Frame::new(5, Kind::Data, input.to_vec()).encode())
+        .await
+        .expect("data");
+    w.write_all(&Frame::new(5, Kind::Eof, Vec::new()).encode())
+        .await
+        .expect("eof");
+    let mut got = Vec::new();
+    while let Ok(Some(f)) = proto::read_frame(&mut r).await {
+        got.push(f);
+    }
+    got
+}
+
+#[tokio::test]
+async fn streams_the_guest_opens_reach_the_hosts_service_and_back() {
+    let (host, guest) = UnixStream::pair().expect("socket pair");
+    let hub = Arc::new(svc_guest::agent::relay::Hub::default());
+    let (gr, gw) = guest.into_split();
+    tokio::spawn(svc_guest::agent::serve(
+        gr,
+        gw,
+        Arc::new(Recorded::default()),
+        hub.clone(),
+    ));
+    let (hr, hw) = host.into_split();
+    let (channel, mut hello) = Channel::over(hr, hw);
+    channel
+        .greet(
+            &mut hello,
+            std::time::Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .expect("hello");
+
+    // Before svcd hands the sandbox's streams to a service, they are refused by name.
+    let got = shim(hub.clone(), b"early").await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].kind, Kind::Error);
+    assert!(
+        String::from_utf8_lossy(&got[0].payload).contains("no host service"),
+        "{got:?}"
+    );
+
+    channel.serve_guest(upper_service());
+    // Two connections at once, each answered on its own stream, under the shim's own id.
+    let (a, b) = tokio::join!(shim(hub.clone(), b"hello"), shim(hub.clone(), b"world"));
+    for (got, want) in [(a, &b"HELLO"[..]), (b, &b"WORLD"[..])] {
+        assert!(got.iter().all(|f| f.stream == 5), "{got:?}");
+        let out: Vec<u8> = got
+            .iter()
+            .filter(|f| f.kind == Kind::Stdout)
+            .flat_map(|f| f.payload.clone())
+            .collect();
+        assert_eq!(out, want);
+        assert_eq!(
+            got.last().map(|f| (f.kind, f.as_i32())),
+            Some((Kind::Exit, Some(0)))
+        );
+    }
+    assert!(channel.is_open());
+}
+
+#[tokio::test]
+async fn a_guest_that_floods_a_stream_it_opened_ends_the_channel() {
+    // A service that takes the connection and never reads it: two frames fit in the
+    // connection's buffer, then the window fills.
+    let held: Arc<Mutex<Vec<GuestConn>>> = Arc::default();
+    let service: GuestService = {
+        let held = held.clone();
+        Arc::new(move |c| held.lock().expect("lock").push(c))
+    };
+    let id = GUEST_STREAM | 1;
+    let open = serde_json::to_vec(&Request::GitSsh {
+        args: Vec::new(),
+        git_protocol: None,
+    })
+    .expect("json");
+    let mut frames = vec![Frame::new(id, Kind::Open, open).encode()];
+    frames.extend(
+        (0..(WINDOW as usize / 65536 + 3))
+            .map(|_| Frame::new(id, Kind::Data, vec![b'x'; 65536]).encode()),
+    );
+    let err = hostile_with(frames, Some(service)).await;
+    assert!(err.contains("on a window of"), "{err}");
+    assert_eq!(
+        held.lock().expect("lock").len(),
+        1,
+        "the service got the stream"
+    );
 }

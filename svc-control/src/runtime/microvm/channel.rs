@@ -518,7 +518,9 @@ fn open_guest_stream(
     out: mpsc::UnboundedSender<Frame>,
     service: &GuestService,
 ) -> (mpsc::UnboundedSender<Frame>, Arc<AtomicU32>) {
-    let (ours, theirs) = tokio::io::duplex(2 * WINDOW as usize);
+    // Room for two whole frames: what the guest sends beyond that waits (counted in
+    // `unread`) until the service reads, within the window the service's credit allows.
+    let (ours, theirs) = tokio::io::duplex(2 * (MAX_PAYLOAD + proto::HEADER));
     let (mut from_service, mut to_service) = tokio::io::split(ours);
     let (frames, mut rx) = mpsc::unbounded_channel::<Frame>();
     let unread = Arc::new(AtomicU32::new(0));
