@@ -29,17 +29,35 @@ pub enum EgressCommand {
     /// send the placeholder of HOST's credential (`{placeholder:code-host}` for
     /// CODE_HOST_TOKEN), or use `--bearer HOST`.
     ///
+    /// With --ssh, explain a git-over-SSH request the relay would get instead: the host and
+    /// repository against `.svc/config.yaml` egress.policy, and with --ref the refs a push
+    /// updates against the allowed branches (refs/heads/svc/**).
+    ///
     /// Exits 0 when the request would be allowed, 1 when refused, 2 on bad arguments.
-    #[command(verbatim_doc_comment)]
+    #[command(
+        verbatim_doc_comment,
+        after_help = "Examples:
+  svc egress explain GET https://api.github.com/repos/acme/widget --repo acme/widget
+  svc egress explain --ssh \"git@github.com git-receive-pack 'acme/widget.git'\" --ref refs/heads/main"
+    )]
     Explain(Box<ExplainArgs>),
 }
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// HTTP method, e.g. GET or POST.
-    pub method: String,
+    #[arg(required_unless_present = "ssh")]
+    pub method: Option<String>,
     /// The URL the guest requests, e.g. https://github.com/acme/widget.git/info/refs?service=git-upload-pack
-    pub url: String,
+    #[arg(required_unless_present = "ssh")]
+    pub url: Option<String>,
+    /// A git-over-SSH request as git makes it: `[USER@]HOST COMMAND`, e.g.
+    /// "git@github.com git-receive-pack 'acme/widget.git'".
+    #[arg(long, value_name = "[USER@]HOST COMMAND", conflicts_with_all = ["method", "url"])]
+    pub ssh: Option<String>,
+    /// A ref the push updates (repeatable; with --ssh), e.g. refs/heads/main.
+    #[arg(long = "ref", value_name = "REFNAME", requires = "ssh")]
+    pub refs: Vec<String>,
     /// A host the sandbox may reach (repeatable), as `svc sandbox create --allow-host`.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
@@ -72,18 +90,21 @@ pub struct ExplainArgs {
 
 pub fn run(cmd: EgressCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        EgressCommand::Explain(a) => explain(*a),
+        // Exit 1 means refused: a request that cannot be explained is a usage error (2).
+        EgressCommand::Explain(a) => Ok(explain(*a).unwrap_or_else(|e| {
+            eprintln!("svc: error: {e:#}");
+            ExitCode::from(2)
+        })),
     }
 }
 
-fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let host =
-        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let config_path = a.config.clone().or_else(|| {
+/// The project's egress section: `--config`, else ./.svc/config.yaml when it exists.
+fn load_egress(config: Option<&std::path::Path>) -> anyhow::Result<egress::EgressConfig> {
+    let config_path = config.map(ToOwned::to_owned).or_else(|| {
         let p = PathBuf::from(loader::CONFIG_YAML);
         p.exists().then_some(p)
     });
-    let egress = match &config_path {
+    Ok(match &config_path {
         Some(p) => {
             let text = loader::read_optional(p)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -91,7 +112,120 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             egress::parse(p, &text).map_err(|e| anyhow::anyhow!("{e}"))?
         }
         None => Default::default(),
+    })
+}
+
+/// `--ssh`: the relay's decision on one git request.
+fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
+    use svc_control::policy::ssh::{self, RefUpdate, SshRule};
+    let egress = load_egress(a.config.as_deref())?;
+    let repos: Vec<(String, String)> = egress
+        .policy
+        .values()
+        .flat_map(|p| {
+            p.repos
+                .iter()
+                .map(|r| (p.host.to_string(), r.as_str().to_owned()))
+        })
+        .collect();
+    let (target, command) = line
+        .trim()
+        .split_once(char::is_whitespace)
+        .with_context(|| format!("--ssh {line:?}: expected `[USER@]HOST COMMAND`"))?;
+    let args = vec![target.to_owned(), command.trim().to_owned()];
+    let zero = "0".repeat(40);
+    let updates: Vec<RefUpdate> = a
+        .refs
+        .iter()
+        .map(|name| RefUpdate {
+            old: zero.clone(),
+            new: "1".repeat(40),
+            name: name.clone(),
+        })
+        .collect();
+    let branches = vec![ssh::DEFAULT_BRANCHES.to_owned()];
+    let result = ssh::explain(&repos, &branches, &args, &updates);
+    if let Ok((r, _)) = &result
+        && r.service == ssh::Service::UploadPack
+        && !a.refs.is_empty()
+    {
+        bail!(
+            "--ref applies to pushes (git-receive-pack), not {}",
+            r.service.command()
+        );
+    }
+    let (allowed, rule, message) = match &result {
+        Ok((_, rule)) => (true, *rule, None),
+        Err((rule, line)) => (false, *rule, Some(line.clone())),
     };
+    let rule_name = match rule {
+        SshRule::Request => "request",
+        SshRule::EgressPolicy => "egress-policy",
+        SshRule::AllowedBranches => "allowed-branches",
+    };
+    if a.json {
+        let request = result.as_ref().ok().map(|(r, _)| {
+            serde_json::json!({
+                "host": r.host, "repo": r.repo, "command": r.service.command(), "port": r.port,
+            })
+        });
+        let doc = serde_json::json!({
+            "decision": if allowed { "allow" } else { "deny" },
+            "rule": rule,
+            "message": message,
+            "request": request,
+            "refs": a.refs,
+            "policy": {
+                "repos": repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
+                "allowedBranches": branches,
+            },
+        });
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        match &message {
+            None => outln!("ALLOW"),
+            Some(line) => {
+                outln!("DENY");
+                outln!("  git sees: {line}");
+            }
+        }
+        outln!("  rule:     {rule_name}");
+        if let Ok((r, _)) = &result {
+            outln!(
+                "  request:  {} {} on {}",
+                r.service.command(),
+                r.repo,
+                r.host
+            );
+        }
+        for name in &a.refs {
+            outln!("  ref:      {name}");
+        }
+        if repos.is_empty() {
+            outln!("  policy:   no repositories (.svc/config.yaml egress.policy.<host>.repos)");
+        } else {
+            let shown: Vec<String> = repos.iter().map(|(h, r)| format!("{h} {r}")).collect();
+            outln!("  policy:   {}", shown.join(", "));
+        }
+        outln!("  branches: {}", branches.join(", "));
+    }
+    Ok(if allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
+    if let Some(line) = &a.ssh {
+        return explain_ssh(&a, line);
+    }
+    let (Some(method), Some(url)) = (&a.method, &a.url) else {
+        bail!("give METHOD and URL, or --ssh");
+    };
+    let host =
+        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let egress = load_egress(a.config.as_deref())?;
     let extra = a
         .allow_hosts
         .iter()
@@ -104,7 +238,7 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let policy = SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?;
 
-    let (scheme, authority, target) = split_url(&substitute(&policy, &a.url)?)?;
+    let (scheme, authority, target) = split_url(&substitute(&policy, url)?)?;
     let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
     for h in &a.headers {
         let (n, v) = h
@@ -143,7 +277,7 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
         &policy,
         &HttpRequest {
             scheme,
-            method: &a.method,
+            method,
             target: &target,
             authority: Some(&authority),
             sni: sni.as_deref(),

@@ -182,8 +182,121 @@ fn bad_arguments_are_clear_errors() {
         ),
     ] {
         let out = explain(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: 1 is refused, 2 bad input");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(fragment), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn ssh_requests_are_explained_with_the_relays_exact_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "egress:\n  policy:\n    github.com:\n      repos: [acme/widget]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let push = "git@github.com git-receive-pack 'acme/widget.git'";
+    struct Case {
+        name: &'static str,
+        ssh: &'static str,
+        refs: &'static [&'static str],
+        code: i32,
+        rule: &'static str,
+        message: Option<&'static str>,
+    }
+    for c in [
+        Case {
+            name: "push to main",
+            ssh: push,
+            refs: &["refs/heads/main"],
+            code: 1,
+            rule: "allowed-branches",
+            message: Some("svc: refused: ref refs/heads/main not in allowed branches"),
+        },
+        Case {
+            name: "one ref allowed, one not",
+            ssh: push,
+            refs: &["refs/heads/svc/a", "refs/tags/v1"],
+            code: 1,
+            rule: "allowed-branches",
+            message: Some("svc: refused: ref refs/tags/v1 not in allowed branches"),
+        },
+        Case {
+            name: "push to an svc branch",
+            ssh: push,
+            refs: &["refs/heads/svc/work"],
+            code: 0,
+            rule: "allowed-branches",
+            message: None,
+        },
+        Case {
+            name: "clone of the listed repository",
+            ssh: "git@github.com git-upload-pack '/acme/widget.git'",
+            refs: &[],
+            code: 0,
+            rule: "egress-policy",
+            message: None,
+        },
+        Case {
+            name: "foreign repository",
+            ssh: "git@github.com git-upload-pack 'evil/exfil.git'",
+            refs: &[],
+            code: 1,
+            rule: "egress-policy",
+            message: Some(
+                "svc: refused by egress policy: github.com evil/exfil not in .svc/config.yaml egress.policy",
+            ),
+        },
+        Case {
+            name: "a shell",
+            ssh: "git@github.com sh -i",
+            refs: &[],
+            code: 1,
+            rule: "request",
+            message: Some(
+                "svc: refused: only git-upload-pack and git-receive-pack are relayed, not \"sh\"",
+            ),
+        },
+    ] {
+        let mut args = vec!["--config", config, "--ssh", c.ssh];
+        for r in c.refs {
+            args.extend(["--ref", r]);
+        }
+        let (code, doc) = json(&args);
+        assert_eq!(code, Some(c.code), "{}: {doc}", c.name);
+        assert_eq!(doc["rule"], c.rule, "{}: {doc}", c.name);
+        assert_eq!(doc["message"].as_str(), c.message, "{}: {doc}", c.name);
+    }
+    // Text output says what git would see; --ref on a fetch is a usage error.
+    let out = explain(&[
+        "--config",
+        config,
+        "--ssh",
+        push,
+        "--ref",
+        "refs/heads/main",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("DENY"), "{text}");
+    assert!(
+        text.contains("git sees: svc: refused: ref refs/heads/main not in allowed branches"),
+        "{text}"
+    );
+    let out = explain(&[
+        "--config",
+        config,
+        "--ssh",
+        "git@github.com git-upload-pack 'acme/widget.git'",
+        "--ref",
+        "refs/heads/main",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--ref applies to pushes"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

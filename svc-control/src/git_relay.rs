@@ -59,15 +59,7 @@ pub struct Session {
     pub exit: i32,
 }
 
-/// The exact refusal for a repository outside the policy (SPEC 7).
-pub fn policy_refusal(host: &str, repo: &str) -> String {
-    format!("svc: refused by egress policy: {host} {repo} not in .svc/config.yaml egress.policy")
-}
-
-/// The exact refusal for a ref outside AllowedBranches (SPEC 7).
-pub fn ref_refusal(name: &str) -> String {
-    format!("svc: refused: ref {name} not in allowed branches")
-}
+pub use crate::policy::ssh::{policy_refusal, ref_refusal};
 
 /// How long a connection may take to send its request.
 const REQUEST_LIMIT: Duration = Duration::from_secs(30);

@@ -42,8 +42,7 @@ use crate::{
     store::Store,
 };
 
-/// The default AllowedBranches (SPEC 8).
-pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
+pub use crate::policy::ssh::DEFAULT_BRANCHES;
 
 /// Settings the daemon passes in.
 #[derive(Clone)]

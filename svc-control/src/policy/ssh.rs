@@ -13,6 +13,56 @@
 //!   `refs/heads/svc/a` and `refs/heads/svc/a/b`, not `refs/heads/svc` itself), `?` one
 //!   character, `[…]` a class.
 
+/// The default AllowedBranches (SPEC 8).
+pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
+
+/// The exact refusal for a repository outside the policy (SPEC 7).
+pub fn policy_refusal(host: &str, repo: &str) -> String {
+    format!("svc: refused by egress policy: {host} {repo} not in .svc/config.yaml egress.policy")
+}
+
+/// The exact refusal for a ref outside AllowedBranches (SPEC 7).
+pub fn ref_refusal(name: &str) -> String {
+    format!("svc: refused: ref {name} not in allowed branches")
+}
+
+/// Which rule decided an SSH request (`svc egress explain --ssh`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SshRule {
+    /// Not a git request the relay runs (a shell, another command, an option).
+    Request,
+    /// The host and repository are (not) in `egress.policy`.
+    EgressPolicy,
+    /// A pushed ref is (not) in AllowedBranches.
+    AllowedBranches,
+}
+
+/// How the relay decides one request, with the refs a push would update: `Ok` with the
+/// request, or the rule and the exact line git's stderr gets.
+pub fn explain(
+    repos: &[(String, String)],
+    branches: &[String],
+    args: &[String],
+    updates: &[RefUpdate],
+) -> Result<(SshRequest, SshRule), (SshRule, String)> {
+    let request =
+        parse_request(args).map_err(|e| (SshRule::Request, format!("svc: refused: {e}")))?;
+    if !repo_allowed(repos, &request.host, &request.repo) {
+        return Err((
+            SshRule::EgressPolicy,
+            policy_refusal(&request.host, &request.repo),
+        ));
+    }
+    if request.service == Service::ReceivePack {
+        if let Some(bad) = first_refused(branches, updates) {
+            return Err((SshRule::AllowedBranches, ref_refusal(&bad.name)));
+        }
+        return Ok((request, SshRule::AllowedBranches));
+    }
+    Ok((request, SshRule::EgressPolicy))
+}
+
 /// What the guest asked the relay to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SshRequest {
