@@ -9,7 +9,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use serde_json::Value;
-use svc_tests::world::{CODE_TOKEN, DNS, EXAMPLE_TOKEN, NAMES, World};
+use svc_tests::world::{CODE_SSH_ADDR, CODE_TOKEN, DNS, EXAMPLE_TOKEN, NAMES, World};
 
 const BOLD: &str = "\x1b[1m";
 const DIM: &str = "\x1b[2m";
@@ -87,6 +87,10 @@ fn story(d: &Demo) -> Result<(), String> {
         };
         info(&format!("HTTPS {name:<24} {addr:<12} {role}"));
     }
+    info(&format!(
+        "SSH   {:<24} {CODE_SSH_ADDR:<12} the code host's sshd (git over SSH; the host's ssh-agent holds the only key)",
+        "code.test:22"
+    ));
 
     heading("2. svcd, the host supervisor (eBPF fence, DNS guard, HTTPS proxy, API socket)");
     info(&format!("configuration {}", w.config.display()));
@@ -99,19 +103,30 @@ fn story(d: &Demo) -> Result<(), String> {
         "3. create a sandbox: an unprivileged container"
     });
     cmd(if d.microvm {
-        "svc sandbox create --backend microvm --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
+        "svc sandbox create --backend microvm --workspace project --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
          --allow-host allowed.example.test \\\n      \
          --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo"
     } else {
-        "svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
+        "svc sandbox create --backend container --workspace project --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
          --allow-host allowed.example.test \\\n      \
          --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo"
     });
-    let backend_args: Vec<&str> = if d.microvm {
+    // The project's .svc/config.yaml: the repository git may reach over SSH.
+    let project = w.dir.join("project");
+    let config_yaml =
+        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n");
+    std::fs::create_dir_all(project.join(".svc")).map_err(|e| e.to_string())?;
+    std::fs::write(project.join(".svc/config.yaml"), &config_yaml).map_err(|e| e.to_string())?;
+    info(&format!("{}/.svc/config.yaml:", project.display()));
+    shown(&config_yaml);
+    // Named: a workspace without a runtime block would get the automatic choice.
+    let mut backend_args: Vec<&str> = if d.microvm {
         vec!["--backend", "microvm"]
     } else {
-        Vec::new()
+        vec!["--backend", "container"]
     };
+    let project_arg = project.display().to_string();
+    backend_args.extend(["--workspace", &project_arg]);
     let out = w.svc_env(
         &[
             &["sandbox", "create"][..],
@@ -239,8 +254,54 @@ fn story(d: &Demo) -> Result<(), String> {
         "cloned and pushed refs/heads/svc/demo; every git request upstream carried the real token",
     )?;
 
+    heading("9. git over SSH: no key in the guest; svcd's relay decides, the host's agent signs in");
+    let remote = format!("root@{CODE_SSH_ADDR}:acme/widget.git");
+    let (code, out, err) = d.sh(&format!(
+        "cd /tmp && git clone -q {remote} widget-ssh && cd widget-ssh && git log --oneline -1 && ls ~/.ssh 2>/dev/null; echo \"SSH_AUTH_SOCK=${{SSH_AUTH_SOCK:-unset}} GIT_SSH_COMMAND=$GIT_SSH_COMMAND\""
+    ));
+    shown(&out);
+    shown(&err);
+    check(
+        code == 0 && out.contains("SSH_AUTH_SOCK=unset"),
+        "cloned acme/widget over SSH through the relay; the guest has no key and no agent",
+    )?;
+    let before = w.ssh.as_ref().map(|h| h.refs("acme/widget")).unwrap_or_default();
+    let (code, _, err) = d.sh(
+        "cd /tmp/widget-ssh && git -c user.name=agent -c user.email=agent@svc.invalid commit -q --allow-empty -m sneaky && git push -q origin HEAD:refs/heads/main",
+    );
+    shown(&err);
+    let after = w.ssh.as_ref().map(|h| h.refs("acme/widget")).unwrap_or_default();
+    check(
+        code != 0
+            && err.contains("svc: refused: ref refs/heads/main not in allowed branches")
+            && before == after,
+        "a push to main is refused before a byte reaches the server; its refs are unchanged",
+    )?;
+    cmd(&format!(
+        "svc egress explain --ssh \"root@{CODE_SSH_ADDR} git-receive-pack 'acme/widget.git'\" --ref refs/heads/main"
+    ));
+    let explained = std::process::Command::new(svc_tests::world::workspace_bin("svc"))
+        .current_dir(&project)
+        .args([
+            "egress",
+            "explain",
+            "--host-config",
+            "/dev/null",
+            "--ssh",
+            &format!("root@{CODE_SSH_ADDR} git-receive-pack 'acme/widget.git'"),
+            "--ref",
+            "refs/heads/main",
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    shown(&String::from_utf8_lossy(&explained.stdout));
+    std::thread::sleep(Duration::from_millis(200));
+    for l in d.audit_lines(|v| v["layer"] == "ssh") {
+        shown(&l);
+    }
+
     heading(&format!(
-        "9. the audit log ({}), one JSON line per decision",
+        "10. the audit log ({}), one JSON line per decision",
         w.audit_path().display()
     ));
     std::thread::sleep(Duration::from_millis(300));
@@ -253,7 +314,7 @@ fn story(d: &Demo) -> Result<(), String> {
         "no token or placeholder in the audit log",
     )?;
 
-    heading("10. the sandbox's allow map, with bpftool");
+    heading("11. the sandbox's allow map, with bpftool");
     let map = w.pins.path.join("SVC_ALLOW4");
     cmd(&format!("bpftool map dump pinned {}", map.display()));
     let dump = std::process::Command::new("bpftool")
@@ -279,7 +340,7 @@ fn story(d: &Demo) -> Result<(), String> {
     }
     check(dump.status.success(), "the map is pinned and readable")?;
 
-    heading("11. the guest is root in its sandbox, not on the host: going around the fence fails");
+    heading("12. the guest is root in its sandbox, not on the host: going around the fence fails");
     let pins = w.pins.path.display().to_string();
     let vm_moves: [(&str, String); 5] = [
         (
@@ -362,7 +423,7 @@ fn story(d: &Demo) -> Result<(), String> {
         },
     )?;
 
-    heading("12. destroy the sandbox");
+    heading("13. destroy the sandbox");
     cmd("svc sandbox destroy demo");
     shown(&w.svc_ok(&["sandbox", "destroy", "demo"]));
     let links = w.host.exec("ip", &["-o", "link", "show"]);
@@ -433,7 +494,7 @@ fn main() -> ExitCode {
         }
     };
     let demo = Demo {
-        w: World::start(),
+        w: World::start_with_git_ssh(""),
         microvm,
     };
     let result = story(&demo);
