@@ -146,6 +146,34 @@ pub fn human(r: &Value) -> String {
             r["bytes_down"],
             r["duration_ms"]
         ),
+        "ssh" => {
+            let refs: Vec<String> = r["refs"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x["name"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!(
+                "{} {} {}{} exit={} up={}B down={}B {}ms{}",
+                s("command"),
+                s("host"),
+                s("repo"),
+                if refs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" refs={}", refs.join(","))
+                },
+                r["exit"],
+                r["bytes_up"],
+                r["bytes_down"],
+                r["duration_ms"],
+                r["reason"]
+                    .as_str()
+                    .map_or(String::new(), |why| format!(": {why}"))
+            )
+        }
         other => format!("{other} {r}"),
     };
     format!(
@@ -155,4 +183,33 @@ pub fn human(r: &Value) -> String {
         s("layer"),
         verdict
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ssh_record_reads_as_the_session_it_was() {
+        let r = serde_json::json!({
+            "time": "2026-11-23T08:00:00.000Z", "sandbox": 1, "sandbox_name": "dev",
+            "layer": "ssh", "host": "github.com", "repo": "acme/widget",
+            "command": "git-receive-pack",
+            "refs": [{"name": "refs/heads/main", "old": "0", "new": "1"}],
+            "decision": "deny",
+            "reason": "svc: refused: ref refs/heads/main not in allowed branches",
+            "bytes_up": 0, "bytes_down": 0, "duration_ms": 12, "exit": 1
+        });
+        let line = human(&r);
+        assert!(
+            line.contains(
+                " ssh    DENY  git-receive-pack github.com acme/widget refs=refs/heads/main exit=1"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(": svc: refused: ref refs/heads/main not in allowed branches"),
+            "{line}"
+        );
+    }
 }

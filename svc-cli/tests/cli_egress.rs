@@ -182,7 +182,11 @@ fn bad_arguments_are_clear_errors() {
         ),
     ] {
         let out = explain(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: 1 is refused, 2 bad input");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: 1 is refused, 2 bad input"
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(fragment), "{args:?}: {err}");
     }

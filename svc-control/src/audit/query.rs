@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 pub struct Filter {
     /// The sandbox's name (or its id, as digits).
     pub sandbox: Option<String>,
-    /// `packet`, `dns`, `http` (`ssh` when the relay lands).
+    /// `packet`, `dns`, `http`, `ssh`.
     pub layer: Option<String>,
     /// `allow` or `deny`.
     pub verdict: Option<Verdict>,

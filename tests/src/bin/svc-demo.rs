@@ -254,7 +254,9 @@ fn story(d: &Demo) -> Result<(), String> {
         "cloned and pushed refs/heads/svc/demo; every git request upstream carried the real token",
     )?;
 
-    heading("9. git over SSH: no key in the guest; svcd's relay decides, the host's agent signs in");
+    heading(
+        "9. git over SSH: no key in the guest; svcd's relay decides, the host's agent signs in",
+    );
     let remote = format!("root@{CODE_SSH_ADDR}:acme/widget.git");
     let (code, out, err) = d.sh(&format!(
         "cd /tmp && git clone -q {remote} widget-ssh && cd widget-ssh && git log --oneline -1 && ls ~/.ssh 2>/dev/null; echo \"SSH_AUTH_SOCK=${{SSH_AUTH_SOCK:-unset}} GIT_SSH_COMMAND=$GIT_SSH_COMMAND\""
@@ -265,12 +267,20 @@ fn story(d: &Demo) -> Result<(), String> {
         code == 0 && out.contains("SSH_AUTH_SOCK=unset"),
         "cloned acme/widget over SSH through the relay; the guest has no key and no agent",
     )?;
-    let before = w.ssh.as_ref().map(|h| h.refs("acme/widget")).unwrap_or_default();
+    let before = w
+        .ssh
+        .as_ref()
+        .map(|h| h.refs("acme/widget"))
+        .unwrap_or_default();
     let (code, _, err) = d.sh(
         "cd /tmp/widget-ssh && git -c user.name=agent -c user.email=agent@svc.invalid commit -q --allow-empty -m sneaky && git push -q origin HEAD:refs/heads/main",
     );
     shown(&err);
-    let after = w.ssh.as_ref().map(|h| h.refs("acme/widget")).unwrap_or_default();
+    let after = w
+        .ssh
+        .as_ref()
+        .map(|h| h.refs("acme/widget"))
+        .unwrap_or_default();
     check(
         code != 0
             && err.contains("svc: refused: ref refs/heads/main not in allowed branches")

@@ -4,7 +4,8 @@
 //!   user (`/etc/subuid`, `/etc/subgid`); guest root is an unprivileged host id.
 //! - **files**: its own root file system, an overlay of the shared base image (shifted into
 //!   that id range once) and a writable layer of its own; no host path but the read-only files
-//!   svcd declares (resolv.conf, the CA bundle); private /tmp, /dev, /dev/shm; an empty
+//!   svcd declares (resolv.conf, the CA bundle) and, read-only at `/run/svc`, the directory of
+//!   its git SSH relay socket; private /tmp, /dev, /dev/shm; an empty
 //!   read-only /sys; /proc with the runtimes' usual masked and read-only paths.
 //! - **privileges**: `no_new_privs`, the short capability list of [`oci::CAPABILITIES`], the
 //!   seccomp filter of [`seccomp`].
