@@ -348,3 +348,152 @@ fn the_relays_allow_checks() {
         assert_eq!(ssh::git_protocol_ok(v), want, "{v:?}");
     }
 }
+
+#[test]
+fn more_of_what_a_hostile_guest_sends_is_refused() {
+    // Options ssh would honour, an empty command, shell syntax and odd paths.
+    let refused: &[(&str, &[&str], &str)] = &[
+        (
+            "jump host",
+            &["-J", "evil", "h", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "local forward",
+            &["-L", "1:x:2", "h", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "remote forward",
+            &["-R", "1:x:2", "h", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "socks",
+            &["-D", "1080", "h", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        (
+            "identity",
+            &["-i", "/root/k", "h", "git-upload-pack 'a/b'"],
+            "ssh option",
+        ),
+        ("empty command", &["h", ""], "not \"\""),
+        (
+            "command substitution",
+            &["h", "git-upload-pack '$(id)/b'"],
+            "characters a repository name does not",
+        ),
+        (
+            "backticks",
+            &["h", "git-upload-pack '`id`/b'"],
+            "characters a repository name does not",
+        ),
+        (
+            "semicolon",
+            &["h", "git-upload-pack 'a;id/b'"],
+            "characters a repository name does not",
+        ),
+        (
+            "space",
+            &["h", "git-upload-pack 'a b/c'"],
+            "characters a repository name does not",
+        ),
+        (
+            "user home",
+            &["h", "git-upload-pack '~alice/b'"],
+            "characters a repository name does not",
+        ),
+    ];
+    for (name, a, want) in refused {
+        let e = parse_request(&args(a)).expect_err(name).to_string();
+        assert!(e.contains(want), "{name}: {e}");
+    }
+    // An absolute path is read as owner/repo and then has to be in the policy like any other.
+    let r = parse_request(&args(&["h", "git-upload-pack '/etc/passwd'"])).expect("parses");
+    assert_eq!(r.repo, "etc/passwd");
+    let repos = vec![("h".to_owned(), "acme/widget".to_owned())];
+    assert!(!ssh::repo_allowed(&repos, &r.host, &r.repo));
+    // The allowed repository under another host name is another repository.
+    assert!(!ssh::repo_allowed(&repos, "h.evil.test", "acme/widget"));
+
+    // Ref names: outside the globs, or not names git would accept at all.
+    let branches = vec![ssh::DEFAULT_BRANCHES.to_owned()];
+    let up = |name: &str| RefUpdate {
+        old: Z.into(),
+        new: B.into(),
+        name: name.into(),
+    };
+    for (name, refused) in [
+        ("refs/heads/svc/work", false),
+        ("refs/heads/svc/a/b", false),
+        ("refs/heads/svc/../main", true),
+        ("refs/heads/svc/./x", true),
+        ("refs/heads/svc/.hidden", true),
+        ("refs/heads/svc/x.lock", true),
+        ("refs/heads/svc//x", true),
+        ("refs/heads/svc/x@{1}", true),
+        ("refs/heads/svc/x:y", true),
+        ("refs/heads/svc/", true),
+        ("refs/heads/svc", true),
+        ("refs/notes/commits", true),
+        ("refs/tags/svc/v1", true),
+        ("refs/heads/main", true),
+    ] {
+        assert_eq!(
+            ssh::first_refused(&branches, &[up(name)]).is_some(),
+            refused,
+            "{name}"
+        );
+        assert_eq!(
+            ssh::ref_name_ok(name),
+            !name.contains(['.', '@', ':']) && !name.ends_with('/') && !name.contains("//"),
+            "{name}"
+        );
+    }
+
+    // A certificate that shows one ref while the list outside it names another: both are
+    // read (git applies both), so the other is checked too.
+    let mut stream = pkt("push-cert\0report-status\n");
+    for l in [
+        "certificate version 0.1\n",
+        "pusher agent <a@b> 1700000000 +0000\n",
+        "\n",
+        &format!("{A} {B} refs/heads/svc/a\n"),
+        "-----BEGIN SSH SIGNATURE-----\n",
+        "abc\n",
+        "-----END SSH SIGNATURE-----\n",
+        "push-cert-end\n",
+    ] {
+        stream.extend(pkt(l));
+    }
+    stream.extend(pkt(&format!("{A} {B} refs/heads/main\n")));
+    stream.extend(b"0000");
+    let p = parse_push(&stream).expect("parses").expect("complete");
+    assert_eq!(
+        ssh::first_refused(&branches, &p.updates).map(|u| u.name.as_str()),
+        Some("refs/heads/main")
+    );
+    // A line in the certificate's command section that is not a command: refused, so no
+    // command can hide behind it.
+    let mut stream = pkt("push-cert\0report-status\n");
+    for l in [
+        "certificate version 0.1\n",
+        "\n",
+        &format!("{A} {B} refs/heads/svc/a\n"),
+        "note: nothing to see\n",
+        &format!("{A} {B} refs/heads/main\n"),
+        "-----BEGIN SSH SIGNATURE-----\n",
+        "push-cert-end\n",
+    ] {
+        stream.extend(pkt(l));
+    }
+    stream.extend(b"0000");
+    let e = parse_push(&stream).expect_err("refused");
+    assert!(e.to_string().contains("note: nothing"), "{e}");
+    // A pack sent before the command list ends is not a pkt-line: refused.
+    let mut stream = pkt(&format!("{A} {B} refs/heads/svc/a\0report-status\n"));
+    stream.extend(b"PACK\x00\x00\x00\x02");
+    let e = parse_push(&stream).expect_err("refused");
+    assert!(e.to_string().contains("bad pkt-line length"), "{e}");
+}

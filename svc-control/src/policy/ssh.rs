@@ -264,10 +264,29 @@ pub fn repo_allowed(repos: &[(String, String)], host: &str, repo: &str) -> bool 
 }
 
 /// The first update of a push whose ref matches none of `branches`: the push is refused for it.
+/// A name git's `check-ref-format` refuses (`..`, a component starting with `.` or ending in
+/// `.lock`, `//`, `@{`, controls, space and `~^:?*[\`) is refused whatever the globs say:
+/// `refs/heads/svc/../main` never counts as under `refs/heads/svc/`.
 pub fn first_refused<'a>(branches: &[String], updates: &'a [RefUpdate]) -> Option<&'a RefUpdate> {
     updates
         .iter()
-        .find(|u| !branches.iter().any(|b| ref_matches(b, &u.name)))
+        .find(|u| !ref_name_ok(&u.name) || !branches.iter().any(|b| ref_matches(b, &u.name)))
+}
+
+/// Whether `name` is a full ref name git itself would accept (`git check-ref-format`).
+pub fn ref_name_ok(name: &str) -> bool {
+    name.starts_with("refs/")
+        && !name.ends_with('/')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !name.contains("@{")
+        && name != "@"
+        && !name
+            .chars()
+            .any(|c| c.is_control() || c == ' ' || "~^:?*[\\".contains(c))
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock"))
 }
 
 /// Whether git's `GIT_PROTOCOL` value may be passed on to the server: short, and only the
@@ -432,6 +451,7 @@ pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
     let mut out = PushCommands::default();
     let mut in_cert = false;
     let mut cert_body = false;
+    let mut signature = false;
     loop {
         if at > MAX_COMMANDS {
             return Err(PushError::TooLong(MAX_COMMANDS));
@@ -452,15 +472,16 @@ pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
         if in_cert {
             if line == "push-cert-end" {
                 in_cert = false;
+            } else if signature {
+                // The signature's lines.
             } else if !cert_body {
                 cert_body = line.is_empty();
-            } else if !line.starts_with("-----BEGIN")
-                && is_oid(line.split(' ').next().unwrap_or(""))
-            {
-                out.updates.push(parse_update(line)?);
+            } else if line.starts_with("-----BEGIN") {
+                signature = true;
             } else {
-                // The signature's lines: the commands are over.
-                cert_body = false;
+                // git takes every line from the blank one to the signature as a command:
+                // anything else there is refused, so nothing hides behind it.
+                out.updates.push(parse_update(line)?);
             }
             continue;
         }
