@@ -317,17 +317,47 @@ async fn relay<R: AsyncRead + Unpin>(
     ];
     // git's input to the server: a push's command list is held until every ref is checked.
     let mut held: Option<Vec<u8>> = (request.service == Service::ReceivePack).then(Vec::new);
-    // Dropped at git's end of input: ssh then closes the server's input.
-    let mut stdin = Some(stdin);
+    // git's input goes to ssh from a task of its own, credited back as it is written: the
+    // loop below never waits on the server, so git's credit for the server's output always
+    // gets through (a server that writes while it does not read cannot stall both ways).
+    // Held bytes were credited when they arrived.
+    let (feed, mut fed) = mpsc::unbounded_channel::<(Vec<u8>, bool)>();
+    let writer = tokio::spawn({
+        let out = out.clone();
+        let mut stdin = stdin;
+        async move {
+            while let Some((bytes, credit)) = fed.recv().await {
+                if stdin.write_all(&bytes).await.is_err() {
+                    return;
+                }
+                if credit {
+                    let _ = out.send(Frame::u32(id, Kind::Credit, bytes.len() as u32));
+                }
+            }
+            // Dropping stdin here: git's end of input, ssh closes the server's.
+        }
+    });
+    let mut feed = Some(feed);
     let mut up = 0u64;
     let mut exited = None;
+    let add_credit = |frame: &Frame| {
+        if let Some(n) = frame.as_u32() {
+            let room = (WINDOW as usize).saturating_sub(credit.available_permits());
+            credit.add_permits((n as usize).min(room));
+        }
+    };
     loop {
         // git's next frame, or ssh's end (then git's input has nowhere to go: a client that
         // waits for the server would wait forever).
         let frame = tokio::select! {
             f = proto::read_frame(reader) => match f {
                 Ok(Some(f)) => f,
-                Ok(None) | Err(_) => break,
+                // The shim went away (it ends its input with Eof, never by closing): nobody
+                // reads the server's output any more.
+                Ok(None) | Err(_) => {
+                    let _ = child.kill().await;
+                    break;
+                }
             },
             status = child.wait() => {
                 exited = Some(status);
@@ -338,10 +368,10 @@ async fn relay<R: AsyncRead + Unpin>(
             Kind::Data => {
                 let n = frame.payload.len();
                 up += n as u64;
-                let _ = out.send(Frame::u32(id, Kind::Credit, n as u32));
                 let ready = match &mut held {
-                    None => Some(frame.payload),
+                    None => Some((frame.payload, true)),
                     Some(buf) => {
+                        let _ = out.send(Frame::u32(id, Kind::Credit, n as u32));
                         buf.extend_from_slice(&frame.payload);
                         match ssh::parse_push(buf) {
                             Ok(None) => None,
@@ -352,6 +382,7 @@ async fn relay<R: AsyncRead + Unpin>(
                                     let line = ref_refusal(&bad.name);
                                     session.refs = push.updates.clone();
                                     let _ = child.kill().await;
+                                    writer.abort();
                                     for p in pumps {
                                         p.abort();
                                     }
@@ -359,10 +390,11 @@ async fn relay<R: AsyncRead + Unpin>(
                                 }
                                 session.refs = push.updates;
                                 session.signed = push.signed;
-                                held.take()
+                                held.take().map(|b| (b, false))
                             }
                             Err(e) => {
                                 let _ = child.kill().await;
+                                writer.abort();
                                 for p in pumps {
                                     p.abort();
                                 }
@@ -371,10 +403,8 @@ async fn relay<R: AsyncRead + Unpin>(
                         }
                     }
                 };
-                if let (Some(bytes), Some(w)) = (ready, stdin.as_mut())
-                    && w.write_all(&bytes).await.is_err()
-                {
-                    break;
+                if let (Some(chunk), Some(f)) = (ready, feed.as_ref()) {
+                    let _ = f.send(chunk);
                 }
             }
             Kind::Eof => {
@@ -383,24 +413,39 @@ async fn relay<R: AsyncRead + Unpin>(
                     let _ = child.kill().await;
                     break;
                 }
-                stdin = None;
+                feed = None;
             }
-            Kind::Credit => {
-                if let Some(n) = frame.as_u32() {
-                    let room = (WINDOW as usize).saturating_sub(credit.available_permits());
-                    credit.add_permits((n as usize).min(room));
-                }
-            }
+            Kind::Credit => add_credit(&frame),
             _ => {}
         }
     }
-    drop(stdin);
+    drop(feed);
     let status = match exited {
         Some(s) => s,
         None => child.wait().await,
     };
-    for p in pumps {
-        let _ = p.await;
+    writer.abort();
+    // ssh has ended, but the server's last output may still wait in the pumps for git's
+    // credit: keep taking git's credit until both have handed everything on.
+    let aborts: Vec<_> = pumps
+        .iter()
+        .map(tokio::task::JoinHandle::abort_handle)
+        .collect();
+    let mut drained = std::pin::pin!(futures::future::join_all(pumps));
+    loop {
+        tokio::select! {
+            _ = &mut drained => break,
+            f = proto::read_frame(reader) => match f {
+                Ok(Some(f)) if f.kind == Kind::Credit => add_credit(&f),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    for a in &aborts {
+                        a.abort();
+                    }
+                    break;
+                }
+            },
+        }
     }
     let code = status.ok().and_then(|s| s.code()).unwrap_or(255);
     let _ = out.send(Frame::i32(id, Kind::Exit, code));

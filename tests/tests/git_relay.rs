@@ -57,6 +57,7 @@ impl Server {
         std::fs::create_dir_all(dir.join("repos")).expect("dir");
         bare_repo(&dir.join("repos"), "acme", "widget");
         bare_repo(&dir.join("repos"), "evil", "exfil");
+        bare_repo(&dir.join("repos"), "acme", "big");
         let host = SshHost::start(
             &dir.join("ssh"),
             &dir.join("repos"),
@@ -72,7 +73,10 @@ impl Server {
         let relay_socket = dir.join("relay.sock");
         let sessions: Arc<Mutex<Vec<Session>>> = Arc::default();
         let policy = RelayPolicy {
-            repos: vec![("127.0.0.1".into(), "acme/widget".into())],
+            repos: vec![
+                ("127.0.0.1".into(), "acme/widget".into()),
+                ("127.0.0.1".into(), "acme/big".into()),
+            ],
             branches: vec!["refs/heads/svc/**".into()],
         };
         let client = SshClient {
@@ -307,6 +311,45 @@ fn git_over_ssh_goes_through_the_relay_with_its_rules() {
             .iter()
             .any(|x| x.refs.iter().any(|r| r.name == "refs/heads/svc/signed")),
         "the signed push's refs were read from its certificate"
+    );
+
+    // Many windows' worth both ways (the flow control of the whole path): a push of 3 MiB of
+    // incompressible bytes to an svc/ branch, then a clone of it.
+    let big = work.join("big");
+    let out = s.git(&work, &["clone", "-q", &s.url("acme/big"), "big"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut blob = vec![0u8; 3 << 20];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").expect("urandom"),
+        &mut blob,
+    )
+    .expect("random");
+    std::fs::write(big.join("blob"), &blob).expect("blob");
+    assert!(s.git(&big, &["add", "blob"]).status.success());
+    assert!(s.git(&big, &["commit", "-q", "-m", "big"]).status.success());
+    let out = s.git(&big, &["push", "-q", "origin", "HEAD:refs/heads/svc/big"]);
+    assert!(
+        out.status.success(),
+        "big push: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = s.git(
+        &work,
+        &["clone", "-q", "-b", "svc/big", &s.url("acme/big"), "big2"],
+    );
+    assert!(
+        out.status.success(),
+        "big clone: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(work.join("big2/blob")).expect("cloned blob"),
+        blob,
+        "the clone holds the pushed bytes"
     );
 
     // Deleting an allowed branch is an allowed update.
