@@ -64,6 +64,12 @@ port = 8443
 extra_roots = ["/etc/svc/private-ca.pem"]
 [credentials]
 code_host_token_file = "/etc/svc/code-host-token"
+[upstream]
+proxy = "http://proxy.test:3128"
+no_proxy = [".corp.test", "10.0.0.0/8"]
+[git_ssh]
+known_hosts = "/etc/svc/known_hosts.code"
+max_sessions = 3
 "#;
     let h = host::parse(Path::new("svcd.toml"), text).unwrap();
     assert_eq!(h.state_dir, Path::new("/srv/svc"));
@@ -78,6 +84,14 @@ code_host_token_file = "/etc/svc/code-host-token"
         h.code_host_token_file.as_deref(),
         Some(Path::new("/etc/svc/code-host-token"))
     );
+    let up = h.upstream_proxy.expect("upstream proxy");
+    assert_eq!(up.url, "http://proxy.test:3128");
+    assert_eq!(up.no_proxy, [".corp.test", "10.0.0.0/8"]);
+    assert_eq!(
+        h.git_ssh.known_hosts,
+        Path::new("/etc/svc/known_hosts.code")
+    );
+    assert_eq!(h.git_ssh.max_sessions, 3);
 }
 
 #[test]
@@ -202,6 +216,54 @@ fn host_refusals() {
             "[credentials]\nagent_home = \"/home/a/.claude\"\nagent_home_guest = \"/root/../etc\"\n",
             "credentials.agent_home_guest",
             "absolute path without `..`",
+        ),
+        (
+            "upstream_proxy_https",
+            "[upstream]\nproxy = \"https://proxy.test:3128\"\n",
+            "upstream.proxy",
+            "expected http://host:port",
+        ),
+        (
+            "upstream_proxy_no_port",
+            "[upstream]\nproxy = \"http://proxy.test\"\n",
+            "upstream.proxy",
+            "expected http://host:port",
+        ),
+        (
+            "upstream_proxy_inline_credentials",
+            "[upstream]\nproxy = \"http://u:p@proxy.test:3128\"\n",
+            "upstream.proxy",
+            "credentials go in proxy_credentials_file",
+        ),
+        (
+            "upstream_no_proxy_bad",
+            "[upstream]\nproxy = \"http://proxy.test:3128\"\nno_proxy = [\"a b\"]\n",
+            "upstream.no_proxy[0]",
+            "expected *, a domain",
+        ),
+        (
+            "upstream_credentials_without_proxy",
+            "[upstream]\nproxy_credentials_file = \"/etc/svc/p\"\n",
+            "upstream.proxy",
+            "need upstream.proxy",
+        ),
+        (
+            "upstream_credentials_relative",
+            "[upstream]\nproxy = \"http://proxy.test:3128\"\nproxy_credentials_file = \"p\"\n",
+            "upstream.proxy_credentials_file",
+            "absolute path",
+        ),
+        (
+            "git_ssh_sessions_zero",
+            "[git_ssh]\nmax_sessions = 0\n",
+            "git_ssh.max_sessions",
+            "1 to 256",
+        ),
+        (
+            "git_ssh_known_hosts_relative",
+            "[git_ssh]\nknown_hosts = \"known_hosts\"\n",
+            "git_ssh.known_hosts",
+            "absolute path",
         ),
         ("wrong_type", "api_group = 5\n", "", "invalid type"),
         ("broken_toml", "state_dir = \n", "", ""),

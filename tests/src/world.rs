@@ -28,6 +28,86 @@ pub const NAMES: &[(&str, &str)] = &[
     ("allowed.example.test", "192.0.2.20"),
     ("forbidden.example.test", "192.0.2.66"),
 ];
+/// The operator's forward proxy in a world started with it.
+pub const FORWARD_PROXY: &str = "192.0.2.80";
+
+/// What a world is started with besides the defaults.
+#[derive(Default, Clone, Copy)]
+struct Options<'a> {
+    /// Extra `[container]` lines.
+    container: &'a str,
+    /// Extra `[credentials]` lines.
+    credentials: &'a str,
+    /// Extra `[microvm]` lines.
+    microvm: &'a str,
+    git_ssh: bool,
+    upstream_proxy: bool,
+}
+
+/// Start tinyproxy in the outside world and fence the host's own traffic to it; svcd.toml's
+/// `[upstream]` lines.
+fn start_forward_proxy(dir: &Path, outside: &NetNs, host: &NetNs) -> (String, Child) {
+    let tp = dir.join("tinyproxy");
+    std::fs::create_dir_all(&tp).expect("tinyproxy dir");
+    // tinyproxy drops to nobody: its log directory must take its writes.
+    run("chmod", &["777", tp.to_str().expect("utf-8")]);
+    std::fs::write(
+        tp.join("tinyproxy.conf"),
+        format!(
+            "User nobody\nGroup nogroup\nPort 3128\nListen {FORWARD_PROXY}\nTimeout 60\n\
+             LogFile \"{log}\"\nLogLevel Info\nPidFile \"{pid}\"\nMaxClients 64\n\
+             Allow 192.0.2.0/24\nConnectPort 443\nBasicAuth svc s3cret\nDisableViaHeader Yes\n",
+            log = tp.join("tinyproxy.log").display(),
+            pid = tp.join("tinyproxy.pid").display(),
+        ),
+    )
+    .expect("tinyproxy.conf");
+    // Its names resolve at the outside world's DNS server (`ip netns exec` binds this file).
+    let etc = PathBuf::from("/etc/netns").join(&outside.name);
+    std::fs::create_dir_all(&etc).expect("/etc/netns");
+    std::fs::write(etc.join("resolv.conf"), format!("nameserver {DNS}\n")).expect("resolv.conf");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &outside.name, "tinyproxy", "-d", "-c"])
+        .arg(tp.join("tinyproxy.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tinyproxy (cargo xtask setup --tests installs it)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !host
+        .exec(
+            "bash",
+            &["-c", &format!("exec 3<>/dev/tcp/{FORWARD_PROXY}/3128")],
+        )
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tinyproxy did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The host reaches the outside world only through the proxy (and its DNS server, and the
+    // one no_proxy host); the rule counts anything else it tried.
+    let rules = format!(
+        "table inet svctest {{\n  chain out {{\n    type filter hook output priority 0;\n    \
+         ip daddr 192.0.2.0/24 ip daddr != {{ {DNS}, {FORWARD_PROXY}, 192.0.2.10 }} counter reject\n  }}\n}}\n"
+    );
+    let file = dir.join("svctest.nft");
+    std::fs::write(&file, rules).expect("nft rules");
+    let out = host.exec("nft", &["-f", file.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "nft: {out:?}");
+    let creds = dir.join("upstream-credentials");
+    std::fs::write(&creds, "svc:s3cret\n").expect("credentials");
+    run("chmod", &["600", creds.to_str().expect("utf-8")]);
+    let lines = format!(
+        "[upstream]\nproxy = \"http://{FORWARD_PROXY}:3128\"\nproxy_credentials_file = \"{}\"\nno_proxy = [\"api.agent.test\"]\n",
+        creds.display()
+    );
+    (lines, child)
+}
+
 /// Where the code host serves git over SSH in a world started with it (code.test's address).
 pub const CODE_SSH_ADDR: &str = "192.0.2.12";
 /// The outside world's DNS server.
@@ -95,6 +175,8 @@ pub struct World {
     /// The code host's SSH server (192.0.2.12 port 22 in the outside world) when the world
     /// was started with it; svcd's relay uses its known_hosts and agent.
     pub ssh: Option<crate::ssh_host::SshHost>,
+    /// tinyproxy, in a world started with the operator's forward proxy.
+    forward_proxy: Option<Child>,
     svcd: Option<Child>,
     outside_world: Child,
 }
@@ -145,33 +227,60 @@ impl World {
 
     /// [`World::start`] with extra lines for svcd.toml's `[container]` table (limits).
     pub fn start_with(container: &str) -> Self {
-        Self::start_full(container, "", "", false)
+        Self::start_full(&Options {
+            container,
+            ..Options::default()
+        })
     }
 
     /// [`World::start`] with the code host serving git over SSH too (its sshd in the outside
     /// world at code.test's address, port 22; the host's agent holding the only key) and
     /// svcd's relay configured for it, plus extra `[microvm]` lines.
     pub fn start_with_git_ssh(microvm: &str) -> Self {
-        Self::start_full("", "", microvm, true)
+        Self::start_full(&Options {
+            microvm,
+            git_ssh: true,
+            ..Options::default()
+        })
     }
 
     /// [`World::start`] with extra lines for svcd.toml's `[microvm]` table.
     pub fn start_with_microvm(microvm: &str) -> Self {
-        Self::start_full("", "", microvm, false)
+        Self::start_full(&Options {
+            microvm,
+            ..Options::default()
+        })
     }
 
     /// [`World::start`] with the coding agent's home `dir` shared live into microvm sandboxes
     /// (`credentials.agent_home`).
     pub fn start_with_agent_home(dir: &Path) -> Self {
-        Self::start_full(
-            "",
-            &format!("agent_home = \"{}\"", dir.display()),
-            "",
-            false,
-        )
+        Self::start_full(&Options {
+            credentials: &format!("agent_home = \"{}\"", dir.display()),
+            ..Options::default()
+        })
     }
 
-    fn start_full(container: &str, credentials: &str, microvm: &str, git_ssh: bool) -> Self {
+    /// [`World::start`] with the operator's forward proxy between svcd and the outside world:
+    /// tinyproxy at [`FORWARD_PROXY`] (port 3128, Basic credentials `svc:s3cret` from a root-only
+    /// file), svcd's `[upstream]` pointing at it with `no_proxy = ["api.agent.test"]`, and the
+    /// host's own connections to the outside world refused except to the DNS server, the proxy
+    /// and api.agent.test (an nftables table `inet svctest` whose rule counts what it refused).
+    pub fn start_with_upstream_proxy() -> Self {
+        Self::start_full(&Options {
+            upstream_proxy: true,
+            ..Options::default()
+        })
+    }
+
+    fn start_full(o: &Options<'_>) -> Self {
+        let Options {
+            container,
+            credentials,
+            microvm,
+            git_ssh,
+            upstream_proxy,
+        } = *o;
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -203,6 +312,9 @@ impl World {
         run("ip", &["-n", &host.name, "link", "set", "ho", "up"]);
         let mut addrs: Vec<&str> = NAMES.iter().map(|(_, a)| *a).collect();
         addrs.push(DNS);
+        if upstream_proxy {
+            addrs.push(FORWARD_PROXY);
+        }
         for a in addrs {
             run(
                 "ip",
@@ -271,6 +383,12 @@ impl World {
                 h.agent_sock.display()
             )
         });
+        let (upstream_lines, forward_proxy) = if upstream_proxy {
+            let (lines, child) = start_forward_proxy(&dir, &outside, &host);
+            (lines, Some(child))
+        } else {
+            (String::new(), None)
+        };
         let pins = PinDir::new();
         // The host's own code-host token, brokered by `--repo` without `--secret`.
         std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
@@ -309,6 +427,7 @@ cgroup_parent = "{cgroup_parent}"
 [metrics]
 listen = "127.0.0.1:{METRICS_PORT}"
 {git_ssh_lines}
+{upstream_lines}
 "#,
                 image = image_dir().display(),
                 virtiofsd = tool("virtiofsd").map_or(String::new(), |p| format!(
@@ -337,6 +456,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
             config,
             cgroup_parent,
             ssh,
+            forward_proxy,
             svcd: None,
             outside_world,
         };
@@ -724,6 +844,11 @@ impl Drop for World {
         }
         let _ = self.outside_world.kill();
         let _ = self.outside_world.wait();
+        if let Some(mut c) = self.forward_proxy.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.outside.name));
         remove_cgroups(&self.cgroup_parent);
         let _ = std::fs::remove_dir_all(&self.dir);
     }

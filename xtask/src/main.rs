@@ -63,10 +63,11 @@ enum Command {
     /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting) or
     /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside runc's
     /// own run, exec and delete of the same bundle) or `microvm` (the lifecycle canary's steps
-    /// beside a bare QEMU boot of the same images).
+    /// beside a bare QEMU boot of the same images) or `git-ssh` (a clone over SSH through the
+    /// relay from a sandbox beside the host's own ssh to the same server).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh"])]
         which: String,
     },
 }
@@ -127,6 +128,13 @@ fn bench(which: &str) -> anyhow::Result<()> {
                     std::process::Command::new("target/release/microvm-bench")
                         .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
                 )
+            }),
+        "git-ssh" => demo::build_bins(true)
+            .and_then(|()| images::build(&images::default_dir()))
+            .and_then(|()| {
+                ui::run(&mut std::process::Command::new(
+                    "target/release/git-ssh-bench",
+                ))
             }),
         other => anyhow::bail!("no benchmark {other:?}"),
     }

@@ -91,6 +91,7 @@ pub fn for_microvm() -> anyhow::Result<()> {
 /// tests.
 pub fn for_tests() -> anyhow::Result<()> {
     run()?;
+    test_packages()?;
     qemu()?;
     microvm_tools()?;
     cargo_deny()
@@ -336,6 +337,28 @@ fn debian_packages() -> anyhow::Result<()> {
         missing.join(", ")
     ));
     Ok(())
+}
+
+/// Debian packages only the tests use.
+const TEST_PACKAGES: &[(&str, &str)] = &[(
+    "tinyproxy",
+    "the operator's forward proxy of the upstream-proxy tests (started by the tests)",
+)];
+
+fn test_packages() -> anyhow::Result<()> {
+    let names: Vec<&str> = TEST_PACKAGES.iter().map(|(p, _)| *p).collect();
+    let missing = missing_packages(&names);
+    if missing.is_empty() {
+        ui::ok(&format!(
+            "test-only Debian packages ({} present)",
+            names.len()
+        ));
+        return Ok(());
+    }
+    for (p, why) in TEST_PACKAGES.iter().filter(|(p, _)| missing.contains(p)) {
+        ui::info(&format!("{p}: {why}"));
+    }
+    apt_install(&missing)
 }
 
 /// The packages of `names` that are not installed.

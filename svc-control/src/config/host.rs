@@ -46,6 +46,30 @@ pub struct HostConfigFile {
     pub metrics: MetricsFile,
     #[serde(default)]
     pub git_ssh: GitSshFile,
+    #[serde(default)]
+    pub upstream: UpstreamFile,
+}
+
+/// `[upstream]`: how svcd's proxy reaches the internet (directly unless `proxy` is set).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamFile {
+    /// The operator's HTTP forward proxy, `http://host:port`: HTTPS goes through it as
+    /// `CONNECT` tunnels, plain HTTP as absolute-form requests.
+    pub proxy: Option<String>,
+    /// A root-only file holding `user:password` for the forward proxy (Basic).
+    pub proxy_credentials_file: Option<PathBuf>,
+    /// Hosts dialled directly: `*`, domains (`example.com`, `.example.com`), addresses, CIDRs.
+    pub no_proxy: Option<Vec<String>>,
+}
+
+/// The forward proxy's settings, validated (the credentials are read when svcd starts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpstreamProxyConfig {
+    /// `http://host:port`.
+    pub url: String,
+    pub credentials_file: Option<PathBuf>,
+    pub no_proxy: Vec<String>,
 }
 
 /// `[git_ssh]`: the git-over-SSH relay (how the host's own ssh reaches code hosts for the
@@ -286,6 +310,8 @@ pub struct HostConfig {
     /// Where `/metrics` is served; `None`: not served.
     pub metrics_listen: Option<SocketAddr>,
     pub git_ssh: GitSshConfig,
+    /// The operator's forward proxy, if upstreams are reached through one.
+    pub upstream_proxy: Option<UpstreamProxyConfig>,
 }
 
 impl Default for HostConfig {
@@ -332,6 +358,56 @@ fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
         },
         e.message().to_owned(),
     )
+}
+
+/// `[upstream]`: an `http://host:port` URL without path or credentials, a root-readable
+/// credentials file path, `no_proxy` entries that parse.
+fn upstream_proxy(
+    f: UpstreamFile,
+    err: &mut impl FnMut(&str, String),
+) -> Option<UpstreamProxyConfig> {
+    let Some(url) = f.proxy else {
+        if f.proxy_credentials_file.is_some() || f.no_proxy.is_some() {
+            err(
+                "upstream.proxy",
+                "proxy_credentials_file and no_proxy need upstream.proxy".into(),
+            );
+        }
+        return None;
+    };
+    match url.parse::<http::Uri>() {
+        Ok(u)
+            if u.scheme_str() == Some("http")
+                && u.host().is_some_and(|h| !h.is_empty())
+                && u.port_u16().is_some()
+                && u.path_and_query().is_none_or(|p| p.as_str() == "/")
+                && !u.authority().is_some_and(|a| a.as_str().contains('@')) => {}
+        _ => err(
+            "upstream.proxy",
+            format!(
+                "expected http://host:port (credentials go in proxy_credentials_file), got {url:?}"
+            ),
+        ),
+    }
+    if let Some(p) = &f.proxy_credentials_file
+        && !p.is_absolute()
+    {
+        err(
+            "upstream.proxy_credentials_file",
+            format!("expected an absolute path, got {}", p.display()),
+        );
+    }
+    let no_proxy = f.no_proxy.unwrap_or_default();
+    for (i, n) in no_proxy.iter().enumerate() {
+        if let Err(e) = crate::proxy::upstream::NoProxy::parse(n) {
+            err(&format!("upstream.no_proxy[{i}]"), e);
+        }
+    }
+    Some(UpstreamProxyConfig {
+        url,
+        credentials_file: f.proxy_credentials_file,
+        no_proxy,
+    })
 }
 
 fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> {
@@ -567,6 +643,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             format!("expected 1 to 256 sessions, got {}", git_ssh.max_sessions),
         );
     }
+    let upstream_proxy = upstream_proxy(f.upstream, &mut err);
     let container = container(f.container, &mut err);
     let microvm = microvm(f.microvm, &mut err);
     let metrics_listen = match f.metrics.listen.as_deref() {
@@ -606,6 +683,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             microvm,
             metrics_listen,
             git_ssh,
+            upstream_proxy,
         })
     } else {
         Err(ConfigErrors(errors))

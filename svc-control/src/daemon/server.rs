@@ -153,8 +153,16 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             roots.push(cert.with_context(|| format!("parsing {}", path.display()))?);
         }
     }
+    let mut proxy_config = ProxyConfig::with_roots(&roots).context("the proxy's upstream roots")?;
+    if let Some(up) = &host.upstream_proxy {
+        let fp = crate::proxy::upstream::ForwardProxy::from_config(up)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        info!(proxy = %up.url, credentials = fp.auth.is_some(), no_proxy = ?up.no_proxy,
+            "upstream connections go through the operator's forward proxy");
+        proxy_config.forward_proxy = Some(Arc::new(fp));
+    }
     let proxy = Arc::new(Proxy::new(
-        ProxyConfig::with_roots(&roots).context("the proxy's upstream roots")?,
+        proxy_config,
         registry.clone(),
         registry.clone(),
         Arc::new(UpstreamResolver(upstream)),

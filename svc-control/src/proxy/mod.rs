@@ -7,6 +7,7 @@ pub mod client_hello;
 pub mod guest_trust;
 pub mod h1_frames;
 pub mod server;
+pub mod upstream;
 
 /// The proxy's audit record lives with the others in `audit`.
 pub use crate::audit::HttpEvent;

@@ -133,6 +133,8 @@ pub struct ProxyConfig {
     /// Guest connections one sandbox may hold open at once; the next one is closed unanswered
     /// (and audited).
     pub max_connections: usize,
+    /// The operator's forward proxy upstream connections go through (`[upstream] proxy`).
+    pub forward_proxy: Option<Arc<super::upstream::ForwardProxy>>,
 }
 
 impl ProxyConfig {
@@ -161,6 +163,7 @@ impl ProxyConfig {
             request_timeout: Duration::from_secs(300),
             max_head: 64 * 1024,
             max_connections: 1024,
+            forward_proxy: None,
         })
     }
 }
@@ -171,9 +174,9 @@ pub struct Proxy {
     sandboxes: Arc<dyn Sandboxes>,
     broker: Arc<dyn Broker>,
     audit: Arc<dyn AuditSink>,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector<DnsService>>, ProxyBody>,
+    client: Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>,
     /// HTTP/1.1 only, for WebSocket handshakes (an upgrade does not exist in HTTP/2).
-    upgrade_client: Client<hyper_rustls::HttpsConnector<HttpConnector<DnsService>>, ProxyBody>,
+    upgrade_client: Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>,
     /// Open guest connections per sandbox.
     open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
 }
@@ -226,6 +229,7 @@ impl Proxy {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(10)));
+        let http = Upstream::new(http, config.forward_proxy.clone());
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config.upstream_tls.clone())
             // The scheme of each upstream URI is the guest's (https for TLS, http for plain),
@@ -666,6 +670,15 @@ impl Proxy {
         let mut headers_out = std::mem::take(&mut parts.headers);
         strip_hop_by_hop(&mut headers_out);
         headers_out.remove(header::HOST);
+        // Plain HTTP through the operator's proxy is an absolute-form request to it: its
+        // credentials go with each request (an HTTPS tunnel carries them on its CONNECT).
+        if scheme == Scheme::Http
+            && let Some(fp) = &self.config.forward_proxy
+            && fp.applies_to(&host)
+            && let Some(auth) = &fp.auth
+        {
+            headers_out.insert(header::PROXY_AUTHORIZATION, auth.clone());
+        }
         if guest_upgrade.is_some() {
             websocket_headers(&mut headers_out);
         }
@@ -1176,6 +1189,9 @@ impl AsyncWrite for Rewind {
 /// hyper-util's resolver interface over [`Resolve`].
 #[derive(Clone)]
 struct DnsService(Arc<dyn Resolve>);
+
+/// The proxy's upstream connector: direct, or through the operator's forward proxy.
+type Upstream = super::upstream::UpstreamConnector<DnsService>;
 
 impl tower_service::Service<Name> for DnsService {
     type Response = std::vec::IntoIter<SocketAddr>;
