@@ -31,7 +31,7 @@ pub struct AuditArgs {
     #[arg(long)]
     pub sandbox: Option<String>,
     /// Only this layer.
-    #[arg(long, value_parser = ["packet", "dns", "http", "ssh"])]
+    #[arg(long, value_parser = ["packet", "dns", "http", "ssh", "policy"])]
     pub layer: Option<String>,
     /// Only allowed or only refused.
     #[arg(long, value_parser = ["allow", "deny"])]
@@ -172,6 +172,26 @@ pub fn human(r: &Value) -> String {
                 r["reason"]
                     .as_str()
                     .map_or(String::new(), |why| format!(": {why}"))
+            )
+        }
+        "policy" => {
+            let list = |k: &str| -> String {
+                r[k].as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .unwrap_or_default()
+            };
+            format!(
+                "{} +[{}] -[{}] generation={} by {}",
+                s("change"),
+                list("added"),
+                list("removed"),
+                r["generation"],
+                s("by")
             )
         }
         other => format!("{other} {r}"),

@@ -73,6 +73,26 @@ Examples:
     /// Pause a sandbox: freeze every process in it (the container runtime's freezer, or the
     /// VM's CPUs); its network entries stay.
     Pause { name: String },
+    /// Change a running Curated sandbox's allowlist without restarting it: the DNS guard, the
+    /// proxy and the fence switch together. A removed host stops working at once (its fence
+    /// entries go, connections to it are reset, kept-alive ones refused from the next
+    /// request); an added host works from the next DNS question, and new `exec`s get its
+    /// placeholder (running processes keep the environment they started with). The agent
+    /// hosts, the `--repo` family, the mode and the credentials need a new sandbox.
+    #[command(
+        after_help = "Examples:\n  svc sandbox allow dev --add-host pypi.org --add-host files.pythonhosted.org\n  svc sandbox allow dev --remove-host allowed.example.com --json"
+    )]
+    Allow {
+        name: String,
+        /// A host to add (repeatable): NAME, NAME:PORT, *.NAME, or an IP literal.
+        #[arg(long = "add-host", value_name = "HOST")]
+        add: Vec<String>,
+        /// A host to remove (repeatable): one given with --allow-host or an earlier --add-host.
+        #[arg(long = "remove-host", value_name = "HOST")]
+        remove: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume a paused sandbox.
     Resume { name: String },
     /// Fork a microvm sandbox: snapshot it and start each CLONE from the snapshot, each a new
@@ -233,6 +253,32 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
             }
             SandboxCommand::Exec(a) => crate::exec_cmd::run(&client, a).await,
             SandboxCommand::Pause { name } => lifecycle(&client, &name, "pause").await,
+            SandboxCommand::Allow {
+                name,
+                add,
+                remove,
+                json,
+            } => {
+                anyhow::ensure!(
+                    !add.is_empty() || !remove.is_empty(),
+                    "give --add-host or --remove-host (see svc sandbox allow --help)"
+                );
+                let s: SandboxView = client
+                    .call(
+                        Method::POST,
+                        &format!("/v1/sandboxes/{name}/allow"),
+                        Some(&api::AllowChange { add, remove }),
+                    )
+                    .await?;
+                emit(json, &s, |s| {
+                    outln!(
+                        "{}: allowlist generation {}: {}",
+                        s.name,
+                        s.policy_generation,
+                        s.allowed_hosts.join(", ")
+                    );
+                })
+            }
             SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
             SandboxCommand::Fork { name, clones, json } => {
                 let f: api::Forked = client

@@ -141,6 +141,18 @@ pub struct SshRepo {
     pub repo: String,
 }
 
+/// `POST /v1/sandboxes/{name}/allow`: change a running Curated sandbox's allowlist.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowChange {
+    /// Hosts to add (as `--allow-host` takes them).
+    #[serde(default)]
+    pub add: Vec<String>,
+    /// Hosts to remove (ones added with `--allow-host` or an earlier change).
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
 /// `POST /v1/sandboxes/{name}/fork`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,6 +211,9 @@ pub struct SandboxView {
     /// End of the AllowAll window (RFC 3339), counted from svcd's start.
     pub window_ends: Option<String>,
     pub allowed_hosts: Vec<String>,
+    /// Bumped by every live change of the allowlist (`svc sandbox allow`).
+    #[serde(default)]
+    pub policy_generation: u32,
     pub allowed_branches: Vec<String>,
     /// Repositories git may reach over SSH (the relay's policy).
     #[serde(default)]

@@ -272,6 +272,24 @@ impl Store {
     }
 
     /// Mark a sandbox `destroying`.
+    /// Replace a running sandbox's envelope (a live policy change).
+    pub fn set_envelope(&self, name: &str, envelope: &str) -> Result<(), StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE sandboxes SET envelope = ?2 WHERE name = ?1",
+                params![name, envelope],
+            )
+            .map_err(|source| StoreError::Sql {
+                path: self.path.clone(),
+                source,
+            })?;
+        if n == 0 {
+            return Err(StoreError::NotFound(name.to_owned()));
+        }
+        Ok(())
+    }
+
     pub fn set_destroying(&self, name: &str) -> Result<(), StoreError> {
         let n = self
             .conn

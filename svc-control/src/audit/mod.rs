@@ -44,6 +44,22 @@ pub enum AuditEvent {
     Http(HttpEvent),
     /// A git-over-SSH session through the relay.
     Ssh(SshEvent),
+    /// A change of a running sandbox's policy.
+    Policy(PolicyEvent),
+}
+
+/// A live policy change (`svc sandbox allow`): what changed, the generation it made, who
+/// asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct PolicyEvent {
+    /// What changed: `allowlist`.
+    pub change: &'static str,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// The sandbox's policy generation after the change.
+    pub generation: u32,
+    /// The API caller (`uid N`).
+    pub by: String,
 }
 
 /// One git session through the SSH relay: what was asked, every ref a push updates, what was

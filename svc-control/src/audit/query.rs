@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 pub struct Filter {
     /// The sandbox's name (or its id, as digits).
     pub sandbox: Option<String>,
-    /// `packet`, `dns`, `http`, `ssh`.
+    /// `packet`, `dns`, `http`, `ssh`, `policy`.
     pub layer: Option<String>,
     /// `allow` or `deny`.
     pub verdict: Option<Verdict>,
@@ -25,7 +25,7 @@ pub enum Verdict {
 }
 
 /// The layers a filter may name.
-pub const LAYERS: [&str; 4] = ["packet", "dns", "http", "ssh"];
+pub const LAYERS: [&str; 5] = ["packet", "dns", "http", "ssh", "policy"];
 
 impl Filter {
     /// Build a filter from query values (`sandbox`, `layer`, `verdict`, `since` as `10m`,

@@ -66,6 +66,10 @@ pub(super) fn health(ctx: &Ctx) -> Health {
     }
 }
 
+/// Who called the API (the peer's uid), for the audit of changes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Caller(pub u32);
+
 pub(super) async fn route(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
     tracing::Instrument::instrument(route_in_span(ctx, req), span).await
@@ -122,6 +126,21 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 Ok(f) => ctx
                     .sup
                     .fork(&name, f)
+                    .await
+                    .map(|v| json(StatusCode::OK, &v)),
+                Err(f) => Err(f),
+            }
+        }
+        (&Method::POST, ["sandboxes", name, "allow"]) => {
+            let by = req
+                .extensions()
+                .get::<Caller>()
+                .map_or_else(|| "unknown".to_owned(), |c| format!("uid {}", c.0));
+            let name = (*name).to_owned();
+            match read_json::<api::AllowChange>(req).await {
+                Ok(change) => ctx
+                    .sup
+                    .allow(&name, change, &by)
                     .await
                     .map(|v| json(StatusCode::OK, &v)),
                 Err(f) => Err(f),

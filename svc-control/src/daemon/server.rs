@@ -407,9 +407,13 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
     if let Some(reason) = &denied {
         warn!(%reason, "refused an API caller");
     }
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let caller = stream.peer_cred().ok().map(|c| routes::Caller(c.uid()));
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let ctx = ctx.clone();
         let denied = denied.clone();
+        if let Some(c) = caller {
+            req.extensions_mut().insert(c);
+        }
         async move {
             Ok::<_, Infallible>(match denied {
                 Some(reason) => routes::failure(&Failure {

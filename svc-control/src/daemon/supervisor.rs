@@ -5,6 +5,7 @@
 
 mod adopt;
 mod git_ssh;
+mod live_policy;
 mod running;
 mod sandbox;
 
@@ -65,6 +66,8 @@ pub struct Supervisor {
     backends: Backends,
     registry: Arc<Registry>,
     live: Mutex<BTreeMap<String, Live>>,
+    /// Serialises live policy changes (`allow`).
+    policy_lock: tokio::sync::Mutex<()>,
     /// Sandboxes whose processes were found gone (reported once).
     dead: Mutex<std::collections::HashSet<String>>,
     events: broadcast::Sender<Event>,
@@ -113,6 +116,7 @@ impl Supervisor {
             backends,
             registry,
             live: Mutex::default(),
+            policy_lock: tokio::sync::Mutex::new(()),
             dead: Mutex::default(),
             events,
             started,
@@ -341,6 +345,7 @@ impl Supervisor {
                 context_path: req.context_path.clone(),
                 allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
                 ssh_repos,
+                policy_generation: 0,
                 link: String::new(),
                 guest_v4: Ipv4Addr::UNSPECIFIED,
                 gateway_v4: Ipv4Addr::UNSPECIFIED,
@@ -468,13 +473,18 @@ impl Supervisor {
 
     /// Put the sandbox in the registry the DNS guard, the proxy and the broker read.
     fn register(&self, live: &Live, secrets: HashMap<String, String>) {
+        self.registry.remove(live.id);
+        self.reregister(live, secrets);
+    }
+
+    /// Replace the sandbox's registry entry in one update (no moment without it).
+    fn reregister(&self, live: &Live, secrets: HashMap<String, String>) {
         let mode = live.mode;
         let allowed = if mode == EgressMode::Curated {
             live.policy.allowed.clone()
         } else {
             Allowlist(Vec::new())
         };
-        self.registry.remove(live.id);
         self.registry.insert(Registered {
             id: live.id,
             name: live.name.clone(),

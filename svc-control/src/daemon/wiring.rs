@@ -23,7 +23,7 @@ use crate::{
         credentials::CredentialKind,
         dns::{self as dns_policy, Binding},
     },
-    proxy::{Broker, ProxySandbox, Resolve, Sandboxes},
+    proxy::{Broker, ProxySandbox, Resolve, Revocation, Sandboxes},
 };
 
 /// Finds the host end of a sandbox's link by sandbox id.
@@ -93,6 +93,18 @@ pub struct Registry {
     by_id: RwLock<HashMap<u32, Arc<Registered>>>,
     /// Per sandbox: what the guard answered each address with.
     bindings: Mutex<HashMap<u32, HashMap<IpAddr, Binding>>>,
+    /// Addresses sandboxes lost (live allowlist changes), for the proxy to cut.
+    revocations: Revocations,
+}
+
+/// The channel of [`Revocation`]s.
+#[derive(Debug)]
+struct Revocations(tokio::sync::broadcast::Sender<Revocation>);
+
+impl Default for Revocations {
+    fn default() -> Self {
+        Self(tokio::sync::broadcast::channel(64).0)
+    }
 }
 
 /// Bindings kept per sandbox before the oldest are forgotten wholesale (a sandbox resolving
@@ -165,6 +177,40 @@ impl Registry {
         }
     }
 
+    /// The addresses sandbox `id` was answered for whose names `still_allowed` refuses all
+    /// (an address answered for a kept name stays), and the addresses whose names are unknown
+    /// (bound before svcd restarted): both leave with a change of its allowlist.
+    pub fn lost_addresses(&self, id: u32, still_allowed: impl Fn(&str) -> bool) -> Vec<IpAddr> {
+        let Ok(b) = self.bindings.lock() else {
+            return Vec::new();
+        };
+        b.get(&id)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, binding)| {
+                        binding.unknown || !binding.names.iter().any(|n| still_allowed(n))
+                    })
+                    .map(|(a, _)| *a)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Forget `addrs` of sandbox `id` and tell the proxy to cut its connections to them.
+    pub fn revoke(&self, id: u32, addrs: Vec<IpAddr>) {
+        if let Ok(mut b) = self.bindings.lock()
+            && let Some(m) = b.get_mut(&id)
+        {
+            for a in &addrs {
+                m.remove(a);
+            }
+        }
+        let _ = self.revocations.0.send(Revocation {
+            sandbox: id,
+            addrs: Arc::new(addrs),
+        });
+    }
+
     pub fn by_id(&self, id: u32) -> Option<Arc<Registered>> {
         self.by_id.read().ok()?.get(&id).cloned()
     }
@@ -190,6 +236,10 @@ impl dns::Directory for Registry {
 impl Sandboxes for Registry {
     fn sandbox_for(&self, source: IpAddr) -> Option<Arc<ProxySandbox>> {
         self.by_addr(source).and_then(|r| r.proxy.clone())
+    }
+
+    fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
+        self.revocations.0.subscribe()
     }
 
     fn dialled_matches(&self, sandbox: u32, dialled: IpAddr, name: &str) -> bool {

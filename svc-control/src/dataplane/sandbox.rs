@@ -111,6 +111,58 @@ impl Fence {
         Ok(generation)
     }
 
+    /// A new generation of a sandbox's policy that keeps only the allow entries `keep` says
+    /// yes to (copied as they are: expiry and last use), flipped in one update like
+    /// [`Fence::install_sandbox`]; the entries left behind are gone with the old generation
+    /// (svcd installs no CIDR entries for sandboxes: their allowlists are names, bound by the
+    /// DNS guard). The generation now in force.
+    pub fn regenerate(
+        &mut self,
+        ifindex: u32,
+        keep: impl Fn(IpAddr) -> bool,
+    ) -> Result<u32, DataplaneError> {
+        let old = self
+            .maps
+            .record(ifindex)
+            .ok_or(DataplaneError::NoSandbox(ifindex))?;
+        let generation = old.generation.wrapping_add(1).max(1);
+        let mut v4 = Vec::new();
+        for (k, v) in self.maps.allow4.iter().flatten() {
+            if k.sandbox == old.sandbox
+                && k.generation == old.generation
+                && keep(IpAddr::from(k.addr))
+            {
+                v4.push((AllowKey4 { generation, ..k }, v));
+            }
+        }
+        let mut v6 = Vec::new();
+        for (k, v) in self.maps.allow6.iter().flatten() {
+            if k.sandbox == old.sandbox
+                && k.generation == old.generation
+                && keep(IpAddr::from(k.addr))
+            {
+                v6.push((AllowKey6 { generation, ..k }, v));
+            }
+        }
+        for (k, v) in v4 {
+            self.maps
+                .allow4
+                .insert(k, v, 0)
+                .map_err(|e| write_err(map::ALLOW4, e))?;
+        }
+        for (k, v) in v6 {
+            self.maps
+                .allow6
+                .insert(k, v, 0)
+                .map_err(|e| write_err(map::ALLOW6, e))?;
+        }
+        self.maps
+            .set_record(ifindex, SandboxRecord { generation, ..old })
+            .map_err(|e| write_err(map::LINKS, e))?;
+        self.delete_generation(old.sandbox, Some(old.generation))?;
+        Ok(generation)
+    }
+
     /// Whether `link`'s record is already in force exactly as `link` describes it (any
     /// generation): re-adoption then keeps the entries the DNS guard wrote before the restart
     /// instead of starting a new, empty generation.

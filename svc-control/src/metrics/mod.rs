@@ -242,6 +242,8 @@ impl Metrics {
                 self.ssh_sessions.get_or_create(&l).inc();
                 SandboxSeries::Ssh(l)
             }
+            // Changes are counted by the events, not as a series.
+            AuditEvent::Policy(_) => return,
         };
         self.by_sandbox
             .lock()

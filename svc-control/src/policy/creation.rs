@@ -70,6 +70,15 @@ pub enum CreationError {
     BadHost { host: String, reason: String },
     #[error("--repo {repo:?}: {reason} (expected owner/repo)")]
     BadRepo { repo: String, reason: String },
+    #[error("give hosts to add or remove (--add-host, --remove-host)")]
+    NoChange,
+    #[error(
+        "this sandbox is in AllowAll mode: every host is open and there is no allowlist to \
+         change (it falls back to Curated with the agent hosts when its window ends)"
+    )]
+    ChangeInAllowAll,
+    #[error("--remove-host {host}: {reason}")]
+    CannotRemove { host: String, reason: String },
     #[error("ssh repository {host} {repo}: {reason}")]
     BadSshRepo {
         host: String,
@@ -97,6 +106,69 @@ pub enum CreationError {
     BackendUnavailable(&'static str, String),
     #[error("the workspace's runtime.required cannot be met here: {0}")]
     RuntimeUnsatisfiable(String),
+}
+
+/// A live change of a Curated sandbox's allowlist: its `--allow-host` hosts (as stored) with
+/// `add` added and `remove` removed, normalised and without repeats. Only those hosts change:
+/// the coding agent's built-in hosts stay, and so does the code-host family a `--repo`
+/// sandbox is bound to (the repository, the mode and the credentials need a new sandbox).
+pub fn change_allowlist(
+    current: &[String],
+    add: &[String],
+    remove: &[String],
+    agent: &super::host::Allowlist,
+    code: &crate::config::host::CodeHostFamily,
+    bound_repo: bool,
+) -> Result<Vec<HostPattern>, CreationError> {
+    if add.is_empty() && remove.is_empty() {
+        return Err(CreationError::NoChange);
+    }
+    let parse = |h: &String| {
+        HostPattern::parse(h).map_err(|e| CreationError::BadHost {
+            host: h.clone(),
+            reason: e.to_string(),
+        })
+    };
+    let mut hosts: Vec<HostPattern> = current
+        .iter()
+        .filter_map(|h| HostPattern::parse(h).ok())
+        .collect();
+    for h in remove {
+        let p = parse(h)?;
+        let Some(i) = hosts.iter().position(|x| *x == p) else {
+            let family = [
+                &code.code_host,
+                &code.api_host,
+                &code.uploads_host,
+                &code.archive_host,
+            ];
+            let reason = if agent.0.contains(&p) {
+                "it is one of the coding agent's built-in hosts (svcd.toml hosts.agent): every \
+                 Curated sandbox keeps them"
+                    .to_owned()
+            } else if bound_repo && family.contains(&&p) {
+                "it comes with the sandbox's --repo (the code-host family): recreate the sandbox \
+                 without --repo to drop it"
+                    .to_owned()
+            } else {
+                "it is not one of the hosts this sandbox was given (--allow-host or svc sandbox \
+                 allow --add-host)"
+                    .to_owned()
+            };
+            return Err(CreationError::CannotRemove {
+                host: h.clone(),
+                reason,
+            });
+        };
+        hosts.remove(i);
+    }
+    for h in add {
+        let p = parse(h)?;
+        if !hosts.contains(&p) {
+            hosts.push(p);
+        }
+    }
+    Ok(hosts)
 }
 
 /// The repositories a sandbox's git may reach over SSH (`egress.policy` repos): each host a

@@ -11,4 +11,6 @@ pub mod upstream;
 
 /// The proxy's audit record lives with the others in `audit`.
 pub use crate::audit::HttpEvent;
-pub use server::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, SystemResolver};
+pub use server::{
+    Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Revocation, Sandboxes, SystemResolver,
+};

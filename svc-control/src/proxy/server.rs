@@ -71,6 +71,62 @@ pub trait Sandboxes: Send + Sync {
     fn dialled_matches(&self, _sandbox: u32, _dialled: IpAddr, _name: &str) -> bool {
         true
     }
+
+    /// Addresses a sandbox may no longer reach (its allowlist changed): the proxy cuts its
+    /// connections to them. The default never says any.
+    fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
+        tokio::sync::broadcast::channel(1).1
+    }
+}
+
+/// A sandbox's addresses that left its allowlist.
+#[derive(Debug, Clone)]
+pub struct Revocation {
+    pub sandbox: u32,
+    pub addrs: Arc<Vec<IpAddr>>,
+}
+
+/// Until `sandbox` loses `dialled` (never, for a connection without a dialled address).
+async fn revoked(
+    mut rx: tokio::sync::broadcast::Receiver<Revocation>,
+    sandbox: u32,
+    dialled: Option<IpAddr>,
+) {
+    let Some(dialled) = dialled else {
+        return std::future::pending().await;
+    };
+    loop {
+        match rx.recv().await {
+            Ok(r) if r.sandbox == sandbox && r.addrs.contains(&dialled) => return,
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Serve a guest connection until it ends or its address is revoked; then reset it (RST, so
+/// the guest's client sees the cut at once) through `cut`, a duplicate of its socket.
+async fn serve_until_revoked(
+    serve: impl Future<Output = ()>,
+    revoked: impl Future<Output = ()>,
+    cut: Option<std::os::fd::OwnedFd>,
+) {
+    tokio::select! {
+        () = serve => {}
+        () = revoked => {
+            if let Some(fd) = &cut {
+                let _ = nix::sys::socket::setsockopt(
+                    fd,
+                    nix::sys::socket::sockopt::Linger,
+                    &libc::linger { l_onoff: 1, l_linger: 0 },
+                );
+            }
+        }
+    }
+    // The serve future (and the connection's own descriptor) is gone; the duplicate goes last.
+    drop(cut);
 }
 
 /// The address a redirected connection was sent to (`SO_ORIGINAL_DST`), if it was redirected.
@@ -309,6 +365,9 @@ impl Proxy {
         let Some(sandbox) = self.sandboxes.sandbox_for(source) else {
             return;
         };
+        // Subscribed before anything is decided: a change after this is not missed.
+        let revocations = self.sandboxes.revocations();
+        let cut = std::os::fd::AsFd::as_fd(&conn).try_clone_to_owned().ok();
         let Some(_slot) = self.slot(sandbox.id) else {
             return self.audit_conn(
                 sandbox.id,
@@ -345,7 +404,11 @@ impl Proxy {
         let refuse = |why: String| self.audit_conn(sandbox.id, why);
         let hello = match hello {
             Ok(Ok(Some(h))) => h,
-            Ok(Ok(None)) => return self.plain_http(conn, buf, sandbox).await,
+            Ok(Ok(None)) => {
+                return self
+                    .plain_http(conn, buf, sandbox, source, revocations, cut)
+                    .await;
+            }
             Ok(Err(e)) => return refuse(format!("ClientHello refused: {e}")),
             Err(_) => return refuse("no ClientHello in time".into()),
         };
@@ -367,7 +430,8 @@ impl Proxy {
         let name = authority.host_str();
         // The name must be one the dialled address was resolved for (SNI/address binding):
         // a connection to one allowed host's address cannot present another allowed name.
-        if let Some(dialled) = original_destination(&conn).map(|a| a.to_canonical())
+        let dialled = original_destination(&conn).map(|a| a.to_canonical());
+        if let Some(dialled) = dialled
             && !self.sandboxes.dialled_matches(sandbox.id, dialled, &name)
         {
             return refuse(format!(
@@ -398,8 +462,16 @@ impl Proxy {
         };
         let verdicts = (!h2).then_some(verdicts);
         let proxy = self.clone();
+        let id = sandbox.id;
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let (proxy, sandbox, sni) = (proxy.clone(), sandbox.clone(), sni.clone());
+            // Each request is decided by the sandbox's policy as it is now (a live allowlist
+            // change applies from the next request on a kept-alive connection).
+            let sandbox = proxy
+                .sandboxes
+                .sandbox_for(source)
+                .filter(|s| s.id == sandbox.id)
+                .unwrap_or_else(|| sandbox.clone());
+            let (proxy, sni) = (proxy.clone(), sni.clone());
             let both_lengths = verdicts
                 .as_ref()
                 .and_then(|v| v.lock().ok()?.pop_front())
@@ -425,9 +497,16 @@ impl Proxy {
             .keep_alive_timeout(self.config.header_timeout)
             .max_header_list_size(u32::try_from(self.config.max_head).unwrap_or(u32::MAX));
         // With upgrades: a WebSocket handshake hands its connection over to the relay.
-        let _ = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .await;
+        serve_until_revoked(
+            async {
+                let _ = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .await;
+            },
+            revoked(revocations, id, dialled),
+            cut,
+        )
+        .await;
     }
 
     /// Plain HTTP (the fence redirects TCP 80 to allowed addresses here too): HTTP/1.1 only,
@@ -439,7 +518,11 @@ impl Proxy {
         conn: TcpStream,
         buf: Vec<u8>,
         sandbox: Arc<ProxySandbox>,
+        source: IpAddr,
+        revocations: tokio::sync::broadcast::Receiver<Revocation>,
+        cut: Option<std::os::fd::OwnedFd>,
     ) {
+        let id = sandbox.id;
         let dialled = original_destination(&conn).map(|a| a.to_canonical());
         let (tracker, verdicts) = super::h1_frames::Tracker::new(self.config.max_head);
         let stream = super::h1_frames::Watched {
@@ -452,7 +535,12 @@ impl Proxy {
         };
         let proxy = self.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let (proxy, sandbox) = (proxy.clone(), sandbox.clone());
+            let sandbox = proxy
+                .sandboxes
+                .sandbox_for(source)
+                .filter(|s| s.id == sandbox.id)
+                .unwrap_or_else(|| sandbox.clone());
+            let proxy = proxy.clone();
             let both_lengths = verdicts
                 .lock()
                 .ok()
@@ -466,13 +554,20 @@ impl Proxy {
                 )
             }
         });
-        let _ = hyper::server::conn::http1::Builder::new()
+        let serve = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.config.header_timeout)
             .max_buf_size(self.config.max_head.max(8192))
             .serve_connection(TokioIo::new(stream), service)
-            .with_upgrades()
-            .await;
+            .with_upgrades();
+        serve_until_revoked(
+            async {
+                let _ = serve.await;
+            },
+            revoked(revocations, id, dialled),
+            cut,
+        )
+        .await;
     }
 
     /// One plain HTTP request: its Host must be a name the DNS guard answered the dialled

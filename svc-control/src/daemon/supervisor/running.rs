@@ -82,6 +82,7 @@ impl Supervisor {
             } else {
                 Vec::new()
             },
+            policy_generation: l.envelope.policy_generation,
             allowed_branches: l.envelope.allowed_branches.clone(),
             ssh_repos: l.envelope.ssh_repos.clone(),
             repo: l.envelope.repo.clone(),

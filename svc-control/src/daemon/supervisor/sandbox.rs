@@ -48,6 +48,9 @@ pub struct Envelope {
     /// Repositories git may reach over SSH through the relay (normalised, fixed at creation).
     #[serde(default)]
     pub(super) ssh_repos: Vec<crate::api::SshRepo>,
+    /// Bumped by each live change of `extra_hosts` (`svc sandbox allow`).
+    #[serde(default)]
+    pub(super) policy_generation: u32,
     pub(super) link: String,
     pub(super) guest_v4: Ipv4Addr,
     pub(super) gateway_v4: Ipv4Addr,

@@ -1,0 +1,161 @@
+//! Live allowlist changes (`svc sandbox allow`): a running Curated sandbox's `--allow-host`
+//! hosts change without a restart. One change is one new policy generation, switched for the
+//! DNS guard and the proxy together (one registry update: the guard answers from it from the
+//! next question, the proxy decides every request with it from the next request), then the
+//! fence moves to a new generation without the addresses the removed names were answered
+//! with, and the proxy resets its connections to those addresses. Stored before it is
+//! applied, so it survives an svcd restart.
+
+use std::{collections::HashSet, net::IpAddr, sync::Arc, time::SystemTime};
+
+use tracing::info;
+
+use super::{
+    Supervisor,
+    sandbox::{StoredPlaceholder, guest_env, to_map},
+};
+use crate::{
+    api::{self, AllowChange, SandboxView},
+    audit::{AuditEvent, AuditRecord, PolicyEvent, rfc3339},
+    config::egress::{EgressConfig, RepoName},
+    daemon::failure::Failure,
+    policy::{creation, credentials::PlaceholderTable, mode::EgressMode, request::SandboxPolicy},
+};
+
+impl Supervisor {
+    /// `POST /v1/sandboxes/{name}/allow`, by the API caller `by`. Changes are serialised: two
+    /// callers end in two generations, each applied whole.
+    pub async fn allow(
+        &self,
+        name: &str,
+        change: AllowChange,
+        by: &str,
+    ) -> Result<SandboxView, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let _one_at_a_time = self.policy_lock.lock().await;
+        let mut l = self
+            .live()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Failure::not_found(name))?;
+        if self.mode_now(&l).mode != EgressMode::Curated {
+            return Err(Failure::bad(
+                creation::CreationError::ChangeInAllowAll.to_string(),
+            ));
+        }
+        let host = &self.config.host;
+        let agent = crate::policy::host::Allowlist(host.agent_hosts.clone());
+        let extra = creation::change_allowlist(
+            &l.envelope.extra_hosts,
+            &change.add,
+            &change.remove,
+            &agent,
+            &host.code,
+            l.envelope.repo.is_some(),
+        )
+        .map_err(|e| Failure::bad(e.to_string()))?;
+        let repo = l
+            .envelope
+            .repo
+            .as_deref()
+            .and_then(|r| RepoName::parse(r).ok());
+        let mut policy = SandboxPolicy::for_sandbox(host, &extra, repo, EgressConfig::default())
+            .map_err(|e| Failure::bad(e.to_string()))?;
+        // Kept hosts keep their placeholders (commands already running hold them); added hosts
+        // get new ones; removed hosts' are gone, so the proxy no longer swaps them.
+        let entries = policy
+            .placeholders
+            .entries()
+            .iter()
+            .map(|e| {
+                l.policy
+                    .placeholders
+                    .entries()
+                    .iter()
+                    .find(|old| old.kind == e.kind && old.hosts == e.hosts)
+                    .cloned()
+                    .unwrap_or_else(|| e.clone())
+            })
+            .collect();
+        policy.placeholders = PlaceholderTable::new(entries);
+        let before: Vec<String> = l.envelope.extra_hosts.clone();
+        let after: Vec<String> = extra.iter().map(ToString::to_string).collect();
+        let added: Vec<String> = after
+            .iter()
+            .filter(|h| !before.contains(h))
+            .cloned()
+            .collect();
+        let removed: Vec<String> = before
+            .iter()
+            .filter(|h| !after.contains(h))
+            .cloned()
+            .collect();
+        l.envelope.extra_hosts = after;
+        l.envelope.placeholders = policy
+            .placeholders
+            .entries()
+            .iter()
+            .map(|e| StoredPlaceholder {
+                value: e.placeholder.expose().to_owned(),
+                kind: e.kind.name().to_owned(),
+                hosts: e.hosts.iter().map(ToString::to_string).collect(),
+            })
+            .collect();
+        l.envelope.policy_generation = l.envelope.policy_generation.wrapping_add(1);
+        l.policy = Arc::new(policy);
+        l.env = guest_env(&l);
+        // Stored first: what is in force is never newer than what a restart would restore.
+        let json =
+            serde_json::to_string(&l.envelope).map_err(|e| Failure::internal(e.to_string()))?;
+        self.store().set_envelope(name, &json)?;
+        // The guard and the proxy switch in one registry update.
+        let secrets = self.store().secrets(name).map(|s| to_map(&s))?;
+        self.reregister(&l, secrets);
+        // The addresses only removed names were answered with (and those whose names died with
+        // a previous svcd): out of the fence's next generation, their connections reset.
+        let allowed = l.policy.allowed.clone();
+        let lost: Vec<IpAddr> = self.registry.lost_addresses(l.id, |n| {
+            allowed
+                .find_name(&crate::policy::host::HostKind::Exact(n.to_owned()))
+                .is_some()
+        });
+        let gone: HashSet<IpAddr> = lost.iter().copied().collect();
+        let fence_generation = if l.ifindex == 0 {
+            0
+        } else {
+            self.fence()
+                .regenerate(l.ifindex, |a| !gone.contains(&a))
+                .map_err(|e| Failure::internal(format!("the fence's new generation: {e}")))?
+        };
+        self.registry.revoke(l.id, lost.clone());
+        self.live().insert(name.to_owned(), l.clone());
+        let generation = l.envelope.policy_generation;
+        info!(sandbox = %name, generation, fence_generation, ?added, ?removed, cut = lost.len(), %by,
+            "allowlist changed");
+        if let Err(e) = self.config.audit.record(&AuditRecord {
+            time: rfc3339(SystemTime::now()),
+            sandbox: l.id,
+            sandbox_name: Some(name.to_owned()),
+            event: AuditEvent::Policy(PolicyEvent {
+                change: "allowlist",
+                added: added.clone(),
+                removed: removed.clone(),
+                generation,
+                by: by.to_owned(),
+            }),
+        }) {
+            tracing::warn!(sandbox = %name, error = %e, "writing the policy change's audit record");
+        }
+        self.event(
+            "sandbox.policy_changed",
+            Some(name),
+            serde_json::json!({
+                "generation": generation,
+                "added": added,
+                "removed": removed,
+                "by": by,
+            }),
+        );
+        Ok(self.view(&l))
+    }
+}

@@ -1,0 +1,273 @@
+//! Live allowlist changes with real traffic (`svc sandbox allow`): a host added works from the
+//! next DNS question; a host removed stops at once — a loop hitting it never succeeds after the
+//! change returns, a kept-alive connection to it is cut — and the change survives an svcd
+//! restart, is audited and announced, and two callers at once end in one consistent list.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::{Duration, SystemTime},
+};
+
+use svc_tests::{
+    require_root,
+    world::{World, workspace_bin},
+};
+
+/// `svc …` against the svcd at `socket` (callable from any thread).
+fn svc_at(socket: &Path, args: &[&str]) -> Output {
+    Command::new(workspace_bin("svc"))
+        .args(args)
+        .env("SVC_SOCKET", socket)
+        .output()
+        .expect("svc")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos()
+}
+
+fn curl(w: &World, url: &str) -> i32 {
+    w.sh("live", &format!("curl -sS -o /dev/null --max-time 5 {url}"))
+        .0
+}
+
+/// A keep-alive connection: one request, then (once `/tmp/go` exists) a second on the same
+/// connection; prints what each got.
+const KEEP_ALIVE: &str = r#"
+import http.client, os, time
+c = http.client.HTTPSConnection("allowed.example.test", timeout=10)
+c.request("GET", "/ka1"); r = c.getresponse(); r.read()
+print("first", r.status, flush=True)
+open("/tmp/ka-first", "w").close()
+for _ in range(400):
+    if os.path.exists("/tmp/go"): break
+    time.sleep(0.05)
+try:
+    c.request("GET", "/ka2"); r = c.getresponse(); r.read()
+    print("second", r.status, flush=True)
+except Exception as e:
+    print("second", type(e).__name__, flush=True)
+"#;
+
+#[test]
+fn a_running_sandboxs_allowlist_changes_live() {
+    require_root();
+    let mut w = World::start();
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "live",
+        "--allow-host",
+        "allowed.example.test",
+    ]);
+    assert_eq!(curl(&w, "https://allowed.example.test/"), 0);
+    assert_ne!(curl(&w, "https://forbidden.example.test/"), 0);
+
+    // Adding: usable from the next question; new execs get its placeholder.
+    let v: serde_json::Value = serde_json::from_str(&w.svc_ok(&[
+        "sandbox",
+        "allow",
+        "live",
+        "--add-host",
+        "forbidden.example.test",
+        "--json",
+    ]))
+    .expect("json");
+    assert_eq!(v["policy_generation"], 1, "{v}");
+    assert!(
+        v["allowed_hosts"]
+            .to_string()
+            .contains("forbidden.example.test"),
+        "{v}"
+    );
+    assert_eq!(curl(&w, "https://forbidden.example.test/"), 0);
+    let (_, env, _) = w.sh("live", "env");
+    assert!(
+        env.contains("SVC_CRED_FORBIDDEN_EXAMPLE_TEST_TOKEN="),
+        "{env}"
+    );
+
+    // Removing, under load: a loop and a kept-alive connection to the host.
+    std::fs::write(w.dir.join("ka.py"), KEEP_ALIVE).expect("script");
+    let socket: PathBuf = w.socket.clone();
+    let returned = std::thread::scope(|s| {
+        let keep_alive = s.spawn(|| {
+            svc_at(
+                &socket,
+                &["sandbox", "exec", "live", "--", "python3", "-c", KEEP_ALIVE],
+            )
+        });
+        let looping = s.spawn(|| {
+            svc_at(
+                &socket,
+                &[
+                    "sandbox",
+                    "exec",
+                    "live",
+                    "--",
+                    "sh",
+                    "-c",
+                    "for i in $(seq 40); do c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 https://allowed.example.test/loop); echo \"$c $(date +%s%N)\"; sleep 0.1; done",
+                ],
+            )
+        });
+        // The kept-alive connection has made its first request, the loop has succeeded.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while w.sh("live", "test -e /tmp/ka-first").0 != 0 {
+            assert!(std::time::Instant::now() < deadline, "no first request");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let out = svc_at(
+            &socket,
+            &[
+                "sandbox",
+                "allow",
+                "live",
+                "--remove-host",
+                "allowed.example.test",
+            ],
+        );
+        let returned = now_ns();
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(w.sh("live", "touch /tmp/go").0, 0);
+        let ka = keep_alive.join().expect("keep-alive");
+        let lp = looping.join().expect("loop");
+        (returned, ka, lp)
+    });
+    let (returned, ka, lp) = returned;
+    let ka = String::from_utf8_lossy(&ka.stdout).into_owned();
+    assert!(ka.contains("first 200"), "{ka}");
+    assert!(
+        !ka.contains("second 200"),
+        "a kept-alive connection reached a removed host: {ka}"
+    );
+    let lines = String::from_utf8_lossy(&lp.stdout).into_owned();
+    let results: Vec<(String, u128)> = lines
+        .lines()
+        .filter_map(|l| {
+            let (code, t) = l.split_once(' ')?;
+            Some((code.to_owned(), t.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        results.iter().any(|(c, t)| c == "200" && *t < returned),
+        "the loop never succeeded before the change: {lines}"
+    );
+    assert!(
+        results.iter().any(|(_, t)| *t > returned),
+        "the loop did not run past the change: {lines}"
+    );
+    for (code, t) in &results {
+        assert!(
+            !(code == "200" && *t > returned),
+            "a request succeeded after the change returned: {lines}"
+        );
+    }
+
+    // Refusals name what cannot change here.
+    let out = w.svc(&[
+        "sandbox",
+        "allow",
+        "live",
+        "--remove-host",
+        "api.agent.test",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("built-in hosts"), "{}", text(&out));
+    let out = w.svc(&["sandbox", "allow", "live", "--add-host", "bad host"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("bad host"), "{}", text(&out));
+
+    // Two callers at once: both changes land, one after the other.
+    std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            svc_at(
+                &socket,
+                &["sandbox", "allow", "live", "--add-host", "one.example.test"],
+            )
+        });
+        let b = s.spawn(|| {
+            svc_at(
+                &socket,
+                &["sandbox", "allow", "live", "--add-host", "two.example.test"],
+            )
+        });
+        for o in [a.join().expect("a"), b.join().expect("b")] {
+            assert!(o.status.success(), "{}", text(&o));
+        }
+    });
+    let show = w.show("live");
+    assert_eq!(show["policy_generation"], 4, "{show}");
+    let hosts = show["allowed_hosts"].to_string();
+    for h in [
+        "one.example.test",
+        "two.example.test",
+        "forbidden.example.test",
+    ] {
+        assert!(hosts.contains(h), "{h} missing: {hosts}");
+    }
+    assert!(!hosts.contains("allowed.example.test"), "{hosts}");
+
+    // An svcd restart keeps the list.
+    w.kill_svcd();
+    w.start_svcd();
+    let show = w.show("live");
+    assert_eq!(show["policy_generation"], 4, "{show}");
+    assert!(
+        !show["allowed_hosts"]
+            .to_string()
+            .contains("allowed.example.test")
+    );
+    assert_eq!(curl(&w, "https://forbidden.example.test/"), 0);
+    assert_ne!(curl(&w, "https://allowed.example.test/"), 0);
+
+    // Audited (who, what, generation) and announced.
+    let changes: Vec<serde_json::Value> = w
+        .audit()
+        .into_iter()
+        .filter(|r| r["layer"] == "policy")
+        .collect();
+    assert_eq!(changes.len(), 4, "{changes:?}");
+    assert!(
+        changes
+            .iter()
+            .any(|r| r["removed"][0] == "allowed.example.test"
+                && r["generation"] == 2
+                && r["by"] == "uid 0"),
+        "{changes:?}"
+    );
+    let events = w.svc_ok(&["events", "--json"]);
+    assert_eq!(
+        events.matches("sandbox.policy_changed").count(),
+        4,
+        "{events}"
+    );
+    w.destroy_checked("live");
+}
+
+#[test]
+fn an_allow_all_sandbox_has_no_allowlist_to_change() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "open", "--egress", "allow-all"]);
+    let out = w.svc(&["sandbox", "allow", "open", "--add-host", "x.example.test"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("AllowAll mode"), "{}", text(&out));
+    let out = w.svc(&["sandbox", "allow", "open"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--add-host"), "{}", text(&out));
+    w.destroy_checked("open");
+}
