@@ -2,7 +2,7 @@
 //! request implies, and when `--repo` brokers the host's code-host token. Named table cases.
 
 use svc_control::{
-    config::host::HostConfig,
+    config::host::{HostConfig, defaults},
     policy::{
         creation::{self, CreationError, Request, Secret},
         mode::EgressMode,
@@ -359,5 +359,112 @@ fn a_workspace_runtime_block_selects_a_backend_as_spec_2_5_says() {
             (Err(e), Err(want)) => assert!(e.to_string().contains(want), "{}: {e}", c.name),
             (got, want) => panic!("{}: got {got:?}, want {want:?}", c.name),
         }
+    }
+}
+
+/// (name, added, removed, the hosts after).
+type ChangeCase = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+);
+/// (name, added, removed, bound to a repo, what the refusal says).
+type ChangeRefusal = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    bool,
+    &'static str,
+);
+
+#[test]
+fn a_live_allowlist_change_touches_only_the_hosts_given_to_the_sandbox() {
+    let host = HostConfig::default();
+    let agent = svc_control::policy::host::Allowlist(host.agent_hosts.clone());
+    let current = vec!["allowed.example.com".to_owned(), "*.pkg.example".to_owned()];
+    let change = |add: &[&str], remove: &[&str], repo: bool| {
+        creation::change_allowlist(
+            &current,
+            &add.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+            &remove.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+            &agent,
+            &host.code,
+            repo,
+        )
+        .map(|v| v.iter().map(ToString::to_string).collect::<Vec<_>>())
+        .map_err(|e| e.to_string())
+    };
+    let ok: &[ChangeCase] = &[
+        (
+            "add one",
+            &["pypi.org"],
+            &[],
+            &["allowed.example.com", "*.pkg.example", "pypi.org"],
+        ),
+        (
+            "remove one",
+            &[],
+            &["allowed.example.com"],
+            &["*.pkg.example"],
+        ),
+        (
+            "names compare normalised",
+            &[],
+            &["ALLOWED.example.com."],
+            &["*.pkg.example"],
+        ),
+        (
+            "adding one already there changes nothing",
+            &["allowed.example.com"],
+            &[],
+            &["allowed.example.com", "*.pkg.example"],
+        ),
+        (
+            "remove and add at once",
+            &["b.example"],
+            &["*.pkg.example"],
+            &["allowed.example.com", "b.example"],
+        ),
+    ];
+    for (name, add, remove, want) in ok {
+        let got = change(add, remove, false).expect(name);
+        assert_eq!(got, *want, "{name}");
+    }
+    let refused: &[ChangeRefusal] = &[
+        (
+            "nothing asked",
+            &[],
+            &[],
+            false,
+            "give hosts to add or remove",
+        ),
+        (
+            "an agent host",
+            &[],
+            &[defaults::AGENT_HOSTS[0]],
+            false,
+            "built-in hosts",
+        ),
+        (
+            "the code host of a --repo sandbox",
+            &[],
+            &[defaults::CODE_HOST],
+            true,
+            "recreate the sandbox without --repo",
+        ),
+        (
+            "a host never given",
+            &[],
+            &["other.example"],
+            false,
+            "not one of the hosts this sandbox was given",
+        ),
+        ("a bad host", &["bad host"], &[], false, "bad host"),
+        ("a public suffix wildcard", &["*.com"], &[], false, "*.com"),
+    ];
+    for (name, add, remove, repo, fragment) in refused {
+        let e = change(add, remove, *repo).expect_err(name);
+        assert!(e.contains(fragment), "{name}: {e}");
     }
 }

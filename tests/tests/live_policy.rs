@@ -177,6 +177,16 @@ fn a_running_sandboxs_allowlist_changes_live() {
         );
     }
 
+    // The guest's cached answer for it no longer works either: its address left the fence.
+    assert_ne!(
+        curl(
+            &w,
+            "--resolve allowed.example.test:443:192.0.2.20 https://allowed.example.test/cached"
+        ),
+        0,
+        "the removed host's address is still reachable"
+    );
+
     // Refusals name what cannot change here.
     let out = w.svc(&[
         "sandbox",
