@@ -413,6 +413,12 @@ fn print_sandbox(s: &SandboxView) {
     if !s.allowed_hosts.is_empty() {
         outln!("  allowed hosts:     {}", s.allowed_hosts.join(", "));
     }
+    if s.policy_generation > 0 {
+        outln!(
+            "  allowlist:         changed live {} time(s) (svc sandbox allow)",
+            s.policy_generation
+        );
+    }
     outln!("  allowed branches:  {}", s.allowed_branches.join(", "));
     for r in &s.ssh_repos {
         outln!("  git over ssh:      {} {}", r.host, r.repo);
