@@ -10,6 +10,7 @@ mod config_cmd;
 mod egress_cmd;
 mod exec_cmd;
 mod sandbox_cmd;
+mod secret_cmd;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,10 @@ enum Command {
     /// Create, inspect, use and destroy sandboxes (through svcd).
     #[command(subcommand)]
     Sandbox(sandbox_cmd::SandboxCommand),
+    /// The named secret store: set, list, rm, rotate (values from stdin or a file, sealed on
+    /// the host; sandboxes use them with --secret VAR@store:NAME).
+    #[command(subcommand)]
+    Secret(secret_cmd::SecretCommand),
     /// Read the audit log: what the fence, the DNS guard and the proxy decided, per record.
     Audit(audit_cmd::AuditArgs),
     /// Print a shell completion script: `svc completions bash > /etc/bash_completion.d/svc`.
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
+        Command::Secret(cmd) => secret_cmd::run(cmd, &cli.socket),
         Command::Audit(a) => audit_cmd::run(&cli.socket, a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

@@ -39,7 +39,7 @@ Secrets (--secret VAR@SOURCE, repeatable): VAR is a credential variable the sand
 guest sees a placeholder, the proxy swaps it for the value on VAR's hosts only. SOURCE:
   env:NAME   the environment variable NAME of this svc process
   file:PATH  the contents of PATH (one trailing newline removed)
-  store:NAME the named secret store (not built yet)
+  store:NAME the named secret store (svc secret set NAME; read by svcd at creation)
 The value is read here and sent to svcd over its socket; it never enters the sandbox.
 With --repo and no CODE_HOST_TOKEN secret, svcd brokers the host's own code-host token when
 its configuration names one (credentials.code_host_token_file).
@@ -176,10 +176,8 @@ pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
             }
             v
         }
-        Some(("store", _)) => anyhow::bail!(
-            "--secret {name}@{source}: the named secret store (`svc secret set`) is not built yet; \
-             use env:VAR or file:PATH"
-        ),
+        // svcd reads it from its store at creation (svc secret set NAME).
+        Some(("store", _)) => String::new(),
         _ => anyhow::bail!(
             "--secret {name}@{source}: unknown source; use env:VAR, file:PATH or store:NAME"
         ),

@@ -141,6 +141,45 @@ pub struct SshRepo {
     pub repo: String,
 }
 
+/// A stored secret as the API shows it: never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretInfo {
+    pub name: String,
+    /// 1 when stored, one more at each rotation.
+    pub version: u32,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// `POST /v1/secrets`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetSecret {
+    pub name: String,
+    pub value: String,
+}
+
+/// `POST /v1/secrets/{name}/rotate`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    pub value: String,
+}
+
+impl std::fmt::Debug for SetSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetSecret")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RotateSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RotateSecret").finish_non_exhaustive()
+    }
+}
+
 /// `POST /v1/sandboxes/{name}/allow`: change a running Curated sandbox's allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,6 +6,7 @@ pub mod api;
 pub mod audit;
 /// Parsing and validation of every configuration file svc reads.
 pub mod config;
+pub mod creds;
 /// The wiring of the parts (svcd).
 pub mod daemon;
 /// The only code that talks to the kernel: eBPF, nftables, rtnetlink.

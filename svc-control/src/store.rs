@@ -44,6 +44,14 @@ const MIGRATIONS: &[&str] = &[
         sandbox TEXT,
         detail  TEXT NOT NULL
     );",
+    // The named secret store (`svc secret`): values sealed with the host key.
+    "CREATE TABLE secret_store (
+        name        TEXT PRIMARY KEY,
+        version     INTEGER NOT NULL CHECK (version > 0),
+        sealed      BLOB NOT NULL,
+        created_at  TEXT NOT NULL,
+        updated_at  TEXT NOT NULL
+    );",
 ];
 
 /// Events kept; older ones are pruned as new ones arrive.
@@ -79,6 +87,19 @@ pub enum StoreError {
     NotFound(String),
     #[error("all {0} sandbox ids are in use")]
     Full(u32),
+    #[error("a secret named {0:?} already exists")]
+    SecretExists(String),
+    #[error("no secret named {0:?}")]
+    SecretNotFound(String),
+}
+
+/// A stored secret, without its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRow {
+    pub name: String,
+    pub version: u32,
+    pub created_at: String,
+    pub updated_at: String,
 }
 
 /// One sandbox row.
@@ -272,6 +293,116 @@ impl Store {
     }
 
     /// Mark a sandbox `destroying`.
+    fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        |source| StoreError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn secret_row(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT name, version, created_at, updated_at, sealed FROM secret_store WHERE name = ?1",
+                params![name],
+                |r| {
+                    Ok((
+                        SecretRow {
+                            name: r.get(0)?,
+                            version: r.get(1)?,
+                            created_at: r.get(2)?,
+                            updated_at: r.get(3)?,
+                        },
+                        r.get::<_, Vec<u8>>(4)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(self.sql_err())
+    }
+
+    /// Store a new secret (sealed); refused if the name is taken.
+    pub fn secret_put(
+        &self,
+        name: &str,
+        sealed: &[u8],
+        now: &str,
+    ) -> Result<SecretRow, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "INSERT OR IGNORE INTO secret_store (name, version, sealed, created_at, updated_at) \
+                 VALUES (?1, 1, ?2, ?3, ?3)",
+                params![name, sealed, now],
+            )
+            .map_err(self.sql_err())?;
+        if n == 0 {
+            return Err(StoreError::SecretExists(name.to_owned()));
+        }
+        self.secret_row(name)?
+            .map(|(r, _)| r)
+            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+    }
+
+    /// Give a secret a new (sealed) value: its next version.
+    pub fn secret_rotate(
+        &self,
+        name: &str,
+        sealed: &[u8],
+        now: &str,
+    ) -> Result<SecretRow, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE secret_store SET sealed = ?2, version = version + 1, updated_at = ?3 \
+                 WHERE name = ?1",
+                params![name, sealed, now],
+            )
+            .map_err(self.sql_err())?;
+        if n == 0 {
+            return Err(StoreError::SecretNotFound(name.to_owned()));
+        }
+        self.secret_row(name)?
+            .map(|(r, _)| r)
+            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+    }
+
+    /// A secret and its sealed value.
+    pub fn secret_get(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
+        self.secret_row(name)
+    }
+
+    /// Every stored secret, by name, without values.
+    pub fn secret_list(&self) -> Result<Vec<SecretRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT name, version, created_at, updated_at FROM secret_store ORDER BY name")
+            .map_err(self.sql_err())?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(SecretRow {
+                    name: r.get(0)?,
+                    version: r.get(1)?,
+                    created_at: r.get(2)?,
+                    updated_at: r.get(3)?,
+                })
+            })
+            .map_err(self.sql_err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.sql_err())
+    }
+
+    /// Remove a secret; what it was.
+    pub fn secret_delete(&self, name: &str) -> Result<SecretRow, StoreError> {
+        let row = self
+            .secret_row(name)?
+            .map(|(r, _)| r)
+            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))?;
+        self.conn
+            .execute("DELETE FROM secret_store WHERE name = ?1", params![name])
+            .map_err(self.sql_err())?;
+        Ok(row)
+    }
+
     /// Replace a running sandbox's envelope (a live policy change).
     pub fn set_envelope(&self, name: &str, envelope: &str) -> Result<(), StoreError> {
         let n = self

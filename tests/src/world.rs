@@ -415,6 +415,7 @@ upstreams = ["{DNS}"]
 extra_roots = ["{ca}"]
 [credentials]
 code_host_token_file = "{token}"
+key_file = "{key}"
 {credentials}
 [microvm]
 {virtiofsd}
@@ -444,6 +445,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
                 audit = dir.join("audit").display(),
                 ca = out_dir.join("ca.pem").display(),
                 token = dir.join("code-host-token").display(),
+                key = dir.join("secrets.key").display(),
             ),
         )
         .expect("svcd.toml");

@@ -518,7 +518,7 @@ fn bad_requests_are_refused_with_clear_errors() {
             "needs --repo",
         ),
         (
-            "secret_store",
+            "secret_store_missing",
             &[
                 "sandbox",
                 "create",
@@ -526,7 +526,7 @@ fn bad_requests_are_refused_with_clear_errors() {
                 "AGENT_AUTH_TOKEN@store:x",
                 "x",
             ],
-            "not built yet",
+            "no secret x in the store",
         ),
         (
             "allow_all_with_hosts",

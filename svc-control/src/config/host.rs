@@ -155,6 +155,9 @@ pub struct CredentialsFile {
     pub agent_home: Option<PathBuf>,
     /// Where the guest sees it (default: `/root/` and the host directory's name).
     pub agent_home_guest: Option<PathBuf>,
+    /// The host key stored secrets and sandboxes' values are sealed with (32 bytes, root's
+    /// alone; made on first start).
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -226,6 +229,7 @@ pub mod defaults {
     pub const MICROVM_OVERHEAD_MIB: u64 = 256;
     pub const PIDS_MAX: u64 = 4096;
     pub const CPUS: f64 = 2.0;
+    pub const KEY_FILE: &str = "/etc/svc/secrets.key";
     pub const GIT_SSH: &str = "/usr/bin/ssh";
     pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
     pub const GIT_SSH_MAX_SESSIONS: u32 = 8;
@@ -305,6 +309,8 @@ pub struct HostConfig {
     pub code_host_token_file: Option<PathBuf>,
     /// The coding agent's home: (host directory, guest path) (`credentials.agent_home`).
     pub agent_home: Option<(PathBuf, PathBuf)>,
+    /// The host key (`credentials.key_file`).
+    pub key_file: PathBuf,
     pub container: ContainerConfig,
     pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
@@ -431,6 +437,11 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
     let pin_dir = dir("pin_dir", f.pin_dir, defaults::PIN_DIR);
     let audit_dir = dir("audit_dir", f.audit_dir, defaults::AUDIT_DIR);
     let resolv_conf = dir("dns.resolv_conf", f.dns.resolv_conf, defaults::RESOLV_CONF);
+    let key_file = dir(
+        "credentials.key_file",
+        f.credentials.key_file.clone(),
+        defaults::KEY_FILE,
+    );
 
     let api_group = f
         .api_group
@@ -679,6 +690,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             proxy_extra_roots,
             code_host_token_file,
             agent_home,
+            key_file,
             container,
             microvm,
             metrics_listen,

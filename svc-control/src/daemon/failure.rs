@@ -56,6 +56,18 @@ impl From<StoreError> for Failure {
                 message: format!("a sandbox named {n:?} already exists"),
             },
             StoreError::NotFound(n) => Self::not_found(&n),
+            StoreError::SecretExists(n) => Self {
+                status: 409,
+                code: "exists",
+                message: format!(
+                    "a secret named {n:?} already exists: give it a new value with `svc secret rotate {n}`"
+                ),
+            },
+            StoreError::SecretNotFound(n) => Self {
+                status: 404,
+                code: "not-found",
+                message: format!("no secret named {n:?} (svc secret list shows them)"),
+            },
             StoreError::Full(n) => Self {
                 status: 507,
                 code: "full",

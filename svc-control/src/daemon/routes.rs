@@ -131,6 +131,25 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 Err(f) => Err(f),
             }
         }
+        (&Method::GET, ["secrets"]) => ctx.sup.secret_list().map(|v| json(StatusCode::OK, &v)),
+        (&Method::POST, ["secrets"]) => match read_json::<api::SetSecret>(req).await {
+            Ok(s) => ctx.sup.secret_set(s).map(|v| json(StatusCode::CREATED, &v)),
+            Err(f) => Err(f),
+        },
+        (&Method::POST, ["secrets", name, "rotate"]) => {
+            let name = (*name).to_owned();
+            match read_json::<api::RotateSecret>(req).await {
+                Ok(r) => ctx
+                    .sup
+                    .secret_rotate(&name, r)
+                    .map(|v| json(StatusCode::OK, &v)),
+                Err(f) => Err(f),
+            }
+        }
+        (&Method::DELETE, ["secrets", name]) => ctx
+            .sup
+            .secret_remove(name)
+            .map(|v| json(StatusCode::OK, &v)),
         (&Method::POST, ["sandboxes", name, "allow"]) => {
             let by = req
                 .extensions()

@@ -215,11 +215,16 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         ),
         Some(reason) => info!("microvm backend not offered: {reason}"),
     }
+    let key = Arc::new(
+        crate::creds::HostKey::load_or_create(&host.key_file)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
     let sup = Arc::new(Supervisor::new(
         SupervisorConfig {
             host: host.clone(),
             metrics: metrics.clone(),
             audit: audit.clone(),
+            key,
         },
         store,
         fence,

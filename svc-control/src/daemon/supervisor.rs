@@ -8,6 +8,7 @@ mod git_ssh;
 mod live_policy;
 mod running;
 mod sandbox;
+mod secrets;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -52,6 +53,8 @@ pub struct SupervisorConfig {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where the relay's session records go (the proxy and the guard write theirs there too).
     pub audit: Arc<dyn crate::audit::AuditSink>,
+    /// Seals stored secrets and sandboxes' values in the state.
+    pub key: Arc<crate::creds::HostKey>,
 }
 
 /// The supervisor. Share it with `Arc`.
@@ -203,6 +206,7 @@ impl Supervisor {
         mut req: CreateSandbox,
         restore: Option<(crate::runtime::Snapshot, Vec<SharedDir>)>,
     ) -> Result<SandboxView, Failure> {
+        self.resolve_store_secrets(&mut req)?;
         self.host_code_token(&mut req)?;
         let mut plan = self.plan(&req)?;
         if let Some((_, mounts)) = &restore {
@@ -439,6 +443,7 @@ impl Supervisor {
         phases.mark("nft");
         let envelope_json =
             serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
+        let sealed = self.sealed_for(&name, &req.secrets)?;
         self.store().set_running(
             &name,
             &envelope_json,
@@ -446,7 +451,7 @@ impl Supervisor {
             &ca.ca_key_pem(),
             guest_handle.pid,
             guest_handle.start,
-            &req.secrets,
+            &sealed,
         )?;
         phases.mark("state");
         let view = self.view(&live);

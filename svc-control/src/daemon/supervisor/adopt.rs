@@ -91,7 +91,7 @@ impl Supervisor {
             .ok()
             .flatten()
             .unwrap_or(0);
-        let secrets = self.store().secrets(&row.name)?;
+        let secrets = self.sandbox_secrets(&row.name)?;
         let mut live = Live {
             name: row.name.clone(),
             id: row.id,

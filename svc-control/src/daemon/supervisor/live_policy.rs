@@ -109,7 +109,7 @@ impl Supervisor {
             serde_json::to_string(&l.envelope).map_err(|e| Failure::internal(e.to_string()))?;
         self.store().set_envelope(name, &json)?;
         // The guard and the proxy switch in one registry update.
-        let secrets = self.store().secrets(name).map(|s| to_map(&s))?;
+        let secrets = self.sandbox_secrets(name).map(|s| to_map(&s))?;
         self.reregister(&l, secrets);
         // The addresses only removed names were answered with (and those whose names died with
         // a previous svcd): out of the fence's next generation, their connections reset.

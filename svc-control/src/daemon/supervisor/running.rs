@@ -247,7 +247,7 @@ impl Supervisor {
         if let Some(l) = self.live().get_mut(source) {
             l.paused = true;
         }
-        let secrets = self.store().secrets(source).unwrap_or_default();
+        let secrets = self.sandbox_secrets(source).unwrap_or_default();
         let mut clones = Vec::new();
         let mut failed = None;
         for name in &req.clones {

@@ -1,0 +1,162 @@
+//! `svc secret set|list|rm|rotate`: the named secret store on the host. Values come from
+//! standard input or a file, never from the command line (where `ps` and shell history would
+//! keep them); they are sealed with the host key in svcd's state and never shown again.
+//! Sandboxes use them with `--secret VAR@store:NAME`.
+
+use std::{io::Read as _, path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use http::Method;
+use svc_control::api::{RotateSecret, SecretInfo, SetSecret};
+
+use crate::{client::Client, sandbox_cmd::SocketArg};
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Store a new secret. The value is read from standard input (or --from-file); one
+    /// trailing newline is dropped.
+    #[command(
+        after_help = "Examples:\n  gh auth token | svc secret set gh\n  svc secret set registry --from-file /root/registry-token\n  svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@store:gh dev"
+    )]
+    Set {
+        name: String,
+        /// Read the value from this file instead of standard input.
+        #[arg(long, value_name = "PATH")]
+        from_file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the stored secrets: names, versions and times, never values.
+    #[command(visible_alias = "ls")]
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a secret. Sandboxes that were issued its value keep it until destroyed.
+    #[command(visible_alias = "remove")]
+    Rm {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a secret a new value (from standard input or --from-file). Sandboxes created from
+    /// now on get the new value; running ones keep the value they were issued until they are
+    /// destroyed (an svcd restart does not change it).
+    Rotate {
+        name: String,
+        #[arg(long, value_name = "PATH")]
+        from_file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The value from `file`, or standard input (refused when it is a terminal: a value typed
+/// there would echo).
+fn read_value(file: Option<&PathBuf>) -> anyhow::Result<String> {
+    let mut v = match file {
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
+        None => {
+            anyhow::ensure!(
+                !std::io::IsTerminal::is_terminal(&std::io::stdin()),
+                "pipe the value in (e.g. `gh auth token | svc secret set NAME`) or give --from-file: it is never taken from the command line or typed with echo"
+            );
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the value from standard input")?;
+            s
+        }
+    };
+    if v.ends_with('\n') {
+        v.pop();
+        if v.ends_with('\r') {
+            v.pop();
+        }
+    }
+    Ok(v)
+}
+
+fn show(json: bool, what: &str, s: &SecretInfo) -> anyhow::Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(s)?);
+    } else {
+        outln!("{what} secret {} (version {})", s.name, s.version);
+    }
+    Ok(())
+}
+
+pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&socket.socket);
+    let rt = crate::sandbox_cmd::runtime()?;
+    rt.block_on(async move {
+        match cmd {
+            SecretCommand::Set {
+                name,
+                from_file,
+                json,
+            } => {
+                let value = read_value(from_file.as_ref())?;
+                let s: SecretInfo = client
+                    .call(
+                        Method::POST,
+                        "/v1/secrets",
+                        Some(&SetSecret { name, value }),
+                    )
+                    .await?;
+                show(json, "stored", &s)?;
+            }
+            SecretCommand::Rotate {
+                name,
+                from_file,
+                json,
+            } => {
+                let value = read_value(from_file.as_ref())?;
+                let s: SecretInfo = client
+                    .call(
+                        Method::POST,
+                        &format!("/v1/secrets/{name}/rotate"),
+                        Some(&RotateSecret { value }),
+                    )
+                    .await?;
+                show(json, "rotated", &s)?;
+            }
+            SecretCommand::List { json } => {
+                let all: Vec<SecretInfo> = client
+                    .call::<(), _>(Method::GET, "/v1/secrets", None)
+                    .await?;
+                if json {
+                    outln!("{}", serde_json::to_string_pretty(&all)?);
+                } else if all.is_empty() {
+                    outln!("no secrets (store one: svc secret set NAME < value)");
+                } else {
+                    outln!(
+                        "{:<32} {:>7}  {:<24}  UPDATED",
+                        "NAME",
+                        "VERSION",
+                        "CREATED"
+                    );
+                    for s in &all {
+                        outln!(
+                            "{:<32} {:>7}  {:<24}  {}",
+                            s.name,
+                            s.version,
+                            s.created_at,
+                            s.updated_at
+                        );
+                    }
+                }
+            }
+            SecretCommand::Rm { name, json } => {
+                let s: SecretInfo = client
+                    .call::<(), _>(Method::DELETE, &format!("/v1/secrets/{name}"), None)
+                    .await?;
+                show(json, "removed", &s)?;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,179 @@
+//! The named secret store (`svc secret`) with the real svcd, proxy and sandboxes: a stored
+//! value reaches the upstream through a sandbox's placeholder; after a rotation a new sandbox's
+//! requests carry the new value while the running one keeps the value it was issued (through
+//! an svcd restart too); the real values appear nowhere in the guests, svcd's log, the audit,
+//! the listing, or svcd's state on disk (sealed with the host key).
+
+use std::{
+    io::Write as _,
+    process::{Command, Output, Stdio},
+};
+
+use svc_tests::{
+    require_root,
+    world::{World, workspace_bin},
+};
+
+const FIRST: &str = "store-value-one-5b2e";
+const SECOND: &str = "store-value-two-9c4d";
+
+/// `svc secret …` with `value` on standard input.
+fn with_stdin(w: &World, args: &[&str], value: &str) -> Output {
+    let mut child = Command::new(workspace_bin("svc"))
+        .args(args)
+        .env("SVC_SOCKET", &w.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("svc");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{value}\n").as_bytes())
+        .expect("write");
+    child.wait_with_output().expect("svc")
+}
+
+/// What the outside world's allowed host last received as Authorization on `path`.
+fn received_auth(w: &World, path: &str) -> String {
+    w.received()
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "http" && r["path"] == path)
+        .map(|r| r["authorization"].as_str().unwrap_or("").to_owned())
+        .unwrap_or_default()
+}
+
+fn request(w: &World, sandbox: &str, path: &str) {
+    let (code, out, err) = w.sh(
+        sandbox,
+        &format!(
+            "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test{path}"
+        ),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+fn create(w: &World, name: &str) {
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        name,
+        "--allow-host",
+        "allowed.example.test",
+        "--secret",
+        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:example",
+    ]);
+}
+
+#[test]
+fn stored_secrets_are_brokered_rotated_and_never_shown() {
+    require_root();
+    let mut w = World::start();
+    let out = with_stdin(&w, &["secret", "set", "example", "--json"], FIRST);
+    assert!(out.status.success(), "{out:?}");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(info["version"], 1, "{info}");
+    // Taken again: refused, pointing at rotate.
+    let out = with_stdin(&w, &["secret", "set", "example"], FIRST);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rotate"),
+        "{out:?}"
+    );
+
+    create(&w, "old");
+    request(&w, "old", "/first");
+    assert_eq!(received_auth(&w, "/first"), format!("Bearer {FIRST}"));
+    let show = w.show("old");
+    assert!(
+        show["secrets"].to_string().contains("store:example@v1"),
+        "{show}"
+    );
+
+    // Rotation: new sandboxes get the new value; the running one keeps its own.
+    let out = with_stdin(&w, &["secret", "rotate", "example", "--json"], SECOND);
+    assert!(out.status.success(), "{out:?}");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(info["version"], 2, "{info}");
+    create(&w, "new");
+    request(&w, "new", "/new");
+    assert_eq!(received_auth(&w, "/new"), format!("Bearer {SECOND}"));
+    request(&w, "old", "/old-after-rotate");
+    assert_eq!(
+        received_auth(&w, "/old-after-rotate"),
+        format!("Bearer {FIRST}")
+    );
+    // Through an svcd restart too (re-adopted with the value it was issued).
+    w.kill_svcd();
+    w.start_svcd();
+    request(&w, "old", "/old-after-restart");
+    assert_eq!(
+        received_auth(&w, "/old-after-restart"),
+        format!("Bearer {FIRST}")
+    );
+
+    // Never shown: the listing, the guests, svcd's log, the audit, its state on disk.
+    let list = w.svc_ok(&["secret", "list", "--json"]);
+    assert!(
+        list.contains("\"example\"") && list.contains("\"version\": 2"),
+        "{list}"
+    );
+    let mut seen = list.clone();
+    for s in ["old", "new"] {
+        let (_, env, _) = w.sh(s, "env; cat /proc/1/environ 2>/dev/null");
+        seen.push_str(&env);
+    }
+    seen.push_str(&w.svcd_log());
+    seen.push_str(&std::fs::read_to_string(w.audit_path()).unwrap_or_default());
+    for entry in walkdir(&w.dir.join("state")) {
+        seen.push_str(&String::from_utf8_lossy(
+            &std::fs::read(entry).unwrap_or_default(),
+        ));
+    }
+    for v in [FIRST, SECOND] {
+        assert!(!seen.contains(v), "{v} was found in plain text");
+    }
+
+    // A missing secret is refused at creation, by name; removal leaves running sandboxes be.
+    let out = w.svc(&[
+        "sandbox",
+        "create",
+        "missing",
+        "--allow-host",
+        "allowed.example.test",
+        "--secret",
+        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:nope",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no secret nope in the store"),
+        "{out:?}"
+    );
+    w.svc_ok(&["secret", "rm", "example"]);
+    assert!(w.svc_ok(&["secret", "list"]).contains("no secrets"));
+    request(&w, "new", "/new-after-rm");
+    assert_eq!(
+        received_auth(&w, "/new-after-rm"),
+        format!("Bearer {SECOND}")
+    );
+    // A value is never taken from a terminal or the command line.
+    let out = w.svc(&["secret", "set", "argv", "value-on-the-command-line"]);
+    assert!(!out.status.success(), "a value was taken from argv");
+    w.destroy_checked("old");
+    w.destroy_checked("new");
+}
+
+/// svcd's own files in its state directory (its database and journal), not the sandboxes'
+/// trees.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .collect()
+}
