@@ -21,8 +21,14 @@ impl Sandboxes for One {
 }
 struct Tokens;
 impl Broker for Tokens {
-    fn bearer(&self, _: u32, _: CredentialKind, _: &str) -> Option<String> {
-        Some("real-code-host-token".into())
+    fn bearer(
+        &self,
+        _: u32,
+        _: &svc_control::policy::credentials::Placeholder,
+        _: CredentialKind,
+        _: &str,
+    ) -> Option<svc_control::creds::Bearer> {
+        Some(svc_control::creds::Bearer::new("real-code-host-token"))
     }
 }
 /// Upstreams live on 127.0.0.2 (the proxy on 127.0.0.1, same port).

@@ -32,8 +32,17 @@ impl Sandboxes for One {
 
 struct RealTokens;
 impl Broker for RealTokens {
-    fn bearer(&self, _: u32, kind: CredentialKind, host: &str) -> Option<String> {
-        Some(format!("REAL-{}-{host}", kind.name()))
+    fn bearer(
+        &self,
+        _: u32,
+        _: &svc_control::policy::credentials::Placeholder,
+        kind: CredentialKind,
+        host: &str,
+    ) -> Option<svc_control::creds::Bearer> {
+        Some(svc_control::creds::Bearer::new(format!(
+            "REAL-{}-{host}",
+            kind.name()
+        )))
     }
 }
 

@@ -3,8 +3,10 @@
 //! secret store behind `svc secret` and each sandbox's brokered values in svcd's state — and
 //! the rules for a stored secret's name and value.
 
+pub mod broker;
 pub mod seal;
 
+pub use broker::{Bearer, Broker};
 pub use seal::{HostKey, SealError};
 
 /// Longest value a secret may hold (a bearer token; GitHub's are under 100 bytes).

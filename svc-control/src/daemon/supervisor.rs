@@ -507,7 +507,11 @@ impl Supervisor {
                     ca: live.ca.clone(),
                 })
             }),
-            secrets,
+            bearers: if mode == EgressMode::Curated {
+                crate::creds::broker::bearers_by_placeholder(&live.policy.placeholders, &secrets)
+            } else {
+                HashMap::new()
+            },
         });
     }
 

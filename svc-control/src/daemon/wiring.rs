@@ -81,8 +81,8 @@ pub struct Registered {
     pub dns: Arc<SandboxDns>,
     /// `None` while the sandbox is in AllowAll (no proxy).
     pub proxy: Option<Arc<ProxySandbox>>,
-    /// Real credentials by guest variable name (`CODE_HOST_TOKEN`, `SVC_CRED_…_TOKEN`).
-    pub secrets: HashMap<String, String>,
+    /// Real credentials by placeholder (`creds::broker`).
+    pub bearers: HashMap<String, crate::creds::Bearer>,
 }
 
 /// Every running sandbox, by guest address and by id, and the names the DNS guard answered
@@ -254,16 +254,17 @@ impl Sandboxes for Registry {
 }
 
 impl Broker for Registry {
-    fn bearer(&self, sandbox: u32, kind: CredentialKind, host: &str) -> Option<String> {
-        let r = self.by_id(sandbox)?;
-        // The entry of this kind whose hosts include `host`: its variable names the secret.
-        let proxy = r.proxy.as_ref()?;
-        let entry = proxy.policy.placeholders.entries().iter().find(|e| {
-            e.kind == kind
-                && (kind != CredentialKind::Host || e.hosts.iter().any(|h| h.host_key() == host))
-        })?;
-        let name = entry.env_name()?;
-        r.secrets.get(&name).cloned()
+    fn bearer(
+        &self,
+        sandbox: u32,
+        placeholder: &crate::policy::credentials::Placeholder,
+        _kind: CredentialKind,
+        _host: &str,
+    ) -> Option<crate::creds::Bearer> {
+        self.by_id(sandbox)?
+            .bearers
+            .get(placeholder.expose())
+            .cloned()
     }
 }
 

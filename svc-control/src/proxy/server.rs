@@ -44,7 +44,7 @@ use super::{ca::SandboxCa, client_hello};
 use crate::{
     audit::{AuditRecord, AuditSink, HttpEvent, rfc3339},
     policy::{
-        credentials::{CredentialKind, Scheme},
+        credentials::Scheme,
         host::{Authority, normalize_name},
         request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
     },
@@ -143,9 +143,7 @@ fn original_destination(conn: &TcpStream) -> Option<IpAddr> {
 }
 
 /// The credential broker: the real bearer behind a placeholder.
-pub trait Broker: Send + Sync {
-    fn bearer(&self, sandbox: u32, kind: CredentialKind, host: &str) -> Option<String>;
-}
+pub use crate::creds::{Bearer, Broker};
 
 /// Name resolution for upstream connections (the host's resolver in production).
 pub trait Resolve: Send + Sync {
@@ -777,17 +775,19 @@ impl Proxy {
         if guest_upgrade.is_some() {
             websocket_headers(&mut headers_out);
         }
-        let mut real_token: Option<String> = None;
+        let mut real_token: Option<Bearer> = None;
         let credential_note = match &credential {
             CredentialAction::Passthrough => "none",
             CredentialAction::Strip => {
                 headers_out.remove(header::AUTHORIZATION);
                 "stripped"
             }
-            CredentialAction::Swap { kind, .. } => {
-                match self.broker.bearer(sandbox.id, *kind, &host) {
+            CredentialAction::Swap { kind, placeholder } => {
+                match self.broker.bearer(sandbox.id, placeholder, *kind, &host) {
                     Some(token) => {
-                        let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) else {
+                        let Ok(mut v) =
+                            HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                        else {
                             return self.refuse(
                                 sandbox,
                                 &parts.method,
@@ -799,6 +799,7 @@ impl Proxy {
                                 started,
                             );
                         };
+                        v.set_sensitive(true);
                         headers_out.insert(header::AUTHORIZATION, v);
                         real_token = Some(token);
                         "swapped"
@@ -909,8 +910,8 @@ impl Proxy {
                 .iter()
                 .filter(|(_, v)| {
                     v.as_bytes()
-                        .windows(token.len())
-                        .any(|w| w == token.as_bytes())
+                        .windows(token.expose().len())
+                        .any(|w| w == token.expose().as_bytes())
                 })
                 .map(|(n, _)| n.clone())
                 .collect();

@@ -40,7 +40,13 @@ impl Sandboxes for One {
 
 struct NoTokens;
 impl Broker for NoTokens {
-    fn bearer(&self, _: u32, _: CredentialKind, _: &str) -> Option<String> {
+    fn bearer(
+        &self,
+        _: u32,
+        _: &svc_control::policy::credentials::Placeholder,
+        _: CredentialKind,
+        _: &str,
+    ) -> Option<svc_control::creds::Bearer> {
         None
     }
 }
