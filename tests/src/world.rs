@@ -42,6 +42,8 @@ struct Options<'a> {
     microvm: &'a str,
     git_ssh: bool,
     upstream_proxy: bool,
+    /// No `credentials.code_host_token_file`: `--repo` must find its token elsewhere.
+    no_code_token: bool,
 }
 
 /// Start tinyproxy in the outside world and fence the host's own traffic to it; svcd.toml's
@@ -266,6 +268,15 @@ impl World {
     /// file), svcd's `[upstream]` pointing at it with `no_proxy = ["api.agent.test"]`, and the
     /// host's own connections to the outside world refused except to the DNS server, the proxy
     /// and api.agent.test (an nftables table `inet svctest` whose rule counts what it refused).
+    /// [`World::start`] without the host's code-host token file, and with svcd's code-host CLI
+    /// login (`gh`) kept in `DIR/gh` (`GH_CONFIG_DIR`; empty: not logged in).
+    pub fn start_without_code_token() -> Self {
+        Self::start_full(&Options {
+            no_code_token: true,
+            ..Options::default()
+        })
+    }
+
     pub fn start_with_upstream_proxy() -> Self {
         Self::start_full(&Options {
             upstream_proxy: true,
@@ -280,6 +291,7 @@ impl World {
             microvm,
             git_ssh,
             upstream_proxy,
+            no_code_token,
         } = *o;
         let host = NetNs::new();
         let outside = NetNs::new();
@@ -414,7 +426,7 @@ upstreams = ["{DNS}"]
 [proxy]
 extra_roots = ["{ca}"]
 [credentials]
-code_host_token_file = "{token}"
+{token_line}
 key_file = "{key}"
 {credentials}
 [microvm]
@@ -444,7 +456,14 @@ listen = "127.0.0.1:{METRICS_PORT}"
                 pins = pins.path.display(),
                 audit = dir.join("audit").display(),
                 ca = out_dir.join("ca.pem").display(),
-                token = dir.join("code-host-token").display(),
+                token_line = if no_code_token {
+                    String::new()
+                } else {
+                    format!(
+                        "code_host_token_file = \"{}\"",
+                        dir.join("code-host-token").display()
+                    )
+                },
                 key = dir.join("secrets.key").display(),
             ),
         )
@@ -492,6 +511,9 @@ listen = "127.0.0.1:{METRICS_PORT}"
                 std::env::var("SVC_TEST_SVCD_LOG").unwrap_or_else(|_| "info".into()),
             )
             .env("NO_COLOR", "1")
+            // The code-host CLI's login svcd may fall back to: this world's own (empty unless
+            // a test logs in), never the machine's.
+            .env("GH_CONFIG_DIR", self.dir.join("gh"))
             .envs(microvm_env())
             .stdout(Stdio::null())
             .stderr(log);

@@ -340,10 +340,16 @@ fn debian_packages() -> anyhow::Result<()> {
 }
 
 /// Debian packages only the tests use.
-const TEST_PACKAGES: &[(&str, &str)] = &[(
-    "tinyproxy",
-    "the operator's forward proxy of the upstream-proxy tests (started by the tests)",
-)];
+const TEST_PACKAGES: &[(&str, &str)] = &[
+    (
+        "tinyproxy",
+        "the operator's forward proxy of the upstream-proxy tests (started by the tests)",
+    ),
+    (
+        "gh",
+        "the code-host CLI whose login --repo falls back to (the tests log it in locally)",
+    ),
+];
 
 fn test_packages() -> anyhow::Result<()> {
     let names: Vec<&str> = TEST_PACKAGES.iter().map(|(p, _)| *p).collect();

@@ -158,6 +158,8 @@ pub struct CredentialsFile {
     /// The host key stored secrets and sandboxes' values are sealed with (32 bytes, root's
     /// alone; made on first start).
     pub key_file: Option<PathBuf>,
+    /// The code-host CLI whose login `--repo` falls back to (`gh`; `""` turns it off).
+    pub code_host_cli: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -230,6 +232,7 @@ pub mod defaults {
     pub const PIDS_MAX: u64 = 4096;
     pub const CPUS: f64 = 2.0;
     pub const KEY_FILE: &str = "/etc/svc/secrets.key";
+    pub const CODE_HOST_CLI: &str = "gh";
     pub const GIT_SSH: &str = "/usr/bin/ssh";
     pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
     pub const GIT_SSH_MAX_SESSIONS: u32 = 8;
@@ -311,6 +314,8 @@ pub struct HostConfig {
     pub agent_home: Option<(PathBuf, PathBuf)>,
     /// The host key (`credentials.key_file`).
     pub key_file: PathBuf,
+    /// The code-host CLI (`gh`), if any (`credentials.code_host_cli`).
+    pub code_host_cli: Option<PathBuf>,
     pub container: ContainerConfig,
     pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
@@ -612,6 +617,11 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             Some((host, guest))
         }
     };
+    let code_host_cli = match f.credentials.code_host_cli {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p),
+        None => Some(PathBuf::from(defaults::CODE_HOST_CLI)),
+    };
     let proxy_extra_roots = f.proxy.extra_roots.unwrap_or_default();
     for (i, r) in proxy_extra_roots.iter().enumerate() {
         if !r.is_absolute() {
@@ -691,6 +701,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             code_host_token_file,
             agent_home,
             key_file,
+            code_host_cli,
             container,
             microvm,
             metrics_listen,

@@ -244,26 +244,60 @@ impl Supervisor {
 
     /// `--repo` brokers the host's code-host token (`credentials.code_host_token_file`) as
     /// CODE_HOST_TOKEN when `policy::creation` says so.
+    ///
+    /// Where CODE_HOST_TOKEN comes from, first found wins: the request's own
+    /// `--secret CODE_HOST_TOKEN@store:|env:|file:…`; `credentials.code_host_token_file`; the
+    /// host's code-host CLI login (`gh auth token --hostname <code_host>`, `credentials.
+    /// code_host_cli`). None of them: refused now, naming each — not a 401 later.
     fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
-        let Some(path) = &self.config.host.code_host_token_file else {
-            return Ok(());
-        };
         let secrets = creation_secrets(&req.secrets);
         if !creation::brokers_host_code_token(&creation_request(req, &secrets)) {
             return Ok(());
         }
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Failure::internal(format!(
-                "reading the host's code-host token {} (credentials.code_host_token_file): {e}",
-                path.display()
-            ))
-        })?;
+        let (source, value) = if let Some(path) = &self.config.host.code_host_token_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::internal(format!(
+                    "reading the host's code-host token {} (credentials.code_host_token_file): {e}",
+                    path.display()
+                ))
+            })?;
+            (
+                format!("host:{}", path.display()),
+                text.trim_end_matches(['\r', '\n']).to_owned(),
+            )
+        } else if let Some(token) = self.code_host_cli_token() {
+            token
+        } else {
+            let host = self.config.host.code.code_host.to_string();
+            return Err(Failure::bad(format!(
+                "--repo {} needs the code host's token (CODE_HOST_TOKEN) and none was found: give \
+                 --secret CODE_HOST_TOKEN@store:NAME (svc secret set NAME), @env:VAR or @file:PATH; \
+                 or set credentials.code_host_token_file in svcd.toml; or log in the host's code-host \
+                 CLI for root (gh auth login --hostname {host})",
+                req.repo.as_deref().unwrap_or("")
+            )));
+        };
         req.secrets.push(SecretValue {
             name: creation::CODE_HOST_TOKEN.into(),
-            source: format!("host:{}", path.display()),
-            value: text.trim_end_matches(['\r', '\n']).to_owned(),
+            source,
+            value,
         });
         Ok(())
+    }
+
+    /// The host's code-host CLI login: `<code_host_cli> auth token --hostname <code_host>`
+    /// (GitHub's `gh`), if the CLI is there and logged in. (source, token).
+    fn code_host_cli_token(&self) -> Option<(String, String)> {
+        let cli = self.config.host.code_host_cli.as_ref()?;
+        let host = self.config.host.code.code_host.to_string();
+        let out = std::process::Command::new(cli)
+            .args(["auth", "token", "--hostname", &host])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let token = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (out.status.success() && !token.is_empty() && !token.contains(char::is_whitespace))
+            .then(|| (format!("host:{} auth token", cli.display()), token))
     }
 
     /// The request checked by `policy::creation`, and the envelope it makes.
