@@ -23,10 +23,31 @@ use svc_control::{
     },
 };
 
-struct One(Arc<ProxySandbox>);
+/// The one sandbox (loopback is its address); a test may change its policy live.
+struct One {
+    current: std::sync::RwLock<Arc<ProxySandbox>>,
+    revocations: tokio::sync::broadcast::Sender<svc_control::proxy::Revocation>,
+}
+impl One {
+    fn new(s: Arc<ProxySandbox>) -> Self {
+        Self {
+            current: std::sync::RwLock::new(s),
+            revocations: tokio::sync::broadcast::channel(8).0,
+        }
+    }
+    fn get(&self) -> Arc<ProxySandbox> {
+        self.current.read().unwrap().clone()
+    }
+}
 impl Sandboxes for One {
     fn sandbox_for(&self, s: IpAddr) -> Option<Arc<ProxySandbox>> {
-        s.is_loopback().then(|| self.0.clone())
+        s.is_loopback().then(|| self.get())
+    }
+    fn revocations(&self) -> tokio::sync::broadcast::Receiver<svc_control::proxy::Revocation> {
+        self.revocations.subscribe()
+    }
+    fn policy_of(&self, id: u32) -> Option<Arc<ProxySandbox>> {
+        Some(self.get()).filter(|s| s.id == id)
     }
 }
 
@@ -249,6 +270,7 @@ struct World {
     placeholder: String,
     seen: Arc<Mutex<Vec<String>>>,
     audit: Arc<Audit>,
+    sandboxes: Arc<One>,
     _rt: tokio::runtime::Runtime,
     dir: std::path::PathBuf,
 }
@@ -296,9 +318,10 @@ fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
     let audit = Arc::new(Audit::default());
     let mut config = ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap();
     tune(&mut config);
+    let sandboxes = Arc::new(One::new(sandbox));
     let proxy = Arc::new(Proxy::new(
         config,
-        Arc::new(One(sandbox)),
+        sandboxes.clone(),
         Arc::new(RealTokens),
         Arc::new(Loopback),
         audit.clone(),
@@ -316,6 +339,7 @@ fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
         placeholder,
         seen,
         audit,
+        sandboxes,
         _rt: rt,
         dir,
     }
@@ -1196,4 +1220,76 @@ fn websockets_are_relayed_after_the_same_checks_and_other_upgrades_refused() {
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("upgrade-refused"), "{body}");
     assert!(!w.seen.lock().unwrap().iter().any(|l| l.contains("/h2c")));
+}
+
+#[test]
+fn a_websocket_is_cut_when_a_live_change_removes_its_host() {
+    use futures::{SinkExt as _, StreamExt as _};
+    let w = world();
+    let ca = std::fs::read(&w.ca_pem).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let tls = tls_to_proxy(&ca, w.proxy_port)
+            .await
+            .expect("TLS to the proxy");
+        let request = hyper::Request::builder()
+            .uri(format!("wss://api.example.test:{}/ws", w.port))
+            .header("host", format!("api.example.test:{}", w.port))
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header(
+                "sec-websocket-key",
+                tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+            )
+            .body(())
+            .unwrap();
+        let (mut ws, resp) = tokio_tungstenite::client_async(request, tls)
+            .await
+            .expect("the handshake through the proxy");
+        assert_eq!(resp.status(), 101);
+        ws.send(tokio_tungstenite::tungstenite::Message::text("one"))
+            .await
+            .unwrap();
+        let got = ws.next().await.expect("an answer").unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), "echo:one");
+
+        // The allowlist changes: api.example.test leaves, other.example.test stays.
+        let old = w.sandboxes.get();
+        let keep = [HostPattern::parse(&format!("other.example.test:{}", w.port)).unwrap()];
+        let policy = SandboxPolicy::for_sandbox(
+            &HostConfig::default(),
+            &keep,
+            None,
+            egress::EgressConfig::default(),
+        )
+        .unwrap();
+        *w.sandboxes.current.write().unwrap() = Arc::new(ProxySandbox {
+            id: old.id,
+            policy,
+            ca: old.ca.clone(),
+        });
+        w.sandboxes
+            .revocations
+            .send(svc_control::proxy::Revocation {
+                sandbox: old.id,
+                addrs: Arc::new(Vec::new()),
+            })
+            .unwrap();
+        // The relay ends: the next read sees the connection go, not an echo.
+        let _ = ws
+            .send(tokio_tungstenite::tungstenite::Message::text("two"))
+            .await;
+        let next = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next())
+            .await
+            .expect("the connection ended in time");
+        assert!(
+            !matches!(&next, Some(Ok(m)) if m.to_text().unwrap_or("") == "echo:two"),
+            "a message reached the removed host: {next:?}"
+        );
+    });
+    let records = w
+        .audit
+        .http_until(|r| r.iter().any(|e| e.upgrade == Some("websocket-cut")));
+    assert!(records.iter().any(|e| e.upgrade == Some("websocket-cut")));
 }

@@ -117,7 +117,8 @@ pub struct HttpEvent {
     /// From the request head to the end of the response body (or the guest hanging up).
     pub duration_ms: u64,
     /// A protocol upgrade: `websocket` for the handshake, `websocket-closed` for the record
-    /// written when the relayed connection ends (its bytes each way and its whole duration).
+    /// written when the relayed connection ends (its bytes each way and its whole duration),
+    /// `websocket-cut` when a live allowlist change removed its host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<&'static str>,
 }

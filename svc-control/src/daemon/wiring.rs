@@ -242,6 +242,10 @@ impl Sandboxes for Registry {
         self.revocations.0.subscribe()
     }
 
+    fn policy_of(&self, id: u32) -> Option<Arc<ProxySandbox>> {
+        self.by_id(id)?.proxy.clone()
+    }
+
     fn dialled_matches(&self, sandbox: u32, dialled: IpAddr, name: &str) -> bool {
         self.bindings.lock().is_ok_and(|b| {
             dns_policy::dialled_matches(

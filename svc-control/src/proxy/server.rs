@@ -77,6 +77,37 @@ pub trait Sandboxes: Send + Sync {
     fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
         tokio::sync::broadcast::channel(1).1
     }
+
+    /// Sandbox `id`'s policy as it is now (after live changes), if it still has one.
+    fn policy_of(&self, _id: u32) -> Option<Arc<ProxySandbox>> {
+        None
+    }
+}
+
+/// Until sandbox `id`'s allowlist no longer allows `host` (checked at each change of it).
+async fn host_revoked(
+    mut rx: tokio::sync::broadcast::Receiver<Revocation>,
+    sandboxes: Arc<dyn Sandboxes>,
+    id: u32,
+    host: String,
+) {
+    let kind = crate::policy::host::HostKind::Exact(host);
+    loop {
+        match rx.recv().await {
+            Ok(r) if r.sandbox == id => {
+                let allowed = sandboxes
+                    .policy_of(id)
+                    .is_some_and(|p| p.policy.allowed.find_name(&kind).is_some());
+                if !allowed {
+                    return;
+                }
+            }
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                return std::future::pending().await;
+            }
+        }
+    }
 }
 
 /// A sandbox's addresses that left its allowlist.
@@ -939,12 +970,25 @@ impl Proxy {
             opened.duration_ms = ms(started);
             self.audit_request(sandbox.id, opened);
             let (audit, id) = (self.audit.clone(), sandbox.id);
+            // A live change that removes the host ends the relayed connection too.
+            let revoked = host_revoked(
+                self.sandboxes.revocations(),
+                self.sandboxes.clone(),
+                id,
+                record.host.clone().unwrap_or_default(),
+            );
             tokio::spawn(async move {
                 let mut closed = record;
                 closed.upgrade = Some("websocket-closed");
                 if let (Ok(g), Ok(u)) = tokio::join!(guest, upstream) {
-                    (closed.bytes_up, closed.bytes_down) =
-                        relay(TokioIo::new(g), TokioIo::new(u)).await;
+                    tokio::select! {
+                        counted = relay(TokioIo::new(g), TokioIo::new(u)) => {
+                            (closed.bytes_up, closed.bytes_down) = counted;
+                        }
+                        () = revoked => {
+                            closed.upgrade = Some("websocket-cut");
+                        }
+                    }
                 }
                 closed.duration_ms = ms(started);
                 let _ = audit.record(&AuditRecord {
