@@ -208,6 +208,7 @@ pub fn bare_repo(root: &Path, owner: &str, repo: &str) {
     std::fs::create_dir_all(&bare).expect("repo dir");
     git(&bare, &["init", "--bare", "-q", "-b", "main"]);
     git(&bare, &["config", "http.receivepack", "true"]);
+    git(&bare, &["config", "receive.advertisePushOptions", "true"]);
     let work = root.join(format!(".work-{owner}-{repo}"));
     std::fs::create_dir_all(&work).expect("work dir");
     git(&work, &["init", "-q", "-b", "main"]);

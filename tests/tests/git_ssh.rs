@@ -107,6 +107,53 @@ fn clone_push_and_refusals(w: &World, name: &str) {
         "a refused push stored objects"
     );
 
+    // Every other refusal class from inside the sandbox: one allowed and one refused ref
+    // together, a tag, deleting main, refs/heads/svc itself — each refused with its exact
+    // line, the server's refs and objects unchanged.
+    for (what, push, refname) in [
+        (
+            "one allowed, one not",
+            format!("HEAD:refs/heads/svc/{name}-ok HEAD:refs/heads/release"),
+            "refs/heads/release",
+        ),
+        ("a tag", "HEAD:refs/tags/v9".to_owned(), "refs/tags/v9"),
+        (
+            "deleting main",
+            ":refs/heads/main".to_owned(),
+            "refs/heads/main",
+        ),
+        (
+            "svc itself",
+            "HEAD:refs/heads/svc".to_owned(),
+            "refs/heads/svc",
+        ),
+    ] {
+        let (code, _, err) = w.sh(name, &format!("cd /tmp/widget && {GIT} push origin {push}"));
+        assert_ne!(code, 0, "{what}: pushed");
+        assert!(
+            err.contains(&format!(
+                "svc: refused: ref {refname} not in allowed branches"
+            )),
+            "{what}: {err}"
+        );
+        assert_eq!(ssh.refs("acme/widget"), refs, "{what}: a ref moved");
+        assert_eq!(
+            ssh.objects("acme/widget"),
+            objects,
+            "{what}: objects stored"
+        );
+    }
+    // Push options pass to an allowed ref; deleting an allowed branch is an allowed update.
+    let (code, out, err) = w.sh(
+        name,
+        &format!("cd /tmp/widget && {GIT} push -q -o ci.skip origin HEAD:refs/heads/svc/{name}-opts && {GIT} push -q origin :refs/heads/svc/{name}-opts"),
+    );
+    assert_eq!(code, 0, "push options, delete: {out}{err}");
+    assert!(
+        !ssh.refs("acme/widget")
+            .contains(&format!("svc/{name}-opts"))
+    );
+
     // A repository outside the policy: refused at once.
     let (code, _, err) = w.sh(
         name,
