@@ -33,6 +33,30 @@ pub fn unique(prefix: &str) -> String {
     name
 }
 
+/// Wait until something accepts TCP connections on `addr:port` as seen from network namespace
+/// `netns` (the test's own when `None`), for up to ten seconds; panics naming `what`.
+pub fn wait_tcp(netns: Option<&str>, addr: &str, port: u16, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let up = match netns {
+            Some(ns) => Command::new("ip")
+                .args(["netns", "exec", ns, "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{addr}/{port}"))
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            None => std::net::TcpStream::connect((addr, port)).is_ok(),
+        };
+        if up {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not listen on {addr}:{port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Run a command, panicking with its output when it fails.
 pub fn run(program: &str, args: &[&str]) -> Output {
     let out = Command::new(program)

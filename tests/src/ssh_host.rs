@@ -157,31 +157,8 @@ impl SshHost {
             sshd,
             agent,
         };
-        host.wait_listening(netns);
+        crate::wait_tcp(netns, addr, port, "sshd");
         host
-    }
-
-    /// sshd is up when it accepts.
-    fn wait_listening(&self, netns: Option<&str>) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let probe = match netns {
-                Some(ns) => Command::new("ip")
-                    .args(["netns", "exec", ns, "bash", "-c"])
-                    .arg(format!(
-                        "exec 3<>/dev/tcp/{}/{} && head -c 4 <&3",
-                        self.addr, self.port
-                    ))
-                    .output()
-                    .is_ok_and(|o| o.stdout.starts_with(b"SSH-")),
-                None => std::net::TcpStream::connect((self.addr.as_str(), self.port)).is_ok(),
-            };
-            if probe {
-                return;
-            }
-            assert!(Instant::now() < deadline, "sshd did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     /// `ssh://root@addr:port/<repo>.git` (the test code host's account is root; its

@@ -75,21 +75,7 @@ fn start_forward_proxy(dir: &Path, outside: &NetNs, host: &NetNs) -> (String, Ch
         .stderr(Stdio::null())
         .spawn()
         .expect("tinyproxy (cargo xtask setup --tests installs it)");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !host
-        .exec(
-            "bash",
-            &["-c", &format!("exec 3<>/dev/tcp/{FORWARD_PROXY}/3128")],
-        )
-        .status
-        .success()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "tinyproxy did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::wait_tcp(Some(&host.name), FORWARD_PROXY, 3128, "tinyproxy");
     // The host reaches the outside world only through the proxy (and its DNS server, and the
     // one no_proxy host); the rule counts anything else it tried.
     let rules = format!(

@@ -207,7 +207,7 @@ impl Supervisor {
         restore: Option<(crate::runtime::Snapshot, Vec<SharedDir>)>,
     ) -> Result<SandboxView, Failure> {
         self.resolve_store_secrets(&mut req)?;
-        self.host_code_token(&mut req)?;
+        self.host_code_token(&mut req).await?;
         let mut plan = self.plan(&req)?;
         if let Some((_, mounts)) = &restore {
             // A clone has its source's devices, whatever the configuration says now.
@@ -249,7 +249,7 @@ impl Supervisor {
     /// `--secret CODE_HOST_TOKEN@store:|env:|file:…`; `credentials.code_host_token_file`; the
     /// host's code-host CLI login (`gh auth token --hostname <code_host>`, `credentials.
     /// code_host_cli`). None of them: refused now, naming each — not a 401 later.
-    fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
+    async fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
         let secrets = creation_secrets(&req.secrets);
         if !creation::brokers_host_code_token(&creation_request(req, &secrets)) {
             return Ok(());
@@ -265,7 +265,7 @@ impl Supervisor {
                 format!("host:{}", path.display()),
                 text.trim_end_matches(['\r', '\n']).to_owned(),
             )
-        } else if let Some(token) = self.code_host_cli_token() {
+        } else if let Some(token) = self.code_host_cli_token().await {
             token
         } else {
             let host = self.config.host.code.code_host.to_string();
@@ -287,14 +287,21 @@ impl Supervisor {
 
     /// The host's code-host CLI login: `<code_host_cli> auth token --hostname <code_host>`
     /// (GitHub's `gh`), if the CLI is there and logged in. (source, token).
-    fn code_host_cli_token(&self) -> Option<(String, String)> {
+    async fn code_host_cli_token(&self) -> Option<(String, String)> {
         let cli = self.config.host.code_host_cli.as_ref()?;
         let host = self.config.host.code.code_host.to_string();
-        let out = std::process::Command::new(cli)
-            .args(["auth", "token", "--hostname", &host])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
+        // A local read of the CLI's own login; bounded all the same.
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tokio::process::Command::new(cli)
+                .args(["auth", "token", "--hostname", &host])
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .ok()?
+        .ok()?;
         let token = String::from_utf8(out.stdout).ok()?.trim().to_owned();
         (out.status.success() && !token.is_empty() && !token.contains(char::is_whitespace))
             .then(|| (format!("host:{} auth token", cli.display()), token))
