@@ -511,6 +511,9 @@ pub fn upgrade(socket: &SocketArg, force: bool) -> anyhow::Result<ExitCode> {
                 Some(&api::Upgrade { force }),
             )
             .await?;
+        for note in &before.notes {
+            eprintln!("note: {note}");
+        }
         eprintln!("svcd (pid {}) is re-executing…", before.pid);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {

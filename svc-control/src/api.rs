@@ -359,6 +359,10 @@ pub struct Health {
     pub pid: u32,
     pub started_at: String,
     pub sandboxes: usize,
+    /// What the caller should know (`supervisor-upgrade --force`: the running sandboxes it
+    /// cannot give the coding agent's live mount).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// `POST /v1/supervisor/upgrade`.

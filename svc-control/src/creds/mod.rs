@@ -4,6 +4,8 @@
 //! the rules for a stored secret's name and value.
 
 pub mod broker;
+pub mod guardian;
+pub mod oauth;
 pub mod seal;
 
 pub use broker::{Bearer, Broker};

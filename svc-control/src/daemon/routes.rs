@@ -63,6 +63,7 @@ pub(super) fn health(ctx: &Ctx) -> Health {
         pid: std::process::id(),
         started_at: rfc3339(ctx.sup.started()),
         sandboxes: ctx.sup.count(),
+        notes: Vec::new(),
     }
 }
 
@@ -174,7 +175,20 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
         (&Method::GET, ["audit"]) => audit_stream(&ctx, &query),
         (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
             Ok(u) if u.force => {
-                let h = health(&ctx);
+                let mut h = health(&ctx);
+                if ctx.sup.agent_home().is_some() {
+                    // R-7: mounts are fixed at creation; a re-exec adds none.
+                    for v in ctx.sup.list().unwrap_or_default() {
+                        if v.live_mounts.is_empty() {
+                            h.notes.push(format!(
+                                "sandbox {} was created without the coding agent's live mount; \
+                                 supervisor-upgrade cannot add it to a running sandbox (SPEC \
+                                 5.2.6, R-7): recreate it to get the mount",
+                                v.name
+                            ));
+                        }
+                    }
+                }
                 info!(exe = %ctx.exe.display(), "supervisor-upgrade: re-executing");
                 let up = ctx.upgrade.clone();
                 tokio::spawn(async move {

@@ -152,6 +152,11 @@ impl Supervisor {
         self.live().len()
     }
 
+    /// The coding agent's home, (host directory, guest path), if svcd.toml sets one.
+    pub fn agent_home(&self) -> Option<&(PathBuf, PathBuf)> {
+        self.config.host.agent_home.as_ref()
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
     }
@@ -369,18 +374,18 @@ impl Supervisor {
             envelope: Envelope {
                 backend: backend.name().to_owned(),
                 backend_reason,
-                // The coding agent's live mount (SPEC 5.2), fixed now: the microvm backend
-                // shares it over virtio-fs (the container backend's bind mount comes with the
-                // credentials work).
-                live_mounts: match (&self.config.host.agent_home, backend.canonical()) {
-                    (Some((host, guest)), crate::config::workspace::Backend::Microvm) => {
-                        vec![SharedDir {
-                            host: host.clone(),
-                            guest: guest.clone(),
-                        }]
-                    }
-                    _ => Vec::new(),
-                },
+                // The coding agent's live mount (SPEC 5.2), fixed now: the microvm
+                // backend shares it over virtio-fs, the container backend as an idmapped bind.
+                live_mounts: self
+                    .config
+                    .host
+                    .agent_home
+                    .iter()
+                    .map(|(host, guest)| SharedDir {
+                        host: host.clone(),
+                        guest: guest.clone(),
+                    })
+                    .collect(),
                 extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),
                 egress: match plan.egress {

@@ -5,6 +5,7 @@
 mod bpffs;
 pub mod clock;
 mod fence;
+pub mod idmap;
 mod link;
 mod nft;
 mod sandbox;

@@ -253,6 +253,24 @@ impl ProxyConfig {
     }
 }
 
+/// svcd's own HTTPS requests (token endpoints): the proxy's upstream roots, resolver and
+/// forward proxy, HTTPS only.
+pub type HostClient = Client<hyper_rustls::HttpsConnector<Upstream>, Full<Bytes>>;
+
+/// A [`HostClient`] over `config`'s upstream TLS and forward proxy.
+pub fn host_client(config: &ProxyConfig, resolver: Arc<dyn Resolve>) -> HostClient {
+    let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.upstream_tls.clone())
+        .https_only()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(Upstream::new(http, config.forward_proxy.clone()));
+    Client::builder(TokioExecutor::new()).build(https)
+}
+
 /// The proxy. Share it with `Arc`.
 pub struct Proxy {
     config: ProxyConfig,
@@ -1328,10 +1346,10 @@ impl AsyncWrite for Rewind {
 
 /// hyper-util's resolver interface over [`Resolve`].
 #[derive(Clone)]
-struct DnsService(Arc<dyn Resolve>);
+pub struct DnsService(Arc<dyn Resolve>);
 
 /// The proxy's upstream connector: direct, or through the operator's forward proxy.
-type Upstream = super::upstream::UpstreamConnector<DnsService>;
+pub type Upstream = super::upstream::UpstreamConnector<DnsService>;
 
 impl tower_service::Service<Name> for DnsService {
     type Response = std::vec::IntoIter<SocketAddr>;

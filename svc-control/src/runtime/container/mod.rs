@@ -5,7 +5,8 @@
 //! - **files**: its own root file system, an overlay of the shared base image (shifted into
 //!   that id range once) and a writable layer of its own; no host path but the read-only files
 //!   svcd declares (resolv.conf, the CA bundle) and, read-only at `/run/svc`, the directory of
-//!   its git SSH relay socket; private /tmp, /dev, /dev/shm; an empty
+//!   its git SSH relay socket, and read-write the coding agent's home when svcd.toml sets one
+//!   (an idmapped bind: its owner's files appear as the guest root's); private /tmp, /dev, /dev/shm; an empty
 //!   read-only /sys; /proc with the runtimes' usual masked and read-only paths.
 //! - **privileges**: `no_new_privs`, the short capability list of [`oci::CAPABILITIES`], the
 //!   seccomp filter of [`seccomp`].
@@ -171,6 +172,7 @@ impl Container {
         ));
         let layers = rootfs::Layers::under(&spec.dir);
         layers.mount(&self.lower, self.ids)?;
+        let shared = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
             container_id: 0,
@@ -185,6 +187,7 @@ impl Container {
                 ..uid_map
             },
             files: &files,
+            shared: &shared,
             init: INIT.iter().map(|s| (*s).to_owned()).collect(),
             cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
             limits: self.limits,
@@ -209,8 +212,11 @@ impl Container {
             // of svcd's (a pipe would stay open as long as the guest runs).
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
-        let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status())
-            .await
+        let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status()).await;
+        // The container's mount namespace holds its own bind of each shared directory now:
+        // the host-side attachment goes (a runc that failed needs it no more either).
+        detach_shared(&spec.dir);
+        let status = status
             .map_err(|_| "runc create timed out".to_owned())?
             .map_err(|e| format!("running {}: {e}", self.runtime.display()))?;
         if !status.success() {
@@ -230,6 +236,59 @@ impl Container {
             pid,
             start,
         })
+    }
+}
+
+impl Container {
+    /// Attach each directory the guest shares with the host (the coding agent's home, SPEC
+    /// 5.2) as an idmapped mount under the sandbox's directory, its owner shown as the guest's
+    /// root: (attachment, guest path) for the bundle. `detach_shared` takes them off again.
+    fn mount_shared(&self, spec: &GuestSpec) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+        use std::os::unix::fs::MetadataExt as _;
+        detach_shared(&spec.dir);
+        let mut out = Vec::new();
+        for (i, shared) in spec.shared.iter().enumerate() {
+            let what = |e: std::io::Error| {
+                format!(
+                    "sharing {} with the guest (credentials.agent_home): {e}",
+                    shared.host.display()
+                )
+            };
+            let meta = std::fs::symlink_metadata(&shared.host).map_err(what)?;
+            if !meta.is_dir() {
+                return Err(what(std::io::Error::other("not a directory")));
+            }
+            let target = spec.dir.join("live").join(i.to_string());
+            std::fs::create_dir_all(&target).map_err(what)?;
+            crate::dataplane::idmap::bind_idmapped(
+                &shared.host,
+                &target,
+                crate::dataplane::idmap::IdShift {
+                    owner_uid: meta.uid(),
+                    owner_gid: meta.gid(),
+                    shown_uid: self.ids.uid,
+                    shown_gid: self.ids.gid,
+                },
+            )
+            .map_err(|e| {
+                detach_shared(&spec.dir);
+                what(e)
+            })?;
+            out.push((target, shared.guest.clone()));
+        }
+        Ok(out)
+    }
+}
+
+/// Take every shared directory's host-side attachment off (see `mount_shared`).
+fn detach_shared(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir.join("live")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if let Err(err) = crate::dataplane::idmap::detach(&e.path()) {
+            tracing::warn!(path = %e.path().display(), error = %err, "detaching a shared directory");
+        }
     }
 }
 
@@ -404,6 +463,7 @@ impl Backend for Container {
                 },
                 Err(e) => return Err(err(format!("runc delete: {e}"))),
             }
+            detach_shared(dir);
             if rootfs::Layers::under(dir).unmount().map_err(err)? {
                 removed.push("root file system overlay".to_owned());
             }

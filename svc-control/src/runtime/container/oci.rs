@@ -72,6 +72,8 @@ pub struct SandboxBundle<'a> {
     pub gid_map: IdMapping,
     /// Host files the guest sees read-only: (host file, guest path).
     pub files: &'a [(PathBuf, PathBuf)],
+    /// Host directories the guest sees read-write: (attachment, guest path).
+    pub shared: &'a [(PathBuf, PathBuf)],
     /// The guest's init and its arguments.
     pub init: Vec<String>,
     pub cgroups_path: String,
@@ -133,6 +135,14 @@ pub fn sandbox(b: &SandboxBundle<'_>) -> Spec {
             options: ["rbind", "ro", "nosuid", "nodev", "noexec"]
                 .map(String::from)
                 .to_vec(),
+        });
+    }
+    for (host, guest) in b.shared {
+        mounts.push(Mount {
+            destination: guest.display().to_string(),
+            kind: "bind".into(),
+            source: host.display().to_string(),
+            options: ["rbind", "nosuid", "nodev"].map(String::from).to_vec(),
         });
     }
     let l = b.limits;
@@ -320,6 +330,7 @@ mod tests {
                 PathBuf::from("/s/resolv.conf"),
                 PathBuf::from("/etc/resolv.conf"),
             )],
+            shared: &[],
             init: vec!["/usr/bin/tini".into()],
             cgroups_path: "/svc/dev".into(),
             limits: Limits {

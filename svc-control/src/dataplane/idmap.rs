@@ -1,0 +1,183 @@
+//! Idmapped bind mounts: a host directory shown to a container's root as its own.
+//!
+//! The container backend's guest root is an unprivileged host id (`ids.uid`). The coding
+//! agent's home (SPEC 5.2) belongs to a host user (say uid 1000), so a plain bind mount would
+//! show the guest its files as `nobody` and refuse its writes. An idmapped mount
+//! (`mount_setattr(2)` with `MOUNT_ATTR_IDMAP`) translates ids at the mount instead: files owned
+//! by the directory's owner appear owned by the guest's root, and what the guest's root creates
+//! lands on disk as the owner. Every other id appears as the overflow id, and nothing on the
+//! host changes ownership. runc 1.1 has no idmapped mounts of its own, so svcd makes the mount
+//! and hands the runtime a plain bind of it (a bind of an idmapped mount keeps the mapping).
+
+use std::{
+    ffi::CString,
+    io,
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::Path,
+};
+
+/// One id mapping for the mount: files owned by `owner` (on disk) appear as `shown_as` (a host
+/// id, the guest's root) and the reverse for writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdShift {
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+    pub shown_uid: u32,
+    pub shown_gid: u32,
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))
+}
+
+/// A user namespace whose only mappings are `owner → shown` (uid and gid), held as an fd. Made
+/// by a forked child that unshares its user namespace and waits while we write its maps.
+fn user_namespace(shift: IdShift) -> io::Result<OwnedFd> {
+    let mut ready = [0i32; 2];
+    let mut release = [0i32; 2];
+    // SAFETY: `pipe2` writes two fds into each array.
+    if unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; the fds are owned (and closed) below.
+    if unsafe { libc::pipe2(release.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing fds we own.
+        unsafe {
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+        }
+        return Err(e);
+    }
+    // SAFETY: the fds were just made and are owned by nobody else.
+    let (ready_r, ready_w, release_r, release_w) = unsafe {
+        (
+            OwnedFd::from_raw_fd(ready[0]),
+            OwnedFd::from_raw_fd(ready[1]),
+            OwnedFd::from_raw_fd(release[0]),
+            OwnedFd::from_raw_fd(release[1]),
+        )
+    };
+    // SAFETY: the child calls only async-signal-safe functions (unshare, write, read, _exit)
+    // on fds it inherited, and never returns into Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above; the child ends with _exit whatever happens.
+        unsafe {
+            let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
+            libc::write(ready_w.as_raw_fd(), (&raw const ok).cast(), 1);
+            let mut b = 0u8;
+            libc::read(release_r.as_raw_fd(), (&raw mut b).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop(ready_w);
+    drop(release_r);
+    let result = (|| {
+        let mut ok = 0u8;
+        // SAFETY: reading one byte into a local.
+        let n = unsafe { libc::read(ready_r.as_raw_fd(), (&raw mut ok).cast(), 1) };
+        if n != 1 || ok != 1 {
+            return Err(io::Error::other(
+                "could not make a user namespace for the idmapped mount",
+            ));
+        }
+        let proc = format!("/proc/{pid}");
+        std::fs::write(
+            format!("{proc}/uid_map"),
+            format!("{} {} 1\n", shift.owner_uid, shift.shown_uid),
+        )?;
+        std::fs::write(format!("{proc}/setgroups"), "deny\n")?;
+        std::fs::write(
+            format!("{proc}/gid_map"),
+            format!("{} {} 1\n", shift.owner_gid, shift.shown_gid),
+        )?;
+        let ns = std::fs::File::open(format!("{proc}/ns/user"))?;
+        Ok(OwnedFd::from(ns))
+    })();
+    drop(release_w);
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &raw mut status, 0) };
+    result
+}
+
+/// Attach an idmapped, `nosuid,nodev` clone of `source` (not recursive) at `target` (an
+/// existing empty directory).
+pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result<()> {
+    let ns = user_namespace(shift)?;
+    let src = cstr(source)?;
+    // SAFETY: a valid NUL-terminated path; the returned fd is owned below.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
+    };
+    if tree < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let tree_fd = i32::try_from(tree).map_err(io::Error::other)?;
+    // SAFETY: open_tree returned a new fd that nothing else owns.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree_fd) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: u64::try_from(ns.as_raw_fd()).map_err(io::Error::other)?,
+    };
+    // SAFETY: `attr` is a valid mount_attr of the size passed; the path is the empty string
+    // with AT_EMPTY_PATH, so the fd itself is the mount changed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &raw const attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let dst = cstr(target)?;
+    // SAFETY: valid fd and NUL-terminated paths.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Detach whatever is mounted at `target` (lazily); `Ok` if nothing was.
+pub fn detach(target: &Path) -> io::Result<()> {
+    let dst = cstr(target)?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOENT) => Ok(()),
+        _ => Err(e),
+    }
+}
