@@ -250,6 +250,14 @@ impl World {
         })
     }
 
+    /// [`World::start`] with extra `[credentials]` lines in svcd.toml.
+    pub fn start_with_credentials(lines: &str) -> Self {
+        Self::start_full(&Options {
+            credentials: lines,
+            ..Options::default()
+        })
+    }
+
     /// [`World::start`] with the operator's forward proxy between svcd and the outside world:
     /// tinyproxy at [`FORWARD_PROXY`] (port 3128, Basic credentials `svc:s3cret` from a root-only
     /// file), svcd's `[upstream]` pointing at it with `no_proxy = ["api.agent.test"]`, and the

@@ -160,6 +160,28 @@ pub struct CredentialsFile {
     pub key_file: Option<PathBuf>,
     /// The code-host CLI whose login `--repo` falls back to (`gh`; `""` turns it off).
     pub code_host_cli: Option<PathBuf>,
+    /// The agent platform's OAuth token endpoint (`https://…`): with `agent_home`, it turns
+    /// the credential guardian on (SPEC 5.2.4).
+    pub agent_token_endpoint: Option<String>,
+    /// The `client_id` the guardian sends with its refresh grant, if the platform wants one.
+    pub agent_client_id: Option<String>,
+    /// The key of the OAuth object in `.credentials.json` (default `claudeAiOauth`).
+    pub agent_credentials_entry: Option<String>,
+    /// Seconds between the guardian's looks (default 60, SPEC 8).
+    pub guardian_poll_secs: Option<u64>,
+    /// Seconds before expiry the guardian refreshes (default 1800, SPEC 8).
+    pub guardian_lead_secs: Option<u64>,
+}
+
+/// The coding agent's credential guardian, validated (on when `agent_home` and
+/// `agent_token_endpoint` are set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GuardianConfig {
+    pub token_endpoint: String,
+    pub client_id: Option<String>,
+    pub entry: String,
+    pub poll: std::time::Duration,
+    pub lead: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -233,6 +255,10 @@ pub mod defaults {
     pub const CPUS: f64 = 2.0;
     pub const KEY_FILE: &str = "/etc/svc/secrets.key";
     pub const CODE_HOST_CLI: &str = "gh";
+    /// The credential guardian's poll interval (SPEC 8: once per minute).
+    pub const GUARDIAN_POLL_SECS: u64 = 60;
+    /// The credential guardian's refresh lead time (SPEC 8: 30 minutes before expiry).
+    pub const GUARDIAN_LEAD_SECS: u64 = 1800;
     pub const GIT_SSH: &str = "/usr/bin/ssh";
     pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
     pub const GIT_SSH_MAX_SESSIONS: u32 = 8;
@@ -316,6 +342,8 @@ pub struct HostConfig {
     pub key_file: PathBuf,
     /// The code-host CLI (`gh`), if any (`credentials.code_host_cli`).
     pub code_host_cli: Option<PathBuf>,
+    /// The coding agent's credential guardian, if on.
+    pub guardian: Option<GuardianConfig>,
     pub container: ContainerConfig,
     pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
@@ -584,6 +612,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             format!("the proxy and the DNS guard cannot share port {proxy_port}"),
         );
     }
+    let guardian = guardian(&f.credentials, f.credentials.agent_home.is_some(), &mut err);
     let code_host_token_file = f.credentials.code_host_token_file;
     if let Some(p) = &code_host_token_file
         && !p.is_absolute()
@@ -702,6 +731,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             agent_home,
             key_file,
             code_host_cli,
+            guardian,
             container,
             microvm,
             metrics_listen,
@@ -711,6 +741,51 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+fn guardian(
+    c: &CredentialsFile,
+    has_home: bool,
+    err: &mut impl FnMut(&str, String),
+) -> Option<GuardianConfig> {
+    let poll = c.guardian_poll_secs.unwrap_or(defaults::GUARDIAN_POLL_SECS);
+    if !(1..=3600).contains(&poll) {
+        err(
+            "credentials.guardian_poll_secs",
+            format!("expected 1 to 3600 seconds, got {poll}"),
+        );
+    }
+    let lead = c.guardian_lead_secs.unwrap_or(defaults::GUARDIAN_LEAD_SECS);
+    if !(60..=86_400).contains(&lead) {
+        err(
+            "credentials.guardian_lead_secs",
+            format!("expected 60 to 86400 seconds, got {lead}"),
+        );
+    }
+    let entry = c
+        .agent_credentials_entry
+        .clone()
+        .unwrap_or_else(|| crate::creds::guardian::DEFAULT_ENTRY.to_owned());
+    if entry.is_empty() {
+        err("credentials.agent_credentials_entry", "is empty".into());
+    }
+    let endpoint = c.agent_token_endpoint.clone()?;
+    if let Err(e) = crate::creds::oauth::parse_url(&endpoint) {
+        err("credentials.agent_token_endpoint", e);
+    }
+    if !has_home {
+        err(
+            "credentials.agent_token_endpoint",
+            "the guardian keeps credentials.agent_home's token fresh: set agent_home too".into(),
+        );
+    }
+    Some(GuardianConfig {
+        token_endpoint: endpoint,
+        client_id: c.agent_client_id.clone(),
+        entry,
+        poll: std::time::Duration::from_secs(poll),
+        lead: std::time::Duration::from_secs(lead),
+    })
 }
 
 fn container(f: ContainerFile, err: &mut impl FnMut(&str, String)) -> ContainerConfig {

@@ -215,7 +215,10 @@ fn write(dir: &impl AsFd, doc: &Value, like: &Read) -> Result<(), String> {
     let tmp = format!(
         ".credentials.json.svc-{}-{}",
         std::process::id(),
-        suffix.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        suffix
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     );
     let fd = nix::fcntl::openat(
         dir,
@@ -326,9 +329,8 @@ impl Guardian {
             ));
         };
         let new = self.refresher.refresh(&refresh_token).await?;
-        let expires_at_ms = ms(self.clock.now()).saturating_add(
-            u64::try_from(new.expires_in.as_millis()).unwrap_or(u64::MAX),
-        );
+        let expires_at_ms = ms(self.clock.now())
+            .saturating_add(u64::try_from(new.expires_in.as_millis()).unwrap_or(u64::MAX));
         let mut doc = again.doc.clone();
         if let Some(o) = doc.get_mut(&entry).and_then(Value::as_object_mut) {
             o.insert(
@@ -431,7 +433,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_far_from_expiry_is_left_alone_and_a_due_one_is_refreshed_keeping_other_fields()
-     {
+    {
         let r = Arc::new(Counting(AtomicU32::new(0)));
         let expires = T0 + 31 * 60 * 1000;
         let d = home(expires, "rt-1");
@@ -536,7 +538,11 @@ mod tests {
                 reason: format!("{LOCK} is a symbolic link: refused")
             }
         );
-        assert_eq!(r.0.load(Ordering::SeqCst), 0, "nothing hostile reached the endpoint");
+        assert_eq!(
+            r.0.load(Ordering::SeqCst),
+            0,
+            "nothing hostile reached the endpoint"
+        );
         std::fs::remove_file(d.join(FILE)).expect("rm");
         assert_eq!(guardian(&d, T0, r).check().await, Outcome::NoFile);
         let _ = std::fs::remove_dir_all(&d);

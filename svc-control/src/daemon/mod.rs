@@ -9,7 +9,7 @@ mod server;
 mod supervisor;
 mod wiring;
 
-pub use server::{Ended, RunOptions, run};
+pub use server::{Ended, RunOptions, guardian_once, run};
 pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
 pub use wiring::{
     FenceCommit, IfindexOf, NamedAudit, RecordingCommit, Registered, Registry, UpstreamResolver,

@@ -146,26 +146,14 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         audit.clone(),
         net,
     ));
-    let mut roots = Vec::new();
-    for path in &host.proxy_extra_roots {
-        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        for cert in <rustls::pki_types::CertificateDer<'static> as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem) {
-            roots.push(cert.with_context(|| format!("parsing {}", path.display()))?);
-        }
-    }
-    let mut proxy_config = ProxyConfig::with_roots(&roots).context("the proxy's upstream roots")?;
-    if let Some(up) = &host.upstream_proxy {
-        let fp = crate::proxy::upstream::ForwardProxy::from_config(up)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        info!(proxy = %up.url, credentials = fp.auth.is_some(), no_proxy = ?up.no_proxy,
-            "upstream connections go through the operator's forward proxy");
-        proxy_config.forward_proxy = Some(Arc::new(fp));
-    }
+    let proxy_config = upstream_config(&host)?;
+    let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
+    let guardian = guardian(&host, &proxy_config, resolver.clone())?;
     let proxy = Arc::new(Proxy::new(
         proxy_config,
         registry.clone(),
         registry.clone(),
-        Arc::new(UpstreamResolver(upstream)),
+        resolver,
         audit.clone(),
     ));
     let any = |port| SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
@@ -225,6 +213,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             metrics: metrics.clone(),
             audit: audit.clone(),
             key,
+            guardian,
         },
         store,
         fence,
@@ -484,4 +473,76 @@ async fn serve_metrics(
                 .await;
         });
     }
+}
+
+/// The coding agent's credential guardian, if `credentials.agent_home` and
+/// `credentials.agent_token_endpoint` turn it on: the token endpoint is asked through the same
+/// roots, resolver and forward proxy as the proxy's upstreams.
+pub fn guardian(
+    host: &HostConfig,
+    proxy: &ProxyConfig,
+    resolver: Arc<dyn crate::proxy::Resolve>,
+) -> anyhow::Result<Option<crate::creds::guardian::Guardian>> {
+    let (Some(g), Some((home, _))) = (&host.guardian, &host.agent_home) else {
+        if host.agent_home.is_some() {
+            info!(
+                "the coding agent's credential guardian is off: credentials.agent_token_endpoint is not set"
+            );
+        }
+        return Ok(None);
+    };
+    let url = crate::creds::oauth::parse_url(&g.token_endpoint).map_err(|e| anyhow::anyhow!(e))?;
+    info!(home = %home.display(), endpoint = %url, poll_s = g.poll.as_secs(), lead_s = g.lead.as_secs(),
+        "the coding agent's credential guardian is on");
+    Ok(Some(crate::creds::guardian::Guardian {
+        home: home.clone(),
+        entry: g.entry.clone(),
+        lead: g.lead,
+        refresher: Arc::new(crate::creds::oauth::TokenEndpoint {
+            url,
+            client_id: g.client_id.clone(),
+            client: crate::proxy::server::host_client(proxy, resolver),
+        }),
+        clock: Arc::new(crate::creds::guardian::SystemClock),
+    }))
+}
+
+/// The upstream side of the proxy (and of svcd's own requests): the public roots plus
+/// `proxy.extra_roots`, and the operator's forward proxy if `[upstream]` names one.
+pub fn upstream_config(host: &HostConfig) -> anyhow::Result<ProxyConfig> {
+    let mut roots = Vec::new();
+    for path in &host.proxy_extra_roots {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        for cert in <rustls::pki_types::CertificateDer<'static> as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem) {
+            roots.push(cert.with_context(|| format!("parsing {}", path.display()))?);
+        }
+    }
+    let mut proxy_config = ProxyConfig::with_roots(&roots).context("the proxy's upstream roots")?;
+    if let Some(up) = &host.upstream_proxy {
+        let fp = crate::proxy::upstream::ForwardProxy::from_config(up)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        info!(proxy = %up.url, credentials = fp.auth.is_some(), no_proxy = ?up.no_proxy,
+            "upstream connections go through the operator's forward proxy");
+        proxy_config.forward_proxy = Some(Arc::new(fp));
+    }
+    Ok(proxy_config)
+}
+
+/// `svcd guardian`: one check of the coding agent's credentials, as a running svcd's guardian
+/// does it, at `now` (the system clock when `None`).
+pub async fn guardian_once(
+    host: &HostConfig,
+    now: Option<std::time::SystemTime>,
+) -> anyhow::Result<crate::creds::guardian::Outcome> {
+    let upstream = Upstream::from_host(host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
+    let proxy = upstream_config(host)?;
+    let Some(mut g) = guardian(host, &proxy, Arc::new(UpstreamResolver(upstream)))? else {
+        anyhow::bail!(
+            "the credential guardian is off: set credentials.agent_home and credentials.agent_token_endpoint in svcd.toml"
+        );
+    };
+    if let Some(t) = now {
+        g.clock = Arc::new(crate::creds::guardian::FixedClock(t));
+    }
+    Ok(g.check().await)
 }

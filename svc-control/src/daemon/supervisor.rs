@@ -5,6 +5,7 @@
 
 mod adopt;
 mod git_ssh;
+mod guardian;
 mod live_policy;
 mod running;
 mod sandbox;
@@ -55,6 +56,9 @@ pub struct SupervisorConfig {
     pub audit: Arc<dyn crate::audit::AuditSink>,
     /// Seals stored secrets and sandboxes' values in the state.
     pub key: Arc<crate::creds::HostKey>,
+    /// The coding agent's credential guardian, one task per running sandbox that shares the
+    /// agent's home (SPEC 5.2.4); `None`: off.
+    pub guardian: Option<crate::creds::guardian::Guardian>,
 }
 
 /// The supervisor. Share it with `Arc`.
@@ -469,8 +473,10 @@ impl Supervisor {
             env: Vec::new(),
             mode,
             paused: false,
+            guardian: None,
         };
         live.env = guest_env(&live);
+        live.guardian = self.start_guardian(&live);
         self.serve_git_ssh(&live)
             .await
             .map_err(|e| Failure::internal(format!("the git SSH relay: {e}")))?;

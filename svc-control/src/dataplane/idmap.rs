@@ -71,6 +71,9 @@ fn user_namespace(shift: IdShift) -> io::Result<OwnedFd> {
     if pid == 0 {
         // SAFETY: see above; the child ends with _exit whatever happens.
         unsafe {
+            // The parent's ends: the release pipe must reach EOF when the parent closes its end.
+            libc::close(ready_r.as_raw_fd());
+            libc::close(release_w.as_raw_fd());
             let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
             libc::write(ready_w.as_raw_fd(), (&raw const ok).cast(), 1);
             let mut b = 0u8;

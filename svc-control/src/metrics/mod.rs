@@ -55,6 +55,12 @@ struct SshLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CredentialLabels {
+    credential: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -71,6 +77,7 @@ pub struct Metrics {
     http_duration: Histogram,
     ssh_sessions: Family<SshLabels, Counter>,
     audit_failures: Counter,
+    credential_refreshes: Family<CredentialLabels, Counter>,
     sandboxes: Family<StateLabels, Gauge>,
     create_seconds: Histogram,
     destroy_seconds: Histogram,
@@ -120,6 +127,7 @@ impl Metrics {
             http_duration: latency(),
             ssh_sessions: Family::default(),
             audit_failures: Counter::default(),
+            credential_refreshes: Family::default(),
             sandboxes: Family::default(),
             create_seconds: latency(),
             destroy_seconds: latency(),
@@ -171,6 +179,11 @@ impl Metrics {
             "audit_write_failures",
             "Audit records that could not be written",
             m.audit_failures.clone(),
+        );
+        registry.register(
+            "credential_refreshes",
+            "Token refreshes svcd attempted on the host, by credential and outcome",
+            m.credential_refreshes.clone(),
         );
         registry.register("sandboxes", "Sandboxes by state", m.sandboxes.clone());
         registry.register(
@@ -251,6 +264,16 @@ impl Metrics {
             .entry(sandbox)
             .or_default()
             .insert(series);
+    }
+
+    /// A refresh of `credential` ended with `outcome` (`refreshed`, `failed`, …).
+    pub fn credential_refresh(&self, credential: &str, outcome: &str) {
+        self.credential_refreshes
+            .get_or_create(&CredentialLabels {
+                credential: credential.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// An audit record could not be written.

@@ -10,6 +10,11 @@
 //!     --serve api.agent.test=192.0.2.10 --serve code.test=192.0.2.11 …
 //! ```
 //!
+//! `POST /v1/oauth/token` on any name is an OAuth token endpoint (the refresh grant): it takes
+//! only the current refresh token (`rt-0` first), answers with `access-N` and `rt-N` valid for
+//! 8 hours (N counts the refreshes it granted), and refuses a used or unknown refresh token
+//! with 400 `invalid_grant`, as a provider with rotating refresh tokens does.
+//!
 //! `DIR/ready` appears when everything listens.
 
 use std::{
@@ -35,6 +40,8 @@ struct World {
     log: Mutex<std::fs::File>,
     git_root: PathBuf,
     tokens: Vec<String>,
+    /// Refreshes the token endpoint granted.
+    refreshes: Mutex<u32>,
 }
 
 impl World {
@@ -79,6 +86,7 @@ async fn main() {
         ),
         git_root: PathBuf::from(one("--git-root")),
         tokens: arg_values(&args, "--token"),
+        refreshes: Mutex::new(0),
     });
     let ca = Arc::new(SandboxCa::generate("outside-world test").expect("CA"));
     std::fs::write(dir.join("ca.pem"), ca.ca_pem()).expect("ca.pem");
@@ -192,6 +200,15 @@ async fn handle(
     if is_git {
         return svc_tests::git::cgi(world.git_root.clone(), req).await;
     }
+    if path == "/v1/oauth/token" && req.method() == hyper::Method::POST {
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        return token_endpoint(world, &body);
+    }
     let _ = req.into_body().collect().await;
     let body = serde_json::json!({
         "served_by": name,
@@ -202,6 +219,43 @@ async fn handle(
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(format!("{body}\n"))))
         .unwrap_or_default()
+}
+
+/// The refresh grant with rotating refresh tokens (see the module's documentation).
+fn token_endpoint(world: &World, body: &[u8]) -> Response<Full<Bytes>> {
+    let form: HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
+    let answer = |status: u16, v: serde_json::Value| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(v.to_string())))
+            .unwrap_or_default()
+    };
+    let mut n = world
+        .refreshes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let current = format!("rt-{n}");
+    if form.get("grant_type").map(String::as_str) != Some("refresh_token")
+        || form.get("refresh_token") != Some(&current)
+    {
+        world.log(serde_json::json!({"kind": "token", "granted": false,
+            "refresh_token": form.get("refresh_token")}));
+        return answer(
+            400,
+            serde_json::json!({"error": "invalid_grant", "error_description": "refresh token used or unknown"}),
+        );
+    }
+    *n += 1;
+    world.log(
+        serde_json::json!({"kind": "token", "granted": true, "n": *n,
+        "client_id": form.get("client_id")}),
+    );
+    answer(
+        200,
+        serde_json::json!({"access_token": format!("access-{n}"), "refresh_token": format!("rt-{n}"),
+            "token_type": "Bearer", "expires_in": 28800}),
+    )
 }
 
 async fn serve_dns(world: Arc<World>, sock: tokio::net::UdpSocket) {

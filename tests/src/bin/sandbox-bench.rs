@@ -125,6 +125,7 @@ fn main() {
                 uid_map: map,
                 gid_map: map,
                 files: &[],
+                shared: &[],
                 init: svc_control::runtime::container::INIT
                     .iter()
                     .map(|s| (*s).to_owned())

@@ -51,6 +51,15 @@ enum Command {
     Fence(FenceCommand),
     /// Print the JSON Schema of one audit line (schema/audit.v1.json).
     AuditSchema,
+    /// Check the coding agent's credentials once, as a running svcd's guardian does, and
+    /// refresh the token if it expires within the lead time (credentials.agent_home,
+    /// credentials.agent_token_endpoint). Prints the outcome as JSON; exits 1 when the refresh
+    /// failed.
+    Guardian {
+        /// Take this instant as now (milliseconds since the Unix epoch) instead of the clock.
+        #[arg(long, value_name = "UNIX_MS")]
+        now: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -122,9 +131,33 @@ fn main() -> ExitCode {
             .map(|s| println!("{s}"))
             .map_err(anyhow::Error::from),
         Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
+        Command::Guardian { now } => return guardian(&host, now),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("svcd: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn guardian(host: &svc_control::config::host::HostConfig, now: Option<u64>) -> ExitCode {
+    let now = now.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(svc_control::daemon::guardian_once(host, now)));
+    match outcome {
+        Ok(o) => {
+            println!("{}", serde_json::to_string(&o).unwrap_or_default());
+            if matches!(o, svc_control::creds::guardian::Outcome::Failed { .. }) {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
         Err(e) => {
             eprintln!("svcd: error: {e:#}");
             ExitCode::from(1)

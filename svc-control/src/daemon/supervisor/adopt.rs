@@ -109,6 +109,7 @@ impl Supervisor {
             env: Vec::new(),
             mode: EgressMode::Curated,
             paused: false,
+            guardian: None,
         };
         live.env = guest_env(&live);
         if !alive || ifindex == 0 {
@@ -132,6 +133,7 @@ impl Supervisor {
             .collect();
         self.registry.bind_unknown(row.id, known);
         self.enforce(&mut live, to_map(&secrets))?;
+        live.guardian = self.start_guardian(&live);
         if let Err(e) = self.serve_git_ssh(&live).await {
             warn!(sandbox = %row.name, error = %e, "git over SSH will not work in this sandbox until it is recreated");
         }

@@ -76,6 +76,18 @@ pub(super) struct Live {
     pub(super) mode: EgressMode,
     /// Frozen by `svc sandbox pause`.
     pub(super) paused: bool,
+    /// Its credential guardian (stopped when the last copy of this goes).
+    pub(super) guardian: Option<Arc<TaskGuard>>,
+}
+
+/// A background task that ends when this is dropped.
+#[derive(Debug)]
+pub(super) struct TaskGuard(pub(super) tokio::task::AbortHandle);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// How long each step of a creation took, for its log line (`files=3ms guest=40ms …`).
