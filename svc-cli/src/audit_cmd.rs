@@ -31,7 +31,7 @@ pub struct AuditArgs {
     #[arg(long)]
     pub sandbox: Option<String>,
     /// Only this layer.
-    #[arg(long, value_parser = ["packet", "dns", "http", "ssh", "policy"])]
+    #[arg(long, value_parser = ["packet", "dns", "http", "ssh", "policy", "credential"])]
     pub layer: Option<String>,
     /// Only allowed or only refused.
     #[arg(long, value_parser = ["allow", "deny"])]
@@ -194,6 +194,15 @@ pub fn human(r: &Value) -> String {
                 s("by")
             )
         }
+        "credential" => format!(
+            "{} {} until {}{}",
+            s("credential"),
+            s("outcome"),
+            s("expires_at"),
+            r["reason"]
+                .as_str()
+                .map_or(String::new(), |why| format!(": {why}"))
+        ),
         other => format!("{other} {r}"),
     };
     format!(

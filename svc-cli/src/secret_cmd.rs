@@ -8,7 +8,7 @@ use std::{io::Read as _, path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use clap::Subcommand;
 use http::Method;
-use svc_control::api::{RotateSecret, SecretInfo, SetSecret};
+use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SetSecret};
 
 use crate::{client::Client, sandbox_cmd::SocketArg};
 
@@ -17,13 +17,19 @@ pub enum SecretCommand {
     /// Store a new secret. The value is read from standard input (or --from-file); one
     /// trailing newline is dropped.
     #[command(
-        after_help = "Examples:\n  gh auth token | svc secret set gh\n  svc secret set registry --from-file /root/registry-token\n  svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@store:gh dev"
+        after_help = "Examples:\n  gh auth token | svc secret set gh\n  svc secret set registry --from-file /root/registry-token\n  svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@store:gh dev\n  svc secret set mcp --oauth-token-endpoint https://id.example.com/oauth/token < refresh-token\n\nWith --oauth-token-endpoint the value is an OAuth refresh token: svcd exchanges it at once \n(a refusal stores nothing), then keeps the access token fresh on the host; sandboxes given \nthe secret swap their placeholder for whatever access token is current."
     )]
     Set {
         name: String,
         /// Read the value from this file instead of standard input.
         #[arg(long, value_name = "PATH")]
         from_file: Option<PathBuf>,
+        /// The value is a refresh token for this OAuth token endpoint (https://…).
+        #[arg(long, value_name = "URL")]
+        oauth_token_endpoint: Option<String>,
+        /// The client_id sent with the refresh grant.
+        #[arg(long, value_name = "ID", requires = "oauth_token_endpoint")]
+        oauth_client_id: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -97,14 +103,20 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
             SecretCommand::Set {
                 name,
                 from_file,
+                oauth_token_endpoint,
+                oauth_client_id,
                 json,
             } => {
                 let value = read_value(from_file.as_ref())?;
+                let oauth = oauth_token_endpoint.map(|token_endpoint| OAuthSpec {
+                    token_endpoint,
+                    client_id: oauth_client_id,
+                });
                 let s: SecretInfo = client
                     .call(
                         Method::POST,
                         "/v1/secrets",
-                        Some(&SetSecret { name, value }),
+                        Some(&SetSecret { name, value, oauth }),
                     )
                     .await?;
                 show(json, "stored", &s)?;
@@ -134,18 +146,22 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                     outln!("no secrets (store one: svc secret set NAME < value)");
                 } else {
                     outln!(
-                        "{:<32} {:>7}  {:<24}  UPDATED",
+                        "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  EXPIRES",
                         "NAME",
                         "VERSION",
-                        "CREATED"
+                        "KIND",
+                        "CREATED",
+                        "UPDATED"
                     );
                     for s in &all {
                         outln!(
-                            "{:<32} {:>7}  {:<24}  {}",
+                            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {}",
                             s.name,
                             s.version,
+                            s.kind,
                             s.created_at,
-                            s.updated_at
+                            s.updated_at,
+                            s.expires_at.as_deref().unwrap_or("-")
                         );
                     }
                 }

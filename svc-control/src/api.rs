@@ -149,6 +149,29 @@ pub struct SecretInfo {
     pub version: u32,
     pub created_at: String,
     pub updated_at: String,
+    /// `value` (a fixed value) or `oauth` (a refresh grant svcd keeps fresh).
+    #[serde(default = "fixed")]
+    pub kind: String,
+    /// An OAuth secret's token endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_endpoint: Option<String>,
+    /// When an OAuth secret's current access token expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+fn fixed() -> String {
+    "value".into()
+}
+
+/// An OAuth secret's provider: `value` is then its refresh token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSpec {
+    /// `https://…`: where svcd sends the refresh grant.
+    pub token_endpoint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
 }
 
 /// `POST /v1/secrets`.
@@ -157,12 +180,16 @@ pub struct SecretInfo {
 pub struct SetSecret {
     pub name: String,
     pub value: String,
+    /// Set: an OAuth secret whose `value` is the refresh token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthSpec>,
 }
 
 /// `POST /v1/secrets/{name}/rotate`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RotateSecret {
+    /// The new value (an OAuth secret: its new refresh token, same endpoint).
     pub value: String,
 }
 

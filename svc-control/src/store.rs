@@ -367,6 +367,25 @@ impl Store {
             .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
     }
 
+    /// Replace the sealed value of `name` at `version` in place (a refreshed OAuth grant: the
+    /// version stays); `false` if the secret is gone or at another version now.
+    pub fn secret_refresh(
+        &self,
+        name: &str,
+        version: u32,
+        sealed: &[u8],
+        now: &str,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE secret_store SET sealed = ?3, updated_at = ?4 WHERE name = ?1 AND version = ?2",
+                params![name, version, sealed, now],
+            )
+            .map_err(self.sql_err())?;
+        Ok(n == 1)
+    }
+
     /// A secret and its sealed value.
     pub fn secret_get(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
         self.secret_row(name)

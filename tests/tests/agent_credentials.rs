@@ -55,7 +55,7 @@ fn agent_home(expires_at: u64) -> (PathBuf, PathBuf) {
 
 fn lines(home: &Path, poll: u64) -> String {
     format!(
-        "agent_home = \"{}\"\nagent_token_endpoint = \"https://console.agent.test/v1/oauth/token\"\nagent_client_id = \"svc-test-client\"\nguardian_poll_secs = {poll}\n",
+        "agent_home = \"{}\"\nagent_token_endpoint = \"https://console.agent.test/v1/oauth/token\"\nagent_client_id = \"svc-test-client\"\nrefresh_poll_secs = {poll}\n",
         home.display()
     )
 }

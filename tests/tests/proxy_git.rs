@@ -27,8 +27,8 @@ impl Broker for Tokens {
         _: &svc_control::policy::credentials::Placeholder,
         _: CredentialKind,
         _: &str,
-    ) -> Option<svc_control::creds::Bearer> {
-        Some(svc_control::creds::Bearer::new("real-code-host-token"))
+    ) -> Option<Result<svc_control::creds::Bearer, String>> {
+        Some(Ok(svc_control::creds::Bearer::new("real-code-host-token")))
     }
 }
 /// Upstreams live on 127.0.0.2 (the proxy on 127.0.0.1, same port).

@@ -59,11 +59,11 @@ impl Broker for RealTokens {
         _: &svc_control::policy::credentials::Placeholder,
         kind: CredentialKind,
         host: &str,
-    ) -> Option<svc_control::creds::Bearer> {
-        Some(svc_control::creds::Bearer::new(format!(
+    ) -> Option<Result<svc_control::creds::Bearer, String>> {
+        Some(Ok(svc_control::creds::Bearer::new(format!(
             "REAL-{}-{host}",
             kind.name()
-        )))
+        ))))
     }
 }
 

@@ -46,6 +46,24 @@ pub enum AuditEvent {
     Ssh(SshEvent),
     /// A change of a running sandbox's policy.
     Policy(PolicyEvent),
+    /// A refresh of a brokered OAuth secret on the host (sandbox 0: it serves every sandbox
+    /// given it).
+    Credential(CredentialEvent),
+}
+
+/// One refresh of a brokered credential: which, how it went, until when its token is good.
+/// Never a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct CredentialEvent {
+    /// `store:NAME@vN`.
+    pub credential: String,
+    /// `refreshed` or `failed`.
+    pub outcome: &'static str,
+    /// The token endpoint's answer or the error, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the access token in hand expires (RFC 3339).
+    pub expires_at: String,
 }
 
 /// A live policy change (`svc sandbox allow`): what changed, the generation it made, who

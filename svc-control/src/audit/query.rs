@@ -25,7 +25,7 @@ pub enum Verdict {
 }
 
 /// The layers a filter may name.
-pub const LAYERS: [&str; 5] = ["packet", "dns", "http", "ssh", "policy"];
+pub const LAYERS: [&str; 6] = ["packet", "dns", "http", "ssh", "policy", "credential"];
 
 impl Filter {
     /// Build a filter from query values (`sandbox`, `layer`, `verdict`, `since` as `10m`,

@@ -167,10 +167,12 @@ pub struct CredentialsFile {
     pub agent_client_id: Option<String>,
     /// The key of the OAuth object in `.credentials.json` (default `claudeAiOauth`).
     pub agent_credentials_entry: Option<String>,
-    /// Seconds between the guardian's looks (default 60, SPEC 8).
-    pub guardian_poll_secs: Option<u64>,
-    /// Seconds before expiry the guardian refreshes (default 1800, SPEC 8).
-    pub guardian_lead_secs: Option<u64>,
+    /// Seconds between looks at tokens svcd refreshes: the guardian's and brokered OAuth
+    /// secrets' (default 60, SPEC 8).
+    pub refresh_poll_secs: Option<u64>,
+    /// Seconds before expiry a token is refreshed (default 1800, SPEC 8; a brokered OAuth
+    /// token shorter-lived than twice this is refreshed at half its life).
+    pub refresh_lead_secs: Option<u64>,
 }
 
 /// The coding agent's credential guardian, validated (on when `agent_home` and
@@ -256,9 +258,9 @@ pub mod defaults {
     pub const KEY_FILE: &str = "/etc/svc/secrets.key";
     pub const CODE_HOST_CLI: &str = "gh";
     /// The credential guardian's poll interval (SPEC 8: once per minute).
-    pub const GUARDIAN_POLL_SECS: u64 = 60;
+    pub const REFRESH_POLL_SECS: u64 = 60;
     /// The credential guardian's refresh lead time (SPEC 8: 30 minutes before expiry).
-    pub const GUARDIAN_LEAD_SECS: u64 = 1800;
+    pub const REFRESH_LEAD_SECS: u64 = 1800;
     pub const GIT_SSH: &str = "/usr/bin/ssh";
     pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
     pub const GIT_SSH_MAX_SESSIONS: u32 = 8;
@@ -344,6 +346,10 @@ pub struct HostConfig {
     pub code_host_cli: Option<PathBuf>,
     /// The coding agent's credential guardian, if on.
     pub guardian: Option<GuardianConfig>,
+    /// How often svcd looks at the tokens it refreshes, and how long before expiry it
+    /// refreshes them (`credentials.refresh_poll_secs`, `credentials.refresh_lead_secs`).
+    pub refresh_poll: std::time::Duration,
+    pub refresh_lead: std::time::Duration,
     pub container: ContainerConfig,
     pub microvm: MicrovmConfig,
     /// Where `/metrics` is served; `None`: not served.
@@ -612,7 +618,13 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             format!("the proxy and the DNS guard cannot share port {proxy_port}"),
         );
     }
-    let guardian = guardian(&f.credentials, f.credentials.agent_home.is_some(), &mut err);
+    let refresh = refresh_timing(&f.credentials, &mut err);
+    let guardian = guardian(
+        &f.credentials,
+        f.credentials.agent_home.is_some(),
+        refresh,
+        &mut err,
+    );
     let code_host_token_file = f.credentials.code_host_token_file;
     if let Some(p) = &code_host_token_file
         && !p.is_absolute()
@@ -732,6 +744,8 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             key_file,
             code_host_cli,
             guardian,
+            refresh_poll: refresh.0,
+            refresh_lead: refresh.1,
             container,
             microvm,
             metrics_listen,
@@ -743,25 +757,37 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
     }
 }
 
-fn guardian(
+/// (poll, lead) of svcd's token refreshes.
+fn refresh_timing(
     c: &CredentialsFile,
-    has_home: bool,
     err: &mut impl FnMut(&str, String),
-) -> Option<GuardianConfig> {
-    let poll = c.guardian_poll_secs.unwrap_or(defaults::GUARDIAN_POLL_SECS);
+) -> (std::time::Duration, std::time::Duration) {
+    let poll = c.refresh_poll_secs.unwrap_or(defaults::REFRESH_POLL_SECS);
     if !(1..=3600).contains(&poll) {
         err(
-            "credentials.guardian_poll_secs",
+            "credentials.refresh_poll_secs",
             format!("expected 1 to 3600 seconds, got {poll}"),
         );
     }
-    let lead = c.guardian_lead_secs.unwrap_or(defaults::GUARDIAN_LEAD_SECS);
+    let lead = c.refresh_lead_secs.unwrap_or(defaults::REFRESH_LEAD_SECS);
     if !(60..=86_400).contains(&lead) {
         err(
-            "credentials.guardian_lead_secs",
+            "credentials.refresh_lead_secs",
             format!("expected 60 to 86400 seconds, got {lead}"),
         );
     }
+    (
+        std::time::Duration::from_secs(poll),
+        std::time::Duration::from_secs(lead),
+    )
+}
+
+fn guardian(
+    c: &CredentialsFile,
+    has_home: bool,
+    (poll, lead): (std::time::Duration, std::time::Duration),
+    err: &mut impl FnMut(&str, String),
+) -> Option<GuardianConfig> {
     let entry = c
         .agent_credentials_entry
         .clone()
@@ -783,8 +809,8 @@ fn guardian(
         token_endpoint: endpoint,
         client_id: c.agent_client_id.clone(),
         entry,
-        poll: std::time::Duration::from_secs(poll),
-        lead: std::time::Duration::from_secs(lead),
+        poll,
+        lead,
     })
 }
 

@@ -4,6 +4,7 @@
 //! the rules for a stored secret's name and value.
 
 pub mod broker;
+pub mod grant;
 pub mod guardian;
 pub mod oauth;
 pub mod seal;

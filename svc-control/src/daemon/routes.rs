@@ -134,7 +134,11 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
         }
         (&Method::GET, ["secrets"]) => ctx.sup.secret_list().map(|v| json(StatusCode::OK, &v)),
         (&Method::POST, ["secrets"]) => match read_json::<api::SetSecret>(req).await {
-            Ok(s) => ctx.sup.secret_set(s).map(|v| json(StatusCode::CREATED, &v)),
+            Ok(s) => ctx
+                .sup
+                .secret_set(s)
+                .await
+                .map(|v| json(StatusCode::CREATED, &v)),
             Err(f) => Err(f),
         },
         (&Method::POST, ["secrets", name, "rotate"]) => {
@@ -143,6 +147,7 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 Ok(r) => ctx
                     .sup
                     .secret_rotate(&name, r)
+                    .await
                     .map(|v| json(StatusCode::OK, &v)),
                 Err(f) => Err(f),
             }

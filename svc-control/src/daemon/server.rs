@@ -149,6 +149,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let proxy_config = upstream_config(&host)?;
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
     let guardian = guardian(&host, &proxy_config, resolver.clone())?;
+    let host_client = crate::proxy::server::host_client(&proxy_config, resolver.clone());
     let proxy = Arc::new(Proxy::new(
         proxy_config,
         registry.clone(),
@@ -214,6 +215,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             audit: audit.clone(),
             key,
             guardian,
+            host_client: Some(host_client),
         },
         store,
         fence,
@@ -254,6 +256,22 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
                     _ = ticks.tick() => sup.tick(),
                     _ = stop.wait_for(|s| *s) => break,
                 }
+            }
+        });
+    }
+
+    // Brokered OAuth secrets: refreshed before they expire.
+    {
+        let sup = sup.clone();
+        let mut stop = stop_rx.clone();
+        let mut polls = tokio::time::interval(host.refresh_poll);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = polls.tick() => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+                sup.refresh_grants().await;
             }
         });
     }

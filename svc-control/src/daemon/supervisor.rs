@@ -5,6 +5,7 @@
 
 mod adopt;
 mod git_ssh;
+mod grants;
 mod guardian;
 mod live_policy;
 mod running;
@@ -54,6 +55,8 @@ pub struct SupervisorConfig {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where the relay's session records go (the proxy and the guard write theirs there too).
     pub audit: Arc<dyn crate::audit::AuditSink>,
+    /// svcd's own HTTPS requests (token endpoints).
+    pub host_client: Option<crate::proxy::server::HostClient>,
     /// Seals stored secrets and sandboxes' values in the state.
     pub key: Arc<crate::creds::HostKey>,
     /// The coding agent's credential guardian, one task per running sandbox that shares the
@@ -75,6 +78,8 @@ pub struct Supervisor {
     live: Mutex<BTreeMap<String, Live>>,
     /// Serialises live policy changes (`allow`).
     policy_lock: tokio::sync::Mutex<()>,
+    /// Brokered OAuth secrets by name: the current version's grant (sandboxes hold theirs).
+    grants: Mutex<HashMap<String, Arc<crate::creds::grant::Grant>>>,
     /// Sandboxes whose processes were found gone (reported once).
     dead: Mutex<std::collections::HashSet<String>>,
     events: broadcast::Sender<Event>,
@@ -124,6 +129,7 @@ impl Supervisor {
             registry,
             live: Mutex::default(),
             policy_lock: tokio::sync::Mutex::new(()),
+            grants: Mutex::default(),
             dead: Mutex::default(),
             events,
             started,
@@ -560,7 +566,11 @@ impl Supervisor {
                 })
             }),
             bearers: if mode == EgressMode::Curated {
-                crate::creds::broker::bearers_by_placeholder(&live.policy.placeholders, &secrets)
+                crate::creds::broker::bearers_by_placeholder(
+                    &live.policy.placeholders,
+                    &secrets,
+                    &|name, version| self.grant(name, version),
+                )
             } else {
                 HashMap::new()
             },

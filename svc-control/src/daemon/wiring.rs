@@ -82,7 +82,7 @@ pub struct Registered {
     /// `None` while the sandbox is in AllowAll (no proxy).
     pub proxy: Option<Arc<ProxySandbox>>,
     /// Real credentials by placeholder (`creds::broker`).
-    pub bearers: HashMap<String, crate::creds::Bearer>,
+    pub bearers: HashMap<String, crate::creds::broker::BearerSource>,
 }
 
 /// Every running sandbox, by guest address and by id, and the names the DNS guard answered
@@ -264,11 +264,9 @@ impl Broker for Registry {
         placeholder: &crate::policy::credentials::Placeholder,
         _kind: CredentialKind,
         _host: &str,
-    ) -> Option<crate::creds::Bearer> {
-        self.by_id(sandbox)?
-            .bearers
-            .get(placeholder.expose())
-            .cloned()
+    ) -> Option<Result<crate::creds::Bearer, String>> {
+        let source = self.by_id(sandbox)?.bearers.get(placeholder.expose())?.clone();
+        Some(source.current())
     }
 }
 

@@ -256,7 +256,7 @@ impl Metrics {
                 SandboxSeries::Ssh(l)
             }
             // Changes are counted by the events, not as a series.
-            AuditEvent::Policy(_) => return,
+            AuditEvent::Policy(_) | AuditEvent::Credential(_) => return,
         };
         self.by_sandbox
             .lock()

@@ -833,7 +833,19 @@ impl Proxy {
             }
             CredentialAction::Swap { kind, placeholder } => {
                 match self.broker.bearer(sandbox.id, placeholder, *kind, &host) {
-                    Some(token) => {
+                    Some(Err(why)) => {
+                        return self.refuse(
+                            sandbox,
+                            &parts.method,
+                            Some(host),
+                            decision.path,
+                            502,
+                            "credential",
+                            &why,
+                            started,
+                        );
+                    }
+                    Some(Ok(token)) => {
                         let Ok(mut v) =
                             HeaderValue::from_str(&format!("Bearer {}", token.expose()))
                         else {

@@ -46,7 +46,7 @@ impl Broker for NoTokens {
         _: &svc_control::policy::credentials::Placeholder,
         _: CredentialKind,
         _: &str,
-    ) -> Option<svc_control::creds::Bearer> {
+    ) -> Option<Result<svc_control::creds::Bearer, String>> {
         None
     }
 }

@@ -12,76 +12,122 @@ use tracing::info;
 use super::{Supervisor, now_text};
 use crate::{
     api::{self, CreateSandbox, SecretInfo, SecretValue},
-    creds::{self, SEALED},
+    creds::{self, SEALED, grant::GrantState},
     daemon::failure::Failure,
     store::SecretRow,
 };
 
-fn info_of(r: SecretRow) -> SecretInfo {
+fn info_of(r: SecretRow, grant: Option<&GrantState>) -> SecretInfo {
     SecretInfo {
         name: r.name,
         version: r.version,
         created_at: r.created_at,
         updated_at: r.updated_at,
+        kind: if grant.is_some() { "oauth" } else { "value" }.into(),
+        token_endpoint: grant.map(|g| g.token_endpoint.clone()),
+        expires_at: grant.map(|g| {
+            crate::audit::rfc3339(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(g.expires_at_ms),
+            )
+        }),
     }
 }
 
 impl Supervisor {
+    /// The plaintext to seal for a new value of `name`: the value itself, or for an OAuth
+    /// secret its grant after a first refresh (which proves the refresh token and endpoint).
+    async fn plaintext(
+        &self,
+        name: &str,
+        value: &str,
+        oauth: Option<api::OAuthSpec>,
+    ) -> Result<(zeroize::Zeroizing<Vec<u8>>, Option<GrantState>), Failure> {
+        creds::check_value(name, value).map_err(Failure::bad)?;
+        let Some(spec) = oauth else {
+            return Ok((zeroize::Zeroizing::new(value.as_bytes().to_vec()), None));
+        };
+        let state = self.first_grant(name, value, spec).await?;
+        Ok((state.to_plaintext(), Some(state)))
+    }
+
     /// `POST /v1/secrets`: a new named secret (409 if the name is taken: rotate it instead).
-    pub fn secret_set(&self, req: api::SetSecret) -> Result<SecretInfo, Failure> {
+    pub async fn secret_set(&self, req: api::SetSecret) -> Result<SecretInfo, Failure> {
         creds::check_name(&req.name).map_err(Failure::bad)?;
-        creds::check_value(&req.name, &req.value).map_err(Failure::bad)?;
+        if self.store().secret_get(&req.name)?.is_some() {
+            return Err(crate::store::StoreError::SecretExists(req.name.clone()).into());
+        }
+        let (plain, grant) = self.plaintext(&req.name, &req.value, req.oauth).await?;
         let sealed = self
             .config
             .key
-            .seal(&creds::store_aad(&req.name), req.value.as_bytes())
+            .seal(&creds::store_aad(&req.name), &plain)
             .map_err(|e| Failure::internal(e.to_string()))?;
         let row = self.store().secret_put(&req.name, &sealed, &now_text())?;
-        info!(secret = %req.name, version = row.version, "secret stored");
+        info!(secret = %req.name, version = row.version, oauth = grant.is_some(), "secret stored");
         self.event(
             "secret.created",
             None,
             serde_json::json!({"name": row.name, "version": row.version}),
         );
-        Ok(info_of(row))
+        Ok(info_of(row, grant.as_ref()))
     }
 
     /// `POST /v1/secrets/{name}/rotate`: a new value; sandboxes created from now on get it.
-    pub fn secret_rotate(&self, name: &str, req: api::RotateSecret) -> Result<SecretInfo, Failure> {
+    /// An OAuth secret takes a new refresh token for the same endpoint.
+    pub async fn secret_rotate(
+        &self,
+        name: &str,
+        req: api::RotateSecret,
+    ) -> Result<SecretInfo, Failure> {
         creds::check_name(name).map_err(Failure::bad)?;
-        creds::check_value(name, &req.value).map_err(Failure::bad)?;
+        let oauth = match self.stored_grant(name)? {
+            Some(g) => Some(api::OAuthSpec {
+                token_endpoint: g.token_endpoint.clone(),
+                client_id: g.client_id.clone(),
+            }),
+            None => None,
+        };
+        let (plain, grant) = self.plaintext(name, &req.value, oauth).await?;
         let sealed = self
             .config
             .key
-            .seal(&creds::store_aad(name), req.value.as_bytes())
+            .seal(&creds::store_aad(name), &plain)
             .map_err(|e| Failure::internal(e.to_string()))?;
         let row = self.store().secret_rotate(name, &sealed, &now_text())?;
         info!(secret = %name, version = row.version, "secret rotated");
+        self.retire_grant(
+            name,
+            &format!("secret {name} was rotated to v{}: recreate the sandbox to get it", row.version),
+        );
         self.event(
             "secret.rotated",
             None,
             serde_json::json!({"name": row.name, "version": row.version}),
         );
-        Ok(info_of(row))
+        Ok(info_of(row, grant.as_ref()))
     }
 
-    /// `GET /v1/secrets`: names and versions, never values.
+    /// `GET /v1/secrets`: names, versions and kinds, never values.
     pub fn secret_list(&self) -> Result<Vec<SecretInfo>, Failure> {
-        Ok(self
-            .store()
-            .secret_list()?
-            .into_iter()
-            .map(info_of)
-            .collect())
+        let rows = self.store().secret_list()?;
+        rows.into_iter()
+            .map(|r| {
+                let g = self.stored_grant(&r.name)?;
+                Ok(info_of(r, g.as_ref()))
+            })
+            .collect()
     }
 
-    /// `DELETE /v1/secrets/{name}`. Sandboxes issued its value keep it.
+    /// `DELETE /v1/secrets/{name}`. Sandboxes issued its value keep it (an OAuth secret's
+    /// sandboxes keep its access token until it expires; it is refreshed no more).
     pub fn secret_remove(&self, name: &str) -> Result<SecretInfo, Failure> {
         creds::check_name(name).map_err(Failure::bad)?;
+        let g = self.stored_grant(name)?;
         let row = self.store().secret_delete(name)?;
         info!(secret = %name, "secret removed");
+        self.retire_grant(name, &format!("secret {name} was removed"));
         self.event("secret.removed", None, serde_json::json!({"name": name}));
-        Ok(info_of(row))
+        Ok(info_of(row, g.as_ref()))
     }
 
     /// `--secret VAR@store:NAME`: the stored value as it is now; the source records its version
@@ -105,8 +151,13 @@ impl Supervisor {
                 .key
                 .open(&creds::store_aad(&name), &sealed)
                 .map_err(|e| Failure::internal(e.to_string()))?;
-            s.value = String::from_utf8(value.to_vec())
-                .map_err(|_| Failure::internal(format!("secret {name} is not UTF-8")))?;
+            s.value = if GrantState::from_plaintext(&value).is_some() {
+                // An OAuth secret: the sandbox holds a reference to the grant.
+                self.grant(&name, row.version).reference()
+            } else {
+                String::from_utf8(value.to_vec())
+                    .map_err(|_| Failure::internal(format!("secret {name} is not UTF-8")))?
+            };
             s.source = format!("store:{name}@v{}", row.version);
         }
         Ok(())
