@@ -177,3 +177,197 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .map(|e| e.path())
         .collect()
 }
+
+/// The token endpoint's log: (granted, refused).
+fn grants(w: &World) -> (usize, usize) {
+    let tokens: Vec<_> = w
+        .received()
+        .into_iter()
+        .filter(|r| r["kind"] == "token")
+        .collect();
+    let granted = tokens.iter().filter(|r| r["granted"] == true).count();
+    (granted, tokens.len() - granted)
+}
+
+fn wait_until(what: &str, w: &World, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen within 40 s\n{}",
+            w.svcd_log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+const ENDPOINT: &str = "https://console.agent.test/v1/oauth/token";
+
+#[test]
+fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name() {
+    require_root();
+    let w = World::start_with_credentials("refresh_poll_secs = 1");
+    // A refresh token the endpoint does not take, or an endpoint that is not HTTPS: nothing
+    // is stored.
+    let out = with_stdin(
+        &w,
+        &["secret", "set", "bad", "--oauth-token-endpoint", ENDPOINT],
+        "rt-wrong",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!(
+            "secret bad: the refresh token was not accepted: token endpoint {ENDPOINT} answered 400: invalid_grant"
+        )),
+        "{err}"
+    );
+    let out = with_stdin(
+        &w,
+        &[
+            "secret",
+            "set",
+            "bad",
+            "--oauth-token-endpoint",
+            "http://console.agent.test/t",
+        ],
+        "rt-0",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expected an https:// URL with a host"),
+        "{out:?}"
+    );
+    // Tokens of 20 seconds: refreshed after 10.
+    let out = with_stdin(
+        &w,
+        &[
+            "secret",
+            "set",
+            "mcp",
+            "--oauth-token-endpoint",
+            ENDPOINT,
+            "--oauth-client-id",
+            "short-lived",
+            "--json",
+        ],
+        "rt-0",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (&info["kind"], &info["token_endpoint"]),
+        (&"oauth".into(), &ENDPOINT.into()),
+        "{info}"
+    );
+    let list = w.svc_ok(&["secret", "list", "--json"]);
+    assert!(!list.contains("\"bad\""), "{list}");
+    assert_eq!(grants(&w), (1, 1));
+
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "o1",
+        "--allow-host",
+        "allowed.example.test",
+        "--secret",
+        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:mcp",
+    ]);
+    let (_, placeholder, _) = w.sh("o1", "printf %s \"$SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\"");
+    assert_eq!(placeholder.len(), 64, "{placeholder}");
+    request(&w, "o1", "/oauth-1");
+    assert_eq!(received_auth(&w, "/oauth-1"), "Bearer access-1");
+
+    // svcd refreshes on the host: the same placeholder now carries the new token.
+    wait_until("a refresh by svcd", &w, || grants(&w).0 >= 2);
+    request(&w, "o1", "/oauth-2");
+    assert_eq!(received_auth(&w, "/oauth-2"), "Bearer access-2");
+    let (_, again, _) = w.sh("o1", "printf %s \"$SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\"");
+    assert_eq!(
+        again, placeholder,
+        "placeholders stay stable across refreshes"
+    );
+    let refreshed = w
+        .audit()
+        .into_iter()
+        .find(|r| r["layer"] == "credential" && r["outcome"] == "refreshed")
+        .expect("the refresh is audited");
+    assert_eq!(refreshed["credential"], "store:mcp@v1");
+
+    // Someone else uses the refresh token svcd holds (rt-2): svcd's next refresh fails, is
+    // audited, and the token in hand serves until it expires.
+    let out = w.host.exec(
+        "curl",
+        &[
+            "-sS",
+            "--resolve",
+            "console.agent.test:443:192.0.2.11",
+            "--cacert",
+            w.dir.join("outside/ca.pem").to_str().expect("utf-8"),
+            "-d",
+            "grant_type=refresh_token",
+            "-d",
+            "refresh_token=rt-2",
+            ENDPOINT,
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("access-3"),
+        "{out:?}"
+    );
+    let failed = || {
+        w.audit()
+            .into_iter()
+            .find(|r| r["layer"] == "credential" && r["outcome"] == "failed")
+    };
+    wait_until("a failed refresh", &w, || failed().is_some());
+    let record = failed().expect("audited");
+    assert_eq!(
+        record["reason"],
+        format!(
+            "token endpoint {ENDPOINT} answered 400: invalid_grant (refresh token used or unknown)"
+        )
+    );
+    let expires = record["expires_at"].as_str().expect("expiry").to_owned();
+    request(&w, "o1", "/oauth-3");
+    let still = received_auth(&w, "/oauth-3");
+    // Sent before the token expired (10 s of life were left at the failure).
+    assert_eq!(
+        still, "Bearer access-2",
+        "the old token serves until {expires}"
+    );
+
+    // Past its expiry: a 502 naming the credential, and nothing sent upstream.
+    wait_until("the token's expiry", &w, || {
+        let (_, out, _) = w.sh(
+            "o1",
+            "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/oauth-wait",
+        );
+        out.contains("\"status\":502")
+    });
+    let (_, body, _) = w.sh(
+        "o1",
+        "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/oauth-4",
+    );
+    assert!(
+        body.contains(&format!(
+            "credential store:mcp@v1 expired at {expires} and could not be refreshed: token endpoint {ENDPOINT} answered 400: invalid_grant"
+        )),
+        "{body}"
+    );
+    assert!(
+        !w.received()
+            .iter()
+            .any(|r| r["kind"] == "http" && r["path"] == "/oauth-4"),
+        "an expired token is never sent on"
+    );
+    // No token in the guest, svcd's log or the audit.
+    let (_, env, _) = w.sh("o1", "env; cat /proc/1/environ | tr '\\0' '\\n'");
+    let log = w.svcd_log();
+    let audit = std::fs::read_to_string(w.audit_path()).expect("audit");
+    for token in ["access-1", "access-2", "rt-0", "rt-1", "rt-2"] {
+        assert!(!env.contains(token), "{token} in the guest");
+        assert!(!log.contains(token), "{token} in svcd's log");
+        assert!(!audit.contains(token), "{token} in the audit");
+    }
+    w.destroy_checked("o1");
+}

@@ -95,9 +95,8 @@ impl GrantState {
                 .as_ref()
                 .map_or_else(|| self.refresh_token.clone(), |r| r.as_str().to_owned()),
             issued_at_ms: now_ms,
-            expires_at_ms: now_ms.saturating_add(
-                u64::try_from(new.expires_in.as_millis()).unwrap_or(u64::MAX),
-            ),
+            expires_at_ms: now_ms
+                .saturating_add(u64::try_from(new.expires_in.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }
@@ -243,7 +242,7 @@ mod tests {
              refreshed: token endpoint https://id.example/token answered 400: invalid_grant"
         );
         assert!(!e.contains("at-1") && !e.contains("rt-1"));
-        assert_eq!(format!("{:?}", g.state().expect("state")).contains("rt-1"), false);
+        assert!(!format!("{:?}", g.state().expect("state")).contains("rt-1"));
     }
 
     #[test]
@@ -257,7 +256,9 @@ mod tests {
         assert!(super::super::check_value("x", &g.reference()).is_err());
         let plain = state(1, 2).to_plaintext();
         assert_eq!(
-            GrantState::from_plaintext(&plain).expect("a grant").expect("parses"),
+            GrantState::from_plaintext(&plain)
+                .expect("a grant")
+                .expect("parses"),
             state(1, 2)
         );
         assert!(GrantState::from_plaintext(b"plain-token").is_none());

@@ -265,7 +265,11 @@ impl Broker for Registry {
         _kind: CredentialKind,
         _host: &str,
     ) -> Option<Result<crate::creds::Bearer, String>> {
-        let source = self.by_id(sandbox)?.bearers.get(placeholder.expose())?.clone();
+        let source = self
+            .by_id(sandbox)?
+            .bearers
+            .get(placeholder.expose())?
+            .clone();
         Some(source.current())
     }
 }

@@ -12,8 +12,9 @@
 //!
 //! `POST /v1/oauth/token` on any name is an OAuth token endpoint (the refresh grant): it takes
 //! only the current refresh token (`rt-0` first), answers with `access-N` and `rt-N` valid for
-//! 8 hours (N counts the refreshes it granted), and refuses a used or unknown refresh token
-//! with 400 `invalid_grant`, as a provider with rotating refresh tokens does.
+//! 8 hours (20 seconds for `client_id=short-lived`; N counts the refreshes it granted), and
+//! refuses a used or unknown refresh token with 400 `invalid_grant`, as a provider with
+//! rotating refresh tokens does. The access tokens it issued count as real credentials.
 //!
 //! `DIR/ready` appears when everything listens.
 
@@ -45,6 +46,18 @@ struct World {
 }
 
 impl World {
+    /// Whether `bearer` is an access token the token endpoint issued.
+    fn issued(&self, bearer: &str) -> bool {
+        let n = *self
+            .refreshes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        bearer
+            .strip_prefix("access-")
+            .and_then(|k| k.parse::<u32>().ok())
+            .is_some_and(|k| (1..=n).contains(&k))
+    }
+
     fn log(&self, v: serde_json::Value) {
         if let Ok(mut f) = self.log.lock() {
             let _ = writeln!(f, "{v}");
@@ -171,7 +184,7 @@ async fn handle(
     let bearer = auth.strip_prefix("Bearer ").unwrap_or("");
     let credential = if bearer.is_empty() {
         "none"
-    } else if world.tokens.iter().any(|t| t == bearer) {
+    } else if world.tokens.iter().any(|t| t == bearer) || world.issued(bearer) {
         "real"
     } else if bearer.len() == 64 && bearer.bytes().all(|b| b.is_ascii_hexdigit()) {
         "placeholder"
@@ -254,7 +267,8 @@ fn token_endpoint(world: &World, body: &[u8]) -> Response<Full<Bytes>> {
     answer(
         200,
         serde_json::json!({"access_token": format!("access-{n}"), "refresh_token": format!("rt-{n}"),
-            "token_type": "Bearer", "expires_in": 28800}),
+            "token_type": "Bearer",
+            "expires_in": if form.get("client_id").map(String::as_str) == Some("short-lived") { 20 } else { 28800 }}),
     )
 }
 

@@ -19,9 +19,7 @@ use crate::{
 };
 
 impl Supervisor {
-    fn grants(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<Grant>>> {
+    fn grants(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<Grant>>> {
         self.grants
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -52,10 +50,11 @@ impl Supervisor {
             .endpoint(&spec.token_endpoint, spec.client_id.clone())
             .map_err(|e| Failure::bad(format!("secret {name}: {e}")))?;
         let now = ms(std::time::SystemTime::now());
-        let new = endpoint
-            .refresh_grant(refresh_token)
-            .await
-            .map_err(|e| Failure::bad(format!("secret {name}: the refresh token was not accepted: {e}")))?;
+        let new = endpoint.refresh_grant(refresh_token).await.map_err(|e| {
+            Failure::bad(format!(
+                "secret {name}: the refresh token was not accepted: {e}"
+            ))
+        })?;
         let seed = GrantState {
             token_endpoint: spec.token_endpoint,
             client_id: spec.client_id,
@@ -178,7 +177,9 @@ impl Supervisor {
                     ("failed", Some(why), state.expires_at_ms)
                 }
             };
-            self.config.metrics.credential_refresh(&g.credential, outcome);
+            self.config
+                .metrics
+                .credential_refresh(&g.credential, outcome);
             let expires_at =
                 rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires));
             let record = AuditRecord {

@@ -80,13 +80,10 @@ impl Supervisor {
         req: api::RotateSecret,
     ) -> Result<SecretInfo, Failure> {
         creds::check_name(name).map_err(Failure::bad)?;
-        let oauth = match self.stored_grant(name)? {
-            Some(g) => Some(api::OAuthSpec {
-                token_endpoint: g.token_endpoint.clone(),
-                client_id: g.client_id.clone(),
-            }),
-            None => None,
-        };
+        let oauth = self.stored_grant(name)?.map(|g| api::OAuthSpec {
+            token_endpoint: g.token_endpoint.clone(),
+            client_id: g.client_id.clone(),
+        });
         let (plain, grant) = self.plaintext(name, &req.value, oauth).await?;
         let sealed = self
             .config
@@ -97,7 +94,10 @@ impl Supervisor {
         info!(secret = %name, version = row.version, "secret rotated");
         self.retire_grant(
             name,
-            &format!("secret {name} was rotated to v{}: recreate the sandbox to get it", row.version),
+            &format!(
+                "secret {name} was rotated to v{}: recreate the sandbox to get it",
+                row.version
+            ),
         );
         self.event(
             "secret.rotated",
