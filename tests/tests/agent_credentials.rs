@@ -322,3 +322,53 @@ fn container_sandboxes_share_the_agent_home_and_svcd_keeps_its_token_fresh() {
     drop(w);
     let _ = std::fs::remove_dir_all(base);
 }
+
+/// R-7: mounts are fixed at creation. A sandbox made before svcd.toml named the agent's home
+/// keeps running without it; `supervisor-upgrade --force` says it cannot add it; a new sandbox
+/// gets it.
+#[test]
+fn a_sandbox_made_without_the_live_mount_must_be_recreated_to_get_it() {
+    require_root();
+    let (base, home) = agent_home(now_ms() + 10 * HOUR_MS);
+    let mut w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "container", "before"]);
+    assert_eq!(w.show("before")["live_mounts"], serde_json::json!([]));
+    // The operator sets agent_home and restarts svcd.
+    let config = std::fs::read_to_string(&w.config).expect("svcd.toml");
+    std::fs::write(
+        &w.config,
+        config.replacen(
+            "[credentials]\n",
+            &format!("[credentials]\nagent_home = \"{}\"\n", home.display()),
+            1,
+        ),
+    )
+    .expect("svcd.toml");
+    w.kill_svcd();
+    w.start_svcd();
+    assert_eq!(
+        w.show("before")["live_mounts"],
+        serde_json::json!([]),
+        "re-adopted with the mounts it was made with"
+    );
+    let (code, _, _) = w.sh("before", "test -e /root/.claude/.credentials.json");
+    assert_ne!(code, 0, "no live mount appeared in a running sandbox");
+    let out = w.svc(&["supervisor-upgrade", "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "note: sandbox before was created without the coding agent's live mount; \
+             supervisor-upgrade cannot add it to a running sandbox (SPEC 5.2.6, R-7): recreate \
+             it to get the mount"
+        ),
+        "{err}"
+    );
+    w.svc_ok(&["sandbox", "create", "--backend", "container", "after"]);
+    let (code, out, err) = w.sh("after", "grep -o access-0 /root/.claude/.credentials.json");
+    assert_eq!((code, out.as_str()), (0, "access-0\n"), "{err}");
+    w.destroy_checked("after");
+    w.destroy_checked("before");
+    drop(w);
+    let _ = std::fs::remove_dir_all(base);
+}
