@@ -8,38 +8,44 @@
 use aya_ebpf::{
     bindings::{TC_ACT_OK, TC_ACT_SHOT},
     helpers::bpf_ktime_get_coarse_ns,
-    macros::{classifier, map},
-    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf, lpm_trie::Key},
+    macros::{btf_map, classifier},
     programs::TcContext,
 };
-use svc_ebpf::parse::{self, Frame, IpPacket, KIND_ARP, OutOfBounds, eq4, eq16, v4};
+use svc_ebpf::{
+    btf::{Array, HashMap, LpmKey, LpmTrie, LruHashMap, PerCpuArray, RingBuf},
+    parse::{self, Frame, IpPacket, KIND_ARP, OutOfBounds, eq4, eq16, v4},
+};
 use svc_ebpf_common::{
     AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, Counter, DropEvent, RateState,
     SandboxRecord, capacity, class, flags, mark, mode, proto, reason,
 };
 
-#[map(name = "SVC_COUNTERS")]
-static SVC_COUNTERS: PerCpuArray<Counter> = PerCpuArray::pinned(reason::COUNT, 0);
-#[map(name = "SVC_LINKS")]
-static SVC_LINKS: Array<SandboxRecord> = Array::pinned(capacity::LINKS, 0);
-#[map(name = "SVC_SANDBOXES")]
-static SVC_SANDBOXES: HashMap<u32, SandboxRecord> = HashMap::pinned(capacity::SANDBOXES, 0);
-#[map(name = "SVC_ALLOW4")]
-static SVC_ALLOW4: LruHashMap<AllowKey4, AllowValue> = LruHashMap::pinned(capacity::ALLOW4, 0);
-#[map(name = "SVC_ALLOW6")]
-static SVC_ALLOW6: LruHashMap<AllowKey6, AllowValue> = LruHashMap::pinned(capacity::ALLOW6, 0);
-#[map(name = "SVC_CIDR4")]
-static SVC_CIDR4: LpmTrie<CidrKey4, AllowValue> = LpmTrie::pinned(capacity::CIDR4, 0);
-#[map(name = "SVC_CIDR6")]
-static SVC_CIDR6: LpmTrie<CidrKey6, AllowValue> = LpmTrie::pinned(capacity::CIDR6, 0);
-#[map(name = "SVC_DENY4")]
-static SVC_DENY4: LpmTrie<[u8; 4], u32> = LpmTrie::pinned(capacity::DENY4, 0);
-#[map(name = "SVC_DENY6")]
-static SVC_DENY6: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(capacity::DENY6, 0);
-#[map(name = "SVC_EVENTS")]
-static SVC_EVENTS: RingBuf = RingBuf::pinned(capacity::EVENTS_BYTES, 0);
-#[map(name = "SVC_EVENT_RATE")]
-static SVC_EVENT_RATE: HashMap<u32, RateState> = HashMap::pinned(capacity::SANDBOXES, 0);
+// BTF-defined and pinned by name (see `svc_ebpf::btf`): `bpftool map dump` names the fields.
+#[btf_map(name = "SVC_COUNTERS")]
+static SVC_COUNTERS: PerCpuArray<Counter, { reason::COUNT as usize }> = PerCpuArray::new();
+#[btf_map(name = "SVC_LINKS")]
+static SVC_LINKS: Array<SandboxRecord, { capacity::LINKS as usize }> = Array::new();
+#[btf_map(name = "SVC_SANDBOXES")]
+static SVC_SANDBOXES: HashMap<u32, SandboxRecord, { capacity::SANDBOXES as usize }> =
+    HashMap::new();
+#[btf_map(name = "SVC_ALLOW4")]
+static SVC_ALLOW4: LruHashMap<AllowKey4, AllowValue, { capacity::ALLOW4 as usize }> =
+    LruHashMap::new();
+#[btf_map(name = "SVC_ALLOW6")]
+static SVC_ALLOW6: LruHashMap<AllowKey6, AllowValue, { capacity::ALLOW6 as usize }> =
+    LruHashMap::new();
+#[btf_map(name = "SVC_CIDR4")]
+static SVC_CIDR4: LpmTrie<CidrKey4, AllowValue, { capacity::CIDR4 as usize }> = LpmTrie::new();
+#[btf_map(name = "SVC_CIDR6")]
+static SVC_CIDR6: LpmTrie<CidrKey6, AllowValue, { capacity::CIDR6 as usize }> = LpmTrie::new();
+#[btf_map(name = "SVC_DENY4")]
+static SVC_DENY4: LpmTrie<[u8; 4], u32, { capacity::DENY4 as usize }> = LpmTrie::new();
+#[btf_map(name = "SVC_DENY6")]
+static SVC_DENY6: LpmTrie<[u8; 16], u32, { capacity::DENY6 as usize }> = LpmTrie::new();
+#[btf_map(name = "SVC_EVENTS")]
+static SVC_EVENTS: RingBuf<DropEvent, { capacity::EVENTS_BYTES as usize }> = RingBuf::new();
+#[btf_map(name = "SVC_EVENT_RATE")]
+static SVC_EVENT_RATE: HashMap<u32, RateState, { capacity::SANDBOXES as usize }> = HashMap::new();
 
 const DNS_PORT: u16 = 53;
 const ONE_SECOND_NS: u64 = 1_000_000_000;
@@ -121,7 +127,7 @@ fn ingress_v4(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
         generation: rec.generation,
         addr: dst,
     };
-    if let Some(entry) = SVC_ALLOW4.get_ptr_mut(key) {
+    if let Some(entry) = SVC_ALLOW4.get_ptr_mut(&key) {
         // SAFETY: the pointer comes from a successful lookup; the kernel keeps the value alive
         // for the program run. A racing update of last_seen_ns from another CPU is benign.
         let entry = unsafe { &mut *entry };
@@ -129,15 +135,16 @@ fn ingress_v4(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
             return allowed(ctx, rec, p, entry, now);
         }
     }
-    let cidr = Key::new(
-        64 + 32,
-        CidrKey4 {
+    let cidr = LpmKey {
+        prefix_len: 64 + 32,
+        data: CidrKey4 {
             sandbox: rec.sandbox.to_be_bytes(),
             generation: rec.generation.to_be_bytes(),
             addr: dst,
         },
-    );
-    if let Some(entry) = SVC_CIDR4.get(&cidr) {
+    };
+    // SAFETY: trie values are written once per key (replaced, never changed in place).
+    if let Some(entry) = unsafe { SVC_CIDR4.get(&cidr) } {
         let mut copy = *entry;
         return allowed(ctx, rec, p, &mut copy, 0);
     }
@@ -178,22 +185,23 @@ fn ingress_v6(ctx: &TcContext, rec: &SandboxRecord, p: &IpPacket) -> u32 {
         generation: rec.generation,
         addr: p.dst,
     };
-    if let Some(entry) = SVC_ALLOW6.get_ptr_mut(key) {
+    if let Some(entry) = SVC_ALLOW6.get_ptr_mut(&key) {
         // SAFETY: as in ingress_v4.
         let entry = unsafe { &mut *entry };
         if entry.alive(now) {
             return allowed(ctx, rec, p, entry, now);
         }
     }
-    let cidr = Key::new(
-        64 + 128,
-        CidrKey6 {
+    let cidr = LpmKey {
+        prefix_len: 64 + 128,
+        data: CidrKey6 {
             sandbox: rec.sandbox.to_be_bytes(),
             generation: rec.generation.to_be_bytes(),
             addr: p.dst,
         },
-    );
-    if let Some(entry) = SVC_CIDR6.get(&cidr) {
+    };
+    // SAFETY: as in ingress_v4.
+    if let Some(entry) = unsafe { SVC_CIDR6.get(&cidr) } {
         let mut copy = *entry;
         return allowed(ctx, rec, p, &mut copy, 0);
     }
@@ -289,23 +297,30 @@ fn record(ctx: &TcContext) -> Option<&'static SandboxRecord> {
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     if ifindex < capacity::LINKS {
         // An array lookup the JIT inlines; an empty slot (sandbox 0) is no record.
-        return SVC_LINKS.get(ifindex).filter(|r| r.sandbox != 0);
+        // SAFETY: array slots are preallocated and stay valid for the program run.
+        return unsafe { SVC_LINKS.get(&ifindex) }.filter(|r| r.sandbox != 0);
     }
     // SAFETY: map values stay valid for the whole program run (RCU); the reference is not kept
     // beyond it.
-    unsafe { SVC_SANDBOXES.get(ifindex) }
+    unsafe { SVC_SANDBOXES.get(&ifindex) }
 }
 
 fn denied_class4(addr: &[u8; 4]) -> bool {
-    SVC_DENY4
-        .get(Key::new(32, *addr))
-        .is_some_and(|v| *v == class::DENY)
+    let key = LpmKey {
+        prefix_len: 32,
+        data: *addr,
+    };
+    // SAFETY: as in ingress_v4.
+    unsafe { SVC_DENY4.get(&key) }.is_some_and(|v| *v == class::DENY)
 }
 
 fn denied_class6(addr: &[u8; 16]) -> bool {
-    SVC_DENY6
-        .get(Key::new(128, *addr))
-        .is_some_and(|v| *v == class::DENY)
+    let key = LpmKey {
+        prefix_len: 128,
+        data: *addr,
+    };
+    // SAFETY: as in ingress_v4.
+    unsafe { SVC_DENY6.get(&key) }.is_some_and(|v| *v == class::DENY)
 }
 
 fn is_unspecified(a: &[u8; 16]) -> bool {
@@ -319,7 +334,7 @@ fn now_ns() -> u64 {
 }
 
 fn count(code: u32, len: u32) {
-    if let Some(counter) = SVC_COUNTERS.get_ptr_mut(code) {
+    if let Some(counter) = SVC_COUNTERS.get_ptr_mut(&code) {
         // SAFETY: the pointer comes from a successful map lookup of this CPU's slot, which the
         // kernel keeps valid for the whole program run; per-CPU slots are never shared, so no
         // other writer races this one.
@@ -334,7 +349,7 @@ fn count(code: u32, len: u32) {
 fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
     let now = now_ns();
     let mut suppressed = 0;
-    match SVC_EVENT_RATE.get_ptr_mut(sandbox) {
+    match SVC_EVENT_RATE.get_ptr_mut(&sandbox) {
         Some(state) => {
             // SAFETY: pointer from a successful lookup, valid for the program run; races between
             // CPUs only blur the rate a little.
@@ -353,8 +368,8 @@ fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
         }
         None => {
             let _ = SVC_EVENT_RATE.insert(
-                sandbox,
-                RateState {
+                &sandbox,
+                &RateState {
                     window_start_ns: now,
                     emitted: 1,
                     suppressed: 0,
@@ -379,7 +394,7 @@ fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
         src: p.src,
         dst: p.dst,
     };
-    let _ = SVC_EVENTS.output::<DropEvent>(&event, 0);
+    let _ = SVC_EVENTS.output(&event, 0);
 }
 
 struct TcFrame<'a>(&'a TcContext);

@@ -334,11 +334,47 @@ fn pinned_fence_outlives_its_loader_and_is_readopted() {
             pins.path.join("SVC_ALLOW4").to_str().unwrap(),
         ],
     );
-    let text = String::from_utf8_lossy(&dump.stdout);
+    // The maps are BTF-defined: bpftool prints the fields by name.
+    let entries: serde_json::Value = serde_json::from_slice(&dump.stdout).expect("bpftool -j");
+    let entry = entries
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| &e["formatted"])
+        .find(|f| f["key"]["addr"] == serde_json::json!([192, 0, 2, 10]))
+        .unwrap_or_else(|| panic!("192.0.2.10 by field name in the allow map dump: {entries}"));
     assert!(
-        text.contains("\"0xc0\",\"0x00\",\"0x02\",\"0x0a\"") || text.contains("0xc0"),
-        "192.0.2.10 in the allow map dump: {text}"
+        entry["key"]["sandbox"].as_u64().is_some_and(|s| s > 0)
+            && entry["key"]["generation"].is_u64(),
+        "{entry}"
     );
+    for field in ["host_id", "rules", "expiry_ns", "idle_ns", "last_seen_ns"] {
+        assert!(entry["value"].get(field).is_some(), "{field} in {entry}");
+    }
+    let counters = run(
+        "bpftool",
+        &[
+            "-j",
+            "map",
+            "dump",
+            "pinned",
+            pins.path.join("SVC_COUNTERS").to_str().unwrap(),
+        ],
+    );
+    let counters: serde_json::Value = serde_json::from_slice(&counters.stdout).expect("json");
+    let refused = &counters
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["formatted"]["key"] == reason::DROP_TCP_NOT_ALLOWED)
+        .expect("the refused reason's slot")["formatted"]["values"];
+    let packets: u64 = refused
+        .as_array()
+        .expect("per cpu")
+        .iter()
+        .map(|c| c["value"]["packets"].as_u64().expect("packets by name"))
+        .sum();
+    assert!(packets > 0, "{refused}");
 
     t.host.run(|| fence.detach(&link)).expect("detach");
     assert!(
