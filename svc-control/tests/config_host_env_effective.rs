@@ -265,6 +265,36 @@ fn host_refusals() {
             "git_ssh.known_hosts",
             "absolute path",
         ),
+        (
+            "guardian_endpoint_not_https",
+            "[credentials]\nagent_home = \"/home/a/.claude\"\nagent_token_endpoint = \"http://console.test/token\"\n",
+            "credentials.agent_token_endpoint",
+            "expected an https:// URL",
+        ),
+        (
+            "guardian_endpoint_without_home",
+            "[credentials]\nagent_token_endpoint = \"https://console.test/token\"\n",
+            "credentials.agent_token_endpoint",
+            "set agent_home too",
+        ),
+        (
+            "refresh_poll_zero",
+            "[credentials]\nrefresh_poll_secs = 0\n",
+            "credentials.refresh_poll_secs",
+            "1 to 3600",
+        ),
+        (
+            "refresh_lead_short",
+            "[credentials]\nrefresh_lead_secs = 5\n",
+            "credentials.refresh_lead_secs",
+            "60 to 86400",
+        ),
+        (
+            "fence_log_level_unknown",
+            "fence_log_level = \"loud\"\n",
+            "fence_log_level",
+            "unknown variant",
+        ),
         ("wrong_type", "api_group = 5\n", "", "invalid type"),
         ("broken_toml", "state_dir = \n", "", ""),
     ];

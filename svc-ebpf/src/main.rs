@@ -11,6 +11,7 @@ use aya_ebpf::{
     macros::{btf_map, classifier},
     programs::TcContext,
 };
+use aya_log_ebpf::{debug, error, warn};
 use svc_ebpf::{
     btf::{Array, HashMap, LpmKey, LpmTrie, LruHashMap, PerCpuArray, RingBuf},
     parse::{self, Frame, IpPacket, KIND_ARP, OutOfBounds, eq4, eq16, v4},
@@ -367,7 +368,7 @@ fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
             state.emitted += 1;
         }
         None => {
-            let _ = SVC_EVENT_RATE.insert(
+            if let Err(rc) = SVC_EVENT_RATE.insert(
                 &sandbox,
                 &RateState {
                     window_start_ns: now,
@@ -375,7 +376,12 @@ fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
                     suppressed: 0,
                 },
                 0,
-            );
+            ) {
+                error!(
+                    ctx,
+                    "SVC_EVENT_RATE insert for sandbox {} failed: {}", sandbox, rc
+                );
+            }
         }
     }
     // SAFETY: as in `record`.
@@ -394,7 +400,32 @@ fn report(ctx: &TcContext, code: u32, sandbox: u32, p: &IpPacket) {
         src: p.src,
         dst: p.dst,
     };
-    let _ = SVC_EVENTS.output(&event, 0);
+    if SVC_EVENTS.output(&event, 0).is_err() {
+        warn!(
+            ctx,
+            "drop event ring buffer full: sandbox {} reason {} on ifindex {} not audited",
+            sandbox,
+            code,
+            ifindex
+        );
+    }
+    // Diagnostics of what should not happen, at the audit's own rate (64 a second per
+    // sandbox): the audit names the drop, the log says what the fence saw.
+    if code == reason::DROP_NO_SANDBOX {
+        warn!(
+            ctx,
+            "packet on ifindex {} that has no sandbox record (a fenced link svcd does not know)",
+            ifindex
+        );
+    } else if code == reason::DROP_MALFORMED {
+        debug!(
+            ctx,
+            "malformed packet from sandbox {} on ifindex {}: {} bytes",
+            sandbox,
+            ifindex,
+            ctx.len()
+        );
+    }
 }
 
 struct TcFrame<'a>(&'a TcContext);

@@ -10,7 +10,7 @@ use svc_control::{
 use svc_ebpf_common::reason;
 use svc_tests::{
     PinDir, require_root, run,
-    servers::{TcpServer, UdpEcho, pings, tcp_fetch, udp_roundtrip},
+    servers::{TcpServer, UdpEcho, pings, tcp_fetch, tcp_fetch_within, udp_roundtrip},
     topology::{ALLOWED_V4, ALLOWED_V6, OTHER_V4, OTHER_V6, Topology},
 };
 
@@ -381,4 +381,59 @@ fn pinned_fence_outlives_its_loader_and_is_readopted() {
         tcp_fetch(&t.guest, sa(OTHER_V4, 443)).is_ok(),
         "open again without the fence"
     );
+}
+
+/// Records the fence's diagnostics as they are read.
+#[derive(Clone, Default)]
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<(log::Level, String)>>>);
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((r.level(), r.args().to_string()));
+    }
+    fn flush(&self) {}
+}
+
+/// The programs' diagnostics (aya-log): a packet on a fenced link with no sandbox record is
+/// written to the log ring at `warn`, read by svcd's logger; at `off` the programs write
+/// nothing.
+#[test]
+fn the_programs_diagnostics_reach_the_logger_and_the_level_silences_them() {
+    use svc_control::dataplane::LogLevel;
+    require_root();
+    let t = Topology::new(35);
+    let link = t.host_link.clone();
+    let expected = format!(
+        "packet on ifindex {} that has no sandbox record (a fenced link svcd does not know)",
+        t.host_ifindex()
+    );
+    for (level, heard) in [(LogLevel::Warn, true), (LogLevel::Off, false)] {
+        let pins = PinDir::new();
+        let mut fence = Fence::load_with_log(&pins.path, level).expect("load");
+        let capture = Capture::default();
+        let mut logger = fence.take_logger(capture.clone()).expect("the log ring");
+        // No install_sandbox: the link has no record, so every packet is dropped as such.
+        t.host.run(|| fence.attach(&link)).expect("attach");
+        assert!(tcp_fetch_within(&t.guest, sa(OTHER_V4, 443), Duration::from_millis(500)).is_err());
+        logger.flush();
+        let lines = capture.0.lock().unwrap().clone();
+        if heard {
+            assert!(
+                lines
+                    .iter()
+                    .any(|(l, m)| *l == log::Level::Warn && m.contains(&expected)),
+                "{lines:?}"
+            );
+        } else {
+            assert!(lines.is_empty(), "{lines:?}");
+        }
+        assert!(fence.counters().unwrap().packets(reason::DROP_NO_SANDBOX) > 0);
+        t.host.run(|| fence.detach(&link)).expect("detach");
+    }
 }

@@ -28,6 +28,9 @@ pub struct HostConfigFile {
     pub audit_dir: Option<PathBuf>,
     /// Members of this group may call the API besides root.
     pub api_group: Option<String>,
+    /// The least severe diagnostic of the eBPF programs svcd logs (`off`, `error`, `warn`,
+    /// `info`, `debug`, `trace`; default `warn`).
+    pub fence_log_level: Option<crate::dataplane::LogLevel>,
     #[serde(default)]
     pub network: NetworkFile,
     #[serde(default)]
@@ -346,6 +349,8 @@ pub struct HostConfig {
     pub code_host_cli: Option<PathBuf>,
     /// The coding agent's credential guardian, if on.
     pub guardian: Option<GuardianConfig>,
+    /// The eBPF programs' diagnostics svcd logs (`fence_log_level`).
+    pub fence_log_level: crate::dataplane::LogLevel,
     /// How often svcd looks at the tokens it refreshes, and how long before expiry it
     /// refreshes them (`credentials.refresh_poll_secs`, `credentials.refresh_lead_secs`).
     pub refresh_poll: std::time::Duration,
@@ -744,6 +749,9 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             key_file,
             code_host_cli,
             guardian,
+            fence_log_level: f
+                .fence_log_level
+                .unwrap_or(crate::dataplane::LogLevel::Warn),
             refresh_poll: refresh.0,
             refresh_lead: refresh.1,
             container,

@@ -87,8 +87,11 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
 
     // The fence.
     dataplane::ensure_bpffs(std::path::Path::new("/sys/fs/bpf"))?;
-    let mut fence = Fence::load(&host.pin_dir)
+    let mut fence = Fence::load_with_log(&host.pin_dir, host.fence_log_level)
         .with_context(|| format!("loading the fence under {}", host.pin_dir.display()))?;
+    if let Some(logger) = fence.take_logger(dataplane::TracingLog) {
+        tokio::spawn(dataplane::tracing_log(logger));
+    }
     let mut host_addrs = host_addresses();
     host_addrs.sort();
     host_addrs.dedup();

@@ -149,6 +149,15 @@ impl Fence {
     /// Maps already pinned there (by an earlier svcd) are reused, so counters and allow entries
     /// survive a restart.
     pub fn load(pin_dir: impl Into<PathBuf>) -> Result<Self, DataplaneError> {
+        Self::load_with_log(pin_dir, LogLevel::Warn)
+    }
+
+    /// [`Fence::load`] with the programs' diagnostics (aya-log) at `level` and above: map
+    /// errors and packets that should not happen. Read them with [`Fence::take_logger`].
+    pub fn load_with_log(
+        pin_dir: impl Into<PathBuf>,
+        level: LogLevel,
+    ) -> Result<Self, DataplaneError> {
         let pin_dir = pin_dir.into();
         if pin_dir.starts_with(BPFFS_ROOT) {
             super::ensure_bpffs(Path::new(BPFFS_ROOT))?;
@@ -157,8 +166,10 @@ impl Fence {
             std::fs::create_dir_all(&dir)
                 .map_err(|source| DataplaneError::PinDir { path: dir, source })?;
         }
+        let level = level as u8;
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(&pin_dir)
+            .override_global("AYA_LOG_LEVEL", &level, true)
             .load(OBJECT)
             .map_err(|source| DataplaneError::Load {
                 pin_dir: pin_dir.clone(),
@@ -191,6 +202,13 @@ impl Fence {
             maps,
             classes,
         })
+    }
+
+    /// The reader of the programs' diagnostics (their aya-log ring buffer), handing each
+    /// record to `logger`; `None` after the first call. Drive it with `flush` when its fd is
+    /// readable (svcd: [`tracing_log`], into its own log).
+    pub fn take_logger<L: log::Log>(&mut self, logger: L) -> Option<aya_log::EbpfLogger<L>> {
+        aya_log::EbpfLogger::init_with_logger(&mut self.ebpf, logger).ok()
     }
 
     /// The directory the fence is pinned under.
@@ -595,5 +613,70 @@ fn validate_link_name(link: &str) -> Result<(), DataplaneError> {
         Ok(())
     } else {
         Err(DataplaneError::BadLinkName(link.to_owned()))
+    }
+}
+
+/// The least severe of the programs' diagnostics that are written (aya-log's levels; the
+/// programs skip the others without writing anything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum LogLevel {
+    Off = 0,
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+    Trace = 5,
+}
+
+/// The programs' diagnostics into svcd's tracing log (target `svc::fence`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TracingLog;
+
+impl log::Log for TracingLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let message = record.args();
+        match record.level() {
+            log::Level::Error => tracing::error!(target: "svc::fence", "{message}"),
+            log::Level::Warn => tracing::warn!(target: "svc::fence", "{message}"),
+            log::Level::Info => tracing::info!(target: "svc::fence", "{message}"),
+            log::Level::Debug => tracing::debug!(target: "svc::fence", "{message}"),
+            log::Level::Trace => tracing::trace!(target: "svc::fence", "{message}"),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Forward `logger`'s records as they come, until the task is dropped.
+pub async fn tracing_log(logger: aya_log::EbpfLogger<TracingLog>) {
+    // SAFETY: the logger owns its ring buffer's map fd, which stays open and the same for as
+    // long as the logger lives, and the AsyncFd owns the logger.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
+    };
+    let mut fd = match registered {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!(error = %e, "the fence's diagnostics cannot be read");
+            return;
+        }
+    };
+    loop {
+        match fd.readable_mut().await {
+            Ok(mut ready) => {
+                ready.get_inner_mut().flush();
+                ready.clear_ready();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the fence's diagnostics");
+                return;
+            }
+        }
     }
 }

@@ -12,7 +12,8 @@ mod sandbox;
 
 pub use bpffs::ensure_bpffs;
 pub use fence::{
-    Counters, Direction, Fence, ReasonCount, TestRunOutcome, read_pinned_counters, remove_pin_dir,
+    Counters, Direction, Fence, LogLevel, ReasonCount, TestRunOutcome, TracingLog,
+    read_pinned_counters, remove_pin_dir, tracing_log,
 };
 pub use link::{Links, configure_guest, disable_ipv6};
 pub use nft::{Nft, NftConfig};
