@@ -7,6 +7,7 @@ mod audit_cmd;
 mod canary_cmd;
 mod client;
 mod config_cmd;
+mod doctor_cmd;
 mod egress_cmd;
 mod exec_cmd;
 mod sandbox_cmd;
@@ -44,6 +45,9 @@ enum Command {
     Secret(secret_cmd::SecretCommand),
     /// Read the audit log: what the fence, the DNS guard and the proxy decided, per record.
     Audit(audit_cmd::AuditArgs),
+    /// Run the workspace's doctor checks: its probes, then (if every required probe passed)
+    /// its tests; exit 1 if a required check failed.
+    Doctor(doctor_cmd::DoctorArgs),
     /// Print a shell completion script: `svc completions bash > /etc/bash_completion.d/svc`.
     Completions {
         #[arg(value_enum)]
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
         Command::Secret(cmd) => secret_cmd::run(cmd, &cli.socket),
         Command::Audit(a) => audit_cmd::run(&cli.socket, a),
+        Command::Doctor(a) => doctor_cmd::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

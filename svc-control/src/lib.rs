@@ -13,6 +13,8 @@ pub mod daemon;
 pub mod dataplane;
 /// The DNS guard: policy-gated resolution that commits addresses to the fence first.
 pub mod dns;
+/// `svc doctor`'s workspace checks and their report.
+pub mod doctor;
 pub mod git_relay;
 /// svcd's Prometheus metrics.
 pub mod metrics;

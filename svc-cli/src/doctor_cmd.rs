@@ -1,0 +1,142 @@
+//! `svc doctor [DIR]`: the workspace's `doctor.probes`, then — only if every required probe
+//! passed — its `doctor.tests` (SPEC 2.7, 4.2), run on this host in the workspace directory,
+//! one line per check; `--report-json PATH` writes the structured report
+//! (`schema/doctor-report.v1.json`). Exit code 1 iff a required check failed, 2 when the
+//! workspace's configuration is invalid.
+
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use svc_control::{
+    config::{effective::ApiParams, loader},
+    doctor::{CheckResult, Phase, Status},
+};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  svc doctor\n  svc doctor ~/src/widget --report-json /tmp/doctor.json\n\n\
+Checks run without a shell (command + args), in the workspace directory, each in its own \
+process group: at timeoutMs (default 60000) the whole group is killed and the check counts as \
+failed; a failed check is run again up to `retries` times."
+)]
+pub struct DoctorArgs {
+    /// The workspace directory (default: the current directory).
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    report_json: Option<PathBuf>,
+    /// Print the report as JSON instead of lines.
+    #[arg(long)]
+    json: bool,
+    /// Print the JSON Schema of the report (schema/doctor-report.v1.json) and exit.
+    #[arg(long, exclusive = true)]
+    schema: bool,
+}
+
+fn line(r: &CheckResult) -> String {
+    let (mark, status) = match r.status {
+        Status::Passed => ("✓", "passed"),
+        Status::Failed => ("✗", "failed"),
+        Status::TimedOut => ("✗", "timed out"),
+        Status::Skipped => ("-", "skipped"),
+    };
+    let phase = match r.phase {
+        Phase::Probe => "probe",
+        Phase::Test => "test ",
+    };
+    let mut s = format!(
+        "{mark} {phase} {:<24} {status:<9} {:>6.1}s",
+        r.name,
+        r.duration_ms as f64 / 1000.0
+    );
+    if r.attempts > 1 {
+        s.push_str(&format!(" ({} attempts)", r.attempts));
+    }
+    if r.required {
+        s.push_str(" [required]");
+    }
+    if let Some(why) = &r.reason
+        && r.status != Status::Passed
+    {
+        s.push_str(&format!(": {why}"));
+    }
+    s
+}
+
+pub fn run(a: DoctorArgs) -> anyhow::Result<ExitCode> {
+    if a.schema {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&svc_control::doctor::schema())?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let root = std::fs::canonicalize(&a.dir)
+        .with_context(|| format!("the workspace directory {}", a.dir.display()))?;
+    let loaded = match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
+        Ok(l) => l,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("✗ {e}");
+            }
+            eprintln!(
+                "the workspace's configuration is invalid: svc config check {}",
+                root.display()
+            );
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let doctor = &loaded.effective.doctor;
+    if doctor.probes.is_empty() && doctor.tests.is_empty() && !a.json {
+        outln!(
+            "no doctor checks in {} (doctor.probes, doctor.tests)",
+            root.display()
+        );
+    }
+    let json = a.json;
+    let report = crate::sandbox_cmd::runtime()?.block_on(svc_control::doctor::run(
+        &doctor.probes,
+        &doctor.tests,
+        &root,
+        |r| {
+            if !json {
+                outln!("{}", line(r));
+            }
+        },
+    ));
+    let text = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &a.report_json {
+        // Whole or not at all: a temporary file beside it, then a rename.
+        let tmp = path.with_extension("json.tmp");
+        std::fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    if json {
+        outln!("{text}");
+    } else {
+        let failed = report.results.iter().filter(|r| r.failed()).count();
+        let skipped = report
+            .results
+            .iter()
+            .filter(|r| r.status == Status::Skipped)
+            .count();
+        outln!(
+            "{} checks: {} passed, {failed} failed, {skipped} skipped{}",
+            report.results.len(),
+            report.results.len() - failed - skipped,
+            if report.required_failed {
+                " — a required check failed"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(if report.required_failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
