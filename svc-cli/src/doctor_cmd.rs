@@ -1,5 +1,7 @@
-//! `svc doctor [DIR]`: the workspace's `doctor.probes`, then — only if every required probe
-//! passed — its `doctor.tests` (SPEC 2.7, 4.2), run on this host in the workspace directory,
+//! `svc doctor [DIR]`: the built-in host probes (kernel, BTF, bpffs, nftables, tun, forwarding,
+//! svcd; the microvm backend's when wanted), the workspace's `doctor.probes`, then — only if
+//! every required probe passed — its `doctor.tests` (SPEC 2.7, 4.2), run on this host in the
+//! workspace directory,
 //! one line per check; `--report-json PATH` writes the structured report
 //! (`schema/doctor-report.v1.json`). Exit code 1 iff a required check failed, 2 when the
 //! workspace's configuration is invalid.
@@ -32,6 +34,14 @@ pub struct DoctorArgs {
     /// Print the JSON Schema of the report (schema/doctor-report.v1.json) and exit.
     #[arg(long, exclusive = true)]
     schema: bool,
+    /// Skip the built-in host probes (kernel, BTF, nftables, svcd, …): the workspace's checks
+    /// only.
+    #[arg(long)]
+    no_host: bool,
+    /// Also probe the microvm backend (its images, /dev/kvm, QEMU); automatic when the
+    /// workspace's runtime.required names microvm.
+    #[arg(long)]
+    microvm: bool,
 }
 
 fn line(r: &CheckResult) -> String {
@@ -64,7 +74,55 @@ fn line(r: &CheckResult) -> String {
     s
 }
 
-pub fn run(a: DoctorArgs) -> anyhow::Result<ExitCode> {
+/// Whether svcd answers on its socket (`host:svcd`).
+async fn svcd_probe(socket: &crate::sandbox_cmd::SocketArg) -> CheckResult {
+    let t0 = std::time::Instant::now();
+    let client = crate::client::Client::new(&socket.socket);
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        client.call::<(), svc_control::api::Health>(http::Method::GET, "/v1/health", None),
+    )
+    .await;
+    let (status, reason, output) = match answer {
+        Ok(Ok(h)) => (
+            Status::Passed,
+            None,
+            format!(
+                "svcd {} (pid {}), {} sandboxes",
+                h.version, h.pid, h.sandboxes
+            ),
+        ),
+        Ok(Err(e)) => (
+            Status::Failed,
+            Some(format!(
+                "svcd does not answer on {}: {e:#} — fix: start it (systemctl start svcd, or svcd run)",
+                socket.socket.display()
+            )),
+            String::new(),
+        ),
+        Err(_) => (
+            Status::Failed,
+            Some(format!(
+                "svcd did not answer on {} within 5 s — fix: check its log (journalctl -u svcd)",
+                socket.socket.display()
+            )),
+            String::new(),
+        ),
+    };
+    CheckResult {
+        phase: Phase::Probe,
+        name: "host:svcd".into(),
+        status,
+        required: true,
+        attempts: 1,
+        duration_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+        exit_code: None,
+        reason,
+        output,
+    }
+}
+
+pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Result<ExitCode> {
     if a.schema {
         outln!(
             "{}",
@@ -95,16 +153,26 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let json = a.json;
-    let report = crate::sandbox_cmd::runtime()?.block_on(svc_control::doctor::run(
-        &doctor.probes,
-        &doctor.tests,
-        &root,
-        |r| {
+    let microvm = a.microvm
+        || loaded
+            .effective
+            .runtime
+            .required
+            .contains(&svc_control::config::workspace::Backend::Microvm);
+    let rt = crate::sandbox_cmd::runtime()?;
+    let report = rt.block_on(async {
+        let mut host = Vec::new();
+        if !a.no_host {
+            host = svc_control::doctor::host_probes(microvm, |v| std::env::var(v).ok());
+            host.push(svcd_probe(socket).await);
+        }
+        svc_control::doctor::run(host, &doctor.probes, &doctor.tests, &root, |r| {
             if !json {
                 outln!("{}", line(r));
             }
-        },
-    ));
+        })
+        .await
+    });
     let text = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &a.report_json {
         // Whole or not at all: a temporary file beside it, then a rename.

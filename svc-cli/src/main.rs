@@ -122,7 +122,7 @@ fn main() -> ExitCode {
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
         Command::Secret(cmd) => secret_cmd::run(cmd, &cli.socket),
         Command::Audit(a) => audit_cmd::run(&cli.socket, a),
-        Command::Doctor(a) => doctor_cmd::run(a),
+        Command::Doctor(a) => doctor_cmd::run(&cli.socket, a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

@@ -46,6 +46,7 @@ fn doctor_runs_probes_then_tests_and_reports_each() {
     let report = dir.join("report.json");
     let out = svc(&[
         "doctor",
+        "--no-host",
         dir.to_str().unwrap(),
         "--report-json",
         report.to_str().unwrap(),
@@ -75,7 +76,7 @@ fn a_failed_required_probe_skips_the_tests_and_fails_the_doctor() {
         r#"{"probes": [{"name": "toolchain", "command": "/nonexistent/cc", "required": true}],
            "tests": [{"name": "unit", "command": "true"}]}"#,
     );
-    let out = svc(&["doctor", dir.to_str().unwrap(), "--json"]);
+    let out = svc(&["doctor", "--no-host", dir.to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["results"][1]["status"], "skipped");
@@ -95,6 +96,60 @@ fn a_failed_required_probe_skips_the_tests_and_fails_the_doctor() {
         String::from_utf8_lossy(&out.stderr).contains("command"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The built-in host probes come first, each named; without svcd the required `host:svcd`
+/// fails with its fix, and the workspace's tests are skipped.
+#[test]
+fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
+    let dir = workspace(r#"{"tests": [{"name": "unit", "command": "true"}]}"#);
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args([
+            "--socket",
+            "/nonexistent/svcd.sock",
+            "doctor",
+            dir.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .expect("svc");
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "host:removed-variables",
+            "host:kernel",
+            "host:btf",
+            "host:bpffs",
+            "host:nftables",
+            "host:tun",
+            "host:ip-forward",
+            "host:svcd",
+            "unit"
+        ]
+    );
+    let svcd = &v["results"][7];
+    assert_eq!(svcd["status"], "failed");
+    assert!(
+        svcd["reason"]
+            .as_str()
+            .unwrap()
+            .contains("svcd does not answer on /nonexistent/svcd.sock"),
+        "{svcd}"
+    );
+    assert_eq!(v["results"][8]["status"], "skipped");
+    assert_eq!(
+        v["results"][8]["reason"],
+        "required probe failed: host:svcd"
     );
     let _ = fs::remove_dir_all(&dir);
 }

@@ -191,15 +191,20 @@ pub async fn run_check(phase: Phase, check: &Check, cwd: &Path) -> CheckResult {
     }
 }
 
-/// Probes, then tests unless a required probe failed (SPEC 4.2); each result goes to
-/// `progress` as soon as it is known.
+/// Probes — `host` (the built-in ones, already run) first — then tests unless a required
+/// probe failed (SPEC 4.2); each result goes to `progress` as soon as it is known.
 pub async fn run(
+    host: Vec<CheckResult>,
     probes: &[Check],
     tests: &[Check],
     cwd: &Path,
     mut progress: impl FnMut(&CheckResult),
 ) -> Report {
     let mut results = Vec::new();
+    for r in host {
+        progress(&r);
+        results.push(r);
+    }
     for c in probes {
         let r = run_check(Phase::Probe, c, cwd).await;
         progress(&r);
@@ -235,6 +240,191 @@ pub async fn run(
         results,
         required_failed,
     }
+}
+
+/// One built-in host probe's outcome: `Ok(detail)` or `Err((what is wrong, how to fix it))`.
+type HostOutcome = Result<String, (String, &'static str)>;
+
+fn host_result(name: &str, required: bool, started: Instant, outcome: HostOutcome) -> CheckResult {
+    let (status, reason, output) = match outcome {
+        Ok(detail) => (Status::Passed, None, detail),
+        Err((wrong, fix)) => (
+            Status::Failed,
+            Some(format!("{wrong} — fix: {fix}")),
+            String::new(),
+        ),
+    };
+    CheckResult {
+        phase: Phase::Probe,
+        name: format!("host:{name}"),
+        status,
+        required,
+        attempts: 1,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        exit_code: None,
+        reason,
+        output,
+    }
+}
+
+/// The kernel's release as (major, minor).
+fn kernel_version() -> Option<(u32, u32)> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut parts = release.trim().split(['.', '-']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The built-in host probes svcd's perimeter needs, each named with a fix hint; with
+/// `microvm`, also the microvm backend's (SPEC 2.8). `env` reads the environment.
+pub fn host_probes(microvm: bool, env: impl Fn(&str) -> Option<String>) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    let mut probe = |name: &str, required: bool, f: &dyn Fn() -> HostOutcome| {
+        let t0 = Instant::now();
+        out.push(host_result(name, required, t0, f()));
+    };
+    probe(
+        "removed-variables",
+        true,
+        &|| match crate::config::env::check_removed(&env) {
+            Ok(()) => Ok("none of the removed SVC_DOCTOR_MICROVM_* variables is set".into()),
+            Err(e) => Err((
+                e.0.iter()
+                    .map(|e| e.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                "unset them (the microvm backend reads SVC_MICROVM_KERNEL and SVC_MICROVM_ROOTFS)",
+            )),
+        },
+    );
+    probe("kernel", true, &|| match kernel_version() {
+        Some((major, minor)) if (major, minor) >= (6, 6) => {
+            Ok(format!("Linux {major}.{minor}: TCX links for the fence"))
+        }
+        Some((major, minor)) => Err((
+            format!("Linux {major}.{minor} has no TCX (the fence attaches with it)"),
+            "run a kernel 6.6 or later",
+        )),
+        None => Err((
+            "cannot read /proc/sys/kernel/osrelease".into(),
+            "run on Linux with /proc mounted",
+        )),
+    });
+    probe("btf", true, &|| {
+        if Path::new("/sys/kernel/btf/vmlinux").exists() {
+            Ok("/sys/kernel/btf/vmlinux".into())
+        } else {
+            Err((
+                "the kernel exposes no BTF (/sys/kernel/btf/vmlinux)".into(),
+                "a kernel built with CONFIG_DEBUG_INFO_BTF=y (every major distribution's is)",
+            ))
+        }
+    });
+    probe("bpffs", false, &|| {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        if mounts.lines().any(|l| l.split(' ').nth(2) == Some("bpf")) {
+            Ok("a bpf file system is mounted".into())
+        } else {
+            Err((
+                "no bpf file system is mounted".into(),
+                "svcd mounts one at /sys/fs/bpf when it starts; or: mount -t bpf bpf /sys/fs/bpf",
+            ))
+        }
+    });
+    probe(
+        "nftables",
+        true,
+        &|| match std::process::Command::new("nft")
+            .args(["--version"])
+            .output()
+        {
+            Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+            Ok(o) => Err((
+                format!(
+                    "nft --version failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                "install nftables (apt install nftables)",
+            )),
+            Err(e) => Err((
+                format!("nft: {e}"),
+                "install nftables (apt install nftables)",
+            )),
+        },
+    );
+    probe("tun", false, &|| {
+        if Path::new("/dev/net/tun").exists() {
+            Ok("/dev/net/tun".into())
+        } else {
+            Err((
+                "/dev/net/tun is missing (the microvm backend's taps need it)".into(),
+                "modprobe tun",
+            ))
+        }
+    });
+    probe(
+        "ip-forward",
+        false,
+        &|| match std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
+            .map(|s| s.trim().to_owned())
+        {
+            Ok(v) if v == "1" => Ok("net.ipv4.ip_forward = 1".into()),
+            Ok(v) => Err((
+                format!("net.ipv4.ip_forward = {v}"),
+                "svcd enables it when it starts (the nftables table fences what is forwarded); or: sysctl -w net.ipv4.ip_forward=1",
+            )),
+            Err(e) => Err((
+                format!("net.ipv4.ip_forward: {e}"),
+                "run on Linux with /proc mounted",
+            )),
+        },
+    );
+    if microvm {
+        for var in ["SVC_MICROVM_KERNEL", "SVC_MICROVM_ROOTFS"] {
+            let value = env(var);
+            probe(
+                &var.to_ascii_lowercase().replace('_', "-"),
+                true,
+                &|| match &value {
+                    None => Err((
+                        format!("{var} is not set"),
+                        "set it to the microvm image (cargo xtask images builds them)",
+                    )),
+                    Some(p) => match std::fs::File::open(p) {
+                        Ok(_) => Ok(p.clone()),
+                        Err(e) => Err((format!("{var}={p}: {e}"), "point it at a readable file")),
+                    },
+                },
+            );
+        }
+        probe("kvm", false, &|| {
+            match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+                Ok(_) => Ok("/dev/kvm opens read-write (whether guests can run under it, QEMU tells: it falls back to TCG)".into()),
+                Err(e) => Err((
+                    format!("/dev/kvm: {e}: guests run under TCG, many times slower"),
+                    "enable virtualisation (VT-x/AMD-V, or nested virtualisation on a VM) and load kvm",
+                )),
+            }
+        });
+        probe(
+            "qemu",
+            true,
+            &|| match std::process::Command::new("qemu-system-x86_64")
+                .arg("--version")
+                .output()
+            {
+                Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()),
+                _ => Err((
+                    "qemu-system-x86_64 is not on PATH".into(),
+                    "install qemu-system-x86 (apt install qemu-system-x86)",
+                )),
+            },
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -310,6 +500,43 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[test]
+    fn host_probes_name_what_is_wrong_and_how_to_fix_it() {
+        let removed = |v: &str| (v == "SVC_DOCTOR_MICROVM_INSTANCE").then(|| "x".to_owned());
+        let r = host_probes(true, removed);
+        let by = |n: &str| {
+            r.iter()
+                .find(|c| c.name == n)
+                .unwrap_or_else(|| panic!("{n}: {r:?}"))
+        };
+        let removed = by("host:removed-variables");
+        assert_eq!(removed.status, Status::Failed);
+        assert!(
+            removed
+                .reason
+                .as_deref()
+                .is_some_and(|w| w.contains("SVC_DOCTOR_MICROVM_INSTANCE is set")
+                    && w.contains("— fix: unset them")),
+            "{removed:?}"
+        );
+        let unset = by("host:svc-microvm-kernel");
+        assert_eq!(
+            unset.reason.as_deref(),
+            Some(
+                "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (cargo xtask images builds them)"
+            )
+        );
+        // This machine has what the perimeter needs.
+        for ok in ["host:kernel", "host:btf", "host:nftables"] {
+            assert_eq!(by(ok).status, Status::Passed, "{:?}", by(ok));
+        }
+        assert!(
+            host_probes(false, |_| None)
+                .iter()
+                .all(|c| !c.name.contains("microvm"))
+        );
+    }
+
     #[tokio::test]
     async fn tests_run_only_when_every_required_probe_passed() {
         let dir = std::env::temp_dir();
@@ -319,7 +546,10 @@ mod tests {
         ];
         let tests = [check("t", "true", 5000, 0, true)];
         let mut heard = Vec::new();
-        let r = run(&probes, &tests, &dir, |c| heard.push(c.name.clone())).await;
+        let r = run(Vec::new(), &probes, &tests, &dir, |c| {
+            heard.push(c.name.clone())
+        })
+        .await;
         assert_eq!(heard, ["optional-fails", "required-passes", "t"]);
         assert_eq!(r.results[2].status, Status::Passed);
         assert!(
@@ -328,7 +558,7 @@ mod tests {
         );
 
         let probes = [check("needed", "exit 2", 5000, 0, true)];
-        let r = run(&probes, &tests, &dir, |_| {}).await;
+        let r = run(Vec::new(), &probes, &tests, &dir, |_| {}).await;
         assert_eq!(r.results[1].status, Status::Skipped);
         assert_eq!(
             r.results[1].reason.as_deref(),
