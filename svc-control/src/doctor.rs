@@ -267,6 +267,33 @@ fn host_result(name: &str, required: bool, started: Instant, outcome: HostOutcom
     }
 }
 
+/// Whether the ext4 image `image` holds the guest agent the microvm backend talks to
+/// (read with e2fsprogs' debugfs, without mounting it).
+fn agent_in_image(image: &str) -> HostOutcome {
+    const AGENT: &str = "/usr/local/bin/svc-microvm-agent";
+    let fix = "build the images with `cargo xtask images` (the rootfs gets the agent), or point SVC_MICROVM_ROOTFS at one";
+    let out = std::process::Command::new("debugfs")
+        .args(["-R", &format!("stat {AGENT}")])
+        .arg(image)
+        .output()
+        .map_err(|e| (format!("debugfs (e2fsprogs): {e}"), "install e2fsprogs"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said = String::from_utf8_lossy(&out.stderr);
+    if text.contains("Type: regular") {
+        Ok(format!("{image} holds {AGENT}"))
+    } else if said.contains("File not found") {
+        Err((format!("{image} has no {AGENT}"), fix))
+    } else {
+        Err((
+            format!(
+                "{image} is not an ext4 image debugfs can read: {}",
+                said.lines().last().unwrap_or("").trim()
+            ),
+            fix,
+        ))
+    }
+}
+
 /// The kernel's release as (major, minor).
 fn kernel_version() -> Option<(u32, u32)> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
@@ -396,6 +423,14 @@ pub fn host_probes(microvm: bool, env: impl Fn(&str) -> Option<String>) -> Vec<C
                 },
             );
         }
+        let rootfs = env("SVC_MICROVM_ROOTFS");
+        probe("microvm-agent", true, &|| match &rootfs {
+            None => Err((
+                "no SVC_MICROVM_ROOTFS to look in".into(),
+                "set SVC_MICROVM_ROOTFS (cargo xtask images builds the image)",
+            )),
+            Some(image) => agent_in_image(image),
+        });
         probe("kvm", false, &|| {
             match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
                 Ok(_) => Ok("/dev/kvm opens read-write (whether guests can run under it, QEMU tells: it falls back to TCG)".into()),

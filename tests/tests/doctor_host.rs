@@ -1,0 +1,100 @@
+//! `svc doctor --microvm` against the real microvm images: the rootfs holds the guest agent
+//! (read from the ext4 image itself), the kernel image is readable; a file that is not an ext4
+//! image, or one without the agent, fails the required probe with a fix.
+
+use std::process::Command;
+
+use svc_tests::world::{microvm_images, workspace_bin};
+
+fn doctor(env: &[(&str, &std::path::Path)]) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(svc_tests::unique("docws"));
+    std::fs::create_dir_all(&dir).expect("workspace");
+    let mut c = Command::new(workspace_bin("svc"));
+    c.args([
+        "--socket",
+        "/nonexistent/svcd.sock",
+        "doctor",
+        "--microvm",
+        "--json",
+    ])
+    .arg(&dir)
+    .env_remove("SVC_MICROVM_KERNEL")
+    .env_remove("SVC_MICROVM_ROOTFS");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("svc doctor");
+    let _ = std::fs::remove_dir_all(&dir);
+    serde_json::from_slice(&out.stdout).expect("the report")
+}
+
+fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in {report:#}"))
+}
+
+#[test]
+fn the_microvm_probes_read_the_real_images() {
+    let images = microvm_images();
+    let rootfs = images.join("rootfs.ext4");
+    let report = doctor(&[
+        ("SVC_MICROVM_KERNEL", &images.join("vmlinuz")),
+        ("SVC_MICROVM_ROOTFS", &rootfs),
+    ]);
+    for name in [
+        "host:svc-microvm-kernel",
+        "host:svc-microvm-rootfs",
+        "host:microvm-agent",
+    ] {
+        assert_eq!(probe(&report, name)["status"], "passed", "{report:#}");
+    }
+    assert_eq!(
+        probe(&report, "host:microvm-agent")["output"],
+        format!(
+            "{} holds /usr/local/bin/svc-microvm-agent",
+            rootfs.display()
+        )
+    );
+
+    // The kernel image is no ext4 image: refused, with the fix.
+    let kernel = images.join("vmlinuz");
+    let report = doctor(&[("SVC_MICROVM_ROOTFS", &kernel)]);
+    let agent = probe(&report, "host:microvm-agent");
+    assert_eq!(agent["status"], "failed");
+    assert_eq!(agent["required"], true);
+    let why = agent["reason"].as_str().expect("reason");
+    assert!(
+        why.starts_with(&format!(
+            "{} is not an ext4 image debugfs can read",
+            kernel.display()
+        )) && why.contains("— fix: build the images with `cargo xtask images`"),
+        "{why}"
+    );
+    assert_eq!(
+        probe(&report, "host:svc-microvm-kernel")["reason"],
+        "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (cargo xtask images builds them)"
+    );
+
+    // An ext4 image without the agent.
+    let empty = std::env::temp_dir().join(format!("{}.ext4", svc_tests::unique("noagent")));
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&empty)
+        .arg("4M")
+        .status()
+        .expect("mkfs.ext4");
+    assert!(made.success());
+    let report = doctor(&[("SVC_MICROVM_ROOTFS", &empty)]);
+    assert_eq!(
+        probe(&report, "host:microvm-agent")["reason"],
+        format!(
+            "{} has no /usr/local/bin/svc-microvm-agent — fix: build the images with `cargo xtask images` (the rootfs gets the agent), or point SVC_MICROVM_ROOTFS at one",
+            empty.display()
+        )
+    );
+    let _ = std::fs::remove_file(&empty);
+}
