@@ -609,6 +609,17 @@ listen = "127.0.0.1:{METRICS_PORT}"
         read_jsonl(&self.dir.join("outside/received.jsonl"))
     }
 
+    /// The outside world's token endpoint so far: (refreshes granted, requests refused).
+    pub fn token_grants(&self) -> (usize, usize) {
+        let tokens: Vec<_> = self
+            .received()
+            .into_iter()
+            .filter(|r| r["kind"] == "token")
+            .collect();
+        let granted = tokens.iter().filter(|r| r["granted"] == true).count();
+        (granted, tokens.len() - granted)
+    }
+
     /// svcd's audit records. Every line must be one JSON object with unique keys that fits
     /// `schema/audit.v1.json`; a line that does not fails the test that reads it.
     pub fn audit(&self) -> Vec<serde_json::Value> {

@@ -65,17 +65,6 @@ fn credentials(home: &Path) -> serde_json::Value {
         .expect("the credentials file is whole JSON")
 }
 
-/// The token endpoint's log: (granted, refused).
-fn grants(w: &World) -> (usize, usize) {
-    let tokens: Vec<_> = w
-        .received()
-        .into_iter()
-        .filter(|r| r["kind"] == "token")
-        .collect();
-    let granted = tokens.iter().filter(|r| r["granted"] == true).count();
-    (granted, tokens.len() - granted)
-}
-
 /// `n` `svcd guardian --now NOW` processes started together; their outcomes.
 fn race(w: &World, n: usize, now: u64) -> Vec<serde_json::Value> {
     let children: Vec<_> = (0..n)
@@ -121,7 +110,7 @@ fn racing_guardian_processes_refresh_once_per_expiry_window() {
     // 40 minutes before expiry: nothing to do, nobody asks the endpoint.
     let early = race(&w, 4, t0 - 30 * MIN_MS);
     assert_eq!(count(&early, "fresh"), 4, "{early:?}");
-    assert_eq!(grants(&w), (0, 0));
+    assert_eq!(w.token_grants(), (0, 0));
 
     // Window one: 10 minutes before expiry, six guardians at once.
     let first = race(&w, 6, t0);
@@ -133,7 +122,7 @@ fn racing_guardian_processes_refresh_once_per_expiry_window() {
         "every guardian ends with the new token's expiry: {first:?}"
     );
     assert_eq!(
-        grants(&w),
+        w.token_grants(),
         (1, 0),
         "one refresh, and no guardian tried the used refresh token"
     );
@@ -161,7 +150,7 @@ fn racing_guardian_processes_refresh_once_per_expiry_window() {
     let second = race(&w, 6, want - 20 * MIN_MS);
     assert_eq!(count(&second, "refreshed"), 1, "{second:?}");
     assert_eq!(count(&second, "refreshed_by_another"), 5, "{second:?}");
-    assert_eq!(grants(&w), (2, 0));
+    assert_eq!(w.token_grants(), (2, 0));
     assert_eq!(
         credentials(&home)["claudeAiOauth"]["accessToken"],
         "access-2"
@@ -202,7 +191,7 @@ fn racing_guardian_processes_refresh_once_per_expiry_window() {
         (&"rt-stolen".into(), &"access-2".into()),
         "a failed refresh changes nothing"
     );
-    assert_eq!(grants(&w), (2, 1));
+    assert_eq!(w.token_grants(), (2, 1));
     drop(w);
     let _ = std::fs::remove_dir_all(base);
 }
@@ -235,7 +224,7 @@ fn container_sandboxes_share_the_agent_home_and_svcd_keeps_its_token_fresh() {
     }
     // Several more polls of both guardians: still one grant.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(grants(&w), (1, 0), "{}", w.svcd_log());
+    assert_eq!(w.token_grants(), (1, 0), "{}", w.svcd_log());
     let metrics = w.metrics();
     assert!(
         metrics.contains(
@@ -281,6 +270,24 @@ fn container_sandboxes_share_the_agent_home_and_svcd_keeps_its_token_fresh() {
         "{out}"
     );
 
+    // The shared directory is no way out: no device nodes, no hard links to the guest's own
+    // files, no unmounting or bind-mounting over it.
+    for (attempt, script) in [
+        ("mknod", "mknod /root/.claude/mem c 1 1"),
+        ("hard link", "ln /etc/passwd /root/.claude/passwd-link"),
+        ("umount", "umount /root/.claude"),
+        (
+            "bind mount",
+            "mkdir -p /root/.claude/b && mount --bind / /root/.claude/b",
+        ),
+    ] {
+        let (code, _, _) = w.sh("agent-a", script);
+        assert_ne!(code, 0, "{attempt} through the shared home succeeded");
+    }
+    assert!(!home.join("mem").exists() && !home.join("passwd-link").exists());
+    let (_, out, _) = w.sh("agent-a", "grep -c ' /root/.claude ' /proc/self/mounts");
+    assert_eq!(out, "1\n", "the live mount is still the one svcd made");
+
     // A hostile guest plants a symlink to a host file: the guardian refuses it, reads nothing
     // through it, and writes nothing.
     let target = base.join("host-secret");
@@ -309,7 +316,7 @@ fn container_sandboxes_share_the_agent_home_and_svcd_keeps_its_token_fresh() {
         std::fs::read_to_string(&target).expect("read"),
         "host secret\n"
     );
-    assert_eq!(grants(&w), (1, 0));
+    assert_eq!(w.token_grants(), (1, 0));
 
     // Destroying the sandboxes stops their guardians and leaves no mount behind.
     w.destroy_checked("agent-a");

@@ -178,17 +178,6 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-/// The token endpoint's log: (granted, refused).
-fn grants(w: &World) -> (usize, usize) {
-    let tokens: Vec<_> = w
-        .received()
-        .into_iter()
-        .filter(|r| r["kind"] == "token")
-        .collect();
-    let granted = tokens.iter().filter(|r| r["granted"] == true).count();
-    (granted, tokens.len() - granted)
-}
-
 fn wait_until(what: &str, w: &World, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
     while !done() {
@@ -261,7 +250,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
     );
     let list = w.svc_ok(&["secret", "list", "--json"]);
     assert!(!list.contains("\"bad\""), "{list}");
-    assert_eq!(grants(&w), (1, 1));
+    assert_eq!(w.token_grants(), (1, 1));
 
     w.svc_ok(&[
         "sandbox",
@@ -278,7 +267,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
     assert_eq!(received_auth(&w, "/oauth-1"), "Bearer access-1");
 
     // svcd refreshes on the host: the same placeholder now carries the new token.
-    wait_until("a refresh by svcd", &w, || grants(&w).0 >= 2);
+    wait_until("a refresh by svcd", &w, || w.token_grants().0 >= 2);
     request(&w, "o1", "/oauth-2");
     assert_eq!(received_auth(&w, "/oauth-2"), "Bearer access-2");
     let (_, again, _) = w.sh("o1", "printf %s \"$SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\"");

@@ -19,7 +19,7 @@ use std::{
     os::fd::{AsFd, OwnedFd},
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use nix::{
@@ -27,6 +27,8 @@ use nix::{
     sys::stat::{Mode, SFlag},
 };
 use serde_json::Value;
+
+use super::grant::ms;
 use zeroize::Zeroizing;
 
 /// The credentials file's name in the agent's home.
@@ -145,11 +147,6 @@ fn token(doc: &Value, entry: &str) -> Result<Token, String> {
         refresh,
         expires_at_ms,
     })
-}
-
-fn ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The file as read: its bytes, parsed, and who owns it.
@@ -371,7 +368,10 @@ async fn blocking<T: Send + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::{
+        sync::atomic::{AtomicU32, Ordering},
+        time::UNIX_EPOCH,
+    };
 
     use super::*;
 

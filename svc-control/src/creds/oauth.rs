@@ -12,7 +12,7 @@ use hyper::{Method, Request, Uri};
 use zeroize::Zeroizing;
 
 use super::guardian::{Refreshed, Refresher};
-use crate::proxy::server::HostClient;
+use crate::proxy::server::{HostClient, error_chain};
 
 /// Longest a token endpoint may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -138,17 +138,6 @@ impl TokenEndpoint {
             expires_in: expires_in.map_or(DEFAULT_LIFETIME, Duration::from_secs),
         })
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 impl Refresher for TokenEndpoint {

@@ -151,8 +151,9 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     ));
     let proxy_config = upstream_config(&host)?;
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
-    let guardian = guardian(&host, &proxy_config, resolver.clone())?;
+    // One client for svcd's own token-endpoint requests (the guardian's and OAuth secrets').
     let host_client = crate::proxy::server::host_client(&proxy_config, resolver.clone());
+    let guardian = guardian(&host, host_client.clone())?;
     let proxy = Arc::new(Proxy::new(
         proxy_config,
         registry.clone(),
@@ -501,8 +502,7 @@ async fn serve_metrics(
 /// roots, resolver and forward proxy as the proxy's upstreams.
 pub fn guardian(
     host: &HostConfig,
-    proxy: &ProxyConfig,
-    resolver: Arc<dyn crate::proxy::Resolve>,
+    client: crate::proxy::server::HostClient,
 ) -> anyhow::Result<Option<crate::creds::guardian::Guardian>> {
     let (Some(g), Some((home, _))) = (&host.guardian, &host.agent_home) else {
         if host.agent_home.is_some() {
@@ -522,7 +522,7 @@ pub fn guardian(
         refresher: Arc::new(crate::creds::oauth::TokenEndpoint {
             url,
             client_id: g.client_id.clone(),
-            client: crate::proxy::server::host_client(proxy, resolver),
+            client,
         }),
         clock: Arc::new(crate::creds::guardian::SystemClock),
     }))
@@ -557,7 +557,8 @@ pub async fn guardian_once(
 ) -> anyhow::Result<crate::creds::guardian::Outcome> {
     let upstream = Upstream::from_host(host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let proxy = upstream_config(host)?;
-    let Some(mut g) = guardian(host, &proxy, Arc::new(UpstreamResolver(upstream)))? else {
+    let client = crate::proxy::server::host_client(&proxy, Arc::new(UpstreamResolver(upstream)));
+    let Some(mut g) = guardian(host, client)? else {
         anyhow::bail!(
             "the credential guardian is off: set credentials.agent_home and credentials.agent_token_endpoint in svcd.toml"
         );

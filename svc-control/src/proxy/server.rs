@@ -832,8 +832,19 @@ impl Proxy {
                 "stripped"
             }
             CredentialAction::Swap { kind, placeholder } => {
-                match self.broker.bearer(sandbox.id, placeholder, *kind, &host) {
-                    Some(Err(why)) => {
+                // One refusal for every way the swap cannot happen, naming which.
+                let swap = match self.broker.bearer(sandbox.id, placeholder, *kind, &host) {
+                    Some(Ok(token)) => HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                        .map(|v| (v, token))
+                        .map_err(|_| {
+                            "the broker's credential is not a valid header value".to_owned()
+                        }),
+                    Some(Err(why)) => Err(why),
+                    None => Err("no credential is brokered for this host".to_owned()),
+                };
+                let (mut v, token) = match swap {
+                    Ok(swap) => swap,
+                    Err(why) => {
                         return self.refuse(
                             sandbox,
                             &parts.method,
@@ -845,39 +856,11 @@ impl Proxy {
                             started,
                         );
                     }
-                    Some(Ok(token)) => {
-                        let Ok(mut v) =
-                            HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                        else {
-                            return self.refuse(
-                                sandbox,
-                                &parts.method,
-                                Some(host),
-                                decision.path,
-                                502,
-                                "credential",
-                                "the broker's credential is not a valid header value",
-                                started,
-                            );
-                        };
-                        v.set_sensitive(true);
-                        headers_out.insert(header::AUTHORIZATION, v);
-                        real_token = Some(token);
-                        "swapped"
-                    }
-                    None => {
-                        return self.refuse(
-                            sandbox,
-                            &parts.method,
-                            Some(host),
-                            decision.path,
-                            502,
-                            "credential",
-                            "no credential is brokered for this host",
-                            started,
-                        );
-                    }
-                }
+                };
+                v.set_sensitive(true);
+                headers_out.insert(header::AUTHORIZATION, v);
+                real_token = Some(token);
+                "swapped"
             }
         };
         if let Some(h) = up.headers_mut() {
@@ -1194,7 +1177,7 @@ impl Drop for PendingRecord {
 }
 
 /// An error and its sources, `outer: inner: innermost`, for a reason an operator can act on.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
