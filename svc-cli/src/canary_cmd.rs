@@ -140,6 +140,7 @@ async fn sequence(
                 backend: Some(a.backend.clone()),
                 runtime_required: None,
                 ssh_repos: Vec::new(),
+                workspace: None,
             }),
         )
         .await

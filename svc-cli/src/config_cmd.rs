@@ -226,10 +226,11 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
     let lc = &e.lifecycle;
     let _ = writeln!(
         out,
-        "  lifecycle     onSetup={} onStart={} onTeardown={} command(s)  [{}]",
+        "  lifecycle     onSetup={} onStart={} onTeardown={} command(s) timeoutMs={}  [{}]",
         lc.on_setup.len(),
         lc.on_start.len(),
         lc.on_teardown.len(),
+        lc.timeout_ms,
         src("lifecycle")
     );
     let profiles: Vec<String> = e

@@ -12,6 +12,7 @@ mod egress_cmd;
 mod exec_cmd;
 mod sandbox_cmd;
 mod secret_cmd;
+mod workspace_cmd;
 
 use std::process::ExitCode;
 
@@ -43,6 +44,10 @@ enum Command {
     /// the host; sandboxes use them with --secret VAR@store:NAME).
     #[command(subcommand)]
     Secret(secret_cmd::SecretCommand),
+    /// A sandbox for a project directory: `up` makes it (the workspace's egress, hooks,
+    /// runtime), `logs` shows its hooks' output, `down` runs onTeardown and destroys it.
+    #[command(subcommand)]
+    Workspace(workspace_cmd::WorkspaceCommand),
     /// Read the audit log: what the fence, the DNS guard and the proxy decided, per record.
     Audit(audit_cmd::AuditArgs),
     /// Run the workspace's doctor checks: its probes, then (if every required probe passed)
@@ -121,6 +126,7 @@ fn main() -> ExitCode {
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
         Command::Secret(cmd) => secret_cmd::run(cmd, &cli.socket),
+        Command::Workspace(cmd) => workspace_cmd::run(cmd, &cli.socket),
         Command::Audit(a) => audit_cmd::run(&cli.socket, a),
         Command::Doctor(a) => doctor_cmd::run(&cli.socket, a),
         Command::Completions { shell } => {

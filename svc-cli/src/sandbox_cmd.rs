@@ -357,6 +357,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         backend: a.backend,
         runtime_required,
         ssh_repos,
+        workspace: None,
     };
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))
@@ -389,7 +390,7 @@ fn emit<T: serde::Serialize>(
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_sandbox(s: &SandboxView) {
+pub(crate) fn print_sandbox(s: &SandboxView) {
     outln!("  name:              {}", s.name);
     outln!("  id:                {}", s.id);
     outln!("  state:             {}", s.state);
@@ -450,6 +451,18 @@ fn print_sandbox(s: &SandboxView) {
     }
     for sec in &s.secrets {
         outln!("  secret:            {sec}");
+    }
+    if let Some(w) = &s.workspace {
+        outln!("  workspace:         {} -> {}", w.root, w.guest_dir);
+        let phase = w
+            .phase
+            .as_deref()
+            .map_or(String::new(), |p| format!(" ({p})"));
+        outln!("  workspace state:   {}{phase}", w.state);
+        if let Some(f) = &w.failure {
+            outln!("  workspace failure: {f}");
+        }
+        outln!("  workspace log:     svc workspace logs {}", s.name);
     }
 }
 

@@ -129,6 +129,82 @@ pub struct CreateSandbox {
     /// `.svc/config.yaml` `egress.policy` (`svc sandbox create --workspace` sends them).
     #[serde(default)]
     pub ssh_repos: Vec<SshRepo>,
+    /// A workspace (`svc workspace up`): its project directory, egress section and hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceSpec>,
+}
+
+/// Where a workspace's project directory appears inside its sandbox.
+pub const WORKSPACE_GUEST_DIR: &str = "/workspace";
+
+/// The workspace part of a creation request, read by `svc workspace up` as the calling user
+/// and checked again by svcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSpec {
+    /// The project directory on the host (absolute, without symbolic links), shared
+    /// read-write at [`WORKSPACE_GUEST_DIR`]; its owner's files are the guest root's.
+    pub root: String,
+    /// `.svc/config.yaml`'s egress section: its hosts join the allowlist, its path rules and
+    /// code-host carve-outs gate requests, its secrets are brokered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::config::egress::EgressFile>,
+    /// Lifecycle hooks, run in the sandbox by svcd.
+    #[serde(default)]
+    pub lifecycle: crate::config::effective::EffectiveLifecycle,
+}
+
+/// A workspace's state, as `svc sandbox show` and `svc workspace status` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceView {
+    /// The project directory on the host.
+    pub root: String,
+    /// Where the guest sees it.
+    pub guest_dir: String,
+    /// `starting` (hooks running), `ready`, `failed` (a hook failed: see `failure`),
+    /// `stopping` (onTeardown running), or `unknown` (svcd restarted since; nothing re-runs).
+    pub state: String,
+    /// The phase running or last run: `setup`, `start` or `teardown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// What failed, e.g. `onSetup[1] "make deps" exited with 2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// Where svcd keeps the hooks' output (`svc workspace logs NAME`).
+    pub log: String,
+}
+
+/// One record of a workspace's log (`GET /v1/sandboxes/{name}/workspace/log`, JSON lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceLogRecord {
+    /// 1, 2, … in the order written.
+    pub seq: u64,
+    /// RFC 3339.
+    pub time: String,
+    /// `setup`, `start` or `teardown`.
+    pub phase: String,
+    /// What this record says: `hook_started`, `output`, `hook_finished`, `hook_failed`,
+    /// `phase_finished`, `ready`.
+    pub kind: String,
+    /// The hook's place in its phase (0, 1, …), for hook records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<usize>,
+    /// The hook's shell command, for hook records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// `stdout` or `stderr`, for output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// One line of output (without its line break; invalid UTF-8 replaced), or the message of
+    /// a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The hook's exit code, when it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// How long the hook ran, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// A repository on a host, reachable over SSH through the relay.
@@ -294,6 +370,9 @@ pub struct SandboxView {
     pub created_at: String,
     pub placeholders: Vec<PlaceholderView>,
     pub secrets: Vec<String>,
+    /// Its workspace, when made by `svc workspace up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceView>,
 }
 
 /// `DELETE /v1/sandboxes/{name}`.

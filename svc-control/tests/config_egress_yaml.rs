@@ -74,9 +74,18 @@ fn accepted_shapes() {
         ),
     ];
     for (name, text) in cases {
-        if let Err(e) = parse(text) {
-            panic!("{name}: must be accepted, got:\n{e}");
-        }
+        let parsed = match parse(text) {
+            Ok(p) => p,
+            Err(e) => panic!("{name}: must be accepted, got:\n{e}"),
+        };
+        // What `svc workspace up` sends svcd, and svcd validates again: the same section.
+        let wire = serde_json::to_string(&parsed.to_file()).unwrap();
+        let back = egress::validate(
+            Path::new("request"),
+            serde_json::from_str::<egress::EgressFile>(&wire).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: the section as sent is refused:\n{e}"));
+        assert_eq!(back, parsed, "{name}: changed on its way to svcd ({wire})");
     }
 }
 

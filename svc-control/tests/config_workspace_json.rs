@@ -52,7 +52,7 @@ fn accepted_shapes() {
         ),
         (
             "lifecycle_hooks",
-            r#"{"version":1,"lifecycle":{"onSetup":["make deps"],"onStart":[],"onTeardown":["make clean"]}}"#,
+            r#"{"version":1,"lifecycle":{"onSetup":["make deps"],"onStart":[],"onTeardown":["make clean"],"timeoutMs":30000}}"#,
         ),
         (
             "runtime_empty_means_automatic",
@@ -287,6 +287,12 @@ const REFUSED: &[(&str, &str, &str, &str)] = &[
         r#"{"version":1,"lifecycle":{"onStart":[""]}}"#,
         "/lifecycle/onStart/0",
         "must not be empty",
+    ),
+    (
+        "lifecycle_zero_timeout",
+        r#"{"version":1,"lifecycle":{"onStart":["true"],"timeoutMs":0}}"#,
+        "/lifecycle/timeoutMs",
+        "at least 1 ms",
     ),
     (
         "schema_absolute_path",

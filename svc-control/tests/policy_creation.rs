@@ -17,6 +17,59 @@ fn secret<'a>(name: &'a str, value: &'a str) -> Secret<'a> {
     }
 }
 
+/// A workspace's `.svc/config.yaml` egress section: one open host, one path-gated host, one
+/// brokered host.
+fn project_egress() -> svc_control::config::egress::EgressConfig {
+    svc_control::config::egress::parse(
+        std::path::Path::new(".svc/config.yaml"),
+        "egress:\n  allow: [open.example.test]\n  policy:\n    api.example.test:\n      paths: [\"/v1/**\"]\n  secrets:\n    - name: MCP_TOKEN\n      hosts: [mcp.example.test]\n",
+    )
+    .unwrap_or_else(|e| panic!("the fixture must be valid: {e}"))
+}
+
+#[test]
+fn a_workspace_egress_section_joins_the_allowlist_and_the_placeholders() {
+    let host = HostConfig::default();
+    let project = project_egress();
+    let plan = creation::plan(
+        &host,
+        &Request {
+            egress: None,
+            context_path: false,
+            allow_hosts: &[],
+            repo: None,
+            secrets: &[secret("SVC_CRED_MCP_EXAMPLE_TEST_TOKEN", "t")],
+            project_egress: Some(&project),
+        },
+    )
+    .expect("valid");
+    let allowed: Vec<String> = plan
+        .policy
+        .allowed
+        .0
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    for h in ["open.example.test", "api.example.test", "mcp.example.test"] {
+        assert!(allowed.contains(&h.to_owned()), "{h} not in {allowed:?}");
+    }
+    assert_eq!(plan.policy.egress, project, "the section gates requests");
+    // An empty section is no section: allow-all stays possible.
+    let empty = svc_control::config::egress::EgressConfig::default();
+    creation::plan(
+        &host,
+        &Request {
+            egress: Some(EgressMode::AllowAll),
+            context_path: false,
+            allow_hosts: &[],
+            repo: None,
+            secrets: &[],
+            project_egress: Some(&empty),
+        },
+    )
+    .expect("allow-all with an empty section");
+}
+
 /// A named case: the request and what its refusal must be.
 type Refusal<'a> = (&'static str, Request<'a>, fn(&CreationError) -> bool);
 
@@ -33,7 +86,20 @@ fn refused_requests_name_what_to_change() {
     let newline = [secret("CODE_HOST_TOKEN", "t\nX-Evil: 1")];
     let empty = [secret("CODE_HOST_TOKEN", "")];
     let unknown = [secret("SVC_CRED_OTHER_TEST_TOKEN", "t")];
+    let project = project_egress();
     let cases: Vec<Refusal<'_>> = vec![
+        (
+            "allow_all_with_project_egress",
+            Request {
+                egress: Some(EgressMode::AllowAll),
+                context_path: false,
+                allow_hosts: &[],
+                repo: None,
+                secrets: &[],
+                project_egress: Some(&project),
+            },
+            |e| matches!(e, CreationError::AllowAllWithProjectEgress),
+        ),
         (
             "allow_all_with_allow_host",
             Request {
@@ -42,6 +108,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &hosts,
                 repo: None,
                 secrets: &[],
+                project_egress: None,
             },
             |e| matches!(e, CreationError::AllowAllWithCuratedFlags),
         ),
@@ -53,6 +120,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: Some("acme/widget"),
                 secrets: &[],
+                project_egress: None,
             },
             |e| matches!(e, CreationError::AllowAllWithCuratedFlags),
         ),
@@ -64,6 +132,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: None,
                 secrets: &code,
+                project_egress: None,
             },
             |e| matches!(e, CreationError::AllowAllWithCuratedFlags),
         ),
@@ -75,6 +144,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: None,
                 secrets: &[],
+                project_egress: None,
             },
             |e| matches!(e, CreationError::ContextPathWithCurated),
         ),
@@ -86,6 +156,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &bad_host,
                 repo: None,
                 secrets: &[],
+                project_egress: None,
             },
             |e| matches!(e, CreationError::BadHost { host, .. } if host == "not a host"),
         ),
@@ -97,6 +168,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: Some("../etc"),
                 secrets: &[],
+                project_egress: None,
             },
             |e| matches!(e, CreationError::BadRepo { .. }),
         ),
@@ -108,6 +180,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: None,
                 secrets: &code,
+                project_egress: None,
             },
             |e| matches!(e, CreationError::NoSuchVariable { hint, .. } if hint.contains("needs --repo")),
         ),
@@ -119,6 +192,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &hosts,
                 repo: None,
                 secrets: &unknown,
+                project_egress: None,
             },
             |e| {
                 matches!(e, CreationError::NoSuchVariable { variables, .. }
@@ -133,6 +207,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: Some("acme/widget"),
                 secrets: &twice,
+                project_egress: None,
             },
             |e| matches!(e, CreationError::SecretTwice(n) if n == "CODE_HOST_TOKEN"),
         ),
@@ -144,6 +219,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: Some("acme/widget"),
                 secrets: &newline,
+                project_egress: None,
             },
             |e| matches!(e, CreationError::BadSecretValue { .. }),
         ),
@@ -155,6 +231,7 @@ fn refused_requests_name_what_to_change() {
                 allow_hosts: &[],
                 repo: Some("acme/widget"),
                 secrets: &empty,
+                project_egress: None,
             },
             |e| matches!(e, CreationError::BadSecretValue { .. }),
         ),
@@ -180,6 +257,7 @@ fn valid_requests_plan_their_mode_hosts_and_variables() {
             allow_hosts: &hosts,
             repo: Some("acme/widget"),
             secrets: &code,
+            project_egress: None,
         },
     )
     .expect("valid");
@@ -206,6 +284,7 @@ fn valid_requests_plan_their_mode_hosts_and_variables() {
             allow_hosts: &[],
             repo: None,
             secrets: &[],
+            project_egress: None,
         },
     )
     .expect("valid");
@@ -245,6 +324,7 @@ fn the_mode_and_the_host_code_token_follow_the_flags() {
         allow_hosts: &[],
         repo: Some("acme/widget"),
         secrets: &[],
+        project_egress: None,
     };
     let broker = [
         ("repo_alone_brokers_the_host_token", base, true),

@@ -25,6 +25,8 @@ pub mod defaults {
     pub const MAX_RESTARTS: u32 = 3;
     pub const RESTART_DELAY_MS: u64 = 1_000;
     pub const SSH_AGENT_FORWARD: bool = false;
+    /// How long one lifecycle hook may run.
+    pub const HOOK_TIMEOUT_MS: u64 = 600_000;
 }
 
 /// Where a value came from.
@@ -66,12 +68,34 @@ pub struct EffectiveAuth {
     pub git_credential_mode: Option<GitCredentialMode>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// The hooks a workspace runs; also what `svc workspace up` sends svcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EffectiveLifecycle {
+    #[serde(default)]
     pub on_setup: Vec<String>,
+    #[serde(default)]
     pub on_start: Vec<String>,
+    #[serde(default)]
     pub on_teardown: Vec<String>,
+    /// Per hook, milliseconds.
+    #[serde(default = "default_hook_timeout")]
+    pub timeout_ms: u64,
+}
+
+impl Default for EffectiveLifecycle {
+    fn default() -> Self {
+        Self {
+            on_setup: Vec::new(),
+            on_start: Vec::new(),
+            on_teardown: Vec::new(),
+            timeout_ms: defaults::HOOK_TIMEOUT_MS,
+        }
+    }
+}
+
+const fn default_hook_timeout() -> u64 {
+    defaults::HOOK_TIMEOUT_MS
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -216,6 +240,7 @@ pub fn resolve(
         on_setup: lifecycle.on_setup.unwrap_or_default(),
         on_start: lifecycle.on_start.unwrap_or_default(),
         on_teardown: lifecycle.on_teardown.unwrap_or_default(),
+        timeout_ms: lifecycle.timeout_ms.unwrap_or(defaults::HOOK_TIMEOUT_MS),
     };
 
     let file_runtime = f.and_then(|f| f.runtime.clone());

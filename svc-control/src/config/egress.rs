@@ -33,7 +33,7 @@ pub struct ConfigYamlFile {
     pub egress: Option<EgressFile>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EgressFile {
     #[serde(default)]
@@ -44,7 +44,7 @@ pub struct EgressFile {
     pub secrets: Vec<SecretFile>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyEntryFile {
     /// Allowed request paths: `*` matches within one segment, `**` across segments.
@@ -55,7 +55,7 @@ pub struct PolicyEntryFile {
     pub repos: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretFile {
     /// The credential's name, e.g. `CODE_HOST_TOKEN`.
@@ -86,6 +86,37 @@ pub struct PolicyEntry {
 pub struct Secret {
     pub name: String,
     pub hosts: Vec<HostPattern>,
+}
+
+impl EgressConfig {
+    /// The section as it would be written: [`validate`] of it gives `self` back.
+    pub fn to_file(&self) -> EgressFile {
+        EgressFile {
+            allow: self.allow.iter().map(ToString::to_string).collect(),
+            policy: UniqueMap(
+                self.policy
+                    .values()
+                    .map(|p| {
+                        (
+                            p.host.to_string(),
+                            PolicyEntryFile {
+                                paths: p.paths.iter().map(|x| x.as_str().to_owned()).collect(),
+                                repos: p.repos.iter().map(|r| r.as_str().to_owned()).collect(),
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+            secrets: self
+                .secrets
+                .iter()
+                .map(|s| SecretFile {
+                    name: s.name.clone(),
+                    hosts: s.hosts.iter().map(ToString::to_string).collect(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A request-path pattern: starts with `/`; `*` within a segment, `**` a whole segment.
@@ -178,7 +209,9 @@ pub fn parse(file: &Path, text: &str) -> Result<EgressConfig, ConfigErrors> {
     validate(file, parsed.egress.unwrap_or_default())
 }
 
-fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors> {
+/// Validate an egress section as written (`file` only names it in messages): what [`parse`]
+/// does after reading the YAML, and what svcd does with the section a creation request carries.
+pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors> {
     let mut errors = Vec::new();
     let mut err = |path: String, message: String| {
         errors.push(ConfigError::new(file, Location::at(path), message));

@@ -155,6 +155,11 @@ pub struct Lifecycle {
     pub on_start: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_teardown: Option<Vec<String>>,
+    /// How long each hook may run, in milliseconds, before its whole process group is killed
+    /// (default 600000, ten minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `runtime` (SPEC 2.5).
@@ -238,6 +243,14 @@ impl Capability {
         Self::CredentialsBroker,
         Self::ServicesSupervisor,
     ];
+    /// Whether this build provides it (`svc workspace up` refuses a workspace that requires
+    /// one it does not, naming it).
+    pub const fn provided(self) -> bool {
+        match self {
+            Self::GitSshRelay | Self::CredentialsBroker => true,
+            Self::SpotlightTunnel | Self::ServicesSupervisor => false,
+        }
+    }
     pub const fn name(self) -> &'static str {
         match self {
             Self::SpotlightTunnel => "spotlight.tunnel",
@@ -444,6 +457,12 @@ fn validate(file: &Path, w: &WorkspaceFile) -> Vec<ConfigError> {
                     );
                 }
             }
+        }
+        if lifecycle.timeout_ms == Some(0) {
+            err(
+                "/lifecycle/timeoutMs".into(),
+                "expected a timeout of at least 1 ms, got 0".into(),
+            );
         }
     }
     if let Some(runtime) = &w.runtime {

@@ -91,14 +91,20 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
     let result: Result<Response<Body>, Failure> = match (&method, parts.as_slice()) {
         (&Method::GET, ["health"]) => Ok(json(StatusCode::OK, &health(&ctx))),
         (&Method::GET, ["sandboxes"]) => ctx.sup.list().map(|v| json(StatusCode::OK, &v)),
-        (&Method::POST, ["sandboxes"]) => match read_json::<CreateSandbox>(req).await {
-            Ok(create) => ctx
-                .sup
-                .create(create)
-                .await
-                .map(|v| json(StatusCode::CREATED, &v)),
-            Err(f) => Err(f),
-        },
+        (&Method::POST, ["sandboxes"]) => {
+            let caller = req.extensions().get::<Caller>().map(|c| c.0);
+            match read_json::<CreateSandbox>(req).await {
+                Ok(create) => ctx
+                    .sup
+                    .create(create, caller)
+                    .await
+                    .map(|v| json(StatusCode::CREATED, &v)),
+                Err(f) => Err(f),
+            }
+        }
+        (&Method::GET, ["sandboxes", name, "workspace", "log"]) => {
+            workspace_log_stream(&ctx, name, &query)
+        }
         (&Method::GET, ["sandboxes", name]) => ctx.sup.show(name).map(|v| json(StatusCode::OK, &v)),
         (&Method::DELETE, ["sandboxes", name]) => ctx
             .sup
@@ -276,6 +282,54 @@ fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
                     }
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(_) => return,
+                },
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/x-ndjson")
+        .body(stream_body(rx))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+}
+
+/// `GET /v1/sandboxes/{name}/workspace/log[?follow=1]`: the workspace's log records as JSON
+/// lines; with `follow`, new ones as they are written, until the sandbox is destroyed.
+fn workspace_log_stream(ctx: &Ctx, name: &str, query: &str) -> Result<Response<Body>, Failure> {
+    let mut follow = false;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=').unwrap_or((pair, "")) {
+            ("follow", v) => follow = matches!(v, "" | "1" | "true"),
+            (k, _) => return Err(Failure::bad(format!("unknown query parameter {k:?}"))),
+        }
+    }
+    let (past, live) = ctx.sup.workspace_log_follow(name, follow)?;
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        for l in past {
+            if tx.send(l).await.is_err() {
+                return;
+            }
+        }
+        let Some(mut live) = live else { return };
+        loop {
+            tokio::select! {
+                got = live.recv() => match got {
+                    Ok(l) => {
+                        if tx.send(l).await.is_err() {
+                            return;
+                        }
+                    }
+                    // A follower too slow for the hooks' output misses lines (the log keeps
+                    // them all); it is told so.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let note = serde_json::json!({"kind": "lagged", "missed": n});
+                        if tx.send(line(&note)).await.is_err() {
+                            return;
+                        }
+                    }
                     Err(_) => return,
                 },
                 () = tx.closed() => return,

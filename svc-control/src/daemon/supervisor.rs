@@ -11,6 +11,7 @@ mod live_policy;
 mod running;
 mod sandbox;
 mod secrets;
+mod workspace;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -201,18 +202,55 @@ impl Supervisor {
         self.config.host.state_dir.join("sandboxes").join(name)
     }
 
+    /// Where a sandbox's workspace log is kept (with the sandbox: destroy removes it).
+    fn workspace_log(&self, name: &str) -> PathBuf {
+        self.sandbox_dir(name).join("workspace.log")
+    }
+
     // ---------------------------------------------------------------- create
 
     /// `POST /v1/sandboxes`. Logged in a span `sandbox{name}`.
-    pub async fn create(&self, req: CreateSandbox) -> Result<SandboxView, Failure> {
+    /// `caller` is the API peer's uid: a workspace's project directory must be theirs.
+    pub async fn create(
+        self: &Arc<Self>,
+        req: CreateSandbox,
+        caller: Option<u32>,
+    ) -> Result<SandboxView, Failure> {
         api::check_name(&req.name).map_err(Failure::bad)?;
+        if let Some(w) = &req.workspace {
+            self.check_project_dir(&w.root, caller)?;
+        }
         let span = info_span!("sandbox", name = %req.name);
         let started = std::time::Instant::now();
+        let name = req.name.clone();
         let result = self.create_in_span(req, None).instrument(span).await;
         if result.is_ok() {
             self.config.metrics.created(started.elapsed());
+            self.start_workspace(&name, &[workspace::Phase::Setup, workspace::Phase::Start]);
         }
         result
+    }
+
+    /// `policy::project` on the directory as the host shows it now.
+    fn check_project_dir(&self, root: &str, caller: Option<u32>) -> Result<(), Failure> {
+        use std::os::unix::fs::MetadataExt;
+        let canonical = std::fs::canonicalize(root).ok();
+        let meta = canonical.as_ref().and_then(|c| std::fs::metadata(c).ok());
+        let host = &self.config.host;
+        crate::policy::project::check(
+            &crate::policy::project::ProjectDir {
+                asked: root,
+                canonical: canonical.as_deref(),
+                is_dir: meta.as_ref().is_some_and(std::fs::Metadata::is_dir),
+                owner_uid: meta.as_ref().map_or(u32::MAX, MetadataExt::uid),
+            },
+            caller,
+            &[
+                ("state", host.state_dir.as_path()),
+                ("audit", host.audit_dir.as_path()),
+            ],
+        )
+        .map_err(|e| Failure::bad(e.to_string()))
     }
 
     /// Create a sandbox; a fork's clone starts from `restore` instead of booting.
@@ -266,7 +304,7 @@ impl Supervisor {
     /// code_host_cli`). None of them: refused now, naming each — not a 401 later.
     async fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
         let secrets = creation_secrets(&req.secrets);
-        if !creation::brokers_host_code_token(&creation_request(req, &secrets)) {
+        if !creation::brokers_host_code_token(&creation_request(req, &secrets, None)) {
             return Ok(());
         }
         let (source, value) = if let Some(path) = &self.config.host.code_host_token_file {
@@ -357,18 +395,43 @@ impl Supervisor {
                 (b, reason)
             }
         };
-        let plan = creation::plan(&self.config.host, &creation_request(req, &secrets))
-            .map_err(|e| Failure::bad(e.to_string()))?;
-        let ssh_repos = creation::ssh_repos(
-            &req.ssh_repos
-                .iter()
-                .map(|r| (r.host.clone(), r.repo.clone()))
-                .collect::<Vec<_>>(),
+        // The workspace's `.svc/config.yaml` egress section, checked again here: the request
+        // is the caller's word for what the file says.
+        let project_egress = req
+            .workspace
+            .as_ref()
+            .and_then(|w| w.egress.clone())
+            .map(|f| {
+                crate::config::egress::validate(
+                    std::path::Path::new(crate::config::loader::CONFIG_YAML),
+                    f,
+                )
+                .map_err(|e| Failure::bad(e.to_string()))
+            })
+            .transpose()?;
+        let plan = creation::plan(
+            &self.config.host,
+            &creation_request(req, &secrets, project_egress.as_ref()),
         )
-        .map_err(|e| Failure::bad(e.to_string()))?
-        .into_iter()
-        .map(|(host, repo)| api::SshRepo { host, repo })
-        .collect();
+        .map_err(|e| Failure::bad(e.to_string()))?;
+        // The relay's repositories: the request's, and the section's `egress.policy` repos.
+        let mut asked_repos: Vec<(String, String)> = req
+            .ssh_repos
+            .iter()
+            .map(|r| (r.host.clone(), r.repo.clone()))
+            .collect();
+        for p in project_egress.iter().flat_map(|e| e.policy.values()) {
+            asked_repos.extend(
+                p.repos
+                    .iter()
+                    .map(|r| (p.host.to_string(), r.as_str().to_owned())),
+            );
+        }
+        let ssh_repos = creation::ssh_repos(&asked_repos)
+            .map_err(|e| Failure::bad(e.to_string()))?
+            .into_iter()
+            .map(|(host, repo)| api::SshRepo { host, repo })
+            .collect();
         let placeholders = plan
             .policy
             .placeholders
@@ -395,6 +458,10 @@ impl Supervisor {
                         host: host.clone(),
                         guest: guest.clone(),
                     })
+                    .chain(req.workspace.iter().map(|w| SharedDir {
+                        host: PathBuf::from(&w.root),
+                        guest: PathBuf::from(api::WORKSPACE_GUEST_DIR),
+                    }))
                     .collect(),
                 extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),
@@ -405,6 +472,7 @@ impl Supervisor {
                 context_path: req.context_path.clone(),
                 allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
                 ssh_repos,
+                workspace: req.workspace.clone(),
                 policy_generation: 0,
                 link: String::new(),
                 guest_v4: Ipv4Addr::UNSPECIFIED,
@@ -480,6 +548,13 @@ impl Supervisor {
             mode,
             paused: false,
             guardian: None,
+            workspace: envelope.workspace.clone().map(|spec| {
+                Arc::new(workspace::WorkspaceRun::new(
+                    spec,
+                    self.workspace_log(&name),
+                    "starting",
+                ))
+            }),
         };
         live.env = guest_env(&live);
         live.guardian = self.start_guardian(&live);
@@ -647,6 +722,8 @@ impl Supervisor {
             .find(|r| r.name == name)
             .ok_or_else(|| Failure::not_found(name))?;
         self.store().set_destroying(name)?;
+        // The workspace's onTeardown hooks, while everything is still up.
+        self.teardown_workspace(name).await;
         let removed = self
             .teardown(name, row.id, &format!("svc{}", row.id), &row_backend(&row))
             .await;

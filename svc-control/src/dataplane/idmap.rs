@@ -114,16 +114,35 @@ fn user_namespace(shift: IdShift) -> io::Result<OwnedFd> {
 
 /// Attach an idmapped, `nosuid,nodev` clone of `source` (not recursive) at `target` (an
 /// existing empty directory).
+///
+/// `source` is resolved once, refusing symbolic links anywhere in it (so a directory swapped
+/// for a link after it was checked is not followed), and must still belong to
+/// `shift.owner_uid`: the mapping is made for the directory that is actually mounted.
 pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result<()> {
+    let dir = open_no_symlinks(source)?;
+    // SAFETY: fstat on an fd we own into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(dir.as_raw_fd(), &raw mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(io::Error::other("not a directory"));
+    }
+    if st.st_uid != shift.owner_uid || st.st_gid != shift.owner_gid {
+        return Err(io::Error::other(format!(
+            "its owner changed since it was checked (now {}:{}, was {}:{})",
+            st.st_uid, st.st_gid, shift.owner_uid, shift.owner_gid
+        )));
+    }
     let ns = user_namespace(shift)?;
-    let src = cstr(source)?;
-    // SAFETY: a valid NUL-terminated path; the returned fd is owned below.
+    // SAFETY: a valid fd and the empty path with AT_EMPTY_PATH; the returned fd is owned below.
     let tree = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            src.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+            dir.as_raw_fd(),
+            c"".as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32,
         )
     };
     if tree < 0 {
@@ -169,6 +188,36 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// `path` opened as a directory handle (`O_PATH`), with no symbolic link followed on the way.
+fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+    let p = cstr(path)?;
+    // SAFETY: open_how is plain data; zero is every field's "nothing".
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: a valid NUL-terminated path and an open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::other("a symbolic link is in its path: give the path without links")
+        } else {
+            e
+        });
+    }
+    let fd = i32::try_from(fd).map_err(io::Error::other)?;
+    // SAFETY: openat2 returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Detach whatever is mounted at `target` (lazily); `Ok` if nothing was.

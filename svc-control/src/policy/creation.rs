@@ -23,6 +23,8 @@ pub struct Request<'a> {
     pub allow_hosts: &'a [String],
     pub repo: Option<&'a str>,
     pub secrets: &'a [Secret<'a>],
+    /// The workspace's `.svc/config.yaml` egress section (`svc workspace up`), validated.
+    pub project_egress: Option<&'a EgressConfig>,
 }
 
 /// One `--secret VAR@SOURCE`, value included (checked, never shown).
@@ -61,6 +63,11 @@ pub enum CreationError {
          --secret apply to curated sandboxes only"
     )]
     AllowAllWithCuratedFlags,
+    #[error(
+        "allow-all egress opens every host: the workspace's .svc/config.yaml egress section \
+         (allow, policy, secrets) applies to curated sandboxes only"
+    )]
+    AllowAllWithProjectEgress,
     #[error(
         "--file/--context-path creates an allow-all sandbox; it cannot be combined with \
          --egress curated"
@@ -314,6 +321,12 @@ pub fn plan(host: &HostConfig, req: &Request<'_>) -> Result<Plan, CreationError>
         if req.egress == Some(EgressMode::Curated) {
             return Err(CreationError::ContextPathWithCurated);
         }
+        if req
+            .project_egress
+            .is_some_and(|e| *e != EgressConfig::default())
+        {
+            return Err(CreationError::AllowAllWithProjectEgress);
+        }
     }
     let extra_hosts = req
         .allow_hosts
@@ -334,9 +347,13 @@ pub fn plan(host: &HostConfig, req: &Request<'_>) -> Result<Plan, CreationError>
             })
         })
         .transpose()?;
-    let policy =
-        SandboxPolicy::for_sandbox(host, &extra_hosts, repo.clone(), EgressConfig::default())
-            .map_err(|e| CreationError::Placeholders(e.to_string()))?;
+    let policy = SandboxPolicy::for_sandbox(
+        host,
+        &extra_hosts,
+        repo.clone(),
+        req.project_egress.cloned().unwrap_or_default(),
+    )
+    .map_err(|e| CreationError::Placeholders(e.to_string()))?;
     check_secrets(&policy, req.secrets)?;
     Ok(Plan {
         egress,

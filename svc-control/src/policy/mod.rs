@@ -10,6 +10,8 @@ pub mod graphql;
 pub mod host;
 pub mod mode;
 pub mod paths;
+/// Which host directory a workspace may share into its sandbox.
+pub mod project;
 pub mod request;
 pub mod ssh;
 pub mod target;

@@ -8,9 +8,10 @@ use tracing::{info, warn};
 use super::{
     Supervisor,
     sandbox::{Envelope, Live, guest_env, to_map},
+    workspace::WorkspaceRun,
 };
 use crate::{
-    config::egress::{EgressConfig, RepoName},
+    config::egress::RepoName,
     daemon::failure::Failure,
     policy::{
         credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
@@ -110,7 +111,15 @@ impl Supervisor {
             mode: EgressMode::Curated,
             paused: false,
             guardian: None,
+            workspace: None,
         };
+        live.workspace = live.envelope.workspace.clone().map(|spec| {
+            Arc::new(WorkspaceRun::new(
+                spec,
+                self.workspace_log(&row.name),
+                "unknown",
+            ))
+        });
         live.env = guest_env(&live);
         if !alive || ifindex == 0 {
             // Keep it listed (state "dead") so the operator sees it and destroys it; its
@@ -153,7 +162,7 @@ impl Supervisor {
             .as_deref()
             .and_then(|r| RepoName::parse(r).ok());
         let agent = Allowlist(host.agent_hosts.clone());
-        let egress = EgressConfig::default();
+        let egress = envelope.project_egress()?;
         let allowed =
             SandboxPolicy::allowed_hosts(&agent, &extra, &host.code, repo.is_some(), &egress);
         let mut entries = Vec::new();

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     api::{self, AllowChange, SandboxView},
     audit::{AuditEvent, AuditRecord, PolicyEvent, rfc3339},
-    config::egress::{EgressConfig, RepoName},
+    config::egress::RepoName,
     daemon::failure::Failure,
     policy::{creation, credentials::PlaceholderTable, mode::EgressMode, request::SandboxPolicy},
 };
@@ -59,8 +59,9 @@ impl Supervisor {
             .repo
             .as_deref()
             .and_then(|r| RepoName::parse(r).ok());
-        let mut policy = SandboxPolicy::for_sandbox(host, &extra, repo, EgressConfig::default())
-            .map_err(|e| Failure::bad(e.to_string()))?;
+        let mut policy =
+            SandboxPolicy::for_sandbox(host, &extra, repo, l.envelope.project_egress()?)
+                .map_err(|e| Failure::bad(e.to_string()))?;
         // Kept hosts keep their placeholders (commands already running hold them); added hosts
         // get new ones; removed hosts' are gone, so the proxy no longer swaps them.
         let entries = policy

@@ -1,9 +1,9 @@
 //! What callers do with running sandboxes: list and show them, run commands in them, pause and
 //! resume them.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
-use super::{Supervisor, sandbox::Live};
+use super::{Supervisor, sandbox::Live, workspace::Phase};
 use crate::{
     api::{self, PlaceholderView, SandboxView},
     audit::rfc3339,
@@ -94,6 +94,7 @@ impl Supervisor {
             created_at: l.created_at.clone(),
             placeholders,
             secrets: l.secrets.iter().map(|(n, s)| format!("{n}@{s}")).collect(),
+            workspace: l.workspace.as_ref().map(|w| w.view()),
         }
     }
 
@@ -167,7 +168,7 @@ impl Supervisor {
     }
 
     /// pause / resume: the backend says whether it can.
-    pub async fn lifecycle(&self, name: &str, op: &str) -> Result<SandboxView, Failure> {
+    pub async fn lifecycle(self: &Arc<Self>, name: &str, op: &str) -> Result<SandboxView, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
         let (guest, backend) = {
             let live = self.live();
@@ -193,13 +194,20 @@ impl Supervisor {
             "sandbox.resumed"
         };
         self.event(kind, Some(name), serde_json::json!({}));
+        if !pause {
+            self.start_workspace(name, &[Phase::Start]);
+        }
         self.show(name)
     }
 
     /// `POST /v1/sandboxes/{name}/fork`: snapshot the sandbox (paused meanwhile; it stays
     /// paused if it was) and start each clone from it — each a new sandbox with the source's
     /// envelope but its own link, addresses, CA, placeholders and identity.
-    pub async fn fork(&self, source: &str, req: api::ForkRequest) -> Result<api::Forked, Failure> {
+    pub async fn fork(
+        self: &Arc<Self>,
+        source: &str,
+        req: api::ForkRequest,
+    ) -> Result<api::Forked, Failure> {
         api::check_name(source).map_err(Failure::bad)?;
         if req.clones.is_empty() {
             return Err(Failure::bad(
@@ -261,6 +269,7 @@ impl Supervisor {
                 backend: Some(envelope.backend.clone()),
                 runtime_required: None,
                 ssh_repos: envelope.ssh_repos.clone(),
+                workspace: envelope.workspace.clone(),
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();
@@ -270,10 +279,14 @@ impl Supervisor {
             )
             .await
             {
-                Ok(v) => clones.push(api::ForkedClone {
-                    view: v,
-                    ready_ms: t.elapsed().as_secs_f64() * 1000.0,
-                }),
+                Ok(v) => {
+                    // A clone is a new start of the source's guest: onStart, not onSetup.
+                    self.start_workspace(name, &[Phase::Start]);
+                    clones.push(api::ForkedClone {
+                        view: v,
+                        ready_ms: t.elapsed().as_secs_f64() * 1000.0,
+                    });
+                }
                 Err(f) => {
                     failed = Some(f);
                     break;

@@ -48,6 +48,9 @@ pub struct Envelope {
     /// Repositories git may reach over SSH through the relay (normalised, fixed at creation).
     #[serde(default)]
     pub(super) ssh_repos: Vec<crate::api::SshRepo>,
+    /// Its workspace (`svc workspace up`): project directory, egress section, hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) workspace: Option<crate::api::WorkspaceSpec>,
     /// Bumped by each live change of `extra_hosts` (`svc sandbox allow`).
     #[serde(default)]
     pub(super) policy_generation: u32,
@@ -55,6 +58,21 @@ pub struct Envelope {
     pub(super) guest_v4: Ipv4Addr,
     pub(super) gateway_v4: Ipv4Addr,
     pub(super) placeholders: Vec<StoredPlaceholder>,
+}
+
+impl Envelope {
+    /// The workspace's `.svc/config.yaml` egress section (checked when the sandbox was made),
+    /// or none.
+    pub(super) fn project_egress(&self) -> Result<crate::config::egress::EgressConfig, Failure> {
+        match self.workspace.as_ref().and_then(|w| w.egress.clone()) {
+            None => Ok(crate::config::egress::EgressConfig::default()),
+            Some(file) => crate::config::egress::validate(
+                std::path::Path::new(crate::config::loader::CONFIG_YAML),
+                file,
+            )
+            .map_err(|e| Failure::bad(e.to_string())),
+        }
+    }
 }
 
 /// A running sandbox, in memory.
@@ -78,6 +96,8 @@ pub(super) struct Live {
     pub(super) paused: bool,
     /// Its credential guardian (stopped when the last copy of this goes).
     pub(super) guardian: Option<Arc<TaskGuard>>,
+    /// Its workspace's hooks and log (`svc workspace up`).
+    pub(super) workspace: Option<Arc<super::workspace::WorkspaceRun>>,
 }
 
 /// A background task that ends when this is dropped.
@@ -139,6 +159,7 @@ pub(super) fn creation_secrets(secrets: &[SecretValue]) -> Vec<creation::Secret<
 pub(super) fn creation_request<'a>(
     req: &'a CreateSandbox,
     secrets: &'a [creation::Secret<'a>],
+    project_egress: Option<&'a crate::config::egress::EgressConfig>,
 ) -> creation::Request<'a> {
     creation::Request {
         egress: req.egress.map(|e| match e {
@@ -149,6 +170,7 @@ pub(super) fn creation_request<'a>(
         allow_hosts: &req.allow_hosts,
         repo: req.repo.as_deref(),
         secrets,
+        project_egress,
     }
 }
 

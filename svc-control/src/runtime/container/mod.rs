@@ -250,8 +250,9 @@ impl Container {
         for (i, shared) in spec.shared.iter().enumerate() {
             let what = |e: std::io::Error| {
                 format!(
-                    "sharing {} with the guest (credentials.agent_home): {e}",
-                    shared.host.display()
+                    "sharing {} with the guest at {}: {e}",
+                    shared.host.display(),
+                    shared.guest.display()
                 )
             };
             let meta = std::fs::symlink_metadata(&shared.host).map_err(what)?;

@@ -230,6 +230,15 @@ impl Microvm {
     ) -> Result<Vec<(PathBuf, String)>, String> {
         let mut out = Vec::new();
         for (i, d) in shared.iter().enumerate() {
+            // virtiofsd resolves the path itself: it must be the directory it names, with no
+            // link on the way (a directory swapped for a link is refused, not followed).
+            if std::fs::canonicalize(&d.host).ok().as_deref() != Some(d.host.as_path()) {
+                return Err(format!(
+                    "the live mount's host directory {} has a symbolic link in its path (or is \
+                     gone): give the path without links",
+                    d.host.display()
+                ));
+            }
             let meta = std::fs::metadata(&d.host).map_err(|e| {
                 format!("the live mount's host directory {}: {e}", d.host.display())
             })?;

@@ -1,0 +1,368 @@
+//! `svc workspace up|down|logs`: a sandbox made from a project directory — its
+//! `.svc/workspace.json` (or compose file) and `.svc/config.yaml` — with the directory shared at
+//! /workspace and its lifecycle hooks run by svcd.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use http::Method;
+use svc_control::{
+    api::{self, CreateSandbox, SandboxView, WorkspaceLogRecord, WorkspaceSpec},
+    config::{effective::ApiParams, loader},
+};
+
+use crate::{
+    client::Client,
+    sandbox_cmd::{SocketArg, print_sandbox, read_secret, runtime},
+};
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// Make a sandbox for the project in DIR and run its hooks; wait until it is ready.
+    #[command(after_long_help = UP_HELP)]
+    Up(UpArgs),
+    /// Run the workspace's onTeardown hooks, then destroy its sandbox.
+    Down {
+        name: String,
+        /// Print the log records and the result as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the workspace's log: each hook, its output, and how it ended.
+    Logs {
+        name: String,
+        /// Keep printing new records as they are written (until the sandbox is destroyed).
+        #[arg(long, short)]
+        follow: bool,
+        /// One JSON record per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+const UP_HELP: &str = "\
+What up does, in order:
+  1. reads DIR's configuration (the same checks as `svc config check DIR`; invalid: exit 2),
+     and refuses a capability (capabilities.required) this svc does not provide;
+  2. asks svcd for a sandbox: the backend from runtime.required (or --backend), curated egress
+     with .svc/config.yaml's hosts, path rules and brokered secrets, DIR shared read-write at
+     /workspace (your files are the sandbox root's there; DIR must be yours);
+  3. svcd runs lifecycle.onSetup, then lifecycle.onStart, each command as `/bin/sh -c` in
+     /workspace, each killed with its processes after lifecycle.timeoutMs (default 600000);
+     their output is shown here as it comes and kept (svc workspace logs NAME).
+Exit 0 when the workspace is ready (event workspace.ready), 1 when a hook failed (the sandbox
+stays up to look into: svc sandbox exec NAME -- sh; svc workspace down NAME), 2 when the
+configuration is invalid.
+
+Examples:
+  svc workspace up                      # the project in this directory, named after it
+  svc workspace up ~/src/app --name app-review --secret SVC_CRED_API_EXAMPLE_COM_TOKEN@store:api
+  svc workspace logs app -f
+  svc workspace down app";
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// The project directory (default: the current one).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// The sandbox's name (default: the directory's name, lowercased, other characters as '-').
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The backend (container or microvm), instead of the workspace's runtime block.
+    #[arg(long, value_parser = ["container", "netns", "microvm"])]
+    pub backend: Option<String>,
+    /// Also allow this host (repeatable).
+    #[arg(long)]
+    pub allow_host: Vec<String>,
+    /// Bind a code-host repository (owner/repo).
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Broker a credential: VAR@SOURCE (env:VAR, file:PATH, store:NAME; repeatable).
+    #[arg(long)]
+    pub secret: Vec<String>,
+    /// Return once the sandbox is made; the hooks go on (svc workspace logs NAME -f).
+    #[arg(long, short)]
+    pub detach: bool,
+    /// Print the log records and the resulting sandbox as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cmd: WorkspaceCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&socket.socket);
+    let rt = runtime()?;
+    rt.block_on(async move {
+        match cmd {
+            WorkspaceCommand::Up(a) => up(&client, a).await,
+            WorkspaceCommand::Down { name, json } => down(&client, &name, json).await,
+            WorkspaceCommand::Logs { name, follow, json } => {
+                let path = log_path(&name, follow);
+                client
+                    .get_lines(&path, |l| {
+                        show_line(l, json);
+                        Ok(())
+                    })
+                    .await?;
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    })
+}
+
+/// A sandbox name made from a directory's name.
+fn default_name(root: &std::path::Path) -> String {
+    let base = root
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    let mut name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(api::MAX_NAME);
+    let name = name.trim_matches('-').to_owned();
+    if name.is_empty() {
+        "workspace".into()
+    } else {
+        name
+    }
+}
+
+fn log_path(name: &str, follow: bool) -> String {
+    format!(
+        "/v1/sandboxes/{name}/workspace/log{}",
+        if follow { "?follow=1" } else { "" }
+    )
+}
+
+async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
+    let root = std::fs::canonicalize(&a.dir)
+        .with_context(|| format!("the workspace directory {}", a.dir.display()))?;
+    let loaded = match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
+        Ok(l) => l,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("✗ {e}");
+            }
+            eprintln!(
+                "the workspace's configuration is invalid: svc config check {}",
+                root.display()
+            );
+            return Ok(ExitCode::from(2));
+        }
+    };
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    let missing: Vec<&str> = loaded
+        .effective
+        .capabilities
+        .iter()
+        .filter(|c| !c.provided())
+        .map(|c| c.name())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "✗ capabilities.required: this svc does not provide {} yet; remove {} from the \
+             workspace's capabilities.required or use an svc that provides {}",
+            missing.join(", "),
+            if missing.len() == 1 { "it" } else { "them" },
+            if missing.len() == 1 { "it" } else { "them" },
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let name = a.name.unwrap_or_else(|| default_name(&root));
+    api::check_name(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    let secrets = a
+        .secret
+        .iter()
+        .map(|s| read_secret(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let req = CreateSandbox {
+        name: name.clone(),
+        allow_hosts: a.allow_host,
+        repo: a.repo,
+        egress: None,
+        secrets,
+        context_path: None,
+        runtime_required: a
+            .backend
+            .is_none()
+            .then(|| loaded.effective.runtime.required.clone()),
+        backend: a.backend,
+        ssh_repos: Vec::new(),
+        workspace: Some(WorkspaceSpec {
+            root: root.display().to_string(),
+            egress: loaded.egress.as_ref().map(|e| e.to_file()),
+            lifecycle: loaded.effective.lifecycle.clone(),
+        }),
+    };
+    if !a.json {
+        outln!("creating sandbox {name} for {} …", root.display());
+    }
+    let s: SandboxView = client
+        .call(Method::POST, "/v1/sandboxes", Some(&req))
+        .await?;
+    if !a.json {
+        outln!(
+            "sandbox {} is {} on {} ({})",
+            s.name,
+            s.state,
+            s.backend,
+            s.backend_reason
+        );
+    }
+    if a.detach {
+        if a.json {
+            outln!("{}", serde_json::to_string(&s)?);
+        } else {
+            print_sandbox(&s);
+            outln!("hooks go on in the sandbox: svc workspace logs {name} -f");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Follow the log until the workspace is ready or a hook failed.
+    let mut outcome: Option<bool> = None;
+    let follow = client
+        .get_lines(&log_path(&name, true), |l| {
+            show_line(l, a.json);
+            match serde_json::from_slice::<WorkspaceLogRecord>(l) {
+                Ok(r) if r.kind == "ready" => outcome = Some(true),
+                Ok(r) if r.kind == "hook_failed" && r.phase != "teardown" => {
+                    outcome = Some(false);
+                }
+                _ => return Ok(()),
+            }
+            Err(anyhow::anyhow!(StopFollowing))
+        })
+        .await;
+    match follow {
+        Err(e) if e.is::<StopFollowing>() => {}
+        Err(e) => return Err(e),
+        Ok(()) => anyhow::bail!("the sandbox {name} went away while its hooks ran"),
+    }
+    let s: SandboxView = client
+        .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
+        .await?;
+    if a.json {
+        outln!("{}", serde_json::to_string(&s)?);
+    }
+    if outcome == Some(true) {
+        if !a.json {
+            outln!("workspace {name} is ready: svc sandbox exec {name} -- sh");
+        }
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let why = s
+            .workspace
+            .and_then(|w| w.failure)
+            .unwrap_or_else(|| "a hook failed".into());
+        eprintln!(
+            "✗ {why}\n  the sandbox stays up to look into: svc sandbox exec {name} -- sh; \
+             svc workspace logs {name}; svc workspace down {name}"
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// Ends a followed stream early (not an error).
+#[derive(Debug)]
+struct StopFollowing;
+
+impl std::fmt::Display for StopFollowing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped following")
+    }
+}
+
+impl std::error::Error for StopFollowing {}
+
+async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+    // The teardown hooks' records, shown while svcd runs them.
+    let follower = {
+        let client = client.clone();
+        let path = log_path(name, true);
+        tokio::spawn(async move {
+            let _ = client
+                .get_lines(&path, |l| {
+                    if serde_json::from_slice::<WorkspaceLogRecord>(l)
+                        .is_ok_and(|r| r.phase == "teardown")
+                    {
+                        show_line(l, json);
+                    }
+                    Ok(())
+                })
+                .await;
+        })
+    };
+    let d: Result<api::Destroyed, _> = client
+        .call::<(), _>(Method::DELETE, &format!("/v1/sandboxes/{name}"), None)
+        .await;
+    // The stream ends when the sandbox is gone; do not wait long for the last records.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), follower).await;
+    let d = d?;
+    if json {
+        outln!("{}", serde_json::to_string(&d)?);
+    } else {
+        outln!("destroyed {}: {}", d.name, d.removed.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Print one log record: as it is (`json`) or for people.
+fn show_line(l: &[u8], json: bool) {
+    if json {
+        outln!("{}", String::from_utf8_lossy(l));
+        return;
+    }
+    let Ok(r) = serde_json::from_slice::<WorkspaceLogRecord>(l) else {
+        // Not a record (a follower that fell behind is told how many it missed).
+        outln!("{}", String::from_utf8_lossy(l));
+        return;
+    };
+    let key = match r.phase.as_str() {
+        "setup" => "onSetup",
+        "start" => "onStart",
+        "teardown" => "onTeardown",
+        other => other,
+    };
+    let hook = r.hook.map_or(String::new(), |i| format!("{key}[{i}]"));
+    let secs =
+        |ms: Option<u64>| ms.map_or(String::new(), |m| format!(" ({:.1} s)", m as f64 / 1000.0));
+    match r.kind.as_str() {
+        "hook_started" => outln!("▸ {hook} {}", r.command.unwrap_or_default()),
+        "output" => outln!("  │ {}", r.text.unwrap_or_default()),
+        "hook_finished" => outln!("✓ {hook}{}", secs(r.duration_ms)),
+        "hook_failed" => outln!("✗ {}{}", r.text.unwrap_or_default(), secs(r.duration_ms)),
+        "phase_finished" => {}
+        "ready" => outln!("● workspace ready"),
+        _ => outln!("· {} {}", r.kind, r.text.unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_directories() {
+        for (dir, want) in [
+            ("/home/dev/my_App", "my-app"),
+            ("/src/widget", "widget"),
+            ("/src/--x--", "x"),
+            ("/src/ü", "workspace"),
+            ("/", "workspace"),
+        ] {
+            let got = default_name(std::path::Path::new(dir));
+            assert_eq!(got, want, "{dir}");
+            api::check_name(&got).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        }
+    }
+}

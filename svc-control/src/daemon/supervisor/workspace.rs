@@ -1,0 +1,507 @@
+//! Workspaces (`svc workspace up`): the lifecycle hooks svcd runs in a sandbox, their log and
+//! their events.
+//!
+//! - **When**: `onSetup` once, when the sandbox is made; `onStart` after it, and again each
+//!   time the guest starts again (a resume, each clone of a fork: a clone has its source's
+//!   files, so `onSetup` does not run again); `onTeardown` when the sandbox is destroyed,
+//!   before anything is taken down. An svcd restart is not a start: nothing re-runs.
+//! - **How**: each entry is `/bin/sh -c COMMAND` in the sandbox, in `/workspace`, with the
+//!   sandbox's environment plus `SVC_WORKSPACE` and `SVC_HOOK_PHASE`, under coreutils'
+//!   `timeout` (in its own process group, all of it killed at `lifecycle.timeoutMs`). In order;
+//!   the first that fails (non-zero exit, timeout) ends its phase: the rest of that phase and
+//!   the phases after it do not run, the workspace is `failed` with the command and its exit
+//!   code, and the sandbox stays up for debugging. `onTeardown` failures are reported and the
+//!   destroy goes on.
+//! - **Output**: every line the hooks write, with a record at each hook's start and end, goes
+//!   to the workspace's log (`<state>/sandboxes/<name>/workspace.log`, JSON lines) and to
+//!   everyone following it (`GET /v1/sandboxes/{name}/workspace/log?follow`).
+
+use std::{
+    io::Write as _,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use tokio::{io::AsyncReadExt as _, sync::broadcast};
+use tracing::{info, warn};
+
+use super::{Failure, Supervisor, now_text, sandbox::TaskGuard};
+use crate::api::{self, WorkspaceLogRecord, WorkspaceSpec};
+
+/// Longest line kept whole; longer output is cut into pieces of this size.
+const MAX_LINE: usize = 16 * 1024;
+/// How long a hook's output may go on after the hook exited (a background child holding it).
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+/// svcd's own limit beyond the hook's timeout, should `timeout` in the guest not end it.
+const HOST_GRACE: Duration = Duration::from_secs(15);
+/// `timeout`'s second signal, seconds after its first.
+const KILL_AFTER_S: u32 = 5;
+
+/// A phase of hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Setup,
+    Start,
+    Teardown,
+}
+
+impl Phase {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Setup => "setup",
+            Self::Start => "start",
+            Self::Teardown => "teardown",
+        }
+    }
+    /// The workspace.json key of its hooks.
+    const fn key(self) -> &'static str {
+        match self {
+            Self::Setup => "onSetup",
+            Self::Start => "onStart",
+            Self::Teardown => "onTeardown",
+        }
+    }
+    fn hooks(self, spec: &WorkspaceSpec) -> &[String] {
+        match self {
+            Self::Setup => &spec.lifecycle.on_setup,
+            Self::Start => &spec.lifecycle.on_start,
+            Self::Teardown => &spec.lifecycle.on_teardown,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Status {
+    state: &'static str,
+    phase: Option<Phase>,
+    failure: Option<String>,
+}
+
+/// A sandbox's workspace while it runs: its spec, its log, where it stands.
+#[derive(Debug)]
+pub(super) struct WorkspaceRun {
+    pub(super) spec: WorkspaceSpec,
+    log_path: PathBuf,
+    /// The log file and the last sequence number written.
+    writer: Mutex<(Option<std::fs::File>, u64)>,
+    /// Each record as written (one JSON line), to the followers.
+    tx: broadcast::Sender<Bytes>,
+    status: Mutex<Status>,
+    /// The running setup/start task, if any (ended by destroy).
+    task: Mutex<Option<TaskGuard>>,
+}
+
+impl WorkspaceRun {
+    /// A workspace whose log is `log_path`; `state` is `starting`, or `unknown` for one found
+    /// again after an svcd restart.
+    pub(super) fn new(spec: WorkspaceSpec, log_path: PathBuf, state: &'static str) -> Self {
+        // Found again after a restart: numbering goes on from the records already written.
+        let seq = std::fs::read(&log_path)
+            .map(|b| b.iter().filter(|c| **c == b'\n').count() as u64)
+            .unwrap_or(0);
+        Self {
+            spec,
+            log_path,
+            writer: Mutex::new((None, seq)),
+            tx: broadcast::channel(4096).0,
+            status: Mutex::new(Status {
+                state,
+                phase: None,
+                failure: None,
+            }),
+            task: Mutex::new(None),
+        }
+    }
+
+    fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, state: &'static str, phase: Option<Phase>, failure: Option<String>) {
+        *self.lock_status() = Status {
+            state,
+            phase,
+            failure,
+        };
+    }
+
+    pub(super) fn view(&self) -> api::WorkspaceView {
+        let s = self.lock_status().clone();
+        api::WorkspaceView {
+            root: self.spec.root.clone(),
+            guest_dir: api::WORKSPACE_GUEST_DIR.to_owned(),
+            state: s.state.to_owned(),
+            phase: s.phase.map(|p| p.name().to_owned()),
+            failure: s.failure,
+            log: self.log_path.display().to_string(),
+        }
+    }
+
+    /// Append one record to the log and send it to the followers.
+    fn record(&self, phase: Phase, kind: &str, fill: impl FnOnce(&mut WorkspaceLogRecord)) {
+        let mut w = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.1 += 1;
+        let mut r = WorkspaceLogRecord {
+            seq: w.1,
+            time: now_text(),
+            phase: phase.name().to_owned(),
+            kind: kind.to_owned(),
+            hook: None,
+            command: None,
+            stream: None,
+            text: None,
+            exit_code: None,
+            duration_ms: None,
+        };
+        fill(&mut r);
+        let Ok(mut line) = serde_json::to_vec(&r) else {
+            return;
+        };
+        line.push(b'\n');
+        if w.0.is_none() {
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log_path)
+            {
+                Ok(f) => w.0 = Some(f),
+                Err(e) => {
+                    warn!(path = %self.log_path.display(), error = %e, "cannot write the workspace log");
+                }
+            }
+        }
+        if let Some(f) = &mut w.0
+            && let Err(e) = f.write_all(&line)
+        {
+            warn!(path = %self.log_path.display(), error = %e, "cannot write the workspace log");
+        }
+        let _ = self.tx.send(Bytes::from(line));
+    }
+
+    /// Follow the log: every record so far, then each new one, until the workspace is gone
+    /// (`follow`) or at once.
+    pub(super) fn follow(&self, follow: bool) -> (Vec<Bytes>, Option<broadcast::Receiver<Bytes>>) {
+        // Hold the writer while reading so no record falls between the file and the channel.
+        let w = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let rx = follow.then(|| self.tx.subscribe());
+        let past = std::fs::read(&self.log_path)
+            .map(|b| {
+                b.split_inclusive(|c| *c == b'\n')
+                    .map(Bytes::copy_from_slice)
+                    .collect()
+            })
+            .unwrap_or_default();
+        drop(w);
+        (past, rx)
+    }
+}
+
+/// What ended a hook other than success.
+struct HookFailure {
+    exit_code: Option<i32>,
+    reason: String,
+}
+
+/// A workspace log as `GET /v1/sandboxes/{name}/workspace/log` sends it: the records so far
+/// (JSON lines), and the channel of new ones when following.
+pub type LogFollow = (Vec<Bytes>, Option<broadcast::Receiver<Bytes>>);
+
+impl Supervisor {
+    /// `name`'s workspace log; see [`LogFollow`].
+    pub fn workspace_log_follow(&self, name: &str, follow: bool) -> Result<LogFollow, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let live = self.live();
+        let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+        let run = l.workspace.as_ref().ok_or_else(|| {
+            Failure::bad(format!(
+                "sandbox {name:?} has no workspace (it was not made by `svc workspace up`)"
+            ))
+        })?;
+        Ok(run.follow(follow))
+    }
+
+    /// Run `phases` of `name`'s workspace in the background, then report it ready. Nothing
+    /// for a sandbox without a workspace.
+    pub(super) fn start_workspace(self: &Arc<Self>, name: &str, phases: &'static [Phase]) {
+        let Some(run) = self.live().get(name).and_then(|l| l.workspace.clone()) else {
+            return;
+        };
+        run.set("starting", phases.first().copied(), None);
+        let (sup, name_owned, run2) = (self.clone(), name.to_owned(), run.clone());
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            for phase in phases {
+                if !sup.run_phase(&name_owned, &run2, *phase).await {
+                    return;
+                }
+            }
+            run2.set("ready", None, None);
+            run2.record(Phase::Start, "ready", |_| {});
+            info!(sandbox = %name_owned, "workspace ready");
+            sup.event(
+                "workspace.ready",
+                Some(&name_owned),
+                serde_json::json!({
+                    "root": run2.spec.root,
+                    "duration_ms": ms(started.elapsed()),
+                }),
+            );
+        });
+        *run.task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(TaskGuard(task.abort_handle()));
+    }
+
+    /// Run the onTeardown hooks of `name`'s workspace (its setup or start, if still running,
+    /// is ended first). Waits for them; a failure is reported, not returned.
+    pub(super) async fn teardown_workspace(&self, name: &str) {
+        let Some(run) = self.live().get(name).and_then(|l| l.workspace.clone()) else {
+            return;
+        };
+        drop(
+            run.task
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+        let paused = self.live().get(name).is_some_and(|l| l.paused);
+        if paused {
+            if !Phase::Teardown.hooks(&run.spec).is_empty() {
+                warn!(sandbox = %name, "the sandbox is paused: its onTeardown hooks do not run");
+                run.record(Phase::Teardown, "phase_skipped", |r| {
+                    r.text = Some("the sandbox is paused: onTeardown does not run".into());
+                });
+            }
+            return;
+        }
+        run.set("stopping", Some(Phase::Teardown), None);
+        self.run_phase(name, &run, Phase::Teardown).await;
+    }
+
+    /// Run one phase's hooks in order; whether every one succeeded.
+    async fn run_phase(&self, name: &str, run: &WorkspaceRun, phase: Phase) -> bool {
+        let hooks = Phase::hooks(phase, &run.spec).to_vec();
+        let started = Instant::now();
+        run.set(
+            if phase == Phase::Teardown {
+                "stopping"
+            } else {
+                "starting"
+            },
+            Some(phase),
+            None,
+        );
+        for (i, command) in hooks.iter().enumerate() {
+            let label = format!("{}[{i}] {command:?}", phase.key());
+            run.record(phase, "hook_started", |r| {
+                r.hook = Some(i);
+                r.command = Some(command.clone());
+            });
+            info!(sandbox = %name, hook = %label, "workspace hook started");
+            self.event(
+                "workspace.hook_started",
+                Some(name),
+                serde_json::json!({"phase": phase.name(), "hook": i, "command": command}),
+            );
+            let t0 = Instant::now();
+            match self.run_hook(name, run, phase, i, command).await {
+                Ok(()) => run.record(phase, "hook_finished", |r| {
+                    r.hook = Some(i);
+                    r.command = Some(command.clone());
+                    r.exit_code = Some(0);
+                    r.duration_ms = Some(ms(t0.elapsed()));
+                }),
+                Err(f) => {
+                    let failure = format!("{label} {}", f.reason);
+                    warn!(sandbox = %name, %failure, "workspace hook failed");
+                    run.record(phase, "hook_failed", |r| {
+                        r.hook = Some(i);
+                        r.command = Some(command.clone());
+                        r.exit_code = f.exit_code;
+                        r.text = Some(failure.clone());
+                        r.duration_ms = Some(ms(t0.elapsed()));
+                    });
+                    self.event(
+                        "workspace.hook_failed",
+                        Some(name),
+                        serde_json::json!({
+                            "phase": phase.name(),
+                            "hook": i,
+                            "command": command,
+                            "exit_code": f.exit_code,
+                            "reason": f.reason,
+                        }),
+                    );
+                    run.set("failed", Some(phase), Some(failure));
+                    return false;
+                }
+            }
+        }
+        run.record(phase, "phase_finished", |r| {
+            r.duration_ms = Some(ms(started.elapsed()));
+        });
+        true
+    }
+
+    /// Run one hook, its output into the log.
+    async fn run_hook(
+        &self,
+        name: &str,
+        run: &WorkspaceRun,
+        phase: Phase,
+        index: usize,
+        command: &str,
+    ) -> Result<(), HookFailure> {
+        let timeout_ms = run.spec.lifecycle.timeout_ms.max(1);
+        let req = api::ExecRequest {
+            argv: vec![
+                "timeout".into(),
+                format!("--kill-after={KILL_AFTER_S}"),
+                format!("{}.{:03}", timeout_ms / 1000, timeout_ms % 1000),
+                "/bin/sh".into(),
+                "-c".into(),
+                command.to_owned(),
+            ],
+            env: vec![
+                ("SVC_WORKSPACE".into(), api::WORKSPACE_GUEST_DIR.into()),
+                ("SVC_HOOK_PHASE".into(), phase.name().into()),
+            ],
+            cwd: Some(api::WORKSPACE_GUEST_DIR.into()),
+            stdin: false,
+            tty: None,
+        };
+        let mut handle = self
+            .exec(name, &req, false)
+            .await
+            .map_err(|f| HookFailure {
+                exit_code: None,
+                reason: format!("could not start: {}", f.message),
+            })?;
+        let pumps: Vec<_> = [
+            ("stdout", handle.stdout.take()),
+            ("stderr", handle.stderr.take()),
+        ]
+        .into_iter()
+        .filter_map(|(stream, r)| r.map(|r| (stream, r)))
+        .map(|(stream, reader)| {
+            pump(reader, |text| {
+                run.record(phase, "output", |r| {
+                    r.hook = Some(index);
+                    r.stream = Some(stream.to_owned());
+                    r.text = Some(text);
+                });
+            })
+        })
+        .collect();
+        let t0 = Instant::now();
+        let limit = Duration::from_millis(timeout_ms) + HOST_GRACE;
+        let output = futures::future::join_all(pumps);
+        tokio::pin!(output);
+        let mut output_done = false;
+        let waited = tokio::select! {
+            w = tokio::time::timeout(limit, handle.wait()) => w,
+            _ = &mut output, if !output_done => {
+                output_done = true;
+                tokio::time::timeout(limit.saturating_sub(t0.elapsed()), handle.wait()).await
+            }
+        };
+        if !output_done {
+            let _ = tokio::time::timeout(OUTPUT_GRACE, &mut output).await;
+        }
+        let timed_out = || HookFailure {
+            exit_code: None,
+            reason: format!(
+                "timed out after {timeout_ms} ms (lifecycle.timeoutMs); its processes were killed"
+            ),
+        };
+        match waited {
+            Err(_) => {
+                handle.kill().await;
+                Err(timed_out())
+            }
+            Ok(Err(e)) => Err(HookFailure {
+                exit_code: None,
+                reason: format!("could not be waited for: {e}"),
+            }),
+            Ok(Ok(0)) => Ok(()),
+            // `timeout` says 124 (TERM did it) or 137 (KILL after it).
+            Ok(Ok(124 | 137)) if t0.elapsed() >= Duration::from_millis(timeout_ms) => {
+                Err(timed_out())
+            }
+            Ok(Ok(code)) => Err(HookFailure {
+                exit_code: Some(code),
+                reason: format!("exited with {code}"),
+            }),
+        }
+    }
+}
+
+/// Read `reader` to its end, handing each line (without its break; invalid UTF-8 replaced;
+/// a line longer than [`MAX_LINE`] in pieces) to `line`.
+async fn pump(
+    mut reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    mut line: impl FnMut(String),
+) {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        loop {
+            let window = &pending[..pending.len().min(MAX_LINE + 1)];
+            let rest = if let Some(at) = window.iter().position(|b| *b == b'\n') {
+                let rest = pending.split_off(at + 1);
+                pending.pop();
+                rest
+            } else if pending.len() >= MAX_LINE {
+                pending.split_off(MAX_LINE)
+            } else {
+                break;
+            };
+            line(String::from_utf8_lossy(&pending).into_owned());
+            pending = rest;
+        }
+    }
+    if !pending.is_empty() {
+        line(String::from_utf8_lossy(&pending).into_owned());
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn output_is_cut_into_lines_and_long_lines_into_pieces() {
+        let mut input = b"one\ntwo\r\n\xffbad\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
+        input.extend(b"\nlast");
+        let mut got = Vec::new();
+        pump(Box::pin(std::io::Cursor::new(input)), |l| got.push(l)).await;
+        assert_eq!(got[0], "one");
+        assert_eq!(got[1], "two\r");
+        assert_eq!(got[2], "\u{fffd}bad");
+        assert_eq!(got[3].len(), MAX_LINE);
+        assert_eq!(got[4], "x".repeat(10));
+        assert_eq!(got[5], "last");
+        assert_eq!(got.len(), 6);
+    }
+}
