@@ -565,6 +565,28 @@ listen = "127.0.0.1:{METRICS_PORT}"
         c.output().expect("svc")
     }
 
+    /// `svc …` run by another user: `ids` are setpriv's (`--reuid=65534`, `--regid=…`,
+    /// `--clear-groups`). The binary is copied (once) where any user may run it.
+    pub fn svc_as(&self, ids: &[&str], args: &[&str]) -> Output {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin_dir = self.dir.join("bin");
+        let svc = bin_dir.join("svc");
+        if !svc.exists() {
+            std::fs::create_dir_all(&bin_dir).expect("bin dir");
+            std::fs::copy(workspace_bin("svc"), &svc).expect("copy svc");
+        }
+        for p in [&self.dir, &bin_dir, &svc] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        Command::new("setpriv")
+            .args(ids)
+            .arg(&svc)
+            .args(args)
+            .env("SVC_SOCKET", &self.socket)
+            .output()
+            .expect("setpriv")
+    }
+
     /// `svc …`, asserting success; its stdout.
     pub fn svc_ok(&self, args: &[&str]) -> String {
         let out = self.svc(args);

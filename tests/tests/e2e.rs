@@ -585,25 +585,9 @@ fn bad_requests_are_refused_with_clear_errors() {
         "svcd still serves after every refusal"
     );
 
-    // Callers by peer credentials (the World's api_group is `nogroup`, gid 65534). The svc
-    // binary is copied where any user may run it.
-    let bin_dir = w.dir.join("bin");
-    std::fs::create_dir_all(&bin_dir).expect("bin dir");
-    let svc = bin_dir.join("svc");
-    std::fs::copy(svc_tests::world::workspace_bin("svc"), &svc).expect("copy svc");
+    // Callers by peer credentials (the World's api_group is `nogroup`, gid 65534).
     use std::os::unix::fs::PermissionsExt as _;
-    for p in [&w.dir, &bin_dir, &svc] {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let as_user = |ids: &[&str]| {
-        Command::new("setpriv")
-            .args(ids)
-            .arg(&svc)
-            .args(["sandbox", "list", "--json"])
-            .env("SVC_SOCKET", &w.socket)
-            .output()
-            .expect("setpriv")
-    };
+    let as_user = |ids: &[&str]| w.svc_as(ids, &["sandbox", "list", "--json"]);
     // A member of the API group: served.
     let member = as_user(&["--reuid=65534", "--regid=65534", "--clear-groups"]);
     assert!(

@@ -594,8 +594,11 @@ impl Supervisor {
             Some(&name),
             serde_json::json!({"id": id, "mode": view.mode, "link": link}),
         );
-        // No workspace configuration to wait for yet: ready now.
-        self.event("workspace.ready", Some(&name), serde_json::json!({}));
+        // A sandbox without a workspace has nothing more to wait for: ready now. A workspace
+        // is ready when its hooks have run (`start_workspace`).
+        if envelope.workspace.is_none() {
+            self.event("workspace.ready", Some(&name), serde_json::json!({}));
+        }
         Ok(view)
     }
 

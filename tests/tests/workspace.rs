@@ -1,0 +1,394 @@
+//! `svc workspace up|logs|down` against the real svcd and container sandboxes: the project
+//! directory shared at /workspace (its owner's files are the guest root's), `.svc/config.yaml`'s
+//! egress section in force from the first request, lifecycle hooks run in the sandbox in order
+//! with their output streamed and logged, onStart again on resume, onTeardown at down; a
+//! failing hook stops its phase and leaves the sandbox up; a hook past its timeout is killed
+//! with its children; and directories a caller may not share are refused.
+
+use std::{
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    process::Output,
+};
+
+use svc_tests::{require_root, world::World};
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A project directory under the world's, owned by `uid`, with `workspace.json` and, if
+/// given, `config.yaml` in its `.svc`.
+fn project(
+    w: &World,
+    name: &str,
+    uid: u32,
+    workspace_json: &str,
+    config_yaml: Option<&str>,
+) -> PathBuf {
+    let dir = w.dir.join(name);
+    std::fs::create_dir_all(dir.join(".svc")).expect("project dir");
+    std::fs::write(dir.join(".svc/workspace.json"), workspace_json).expect("workspace.json");
+    if let Some(y) = config_yaml {
+        std::fs::write(dir.join(".svc/config.yaml"), y).expect("config.yaml");
+    }
+    let out = std::process::Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(&dir)
+        .output()
+        .expect("chown");
+    assert!(out.status.success(), "chown: {out:?}");
+    dir
+}
+
+/// The events of `kind` for sandbox `name` so far.
+fn events(w: &World, kind: &str, name: &str) -> Vec<serde_json::Value> {
+    w.svc_ok(&["events", "--json"])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["kind"] == kind && e["sandbox"] == name)
+        .collect()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8")
+}
+
+#[test]
+fn workspace_up_shares_the_project_applies_its_egress_and_runs_its_hooks() {
+    require_root();
+    let w = World::start();
+    let dir = project(
+        &w,
+        "proj",
+        1000,
+        r#"{"version":1,"lifecycle":{
+            "onSetup":["echo setup-one; echo setup-err >&2","id -u > /workspace/guest-uid; touch /workspace/setup-ran; pwd > /workspace/cwd"],
+            "onStart":["echo \"start $SVC_HOOK_PHASE\" >> /workspace/starts"],
+            "onTeardown":["echo bye > /workspace/teardown-ran"]}}"#,
+        Some("egress:\n  policy:\n    allowed.example.test:\n      paths: [\"/v1/**\"]\n"),
+    );
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "ws",
+        "--backend",
+        "container",
+    ]);
+    let out = text(&up);
+    assert!(
+        up.status.success(),
+        "workspace up failed:\n{out}\nsvcd:\n{}",
+        w.svcd_log()
+    );
+    // Streamed as it ran, in order.
+    let order = [
+        "▸ onSetup[0] echo setup-one",
+        "│ setup-one",
+        "✓ onSetup[0]",
+        "▸ onSetup[1]",
+        "▸ onStart[0]",
+        "● workspace ready",
+        "workspace ws is ready",
+    ];
+    let mut at = 0;
+    for want in order {
+        let found = out[at..]
+            .find(want)
+            .unwrap_or_else(|| panic!("{want:?} missing or out of order in:\n{out}"));
+        at += found + want.len();
+    }
+    assert!(
+        out.contains("│ setup-err"),
+        "stderr is streamed too:\n{out}"
+    );
+
+    // The project is shared: written by the guest's root, owned on the host by its owner.
+    for f in ["setup-ran", "guest-uid", "starts", "cwd"] {
+        let m = std::fs::metadata(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (1000, 1000),
+            "{f} is the project owner's"
+        );
+    }
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect(f);
+    assert_eq!(
+        read("guest-uid").trim(),
+        "0",
+        "hooks run as the guest's root"
+    );
+    assert_eq!(read("cwd").trim(), "/workspace");
+    assert_eq!(read("starts"), "start start\n");
+    let s = w.show("ws");
+    assert_eq!(s["workspace"]["state"], "ready", "{s}");
+    assert_eq!(s["workspace"]["root"], p(&dir));
+    assert!(
+        s["live_mounts"]
+            .to_string()
+            .contains(&format!("{} -> /workspace", p(&dir))),
+        "{s}"
+    );
+
+    // The project's egress section is in force: its host is allowed, its paths gate it.
+    let curl = |path: &str| {
+        w.sh(
+            "ws",
+            &format!("curl -sS -o /dev/null -w '%{{http_code}}' --max-time 10 https://allowed.example.test{path}"),
+        )
+    };
+    let (rc, code, err) = curl("/v1/models");
+    assert_eq!(
+        (rc, code.as_str()),
+        (0, "200"),
+        "a path the policy allows: {err}"
+    );
+    let (_, code, _) = curl("/admin");
+    assert_eq!(code, "403", "a path outside egress.policy paths");
+    let (rc, _, _) = w.sh(
+        "ws",
+        "curl -sS -o /dev/null --max-time 5 https://forbidden.example.test/",
+    );
+    assert_ne!(rc, 0, "a host the project does not name stays closed");
+
+    // Events: each hook started, ready once.
+    assert_eq!(events(&w, "workspace.hook_started", "ws").len(), 3);
+    assert_eq!(events(&w, "workspace.ready", "ws").len(), 1);
+    assert!(events(&w, "workspace.hook_failed", "ws").is_empty());
+
+    // The log keeps it all, as JSON lines.
+    let log = w.svc_ok(&["workspace", "logs", "ws", "--json"]);
+    let records: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let seqs: Vec<u64> = records.iter().filter_map(|r| r["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{log}");
+    assert!(
+        records.iter().any(|r| r["kind"] == "output"
+            && r["stream"] == "stderr"
+            && r["text"] == "setup-err"
+            && r["hook"] == 0
+            && r["phase"] == "setup"),
+        "{log}"
+    );
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| r["kind"] == "hook_finished")
+            .count(),
+        3,
+        "{log}"
+    );
+
+    // A resume is a start: onStart again, ready again; onSetup not.
+    w.svc_ok(&["sandbox", "pause", "ws"]);
+    w.svc_ok(&["sandbox", "resume", "ws"]);
+    let mut ready = 0;
+    for _ in 0..100 {
+        ready = events(&w, "workspace.ready", "ws").len();
+        if ready == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(ready, 2, "workspace.ready after the resume");
+    assert_eq!(read("starts"), "start start\nstart start\n");
+    assert_eq!(events(&w, "workspace.hook_started", "ws").len(), 4);
+
+    // Down: onTeardown runs (shown), then the sandbox goes.
+    let down = w.svc(&["workspace", "down", "ws"]);
+    let out = text(&down);
+    assert!(down.status.success(), "{out}");
+    assert!(
+        out.contains("▸ onTeardown[0]") && out.contains("destroyed ws"),
+        "{out}"
+    );
+    assert_eq!(read("teardown-ran"), "bye\n");
+    assert!(
+        !w.svc(&["sandbox", "show", "ws"]).status.success(),
+        "ws is gone"
+    );
+    // The project itself stays, with what the hooks wrote.
+    assert!(dir.join(".svc/workspace.json").exists());
+}
+
+#[test]
+fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_are_refused() {
+    require_root();
+    let w = World::start();
+
+    // onSetup[1] fails: onSetup[2] and onStart do not run; the sandbox stays up.
+    let dir = project(
+        &w,
+        "failing",
+        0,
+        r#"{"version":1,"lifecycle":{
+            "onSetup":["echo one","echo boom >&2; exit 3","touch /workspace/never"],
+            "onStart":["touch /workspace/never-start"]}}"#,
+        None,
+    );
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "failing",
+        "--backend",
+        "container",
+    ]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(r#"onSetup[1] "echo boom >&2; exit 3" exited with 3"#),
+        "the failure names the hook, its command and its exit code:\n{out}"
+    );
+    assert!(out.contains("│ boom"), "{out}");
+    assert!(out.contains("svc workspace down failing"), "{out}");
+    assert!(
+        !dir.join("never").exists(),
+        "the rest of onSetup did not run"
+    );
+    assert!(!dir.join("never-start").exists(), "onStart did not run");
+    let s = w.show("failing");
+    assert_eq!(s["state"], "running", "the sandbox stays up: {s}");
+    assert_eq!(s["workspace"]["state"], "failed");
+    let failed = events(&w, "workspace.hook_failed", "failing");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["detail"]["exit_code"], 3);
+    assert_eq!(failed[0]["detail"]["phase"], "setup");
+    assert!(events(&w, "workspace.ready", "failing").is_empty());
+    assert_eq!(w.sh("failing", "echo still-here").1.trim(), "still-here");
+    w.svc_ok(&["workspace", "down", "failing"]);
+
+    // A hook past lifecycle.timeoutMs is killed, the children it started too.
+    let dir = project(
+        &w,
+        "slow",
+        0,
+        r#"{"version":1,"lifecycle":{"timeoutMs":1500,
+            "onSetup":["sleep 301 & sleep 302; echo never"]}}"#,
+        None,
+    );
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "slow",
+        "--backend",
+        "container",
+    ]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(1), "{out}");
+    assert!(out.contains("timed out after 1500 ms"), "{out}");
+    assert!(!out.contains("│ never"), "{out}");
+    let (_, ps, _) = w.sh("slow", "ps -eo args");
+    assert!(
+        !ps.contains("sleep 301") && !ps.contains("sleep 302"),
+        "the hook's processes are gone:\n{ps}"
+    );
+    w.svc_ok(&["workspace", "down", "slow"]);
+
+    // Configuration: an unknown capability, and one this svc does not provide yet (exit 2,
+    // nothing made).
+    let dir = project(
+        &w,
+        "caps",
+        0,
+        r#"{"version":1,"capabilities":{"required":["gpu.cuda"]}}"#,
+        None,
+    );
+    let up = w.svc(&["workspace", "up", p(&dir), "--name", "caps"]);
+    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
+    assert!(text(&up).contains("gpu.cuda"), "{}", text(&up));
+    let dir = project(
+        &w,
+        "caps2",
+        0,
+        r#"{"version":1,"capabilities":{"required":["git.ssh-relay","spotlight.tunnel"]}}"#,
+        None,
+    );
+    let up = w.svc(&["workspace", "up", p(&dir), "--name", "caps2"]);
+    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
+    assert!(
+        text(&up).contains("does not provide spotlight.tunnel yet"),
+        "{}",
+        text(&up)
+    );
+    assert_eq!(
+        w.svc_ok(&["sandbox", "list", "--json"]).trim(),
+        "[]",
+        "nothing was made"
+    );
+
+    // Directories nobody may share, whoever asks.
+    for (bad, says) in [("/etc", "system directory"), ("/", "system directory")] {
+        let up = w.svc(&[
+            "workspace",
+            "up",
+            bad,
+            "--name",
+            "bad",
+            "--backend",
+            "container",
+        ]);
+        assert_eq!(up.status.code(), Some(1), "{bad}: {}", text(&up));
+        assert!(text(&up).contains(says), "{bad}: {}", text(&up));
+    }
+    // A member of the API group may share only a directory of its own.
+    let rootowned = project(&w, "rootowned", 0, r#"{"version":1}"#, None);
+    let mine = project(&w, "mine", 65534, r#"{"version":1}"#, None);
+    let ids = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    let up = w.svc_as(
+        &ids,
+        &[
+            "workspace",
+            "up",
+            p(&rootowned),
+            "--name",
+            "notmine",
+            "--backend",
+            "container",
+        ],
+    );
+    assert_eq!(up.status.code(), Some(1), "{}", text(&up));
+    assert!(
+        text(&up).contains("is owned by uid 0, not by you (uid 65534)"),
+        "{}",
+        text(&up)
+    );
+    let up = w.svc_as(
+        &ids,
+        &[
+            "workspace",
+            "up",
+            p(&mine),
+            "--name",
+            "mine",
+            "--backend",
+            "container",
+        ],
+    );
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
+    // The mount is nosuid and nodev: a set-uid file or a device the guest makes there is
+    // inert, in the guest and for the host user.
+    let (_, mounts, _) = w.sh("mine", "grep ' /workspace ' /proc/self/mounts");
+    assert!(
+        mounts.contains("nosuid") && mounts.contains("nodev"),
+        "{mounts}"
+    );
+    w.svc_ok(&["workspace", "down", "mine"]);
+    assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
+}
