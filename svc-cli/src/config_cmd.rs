@@ -194,6 +194,23 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         s.restart_delay_ms,
         src("services.restartDelayMs")
     );
+    for d in &s.definitions {
+        let _ = writeln!(
+            out,
+            "    service {:<12} {}  [autoRestart={} maxRestarts={} restartDelayMs={} stopTimeoutMs={}{}]",
+            d.name,
+            d.command,
+            d.auto_restart,
+            d.max_restarts,
+            d.restart_delay_ms,
+            d.stop_timeout_ms,
+            if d.health_check.is_some() {
+                " healthCheck"
+            } else {
+                ""
+            }
+        );
+    }
     let forwards: Vec<String> = e
         .spotlight
         .iter()

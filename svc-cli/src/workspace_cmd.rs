@@ -50,10 +50,12 @@ What up does, in order:
      /workspace (your files are the sandbox root's there; DIR must be yours);
   3. svcd runs lifecycle.onSetup, then lifecycle.onStart, each command as `/bin/sh -c` in
      /workspace, each killed with its processes after lifecycle.timeoutMs (default 600000);
-     their output is shown here as it comes and kept (svc workspace logs NAME).
-Exit 0 when the workspace is ready (event workspace.ready), 1 when a hook failed (the sandbox
-stays up to look into: svc sandbox exec NAME -- sh; svc workspace down NAME), 2 when the
-configuration is invalid.
+     their output is shown here as it comes and kept (svc workspace logs NAME);
+  4. then starts services.definitions under a supervisor in the sandbox (restarted per
+     services.defaults) and waits for the readiness profile's services (--profile).
+Exit 0 when the workspace is ready (event workspace.ready), 1 when a hook or a needed service
+failed (the sandbox stays up to look into: svc sandbox exec NAME -- sh; svc workspace down
+NAME), 2 when the configuration is invalid.
 
 Examples:
   svc workspace up                      # the project in this directory, named after it
@@ -81,6 +83,10 @@ pub struct UpArgs {
     /// Broker a credential: VAR@SOURCE (env:VAR, file:PATH, store:NAME; repeatable).
     #[arg(long)]
     pub secret: Vec<String>,
+    /// The readiness profile to wait for (default: `default` if the workspace has one, else
+    /// its only profile, else every service).
+    #[arg(long)]
+    pub profile: Option<String>,
     /// Return once the sandbox is made; the hooks go on (svc workspace logs NAME -f).
     #[arg(long, short)]
     pub detach: bool,
@@ -178,6 +184,13 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     }
+    let readiness = match pick_profile(&loaded.effective.readiness, a.profile.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("✗ {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let name = a.name.unwrap_or_else(|| default_name(&root));
     api::check_name(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     let secrets = a
@@ -202,6 +215,8 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             root: root.display().to_string(),
             egress: loaded.egress.as_ref().map(|e| e.to_file()),
             lifecycle: loaded.effective.lifecycle.clone(),
+            services: loaded.effective.services.definitions.clone(),
+            readiness,
         }),
     };
     if !a.json {
@@ -235,9 +250,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             show_line(l, a.json);
             match serde_json::from_slice::<WorkspaceLogRecord>(l) {
                 Ok(r) if r.kind == "ready" => outcome = Some(true),
-                Ok(r) if r.kind == "hook_failed" && r.phase != "teardown" => {
-                    outcome = Some(false);
-                }
+                Ok(r) if r.kind == "workspace_failed" => outcome = Some(false),
                 _ => return Ok(()),
             }
             Err(anyhow::anyhow!(StopFollowing))
@@ -272,6 +285,38 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The readiness profile to wait for: the one asked for, else `default`, else the only one,
+/// else none (every service).
+fn pick_profile(
+    profiles: &std::collections::BTreeMap<
+        String,
+        Vec<svc_control::config::workspace::ReadinessEntry>,
+    >,
+    asked: Option<&str>,
+) -> Result<Option<api::ReadinessProfile>, String> {
+    let chosen = match asked {
+        Some(p) => Some(profiles.get_key_value(p).ok_or_else(|| {
+            format!(
+                "--profile {p}: the workspace has no such readiness profile (it has: {})",
+                if profiles.is_empty() {
+                    "none".to_owned()
+                } else {
+                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                }
+            )
+        })?),
+        None => profiles.get_key_value("default").or_else(|| {
+            (profiles.len() == 1)
+                .then(|| profiles.iter().next())
+                .flatten()
+        }),
+    };
+    Ok(chosen.map(|(name, entries)| api::ReadinessProfile {
+        name: name.clone(),
+        services: entries.iter().map(|e| e.service_name.clone()).collect(),
+    }))
+}
+
 /// Ends a followed stream early (not an error).
 #[derive(Debug)]
 struct StopFollowing;
@@ -285,16 +330,26 @@ impl std::fmt::Display for StopFollowing {
 impl std::error::Error for StopFollowing {}
 
 async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCode> {
-    // The teardown hooks' records, shown while svcd runs them.
+    // What the log says from now on (onTeardown, the services stopping), shown while svcd
+    // does it. A sandbox without a workspace is destroyed all the same.
+    let mut last = 0;
+    let _ = client
+        .get_lines(&log_path(name, false), |l| {
+            if let Ok(r) = serde_json::from_slice::<WorkspaceLogRecord>(l) {
+                last = last.max(r.seq);
+            }
+            Ok(())
+        })
+        .await;
+    let (following, mut followed) = tokio::sync::watch::channel(false);
     let follower = {
         let client = client.clone();
         let path = log_path(name, true);
         tokio::spawn(async move {
             let _ = client
                 .get_lines(&path, |l| {
-                    if serde_json::from_slice::<WorkspaceLogRecord>(l)
-                        .is_ok_and(|r| r.phase == "teardown")
-                    {
+                    let _ = following.send(true);
+                    if serde_json::from_slice::<WorkspaceLogRecord>(l).is_ok_and(|r| r.seq > last) {
                         show_line(l, json);
                     }
                     Ok(())
@@ -302,6 +357,11 @@ async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCod
                 .await;
         })
     };
+    // The follower is there (it has read the log so far) before the destroy starts.
+    if last > 0 {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), followed.wait_for(|f| *f))
+            .await;
+    }
     let d: Result<api::Destroyed, _> = client
         .call::<(), _>(Method::DELETE, &format!("/v1/sandboxes/{name}"), None)
         .await;
@@ -334,11 +394,32 @@ fn show_line(l: &[u8], json: bool) {
         other => other,
     };
     let hook = r.hook.map_or(String::new(), |i| format!("{key}[{i}]"));
+    let service = r.service.clone().unwrap_or_default();
     let secs =
         |ms: Option<u64>| ms.map_or(String::new(), |m| format!(" ({:.1} s)", m as f64 / 1000.0));
     match r.kind.as_str() {
         "hook_started" => outln!("▸ {hook} {}", r.command.unwrap_or_default()),
+        "output" if r.service.is_some() => {
+            outln!("  {service} │ {}", r.text.unwrap_or_default());
+        }
         "output" => outln!("  │ {}", r.text.unwrap_or_default()),
+        "service_started" => outln!(
+            "▸ service {service} started{}",
+            r.restarts
+                .filter(|n| *n > 0)
+                .map_or(String::new(), |n| format!(" (restart {n})"))
+        ),
+        "service_exited" => outln!(
+            "· service {service} exited with {}",
+            r.exit_code.map_or("?".into(), |c| c.to_string())
+        ),
+        "service_restarting" => outln!("↻ service {service}: restart {}", r.restarts.unwrap_or(0)),
+        "service_failed" => outln!("✗ service {service} failed: {}", r.text.unwrap_or_default()),
+        "service_healthy" => outln!("✓ service {service} healthy"),
+        "service_running" => outln!("✓ service {service} running"),
+        "service_unhealthy" => outln!("! service {service} unhealthy"),
+        "service_stopped" => outln!("■ service {service} stopped {}", r.text.unwrap_or_default()),
+        "workspace_failed" => {}
         "hook_finished" => outln!("✓ {hook}{}", secs(r.duration_ms)),
         "hook_failed" => outln!("✗ {}{}", r.text.unwrap_or_default(), secs(r.duration_ms)),
         "phase_finished" => {}

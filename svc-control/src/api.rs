@@ -152,6 +152,23 @@ pub struct WorkspaceSpec {
     /// Lifecycle hooks, run in the sandbox by svcd.
     #[serde(default)]
     pub lifecycle: crate::config::effective::EffectiveLifecycle,
+    /// Services supervised in the sandbox once the hooks have run (their restart policy
+    /// resolved).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<svc_guest::services::ServiceSpec>,
+    /// The readiness profile in force: the workspace is ready when each of its services is
+    /// running (and healthy, if it has a health check). `None`: every service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessProfile>,
+}
+
+/// The readiness profile a workspace waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadinessProfile {
+    pub name: String,
+    /// Service names.
+    pub services: Vec<String>,
 }
 
 /// A workspace's state, as `svc sandbox show` and `svc workspace status` show it.
@@ -181,14 +198,22 @@ pub struct WorkspaceLogRecord {
     pub seq: u64,
     /// RFC 3339.
     pub time: String,
-    /// `setup`, `start` or `teardown`.
+    /// `setup`, `start`, `services` or `teardown`.
     pub phase: String,
     /// What this record says: `hook_started`, `output`, `hook_finished`, `hook_failed`,
-    /// `phase_finished`, `ready`.
+    /// `phase_finished`, `phase_skipped`, `service_started`, `service_exited`,
+    /// `service_restarting`, `service_failed`, `service_healthy`, `service_unhealthy`,
+    /// `service_stopped`, `ready`, `workspace_failed`.
     pub kind: String,
     /// The hook's place in its phase (0, 1, …), for hook records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<usize>,
+    /// The service, for service records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// A service's restarts so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<u32>,
     /// The hook's shell command, for hook records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,

@@ -32,7 +32,11 @@ fn accepted_shapes() {
         ),
         (
             "readiness_profile",
-            r#"{"version":1,"readiness":{"profiles":{"default":[{"name":"db","type":"service","serviceName":"postgres"}]}}}"#,
+            r#"{"version":1,"readiness":{"profiles":{"default":[{"name":"db","type":"service","serviceName":"postgres"}]}},"services":{"definitions":{"postgres":{"command":"postgres -D /data"}}}}"#,
+        ),
+        (
+            "service_definitions",
+            r#"{"version":1,"services":{"defaults":{"maxRestarts":1},"definitions":{"web":{"command":"python3 -m http.server 8000","cwd":"/workspace/site","env":{"PORT":"8000"},"healthCheck":{"command":"curl -sf localhost:8000","intervalMs":500,"timeoutMs":2000},"autoRestart":false}}}}"#,
         ),
         (
             "empty_readiness_profiles",
@@ -287,6 +291,36 @@ const REFUSED: &[(&str, &str, &str, &str)] = &[
         r#"{"version":1,"lifecycle":{"onStart":[""]}}"#,
         "/lifecycle/onStart/0",
         "must not be empty",
+    ),
+    (
+        "readiness_names_an_undefined_service",
+        r#"{"version":1,"readiness":{"profiles":{"d":[{"name":"x","type":"service","serviceName":"web"}]}},"services":{"definitions":{"db":{"command":"x"}}}}"#,
+        "/readiness/profiles/d/0/serviceName",
+        "no service \"web\" in services.definitions (defined: db)",
+    ),
+    (
+        "service_relative_cwd",
+        r#"{"version":1,"services":{"definitions":{"web":{"command":"x","cwd":"site"}}}}"#,
+        "/services/definitions/web/cwd",
+        "absolute path",
+    ),
+    (
+        "service_bad_name",
+        r#"{"version":1,"services":{"definitions":{"Web_1":{"command":"x"}}}}"#,
+        "/services/definitions/Web_1",
+        "service name",
+    ),
+    (
+        "service_empty_command",
+        r#"{"version":1,"services":{"definitions":{"web":{"command":" "}}}}"#,
+        "/services/definitions/web/command",
+        "must not be empty",
+    ),
+    (
+        "health_zero_interval",
+        r#"{"version":1,"services":{"definitions":{"web":{"command":"x","healthCheck":{"command":"true","intervalMs":0}}}}}"#,
+        "/services/definitions/web/healthCheck/intervalMs",
+        "at least 1",
     ),
     (
         "lifecycle_zero_timeout",

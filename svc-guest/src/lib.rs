@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod proto;
+pub mod services;
 
 use std::path::{Path, PathBuf};
 

@@ -392,3 +392,202 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     w.svc_ok(&["workspace", "down", "mine"]);
     assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
 }
+
+/// The log's records of `name` (JSON lines of `svc workspace logs --json`).
+fn log_records(w: &World, name: &str) -> Vec<serde_json::Value> {
+    w.svc_ok(&["workspace", "logs", name, "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time with milliseconds.
+fn ms_of(t: &serde_json::Value) -> i64 {
+    let t = t.as_str().expect("a time");
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", t, "+%s%3N"])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("time {t:?}"))
+}
+
+#[test]
+fn services_are_supervised_restarted_and_waited_for() {
+    require_root();
+    let w = World::start();
+    let dir = project(
+        &w,
+        "svcs",
+        0,
+        r#"{"version":1,
+            "services":{
+              "defaults":{"maxRestarts":2,"restartDelayMs":400,"stopTimeoutMs":3000},
+              "definitions":{
+                "web":{"command":"exec python3 -m http.server 8000 --bind 127.0.0.1",
+                       "healthCheck":{"command":"curl -sf -o /dev/null http://127.0.0.1:8000/","intervalMs":200}},
+                "crash":{"command":"echo crashing; exit 7"},
+                "slowdb":{"command":"sleep 1.5; touch /tmp/db-ready; exec sleep 1000",
+                          "healthCheck":{"command":"test -e /tmp/db-ready","intervalMs":100}}}},
+            "readiness":{"profiles":{
+              "default":[{"name":"http","type":"service","serviceName":"web"},
+                         {"name":"db","type":"service","serviceName":"slowdb"}],
+              "broken":[{"name":"c","type":"service","serviceName":"crash"}]}}}"#,
+        None,
+    );
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "svcs",
+        "--backend",
+        "container",
+    ]);
+    let out = text(&up);
+    assert!(up.status.success(), "{out}\nsvcd:\n{}", w.svcd_log());
+    assert!(
+        out.contains("▸ service web started") && out.contains("✓ service slowdb healthy"),
+        "{out}"
+    );
+
+    // Ready once, and only after the profile's services were healthy.
+    let all: Vec<serde_json::Value> = w
+        .svc_ok(&["events", "--json"])
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &serde_json::Value| e["sandbox"] == "svcs")
+        .collect();
+    let seq_of = |kind: &str, service: Option<&str>| {
+        all.iter()
+            .find(|e| e["kind"] == kind && service.is_none_or(|s| e["detail"]["service"] == s))
+            .and_then(|e| e["seq"].as_i64())
+            .unwrap_or_else(|| panic!("no {kind} {service:?} in {all:?}"))
+    };
+    let ready = seq_of("workspace.ready", None);
+    assert!(seq_of("workspace.service_healthy", Some("slowdb")) < ready);
+    assert!(seq_of("workspace.service_healthy", Some("web")) < ready);
+    assert_eq!(events(&w, "workspace.ready", "svcs").len(), 1);
+    assert_eq!(
+        events(&w, "workspace.ready", "svcs")[0]["detail"]["profile"],
+        "default"
+    );
+    assert_eq!(
+        w.sh(
+            "svcs",
+            "curl -sf -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/"
+        )
+        .1,
+        "200"
+    );
+
+    // The crashing service: restarted maxRestarts (2) times, restartDelayMs apart, then failed.
+    let mut failed = Vec::new();
+    for _ in 0..100 {
+        failed = events(&w, "workspace.service_failed", "svcs");
+        if !failed.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["detail"]["service"], "crash");
+    assert_eq!(failed[0]["detail"]["exit_code"], 7);
+    assert_eq!(failed[0]["detail"]["restarts"], 2);
+    let restarted = events(&w, "workspace.service_restarted", "svcs");
+    assert_eq!(restarted.len(), 2, "{restarted:?}");
+    let log = log_records(&w, "svcs");
+    let crash: Vec<&serde_json::Value> = log.iter().filter(|r| r["service"] == "crash").collect();
+    let kinds: Vec<&str> = crash
+        .iter()
+        .filter(|r| r["kind"] != "output")
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "service_started",
+            "service_exited",
+            "service_restarting",
+            "service_started",
+            "service_exited",
+            "service_restarting",
+            "service_started",
+            "service_exited",
+            "service_failed"
+        ]
+    );
+    let times = |kind: &str| -> Vec<i64> {
+        crash
+            .iter()
+            .filter(|r| r["kind"] == kind)
+            .map(|r| ms_of(&r["time"]))
+            .collect()
+    };
+    let (exits, starts) = (times("service_exited"), times("service_started"));
+    for i in 0..2 {
+        let gap = starts[i + 1] - exits[i];
+        assert!(
+            gap >= 390,
+            "restart {} came {gap} ms after the exit (restartDelayMs 400)",
+            i + 1
+        );
+    }
+    assert_eq!(
+        crash
+            .iter()
+            .filter(|r| r["kind"] == "output" && r["text"] == "crashing")
+            .count(),
+        3
+    );
+    // Not in the profile: the workspace stays ready.
+    assert_eq!(w.show("svcs")["workspace"]["state"], "ready");
+
+    // A profile that needs the crashing service fails the workspace, naming it.
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "svcs2",
+        "--backend",
+        "container",
+        "--profile",
+        "broken",
+    ]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("service crash failed: exited with 7 after 2 restart(s)"),
+        "{out}"
+    );
+    assert_eq!(w.show("svcs2")["workspace"]["state"], "failed");
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "svcs3",
+        "--profile",
+        "nope",
+    ]);
+    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
+    assert!(
+        text(&up).contains("has no such readiness profile (it has: broken, default)"),
+        "{}",
+        text(&up)
+    );
+
+    // Down stops the services (SIGTERM; web goes at once), shown as it happens.
+    let down = w.svc(&["workspace", "down", "svcs"]);
+    let out = text(&down);
+    assert!(down.status.success(), "{out}");
+    assert!(
+        out.contains("■ service web stopped") && out.contains("■ service slowdb stopped"),
+        "{out}"
+    );
+    w.svc_ok(&["workspace", "down", "svcs2"]);
+    assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
+}

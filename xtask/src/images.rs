@@ -33,22 +33,26 @@ pub fn build_all(out: &Path) -> anyhow::Result<()> {
     crate::microvm_images::build(out, &out.join("base"), &bins.agent)
 }
 
-/// Where the git SSH shim lies in the guest's tree (what `GIT_SSH_COMMAND` names).
-const SHIM: &str = "usr/local/bin/svc-git-ssh";
+/// The (statically linked) in-guest binaries every image carries: the git SSH shim (what
+/// `GIT_SSH_COMMAND` names) and the workspace's service supervisor.
+const GUEST_BINS: [(&str, &str); 2] = [
+    ("usr/local/bin/svc-git-ssh", "the git SSH shim"),
+    ("usr/local/bin/svc-supervise", "the service supervisor"),
+];
 
-/// Put the (statically linked) git SSH shim into the base tree if it is not the one there;
-/// a new shim is a new build of the image (svcd shifts it again, the microvm root file system
-/// is made again).
-fn install_shim(base: &Path, shim: &Path) -> anyhow::Result<()> {
+/// Put an in-guest binary into the base tree at `path` if it is not the one there; a new one
+/// is a new build of the image (svcd shifts it again, the microvm root file system is made
+/// again).
+fn install_guest_bin(base: &Path, bin: &Path, path: &str, what: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let target = base.join("rootfs").join(SHIM);
-    let new = std::fs::read(shim).with_context(|| format!("the shim {}", shim.display()))?;
+    let target = base.join("rootfs").join(path);
+    let new = std::fs::read(bin).with_context(|| format!("{what} {}", bin.display()))?;
     if std::fs::read(&target).is_ok_and(|old| old == new) {
         return Ok(());
     }
-    let dir = target.parent().context("shim path")?;
+    let dir = target.parent().context("binary path")?;
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(".svc-git-ssh.new");
+    let tmp = dir.join(".svc-guest-bin.new");
     std::fs::write(&tmp, &new)?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
     std::fs::rename(&tmp, &target)?;
@@ -61,7 +65,7 @@ fn install_shim(base: &Path, shim: &Path) -> anyhow::Result<()> {
         .collect();
     std::fs::write(&stamp, format!("{kept}build: {}\n", now_nanos()))?;
     ui::ok(&format!(
-        "installed the git SSH shim at /{SHIM} in {}",
+        "installed {what} at /{path} in {}",
         base.display()
     ));
     Ok(())
@@ -82,7 +86,10 @@ pub fn default_dir() -> PathBuf {
 pub fn build(out: &Path) -> anyhow::Result<()> {
     build_tree(out)?;
     let bins = crate::microvm_images::guest_bins()?;
-    install_shim(&out.join("base"), &bins.shim)
+    for ((path, what), bin) in GUEST_BINS.iter().zip([&bins.shim, &bins.supervisor]) {
+        install_guest_bin(&out.join("base"), bin, path, what)?;
+    }
+    Ok(())
 }
 
 fn build_tree(out: &Path) -> anyhow::Result<()> {

@@ -280,9 +280,11 @@ fn rootfs(base: &Path, agent: &Path, out: &Path) -> anyhow::Result<()> {
 pub struct GuestBins {
     pub agent: PathBuf,
     pub shim: PathBuf,
+    pub supervisor: PathBuf,
 }
 
-/// Build the agent and the git SSH shim statically linked for the guest.
+/// Build the agent, the git SSH shim and the service supervisor statically linked for the
+/// guest.
 pub fn guest_bins() -> anyhow::Result<GuestBins> {
     ui::run(
         Command::new("cargo")
@@ -296,6 +298,8 @@ pub fn guest_bins() -> anyhow::Result<GuestBins> {
                 "svc-microvm-agent",
                 "--bin",
                 "svc-git-ssh",
+                "--bin",
+                "svc-supervise",
                 "--target",
                 "x86_64-unknown-linux-gnu",
                 "--target-dir",
@@ -307,6 +311,7 @@ pub fn guest_bins() -> anyhow::Result<GuestBins> {
     Ok(GuestBins {
         agent: dir.join("svc-microvm-agent"),
         shim: dir.join("svc-git-ssh"),
+        supervisor: dir.join("svc-supervise"),
     })
 }
 

@@ -25,6 +25,9 @@ pub mod defaults {
     pub const MAX_RESTARTS: u32 = 3;
     pub const RESTART_DELAY_MS: u64 = 1_000;
     pub const SSH_AGENT_FORWARD: bool = false;
+    /// A service health check's interval and timeout.
+    pub const HEALTH_INTERVAL_MS: u64 = 1_000;
+    pub const HEALTH_TIMEOUT_MS: u64 = 5_000;
     /// How long one lifecycle hook may run.
     pub const HOOK_TIMEOUT_MS: u64 = 600_000;
 }
@@ -58,6 +61,8 @@ pub struct EffectiveServices {
     pub auto_restart: bool,
     pub max_restarts: u32,
     pub restart_delay_ms: u64,
+    /// `services.definitions`, each with its restart policy resolved over these defaults.
+    pub definitions: Vec<svc_guest::services::ServiceSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -145,7 +150,7 @@ pub fn resolve(
         .and_then(|f| f.services.as_ref())
         .and_then(|s| s.defaults.clone())
         .unwrap_or_default();
-    let services = EffectiveServices {
+    let mut services = EffectiveServices {
         stop_timeout_ms: pick(
             &mut sources,
             "services.stopTimeoutMs",
@@ -174,7 +179,33 @@ pub fn resolve(
             file_services.restart_delay_ms,
             defaults::RESTART_DELAY_MS,
         ),
+        definitions: Vec::new(),
     };
+    services.definitions = f
+        .and_then(|f| f.services.as_ref())
+        .and_then(|s| s.definitions.as_ref())
+        .map(|d| {
+            d.0.iter()
+                .map(|(name, d)| svc_guest::services::ServiceSpec {
+                    name: name.clone(),
+                    command: d.command.clone(),
+                    cwd: d.cwd.clone(),
+                    env: d.env.clone().unwrap_or_default(),
+                    health_check: d.health_check.as_ref().map(|h| {
+                        svc_guest::services::HealthCheck {
+                            command: h.command.clone(),
+                            interval_ms: h.interval_ms.unwrap_or(defaults::HEALTH_INTERVAL_MS),
+                            timeout_ms: h.timeout_ms.unwrap_or(defaults::HEALTH_TIMEOUT_MS),
+                        }
+                    }),
+                    stop_timeout_ms: d.stop_timeout_ms.unwrap_or(services.stop_timeout_ms),
+                    auto_restart: d.auto_restart.unwrap_or(services.auto_restart),
+                    max_restarts: d.max_restarts.unwrap_or(services.max_restarts),
+                    restart_delay_ms: d.restart_delay_ms.unwrap_or(services.restart_delay_ms),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
 
     let file_auth = f
         .and_then(|f| f.auth.as_ref())

@@ -78,6 +78,51 @@ pub enum ReadinessKind {
 pub struct Services {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<ServiceDefaults>,
+    /// The services to run in the sandbox, by name, once the hooks have run (svc's own key:
+    /// SPEC 2.4 shows only `defaults`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definitions: Option<UniqueMap<ServiceDefinition>>,
+}
+
+/// One service: a shell command supervised in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceDefinition {
+    /// Run as `/bin/sh -c COMMAND`.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Working directory in the sandbox (default `/workspace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    /// Healthy when this shell command exits 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheckFile>,
+    /// This service's own restart policy, over `services.defaults`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_restart: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_delay_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthCheckFile {
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub interval_ms: Option<u64>,
+    /// Default 5000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `services.defaults`; each key optional, built-in defaults in `effective`.
@@ -247,8 +292,8 @@ impl Capability {
     /// one it does not, naming it).
     pub const fn provided(self) -> bool {
         match self {
-            Self::GitSshRelay | Self::CredentialsBroker => true,
-            Self::SpotlightTunnel | Self::ServicesSupervisor => false,
+            Self::GitSshRelay | Self::CredentialsBroker | Self::ServicesSupervisor => true,
+            Self::SpotlightTunnel => false,
         }
     }
     pub const fn name(self) -> &'static str {
@@ -406,6 +451,55 @@ fn validate(file: &Path, w: &WorkspaceFile) -> Vec<ConfigError> {
             format!("expected a relative path to the v1 schema file, got {schema:?} ({why})"),
         );
     }
+    let defined: Vec<&String> = w
+        .services
+        .as_ref()
+        .and_then(|s| s.definitions.as_ref())
+        .map(|d| d.0.keys().collect())
+        .unwrap_or_default();
+    if let Some(defs) = w.services.as_ref().and_then(|s| s.definitions.as_ref()) {
+        for (name, d) in &defs.0 {
+            let base = format!("/services/definitions/{}", escape(name));
+            if let Err(why) = crate::api::check_name(name) {
+                err(base.clone(), format!("service name: {why}"));
+            }
+            if d.command.trim().is_empty() {
+                err(
+                    format!("{base}/command"),
+                    "shell command must not be empty".into(),
+                );
+            }
+            if let Some(cwd) = &d.cwd
+                && !cwd.starts_with('/')
+            {
+                err(
+                    format!("{base}/cwd"),
+                    format!("expected an absolute path in the sandbox, got {cwd:?}"),
+                );
+            }
+            for k in d.env.iter().flat_map(|e| e.keys()) {
+                if k.is_empty() || k.contains(['=', '\0']) {
+                    err(format!("{base}/env"), format!("bad variable name {k:?}"));
+                }
+            }
+            if let Some(h) = &d.health_check {
+                if h.command.trim().is_empty() {
+                    err(
+                        format!("{base}/healthCheck/command"),
+                        "shell command must not be empty".into(),
+                    );
+                }
+                for (key, v) in [("intervalMs", h.interval_ms), ("timeoutMs", h.timeout_ms)] {
+                    if v == Some(0) {
+                        err(
+                            format!("{base}/healthCheck/{key}"),
+                            "expected at least 1 ms, got 0".into(),
+                        );
+                    }
+                }
+            }
+        }
+    }
     if let Some(readiness) = &w.readiness {
         for (profile, entries) in &readiness.profiles.0 {
             let base = format!("/readiness/profiles/{}", escape(profile));
@@ -420,6 +514,23 @@ fn validate(file: &Path, w: &WorkspaceFile) -> Vec<ConfigError> {
                     err(
                         format!("{base}/{i}/serviceName"),
                         "must not be empty".into(),
+                    );
+                } else if !defined.contains(&&e.service_name) {
+                    err(
+                        format!("{base}/{i}/serviceName"),
+                        format!(
+                            "no service {:?} in services.definitions (defined: {})",
+                            e.service_name,
+                            if defined.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                defined
+                                    .iter()
+                                    .map(|d| d.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            }
+                        ),
                     );
                 }
             }

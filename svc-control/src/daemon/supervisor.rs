@@ -12,6 +12,7 @@ mod running;
 mod sandbox;
 mod secrets;
 mod workspace;
+mod workspace_services;
 
 use std::{
     collections::{BTreeMap, HashMap},

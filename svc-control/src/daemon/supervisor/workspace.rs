@@ -24,14 +24,12 @@ use std::{
 };
 
 use bytes::Bytes;
-use tokio::{io::AsyncReadExt as _, sync::broadcast};
+use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use super::{Failure, Supervisor, now_text, sandbox::TaskGuard};
 use crate::api::{self, WorkspaceLogRecord, WorkspaceSpec};
 
-/// Longest line kept whole; longer output is cut into pieces of this size.
-const MAX_LINE: usize = 16 * 1024;
 /// How long a hook's output may go on after the hook exited (a background child holding it).
 const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 /// svcd's own limit beyond the hook's timeout, should `timeout` in the guest not end it.
@@ -44,6 +42,8 @@ const KILL_AFTER_S: u32 = 5;
 pub(super) enum Phase {
     Setup,
     Start,
+    /// The supervised services (no hooks).
+    Services,
     Teardown,
 }
 
@@ -52,6 +52,7 @@ impl Phase {
         match self {
             Self::Setup => "setup",
             Self::Start => "start",
+            Self::Services => "services",
             Self::Teardown => "teardown",
         }
     }
@@ -60,6 +61,7 @@ impl Phase {
         match self {
             Self::Setup => "onSetup",
             Self::Start => "onStart",
+            Self::Services => "services",
             Self::Teardown => "onTeardown",
         }
     }
@@ -67,16 +69,17 @@ impl Phase {
         match self {
             Self::Setup => &spec.lifecycle.on_setup,
             Self::Start => &spec.lifecycle.on_start,
+            Self::Services => &[],
             Self::Teardown => &spec.lifecycle.on_teardown,
         }
     }
 }
 
 #[derive(Debug, Clone)]
-struct Status {
-    state: &'static str,
-    phase: Option<Phase>,
-    failure: Option<String>,
+pub(super) struct Status {
+    pub(super) state: &'static str,
+    pub(super) phase: Option<Phase>,
+    pub(super) failure: Option<String>,
 }
 
 /// A sandbox's workspace while it runs: its spec, its log, where it stands.
@@ -91,6 +94,8 @@ pub(super) struct WorkspaceRun {
     status: Mutex<Status>,
     /// The running setup/start task, if any (ended by destroy).
     task: Mutex<Option<TaskGuard>>,
+    /// The services and the readiness they make (see `workspace_services`).
+    pub(super) services: Mutex<super::workspace_services::ServicesState>,
 }
 
 impl WorkspaceRun {
@@ -112,16 +117,17 @@ impl WorkspaceRun {
                 failure: None,
             }),
             task: Mutex::new(None),
+            services: Mutex::default(),
         }
     }
 
-    fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
+    pub(super) fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
         self.status
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn set(&self, state: &'static str, phase: Option<Phase>, failure: Option<String>) {
+    pub(super) fn set(&self, state: &'static str, phase: Option<Phase>, failure: Option<String>) {
         *self.lock_status() = Status {
             state,
             phase,
@@ -142,7 +148,12 @@ impl WorkspaceRun {
     }
 
     /// Append one record to the log and send it to the followers.
-    fn record(&self, phase: Phase, kind: &str, fill: impl FnOnce(&mut WorkspaceLogRecord)) {
+    pub(super) fn record(
+        &self,
+        phase: Phase,
+        kind: &str,
+        fill: impl FnOnce(&mut WorkspaceLogRecord),
+    ) {
         let mut w = self
             .writer
             .lock()
@@ -154,6 +165,8 @@ impl WorkspaceRun {
             phase: phase.name().to_owned(),
             kind: kind.to_owned(),
             hook: None,
+            service: None,
+            restarts: None,
             command: None,
             stream: None,
             text: None,
@@ -242,20 +255,11 @@ impl Supervisor {
             let started = Instant::now();
             for phase in phases {
                 if !sup.run_phase(&name_owned, &run2, *phase).await {
+                    sup.workspace_failed(&name_owned, &run2, *phase);
                     return;
                 }
             }
-            run2.set("ready", None, None);
-            run2.record(Phase::Start, "ready", |_| {});
-            info!(sandbox = %name_owned, "workspace ready");
-            sup.event(
-                "workspace.ready",
-                Some(&name_owned),
-                serde_json::json!({
-                    "root": run2.spec.root,
-                    "duration_ms": ms(started.elapsed()),
-                }),
-            );
+            sup.await_services(&name_owned, &run2, started);
         });
         *run.task
             .lock()
@@ -263,18 +267,48 @@ impl Supervisor {
             Some(TaskGuard(task.abort_handle()));
     }
 
-    /// Run the onTeardown hooks of `name`'s workspace (its setup or start, if still running,
-    /// is ended first). Waits for them; a failure is reported, not returned.
+    /// Report `run` failed in `phase` (the hook or service that failed is recorded already).
+    pub(super) fn workspace_failed(&self, name: &str, run: &WorkspaceRun, phase: Phase) {
+        let failure = run.lock_status().failure.clone().unwrap_or_default();
+        run.record(phase, "workspace_failed", |r| r.text = Some(failure));
+        warn!(sandbox = %name, "workspace failed; the sandbox stays up");
+    }
+
+    /// Announce `run` ready: once per start.
+    pub(super) fn workspace_ready(&self, name: &str, run: &WorkspaceRun, started: Instant) {
+        run.set("ready", None, None);
+        run.record(Phase::Start, "ready", |_| {});
+        info!(sandbox = %name, "workspace ready");
+        self.event(
+            "workspace.ready",
+            Some(name),
+            serde_json::json!({
+                "root": run.spec.root,
+                "profile": run.spec.readiness.as_ref().map(|p| &p.name),
+                "duration_ms": ms(started.elapsed()),
+            }),
+        );
+    }
+
+    /// Run the onTeardown hooks of `name`'s workspace, then stop its services (its setup or
+    /// start hooks, if still running, are ended first). Waits for them; a failure is reported,
+    /// not returned.
     pub(super) async fn teardown_workspace(&self, name: &str) {
         let Some(run) = self.live().get(name).and_then(|l| l.workspace.clone()) else {
             return;
         };
-        drop(
-            run.task
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
+        let in_hooks = {
+            let st = run.lock_status();
+            st.state == "starting" && matches!(st.phase, Some(Phase::Setup | Phase::Start))
+        };
+        if in_hooks {
+            drop(
+                run.task
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(),
+            );
+        }
         let paused = self.live().get(name).is_some_and(|l| l.paused);
         if paused {
             if !Phase::Teardown.hooks(&run.spec).is_empty() {
@@ -283,10 +317,21 @@ impl Supervisor {
                     r.text = Some("the sandbox is paused: onTeardown does not run".into());
                 });
             }
-            return;
+        } else {
+            run.set("stopping", Some(Phase::Teardown), None);
+            self.run_phase(name, &run, Phase::Teardown).await;
+            self.stop_services(&run).await;
         }
-        run.set("stopping", Some(Phase::Teardown), None);
-        self.run_phase(name, &run, Phase::Teardown).await;
+        drop(
+            run.task
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+        run.services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .end();
     }
 
     /// Run one phase's hooks in order; whether every one succeeded.
@@ -395,7 +440,7 @@ impl Supervisor {
         .into_iter()
         .filter_map(|(stream, r)| r.map(|r| (stream, r)))
         .map(|(stream, reader)| {
-            pump(reader, |text| {
+            svc_guest::services::pump(reader, |text| {
                 run.record(phase, "output", |r| {
                     r.hook = Some(index);
                     r.stream = Some(stream.to_owned());
@@ -447,61 +492,6 @@ impl Supervisor {
     }
 }
 
-/// Read `reader` to its end, handing each line (without its break; invalid UTF-8 replaced;
-/// a line longer than [`MAX_LINE`] in pieces) to `line`.
-async fn pump(
-    mut reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
-    mut line: impl FnMut(String),
-) {
-    let mut pending: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; 8192];
-    loop {
-        let n = match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        pending.extend_from_slice(&buf[..n]);
-        loop {
-            let window = &pending[..pending.len().min(MAX_LINE + 1)];
-            let rest = if let Some(at) = window.iter().position(|b| *b == b'\n') {
-                let rest = pending.split_off(at + 1);
-                pending.pop();
-                rest
-            } else if pending.len() >= MAX_LINE {
-                pending.split_off(MAX_LINE)
-            } else {
-                break;
-            };
-            line(String::from_utf8_lossy(&pending).into_owned());
-            pending = rest;
-        }
-    }
-    if !pending.is_empty() {
-        line(String::from_utf8_lossy(&pending).into_owned());
-    }
-}
-
-fn ms(d: Duration) -> u64 {
+pub(super) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn output_is_cut_into_lines_and_long_lines_into_pieces() {
-        let mut input = b"one\ntwo\r\n\xffbad\n".to_vec();
-        input.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
-        input.extend(b"\nlast");
-        let mut got = Vec::new();
-        pump(Box::pin(std::io::Cursor::new(input)), |l| got.push(l)).await;
-        assert_eq!(got[0], "one");
-        assert_eq!(got[1], "two\r");
-        assert_eq!(got[2], "\u{fffd}bad");
-        assert_eq!(got[3].len(), MAX_LINE);
-        assert_eq!(got[4], "x".repeat(10));
-        assert_eq!(got[5], "last");
-        assert_eq!(got.len(), 6);
-    }
 }

@@ -1,0 +1,319 @@
+//! A workspace's services: `svc-supervise` started in the sandbox once the hooks have run, its
+//! reports read into the workspace's log, events and readiness.
+//!
+//! Readiness: after each start's hooks, the workspace is ready once every service of its
+//! readiness profile (every service, without one) is up: healthy, if it has a health check,
+//! else running for a second (`svc_guest::services::SETTLE`). A service of the profile that fails before then fails the workspace (the sandbox
+//! stays up); one that fails after it is reported (`workspace.service_failed`) and the
+//! workspace reads `degraded`. A resume runs onStart again but leaves the services running:
+//! ready again as soon as the hooks are done and the services still fit.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{
+    Supervisor,
+    sandbox::TaskGuard,
+    workspace::{Phase, WorkspaceRun},
+};
+use crate::api;
+use svc_guest::services::{BINARY, Report, Spec};
+
+/// How long svcd waits for the supervisor beyond its services' longest stop timeout.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ServiceState {
+    /// Up for the settle time (`running`) or healthy (with a check).
+    up: bool,
+}
+
+/// Where the services stand.
+#[derive(Debug, Default)]
+pub(super) struct ServicesState {
+    states: BTreeMap<String, ServiceState>,
+    /// Waiting to announce ready (a start's hooks are done), since when.
+    pending: Option<Instant>,
+    /// The supervisor's reader: its task, the way to stop it, and whether it ended.
+    task: Option<(TaskGuard, watch::Sender<bool>, watch::Receiver<bool>)>,
+}
+
+impl ServicesState {
+    /// Forget the supervisor (its task ends).
+    pub(super) fn end(&mut self) {
+        self.task = None;
+    }
+
+    fn alive(&self) -> bool {
+        self.task
+            .as_ref()
+            .is_some_and(|(_, _, done)| !*done.borrow())
+    }
+}
+
+/// Whether every needed service is up (and healthy where it has a check).
+fn fits(spec: &api::WorkspaceSpec, states: &BTreeMap<String, ServiceState>) -> bool {
+    needed(spec)
+        .iter()
+        .all(|name| states.get(name).is_some_and(|s| s.up))
+}
+
+/// The services readiness waits for.
+fn needed(spec: &api::WorkspaceSpec) -> Vec<String> {
+    match &spec.readiness {
+        Some(p) => p.services.clone(),
+        None => spec.services.iter().map(|s| s.name.clone()).collect(),
+    }
+}
+
+impl Supervisor {
+    /// After a start's hooks: ready now (no services), or once the services fit; starts the
+    /// supervisor unless it is already running (a resume).
+    pub(super) fn await_services(
+        self: &Arc<Self>,
+        name: &str,
+        run: &Arc<WorkspaceRun>,
+        started: Instant,
+    ) {
+        if run.spec.services.is_empty() {
+            self.workspace_ready(name, run, started);
+            return;
+        }
+        run.set("starting", Some(Phase::Services), None);
+        let start = {
+            let mut st = run
+                .services
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.pending = Some(started);
+            !st.alive()
+        };
+        if start {
+            self.start_services(name, run);
+        }
+        self.check_ready(name, run);
+    }
+
+    /// Announce ready if a start waits for it and the services fit.
+    fn check_ready(&self, name: &str, run: &WorkspaceRun) {
+        let started = {
+            let mut st = run
+                .services
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match st.pending {
+                Some(t) if fits(&run.spec, &st.states) => {
+                    st.pending = None;
+                    t
+                }
+                _ => return,
+            }
+        };
+        self.workspace_ready(name, run, started);
+    }
+
+    /// Start `svc-supervise` in the sandbox and read its reports in a task of its own.
+    fn start_services(self: &Arc<Self>, name: &str, run: &Arc<WorkspaceRun>) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (done_tx, done_rx) = watch::channel(false);
+        let (sup, name_owned, run2) = (self.clone(), name.to_owned(), run.clone());
+        let task = tokio::spawn(async move {
+            sup.supervise(&name_owned, &run2, stop_rx).await;
+            let _ = done_tx.send(true);
+        });
+        run.services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .task = Some((TaskGuard(task.abort_handle()), stop_tx, done_rx));
+    }
+
+    async fn supervise(&self, name: &str, run: &WorkspaceRun, mut stop: watch::Receiver<bool>) {
+        let spec = Spec {
+            services: run.spec.services.clone(),
+        };
+        let req = api::ExecRequest {
+            argv: vec![
+                BINARY.into(),
+                "--spec".into(),
+                serde_json::to_string(&spec).unwrap_or_default(),
+            ],
+            env: vec![("SVC_WORKSPACE".into(), api::WORKSPACE_GUEST_DIR.into())],
+            cwd: Some(api::WORKSPACE_GUEST_DIR.into()),
+            stdin: false,
+            tty: None,
+        };
+        let mut handle = match self.exec(name, &req, false).await {
+            Ok(h) => h,
+            Err(f) => {
+                let failure = format!("could not start the service supervisor: {}", f.message);
+                run.record(Phase::Services, "service_failed", |r| {
+                    r.text = Some(failure.clone());
+                });
+                run.set("failed", Some(Phase::Services), Some(failure));
+                self.workspace_failed(name, run, Phase::Services);
+                return;
+            }
+        };
+        info!(sandbox = %name, services = run.spec.services.len(), "services started");
+        let stderr = handle.stderr.take().map(|r| {
+            svc_guest::services::pump(r, |text| {
+                run.record(Phase::Services, "output", |r| {
+                    r.service = Some("svc-supervise".into());
+                    r.stream = Some("stderr".into());
+                    r.text = Some(text);
+                });
+            })
+        });
+        let stdout = handle
+            .stdout
+            .take()
+            .map(|r| svc_guest::services::pump(r, |line| self.on_report(name, run, &line)));
+        let reading = async {
+            if let Some(s) = stdout {
+                s.await;
+            }
+        };
+        let errors = async {
+            if let Some(s) = stderr {
+                s.await;
+            }
+        };
+        let both = futures::future::join(reading, errors);
+        tokio::pin!(both);
+        tokio::select! {
+            _ = &mut both => {}
+            () = async { let _ = stop.wait_for(|v| *v).await; } => {
+                handle.signal(nix::sys::signal::Signal::SIGTERM);
+                let longest = run.spec.services.iter().map(|s| s.stop_timeout_ms).max().unwrap_or(0);
+                let limit = Duration::from_millis(longest) + STOP_GRACE;
+                if tokio::time::timeout(limit, &mut both).await.is_err() {
+                    warn!(sandbox = %name, "the service supervisor did not stop in time; killed");
+                }
+            }
+        }
+        if tokio::time::timeout(Duration::from_secs(2), handle.wait())
+            .await
+            .is_err()
+        {
+            handle.kill().await;
+        }
+    }
+
+    /// Stop the services (SIGTERM to the supervisor, which stops each with its stop timeout)
+    /// and wait for it.
+    pub(super) async fn stop_services(&self, run: &WorkspaceRun) {
+        let done = {
+            let st = run
+                .services
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some((_, stop, done)) = &st.task else {
+                return;
+            };
+            let _ = stop.send(true);
+            done.clone()
+        };
+        let longest = run
+            .spec
+            .services
+            .iter()
+            .map(|s| s.stop_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        let mut done = done;
+        let _ = tokio::time::timeout(
+            Duration::from_millis(longest) + STOP_GRACE + Duration::from_secs(3),
+            done.wait_for(|d| *d),
+        )
+        .await;
+    }
+
+    /// One line of the supervisor's report.
+    fn on_report(&self, name: &str, run: &WorkspaceRun, line: &str) {
+        let Ok(r) = serde_json::from_str::<Report>(line) else {
+            run.record(Phase::Services, "output", |rec| {
+                rec.service = Some("svc-supervise".into());
+                rec.stream = Some("stdout".into());
+                rec.text = Some(line.to_owned());
+            });
+            return;
+        };
+        if r.event == "output" {
+            run.record(Phase::Services, "output", |rec| {
+                rec.service = Some(r.service.clone());
+                rec.stream = r.stream.clone();
+                rec.text = r.text.clone();
+            });
+            return;
+        }
+        run.record(Phase::Services, &format!("service_{}", r.event), |rec| {
+            rec.service = Some(r.service.clone());
+            rec.exit_code = r.code;
+            rec.restarts = r.restarts;
+            rec.text = r.text.clone();
+        });
+        let detail = serde_json::json!({
+            "service": r.service,
+            "pid": r.pid,
+            "exit_code": r.code,
+            "restarts": r.restarts,
+            "delay_ms": r.delay_ms,
+            "reason": r.text,
+        });
+        match r.event.as_str() {
+            "started" => self.event("workspace.service_started", Some(name), detail),
+            "restarting" => self.event("workspace.service_restarted", Some(name), detail),
+            "failed" => self.event("workspace.service_failed", Some(name), detail),
+            "healthy" => self.event("workspace.service_healthy", Some(name), detail),
+            "unhealthy" => self.event("workspace.service_unhealthy", Some(name), detail),
+            _ => {}
+        }
+        let failed_before_ready = {
+            let mut st = run
+                .services
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let s = st.states.entry(r.service.clone()).or_default();
+            match r.event.as_str() {
+                "started" => *s = ServiceState::default(),
+                "running" | "healthy" => s.up = true,
+                "exited" | "stopped" | "unhealthy" | "failed" => s.up = false,
+                _ => {}
+            }
+            let failed = r.event == "failed" && needed(&run.spec).contains(&r.service);
+            if failed && st.pending.is_some() {
+                st.pending = None;
+                Some(true)
+            } else if failed {
+                Some(false)
+            } else {
+                None
+            }
+        };
+        let why = || {
+            format!(
+                "service {} failed: {}",
+                r.service,
+                r.text.clone().unwrap_or_default()
+            )
+        };
+        match failed_before_ready {
+            Some(true) => {
+                run.set("failed", Some(Phase::Services), Some(why()));
+                self.workspace_failed(name, run, Phase::Services);
+            }
+            Some(false) => {
+                if run.lock_status().state == "ready" {
+                    run.set("degraded", None, Some(why()));
+                }
+            }
+            None => self.check_ready(name, run),
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! `svc-supervise --spec JSON`: the workspace's services, supervised inside the guest; reports
+//! as JSON lines on standard output. See `svc_guest::services`.
+
+use std::{io::Write as _, process::ExitCode, time::Duration};
+
+use svc_guest::services::{self, Spec};
+use tokio::sync::{mpsc, watch};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json = match args.as_slice() {
+        [flag, json] if flag == "--spec" => json.clone(),
+        _ => {
+            eprintln!("usage: svc-supervise --spec JSON (svcd starts it; see `svc workspace up`)");
+            return ExitCode::from(2);
+        }
+    };
+    let spec: Spec = match serde_json::from_str(&json) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("svc-supervise: the spec is not valid: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("svc-supervise: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    rt.block_on(async move {
+        let longest = spec
+            .services
+            .iter()
+            .map(|s| s.stop_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        if let Err(e) =
+            services::take_over(std::process::id(), Duration::from_millis(longest + 5000)).await
+        {
+            eprintln!("svc-supervise: {e}");
+            return ExitCode::from(1);
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            let _ = stop_tx.send(true);
+        });
+        // svcd may be gone (restarted): the services go on, their reports are dropped.
+        let writer = tokio::spawn(async move {
+            while let Some(r) = rx.recv().await {
+                if let Ok(line) = serde_json::to_string(&r) {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+            }
+        });
+        services::supervise(spec, tx, stop_rx).await;
+        let _ = writer.await;
+        if std::fs::read_to_string(services::PID_FILE)
+            .is_ok_and(|t| t.trim() == std::process::id().to_string())
+        {
+            let _ = std::fs::remove_file(services::PID_FILE);
+        }
+        ExitCode::SUCCESS
+    })
+}
