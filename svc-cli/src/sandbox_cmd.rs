@@ -462,6 +462,9 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
         if let Some(f) = &w.failure {
             outln!("  workspace failure: {f}");
         }
+        for f in &w.forwards {
+            outln!("  forward:           {f}");
+        }
         outln!("  workspace log:     svc workspace logs {}", s.name);
     }
 }

@@ -43,8 +43,8 @@ pub enum WorkspaceCommand {
 
 const UP_HELP: &str = "\
 What up does, in order:
-  1. reads DIR's configuration (the same checks as `svc config check DIR`; invalid: exit 2),
-     and refuses a capability (capabilities.required) this svc does not provide;
+  1. reads DIR's configuration (the same checks as `svc config check DIR`; invalid, e.g. an
+     unknown capability in capabilities.required: exit 2);
   2. asks svcd for a sandbox: the backend from runtime.required (or --backend), curated egress
      with .svc/config.yaml's hosts, path rules and brokered secrets, DIR shared read-write at
      /workspace (your files are the sandbox root's there; DIR must be yours);
@@ -52,7 +52,10 @@ What up does, in order:
      /workspace, each killed with its processes after lifecycle.timeoutMs (default 600000);
      their output is shown here as it comes and kept (svc workspace logs NAME);
   4. then starts services.definitions under a supervisor in the sandbox (restarted per
-     services.defaults) and waits for the readiness profile's services (--profile).
+     services.defaults) and waits for the readiness profile's services (--profile);
+  5. then forwards 127.0.0.1:localPort on this host to each spotlight.defaults remotePort in
+     the sandbox (without a workspace.json: every port the compose file publishes); a local
+     port in use refuses step 2, naming who holds it.
 Exit 0 when the workspace is ready (event workspace.ready), 1 when a hook or a needed service
 failed (the sandbox stays up to look into: svc sandbox exec NAME -- sh; svc workspace down
 NAME), 2 when the configuration is invalid.
@@ -167,23 +170,6 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
-    let missing: Vec<&str> = loaded
-        .effective
-        .capabilities
-        .iter()
-        .filter(|c| !c.provided())
-        .map(|c| c.name())
-        .collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "✗ capabilities.required: this svc does not provide {} yet; remove {} from the \
-             workspace's capabilities.required or use an svc that provides {}",
-            missing.join(", "),
-            if missing.len() == 1 { "it" } else { "them" },
-            if missing.len() == 1 { "it" } else { "them" },
-        );
-        return Ok(ExitCode::from(2));
-    }
     let readiness = match pick_profile(&loaded.effective.readiness, a.profile.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -217,6 +203,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             lifecycle: loaded.effective.lifecycle.clone(),
             services: loaded.effective.services.definitions.clone(),
             readiness,
+            forwards: loaded.effective.spotlight.clone(),
         }),
     };
     if !a.json {
@@ -269,6 +256,9 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
     }
     if outcome == Some(true) {
         if !a.json {
+            for f in s.workspace.iter().flat_map(|w| &w.forwards) {
+                outln!("forward: {f}");
+            }
             outln!("workspace {name} is ready: svc sandbox exec {name} -- sh");
         }
         Ok(ExitCode::SUCCESS)

@@ -160,6 +160,10 @@ pub struct WorkspaceSpec {
     /// running (and healthy, if it has a health check). `None`: every service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<ReadinessProfile>,
+    /// Spotlight port forwards (host `127.0.0.1:localPort` to the sandbox's `remotePort`),
+    /// open from the first `workspace.ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forwards: Vec<crate::config::workspace::SpotlightForward>,
 }
 
 /// The readiness profile a workspace waits for.
@@ -189,6 +193,9 @@ pub struct WorkspaceView {
     pub failure: Option<String>,
     /// Where svcd keeps the hooks' output (`svc workspace logs NAME`).
     pub log: String,
+    /// Port forwards: `127.0.0.1:LOCAL -> SERVICE:REMOTE`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forwards: Vec<String>,
 }
 
 /// One record of a workspace's log (`GET /v1/sandboxes/{name}/workspace/log`, JSON lines).

@@ -296,8 +296,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     );
     w.svc_ok(&["workspace", "down", "slow"]);
 
-    // Configuration: an unknown capability, and one this svc does not provide yet (exit 2,
-    // nothing made).
+    // Configuration: an unknown capability (exit 2, nothing made).
     let dir = project(
         &w,
         "caps",
@@ -308,20 +307,6 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     let up = w.svc(&["workspace", "up", p(&dir), "--name", "caps"]);
     assert_eq!(up.status.code(), Some(2), "{}", text(&up));
     assert!(text(&up).contains("gpu.cuda"), "{}", text(&up));
-    let dir = project(
-        &w,
-        "caps2",
-        0,
-        r#"{"version":1,"capabilities":{"required":["git.ssh-relay","spotlight.tunnel"]}}"#,
-        None,
-    );
-    let up = w.svc(&["workspace", "up", p(&dir), "--name", "caps2"]);
-    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
-    assert!(
-        text(&up).contains("does not provide spotlight.tunnel yet"),
-        "{}",
-        text(&up)
-    );
     assert_eq!(
         w.svc_ok(&["sandbox", "list", "--json"]).trim(),
         "[]",
@@ -589,5 +574,160 @@ fn services_are_supervised_restarted_and_waited_for() {
         "{out}"
     );
     w.svc_ok(&["workspace", "down", "svcs2"]);
+    assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
+}
+
+#[test]
+fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
+    require_root();
+    let w = World::start();
+    // No workspace.json: the compose file's published ports, in three syntaxes; `expose` and
+    // a service of an inactive profile are not published.
+    let dir = w.dir.join("composeproj");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("docker-compose.yml"),
+        "services:\n  web:\n    image: example/web\n    ports:\n      - \"18081:8001\"\n      - target: 8002\n        published: \"18082\"\n        host_ip: 127.0.0.1\n      - \"127.0.0.1:18083:8003/tcp\"\n    expose: [\"8004\"]\n  debug:\n    image: example/debug\n    profiles: [debug]\n    ports: [\"18085:8005\"]\n",
+    )
+    .expect("compose file");
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "spot",
+        "--backend",
+        "container",
+    ]);
+    let out = text(&up);
+    assert!(up.status.success(), "{out}\nsvcd:\n{}", w.svcd_log());
+    for f in [
+        "127.0.0.1:18081 -> web:8001",
+        "127.0.0.1:18082 -> web:8002",
+        "127.0.0.1:18083 -> web:8003",
+    ] {
+        assert!(out.contains(&format!("forward: {f}")), "{f} in:\n{out}");
+    }
+    let opened = events(&w, "workspace.forward_opened", "spot");
+    let mut ports: Vec<u64> = opened
+        .iter()
+        .filter_map(|e| e["detail"]["local_port"].as_u64())
+        .collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [18081, 18082, 18083], "{opened:?}");
+
+    // Servers inside the sandbox, on its own loopback only.
+    let (rc, _, err) = w.sh(
+        "spot",
+        "for p in 8001 8002 8003 8004 8005; do mkdir -p /tmp/s$p && echo port-$p > /tmp/s$p/index.html && \
+         (cd /tmp/s$p && setsid nohup python3 -m http.server $p --bind 127.0.0.1 >/dev/null 2>&1 &); done; \
+         for i in $(seq 100); do curl -sf http://127.0.0.1:8005/ >/dev/null && exit 0; sleep 0.1; done; exit 1",
+    );
+    assert_eq!(rc, 0, "servers in the sandbox: {err}");
+    let host_curl = |port: u16| {
+        let o = w.host.exec(
+            "curl",
+            &[
+                "-sS",
+                "--max-time",
+                "10",
+                &format!("http://127.0.0.1:{port}/index.html"),
+            ],
+        );
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        )
+    };
+    for (local, remote) in [(18081, 8001), (18082, 8002), (18083, 8003)] {
+        assert_eq!(
+            host_curl(local),
+            (true, format!("port-{remote}")),
+            "through {local}"
+        );
+    }
+    // Several connections at once through one forward.
+    let many: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn({
+                let host = w.host.name.clone();
+                move || {
+                    std::process::Command::new("ip")
+                        .args([
+                            "netns",
+                            "exec",
+                            &host,
+                            "curl",
+                            "-sS",
+                            "--max-time",
+                            "10",
+                            "http://127.0.0.1:18082/index.html",
+                        ])
+                        .output()
+                        .expect("curl")
+                }
+            })
+        })
+        .collect();
+    for t in many {
+        let o = t.join().expect("thread");
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "port-8002");
+    }
+    for port in [18084, 18085, 8004] {
+        assert!(!host_curl(port).0, "port {port} is not forwarded");
+    }
+    // The perimeter is unchanged: the guest still reaches nothing it was not allowed.
+    let (rc, _, _) = w.sh(
+        "spot",
+        "curl -sS -o /dev/null --max-time 5 https://forbidden.example.test/",
+    );
+    assert_ne!(rc, 0);
+    w.svc_ok(&["workspace", "down", "spot"]);
+    let listening = w.host.exec(
+        "ss",
+        &[
+            "-Hltn", "sport", ">=", ":18081", "and", "sport", "<=", ":18083",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&listening.stdout).trim(),
+        "",
+        "the forwards' ports are free again with the sandbox gone"
+    );
+
+    // A local port in use: refused before anything is made, naming who holds it.
+    let mut holder = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &w.host.name, "python3", "-c",
+            "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',18090)); s.listen(); time.sleep(60)",
+        ])
+        .spawn()
+        .expect("holder");
+    svc_tests::wait_tcp(Some(&w.host.name), "127.0.0.1", 18090, "the port holder");
+    let busy = project(
+        &w,
+        "busy",
+        0,
+        r#"{"version":1,"spotlight":{"defaults":[{"service":"web","remotePort":8000,"localPort":18090}]}}"#,
+        None,
+    );
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&busy),
+        "--name",
+        "busy",
+        "--backend",
+        "container",
+    ]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("local port 18090 (for web:8000) is in use by pid")
+            && out.contains("(python3)"),
+        "{out}"
+    );
     assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
 }

@@ -288,14 +288,6 @@ impl Capability {
         Self::CredentialsBroker,
         Self::ServicesSupervisor,
     ];
-    /// Whether this build provides it (`svc workspace up` refuses a workspace that requires
-    /// one it does not, naming it).
-    pub const fn provided(self) -> bool {
-        match self {
-            Self::GitSshRelay | Self::CredentialsBroker | Self::ServicesSupervisor => true,
-            Self::SpotlightTunnel => false,
-        }
-    }
     pub const fn name(self) -> &'static str {
         match self {
             Self::SpotlightTunnel => "spotlight.tunnel",

@@ -11,6 +11,7 @@ mod live_policy;
 mod running;
 mod sandbox;
 mod secrets;
+mod spotlight;
 mod workspace;
 mod workspace_services;
 
@@ -218,8 +219,11 @@ impl Supervisor {
         caller: Option<u32>,
     ) -> Result<SandboxView, Failure> {
         api::check_name(&req.name).map_err(Failure::bad)?;
+        let mut listeners = Vec::new();
         if let Some(w) = &req.workspace {
             self.check_project_dir(&w.root, caller)?;
+            // Spotlight's host ports, taken now: one in use refuses the creation.
+            listeners = spotlight::bind_all(&w.forwards)?;
         }
         let span = info_span!("sandbox", name = %req.name);
         let started = std::time::Instant::now();
@@ -227,6 +231,9 @@ impl Supervisor {
         let result = self.create_in_span(req, None).instrument(span).await;
         if result.is_ok() {
             self.config.metrics.created(started.elapsed());
+            if let Some(run) = self.live().get(&name).and_then(|l| l.workspace.clone()) {
+                self.start_forwards(&name, &run, listeners);
+            }
             self.start_workspace(&name, &[workspace::Phase::Setup, workspace::Phase::Start]);
         }
         result

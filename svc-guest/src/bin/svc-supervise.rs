@@ -1,5 +1,9 @@
 //! `svc-supervise --spec JSON`: the workspace's services, supervised inside the guest; reports
 //! as JSON lines on standard output. See `svc_guest::services`.
+//!
+//! `svc-supervise --connect PORT`: one Spotlight connection — connects to the guest's own
+//! `localhost:PORT` and copies standard input to it and it to standard output (svcd carries
+//! the host side through the guest's exec, not through the fence).
 
 use std::{io::Write as _, process::ExitCode, time::Duration};
 
@@ -10,8 +14,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json = match args.as_slice() {
         [flag, json] if flag == "--spec" => json.clone(),
+        [flag, port] if flag == "--connect" => return connect(port),
         _ => {
-            eprintln!("usage: svc-supervise --spec JSON (svcd starts it; see `svc workspace up`)");
+            eprintln!(
+                "usage: svc-supervise --spec JSON | --connect PORT (svcd starts it; see `svc \
+                 workspace up`)"
+            );
             return ExitCode::from(2);
         }
     };
@@ -80,4 +88,33 @@ fn main() -> ExitCode {
         }
         ExitCode::SUCCESS
     })
+}
+
+/// `--connect PORT`: relay standard input/output to `localhost:PORT` in the guest.
+fn connect(port: &str) -> ExitCode {
+    let Ok(port) = port.parse::<u16>() else {
+        eprintln!("svc-supervise --connect: {port:?} is not a port");
+        return ExitCode::from(2);
+    };
+    let sock = match std::net::TcpStream::connect(("127.0.0.1", port))
+        .or_else(|_| std::net::TcpStream::connect(("::1", port)))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("nothing answers on port {port} in the sandbox: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Ok(mut to_sock) = sock.try_clone() else {
+        return ExitCode::from(1);
+    };
+    let upstream = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_sock);
+        let _ = to_sock.shutdown(std::net::Shutdown::Write);
+    });
+    let mut from_sock = sock;
+    let _ = std::io::copy(&mut from_sock, &mut std::io::stdout().lock());
+    let _ = std::io::stdout().flush();
+    drop(upstream);
+    ExitCode::SUCCESS
 }

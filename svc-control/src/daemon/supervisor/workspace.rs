@@ -96,6 +96,10 @@ pub(super) struct WorkspaceRun {
     task: Mutex<Option<TaskGuard>>,
     /// The services and the readiness they make (see `workspace_services`).
     pub(super) services: Mutex<super::workspace_services::ServicesState>,
+    /// Turns true at the first `workspace.ready` (Spotlight forwards start then).
+    pub(super) ready_seen: tokio::sync::watch::Sender<bool>,
+    /// The forwards' accept loops.
+    pub(super) forwards: Mutex<Vec<TaskGuard>>,
 }
 
 impl WorkspaceRun {
@@ -118,6 +122,8 @@ impl WorkspaceRun {
             }),
             task: Mutex::new(None),
             services: Mutex::default(),
+            ready_seen: tokio::sync::watch::Sender::new(false),
+            forwards: Mutex::default(),
         }
     }
 
@@ -144,6 +150,17 @@ impl WorkspaceRun {
             phase: s.phase.map(|p| p.name().to_owned()),
             failure: s.failure,
             log: self.log_path.display().to_string(),
+            forwards: self
+                .spec
+                .forwards
+                .iter()
+                .map(|f| {
+                    format!(
+                        "127.0.0.1:{} -> {}:{}",
+                        f.local_port, f.service, f.remote_port
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -278,6 +295,7 @@ impl Supervisor {
     pub(super) fn workspace_ready(&self, name: &str, run: &WorkspaceRun, started: Instant) {
         run.set("ready", None, None);
         run.record(Phase::Start, "ready", |_| {});
+        run.ready_seen.send_replace(true);
         info!(sandbox = %name, "workspace ready");
         self.event(
             "workspace.ready",
@@ -332,6 +350,10 @@ impl Supervisor {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .end();
+        run.forwards
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 
     /// Run one phase's hooks in order; whether every one succeeded.
