@@ -204,6 +204,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             services: loaded.effective.services.definitions.clone(),
             readiness,
             forwards: loaded.effective.spotlight.clone(),
+            auth: workspace_auth(&root, &loaded.effective.auth),
         }),
     };
     if !a.json {
@@ -272,6 +273,47 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
              svc workspace logs {name}; svc workspace down {name}"
         );
         Ok(ExitCode::from(1))
+    }
+}
+
+/// `auth.defaults` as the sandbox gets it: with the `gitconfig` profile, the identity git
+/// would commit with here (`git config user.name` / `user.email` in the project, as the
+/// calling user); none set is a warning, not an error.
+fn workspace_auth(
+    root: &std::path::Path,
+    auth: &svc_control::config::effective::EffectiveAuth,
+) -> api::WorkspaceAuth {
+    use svc_control::config::workspace::{AuthProfile, GitCredentialMode};
+    let git = |key: &str| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["config", "--get", key])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let git_identity = if auth.auth_profiles.contains(&AuthProfile::Gitconfig) {
+        match (git("user.name"), git("user.email")) {
+            (Some(name), Some(email)) => Some(api::GitIdentity { name, email }),
+            _ => {
+                eprintln!(
+                    "warning: auth.defaults.authProfiles has gitconfig, but git has no \
+                     user.name and user.email here (git config --global user.name …): the \
+                     sandbox's git gets no identity"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
+    api::WorkspaceAuth {
+        git_identity,
+        ssh_agent_forward: auth.ssh_agent_forward,
+        git_host_helper: auth.git_credential_mode == Some(GitCredentialMode::HostHelper),
     }
 }
 

@@ -164,6 +164,50 @@ pub struct WorkspaceSpec {
     /// open from the first `workspace.ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forwards: Vec<crate::config::workspace::SpotlightForward>,
+    /// `auth.defaults`, as it applies in the sandbox.
+    #[serde(default)]
+    pub auth: WorkspaceAuth,
+}
+
+/// A workspace's `auth.defaults` (docs/workspaces.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceAuth {
+    /// `authProfiles: ["gitconfig"]`: the calling user's git identity, read on the host by
+    /// `svc workspace up`, given to git in the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_identity: Option<GitIdentity>,
+    /// `sshAgentForward`: git over SSH through svcd's relay (never an agent socket); off, the
+    /// relay refuses the sandbox's sessions.
+    #[serde(default)]
+    pub ssh_agent_forward: bool,
+    /// `gitCredentialMode: host-helper`: git's HTTPS requests to the code host carry the
+    /// sandbox's CODE_HOST_TOKEN placeholder, which the proxy swaps for the real token.
+    #[serde(default)]
+    pub git_host_helper: bool,
+}
+
+/// A git identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitIdentity {
+    pub name: String,
+    pub email: String,
+}
+
+impl GitIdentity {
+    /// Names and addresses git would write: one line, no control characters, at most 256
+    /// bytes each.
+    pub fn check(&self) -> Result<(), String> {
+        for (what, v) in [("name", &self.name), ("email", &self.email)] {
+            if v.is_empty() || v.len() > 256 || v.chars().any(char::is_control) {
+                return Err(format!(
+                    "git identity {what} {v:?}: expected 1 to 256 bytes without control characters"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The readiness profile a workspace waits for.

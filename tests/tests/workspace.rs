@@ -731,3 +731,88 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
     );
     assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
 }
+
+#[test]
+fn auth_defaults_give_git_an_identity_a_placeholder_credential_and_no_ssh_unless_asked() {
+    require_root();
+    let w = World::start();
+    let dir = project(
+        &w,
+        "authproj",
+        0,
+        r#"{"version":1,"auth":{"defaults":{"authProfiles":["gitconfig"],"gitCredentialMode":"host-helper","sshAgentForward":false}}}"#,
+        None,
+    );
+    // The calling user's git identity (their ~/.gitconfig).
+    let home = w.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[user]\n\tname = Dev Host\n\temail = dev@host.test\n",
+    )
+    .expect(".gitconfig");
+    let up = w.svc_env(
+        &[
+            "workspace",
+            "up",
+            p(&dir),
+            "--name",
+            "auth",
+            "--backend",
+            "container",
+            "--repo",
+            "acme/widget",
+        ],
+        &[("HOME", p(&home))],
+    );
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
+
+    let (_, ident, _) = w.sh(
+        "auth",
+        "cd /tmp && git config user.name && git config user.email",
+    );
+    assert_eq!(ident, "Dev Host\ndev@host.test\n");
+    // HTTPS git to the code host: the placeholder header, swapped for the real token on the
+    // wire; the guest never sees the token.
+    let (rc, out, err) = w.sh(
+        "auth",
+        "cd /tmp && git clone -q https://code.test/acme/widget.git && cat widget/README && \
+         test \"$(git config --get http.https://code.test/.extraheader)\" = \"Authorization: Bearer $CODE_HOST_TOKEN\" && echo header-is-the-placeholder",
+    );
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("acme/widget") && out.contains("header-is-the-placeholder"),
+        "{out}"
+    );
+    let git_requests: Vec<serde_json::Value> = w
+        .received()
+        .into_iter()
+        .filter(|r| r["kind"] == "http" && r["host"] == "code.test")
+        .collect();
+    assert!(!git_requests.is_empty(), "the clone reached the code host");
+    for r in &git_requests {
+        assert_eq!(
+            r["authorization"],
+            format!("Bearer {}", svc_tests::world::CODE_TOKEN),
+            "the code host got the real token: {r}"
+        );
+    }
+    let (_, everything, _) = w.sh("auth", "env; git config --list");
+    assert!(
+        !everything.contains(svc_tests::world::CODE_TOKEN),
+        "the real token is in the guest"
+    );
+    // sshAgentForward false: the relay refuses the sandbox's git over SSH, saying why.
+    let (rc, _, err) = w.sh("auth", "git ls-remote ssh://git@code.test/acme/widget.git");
+    assert_ne!(rc, 0);
+    assert!(
+        err.contains("auth.defaults.sshAgentForward is false"),
+        "{err}"
+    );
+    w.svc_ok(&["workspace", "down", "auth"]);
+}

@@ -222,6 +222,9 @@ impl Supervisor {
         let mut listeners = Vec::new();
         if let Some(w) = &req.workspace {
             self.check_project_dir(&w.root, caller)?;
+            if let Some(id) = &w.auth.git_identity {
+                id.check().map_err(Failure::bad)?;
+            }
             // Spotlight's host ports, taken now: one in use refuses the creation.
             listeners = spotlight::bind_all(&w.forwards)?;
         }

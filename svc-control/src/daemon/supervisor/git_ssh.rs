@@ -35,9 +35,21 @@ impl Supervisor {
         &self,
         live: &Live,
     ) -> Result<(), crate::runtime::RuntimeError> {
+        // A workspace without `auth.defaults.sshAgentForward` has the relay off.
+        let off = live
+            .envelope
+            .workspace
+            .as_ref()
+            .filter(|w| !w.auth.ssh_agent_forward)
+            .map(|_| {
+                "svc: refused: git over SSH is off for this sandbox (its workspace's \
+                 auth.defaults.sshAgentForward is false)"
+                    .to_owned()
+            });
         let service = relay_service(
             live.id,
             live.name.clone(),
+            off,
             RelayPolicy {
                 repos: live
                     .envelope
@@ -62,18 +74,22 @@ impl Supervisor {
 fn relay_service(
     id: u32,
     name: String,
+    off: Option<String>,
     policy: RelayPolicy,
     client: SshClient,
     max: u32,
     audit: Arc<dyn crate::audit::AuditSink>,
 ) -> GuestService {
     let sessions = Arc::new(Semaphore::new(max as usize));
-    let shared = Arc::new((name, policy, client, audit));
+    let shared = Arc::new((name, policy, client, audit, off));
     Arc::new(move |conn: GuestConn| {
         let (sessions, shared) = (sessions.clone(), shared.clone());
         tokio::spawn(async move {
-            let (name, policy, client, audit) = &*shared;
+            let (name, policy, client, audit, off) = &*shared;
             let result = match sessions.try_acquire_owned() {
+                _ if off.is_some() => {
+                    git_relay::refuse(conn.reader, conn.writer, off.as_deref().unwrap_or("")).await
+                }
                 Ok(_permit) => git_relay::serve(conn.reader, conn.writer, policy, client).await,
                 Err(_) => {
                     let line = format!(

@@ -207,6 +207,45 @@ pub(super) fn guest_env(l: &Live) -> Vec<(String, String)> {
     if l.envelope.egress == EgressChoice::Curated {
         env.extend(l.policy.placeholders.guest_env());
     }
+    env.extend(workspace_git_config(l));
+    env
+}
+
+/// A workspace's `auth.defaults` for git, as git's own `GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`
+/// variables: its identity, and (`gitCredentialMode: host-helper`) the code host's
+/// `http.extraHeader` carrying the CODE_HOST_TOKEN placeholder — the proxy swaps it for the
+/// real token on the wire; the guest never has the token.
+fn workspace_git_config(l: &Live) -> Vec<(String, String)> {
+    let Some(auth) = l.envelope.workspace.as_ref().map(|w| &w.auth) else {
+        return Vec::new();
+    };
+    let mut cfg: Vec<(String, String)> = Vec::new();
+    if let Some(id) = &auth.git_identity {
+        cfg.push(("user.name".into(), id.name.clone()));
+        cfg.push(("user.email".into(), id.email.clone()));
+    }
+    if auth.git_host_helper && l.envelope.egress == EgressChoice::Curated {
+        let code = l
+            .policy
+            .placeholders
+            .entries()
+            .iter()
+            .find(|e| e.kind == crate::policy::credentials::CredentialKind::CodeHost);
+        if let Some(e) = code {
+            cfg.push((
+                format!("http.https://{}/.extraHeader", l.policy.code.code_host),
+                format!("Authorization: Bearer {}", e.placeholder.expose()),
+            ));
+        }
+    }
+    if cfg.is_empty() {
+        return Vec::new();
+    }
+    let mut env = vec![("GIT_CONFIG_COUNT".to_owned(), cfg.len().to_string())];
+    for (i, (k, v)) in cfg.into_iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{i}"), k));
+        env.push((format!("GIT_CONFIG_VALUE_{i}"), v));
+    }
     env
 }
 
