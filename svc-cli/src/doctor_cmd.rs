@@ -1,7 +1,7 @@
 //! `svc doctor [DIR]`: the built-in host probes (kernel, BTF, bpffs, nftables, tun, forwarding,
 //! svcd; the microvm backend's when wanted), the workspace's `doctor.probes`, then — only if
 //! every required probe passed — its `doctor.tests` (SPEC 2.7, 4.2), run on this host in the
-//! workspace directory,
+//! workspace directory (or, `--sandbox NAME`, inside that sandbox in /workspace),
 //! one line per check; `--report-json PATH` writes the structured report
 //! (`schema/doctor-report.v1.json`). Exit code 1 iff a required check failed, 2 when the
 //! workspace's configuration is invalid.
@@ -19,7 +19,8 @@ use svc_control::{
     after_help = "Examples:\n  svc doctor\n  svc doctor ~/src/widget --report-json /tmp/doctor.json\n\n\
 Checks run without a shell (command + args), in the workspace directory, each in its own \
 process group: at timeoutMs (default 60000) the whole group is killed and the check counts as \
-failed; a failed check is run again up to `retries` times."
+failed; a failed check is run again up to `retries` times. With --sandbox NAME they run inside \
+that sandbox instead, in /workspace (under coreutils' timeout there, which kills the group)."
 )]
 pub struct DoctorArgs {
     /// The workspace directory (default: the current directory).
@@ -42,6 +43,102 @@ pub struct DoctorArgs {
     /// workspace's runtime.required names microvm.
     #[arg(long)]
     microvm: bool,
+    /// Run the workspace's checks inside this sandbox (in /workspace, through svcd) instead
+    /// of on this host; the built-in host probes still run here.
+    #[arg(long, value_name = "NAME")]
+    sandbox: Option<String>,
+}
+
+/// Checks run inside a sandbox, through svcd's exec: `timeout` in the sandbox kills each
+/// check's process group at its timeout.
+struct InSandbox<'a> {
+    client: &'a crate::client::Client,
+    name: &'a str,
+}
+
+impl svc_control::doctor::Runner for InSandbox<'_> {
+    fn attempt(
+        &self,
+        check: &svc_control::config::workspace::Check,
+    ) -> impl std::future::Future<Output = svc_control::doctor::Attempt> {
+        async move {
+            use base64::Engine as _;
+            use svc_control::api::{ExecFrame, ExecRequest};
+            let ms = check.timeout_ms;
+            let mut argv = vec![
+                "timeout".to_owned(),
+                "--kill-after=5".to_owned(),
+                format!("{}.{:03}", ms / 1000, ms % 1000),
+                check.command.clone(),
+            ];
+            argv.extend(check.args.iter().cloned());
+            let req = ExecRequest {
+                argv,
+                env: Vec::new(),
+                cwd: Some(svc_control::api::WORKSPACE_GUEST_DIR.into()),
+                stdin: false,
+                tty: None,
+            };
+            let t0 = std::time::Instant::now();
+            let run = async {
+                let body = serde_json::to_vec(&req)?;
+                let resp = self
+                    .client
+                    .send(
+                        http::Method::POST,
+                        &format!("/v1/sandboxes/{}/exec", self.name),
+                        Some(body),
+                    )
+                    .await?;
+                let status = resp.status();
+                if !status.is_success() {
+                    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+                        .await?
+                        .to_bytes();
+                    return Err(crate::client::refused(status, &bytes).into());
+                }
+                let (mut out, mut code, mut error) = (Vec::new(), None, None);
+                let b64 = base64::engine::general_purpose::STANDARD;
+                crate::client::for_each_line(resp.into_body(), |l| {
+                    match serde_json::from_slice::<ExecFrame>(l) {
+                        Ok(ExecFrame::Stdout(d) | ExecFrame::Stderr(d)) => {
+                            out.extend(b64.decode(d).unwrap_or_default());
+                        }
+                        Ok(ExecFrame::Exit(c)) => code = Some(c),
+                        Ok(ExecFrame::Error(e)) => error = Some(e),
+                        Err(_) => {}
+                    }
+                    Ok(())
+                })
+                .await?;
+                anyhow::Ok((out, code, error))
+            };
+            let limit = std::time::Duration::from_millis(ms + 15_000);
+            match tokio::time::timeout(limit, run).await {
+                Err(_) => (
+                    Status::TimedOut,
+                    None,
+                    Some(format!("no result within {ms} ms: killed")),
+                    String::new(),
+                ),
+                Ok(Err(e)) => (
+                    Status::Failed,
+                    None,
+                    Some(format!("cannot run it in sandbox {}: {e:#}", self.name)),
+                    String::new(),
+                ),
+                Ok(Ok((out, Some(code), _))) => {
+                    svc_control::doctor::under_timeout(check, code, t0.elapsed(), &out)
+                }
+                Ok(Ok((_, None, error))) => (
+                    Status::Failed,
+                    None,
+                    Some(error.unwrap_or_else(|| "it ended without an exit code".into())),
+                    String::new(),
+                ),
+            }
+        }
+    }
 }
 
 fn line(r: &CheckResult) -> String {
@@ -166,12 +263,32 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
             host = svc_control::doctor::host_probes(microvm, |v| std::env::var(v).ok());
             host.push(svcd_probe(socket).await);
         }
-        svc_control::doctor::run(host, &doctor.probes, &doctor.tests, &root, |r| {
+        let progress = |r: &CheckResult| {
             if !json {
                 outln!("{}", line(r));
             }
-        })
-        .await
+        };
+        match &a.sandbox {
+            None => {
+                svc_control::doctor::run(
+                    host,
+                    &doctor.probes,
+                    &doctor.tests,
+                    &svc_control::doctor::OnHost(&root),
+                    progress,
+                )
+                .await
+            }
+            Some(name) => {
+                let client = crate::client::Client::new(&socket.socket);
+                let runner = InSandbox {
+                    client: &client,
+                    name,
+                };
+                svc_control::doctor::run(host, &doctor.probes, &doctor.tests, &runner, progress)
+                    .await
+            }
+        }
     });
     let text = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &a.report_json {

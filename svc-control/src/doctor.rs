@@ -82,8 +82,49 @@ pub fn schema() -> schemars::Schema {
     schemars::schema_for!(Report)
 }
 
-/// One attempt: (status, exit code, reason, output tail).
-async fn attempt(check: &Check, cwd: &Path) -> (Status, Option<i32>, Option<String>, String) {
+/// One attempt's outcome: (status, exit code, reason, output tail).
+pub type Attempt = (Status, Option<i32>, Option<String>, String);
+
+/// Where checks run: [`OnHost`], or (svc's CLI) inside a sandbox through svcd.
+pub trait Runner {
+    /// Run `check` once, killing it (and what it started) at its timeout.
+    fn attempt(&self, check: &Check) -> impl std::future::Future<Output = Attempt>;
+}
+
+/// Checks run on this host, in a directory.
+#[derive(Debug, Clone, Copy)]
+pub struct OnHost<'a>(pub &'a Path);
+
+impl Runner for OnHost<'_> {
+    fn attempt(&self, check: &Check) -> impl std::future::Future<Output = Attempt> {
+        attempt(check, self.0)
+    }
+}
+
+/// The outcome of a check that exited with `code` after `elapsed`, `output` its stdout and
+/// stderr, having been run under coreutils' `timeout` (124: TERM at the timeout, 137: KILL
+/// after it): how a runner that cannot kill a process group itself reads its result.
+pub fn under_timeout(check: &Check, code: i32, elapsed: Duration, output: &[u8]) -> Attempt {
+    let tail = tail(output);
+    if matches!(code, 124 | 137) && elapsed >= Duration::from_millis(check.timeout_ms) {
+        return (
+            Status::TimedOut,
+            None,
+            Some(format!("no result within {} ms: killed", check.timeout_ms)),
+            tail,
+        );
+    }
+    let reason = match code {
+        0 => return (Status::Passed, Some(0), None, tail),
+        126 => format!("cannot run {:?}: not executable (exit 126)", check.command),
+        127 => format!("cannot run {:?}: not found (exit 127)", check.command),
+        c => format!("exited with {c}"),
+    };
+    (Status::Failed, Some(code), Some(reason), tail)
+}
+
+/// One attempt on this host.
+async fn attempt(check: &Check, cwd: &Path) -> Attempt {
     let mut cmd = tokio::process::Command::new(&check.command);
     cmd.args(&check.args)
         .current_dir(cwd)
@@ -169,12 +210,12 @@ fn tail(output: &[u8]) -> String {
 }
 
 /// Run one check with its retries.
-pub async fn run_check(phase: Phase, check: &Check, cwd: &Path) -> CheckResult {
+pub async fn run_check(phase: Phase, check: &Check, runner: &impl Runner) -> CheckResult {
     let started = Instant::now();
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (status, exit_code, reason, output) = attempt(check, cwd).await;
+        let (status, exit_code, reason, output) = runner.attempt(check).await;
         if status == Status::Passed || attempts > check.retries {
             return CheckResult {
                 phase,
@@ -197,7 +238,7 @@ pub async fn run(
     host: Vec<CheckResult>,
     probes: &[Check],
     tests: &[Check],
-    cwd: &Path,
+    runner: &impl Runner,
     mut progress: impl FnMut(&CheckResult),
 ) -> Report {
     let mut results = Vec::new();
@@ -206,7 +247,7 @@ pub async fn run(
         results.push(r);
     }
     for c in probes {
-        let r = run_check(Phase::Probe, c, cwd).await;
+        let r = run_check(Phase::Probe, c, runner).await;
         progress(&r);
         results.push(r);
     }
@@ -217,7 +258,7 @@ pub async fn run(
         .collect();
     for c in tests {
         let r = if blocking.is_empty() {
-            run_check(Phase::Test, c, cwd).await
+            run_check(Phase::Test, c, runner).await
         } else {
             CheckResult {
                 phase: Phase::Test,
@@ -485,13 +526,60 @@ mod tests {
         // The shell starts a child that would write the marker after the timeout.
         let script = format!("(sleep 1; touch {}) & sleep 30", marker.display());
         let t0 = Instant::now();
-        let r = run_check(Phase::Probe, &check("slow", &script, 200, 0, true), &dir).await;
+        let r = run_check(
+            Phase::Probe,
+            &check("slow", &script, 200, 0, true),
+            &OnHost(&dir),
+        )
+        .await;
         assert_eq!(r.status, Status::TimedOut);
         assert!(r.failed());
         assert_eq!(r.reason.as_deref(), Some("no result within 200 ms: killed"));
         assert!(t0.elapsed() < Duration::from_secs(10), "not waited out");
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert!(!marker.exists(), "the check's child outlived the timeout");
+    }
+
+    #[test]
+    fn results_read_from_timeouts_exit_code() {
+        let c = check("c", "x", 1000, 0, false);
+        let ms = Duration::from_millis;
+        let cases: [(&str, i32, Duration, Status, Option<&str>); 6] = [
+            ("passed", 0, ms(5), Status::Passed, None),
+            ("failed", 3, ms(5), Status::Failed, Some("exited with 3")),
+            (
+                "term_at_timeout",
+                124,
+                ms(1000),
+                Status::TimedOut,
+                Some("within 1000 ms"),
+            ),
+            (
+                "kill_after_timeout",
+                137,
+                ms(6000),
+                Status::TimedOut,
+                Some("killed"),
+            ),
+            // A check that exits 124 on its own, early, failed: it did not time out.
+            (
+                "own_124_early",
+                124,
+                ms(5),
+                Status::Failed,
+                Some("exited with 124"),
+            ),
+            ("not_found", 127, ms(5), Status::Failed, Some("not found")),
+        ];
+        for (name, code, elapsed, status, says) in cases {
+            let (got, _, reason, out) = under_timeout(&c, code, elapsed, b"some output\n");
+            assert_eq!(got, status, "{name}");
+            assert_eq!(out, "some output", "{name}");
+            if let Some(says) = says {
+                let r = reason.unwrap_or_default();
+                assert!(r.contains(says), "{name}: {r}");
+            }
+        }
     }
 
     #[tokio::test]
@@ -501,13 +589,18 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         // Passes on the third run (two files counted before it).
         let flaky = "n=$(ls | wc -l); touch run$n; echo attempt $n; [ $n -ge 2 ]";
-        let r = run_check(Phase::Test, &check("flaky", flaky, 5000, 2, false), &dir).await;
+        let r = run_check(
+            Phase::Test,
+            &check("flaky", flaky, 5000, 2, false),
+            &OnHost(&dir),
+        )
+        .await;
         assert_eq!((r.status, r.attempts), (Status::Passed, 3), "{r:?}");
         assert_eq!(r.output, "attempt 2");
         let r = run_check(
             Phase::Test,
             &check("never", "echo no >&2; exit 3", 5000, 1, false),
-            &dir,
+            &OnHost(&dir),
         )
         .await;
         assert_eq!(
@@ -525,7 +618,7 @@ mod tests {
             args: vec![],
             ..check("missing", "", 5000, 0, false)
         };
-        let r = run_check(Phase::Probe, &missing, &dir).await;
+        let r = run_check(Phase::Probe, &missing, &OnHost(&dir)).await;
         assert!(
             r.reason
                 .as_deref()
@@ -581,7 +674,7 @@ mod tests {
         ];
         let tests = [check("t", "true", 5000, 0, true)];
         let mut heard = Vec::new();
-        let r = run(Vec::new(), &probes, &tests, &dir, |c| {
+        let r = run(Vec::new(), &probes, &tests, &OnHost(&dir), |c| {
             heard.push(c.name.clone())
         })
         .await;
@@ -593,7 +686,7 @@ mod tests {
         );
 
         let probes = [check("needed", "exit 2", 5000, 0, true)];
-        let r = run(Vec::new(), &probes, &tests, &dir, |_| {}).await;
+        let r = run(Vec::new(), &probes, &tests, &OnHost(&dir), |_| {}).await;
         assert_eq!(r.results[1].status, Status::Skipped);
         assert_eq!(
             r.results[1].reason.as_deref(),

@@ -36,7 +36,14 @@ async fn a_real_run_fits_the_schema() {
         sh("slow", "sleep 20", 300, 0, true),
     ];
     let tests = [sh("unit", "true", 5000, 0, true)];
-    let report = doctor::run(Vec::new(), &probes, &tests, Path::new("/"), |_| {}).await;
+    let report = doctor::run(
+        Vec::new(),
+        &probes,
+        &tests,
+        &doctor::OnHost(Path::new("/")),
+        |_| {},
+    )
+    .await;
     let value = serde_json::to_value(&report).expect("json");
     let validator =
         jsonschema::validator_for(&serde_json::to_value(doctor::schema()).expect("schema"))

@@ -816,3 +816,94 @@ fn auth_defaults_give_git_an_identity_a_placeholder_credential_and_no_ssh_unless
     );
     w.svc_ok(&["workspace", "down", "auth"]);
 }
+
+#[test]
+fn doctor_runs_the_workspaces_checks_inside_its_sandbox() {
+    require_root();
+    let w = World::start();
+    let dir = project(
+        &w,
+        "doc",
+        0,
+        r#"{"version":1,"doctor":{
+            "probes":[
+              {"name":"in-sandbox","command":"test","args":["-e","/workspace/.svc/workspace.json"],"required":true},
+              {"name":"its-env","command":"sh","args":["-c","test \"$SVC_SANDBOX\" = doc"],"required":true}],
+            "tests":[
+              {"name":"flaky","command":"sh","args":["-c","n=$(cat /tmp/n 2>/dev/null || echo 0); echo $((n+1)) > /tmp/n; echo try $n; [ $n -ge 1 ]"],"retries":1},
+              {"name":"missing","command":"no-such-tool"},
+              {"name":"slow","command":"sh","args":["-c","sleep 301 & sleep 302"],"timeoutMs":1500,"required":true}]}}"#,
+        None,
+    );
+    w.svc_ok(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "doc",
+        "--backend",
+        "container",
+    ]);
+    let report = w.dir.join("doctor.json");
+    let out = w.svc(&[
+        "doctor",
+        p(&dir),
+        "--sandbox",
+        "doc",
+        "--no-host",
+        "--report-json",
+        p(&report),
+    ]);
+    let shown = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a required test timed out:\n{shown}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+    let schema = svc_control::doctor::schema();
+    let validator = jsonschema::validator_for(&serde_json::to_value(&schema).expect("schema"))
+        .expect("the schema compiles");
+    assert!(validator.is_valid(&r), "the report fits its schema: {r}");
+    let by = |n: &str| {
+        r["results"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == n))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {n} in {r}"))
+    };
+    assert_eq!(by("in-sandbox")["status"], "passed", "{shown}");
+    assert_eq!(by("its-env")["status"], "passed", "{shown}");
+    assert_eq!(
+        (
+            by("flaky")["status"].clone(),
+            by("flaky")["attempts"].clone()
+        ),
+        ("passed".into(), 2.into())
+    );
+    assert_eq!(by("missing")["status"], "failed");
+    assert!(
+        by("missing")["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not found"),
+        "{shown}"
+    );
+    assert_eq!(by("slow")["status"], "timed_out", "{shown}");
+    assert_eq!(by("slow")["phase"], "test");
+    let (_, ps, _) = w.sh("doc", "ps -eo args");
+    assert!(
+        !ps.contains("sleep 301") && !ps.contains("sleep 302"),
+        "{ps}"
+    );
+    // On the host the same probe fails: it did run in the sandbox.
+    let host = w.svc(&["doctor", p(&dir), "--no-host", "--json"]);
+    assert_eq!(host.status.code(), Some(1), "{}", text(&host));
+    assert!(
+        text(&host).contains("\"skipped\""),
+        "tests skipped after the failed probe: {}",
+        text(&host)
+    );
+    w.svc_ok(&["workspace", "down", "doc"]);
+}
