@@ -57,86 +57,84 @@ struct InSandbox<'a> {
 }
 
 impl svc_control::doctor::Runner for InSandbox<'_> {
-    fn attempt(
+    async fn attempt(
         &self,
         check: &svc_control::config::workspace::Check,
-    ) -> impl std::future::Future<Output = svc_control::doctor::Attempt> {
-        async move {
-            use base64::Engine as _;
-            use svc_control::api::{ExecFrame, ExecRequest};
-            let ms = check.timeout_ms;
-            let mut argv = vec![
-                "timeout".to_owned(),
-                "--kill-after=5".to_owned(),
-                format!("{}.{:03}", ms / 1000, ms % 1000),
-                check.command.clone(),
-            ];
-            argv.extend(check.args.iter().cloned());
-            let req = ExecRequest {
-                argv,
-                env: Vec::new(),
-                cwd: Some(svc_control::api::WORKSPACE_GUEST_DIR.into()),
-                stdin: false,
-                tty: None,
-            };
-            let t0 = std::time::Instant::now();
-            let run = async {
-                let body = serde_json::to_vec(&req)?;
-                let resp = self
-                    .client
-                    .send(
-                        http::Method::POST,
-                        &format!("/v1/sandboxes/{}/exec", self.name),
-                        Some(body),
-                    )
-                    .await?;
-                let status = resp.status();
-                if !status.is_success() {
-                    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-                        .await?
-                        .to_bytes();
-                    return Err(crate::client::refused(status, &bytes).into());
-                }
-                let (mut out, mut code, mut error) = (Vec::new(), None, None);
-                let b64 = base64::engine::general_purpose::STANDARD;
-                crate::client::for_each_line(resp.into_body(), |l| {
-                    match serde_json::from_slice::<ExecFrame>(l) {
-                        Ok(ExecFrame::Stdout(d) | ExecFrame::Stderr(d)) => {
-                            out.extend(b64.decode(d).unwrap_or_default());
-                        }
-                        Ok(ExecFrame::Exit(c)) => code = Some(c),
-                        Ok(ExecFrame::Error(e)) => error = Some(e),
-                        Err(_) => {}
-                    }
-                    Ok(())
-                })
+    ) -> svc_control::doctor::Attempt {
+        use base64::Engine as _;
+        use svc_control::api::{ExecFrame, ExecRequest};
+        let ms = check.timeout_ms;
+        let mut argv = vec![
+            "timeout".to_owned(),
+            "--kill-after=5".to_owned(),
+            format!("{}.{:03}", ms / 1000, ms % 1000),
+            check.command.clone(),
+        ];
+        argv.extend(check.args.iter().cloned());
+        let req = ExecRequest {
+            argv,
+            env: Vec::new(),
+            cwd: Some(svc_control::api::WORKSPACE_GUEST_DIR.into()),
+            stdin: false,
+            tty: None,
+        };
+        let t0 = std::time::Instant::now();
+        let run = async {
+            let body = serde_json::to_vec(&req)?;
+            let resp = self
+                .client
+                .send(
+                    http::Method::POST,
+                    &format!("/v1/sandboxes/{}/exec", self.name),
+                    Some(body),
+                )
                 .await?;
-                anyhow::Ok((out, code, error))
-            };
-            let limit = std::time::Duration::from_millis(ms + 15_000);
-            match tokio::time::timeout(limit, run).await {
-                Err(_) => (
-                    Status::TimedOut,
-                    None,
-                    Some(format!("no result within {ms} ms: killed")),
-                    String::new(),
-                ),
-                Ok(Err(e)) => (
-                    Status::Failed,
-                    None,
-                    Some(format!("cannot run it in sandbox {}: {e:#}", self.name)),
-                    String::new(),
-                ),
-                Ok(Ok((out, Some(code), _))) => {
-                    svc_control::doctor::under_timeout(check, code, t0.elapsed(), &out)
-                }
-                Ok(Ok((_, None, error))) => (
-                    Status::Failed,
-                    None,
-                    Some(error.unwrap_or_else(|| "it ended without an exit code".into())),
-                    String::new(),
-                ),
+            let status = resp.status();
+            if !status.is_success() {
+                let bytes = http_body_util::BodyExt::collect(resp.into_body())
+                    .await?
+                    .to_bytes();
+                return Err(crate::client::refused(status, &bytes).into());
             }
+            let (mut out, mut code, mut error) = (Vec::new(), None, None);
+            let b64 = base64::engine::general_purpose::STANDARD;
+            crate::client::for_each_line(resp.into_body(), |l| {
+                match serde_json::from_slice::<ExecFrame>(l) {
+                    Ok(ExecFrame::Stdout(d) | ExecFrame::Stderr(d)) => {
+                        out.extend(b64.decode(d).unwrap_or_default());
+                    }
+                    Ok(ExecFrame::Exit(c)) => code = Some(c),
+                    Ok(ExecFrame::Error(e)) => error = Some(e),
+                    Err(_) => {}
+                }
+                Ok(())
+            })
+            .await?;
+            anyhow::Ok((out, code, error))
+        };
+        let limit = std::time::Duration::from_millis(ms + 15_000);
+        match tokio::time::timeout(limit, run).await {
+            Err(_) => (
+                Status::TimedOut,
+                None,
+                Some(format!("no result within {ms} ms: killed")),
+                String::new(),
+            ),
+            Ok(Err(e)) => (
+                Status::Failed,
+                None,
+                Some(format!("cannot run it in sandbox {}: {e:#}", self.name)),
+                String::new(),
+            ),
+            Ok(Ok((out, Some(code), _))) => {
+                svc_control::doctor::under_timeout(check, code, t0.elapsed(), &out)
+            }
+            Ok(Ok((_, None, error))) => (
+                Status::Failed,
+                None,
+                Some(error.unwrap_or_else(|| "it ended without an exit code".into())),
+                String::new(),
+            ),
         }
     }
 }
