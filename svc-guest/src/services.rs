@@ -20,8 +20,12 @@ use std::{collections::BTreeMap, time::Duration};
 use serde::{Deserialize, Serialize};
 use tokio::{io::AsyncReadExt as _, process::Command, sync::mpsc, sync::watch};
 
-/// Where the running supervisor records its pid.
-pub const PID_FILE: &str = "/run/svc-supervise.pid";
+/// The directory of the supervisor's state in the guest: its pid ([`PID_FILE`]) and each
+/// running service's process group ([`GROUPS_DIR`]: one empty file per group id), so a
+/// supervisor that follows can stop the one before and end what a vanished one left behind.
+pub const STATE_DIR: &str = "/run";
+pub const PID_FILE: &str = "svc-supervise.pid";
+pub const GROUPS_DIR: &str = "svc-supervise.groups";
 /// Where the supervisor is installed in svc's images.
 pub const BINARY: &str = "/usr/local/bin/svc-supervise";
 /// How long a service without a health check must stay up to count as running
@@ -106,16 +110,19 @@ impl Report {
     }
 }
 
-/// Supervise `spec` until `stop` turns true; every report goes to `out`.
+/// Supervise `spec` until `stop` turns true; every report goes to `out`. `state` is the
+/// supervisor's state directory ([`STATE_DIR`]).
 pub async fn supervise(
     spec: Spec,
     out: mpsc::UnboundedSender<Report>,
     stop: watch::Receiver<bool>,
+    state: &std::path::Path,
 ) {
+    let groups = state.join(GROUPS_DIR);
     let tasks: Vec<_> = spec
         .services
         .into_iter()
-        .map(|s| tokio::spawn(run_service(s, out.clone(), stop.clone())))
+        .map(|s| tokio::spawn(run_service(s, out.clone(), stop.clone(), groups.to_owned())))
         .collect();
     for t in tasks {
         let _ = t.await;
@@ -136,6 +143,7 @@ async fn run_service(
     s: ServiceSpec,
     out: mpsc::UnboundedSender<Report>,
     mut stop: watch::Receiver<bool>,
+    groups: std::path::PathBuf,
 ) {
     let send = |r: Report| {
         let _ = out.send(r);
@@ -165,6 +173,8 @@ async fn run_service(
             }
         };
         let pid = child.id().unwrap_or(0);
+        let group_file = groups.join(pid.to_string());
+        let _ = std::fs::create_dir_all(&groups).and_then(|()| std::fs::write(&group_file, b""));
         let mut r = Report::new(&s.name, "started");
         r.pid = Some(pid);
         r.restarts = Some(restarts);
@@ -214,6 +224,7 @@ async fn run_service(
                     .is_ok();
             kill_group(pid, rustix::process::Signal::KILL);
             let _ = child.wait().await;
+            let _ = std::fs::remove_file(&group_file);
             let mut r = Report::new(&s.name, "stopped");
             if !graceful {
                 r.text = Some(format!(
@@ -226,6 +237,7 @@ async fn run_service(
         };
         // What it started in its group goes with it (a port it held is free again).
         kill_group(pid, rustix::process::Signal::KILL);
+        let _ = std::fs::remove_file(&group_file);
         for p in pumps {
             let _ = tokio::time::timeout(Duration::from_millis(500), p).await;
         }
@@ -335,10 +347,11 @@ pub async fn pump(mut reader: Reader, mut line: impl FnMut(String)) {
     }
 }
 
-/// Stop the supervisor recorded in [`PID_FILE`] (if it is one) and wait up to `limit` for
-/// it to go; then record `own` there.
-pub async fn take_over(own: u32, limit: Duration) -> Result<(), String> {
-    if let Some(old) = std::fs::read_to_string(PID_FILE)
+/// Stop the supervisor recorded in `state`'s [`PID_FILE`] (if it is one) and wait up to
+/// `limit` for it to go, end the service groups left in [`GROUPS_DIR`], then record `own`.
+pub async fn take_over(own: u32, limit: Duration, state: &std::path::Path) -> Result<(), String> {
+    let (pid_file, groups) = (state.join(PID_FILE), state.join(GROUPS_DIR));
+    if let Some(old) = std::fs::read_to_string(&pid_file)
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok())
         .filter(|p| *p != own)
@@ -364,7 +377,27 @@ pub async fn take_over(own: u32, limit: Duration) -> Result<(), String> {
             }
         }
     }
-    std::fs::write(PID_FILE, format!("{own}\n")).map_err(|e| format!("{PID_FILE}: {e}"))
+    // Groups a supervisor left without stopping them (it was killed, or its guest was
+    // cloned): SIGTERM, a moment, SIGKILL.
+    let left: Vec<u32> = std::fs::read_dir(&groups)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for g in &left {
+        kill_group(*g, rustix::process::Signal::TERM);
+    }
+    if !left.is_empty() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for g in &left {
+        kill_group(*g, rustix::process::Signal::KILL);
+        let _ = std::fs::remove_file(groups.join(g.to_string()));
+    }
+    std::fs::write(&pid_file, format!("{own}\n"))
+        .map_err(|e| format!("{}: {e}", pid_file.display()))
 }
 
 #[cfg(test)]
@@ -388,17 +421,60 @@ mod tests {
     async fn collect(spec: Spec, stop_after: Option<Duration>) -> Vec<Report> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let run = tokio::spawn(supervise(spec, tx, stop_rx));
+        let groups =
+            std::env::temp_dir().join(format!("svc-supervise-test-{}", std::process::id()));
+        let run = tokio::spawn(async move { supervise(spec, tx, stop_rx, &groups).await });
         if let Some(d) = stop_after {
             tokio::time::sleep(d).await;
             let _ = stop_tx.send(true);
         }
         let _ = run.await;
+        let _ = std::fs::remove_dir_all(&state);
         let mut got = Vec::new();
         while let Ok(r) = rx.try_recv() {
             got.push(r);
         }
         got
+    }
+
+    fn test_state() -> std::path::PathBuf {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "svc-supervise-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).expect("state dir");
+        d
+    }
+
+    #[tokio::test]
+    async fn a_new_supervisor_ends_the_groups_a_vanished_one_left() {
+        let state = test_state();
+        // A service group whose supervisor is gone (killed, or its guest cloned).
+        let mut left = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::process_group(&mut left, 0);
+        let mut left = left.arg("30").spawn().expect("sleep");
+        let groups = state.join(GROUPS_DIR);
+        std::fs::create_dir_all(&groups).expect("groups");
+        std::fs::write(groups.join(left.id().to_string()), b"").expect("group file");
+        std::fs::write(state.join(PID_FILE), "999999999\n").expect("pid file");
+        take_over(std::process::id(), Duration::from_secs(1), &state)
+            .await
+            .expect("take over");
+        let status = left.wait().expect("wait");
+        assert!(
+            !status.success(),
+            "the left-over service was ended: {status:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(state.join(PID_FILE))
+                .expect("pid file")
+                .trim(),
+            std::process::id().to_string()
+        );
+        assert!(std::fs::read_dir(&groups).expect("groups").next().is_none());
+        let _ = std::fs::remove_dir_all(&state);
     }
 
     #[tokio::test]

@@ -525,3 +525,101 @@ fn the_vsock_channel_serves_exec_and_refuses_fork() {
         "vhost-device-vsock left running"
     );
 }
+
+#[test]
+fn a_workspace_on_the_microvm_backend_runs_hooks_services_and_forwards_and_its_clones_start_again()
+{
+    require_root();
+    microvm_images();
+    let w = World::start();
+    let dir = w.dir.join("vmproj");
+    std::fs::create_dir_all(dir.join(".svc")).expect("project");
+    std::fs::write(
+        dir.join(".svc/workspace.json"),
+        r#"{"version":1,
+            "lifecycle":{"onSetup":["echo setup > /workspace/setup-ran"],
+                         "onStart":["echo \"$(cat /proc/sys/kernel/hostname)\" >> /workspace/starts"]},
+            "services":{"definitions":{"web":{"command":"cd /workspace && exec python3 -m http.server 8000 --bind 127.0.0.1",
+                         "healthCheck":{"command":"curl -sf -o /dev/null http://127.0.0.1:8000/","intervalMs":200}}}},
+            "spotlight":{"defaults":[{"service":"web","remotePort":8000,"localPort":18100}]}}"#,
+    )
+    .expect("workspace.json");
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        dir.to_str().expect("utf-8"),
+        "--name",
+        "wvm",
+        "--backend",
+        "microvm",
+    ]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert!(up.status.success(), "{out}\nsvcd:\n{}", w.svcd_log());
+    assert!(
+        out.contains("✓ service web healthy")
+            && out.contains("forward: 127.0.0.1:18100 -> web:8000"),
+        "{out}"
+    );
+    // The project over virtio-fs, written as its owner (root here).
+    assert_eq!(
+        std::fs::read_to_string(dir.join("setup-ran")).expect("setup-ran"),
+        "setup\n"
+    );
+    // The forward reaches the VM's own loopback through its agent.
+    let get = w.host.exec(
+        "curl",
+        &[
+            "-sS",
+            "--max-time",
+            "20",
+            "http://127.0.0.1:18100/setup-ran",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&get.stdout), "setup\n", "{get:?}");
+
+    // A clone is a new start: onStart again (not onSetup), its own supervisor and web.
+    w.svc_ok(&["sandbox", "fork", "wvm", "wvm-c"]);
+    let mut ready = Vec::new();
+    for _ in 0..300 {
+        ready = w
+            .svc_ok(&["events", "--json"])
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["kind"] == "workspace.ready" && e["sandbox"] == "wvm-c")
+            .collect();
+        if !ready.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        ready.len(),
+        1,
+        "the clone is ready once; its log:\n{}",
+        w.svc_ok(&["workspace", "logs", "wvm-c"])
+    );
+    let starts = std::fs::read_to_string(dir.join("starts")).expect("starts");
+    assert_eq!(
+        starts.lines().count(),
+        2,
+        "onStart in the source and the clone: {starts}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("setup-ran")).expect("setup-ran"),
+        "setup\n",
+        "onSetup ran once"
+    );
+    let (rc, code, _) = w.sh(
+        "wvm-c",
+        "curl -sf -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/",
+    );
+    assert_eq!((rc, code.as_str()), (0, "200"), "the clone's web answers");
+    let (_, sups, _) = w.sh("wvm-c", "pgrep -c -x svc-supervise");
+    assert_eq!(sups.trim(), "1", "one supervisor in the clone");
+    w.svc_ok(&["workspace", "down", "wvm-c"]);
+    w.svc_ok(&["workspace", "down", "wvm"]);
+}

@@ -47,8 +47,12 @@ fn main() -> ExitCode {
             .map(|s| s.stop_timeout_ms)
             .max()
             .unwrap_or(0);
-        if let Err(e) =
-            services::take_over(std::process::id(), Duration::from_millis(longest + 5000)).await
+        if let Err(e) = services::take_over(
+            std::process::id(),
+            Duration::from_millis(longest + 5000),
+            std::path::Path::new(services::STATE_DIR),
+        )
+        .await
         {
             eprintln!("svc-supervise: {e}");
             return ExitCode::from(1);
@@ -79,12 +83,13 @@ fn main() -> ExitCode {
                 }
             }
         });
-        services::supervise(spec, tx, stop_rx).await;
+        services::supervise(spec, tx, stop_rx, std::path::Path::new(services::STATE_DIR)).await;
         let _ = writer.await;
-        if std::fs::read_to_string(services::PID_FILE)
+        let pid_file = std::path::Path::new(services::STATE_DIR).join(services::PID_FILE);
+        if std::fs::read_to_string(&pid_file)
             .is_ok_and(|t| t.trim() == std::process::id().to_string())
         {
-            let _ = std::fs::remove_file(services::PID_FILE);
+            let _ = std::fs::remove_file(&pid_file);
         }
         ExitCode::SUCCESS
     })
