@@ -421,9 +421,9 @@ mod tests {
     async fn collect(spec: Spec, stop_after: Option<Duration>) -> Vec<Report> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let groups =
-            std::env::temp_dir().join(format!("svc-supervise-test-{}", std::process::id()));
-        let run = tokio::spawn(async move { supervise(spec, tx, stop_rx, &groups).await });
+        let state = test_state();
+        let dir = state.clone();
+        let run = tokio::spawn(async move { supervise(spec, tx, stop_rx, &dir).await });
         if let Some(d) = stop_after {
             tokio::time::sleep(d).await;
             let _ = stop_tx.send(true);
