@@ -64,13 +64,10 @@ impl svc_control::doctor::Runner for InSandbox<'_> {
         use base64::Engine as _;
         use svc_control::api::{ExecFrame, ExecRequest};
         let ms = check.timeout_ms;
-        let mut argv = vec![
-            "timeout".to_owned(),
-            "--kill-after=5".to_owned(),
-            format!("{}.{:03}", ms / 1000, ms % 1000),
-            check.command.clone(),
-        ];
-        argv.extend(check.args.iter().cloned());
+        let argv = svc_control::workspace::under_guest_timeout(
+            ms,
+            std::iter::once(check.command.clone()).chain(check.args.iter().cloned()),
+        );
         let req = ExecRequest {
             argv,
             env: Vec::new(),

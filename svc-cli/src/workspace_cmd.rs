@@ -170,7 +170,10 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
-    let readiness = match pick_profile(&loaded.effective.readiness, a.profile.as_deref()) {
+    let readiness = match svc_control::workspace::readiness::pick_profile(
+        &loaded.effective.readiness,
+        a.profile.as_deref(),
+    ) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("✗ {e}");
@@ -315,38 +318,6 @@ fn workspace_auth(
         ssh_agent_forward: auth.ssh_agent_forward,
         git_host_helper: auth.git_credential_mode == Some(GitCredentialMode::HostHelper),
     }
-}
-
-/// The readiness profile to wait for: the one asked for, else `default`, else the only one,
-/// else none (every service).
-fn pick_profile(
-    profiles: &std::collections::BTreeMap<
-        String,
-        Vec<svc_control::config::workspace::ReadinessEntry>,
-    >,
-    asked: Option<&str>,
-) -> Result<Option<api::ReadinessProfile>, String> {
-    let chosen = match asked {
-        Some(p) => Some(profiles.get_key_value(p).ok_or_else(|| {
-            format!(
-                "--profile {p}: the workspace has no such readiness profile (it has: {})",
-                if profiles.is_empty() {
-                    "none".to_owned()
-                } else {
-                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
-                }
-            )
-        })?),
-        None => profiles.get_key_value("default").or_else(|| {
-            (profiles.len() == 1)
-                .then(|| profiles.iter().next())
-                .flatten()
-        }),
-    };
-    Ok(chosen.map(|(name, entries)| api::ReadinessProfile {
-        name: name.clone(),
-        services: entries.iter().map(|e| e.service_name.clone()).collect(),
-    }))
 }
 
 /// Ends a followed stream early (not an error).

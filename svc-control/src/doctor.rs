@@ -106,7 +106,7 @@ impl Runner for OnHost<'_> {
 /// after it): how a runner that cannot kill a process group itself reads its result.
 pub fn under_timeout(check: &Check, code: i32, elapsed: Duration, output: &[u8]) -> Attempt {
     let tail = tail(output);
-    if matches!(code, 124 | 137) && elapsed >= Duration::from_millis(check.timeout_ms) {
+    if crate::workspace::timed_out(code, elapsed, check.timeout_ms) {
         return (
             Status::TimedOut,
             None,

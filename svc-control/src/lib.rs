@@ -22,7 +22,9 @@ pub mod metrics;
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.
 pub mod proxy;
-/// Sandbox backends (container; microvm later).
+/// Sandbox backends (container, microvm).
 pub mod runtime;
 /// svcd's durable state (SQLite).
 pub mod store;
+/// Workspaces' lifecycle decisions: hook and check timeouts in the guest, readiness.
+pub mod workspace;

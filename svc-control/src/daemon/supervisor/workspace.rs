@@ -34,8 +34,6 @@ use crate::api::{self, WorkspaceLogRecord, WorkspaceSpec};
 const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 /// svcd's own limit beyond the hook's timeout, should `timeout` in the guest not end it.
 const HOST_GRACE: Duration = Duration::from_secs(15);
-/// `timeout`'s second signal, seconds after its first.
-const KILL_AFTER_S: u32 = 5;
 
 /// A phase of hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,14 +430,10 @@ impl Supervisor {
     ) -> Result<(), HookFailure> {
         let timeout_ms = run.spec.lifecycle.timeout_ms.max(1);
         let req = api::ExecRequest {
-            argv: vec![
-                "timeout".into(),
-                format!("--kill-after={KILL_AFTER_S}"),
-                format!("{}.{:03}", timeout_ms / 1000, timeout_ms % 1000),
-                "/bin/sh".into(),
-                "-c".into(),
-                command.to_owned(),
-            ],
+            argv: crate::workspace::under_guest_timeout(
+                timeout_ms,
+                ["/bin/sh".into(), "-c".into(), command.to_owned()],
+            ),
             env: vec![
                 ("SVC_WORKSPACE".into(), api::WORKSPACE_GUEST_DIR.into()),
                 ("SVC_HOOK_PHASE".into(), phase.name().into()),
@@ -502,8 +496,7 @@ impl Supervisor {
                 reason: format!("could not be waited for: {e}"),
             }),
             Ok(Ok(0)) => Ok(()),
-            // `timeout` says 124 (TERM did it) or 137 (KILL after it).
-            Ok(Ok(124 | 137)) if t0.elapsed() >= Duration::from_millis(timeout_ms) => {
+            Ok(Ok(code)) if crate::workspace::timed_out(code, t0.elapsed(), timeout_ms) => {
                 Err(timed_out())
             }
             Ok(Ok(code)) => Err(HookFailure {

@@ -57,19 +57,16 @@ impl ServicesState {
     }
 }
 
-/// Whether every needed service is up (and healthy where it has a check).
-fn fits(spec: &api::WorkspaceSpec, states: &BTreeMap<String, ServiceState>) -> bool {
-    needed(spec)
-        .iter()
-        .all(|name| states.get(name).is_some_and(|s| s.up))
-}
-
 /// The services readiness waits for.
 fn needed(spec: &api::WorkspaceSpec) -> Vec<String> {
-    match &spec.readiness {
-        Some(p) => p.services.clone(),
-        None => spec.services.iter().map(|s| s.name.clone()).collect(),
-    }
+    let all: Vec<String> = spec.services.iter().map(|s| s.name.clone()).collect();
+    crate::workspace::readiness::needed(spec.readiness.as_ref(), &all)
+}
+
+/// Whether every needed service is up.
+fn fits(spec: &api::WorkspaceSpec, states: &BTreeMap<String, ServiceState>) -> bool {
+    let up = states.iter().map(|(n, s)| (n.clone(), s.up)).collect();
+    crate::workspace::readiness::ready(&needed(spec), &up)
 }
 
 impl Supervisor {
