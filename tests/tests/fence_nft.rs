@@ -283,3 +283,32 @@ fn forward_layer_refuses_destination_classes_and_masquerades() {
         "teardown removes the table"
     );
 }
+
+#[test]
+fn the_link_set_changes_one_element_at_a_time() {
+    require_root();
+    let t = Topology::new(45);
+    let table = Table::up(&t);
+    let nft = &table.nft;
+    let mut want = vec![t.host_link.clone(), "svcx1".to_owned(), "svcx2".to_owned()];
+    want.sort();
+    let got = t.host.run(|| {
+        nft.change_link("svcx1", true)?;
+        nft.change_link("svcx2", true)?;
+        nft.links()
+    });
+    assert_eq!(got.expect("add"), want);
+    let got = t.host.run(|| {
+        nft.change_link(&t.host_link, false)?;
+        nft.links()
+    });
+    assert_eq!(got.expect("remove"), ["svcx1", "svcx2"]);
+    // Taking a link that is not there is an error (svcd then writes the whole set).
+    assert!(t.host.run(|| nft.change_link("svcx9", false)).is_err());
+    // The whole-set rewrite gives the same answer.
+    let got = t.host.run(|| {
+        nft.set_links(&["svcx2".to_owned()])?;
+        nft.links()
+    });
+    assert_eq!(got.expect("rewrite"), ["svcx2"]);
+}

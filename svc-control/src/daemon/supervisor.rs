@@ -583,7 +583,7 @@ impl Supervisor {
         self.register(&live, secret_values);
         phases.mark("register");
         self.live().insert(name.clone(), live.clone());
-        self.sync_nft().await?;
+        self.sync_nft(Some((&link, true))).await?;
         phases.mark("nft");
         let envelope_json =
             serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
@@ -667,10 +667,11 @@ impl Supervisor {
     }
 
     /// Put every live sandbox's link in the nftables table (one batch).
-    /// The first time (at start) the whole table is written; after that only its link set
-    /// changes (one batch either way; the whole table again if the set update fails, e.g. the
-    /// table was removed by hand).
-    async fn sync_nft(&self) -> Result<(), Failure> {
+    /// The first time (at start) the whole table is written; after that `change` — a link
+    /// added or removed — is one element of its link set, whatever the number of sandboxes
+    /// (without one, or if that fails, the whole set is written again; the whole table if that
+    /// fails too, e.g. it was removed by hand).
+    async fn sync_nft(&self, change: Option<(&str, bool)>) -> Result<(), Failure> {
         let mut written = self.nft_lock.lock().await;
         let links: Vec<String> = self
             .live()
@@ -680,7 +681,14 @@ impl Supervisor {
             .collect();
         let nft = self.nft.clone();
         let whole = !*written;
+        let change = change.map(|(l, add)| (l.to_owned(), add));
         let result = tokio::task::spawn_blocking(move || {
+            if let Some((link, add)) = &change
+                && !whole
+                && nft.change_link(link, *add).is_ok()
+            {
+                return Ok(());
+            }
             if !whole && nft.set_links(&links).is_ok() {
                 return Ok(());
             }
@@ -795,7 +803,7 @@ impl Supervisor {
                 Err(e) => warn!(sandbox = %name, error = %e, "deleting the link"),
             }
         }
-        if self.sync_nft().await.is_ok() {
+        if self.sync_nft(Some((link, false))).await.is_ok() {
             removed.push("nftables link set entry".to_owned());
         }
         let dir = self.sandbox_dir(name);

@@ -81,6 +81,46 @@ impl Nft {
         self.run(batch)
     }
 
+    /// Add one link to, or take one from, the link set: one element, whatever the set's size
+    /// (a sandbox's creation and destruction; [`Self::set_links`] rewrites the whole set).
+    pub fn change_link(&self, link: &str, add: bool) -> Result<(), DataplaneError> {
+        let op = if add { "add" } else { "delete" };
+        self.run(vec![json!({ op: { "element": {
+            "family": "inet", "table": self.config.table, "name": "links", "elem": [link]
+        } } })])
+    }
+
+    /// The links in the link set, as the kernel has them.
+    pub fn links(&self) -> Result<Vec<String>, DataplaneError> {
+        let out = std::process::Command::new("nft")
+            .args(["-j", "list", "set", "inet", &self.config.table, "links"])
+            .output()
+            .map_err(|e| DataplaneError::Nft {
+                table: self.config.table.clone(),
+                message: format!("running nft: {e}"),
+            })?;
+        if !out.status.success() {
+            return Err(DataplaneError::Nft {
+                table: self.config.table.clone(),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| DataplaneError::Nft {
+            table: self.config.table.clone(),
+            message: format!("nft's JSON: {e}"),
+        })?;
+        let mut links: Vec<String> = v["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["set"]["elem"].as_array())
+            .flatten()
+            .filter_map(|e| e.as_str().map(str::to_owned))
+            .collect();
+        links.sort();
+        Ok(links)
+    }
+
     /// Remove the table (and every rule in it).
     pub fn teardown(&self) -> Result<(), DataplaneError> {
         let t = self.table_obj();

@@ -60,7 +60,7 @@ impl Supervisor {
                 }
             }
         }
-        self.sync_nft().await
+        self.sync_nft(None).await
     }
 
     async fn adopt(&self, row: &crate::store::SandboxRow) -> Result<(), Failure> {
