@@ -64,15 +64,20 @@ enum Command {
     /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside runc's
     /// own run, exec and delete of the same bundle) or `microvm` (the lifecycle canary's steps
     /// beside a bare QEMU boot of the same images) or `git-ssh` (a clone over SSH through the
-    /// relay from a sandbox beside the host's own ssh to the same server).
+    /// relay from a sandbox beside the host's own ssh to the same server) or `scale` (container
+    /// sandboxes created up to the largest count live at once: create time, svcd's nftables
+    /// step beside a whole-set rewrite, list latency and memory at each count, requests from
+    /// 100 at once, destroy-all and what is left; counts as arguments, default 1 100 500 1000).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale"])]
         which: String,
+        /// Arguments for the benchmark (`scale`: the counts).
+        args: Vec<String>,
     },
 }
 
-fn bench(which: &str) -> anyhow::Result<()> {
+fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
     ui::heading(&format!("bench: {which}"));
     match which {
         "policy" => ui::run(std::process::Command::new("cargo").args([
@@ -129,6 +134,11 @@ fn bench(which: &str) -> anyhow::Result<()> {
                         .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
                 )
             }),
+        "scale" => demo::build_bins(true)
+            .and_then(|()| images::build(&images::default_dir()))
+            .and_then(|()| {
+                ui::run(std::process::Command::new("target/release/scale-bench").args(args))
+            }),
         "git-ssh" => demo::build_bins(true)
             .and_then(|()| images::build(&images::default_dir()))
             .and_then(|()| {
@@ -177,7 +187,7 @@ fn main() -> ExitCode {
                 images::build_all(&out)
             }
         }),
-        Command::Bench { which } => setup::run().and_then(|()| bench(&which)),
+        Command::Bench { which, args } => setup::run().and_then(|()| bench(&which, &args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,276 @@
+//! `cargo xtask bench scale [COUNT…]` (default 1 100 500 1000): container sandboxes created one
+//! after another until the largest count is live at once. At each count:
+//!
+//! - create→running: the `svc sandbox create` call (svcd answers once the guest runs behind its
+//!   fence), median and p90 of the last 10 creates, and the ratio to the first 10;
+//! - svcd's own step per create: its nftables change (from svcd's log, `phases=… nft=…`), and
+//!   beside it, in the same run on a scratch table of as many links, what that step costs when
+//!   the whole link set is rewritten (how svcd did it before) against adding one element;
+//! - `svc sandbox list` latency (median of 5);
+//! - svcd's resident memory, per sandbox above an idle svcd.
+//!
+//! Then 100 sandboxes (or all, if fewer) make an HTTPS request at once (DNS through the guard,
+//! HTTPS through the proxy): curl's name-lookup and total times, p50/p90/max. Then every sandbox
+//! is destroyed, timed, and what is left is counted (links, nftables set elements, runtime
+//! containers, svcd's memory).
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use svc_tests::world::World;
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// svcd's nftables step of each create so far, milliseconds, in order.
+fn nft_steps(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.contains("sandbox created"))
+        .filter_map(|l| {
+            let at = l.find(" nft=")? + 5;
+            let rest = &l[at..];
+            rest[..rest.find("ms")?].parse().ok()
+        })
+        .collect()
+}
+
+/// In the host namespace: a scratch table whose link set holds `n` links; then the median of 5
+/// runs each of rewriting the whole set (flush + add n) and of adding one element.
+fn nft_whole_vs_one(w: &World, n: usize) -> (f64, f64) {
+    let names: Vec<String> = (0..n).map(|i| format!("\"scale{i}\"")).collect();
+    let elems = if names.is_empty() {
+        String::new()
+    } else {
+        format!("elements = {{ {} }}", names.join(", "))
+    };
+    let file = w.dir.join("scale.nft");
+    let run = |text: &str| {
+        std::fs::write(&file, text).expect("nft file");
+        let t = Instant::now();
+        let out = w.host.exec("nft", &["-f", file.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "nft: {out:?}");
+        ms(t.elapsed())
+    };
+    run(&format!(
+        "table inet svcscale {{}}\ndelete table inet svcscale\ntable inet svcscale {{ set links {{ type ifname; {elems} }} }}\n"
+    ));
+    let (mut whole, mut one) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        whole.push(run(&format!(
+            "flush set inet svcscale links\n{}",
+            if n == 0 {
+                String::new()
+            } else {
+                format!(
+                    "add element inet svcscale links {{ {} }}\n",
+                    names.join(", ")
+                )
+            }
+        )));
+        one.push(run(&format!(
+            "add element inet svcscale links {{ \"extra{i}\" }}\n"
+        )));
+        run(&format!(
+            "delete element inet svcscale links {{ \"extra{i}\" }}\n"
+        ));
+    }
+    run("delete table inet svcscale\n");
+    (pct(&mut whole, 0.5), pct(&mut one, 0.5))
+}
+
+fn main() {
+    let mut counts: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| {
+            a.parse()
+                .unwrap_or_else(|_| panic!("{a:?}: expected a count"))
+        })
+        .collect();
+    if counts.is_empty() {
+        counts = vec![1, 100, 500, 1000];
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    let max = *counts.last().expect("a count");
+
+    let w = World::start();
+    let svcd = w.svcd_pid().expect("svcd's pid");
+    // Warm up, then the idle baseline.
+    w.svc_ok(&["sandbox", "create", "warm"]);
+    w.svc_ok(&["sandbox", "destroy", "warm"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_rss = rss_kib(svcd);
+    println!(
+        "scale bench: container backend, {max} sandboxes live at most; svcd idle RSS {:.1} MiB",
+        idle_rss as f64 / 1024.0
+    );
+    println!(
+        "\n{:>6} | {:>18} | {:>9} | {:>22} | {:>12} | {:>12} | {:>10}",
+        "live",
+        "create ms p50/p90",
+        "vs first",
+        "nft step ms (svcd)",
+        "whole set ms",
+        "one elem ms",
+        "list ms"
+    );
+    let mut creates: Vec<f64> = Vec::new();
+    let started = Instant::now();
+    let mut first10 = f64::NAN;
+    for i in 1..=max {
+        let name = format!("s{i}");
+        let t = Instant::now();
+        let out = w.svc(&["sandbox", "create", &name]);
+        assert!(
+            out.status.success(),
+            "create {name}: {}\nsvcd:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            w.svcd_log()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        creates.push(ms(t.elapsed()));
+        if i == 10.min(max) {
+            first10 = pct(&mut creates.clone(), 0.5);
+        }
+        if !counts.contains(&i) {
+            continue;
+        }
+        let last: Vec<f64> = creates[creates.len().saturating_sub(10)..].to_vec();
+        let (p50, p90) = (pct(&mut last.clone(), 0.5), pct(&mut last.clone(), 0.9));
+        let steps = nft_steps(&w.svcd_log());
+        let mut last_steps: Vec<f64> = steps[steps.len().saturating_sub(10)..].to_vec();
+        let (whole, one) = nft_whole_vs_one(&w, i);
+        let mut list = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            w.svc_ok(&["sandbox", "list", "--json"]);
+            list.push(ms(t.elapsed()));
+        }
+        let rss = rss_kib(svcd);
+        println!(
+            "{i:>6} | {p50:>8.1} / {p90:>7.1} | {:>8.2}x | {:>22.2} | {whole:>12.2} | {one:>12.2} | {:>10.1}",
+            p50 / first10.max(f64::MIN_POSITIVE),
+            pct(&mut last_steps, 0.5),
+            pct(&mut list, 0.5)
+        );
+        println!(
+            "         svcd RSS {:.1} MiB: {:.1} KiB per sandbox above idle",
+            rss as f64 / 1024.0,
+            (rss.saturating_sub(idle_rss)) as f64 / i as f64
+        );
+    }
+    println!("created {max} in {:.1} s", started.elapsed().as_secs_f64());
+
+    // Requests from many sandboxes at once.
+    let sample = max.min(100);
+    let threads: Vec<_> = (1..=sample)
+        .map(|i| {
+            let (socket, svc) = (w.socket.clone(), svc_tests::world::workspace_bin("svc"));
+            std::thread::spawn(move || {
+                let out = Command::new(svc)
+                    .args([
+                        "sandbox",
+                        "exec",
+                        &format!("s{i}"),
+                        "--",
+                        "curl",
+                        "-sS",
+                        "-o",
+                        "/dev/null",
+                        "--max-time",
+                        "30",
+                        "-w",
+                        "%{time_namelookup} %{time_total}",
+                        "https://api.agent.test/",
+                    ])
+                    .env("SVC_SOCKET", socket)
+                    .output()
+                    .expect("svc");
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let mut parts = text
+                    .split_whitespace()
+                    .map(|p| p.parse::<f64>().unwrap_or(f64::NAN));
+                (
+                    out.status.success(),
+                    parts.next().unwrap_or(f64::NAN) * 1000.0,
+                    parts.next().unwrap_or(f64::NAN) * 1000.0,
+                )
+            })
+        })
+        .collect();
+    let results: Vec<(bool, f64, f64)> = threads
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
+    let ok = results.iter().filter(|r| r.0).count();
+    let mut dns: Vec<f64> = results.iter().filter(|r| r.0).map(|r| r.1).collect();
+    let mut total: Vec<f64> = results.iter().filter(|r| r.0).map(|r| r.2).collect();
+    println!(
+        "\n{sample} sandboxes at once, one HTTPS request each: {ok} ok; DNS p50 {:.1} p90 {:.1} max {:.1} ms; request p50 {:.1} p90 {:.1} max {:.1} ms",
+        pct(&mut dns, 0.5),
+        pct(&mut dns, 0.9),
+        pct(&mut dns, 1.0),
+        pct(&mut total, 0.5),
+        pct(&mut total, 0.9),
+        pct(&mut total, 1.0)
+    );
+
+    // Destroy all.
+    let t = Instant::now();
+    let mut destroys = Vec::new();
+    for i in 1..=max {
+        let t = Instant::now();
+        w.svc_ok(&["sandbox", "destroy", &format!("s{i}")]);
+        destroys.push(ms(t.elapsed()));
+    }
+    println!(
+        "destroyed {max} in {:.1} s (each p50 {:.1} p90 {:.1} ms)",
+        t.elapsed().as_secs_f64(),
+        pct(&mut destroys.clone(), 0.5),
+        pct(&mut destroys, 0.9)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let links = w.host.exec("ip", &["-o", "link", "show"]);
+    let left_links = String::from_utf8_lossy(&links.stdout)
+        .lines()
+        .filter(|l| l.contains(": svc"))
+        .count();
+    let set = w.host.exec("nft", &["-j", "list", "sets"]);
+    let set_text = String::from_utf8_lossy(&set.stdout);
+    let left_elems = set_text.matches("\"svc").count();
+    println!(
+        "left: {left_links} sandbox links, {left_elems} link-set elements, {} sandboxes listed; svcd RSS {:.1} MiB (idle was {:.1})",
+        w.svc_ok(&["sandbox", "list", "--json"])
+            .matches("\"name\"")
+            .count(),
+        rss_kib(svcd) as f64 / 1024.0,
+        idle_rss as f64 / 1024.0
+    );
+}
