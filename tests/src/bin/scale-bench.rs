@@ -64,7 +64,7 @@ fn nft_whole_vs_one(w: &World, n: usize) -> (f64, f64) {
     let elems = if names.is_empty() {
         String::new()
     } else {
-        format!("elements = {{ {} }}", names.join(", "))
+        format!("    elements = {{ {} }}\n", names.join(", "))
     };
     let file = w.dir.join("scale.nft");
     let run = |text: &str| {
@@ -75,7 +75,7 @@ fn nft_whole_vs_one(w: &World, n: usize) -> (f64, f64) {
         ms(t.elapsed())
     };
     run(&format!(
-        "table inet svcscale {{}}\ndelete table inet svcscale\ntable inet svcscale {{ set links {{ type ifname; {elems} }} }}\n"
+        "table inet svcscale {{}}\ndelete table inet svcscale\ntable inet svcscale {{\n  set links {{\n    type ifname\n{elems}  }}\n}}\n"
     ));
     let (mut whole, mut one) = (Vec::new(), Vec::new());
     for i in 0..5 {
@@ -156,7 +156,7 @@ fn main() {
                 .join("\n")
         );
         creates.push(ms(t.elapsed()));
-        if i == 10.min(max) {
+        if i <= 10 {
             first10 = pct(&mut creates.clone(), 0.5);
         }
         if !counts.contains(&i) {
@@ -262,9 +262,15 @@ fn main() {
         .lines()
         .filter(|l| l.contains(": svc"))
         .count();
-    let set = w.host.exec("nft", &["-j", "list", "sets"]);
-    let set_text = String::from_utf8_lossy(&set.stdout);
-    let left_elems = set_text.matches("\"svc").count();
+    let sets = w.host.exec("nft", &["-j", "list", "sets"]);
+    let sets: serde_json::Value = serde_json::from_slice(&sets.stdout).unwrap_or_default();
+    let left_elems: usize = sets["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| o["set"]["name"] == "links")
+        .map(|o| o["set"]["elem"].as_array().map_or(0, Vec::len))
+        .sum();
     println!(
         "left: {left_links} sandbox links, {left_elems} link-set elements, {} sandboxes listed; svcd RSS {:.1} MiB (idle was {:.1})",
         w.svc_ok(&["sandbox", "list", "--json"])

@@ -203,6 +203,11 @@ impl Container {
         c.arg("--log")
             .arg(&runc_log)
             .arg("create")
+            // No session keyring per guest: the kernel counts keys per user and every guest
+            // is the same host uid, so the 201st sandbox would fail (kernel.keys.maxkeys is
+            // 200). The guest cannot use the inherited one: seccomp refuses every keyring call
+            // and /proc/keys is masked.
+            .arg("--no-new-keyring")
             .arg("--bundle")
             .arg(&bundle)
             .arg("--pid-file")
