@@ -137,7 +137,12 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
         "scale" => demo::build_bins(true)
             .and_then(|()| images::build(&images::default_dir()))
             .and_then(|()| {
-                ui::run(std::process::Command::new("target/release/scale-bench").args(args))
+                // svcd's debug log says where each create's runtime step went.
+                ui::run(
+                    std::process::Command::new("target/release/scale-bench")
+                        .args(args)
+                        .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
+                )
             }),
         "git-ssh" => demo::build_bins(true)
             .and_then(|()| images::build(&images::default_dir()))

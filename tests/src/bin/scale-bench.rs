@@ -57,6 +57,26 @@ fn nft_steps(log: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The container backend's steps of each create so far (svcd's debug log, `container
+/// started create_and_link_ms=… attach_ms=… start_ms=…`), in order: (create + link, attach,
+/// start) in milliseconds.
+fn runtime_steps(log: &str) -> Vec<(f64, f64, f64)> {
+    let field = |l: &str, key: &str| -> Option<f64> {
+        let at = l.find(key)? + key.len();
+        l[at..].split_whitespace().next()?.parse().ok()
+    };
+    log.lines()
+        .filter(|l| l.contains("container started"))
+        .filter_map(|l| {
+            Some((
+                field(l, "create_and_link_ms=")?,
+                field(l, "attach_ms=")?,
+                field(l, "start_ms=")?,
+            ))
+        })
+        .collect()
+}
+
 /// In the host namespace: a scratch table whose link set holds `n` links; then the median of 5
 /// runs each of rewriting the whole set (flush + add n) and of adding one element.
 fn nft_whole_vs_one(w: &World, n: usize) -> (f64, f64) {
@@ -185,6 +205,19 @@ fn main() {
             rss as f64 / 1024.0,
             (rss.saturating_sub(idle_rss)) as f64 / i as f64
         );
+        let steps = runtime_steps(&w.svcd_log());
+        if !steps.is_empty() {
+            let last = &steps[steps.len().saturating_sub(10)..];
+            let med = |f: fn(&(f64, f64, f64)) -> f64| {
+                pct(&mut last.iter().map(f).collect::<Vec<_>>(), 0.5)
+            };
+            println!(
+                "         runtime steps (median of the last 10): runc create + link {:.1} ms, attach {:.1} ms, runc start {:.1} ms",
+                med(|s| s.0),
+                med(|s| s.1),
+                med(|s| s.2)
+            );
+        }
     }
     println!("created {max} in {:.1} s", started.elapsed().as_secs_f64());
 
