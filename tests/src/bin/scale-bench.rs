@@ -58,9 +58,9 @@ fn nft_steps(log: &str) -> Vec<f64> {
 }
 
 /// The container backend's steps of each create so far (svcd's debug log, `container
-/// started create_and_link_ms=… attach_ms=… start_ms=…`), in order: (create + link, attach,
-/// start) in milliseconds.
-fn runtime_steps(log: &str) -> Vec<(f64, f64, f64)> {
+/// started create_and_link_ms=… runc_create_ms=… link_ms=… attach_ms=… start_ms=…`), in
+/// order: [runc create, the host link (made beside it), attach, runc start] in milliseconds.
+fn runtime_steps(log: &str) -> Vec<[f64; 4]> {
     let field = |l: &str, key: &str| -> Option<f64> {
         let at = l.find(key)? + key.len();
         l[at..].split_whitespace().next()?.parse().ok()
@@ -68,11 +68,12 @@ fn runtime_steps(log: &str) -> Vec<(f64, f64, f64)> {
     log.lines()
         .filter(|l| l.contains("container started"))
         .filter_map(|l| {
-            Some((
-                field(l, "create_and_link_ms=")?,
+            Some([
+                field(l, "runc_create_ms=")?,
+                field(l, " link_ms=")?,
                 field(l, "attach_ms=")?,
-                field(l, "start_ms=")?,
-            ))
+                field(l, " start_ms=")?,
+            ])
         })
         .collect()
 }
@@ -208,14 +209,13 @@ fn main() {
         let steps = runtime_steps(&w.svcd_log());
         if !steps.is_empty() {
             let last = &steps[steps.len().saturating_sub(10)..];
-            let med = |f: fn(&(f64, f64, f64)) -> f64| {
-                pct(&mut last.iter().map(f).collect::<Vec<_>>(), 0.5)
-            };
+            let med = |k: usize| pct(&mut last.iter().map(|s| s[k]).collect::<Vec<_>>(), 0.5);
             println!(
-                "         runtime steps (median of the last 10): runc create + link {:.1} ms, attach {:.1} ms, runc start {:.1} ms",
-                med(|s| s.0),
-                med(|s| s.1),
-                med(|s| s.2)
+                "         runtime steps (median of the last 10): runc create {:.1} ms, beside it the host link {:.1} ms; attach {:.1} ms, runc start {:.1} ms",
+                med(0),
+                med(1),
+                med(2),
+                med(3)
             );
         }
     }

@@ -354,9 +354,15 @@ impl Backend for Container {
                 .map_err(|e| err(format!("{}: {e}", spec.dir.display())))?;
             let t0 = std::time::Instant::now();
             // The host end of the link is made and fenced while runc creates the container.
-            let (guest, ifindex) = tokio::try_join!(
-                async { self.create(spec).await.map_err(err) },
-                links.prepare(super::HostEnd::Veth)
+            let ((guest, runc_create), (ifindex, link)) = tokio::try_join!(
+                async {
+                    let g = self.create(spec).await.map_err(err)?;
+                    Ok::<_, RuntimeError>((g, t0.elapsed()))
+                },
+                async {
+                    let i = links.prepare(super::HostEnd::Veth).await?;
+                    Ok((i, t0.elapsed()))
+                }
             )?;
             let t1 = std::time::Instant::now();
             // The container waits in `create`: plug its network in before anything runs.
@@ -368,6 +374,8 @@ impl Backend for Container {
                 .map_err(|e| err(format!("runc start: {e}")))?;
             tracing::debug!(
                 create_and_link_ms = (t1 - t0).as_secs_f64() * 1000.0,
+                runc_create_ms = runc_create.as_secs_f64() * 1000.0,
+                link_ms = link.as_secs_f64() * 1000.0,
                 attach_ms = (t2 - t1).as_secs_f64() * 1000.0,
                 start_ms = t2.elapsed().as_secs_f64() * 1000.0,
                 "container started"
