@@ -374,6 +374,23 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
         mounts.contains("nosuid") && mounts.contains("nodev"),
         "{mounts}"
     );
+    // The shared project is no way out: no device nodes, no hard links to the guest's own
+    // files, no unmounting or bind-mounting over it.
+    for (attempt, script) in [
+        ("mknod", "mknod /workspace/mem c 1 1"),
+        ("hard link", "ln /etc/passwd /workspace/passwd-link"),
+        ("umount", "umount /workspace"),
+        (
+            "bind mount",
+            "mkdir -p /workspace/b && mount --bind / /workspace/b",
+        ),
+    ] {
+        let (code, _, _) = w.sh("mine", script);
+        assert_ne!(code, 0, "{attempt} through the shared project succeeded");
+    }
+    assert!(!mine.join("mem").exists() && !mine.join("passwd-link").exists());
+    let (_, count, _) = w.sh("mine", "grep -c ' /workspace ' /proc/self/mounts");
+    assert_eq!(count, "1\n", "the project mount is still the one svcd made");
     w.svc_ok(&["workspace", "down", "mine"]);
     assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
 }
