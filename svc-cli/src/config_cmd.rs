@@ -276,3 +276,27 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         checks(&e.doctor.tests)
     );
 }
+
+/// The workspace in `dir` loaded for a command that needs it valid (`svc doctor`, `svc
+/// workspace up`): its canonical root and configuration, or — its errors printed, each with
+/// its place — exit code 2.
+pub(crate) fn load_valid(
+    dir: &std::path::Path,
+) -> anyhow::Result<Result<(PathBuf, LoadedWorkspace), ExitCode>> {
+    use anyhow::Context as _;
+    let root = std::fs::canonicalize(dir)
+        .with_context(|| format!("the workspace directory {}", dir.display()))?;
+    match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
+        Ok(l) => Ok(Ok((root, l))),
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("✗ {e}");
+            }
+            eprintln!(
+                "the workspace's configuration is invalid: svc config check {}",
+                root.display()
+            );
+            Ok(Err(ExitCode::from(2)))
+        }
+    }
+}

@@ -9,10 +9,7 @@
 use std::{io::Write as _, path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
-use svc_control::{
-    config::{effective::ApiParams, loader},
-    doctor::{CheckResult, Phase, Status},
-};
+use svc_control::doctor::{CheckResult, Phase, Status};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -222,20 +219,9 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let root = std::fs::canonicalize(&a.dir)
-        .with_context(|| format!("the workspace directory {}", a.dir.display()))?;
-    let loaded = match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
+    let (root, loaded) = match crate::config_cmd::load_valid(&a.dir)? {
         Ok(l) => l,
-        Err(errors) => {
-            for e in &errors.0 {
-                eprintln!("✗ {e}");
-            }
-            eprintln!(
-                "the workspace's configuration is invalid: svc config check {}",
-                root.display()
-            );
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     let doctor = &loaded.effective.doctor;
     if doctor.probes.is_empty() && doctor.tests.is_empty() && !a.json {

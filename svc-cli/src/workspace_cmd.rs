@@ -4,13 +4,9 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use http::Method;
-use svc_control::{
-    api::{self, CreateSandbox, SandboxView, WorkspaceLogRecord, WorkspaceSpec},
-    config::{effective::ApiParams, loader},
-};
+use svc_control::api::{self, CreateSandbox, SandboxView, WorkspaceLogRecord, WorkspaceSpec};
 
 use crate::{
     client::Client,
@@ -152,20 +148,9 @@ fn log_path(name: &str, follow: bool) -> String {
 }
 
 async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
-    let root = std::fs::canonicalize(&a.dir)
-        .with_context(|| format!("the workspace directory {}", a.dir.display()))?;
-    let loaded = match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
+    let (root, loaded) = match crate::config_cmd::load_valid(&a.dir)? {
         Ok(l) => l,
-        Err(errors) => {
-            for e in &errors.0 {
-                eprintln!("✗ {e}");
-            }
-            eprintln!(
-                "the workspace's configuration is invalid: svc config check {}",
-                root.display()
-            );
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     for w in &loaded.warnings {
         eprintln!("warning: {w}");

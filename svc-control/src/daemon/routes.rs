@@ -236,6 +236,15 @@ pub(super) fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
     StreamBody::new(stream).boxed()
 }
 
+/// A 200 whose body is the JSON lines `rx` yields.
+fn ndjson(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/x-ndjson")
+        .body(stream_body(rx))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
 pub(super) fn line<T: serde::Serialize>(v: &T) -> Bytes {
     let mut b = serde_json::to_vec(v).unwrap_or_default();
     b.push(b'\n');
@@ -288,11 +297,7 @@ fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
             }
         }
     });
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+    Ok(ndjson(rx))
 }
 
 /// `GET /v1/sandboxes/{name}/workspace/log[?follow=1]`: the workspace's log records as JSON
@@ -336,11 +341,7 @@ fn workspace_log_stream(ctx: &Ctx, name: &str, query: &str) -> Result<Response<B
             }
         }
     });
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+    Ok(ndjson(rx))
 }
 
 /// `GET /v1/audit?sandbox=&layer=&verdict=&since=&follow=1`: the audit log's records that match,
@@ -368,9 +369,5 @@ fn audit_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
     let path = ctx.sup.audit_path();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::task::spawn_blocking(move || super::audit_read::stream(&path, &filter, follow, &tx));
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+    Ok(ndjson(rx))
 }
