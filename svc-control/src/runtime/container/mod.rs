@@ -170,8 +170,8 @@ impl Container {
                 .unwrap_or(Path::new("/run/svc"))
                 .to_path_buf(),
         ));
-        let layers = rootfs::Layers::under(&spec.dir);
-        layers.mount(&self.lower, self.ids)?;
+        // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
+        let overlay = rootfs::Layers::under(&spec.dir).prepare(&self.lower, self.ids)?;
         let shared = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
@@ -217,6 +217,11 @@ impl Container {
             // of svcd's (a pipe would stay open as long as the guest runs).
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
+        // SAFETY: the closure only makes system calls (unshare, mount) on data prepared
+        // before the fork.
+        unsafe {
+            c.pre_exec(move || overlay.mount_in_private_namespace());
+        }
         let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status()).await;
         // The container's mount namespace holds its own bind of each shared directory now:
         // the host-side attachment goes (a runc that failed needs it no more either).
@@ -478,6 +483,7 @@ impl Backend for Container {
                 Err(e) => return Err(err(format!("runc delete: {e}"))),
             }
             detach_shared(dir);
+            // Only a sandbox made by an earlier svcd has its overlay in the host's namespace.
             if rootfs::Layers::under(dir).unmount().map_err(err)? {
                 removed.push("root file system overlay".to_owned());
             }
