@@ -15,7 +15,7 @@ use hickory_proto::{
 };
 use svc_control::{
     audit::{AuditError, AuditEvent, AuditRecord, AuditSink},
-    dns::{Commit, CommitEntry, Directory, Guard, GuardConfig, SandboxDns, Upstream},
+    dns::{Commit, CommitEntry, Directory, Guard, GuardConfig, SandboxDns, Sockets, Upstream},
     policy::{
         destination::HostNetwork,
         host::{Allowlist, HostPattern},
@@ -689,4 +689,107 @@ fn tempfile_dir() -> std::path::PathBuf {
     let d = std::env::temp_dir().join(svc_tests::unique("svcrc"));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// A bare responder on loopback: answers each question (the query echoed back as a response)
+/// after `delay_first` for the first one, and records every source port it heard from.
+async fn responder(delay_first: Duration) -> (SocketAddr, Arc<Mutex<Vec<u16>>>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    let addr = sock.local_addr().expect("addr");
+    let ports: Arc<Mutex<Vec<u16>>> = Arc::default();
+    let seen = ports.clone();
+    tokio::spawn(async move {
+        let sock = Arc::new(sock);
+        let mut buf = [0u8; 512];
+        let mut first = true;
+        loop {
+            let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            seen.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(peer.port());
+            let mut answer = buf[..n].to_vec();
+            answer[2] |= 0x80; // QR: a response
+            let (sock, delay) = (
+                sock.clone(),
+                if first { delay_first } else { Duration::ZERO },
+            );
+            first = false;
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = sock.send_to(&answer, peer).await;
+            });
+        }
+    });
+    (addr, ports)
+}
+
+fn question(id: u16) -> Vec<u8> {
+    let mut m = Message::query();
+    m.metadata.id = id;
+    m.add_query(Query::query(
+        Name::from_ascii("pool.test.").expect("name"),
+        RecordType::A,
+    ));
+    m.to_vec().expect("encode")
+}
+
+#[tokio::test]
+async fn pooled_upstream_sockets_are_reused_then_retired_so_the_source_port_keeps_changing() {
+    let (server, ports) = responder(Duration::ZERO).await;
+    let upstream = Upstream {
+        servers: vec![server],
+        timeout: Duration::from_secs(2),
+    };
+    let pool = svc_control::dns::Sockets::default();
+    let n = Sockets::MAX_USES as usize * 3;
+    for id in 0..n {
+        let id = u16::try_from(id).expect("id");
+        let answer = upstream
+            .ask_pooled(&pool, &question(id), id)
+            .await
+            .expect("answered");
+        assert_eq!(u16::from_be_bytes([answer[0], answer[1]]), id);
+    }
+    let ports = ports.lock().expect("ports").clone();
+    let mut per_port: HashMap<u16, usize> = HashMap::new();
+    for p in &ports {
+        *per_port.entry(*p).or_default() += 1;
+    }
+    assert!(
+        per_port.values().all(|&c| c <= Sockets::MAX_USES as usize),
+        "no source port carries more than {} questions: {per_port:?}",
+        Sockets::MAX_USES
+    );
+    assert!(
+        per_port.len() >= 3 && per_port.len() < n / 2,
+        "sockets are reused, and retired: {} ports for {n} questions",
+        per_port.len()
+    );
+}
+
+#[tokio::test]
+async fn a_pooled_socket_that_timed_out_never_carries_the_next_question() {
+    let (server, ports) = responder(Duration::from_millis(600)).await;
+    let upstream = Upstream {
+        servers: vec![server],
+        timeout: Duration::from_millis(300),
+    };
+    let pool = svc_control::dns::Sockets::default();
+    let err = upstream
+        .ask_pooled(&pool, &question(1), 1)
+        .await
+        .expect_err("the first question times out");
+    assert!(err.contains("timed out"), "{err}");
+    // The late answer to question 1 arrives meanwhile; question 2 gets its own.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let answer = upstream
+        .ask_pooled(&pool, &question(2), 2)
+        .await
+        .expect("answered");
+    assert_eq!(u16::from_be_bytes([answer[0], answer[1]]), 2);
+    let ports = ports.lock().expect("ports").clone();
+    assert_eq!(ports.len(), 2);
+    assert_ne!(ports[0], ports[1], "a new socket for the next question");
 }

@@ -701,3 +701,85 @@ fn class_denied_addresses_never_enter_the_allow_maps() {
     };
     assert!(loaded.fence.add_allow(TEST_RUN_IFINDEX, &public).is_ok());
 }
+
+#[test]
+fn an_answer_already_in_the_fence_is_not_written_again_and_anything_less_is() {
+    use std::time::Duration;
+    use svc_control::dataplane::{AllowEntry, PortRule, WEB};
+    require_root();
+    let mut loaded = fixture::load(EgressMode::Curated, TEST_RUN_IFINDEX);
+    let addr = Ipv4Addr::new(192, 0, 2, 50);
+    let entry = |ttl_ms: u64, rules: Vec<PortRule>| AllowEntry {
+        addr: addr.into(),
+        rules,
+        host_id: 7,
+        ttl: Some(Duration::from_millis(ttl_ms)),
+        idle: Duration::from_millis(100),
+    };
+    let syn_to = |port| ipv4(GUEST, addr, TCP, &tcp(1, port, SYN));
+    let mut add = |e: &AllowEntry| loaded.fence.add_allow(TEST_RUN_IFINDEX, e).unwrap();
+    assert!(
+        add(&entry(60_000, WEB.to_vec())),
+        "the first answer is written"
+    );
+    assert!(
+        !add(&entry(30_000, WEB.to_vec())),
+        "a repeat needing less life is already in force"
+    );
+    assert!(
+        add(&entry(120_000, WEB.to_vec())),
+        "a repeat needing more life is written"
+    );
+    assert!(
+        add(&entry(1_000, vec![PortRule::Tcp(8443)])),
+        "other rules are written (and replace the entry)"
+    );
+    assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().passed());
+    assert!(loaded.fence.test_run(&syn_to(443)).unwrap().dropped());
+
+    // A new generation that leaves the address behind: the next answer must write it again,
+    // and it is in force again.
+    loaded
+        .fence
+        .regenerate(TEST_RUN_IFINDEX, |_| false)
+        .unwrap();
+    assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().dropped());
+    assert!(
+        loaded
+            .fence
+            .add_allow(TEST_RUN_IFINDEX, &entry(300, vec![PortRule::Tcp(8443)]))
+            .unwrap(),
+        "an entry the fence lost is written again"
+    );
+    assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().passed());
+
+    // Expired and collected: written again.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().dropped());
+    assert!(loaded.fence.collect_expired().unwrap() >= 1);
+    assert!(
+        loaded
+            .fence
+            .add_allow(TEST_RUN_IFINDEX, &entry(300, vec![PortRule::Tcp(8443)]))
+            .unwrap()
+    );
+    assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().passed());
+
+    // The sandbox removed and installed again: nothing is taken as already there.
+    loaded.fence.remove_sandbox(TEST_RUN_IFINDEX).unwrap();
+    loaded
+        .fence
+        .install_sandbox(
+            &fixture::link(EgressMode::Curated, TEST_RUN_IFINDEX),
+            &[],
+            &[],
+        )
+        .unwrap();
+    assert!(
+        loaded
+            .fence
+            .add_allow(TEST_RUN_IFINDEX, &entry(60_000, WEB.to_vec()))
+            .unwrap()
+    );
+    assert!(loaded.fence.test_run(&syn_to(443)).unwrap().passed());
+}

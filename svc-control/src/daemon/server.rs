@@ -21,7 +21,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
 use tokio::{
-    net::{TcpListener, UdpSocket, UnixListener, UnixStream},
+    net::{TcpListener, UnixListener, UnixStream},
     sync::watch,
 };
 use tracing::{info, warn};
@@ -162,9 +162,6 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         audit.clone(),
     ));
     let any = |port| SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
-    let guard_udp = UdpSocket::bind(any(host.guard_port))
-        .await
-        .with_context(|| format!("binding the DNS guard to udp port {}", host.guard_port))?;
     let guard_tcp = TcpListener::bind(any(host.guard_port))
         .await
         .with_context(|| format!("binding the DNS guard to tcp port {}", host.guard_port))?;
@@ -175,7 +172,14 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    tokio::spawn(guard.clone().serve_udp(guard_udp, stopped(stop_rx.clone())));
+    // The guard's UDP side on threads of its own (see `serve_udp_threads`), one per core.
+    let guard_threads = guard
+        .serve_udp_threads(
+            any(host.guard_port),
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            stop_rx.clone(),
+        )
+        .with_context(|| format!("binding the DNS guard to udp port {}", host.guard_port))?;
     tokio::spawn(guard.serve_tcp(guard_tcp, stopped(stop_rx.clone())));
     tokio::spawn(proxy.serve(proxy_tcp, stopped(stop_rx.clone())));
 
@@ -359,6 +363,13 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = stop_tx.send(true);
+    // The guard's threads close their sockets as they end (an upgrade binds them again).
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in guard_threads {
+            let _ = t.join();
+        }
+    })
+    .await;
     Ok(ended)
 }
 

@@ -36,6 +36,11 @@ pub struct Fence {
     /// A copy of the destination-class tries (prefix, verdict), to refuse allow entries in a
     /// denied class before they reach the kernel.
     pub(super) classes: Vec<(ipnet::IpNet, u32)>,
+    /// Every allow entry this process wrote and that is still in the maps, as written:
+    /// (sandbox, generation, address) → value. svcd is the maps' only writer (the programs
+    /// only read them), so an answer whose entry is already here, with the same rules and at
+    /// least the life it needs, is in the fence without a new write (`Fence::add_allow`).
+    pub(super) written: std::collections::HashMap<(u32, u32, std::net::IpAddr), AllowValue>,
 }
 
 /// Typed handles on the fence's maps.
@@ -50,6 +55,9 @@ pub(super) struct Maps {
     pub deny4: LpmTrie<MapData, [u8; 4], u32>,
     pub deny6: LpmTrie<MapData, [u8; 16], u32>,
     pub events: RingBuf<MapData>,
+    /// Link records as this process last wrote or read them (it is their only writer): the
+    /// DNS guard's write path finds a link's generation without a system call.
+    pub records_seen: std::collections::HashMap<u32, SandboxRecord>,
 }
 
 /// Which direction of a guest link.
@@ -201,6 +209,7 @@ impl Fence {
             pin_dir,
             maps,
             classes,
+            written: std::collections::HashMap::new(),
         })
     }
 
@@ -460,21 +469,35 @@ impl Maps {
         }
     }
 
+    /// The record of a link as last written or read here, else read from the map.
+    pub fn record_seen(&mut self, ifindex: u32) -> Option<SandboxRecord> {
+        if let Some(r) = self.records_seen.get(&ifindex) {
+            return Some(*r);
+        }
+        let r = self.record(ifindex)?;
+        self.records_seen.insert(ifindex, r);
+        Some(r)
+    }
+
     /// Write a link's record in one map update.
     pub fn set_record(
         &mut self,
         ifindex: u32,
         record: SandboxRecord,
     ) -> Result<(), aya::maps::MapError> {
+        self.records_seen.remove(&ifindex);
         if ifindex < capacity::LINKS {
             self.links.set(ifindex, record, 0)
         } else {
             self.sandboxes.insert(ifindex, record, 0)
-        }
+        }?;
+        self.records_seen.insert(ifindex, record);
+        Ok(())
     }
 
     /// Clear a link's record (the link then drops everything).
     pub fn clear_record(&mut self, ifindex: u32) -> Result<(), aya::maps::MapError> {
+        self.records_seen.remove(&ifindex);
         if ifindex < capacity::LINKS {
             self.links.set(ifindex, SandboxRecord::default(), 0)
         } else {
@@ -514,6 +537,7 @@ impl Maps {
             deny4: take(ebpf, map::DENY4)?,
             deny6: take(ebpf, map::DENY6)?,
             events: take(ebpf, map::EVENTS)?,
+            records_seen: std::collections::HashMap::new(),
         })
     }
 }

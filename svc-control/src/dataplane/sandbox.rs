@@ -173,11 +173,13 @@ impl Fence {
     }
 
     /// Add one entry to the generation in force (the DNS guard's write). Fails if the link has
-    /// no sandbox.
-    pub fn add_allow(&mut self, ifindex: u32, entry: &AllowEntry) -> Result<(), DataplaneError> {
+    /// no sandbox. An entry already in force with the same rules and at least as much life
+    /// left is not written again (a cached answer repeated: no system call at all); whether it
+    /// was written.
+    pub fn add_allow(&mut self, ifindex: u32, entry: &AllowEntry) -> Result<bool, DataplaneError> {
         let rec = self
             .maps
-            .record(ifindex)
+            .record_seen(ifindex)
             .ok_or(DataplaneError::NoSandbox(ifindex))?;
         self.put_allow(rec.sandbox, rec.generation, entry)
     }
@@ -280,10 +282,17 @@ impl Fence {
         let n = dead4.len() + dead6.len();
         for k in dead4 {
             let _ = self.maps.allow4.remove(&k);
+            self.written
+                .remove(&(k.sandbox, k.generation, IpAddr::from(k.addr)));
         }
         for k in dead6 {
             let _ = self.maps.allow6.remove(&k);
+            self.written
+                .remove(&(k.sandbox, k.generation, IpAddr::from(k.addr)));
         }
+        // An entry kept alive by traffic past its expiry is written again at its next answer.
+        self.written
+            .retain(|_, v| v.expiry_ns == 0 || v.expiry_ns > now);
         Ok(n)
     }
 
@@ -302,7 +311,7 @@ impl Fence {
         sandbox: u32,
         generation: u32,
         e: &AllowEntry,
-    ) -> Result<(), DataplaneError> {
+    ) -> Result<bool, DataplaneError> {
         // The Curated fast path skips the class trie on a hit: a denied address must never get
         // into the allow maps.
         if self.class_denies(e.addr) {
@@ -310,6 +319,12 @@ impl Fence {
         }
         let v6 = e.addr.is_ipv6();
         let value = value(&e.rules, e.host_id, e.ttl, e.idle, v6)?;
+        let key = (sandbox, generation, e.addr);
+        if self.written.get(&key).is_some_and(|w| covers(w, &value)) {
+            return Ok(false);
+        }
+        // Forgotten first: a failed write leaves no claim behind.
+        self.written.remove(&key);
         match e.addr {
             IpAddr::V4(a) => self
                 .maps
@@ -337,7 +352,9 @@ impl Fence {
                     0,
                 )
                 .map_err(|err| write_err(map::ALLOW6, err)),
-        }
+        }?;
+        self.written.insert(key, value);
+        Ok(true)
     }
 
     fn put_cidr(
@@ -454,6 +471,7 @@ impl Fence {
         for k in k6 {
             let _ = self.maps.allow6.remove(&k);
         }
+        self.written.retain(|(s, g, _), _| !hit(*s, *g));
         for k in c4 {
             let _ = self.maps.cidr4.remove(&k);
         }
@@ -511,6 +529,16 @@ fn value(
         idle_ns: u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX),
         last_seen_ns: 0,
     })
+}
+
+/// Whether `written`, in the maps, already does what writing `wanted` would: the same host,
+/// rules and idle time, and an expiry no earlier (or none).
+fn covers(written: &AllowValue, wanted: &AllowValue) -> bool {
+    written.host_id == wanted.host_id
+        && written.rules == wanted.rules
+        && written.idle_ns == wanted.idle_ns
+        && (written.expiry_ns == 0
+            || (wanted.expiry_ns != 0 && written.expiry_ns >= wanted.expiry_ns))
 }
 
 fn write_err(map: &'static str, source: aya::maps::MapError) -> DataplaneError {

@@ -9,7 +9,7 @@ mod guard;
 mod upstream;
 
 pub use guard::{Guard, GuardConfig, Transport};
-pub use upstream::Upstream;
+pub use upstream::{Sockets, Upstream};
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 

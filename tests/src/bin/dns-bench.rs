@@ -1,10 +1,15 @@
-//! `cargo xtask bench dns`: the DNS guard's cost, side by side in one run.
+//! `cargo xtask bench dns`: the DNS guard's cost beside dnsmasq, side by side in one run, in
+//! several rounds (the median and the spread are the result; one round is not).
 //!
-//! 1. Latency of uncached questions (a fresh name each time), one at a time, p50 and p99:
-//!    straight to the upstream (dnsmasq, authoritative), through the guard (policy, upstream,
-//!    class filter, commit into the real eBPF allow map, answer), and through dnsmasq as a peer
-//!    forwarder. The guard's added latency is its figure minus the direct one.
-//! 2. Cached answers per second under dnsperf, the guard vs the dnsmasq forwarder.
+//! Each round:
+//! 1. Latency of uncached questions (a fresh name each time), one at a time, interleaved, p50
+//!    and p99: straight to the upstream (dnsmasq, authoritative), through the guard as svcd
+//!    runs it (its threads and sockets; policy, upstream, class filter, commit into the real
+//!    eBPF allow map, answer), and through dnsmasq as a peer forwarder.
+//! 2. Stage timings in-process: the upstream exchange alone, and the guard's whole handling of
+//!    a question (so the rest of the end-to-end figure is receiving and sending).
+//! 3. Cached answers per second under dnsperf, the guard vs the dnsmasq forwarder (which goes
+//!    first alternates between rounds).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -28,7 +33,7 @@ use svc_control::{
     audit::{AuditError, AuditRecord, AuditSink},
     daemon::FenceCommit,
     dataplane::{Fence, SandboxLink},
-    dns::{Directory, Guard, GuardConfig, SandboxDns, Upstream},
+    dns::{Directory, Guard, GuardConfig, SandboxDns, Transport, Upstream},
     policy::{
         destination::HostNetwork,
         host::{Allowlist, HostPattern},
@@ -37,8 +42,10 @@ use svc_control::{
 };
 use svc_tests::{PinDir, require_root};
 
-const NAMES: usize = 4000;
-const SAMPLES: usize = 1500;
+const ROUNDS: usize = 5;
+const SAMPLES: usize = 600;
+const DNSPERF_SECS: u32 = 3;
+const NAMES: usize = ROUNDS * SAMPLES * 4 + 1000;
 
 fn main() {
     require_root();
@@ -131,38 +138,27 @@ fn main() {
         Arc::new(NoAudit),
         HostNetwork::default(),
     ));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
+    // The guard as svcd runs it: one thread per core, each with its own socket on the port.
+    let guard_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let _threads = guard
+        .serve_udp_threads(
+            guard_addr,
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            stop_rx,
+        )
         .unwrap();
-    let guard_addr: SocketAddr = rt.block_on(async {
-        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = udp.local_addr().unwrap();
-        tokio::spawn(guard.serve_udp(udp, std::future::pending()));
-        addr
-    });
+    // A runtime of the same kind for the in-process stage timings below.
+    let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    ));
+    std::thread::spawn(|| rt.block_on(std::future::pending::<()>()));
     let up: SocketAddr = format!("127.0.0.1:{up_port}").parse().unwrap();
     let fwd: SocketAddr = format!("127.0.0.1:{fwd_port}").parse().unwrap();
 
-    // 1. Latency, uncached: each target gets its own slice of fresh names, interleaved.
-    let (mut direct, mut via_guard, mut via_fwd) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..SAMPLES {
-        direct.push(time_query(up, &format!("n{}.bench.test", i % NAMES)));
-        via_guard.push(time_query(
-            guard_addr,
-            &format!("n{}.bench.test", (i + SAMPLES) % NAMES),
-        ));
-        via_fwd.push(time_query(
-            fwd,
-            &format!("n{}.bench.test", (i + 2 * SAMPLES) % NAMES),
-        ));
-    }
-    let (d50, d99) = pct(&mut direct);
-    let (g50, g99) = pct(&mut via_guard);
-    let (f50, f99) = pct(&mut via_fwd);
-
-    // 2. Cached answers per second.
     let data = dir.join("queries");
     std::fs::write(
         &data,
@@ -175,20 +171,101 @@ fn main() {
         let _ = time_query(guard_addr, &format!("n{i}.bench.test"));
         let _ = time_query(fwd, &format!("n{i}.bench.test"));
     }
-    let guard_qps = dnsperf(guard_addr, &data);
-    let fwd_qps = dnsperf(fwd, &data);
-
-    println!("\n| path | uncached p50 (µs) | uncached p99 (µs) | cached qps (dnsperf) |");
-    println!("|---|---|---|---|");
-    println!("| straight to the upstream (dnsmasq, authoritative) | {d50:.0} | {d99:.0} | — |");
+    let upstream = Upstream {
+        servers: vec![up],
+        timeout: Duration::from_secs(2),
+    };
+    // Fresh names: never asked before in this run (nothing cached anywhere).
+    let mut next_name = 50usize;
+    let mut fresh = || {
+        next_name += 1;
+        assert!(next_name < NAMES, "out of fresh names");
+        format!("n{next_name}.bench.test")
+    };
     println!(
-        "| through the guard (policy, upstream, class filter, eBPF map commit) | {g50:.0} | {g99:.0} | {guard_qps:.0} |"
+        "DNS guard vs dnsmasq, {ROUNDS} rounds; each: {SAMPLES} uncached questions per path \
+         (interleaved), in-process stage timings, then {DNSPERF_SECS} s of dnsperf per server \
+         (order alternating)\n"
     );
-    println!("| through dnsmasq as a forwarder (peer) | {f50:.0} | {f99:.0} | {fwd_qps:.0} |");
     println!(
-        "\nadded by the guard: p50 {:.0} µs, p99 {:.0} µs",
-        g50 - d50,
-        g99 - d99
+        "| round | direct p50/p99 (µs) | guard p50/p99 | dnsmasq fwd p50/p99 | guard − dnsmasq p50 | stages: upstream alone / guard's handling | cached qps guard / dnsmasq (ratio) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let (mut extra, mut ratios, mut added_g, mut added_f) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        // 1. Latency, uncached: each path gets its own fresh names, interleaved.
+        let (mut direct, mut via_guard, mut via_fwd) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..SAMPLES {
+            direct.push(time_query(up, &fresh()));
+            via_guard.push(time_query(guard_addr, &fresh()));
+            via_fwd.push(time_query(fwd, &fresh()));
+        }
+        // Stages, in-process on a runtime like the guard's (fresh names again): the upstream
+        // exchange alone (a socket of its own), then the guard's whole handling of a question.
+        let (mut stage_up, mut stage_handle) = (Vec::new(), Vec::new());
+        for _ in 0..SAMPLES / 3 {
+            let (g, upstream) = (guard.clone(), upstream.clone());
+            let (a, b) = (fresh(), fresh());
+            // Spawned, so it runs on that runtime's own thread.
+            let (a, b) = rt
+                .block_on(rt.spawn(async move {
+                    let q = |name: String| {
+                        let mut m = Message::query();
+                        m.metadata.recursion_desired = true;
+                        m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+                        (m.to_vec().unwrap(), m.metadata.id)
+                    };
+                    let (bytes, id) = q(a);
+                    let t = Instant::now();
+                    upstream.ask(&bytes, id).await.unwrap();
+                    let a = t.elapsed().as_secs_f64() * 1e6;
+                    let (bytes, _) = q(b);
+                    let t = Instant::now();
+                    g.handle("127.0.0.1".parse().unwrap(), &bytes, Transport::Udp)
+                        .await
+                        .unwrap();
+                    (a, t.elapsed().as_secs_f64() * 1e6)
+                }))
+                .unwrap();
+            stage_up.push(a);
+            stage_handle.push(b);
+        }
+        let (d50, d99) = pct(&mut direct);
+        let (g50, g99) = pct(&mut via_guard);
+        let (f50, f99) = pct(&mut via_fwd);
+        // 2. Cached answers per second, the order alternating between rounds.
+        let (guard_qps, fwd_qps) = if round % 2 == 1 {
+            let g = dnsperf(guard_addr, &data);
+            (g, dnsperf(fwd, &data))
+        } else {
+            let f = dnsperf(fwd, &data);
+            (dnsperf(guard_addr, &data), f)
+        };
+        println!(
+            "| {round} | {d50:.0} / {d99:.0} | {g50:.0} / {g99:.0} | {f50:.0} / {f99:.0} | {:+.0} | {:.0} / {:.0} | {guard_qps:.0} / {fwd_qps:.0} ({:.2}×) |",
+            g50 - f50,
+            pct(&mut stage_up).0,
+            pct(&mut stage_handle).0,
+            guard_qps / fwd_qps
+        );
+        extra.push(g50 - f50);
+        ratios.push(guard_qps / fwd_qps);
+        added_g.push(g50 - d50);
+        added_f.push(f50 - d50);
+    }
+    let spread = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (e, e_lo, e_hi) = spread(&mut extra);
+    let (r, r_lo, r_hi) = spread(&mut ratios);
+    let (ag, ag_lo, ag_hi) = spread(&mut added_g);
+    let (af, af_lo, af_hi) = spread(&mut added_f);
+    println!(
+        "\nmedian of {ROUNDS} rounds [min, max]:\n  cached rate, guard / dnsmasq forwarder: {r:.2}× [{r_lo:.2}, {r_hi:.2}]\n  \
+         uncached p50 added over straight to the upstream: guard {ag:.0} µs [{ag_lo:.0}, {ag_hi:.0}], \
+         dnsmasq forwarder {af:.0} µs [{af_lo:.0}, {af_hi:.0}]\n  guard − dnsmasq forwarder, uncached p50: {e:+.0} µs [{e_lo:+.0}, {e_hi:+.0}]"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -242,7 +319,7 @@ fn dnsperf(to: SocketAddr, data: &std::path::Path) -> f64 {
             "-d",
             data.to_str().unwrap(),
             "-l",
-            "5",
+            &DNSPERF_SECS.to_string(),
             "-c",
             "8",
             "-T",

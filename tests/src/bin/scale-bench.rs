@@ -186,6 +186,28 @@ fn report(what: &str, results: &[Request]) {
     );
 }
 
+/// The proxy's own time for each request so far (its audit records' `duration_ms`: from the
+/// request head to the end of the response), in order.
+fn http_durations(w: &World) -> Vec<f64> {
+    std::fs::read_to_string(w.audit_path())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["layer"] == "http")
+        .filter_map(|v| v["duration_ms"].as_f64())
+        .collect()
+}
+
+fn report_proxy(mut own: Vec<f64>) {
+    println!(
+        "    the proxy's own part (audit duration_ms, {} records): p50 {:.0} p90 {:.0} max {:.0} ms",
+        own.len(),
+        pct(&mut own, 0.5),
+        pct(&mut own, 0.9),
+        pct(&mut own, 1.0)
+    );
+}
+
 fn main() {
     let mut counts: Vec<usize> = std::env::args()
         .skip(1)
@@ -290,10 +312,14 @@ fn main() {
     // instant (the guests share the host's clock), so the 100 requests start together and the
     // exec start-ups (a runc exec each) are not inside the figures.
     let sample = max.min(100);
+    let audited = http_durations(&w).len();
     let one_by_one: Vec<Request> = (1..=sample.min(20))
         .map(|i| request_at(&w.socket, &format!("s{i}"), 0))
         .collect();
     report("one after another", &one_by_one);
+    let proxy_own = http_durations(&w).split_off(audited);
+    report_proxy(proxy_own);
+    let audited = http_durations(&w).len();
     let at = unix_ns() + 8_000_000_000 + sample as u128 * 40_000_000;
     let threads: Vec<_> = (1..=sample)
         .map(|i| {
@@ -306,6 +332,7 @@ fn main() {
         .map(|t| t.join().expect("thread"))
         .collect();
     report(&format!("{sample} at once"), &results);
+    report_proxy(http_durations(&w).split_off(audited));
 
     // Destroy all.
     let t = Instant::now();
