@@ -59,8 +59,9 @@ enum Command {
     },
     /// Run a benchmark: `policy` (one egress decision, criterion), `fence` (throughput and
     /// per-packet cost with and without the eBPF fence, at scale) or `dns` (the guard's added
-    /// latency and cached rate, beside the upstream and dnsmasq) or `proxy` (HTTPS latency and
-    /// rate through the proxy beside direct TLS, HTTP/1.1 and HTTP/2, leaf minting) or
+    /// latency and cached rate, beside the upstream and dnsmasq) or `proxy` (HTTPS latency, rate
+    /// and CPU per request through the proxy beside direct TLS, nginx and mitmproxy, HTTP/1.1
+    /// and HTTP/2, leaf minting) or
     /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside runc's
     /// own run, exec and delete of the same bundle) or `microvm` (the lifecycle canary's steps
     /// beside a bare QEMU boot of the same images) or `git-ssh` (a clone over SSH through the
@@ -106,9 +107,11 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
             "dns-bench",
         ])),
         "proxy" => setup::mitmproxy().and_then(|mitmdump| {
+            let nginx = setup::nginx()?;
             ui::run(
                 std::process::Command::new("cargo")
                     .env("SVC_MITMDUMP", mitmdump)
+                    .env("SVC_NGINX", nginx)
                     .args([
                         "run",
                         "--release",

@@ -501,3 +501,42 @@ pub fn mitmproxy() -> anyhow::Result<std::path::PathBuf> {
     }
     Ok(std::fs::canonicalize(mitmdump)?)
 }
+
+/// nginx, the general-purpose peer of the proxy benchmark: Debian's `nginx` package unpacked
+/// under `target/` (`apt-get download` + `dpkg -x`), never installed — installing it would start
+/// a web server on port 80 of the host. Its libraries (OpenSSL, PCRE2, zlib, libcrypt) are part
+/// of a Debian base system; any missing are installed. Only `cargo xtask bench proxy` needs it.
+/// Returns the binary's path.
+pub fn nginx() -> anyhow::Result<std::path::PathBuf> {
+    let root = std::path::Path::new("target/peer-nginx");
+    let bin = root.join("usr/sbin/nginx");
+    let works = |bin: &std::path::Path| {
+        std::process::Command::new(bin)
+            .arg("-v")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !works(&bin) {
+        ui::heading("set-up: nginx (benchmark peer, Debian package unpacked under target/)");
+        let download = root.join("download");
+        let _ = std::fs::remove_dir_all(&download);
+        std::fs::create_dir_all(&download)?;
+        ui::run(
+            Command::new("apt-get")
+                .args(["download", "-q", "nginx"])
+                .current_dir(&download),
+        )?;
+        let deb = std::fs::read_dir(&download)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "deb"))
+            .ok_or_else(|| anyhow::anyhow!("apt-get download nginx left no .deb"))?;
+        ui::run(Command::new("dpkg").arg("-x").arg(&deb).arg(root))?;
+        if !works(&bin) {
+            apt_install(&["libssl3", "libpcre2-8-0", "zlib1g", "libcrypt1"])?;
+        }
+        anyhow::ensure!(works(&bin), "{} does not run", bin.display());
+        ui::ok("nginx unpacked");
+    }
+    Ok(std::fs::canonicalize(bin)?)
+}

@@ -130,15 +130,15 @@ enum Sender {
 
 impl Sender {
     async fn get(&mut self, port: u16) {
-        // HTTP/1.1 in origin form with Host, as clients send it; HTTP/2 with :authority.
-        let target = match self {
-            Self::H1(_) => "/item".to_owned(),
-            Self::H2(_) => format!("https://{NAME}:{port}/item"),
-        };
-        let req = Request::get(target)
-            .header(hyper::header::HOST, format!("{NAME}:{port}"))
-            .body(Empty::new())
-            .unwrap();
+        // HTTP/1.1 in origin form with Host, as clients send it; HTTP/2 with :authority only
+        // (as curl and browsers send it; nginx refuses both at once).
+        let req = match self {
+            Self::H1(_) => Request::get("/item")
+                .header(hyper::header::HOST, format!("{NAME}:{port}"))
+                .body(Empty::new()),
+            Self::H2(_) => Request::get(format!("https://{NAME}:{port}/item")).body(Empty::new()),
+        }
+        .unwrap();
         let resp = match self {
             Self::H1(s) => {
                 s.ready().await.unwrap();
@@ -315,8 +315,8 @@ fn make_proxy(
 /// `--proxy-child PORT DIR`: a proxy alone in its own process on 127.0.0.3:PORT (upstream root
 /// from DIR/upstream.der, its CA written to DIR/sandbox.der), so its memory can be read.
 fn proxy_child(port: u16, dir: &Path) {
+    // As svcd's: one worker per CPU it may run on (one when pinned).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
@@ -467,11 +467,168 @@ fn mitm_keep_alive(
     Ok(figures)
 }
 
+/// The honest peer: nginx as a TLS-terminating reverse proxy to the same upstream, re-encrypting
+/// with keep-alive upstream connections (verified against the upstream's CA, SNI
+/// api.example.test) — no policy, no audit. Its certificate is a self-signed one for
+/// api.example.test that the client is given as a root.
+struct Nginx {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    addr: SocketAddr,
+    root: rustls::pki_types::CertificateDer<'static>,
+}
+
+impl Nginx {
+    /// nginx on 127.0.0.5:`port` toward 127.0.0.2:`port`. `cpu`: pinned to that CPU with one
+    /// process (the own-core variant); otherwise a master and one worker per CPU.
+    fn start(port: u16, upstream_ca: &SandboxCa, cpu: Option<u32>) -> Result<Self, String> {
+        let nginx = std::env::var_os("SVC_NGINX")
+            .ok_or("SVC_NGINX is not set (`cargo xtask bench proxy` installs nginx)")?;
+        let dir = std::env::temp_dir().join(svc_tests::unique("svcngx"));
+        std::fs::create_dir_all(dir.join("tmp")).map_err(|e| e.to_string())?;
+        let leaf =
+            rcgen::generate_simple_self_signed(vec![NAME.to_owned()]).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("leaf.pem"), leaf.cert.pem()).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("leaf.key"), leaf.signing_key.serialize_pem())
+            .map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("upstream-ca.pem"), upstream_ca.ca_pem())
+            .map_err(|e| e.to_string())?;
+        let d = dir.display();
+        let conf = format!(
+            "pid {d}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    uwsgi_temp_path {d}/tmp/uwsgi;
+    scgi_temp_path {d}/tmp/scgi;
+    keepalive_requests 10000000;
+    upstream up {{ server 127.0.0.2:{port}; keepalive 64; keepalive_requests 10000000; }}
+    server {{
+        listen 127.0.0.5:{port} ssl http2;
+        ssl_certificate {d}/leaf.pem;
+        ssl_certificate_key {d}/leaf.key;
+        location / {{
+            proxy_pass https://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_set_header Host $http_host;
+            proxy_ssl_server_name on;
+            proxy_ssl_name {NAME};
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {d}/upstream-ca.pem;
+            proxy_ssl_session_reuse on;
+        }}
+    }}
+}}
+"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
+        let globals = match cpu {
+            Some(_) => "daemon off; master_process off; worker_processes 1;",
+            None => "daemon off; worker_processes auto;",
+        };
+        let mut cmd = match cpu {
+            Some(c) => {
+                let mut t = std::process::Command::new("taskset");
+                t.args(["-c", &c.to_string()]).arg(&nginx);
+                t
+            }
+            None => std::process::Command::new(&nginx),
+        };
+        let mut child = cmd
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .args(["-e", "stderr", "-g", globals])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting nginx: {e}"))?;
+        let addr: SocketAddr = ([127, 0, 0, 5], port).into();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("nginx exited: {status}"));
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                return Err("nginx did not listen within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Self {
+            child,
+            dir,
+            addr,
+            root: leaf.cert.der().clone(),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: a master ends its workers before it exits (SIGKILL would orphan them).
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let started = Instant::now();
+        while !matches!(self.child.try_wait(), Ok(Some(_))) {
+            if started.elapsed() > Duration::from_secs(5) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// CPU time (user + system) of a process and all its descendants so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let ticks = |p: u32| -> (u64, Vec<u32>) {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // Fields after the command name (which may hold spaces): utime is the 12th, stime 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let t = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let mut children = Vec::new();
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
+                    children.extend(c.split_whitespace().filter_map(|v| v.parse::<u32>().ok()));
+                }
+            }
+        }
+        (t, children)
+    };
+    let mut total = 0;
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let (t, children) = ticks(p);
+        total += t;
+        todo.extend(children);
+    }
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1);
+    total as f64 / hz as f64
+}
+
 /// `--own-core` (run under `taskset -c 0` by the main run): client and upstream share CPU 0,
 /// the proxy runs in its own process on CPU 1 — the shape of a real host, where the guest's
 /// client runs on the guest's vCPUs and the upstream is elsewhere. Keep-alive rate and
 /// latency direct vs through that proxy.
-fn own_core(n: usize) {
+fn own_core(n: usize, n_new: usize) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -482,7 +639,9 @@ fn own_core(n: usize) {
         loop {
             let up = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
             let port = up.local_addr().unwrap().port();
-            if std::net::TcpListener::bind(("127.0.0.3", port)).is_ok() {
+            if std::net::TcpListener::bind(("127.0.0.3", port)).is_ok()
+                && std::net::TcpListener::bind(("127.0.0.5", port)).is_ok()
+            {
                 return (port, up);
             }
         }
@@ -495,18 +654,105 @@ fn own_core(n: usize) {
         &[upstream_ca.ca_der()],
     );
     let direct: SocketAddr = ([127, 0, 0, 2], port).into();
-    for v in [Version::H1, Version::H2] {
-        let (d, p) = rt.block_on(async {
-            (
-                keep_alive(&client, direct, v, n).await,
-                keep_alive(&client, proxied, v, n).await,
-            )
-        });
-        row(&format!("{} keep-alive, own core", v.name()), &d, &p);
+    let peer = Nginx::start(port, &upstream_ca, Some(1));
+    let peer_client = peer.as_ref().ok().map(|p| {
+        let mut c = Client::new(&[p.root.clone(), upstream_ca.ca_der()]);
+        c.port = port;
+        c
+    });
+    if let Err(why) = &peer {
+        println!("PEER NOT MEASURED: nginx: {why}");
     }
+    header3();
+    let keep_alive_requests = (50 + n + n * IN_FLIGHT) as f64;
+    for v in [Version::H1, Version::H2] {
+        let d = rt.block_on(keep_alive(&client, direct, v, n));
+        let cpu = cpu_seconds(child.id());
+        let ours = rt.block_on(keep_alive(&client, proxied, v, n));
+        let ours_cpu = (cpu_seconds(child.id()) - cpu) / keep_alive_requests;
+        let nginx = peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
+            let cpu = cpu_seconds(p.pid());
+            let f = rt.block_on(keep_alive(c, p.addr, v, n));
+            (f, (cpu_seconds(p.pid()) - cpu) / keep_alive_requests)
+        });
+        row3(
+            &format!("{} keep-alive, own core", v.name()),
+            &d,
+            (&ours, ours_cpu),
+            nginx.as_ref().map(|(f, c)| (f, *c)),
+        );
+    }
+    let d = rt.block_on(new_connection(&client, direct, Version::H1, n_new));
+    let cpu = cpu_seconds(child.id());
+    let ours = rt.block_on(new_connection(&client, proxied, Version::H1, n_new));
+    let ours_cpu = (cpu_seconds(child.id()) - cpu) / n_new as f64;
+    let nginx = peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
+        let cpu = cpu_seconds(p.pid());
+        let f = rt.block_on(new_connection(c, p.addr, Version::H1, n_new));
+        (f, (cpu_seconds(p.pid()) - cpu) / n_new as f64)
+    });
+    row3(
+        "HTTP/1.1 new conn., own core",
+        &d,
+        (&ours, ours_cpu),
+        nginx.as_ref().map(|(f, c)| (f, *c)),
+    );
+    drop(peer);
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn header3() {
+    println!(
+        "{:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>13}",
+        "variant",
+        "p50 dir",
+        "p50 svc",
+        "p50 ngx",
+        "p99 dir",
+        "p99 svc",
+        "p99 ngx",
+        "req/s dir",
+        "req/s svc",
+        "req/s ngx",
+        "svc/nginx",
+        "CPU µs/req svc·ngx",
+    );
+}
+
+/// Microseconds of CPU per request, or a dash where not measured.
+fn cpu_cell(seconds: f64) -> String {
+    if seconds.is_finite() && seconds > 0.0 {
+        format!("{:.1}", seconds * 1e6)
+    } else {
+        "—".to_owned()
+    }
+}
+
+/// One line: direct, ours and the peer (with CPU seconds per request where measured).
+fn row3(name: &str, direct: &Figures, ours: (&Figures, f64), peer: Option<(&Figures, f64)>) {
+    let (o, o_cpu) = ours;
+    let cell = |f: Option<f64>| f.map_or_else(|| "—".to_owned(), |v| format!("{v:.0}"));
+    let p = peer.map(|(f, _)| f);
+    println!(
+        "{name:<30} {:>7.0} {:>7.0} {:>7} {:>7.0} {:>7.0} {:>7} {:>9.0} {:>9.0} {:>9} {:>9} {:>13}",
+        direct.p50_us,
+        o.p50_us,
+        cell(p.map(|f| f.p50_us)),
+        direct.p99_us,
+        o.p99_us,
+        cell(p.map(|f| f.p99_us)),
+        direct.rate,
+        o.rate,
+        cell(p.map(|f| f.rate)),
+        p.map_or_else(|| "—".to_owned(), |f| format!("{:.2}x", o.rate / f.rate)),
+        format!(
+            "{}·{}",
+            cpu_cell(o_cpu),
+            cpu_cell(peer.map_or(f64::NAN, |(_, c)| c))
+        )
+    );
 }
 
 fn main() {
@@ -516,11 +762,8 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--own-core") {
-        own_core(if args.iter().any(|a| a == "--quick") {
-            200
-        } else {
-            4000
-        });
+        let quick = args.iter().any(|a| a == "--quick");
+        own_core(if quick { 200 } else { 4000 }, if quick { 50 } else { 400 });
         return;
     }
     let quick = std::env::args().any(|a| a == "--quick");
@@ -635,9 +878,48 @@ fn main() {
         }
         Err(why) => println!("PEER NOT MEASURED: mitmproxy: {why}"),
     }
+    // The honest peer, nginx, on the same shared cores, same workload, beside the proxy again.
+    println!("nginx (TLS-terminating reverse proxy, keep-alive upstream) vs svc, shared cores");
+    match Nginx::start(port, &upstream_ca, None) {
+        Ok(peer) => {
+            let mut pc = Client::new(&[peer.root.clone(), upstream_ca.ca_der()]);
+            pc.port = port;
+            header3();
+            for v in [Version::H1, Version::H2] {
+                let (d, ours, ngx) = rt.block_on(async {
+                    (
+                        keep_alive(&client, direct, v, n_keep).await,
+                        keep_alive(&client, proxied, v, n_keep).await,
+                        keep_alive(&pc, peer.addr, v, n_keep).await,
+                    )
+                });
+                row3(
+                    &format!("{} keep-alive", v.name()),
+                    &d,
+                    (&ours, f64::NAN),
+                    Some((&ngx, f64::NAN)),
+                );
+            }
+            let (d, ours, ngx) = rt.block_on(async {
+                (
+                    new_connection(&client, direct, Version::H1, n_new).await,
+                    new_connection(&client, proxied, Version::H1, n_new).await,
+                    new_connection(&pc, peer.addr, Version::H1, n_new).await,
+                )
+            });
+            row3(
+                "HTTP/1.1 new connection",
+                &d,
+                (&ours, f64::NAN),
+                Some((&ngx, f64::NAN)),
+            );
+        }
+        Err(why) => println!("PEER NOT MEASURED: nginx: {why}"),
+    }
     // The proxy on a core of its own (client and upstream pinned to the other).
     println!(
-        "proxy in its own process on CPU 1, client and upstream on CPU 0 (req/s with 16 in flight)"
+        "proxy (svc's, then nginx) in its own process on CPU 1, client and upstream on CPU 0 \
+         (req/s with 16 in flight; CPU per request from the proxy process's own accounting)"
     );
     let mut own = std::process::Command::new("taskset");
     own.args(["-c", "0"])
