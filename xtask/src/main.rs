@@ -68,12 +68,15 @@ enum Command {
     /// relay from a sandbox beside the host's own ssh to the same server) or `scale` (container
     /// sandboxes created up to the largest count live at once: create time, svcd's nftables
     /// step beside a whole-set rewrite, list latency and memory at each count, requests from
-    /// 100 at once, destroy-all and what is left; counts as arguments, default 1 100 500 1000).
+    /// 100 at once, destroy-all and what is left; counts as arguments, default 1 100 500 1000)
+    /// or `soak` (minutes of steady requests from 10 sandboxes while others are created and
+    /// destroyed, then: every request audited once, svcd's descriptors and memory back, no
+    /// error in its log; seconds as the argument, default 180).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak"])]
         which: String,
-        /// Arguments for the benchmark (`scale`: the counts).
+        /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180).
         args: Vec<String>,
     },
 }
@@ -145,6 +148,15 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
                     std::process::Command::new("target/release/scale-bench")
                         .args(args)
                         .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
+                )
+            }),
+        "soak" => demo::build_bins(true)
+            .and_then(|()| images::build(&images::default_dir()))
+            .and_then(|()| {
+                ui::run(
+                    std::process::Command::new("target/release/soak-bench")
+                        .args(args)
+                        .env("SVC_TEST_SVCD_LOG", "info"),
                 )
             }),
         "git-ssh" => demo::build_bins(true)
