@@ -793,3 +793,51 @@ async fn a_pooled_socket_that_timed_out_never_carries_the_next_question() {
     assert_eq!(ports.len(), 2);
     assert_ne!(ports[0], ports[1], "a new socket for the next question");
 }
+
+#[tokio::test]
+async fn a_burst_read_and_answered_in_batches_gets_each_question_its_own_answer() {
+    let w = world(300, 10_000).await;
+    // Warm the cache for one name; the burst mixes cached, refused and AAAA questions.
+    ask(&w, "api.example.test", RecordType::A).await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut expected = HashMap::new();
+    for id in 0..100u16 {
+        let (name, t) = match id % 4 {
+            0 | 1 => ("api.example.test.", RecordType::A),
+            2 => ("refused.example.invalid.", RecordType::A),
+            _ => ("api.example.test.", RecordType::AAAA),
+        };
+        let mut m = query(name, t);
+        m.metadata.id = id;
+        sock.send_to(&m.to_vec().unwrap(), w.guard_udp)
+            .await
+            .unwrap();
+        expected.insert(id, (name, t));
+    }
+    let mut seen = HashMap::new();
+    let mut buf = vec![0u8; 65535];
+    while seen.len() < expected.len() {
+        let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_secs(3), sock.recv_from(&mut buf)).await
+        else {
+            break;
+        };
+        let m = Message::from_vec(&buf[..n]).expect("answers parse");
+        let q = m.queries.first().expect("the question is echoed");
+        *seen.entry(m.metadata.id).or_insert(0) += 1;
+        let (name, t) = expected[&m.metadata.id];
+        assert_eq!(
+            (q.name().to_ascii(), q.query_type()),
+            (name.to_owned(), t),
+            "answer {} carries its own question",
+            m.metadata.id
+        );
+        if name.starts_with("refused") {
+            assert_eq!(m.metadata.response_code, ResponseCode::Refused);
+        } else if t == RecordType::A {
+            assert_eq!(addrs(&m).len(), 1, "{m:?}");
+        }
+    }
+    assert_eq!(seen.len(), 100, "every question answered: {seen:?}");
+    assert!(seen.values().all(|&c| c == 1), "each once: {seen:?}");
+}

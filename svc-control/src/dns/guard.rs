@@ -506,17 +506,21 @@ impl Guard {
             .collect()
     }
 
-    /// One receiver: answers what is ready at once (the cache, refusals) right here, and drives
+    /// One receiver: reads the questions waiting in batches (`udp_batch`), answers what is
+    /// ready at once (the cache, refusals) right here, sending the batch's answers together,
+    /// and drives
     /// the questions that wait for the upstream itself, as futures of its own (at most
     /// [`MAX_WAITING`] at a time; more are dropped, as a full socket buffer would): no task is
     /// spawned and no other thread woken for any question (a spawned task cost ~10 µs more
     /// per forwarded question, measured).
     async fn receive_udp(self: Arc<Self>, socket: Arc<UdpSocket>) {
+        use std::os::fd::AsFd as _;
+
         use futures::StreamExt as _;
-        let mut buf = vec![0u8; MAX_UDP_QUERY];
+        let mut inbox = super::udp_batch::Inbox::new(MAX_UDP_QUERY);
         let mut waiting = futures::stream::FuturesUnordered::new();
         loop {
-            let (n, peer) = tokio::select! {
+            tokio::select! {
                 biased;
                 Some((answer, peer)) = waiting.next(), if !waiting.is_empty() => {
                     if let Some(answer) = answer {
@@ -524,27 +528,38 @@ impl Guard {
                     }
                     continue;
                 }
-                r = socket.recv_from(&mut buf) => match r {
-                    Ok(x) => x,
-                    Err(_) => continue,
+                r = socket.readable() => if r.is_err() {
+                    continue;
                 },
-            };
-            let query = buf[..n].to_vec();
-            let guard = self.clone();
-            let mut answer =
-                Box::pin(
-                    async move { (guard.handle(peer.ip(), &query, Transport::Udp).await, peer) },
-                );
-            let first = answer
-                .as_mut()
-                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
-            match first {
-                std::task::Poll::Ready((Some(answer), peer)) => send_udp(&socket, answer, peer),
-                std::task::Poll::Ready((None, _)) => {}
-                // `waiting` polls it again with its real waker.
-                std::task::Poll::Pending if waiting.len() < MAX_WAITING => waiting.push(answer),
-                std::task::Poll::Pending => {}
             }
+            // Everything waiting, up to a batch, in one call (`WouldBlock` clears the
+            // readiness and the loop waits again).
+            let Ok(received) = socket.try_io(tokio::io::Interest::READABLE, || {
+                inbox.receive(socket.as_fd())
+            }) else {
+                continue;
+            };
+            let mut ready = Vec::new();
+            for (query, peer) in received {
+                let query = query.to_vec();
+                let guard = self.clone();
+                let mut answer = Box::pin(async move {
+                    (guard.handle(peer.ip(), &query, Transport::Udp).await, peer)
+                });
+                let first = answer
+                    .as_mut()
+                    .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+                match first {
+                    std::task::Poll::Ready((Some(answer), peer)) => ready.push((answer, peer)),
+                    std::task::Poll::Ready((None, _)) => {}
+                    // `waiting` polls it again with its real waker.
+                    std::task::Poll::Pending if waiting.len() < MAX_WAITING => {
+                        waiting.push(answer);
+                    }
+                    std::task::Poll::Pending => {}
+                }
+            }
+            send_batch(&socket, ready);
         }
     }
 
@@ -621,6 +636,23 @@ fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
         &SockaddrStorage::from(addr),
     )?;
     Ok(std::net::UdpSocket::from(fd))
+}
+
+/// Send answers in as few calls as the socket takes now; any it does not take go one by one
+/// (from a task if the socket is full).
+fn send_batch(socket: &Arc<UdpSocket>, answers: Vec<(Vec<u8>, SocketAddr)>) {
+    use std::os::fd::AsFd as _;
+    if answers.is_empty() {
+        return;
+    }
+    let sent = socket
+        .try_io(tokio::io::Interest::WRITABLE, || {
+            super::udp_batch::send(socket.as_fd(), &answers)
+        })
+        .unwrap_or(0);
+    for (answer, peer) in answers.into_iter().skip(sent) {
+        send_udp(socket, answer, peer);
+    }
 }
 
 /// Send a UDP answer now if the socket takes it, else from a task once it can.

@@ -6,6 +6,7 @@
 //! `policy::destination`.
 
 mod guard;
+mod udp_batch;
 mod upstream;
 
 pub use guard::{Guard, GuardConfig, Transport};
