@@ -76,7 +76,8 @@ enum Command {
         /// Which benchmark.
         #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak"])]
         which: String,
-        /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180).
+        /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180;
+        /// `fence`: the alternating rounds, default 5).
         args: Vec<String>,
     },
 }
@@ -91,15 +92,20 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
             "--bench",
             "policy",
         ])),
-        "fence" => ui::run(std::process::Command::new("cargo").args([
-            "run",
-            "--release",
-            "-q",
-            "-p",
-            "svc-tests",
-            "--bin",
-            "fence-bench",
-        ])),
+        "fence" => ui::run(
+            std::process::Command::new("cargo")
+                .args([
+                    "run",
+                    "--release",
+                    "-q",
+                    "-p",
+                    "svc-tests",
+                    "--bin",
+                    "fence-bench",
+                    "--",
+                ])
+                .args(args),
+        ),
         "dns" => ui::run(std::process::Command::new("cargo").args([
             "run",
             "--release",

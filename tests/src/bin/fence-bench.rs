@@ -6,7 +6,8 @@
 //!    (`kernel.bpf_stats_enabled=1`: run_time_ns / run_cnt), the median of several windows.
 //! 3. The same with 100 sandboxes × 1,000 allow entries each in the maps.
 //!
-//! Prints a Markdown table for docs/PERFORMANCE.md.
+//! Prints a Markdown table for docs/PERFORMANCE.md. `cargo xtask bench fence [ROUNDS]` (default
+//! 5 alternating rounds per row).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -29,7 +30,17 @@ use svc_tests::{
 };
 
 const SECONDS: &str = "4";
+/// Alternating rounds per row unless given as the argument.
 const ROUNDS: usize = 5;
+
+fn rounds() -> usize {
+    std::env::args()
+        .nth(1)
+        .map_or(ROUNDS, |a| {
+            a.parse().unwrap_or_else(|_| panic!("{a:?}: rounds"))
+        })
+        .max(1)
+}
 
 fn main() {
     require_root();
@@ -98,7 +109,8 @@ fn main() {
     run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
 
     println!(
-        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {ROUNDS} alternating rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |"
+        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {} alternating rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
+        rounds()
     );
     println!("|---|---|---|---|---|---|---|---|");
     for (what, m) in rows {
@@ -137,7 +149,7 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
     let name = t.host_link.clone();
     let (mut without, mut with, mut ingress, mut egress) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds() {
         without.push(iperf(t));
         t.host.run(|| fence.attach(&name)).unwrap();
         let (i0, e0) = (
