@@ -10,6 +10,18 @@ use std::{
 };
 
 /// Fail (never skip) when the test cannot do what it must, saying why.
+/// A process's resident memory in KiB (`VmRSS`), 0 if it is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 pub fn require_root() {
     let uid = Command::new("id")
         .arg("-u")

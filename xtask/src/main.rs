@@ -146,34 +146,24 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
                         .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
                 )
             }),
-        "scale" => demo::build_bins(true)
-            .and_then(|()| images::build(&images::default_dir()))
-            .and_then(|()| {
-                // svcd's debug log says where each create's runtime step went.
-                ui::run(
-                    std::process::Command::new("target/release/scale-bench")
-                        .args(args)
-                        .env("SVC_TEST_SVCD_LOG", "info,svc_control::runtime=debug"),
-                )
-            }),
-        "soak" => demo::build_bins(true)
-            .and_then(|()| images::build(&images::default_dir()))
-            .and_then(|()| {
-                ui::run(
-                    std::process::Command::new("target/release/soak-bench")
-                        .args(args)
-                        .env("SVC_TEST_SVCD_LOG", "info"),
-                )
-            }),
-        "git-ssh" => demo::build_bins(true)
-            .and_then(|()| images::build(&images::default_dir()))
-            .and_then(|()| {
-                ui::run(&mut std::process::Command::new(
-                    "target/release/git-ssh-bench",
-                ))
-            }),
+        // svcd's debug log says where each create's runtime step went.
+        "scale" => with_base_image("scale-bench", args, "info,svc_control::runtime=debug"),
+        "soak" => with_base_image("soak-bench", args, "info"),
+        "git-ssh" => with_base_image("git-ssh-bench", args, "info"),
         other => anyhow::bail!("no benchmark {other:?}"),
     }
+}
+
+/// A benchmark of real container sandboxes: the release binaries and the base image, then
+/// `target/release/BIN ARGS` with svcd's log at `svcd_log`.
+fn with_base_image(bin: &str, args: &[String], svcd_log: &str) -> anyhow::Result<()> {
+    demo::build_bins(true)?;
+    images::build(&images::default_dir())?;
+    ui::run(
+        std::process::Command::new(format!("target/release/{bin}"))
+            .args(args)
+            .env("SVC_TEST_SVCD_LOG", svcd_log),
+    )
 }
 
 fn main() -> ExitCode {

@@ -38,21 +38,22 @@ impl Inbox {
                 iov_len: b.len(),
             })
             .collect();
-        // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for (i, h) in hdrs.iter_mut().enumerate() {
-            h.msg_hdr.msg_name = std::ptr::from_mut(&mut names[i]).cast();
-            h.msg_hdr.msg_namelen = socklen::<libc::sockaddr_storage>();
-            h.msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
-            h.msg_hdr.msg_iovlen = 1;
-        }
+        let mut hdrs = headers(
+            names.iter_mut().map(|n| {
+                (
+                    std::ptr::from_mut(n).cast(),
+                    socklen::<libc::sockaddr_storage>(),
+                )
+            }),
+            &mut iovs,
+        );
         // SAFETY: every header points at a live name buffer of the length it gives and at one
         // iovec over a live buffer of its length; all outlive the call.
         let n = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
                 hdrs.as_mut_ptr(),
-                BATCH as libc::c_uint,
+                libc::c_uint::try_from(hdrs.len()).unwrap_or(0),
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -91,16 +92,12 @@ pub fn send(fd: BorrowedFd<'_>, answers: &[(Vec<u8>, SocketAddr)]) -> io::Result
                 iov_len: b.len(),
             })
             .collect();
-        // SAFETY: all-zero is a valid value of this plain C struct.
-        let mut hdrs: Vec<libc::mmsghdr> = (0..chunk.len())
-            .map(|_| unsafe { std::mem::zeroed() })
-            .collect();
-        for (i, h) in hdrs.iter_mut().enumerate() {
-            h.msg_hdr.msg_name = names[i].as_ptr().cast_mut().cast();
-            h.msg_hdr.msg_namelen = names[i].len();
-            h.msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
-            h.msg_hdr.msg_iovlen = 1;
-        }
+        let mut hdrs = headers(
+            names
+                .iter()
+                .map(|n| (n.as_ptr().cast_mut().cast(), n.len())),
+            &mut iovs,
+        );
         // SAFETY: each header points at a live socket address of the length it gives and at
         // one iovec over a live buffer (only read by the kernel); all outlive the call.
         let n = unsafe {
@@ -119,6 +116,25 @@ pub fn send(fd: BorrowedFd<'_>, answers: &[(Vec<u8>, SocketAddr)]) -> io::Result
         }
     }
     Ok(sent)
+}
+
+/// One message header per (socket address, length) and iovec: the name and one buffer each.
+fn headers(
+    names: impl Iterator<Item = (*mut libc::c_void, libc::socklen_t)>,
+    iovs: &mut [libc::iovec],
+) -> Vec<libc::mmsghdr> {
+    names
+        .zip(iovs.iter_mut())
+        .map(|((name, len), iov)| {
+            // SAFETY: all-zero is a valid value of this plain C struct.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = name;
+            h.msg_hdr.msg_namelen = len;
+            h.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+            h.msg_hdr.msg_iovlen = 1;
+            h
+        })
+        .collect()
 }
 
 fn to_std(name: &SockaddrStorage) -> Option<SocketAddr> {

@@ -334,15 +334,6 @@ fn proxy_child(port: u16, dir: &Path) {
     });
 }
 
-fn vm_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// RSS of a proxy process holding `n` idle guest connections (each served one request, then
 /// kept alive), against the same process before.
 /// The proxy in a process of its own on 127.0.0.3:`port` (optionally pinned to one CPU with
@@ -396,7 +387,7 @@ fn idle_rss(
 ) -> (u64, u64) {
     let (mut child, client, addr, dir) =
         spawn_proxy_child(port, &upstream_root.ca_der(), None, &[]);
-    let before = vm_rss_kib(child.id());
+    let before = svc_tests::rss_kib(child.id());
     let held = rt.block_on(async {
         let mut held = Vec::with_capacity(n);
         for _ in 0..n {
@@ -407,7 +398,7 @@ fn idle_rss(
         tokio::time::sleep(Duration::from_millis(500)).await;
         held
     });
-    let after = vm_rss_kib(child.id());
+    let after = svc_tests::rss_kib(child.id());
     drop(held);
     let _ = child.kill();
     let _ = child.wait();

@@ -35,17 +35,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 /// svcd's nftables step of each create so far, milliseconds, in order.
 fn nft_steps(log: &str) -> Vec<f64> {
     log.lines()
@@ -229,7 +218,7 @@ fn main() {
     w.svc_ok(&["sandbox", "create", "warm"]);
     w.svc_ok(&["sandbox", "destroy", "warm"]);
     std::thread::sleep(Duration::from_millis(500));
-    let idle_rss = rss_kib(svcd);
+    let idle_rss = svc_tests::rss_kib(svcd);
     println!(
         "scale bench: container backend, {max} sandboxes live at most; svcd idle RSS {:.1} MiB",
         idle_rss as f64 / 1024.0
@@ -280,7 +269,7 @@ fn main() {
             w.svc_ok(&["sandbox", "list", "--json"]);
             list.push(ms(t.elapsed()));
         }
-        let rss = rss_kib(svcd);
+        let rss = svc_tests::rss_kib(svcd);
         println!(
             "{i:>6} | {p50:>8.1} / {p90:>7.1} | {:>8.2}x | {:>22.2} | {whole:>12.2} | {one:>12.2} | {:>10.1}",
             p50 / first10.max(f64::MIN_POSITIVE),
@@ -368,7 +357,7 @@ fn main() {
         w.svc_ok(&["sandbox", "list", "--json"])
             .matches("\"name\"")
             .count(),
-        rss_kib(svcd) as f64 / 1024.0,
+        svc_tests::rss_kib(svcd) as f64 / 1024.0,
         idle_rss as f64 / 1024.0
     );
 }

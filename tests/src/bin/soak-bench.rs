@@ -29,17 +29,6 @@ const STEADY: usize = 10;
 /// svcd's memory may end this much above where it started (its allocator keeps some pages).
 const RSS_BOUND_KIB: u64 = 16 * 1024;
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
@@ -78,7 +67,7 @@ fn main() {
     let _ = requests(&w.socket, "warm", 1);
     w.svc_ok(&["sandbox", "destroy", "warm"]);
     std::thread::sleep(Duration::from_secs(1));
-    let (rss0, fds0) = (rss_kib(svcd), fds(svcd));
+    let (rss0, fds0) = (svc_tests::rss_kib(svcd), fds(svcd));
     println!(
         "soak: {seconds} s, {STEADY} sandboxes requesting, one more created, used and destroyed \
          over and over; svcd at the start: RSS {:.1} MiB, {fds0} open descriptors",
@@ -141,7 +130,7 @@ fn main() {
             Duration::from_secs(seconds).saturating_sub(started.elapsed())
                 + Duration::from_millis(10),
         ));
-        let (rss, n) = (rss_kib(svcd), fds(svcd));
+        let (rss, n) = (svc_tests::rss_kib(svcd), fds(svcd));
         println!(
             "  {:>4.0} s: svcd RSS {:.1} MiB, {n} descriptors, {} sandboxes churned",
             started.elapsed().as_secs_f64(),
@@ -160,7 +149,7 @@ fn main() {
         w.svc_ok(&["sandbox", "destroy", &format!("soak{i}")]);
     }
     std::thread::sleep(Duration::from_secs(2));
-    let (rss1, fds1) = (rss_kib(svcd), fds(svcd));
+    let (rss1, fds1) = (svc_tests::rss_kib(svcd), fds(svcd));
 
     // Every answered request audited exactly once.
     let mut audited: HashMap<String, usize> = HashMap::new();
