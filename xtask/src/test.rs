@@ -28,12 +28,53 @@ pub fn run(cargo_test_args: &[String]) -> anyhow::Result<()> {
     deny()?;
 
     ui::heading("tests: cargo test --workspace (privileged tests run for real: eBPF, netns, veth)");
+    room_for_the_test_build()?;
     ui::run(
         Command::new("cargo")
             .args(["test", "--workspace", "--no-fail-fast"])
             .args(cargo_test_args),
     )?;
     ui::ok("all gates and tests passed");
+    Ok(())
+}
+
+/// Free space the test build needs on `target/`'s file system, measured on a clean clone
+/// (about 5 GiB of test binaries and their dependencies with line tables only, plus margin).
+const TEST_BUILD_GIB: u64 = 10;
+
+/// Refuse to start a build that cannot fit: a full disk fails in the linker with a bus error
+/// half an hour in, naming nothing useful.
+fn room_for_the_test_build() -> anyhow::Result<()> {
+    let out = ui::output(Command::new("df").args(["--output=avail", "-B1", "target"]))?;
+    let avail: u64 = out
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .with_context(|| format!("reading free space from df: {out:?}"))?;
+    let gib = avail / (1 << 30);
+    // A warm tree rebuilds only what changed; a clean one builds everything.
+    // (The end-to-end test's binary marks a tree that has built the tests before.)
+    let clean = !std::fs::read_dir("target/debug/deps").is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("e2e-"))
+    });
+    if gib < TEST_BUILD_GIB && !clean {
+        ui::warn(&format!(
+            "only {gib} GiB free on target/'s file system: a rebuild of what changed may fit; \
+             a clean build needs about {TEST_BUILD_GIB} GiB; `cargo clean` drops stale test binaries"
+        ));
+        return Ok(());
+    }
+    if gib < TEST_BUILD_GIB {
+        bail!(
+            "only {gib} GiB free on target/'s file system; the test build needs about \
+             {TEST_BUILD_GIB} GiB. Free some (`cargo clean` removes every build, stale test \
+             binaries included) and run again."
+        );
+    }
+    ui::info(&format!(
+        "{gib} GiB free on target/'s file system (the test build needs about {TEST_BUILD_GIB})"
+    ));
     Ok(())
 }
 
