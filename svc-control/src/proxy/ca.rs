@@ -213,14 +213,14 @@ impl SandboxCa {
             return Ok(c);
         }
         let leaf = self.leaf_for(server_name)?;
-        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(CaError::LoadKey)?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(OneLeaf(leaf)));
+        let mut cfg = rustls::ServerConfig::builder_with_provider(super::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(CaError::LoadKey)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(OneLeaf(leaf)));
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // The provider's order (AES-128-GCM/SHA-256 first), not the guest's.
+        cfg.ignore_client_order = true;
         let cfg = Arc::new(cfg);
         if let Ok(mut configs) = self.configs.lock() {
             if configs.len() >= MAX_CACHED_LEAVES {
@@ -288,6 +288,59 @@ mod tests {
         // Another sandbox's CA is not trusted for this one.
         let other = SandboxCa::generate("other").unwrap();
         assert!(!verifies(&original, &other, "api.example.com"));
+    }
+
+    #[test]
+    fn a_guest_offering_aes_256_first_gets_aes_128_gcm_sha256() {
+        let ca = SandboxCa::generate("dev").unwrap();
+        let server_cfg = ca.server_config("api.example.com").unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.ca_der()).unwrap();
+        // A client with rustls's default order: AES-256-GCM/SHA-384 first.
+        let client_cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        assert_eq!(
+            client_cfg.crypto_provider().cipher_suites[0].suite(),
+            rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+        );
+        let mut client = rustls::ClientConnection::new(
+            Arc::new(client_cfg),
+            ServerName::try_from("api.example.com").unwrap(),
+        )
+        .unwrap();
+        let mut server = rustls::ServerConnection::new(server_cfg).unwrap();
+        // The handshake over memory: each side's output is the other's input.
+        for _ in 0..10 {
+            let mut wire = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut wire).unwrap();
+            }
+            if !wire.is_empty() {
+                server.read_tls(&mut wire.as_slice()).unwrap();
+                server.process_new_packets().unwrap();
+            }
+            let mut wire = Vec::new();
+            while server.wants_write() {
+                server.write_tls(&mut wire).unwrap();
+            }
+            if !wire.is_empty() {
+                client.read_tls(&mut wire.as_slice()).unwrap();
+                client.process_new_packets().unwrap();
+            }
+            if !client.is_handshaking() && !server.is_handshaking() {
+                break;
+            }
+        }
+        assert!(!server.is_handshaking(), "the handshake did not finish");
+        assert_eq!(
+            server.negotiated_cipher_suite().map(|s| s.suite()),
+            Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
+        );
     }
 
     #[test]

@@ -234,12 +234,10 @@ impl ProxyConfig {
             roots.add(r.clone())?;
         }
         // ALPN (h2, http/1.1) is set by the connector.
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let tls = rustls::ClientConfig::builder_with_provider(super::crypto_provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         Ok(Self {
             upstream_tls: tls,
             body_prefix: 64 * 1024,
@@ -386,9 +384,15 @@ impl Proxy {
     /// Accept connections until `shutdown` completes.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let heartbeat = tokio::time::sleep(HEARTBEAT);
+        tokio::pin!(heartbeat);
         loop {
             let (conn, peer) = tokio::select! {
                 () = &mut shutdown => return,
+                () = &mut heartbeat => {
+                    heartbeat.as_mut().reset(tokio::time::Instant::now() + HEARTBEAT);
+                    continue;
+                }
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
@@ -1299,6 +1303,14 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+/// While the proxy serves, a timer due within this long stays in the runtime's timer wheel.
+/// tokio wakes its I/O driver (an eventfd write, then an extra epoll turn) whenever a timer is
+/// registered earlier than every timer already there (tokio-rs/tokio#5207): with an otherwise
+/// empty wheel that is every per-request timeout, three system calls per request. With this
+/// earlier deadline always present, a request's timeouts (all longer) wake nothing; the cost is
+/// one timer firing per second.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
 /// A stream that replays the bytes already read (the ClientHello) before the socket's.
 struct Rewind {
     prefix: Vec<u8>,
@@ -1330,6 +1342,18 @@ impl AsyncWrite for Rewind {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    // Vectored, as the socket is: TLS hands over each record as its own slice, and without
+    // this every record (three in the server's first flight) would be its own send.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -1366,5 +1390,39 @@ impl tower_service::Service<Name> for DnsService {
                 .collect::<Vec<_>>()
                 .into_iter())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt as _;
+
+    use super::*;
+
+    /// TLS hands the socket a flight of records as separate slices: all of them go in one
+    /// write, not just the first (the default of `poll_write_vectored`).
+    #[tokio::test]
+    async fn rewind_writes_every_slice_of_a_vectored_write_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut client, (server, _)) = (client.unwrap(), accepted.unwrap());
+        let mut rewind = Rewind {
+            prefix: Vec::new(),
+            pos: 0,
+            inner: server,
+        };
+        assert!(rewind.is_write_vectored());
+        let slices = [
+            io::IoSlice::new(b"server hello;"),
+            io::IoSlice::new(b"change cipher spec;"),
+            io::IoSlice::new(b"finished"),
+        ];
+        let n = rewind.write_vectored(&slices).await.unwrap();
+        assert_eq!(n, slices.iter().map(|s| s.len()).sum::<usize>());
+        rewind.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"server hello;change cipher spec;finished");
     }
 }
