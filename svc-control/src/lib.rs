@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod git_relay;
 /// svcd's Prometheus metrics.
 pub mod metrics;
+pub mod per_core;
 /// Pure decisions: every security rule of the spec, once.
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.

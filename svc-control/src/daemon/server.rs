@@ -165,23 +165,29 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let guard_tcp = TcpListener::bind(any(host.guard_port))
         .await
         .with_context(|| format!("binding the DNS guard to tcp port {}", host.guard_port))?;
-    let proxy_tcp = TcpListener::bind(any(host.proxy_port))
-        .await
-        .with_context(|| format!("binding the proxy to tcp port {}", host.proxy_port))?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    // The guard's UDP side on threads of its own (see `serve_udp_threads`), one per core.
-    let guard_threads = guard
+    // The guard's UDP side and the proxy on threads of their own, one per core (see
+    // `per_core`): a question or a request runs start to end on one thread.
+    let mut threads = guard
         .serve_udp_threads(
             any(host.guard_port),
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            crate::per_core::threads(4),
             stop_rx.clone(),
         )
         .with_context(|| format!("binding the DNS guard to udp port {}", host.guard_port))?;
+    threads.extend(
+        proxy
+            .serve_threads(
+                any(host.proxy_port),
+                crate::per_core::threads(4),
+                stop_rx.clone(),
+            )
+            .with_context(|| format!("binding the proxy to tcp port {}", host.proxy_port))?,
+    );
     tokio::spawn(guard.serve_tcp(guard_tcp, stopped(stop_rx.clone())));
-    tokio::spawn(proxy.serve(proxy_tcp, stopped(stop_rx.clone())));
 
     // The sandboxes.
     let store = crate::store::Store::open(&host.state_dir)?;
@@ -363,9 +369,10 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = stop_tx.send(true);
-    // The guard's threads close their sockets as they end (an upgrade binds them again).
+    // The guard's and the proxy's threads close their sockets as they end (an upgrade binds
+    // them again).
     let _ = tokio::task::spawn_blocking(move || {
-        for t in guard_threads {
+        for t in threads {
             let _ = t.join();
         }
     })

@@ -444,7 +444,7 @@ impl Guard {
     /// Serve UDP until `shutdown` completes.
     pub async fn serve_udp(self: Arc<Self>, socket: UdpSocket, shutdown: impl Future<Output = ()>) {
         // One receiver per core: each answers what it can where it runs (see `receive_udp`).
-        let receivers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let receivers = crate::per_core::threads(4);
         self.serve_udp_on(socket, receivers, shutdown).await;
     }
 
@@ -478,30 +478,23 @@ impl Guard {
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
         let sockets = (0..threads.max(1))
-            .map(|_| reuseport_udp(addr))
+            .map(|_| crate::per_core::udp(addr))
             .collect::<std::io::Result<Vec<_>>>()?;
         sockets
             .into_iter()
             .enumerate()
             .map(|(i, socket)| {
                 let (guard, mut shutdown) = (self.clone(), shutdown.clone());
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                std::thread::Builder::new()
-                    .name(format!("dns-guard-{i}"))
-                    .spawn(move || {
-                        rt.block_on(async move {
-                            let Ok(socket) = UdpSocket::from_std(socket) else {
-                                return;
-                            };
-                            guard
-                                .serve_udp_on(socket, 1, async move {
-                                    let _ = shutdown.wait_for(|s| *s).await;
-                                })
-                                .await;
-                        });
-                    })
+                crate::per_core::spawn(format!("dns-guard-{i}"), move || async move {
+                    let Ok(socket) = UdpSocket::from_std(socket) else {
+                        return;
+                    };
+                    guard
+                        .serve_udp_on(socket, 1, async move {
+                            let _ = shutdown.wait_for(|s| *s).await;
+                        })
+                        .await;
+                })
             })
             .collect()
     }
@@ -608,34 +601,6 @@ impl Guard {
             }
         }
     }
-}
-
-/// A non-blocking UDP socket bound to `addr` with `SO_REUSEPORT` (and, for `[::]`, taking
-/// IPv4 too).
-fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
-    };
-    let family = if addr.is_ipv4() {
-        AddressFamily::Inet
-    } else {
-        AddressFamily::Inet6
-    };
-    let fd = socket(
-        family,
-        SockType::Datagram,
-        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    setsockopt(&fd, sockopt::ReusePort, &true)?;
-    if addr.is_ipv6() {
-        setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
-    }
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrStorage::from(addr),
-    )?;
-    Ok(std::net::UdpSocket::from(fd))
 }
 
 /// Send answers in as few calls as the socket takes now; any it does not take go one by one

@@ -275,11 +275,12 @@ pub struct Proxy {
     sandboxes: Arc<dyn Sandboxes>,
     broker: Arc<dyn Broker>,
     audit: Arc<dyn AuditSink>,
-    client: Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>,
+    client: UpstreamClient,
     /// HTTP/1.1 only, for WebSocket handshakes (an upgrade does not exist in HTTP/2).
-    upgrade_client: Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>,
+    upgrade_client: UpstreamClient,
     /// Open guest connections per sandbox.
     open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+    resolver: Arc<dyn Resolve>,
 }
 
 /// One open guest connection, counted against its sandbox until dropped.
@@ -326,33 +327,7 @@ impl Proxy {
         resolver: Arc<dyn Resolve>,
         audit: Arc<dyn AuditSink>,
     ) -> Self {
-        let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(Duration::from_secs(10)));
-        let http = Upstream::new(http, config.forward_proxy.clone());
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config.upstream_tls.clone())
-            // The scheme of each upstream URI is the guest's (https for TLS, http for plain),
-            // built by the proxy, never taken from the guest's request target.
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http.clone());
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(https);
-        // enable_http1 alone makes the connector offer only http/1.1 in ALPN.
-        let h1_tls = config.upstream_tls.clone();
-        let upgrade_client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .build(
-                hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(h1_tls)
-                    .https_or_http()
-                    .enable_http1()
-                    .wrap_connector(http),
-            );
+        let (client, upgrade_client) = upstream_clients(&config, resolver.clone());
         Self {
             config,
             sandboxes,
@@ -361,7 +336,59 @@ impl Proxy {
             client,
             upgrade_client,
             open: Arc::default(),
+            resolver,
         }
+    }
+
+    /// The same proxy (sandboxes, audit, connection counts) with upstream pools of its own, for
+    /// a thread of its own: a pooled connection is driven by the runtime that opened it, so
+    /// threads sharing one pool would wake each other for every request.
+    fn with_own_pools(&self) -> Self {
+        let (client, upgrade_client) = upstream_clients(&self.config, self.resolver.clone());
+        Self {
+            config: self.config.clone(),
+            sandboxes: self.sandboxes.clone(),
+            broker: self.broker.clone(),
+            audit: self.audit.clone(),
+            client,
+            upgrade_client,
+            open: self.open.clone(),
+            resolver: self.resolver.clone(),
+        }
+    }
+
+    /// Serve on `addr` from `threads` threads of their own (`per_core`): each accepts from its
+    /// own listener in one `SO_REUSEPORT` group and runs its connections, from ClientHello to
+    /// upstream and back, on its own single-threaded runtime with its own upstream pools — no
+    /// request hands over between threads. Sandboxes, policy, audit and the per-sandbox
+    /// connection cap are shared. The threads end when `shutdown` turns true (their open
+    /// connections with them). Binding errors are returned here, before any thread starts.
+    pub fn serve_threads(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        threads: usize,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+        let listeners = (0..threads.max(1))
+            .map(|_| crate::per_core::tcp_listener(addr))
+            .collect::<io::Result<Vec<_>>>()?;
+        listeners
+            .into_iter()
+            .enumerate()
+            .map(|(i, listener)| {
+                let (proxy, mut shutdown) = (Arc::new(self.with_own_pools()), shutdown.clone());
+                crate::per_core::spawn(format!("proxy-{i}"), move || async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    proxy
+                        .serve(listener, async move {
+                            let _ = shutdown.wait_for(|s| *s).await;
+                        })
+                        .await;
+                })
+            })
+            .collect()
     }
 
     /// A slot for one more guest connection of `sandbox`, if it is under its cap.
@@ -1301,6 +1328,44 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
             h.remove(n);
         }
     }
+}
+
+type UpstreamClient = Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>;
+
+/// The upstream pools: one for requests (HTTP/2 or HTTP/1.1 as the upstream offers), one
+/// HTTP/1.1-only for WebSocket handshakes.
+fn upstream_clients(
+    config: &ProxyConfig,
+    resolver: Arc<dyn Resolve>,
+) -> (UpstreamClient, UpstreamClient) {
+    let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let http = Upstream::new(http, config.forward_proxy.clone());
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.upstream_tls.clone())
+        // The scheme of each upstream URI is the guest's (https for TLS, http for plain),
+        // built by the proxy, never taken from the guest's request target.
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http.clone());
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(https);
+    // enable_http1 alone makes the connector offer only http/1.1 in ALPN.
+    let h1_tls = config.upstream_tls.clone();
+    let upgrade_client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build(
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(h1_tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http),
+        );
+    (client, upgrade_client)
 }
 
 /// While the proxy serves, a timer due within this long stays in the runtime's timer wheel.

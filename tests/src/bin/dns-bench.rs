@@ -144,7 +144,7 @@ fn main() {
     let _threads = guard
         .serve_udp_threads(
             guard_addr,
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            svc_control::per_core::threads(4),
             stop_rx,
         )
         .unwrap();

@@ -315,23 +315,24 @@ fn make_proxy(
 /// `--proxy-child PORT DIR`: a proxy alone in its own process on 127.0.0.3:PORT (upstream root
 /// from DIR/upstream.der, its CA written to DIR/sandbox.der), so its memory can be read.
 fn proxy_child(port: u16, dir: &Path) {
-    // As svcd's: one worker per CPU it may run on (one when pinned).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let upstream_root =
         rustls::pki_types::CertificateDer::from(std::fs::read(dir.join("upstream.der")).unwrap());
     let ca = Arc::new(SandboxCa::generate("bench-child").unwrap());
     std::fs::write(dir.join("sandbox.der"), ca.ca_der().as_ref()).unwrap();
     let proxy = make_proxy(port, upstream_root, ca);
-    rt.block_on(async {
-        let l = tokio::net::TcpListener::bind(("127.0.0.3", port))
-            .await
-            .unwrap();
-        println!("ready");
-        proxy.serve(l, std::future::pending()).await;
-    });
+    // As svcd serves it: one thread per CPU it may run on (one when pinned).
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let threads = proxy
+        .serve_threads(
+            ([127, 0, 0, 3], port).into(),
+            svc_control::per_core::threads(4),
+            stop,
+        )
+        .unwrap();
+    println!("ready");
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 /// RSS of a proxy process holding `n` idle guest connections (each served one request, then
@@ -767,20 +768,26 @@ fn main() {
     let upstream_ca = SandboxCa::generate("bench-upstream-root").unwrap();
     let sandbox_ca = Arc::new(SandboxCa::generate("bench-sandbox").unwrap());
     // The same port on both loopback addresses: the guest's Host names the upstream's port.
-    let (port, up_l, proxy_l) = rt.block_on(async {
+    // The proxy served as svcd serves it (one thread per core, see `per_core`).
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let (port, up_l) = rt.block_on(async {
         loop {
             let up = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
             let port = up.local_addr().unwrap().port();
-            if let Ok(p) = tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
-                return (port, up, p);
+            let proxy = make_proxy(port, upstream_ca.ca_der(), sandbox_ca.clone());
+            if proxy
+                .serve_threads(
+                    ([127, 0, 0, 1], port).into(),
+                    svc_control::per_core::threads(4),
+                    stop.clone(),
+                )
+                .is_ok()
+            {
+                return (port, up);
             }
         }
     });
-    let proxy = make_proxy(port, upstream_ca.ca_der(), sandbox_ca.clone());
-    rt.block_on(async {
-        upstream(&upstream_ca, up_l).await;
-        tokio::spawn(proxy.serve(proxy_l, std::future::pending()));
-    });
+    rt.block_on(upstream(&upstream_ca, up_l));
     let mut client = Client::new(&[upstream_ca.ca_der(), sandbox_ca.ca_der()]);
     client.port = port;
     let direct: SocketAddr = ([127, 0, 0, 2], port).into();
