@@ -142,11 +142,7 @@ fn main() {
     let guard_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     let _threads = guard
-        .serve_udp_threads(
-            guard_addr,
-            svc_control::per_core::threads(4),
-            stop_rx,
-        )
+        .serve_udp_threads(guard_addr, svc_control::per_core::threads(4), stop_rx)
         .unwrap();
     // A runtime of the same kind for the in-process stage timings below.
     let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(

@@ -3,7 +3,9 @@
 //! 1. TCP throughput guest → outside with iperf3 over the same veth, without programs and with
 //!    the fence attached (an allow entry for the server), as a ratio.
 //! 2. Per-packet cost of each program from the kernel's BPF statistics
-//!    (`kernel.bpf_stats_enabled=1`: run_time_ns / run_cnt), the median of several windows.
+//!    (`kernel.bpf_stats_enabled=1`: run_time_ns / run_cnt), the median of several windows,
+//!    and the programs' total run time as a share of one core over the run (what the fence can
+//!    take from a CPU-bound transfer at most, free of the throughput's run-to-run noise).
 //! 3. The same with 100 sandboxes × 1,000 allow entries each in the maps.
 //!
 //! Prints a Markdown table for docs/PERFORMANCE.md. `cargo xtask bench fence [ROUNDS]` (default
@@ -109,15 +111,15 @@ fn main() {
     run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
 
     println!(
-        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {} alternating rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
+        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {} alternating rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | fence programs, % of one core during the run (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
         rounds()
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (what, m) in rows {
         let mut r = m.ratios.clone();
         r.sort_by(f64::total_cmp);
         println!(
-            "| {what} | {:.2} | {:.2} | {:.3} [{:.3}, {:.3}] | {:.0} | {:.0} | {:.0} | {:.0} |",
+            "| {what} | {:.2} | {:.2} | {:.3} [{:.3}, {:.3}] | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
             m.without / 1e9,
             m.with / 1e9,
             median(m.ratios.clone()),
@@ -125,6 +127,7 @@ fn main() {
             r[r.len() - 1],
             m.ingress_ns,
             m.egress_ns,
+            m.cpu_share * 100.0,
             m.test_run_ns,
             m.empty_ns
         );
@@ -138,6 +141,8 @@ struct Measured {
     ratios: Vec<f64>,
     ingress_ns: f64,
     egress_ns: f64,
+    /// Both programs' run time per second of a run with the fence (fraction of one core).
+    cpu_share: f64,
     test_run_ns: f64,
     /// The empty calibration program under the same BPF_PROG_TEST_RUN.
     empty_ns: f64,
@@ -147,23 +152,36 @@ struct Measured {
 /// the medians, and the per-packet cost of each direction from the kernel's BPF stats.
 fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
     let name = t.host_link.clone();
-    let (mut without, mut with, mut ingress, mut egress) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds() {
-        without.push(iperf(t));
+    let (mut without, mut with, mut ingress, mut egress, mut share) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds() {
+        // Which goes first alternates too, so a machine speeding up or slowing down within a
+        // round favours neither.
+        if round % 2 == 0 {
+            without.push(iperf(t));
+        }
         t.host.run(|| fence.attach(&name)).unwrap();
         let (i0, e0) = (
             stats(pins, "prog_svc_tap_ingress"),
             stats(pins, "prog_svc_tap_egress"),
         );
+        let started = std::time::Instant::now();
         with.push(iperf(t));
+        let wall_ns = started.elapsed().as_nanos() as f64;
         let (i1, e1) = (
             stats(pins, "prog_svc_tap_ingress"),
             stats(pins, "prog_svc_tap_egress"),
         );
         t.host.run(|| fence.detach(&name)).unwrap();
+        if round % 2 == 1 {
+            without.push(iperf(t));
+        }
         ingress.push((i1.0 - i0.0) as f64 / (i1.1 - i0.1).max(1) as f64);
         egress.push((e1.0 - e0.0) as f64 / (e1.1 - e0.1).max(1) as f64);
+        // The programs' own run time over the run's wall time: the share of a core the fence
+        // took (bpf_stats' own timing included, so an upper bound) — what it can take from a
+        // CPU-bound transfer, without the run-to-run noise of the throughput itself.
+        share.push(((i1.0 - i0.0) + (e1.0 - e0.0)) as f64 / wall_ns);
     }
     // The program alone, on a crafted packet of the same flow, on loopback (ifindex 1).
     let mut lo = SandboxLink {
@@ -210,6 +228,7 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
         ratios,
         ingress_ns: median(ingress),
         egress_ns: median(egress),
+        cpu_share: median(share),
         test_run_ns,
         empty_ns,
     }
@@ -248,6 +267,12 @@ fn stats(pins: &PinDir, prog: &str) -> (u64, u64) {
     )
 }
 
+/// The CPUs of the sender (and the whole path through the veth, which runs in its context)
+/// and of the receiving server: pinned, so each run sees the same placement, not whatever the
+/// scheduler chose for this run.
+const CLIENT_CPU: &str = "0";
+const SERVER_CPU: &str = "1";
+
 fn iperf_server(t: &Topology) -> ChildGuard {
     ChildGuard(
         Command::new("ip")
@@ -255,6 +280,9 @@ fn iperf_server(t: &Topology) -> ChildGuard {
                 "netns",
                 "exec",
                 &t.outside.name,
+                "taskset",
+                "-c",
+                SERVER_CPU,
                 "iperf3",
                 "-s",
                 "-B",
@@ -280,11 +308,17 @@ fn iperf(t: &Topology) -> f64 {
             "netns",
             "exec",
             &t.guest.name,
+            "taskset",
+            "-c",
+            CLIENT_CPU,
             "iperf3",
             "-c",
             &ALLOWED_V4.to_string(),
             "-t",
             SECONDS,
+            // The first second (slow start) is left out of the figure.
+            "-O",
+            "1",
             "-J",
         ],
     );
