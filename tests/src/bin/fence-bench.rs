@@ -111,20 +111,17 @@ fn main() {
     run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
 
     println!(
-        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {} alternating rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | fence programs, % of one core during the run (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
+        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {} alternating rounds [min, max] | ratio of bits per busy CPU second, same rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | fence programs, % of one core during the run (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
         rounds()
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (what, m) in rows {
-        let mut r = m.ratios.clone();
-        r.sort_by(f64::total_cmp);
         println!(
-            "| {what} | {:.2} | {:.2} | {:.3} [{:.3}, {:.3}] | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
+            "| {what} | {:.2} | {:.2} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
             m.without / 1e9,
             m.with / 1e9,
-            median(m.ratios.clone()),
-            r[0],
-            r[r.len() - 1],
+            spread(&m.ratios),
+            spread(&m.cpu_ratios),
             m.ingress_ns,
             m.egress_ns,
             m.cpu_share * 100.0,
@@ -139,6 +136,8 @@ struct Measured {
     with: f64,
     /// with / without of each round (rounds alternate the two on the same link).
     ratios: Vec<f64>,
+    /// The same for bits per busy CPU tick.
+    cpu_ratios: Vec<f64>,
     ingress_ns: f64,
     egress_ns: f64,
     /// Both programs' run time per second of a run with the fence (fraction of one core).
@@ -154,11 +153,14 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
     let name = t.host_link.clone();
     let (mut without, mut with, mut ingress, mut egress, mut share) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut without_eff, mut with_eff) = (Vec::new(), Vec::new());
     for round in 0..rounds() {
         // Which goes first alternates too, so a machine speeding up or slowing down within a
         // round favours neither.
         if round % 2 == 0 {
-            without.push(iperf(t));
+            let (bps, per_tick) = iperf(t);
+            without.push(bps);
+            without_eff.push(per_tick);
         }
         t.host.run(|| fence.attach(&name)).unwrap();
         let (i0, e0) = (
@@ -166,7 +168,9 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
             stats(pins, "prog_svc_tap_egress"),
         );
         let started = std::time::Instant::now();
-        with.push(iperf(t));
+        let (bps, per_tick) = iperf(t);
+        with.push(bps);
+        with_eff.push(per_tick);
         let wall_ns = started.elapsed().as_nanos() as f64;
         let (i1, e1) = (
             stats(pins, "prog_svc_tap_ingress"),
@@ -174,7 +178,9 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
         );
         t.host.run(|| fence.detach(&name)).unwrap();
         if round % 2 == 1 {
-            without.push(iperf(t));
+            let (bps, per_tick) = iperf(t);
+            without.push(bps);
+            without_eff.push(per_tick);
         }
         ingress.push((i1.0 - i0.0) as f64 / (i1.1 - i0.1).max(1) as f64);
         egress.push((e1.0 - e0.0) as f64 / (e1.1 - e0.1).max(1) as f64);
@@ -222,10 +228,16 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
         .unwrap()
         .as_nanos() as f64;
     let ratios = with.iter().zip(&without).map(|(w, o)| w / o).collect();
+    let cpu_ratios = with_eff
+        .iter()
+        .zip(&without_eff)
+        .map(|(w, o)| w / o)
+        .collect();
     Measured {
         without: median(without),
         with: median(with),
         ratios,
+        cpu_ratios,
         ingress_ns: median(ingress),
         egress_ns: median(egress),
         cpu_share: median(share),
@@ -297,8 +309,32 @@ fn iperf_server(t: &Topology) -> ChildGuard {
     )
 }
 
+/// Busy CPU time of the whole machine so far (user, nice, system, irq, softirq; not idle,
+/// iowait or time stolen by the hypervisor), in clock ticks, from /proc/stat.
+fn busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6]
+}
+
+/// One iperf3 run, guest → outside: (bits per second, bits per busy CPU tick). The second
+/// does not move with time the hypervisor gives to other machines, which the first does.
+fn iperf(t: &Topology) -> (f64, f64) {
+    let busy = busy_ticks();
+    let bps = iperf_bps(t);
+    let ticks = busy_ticks().saturating_sub(busy).max(1);
+    (bps, bps * SECONDS.parse::<f64>().unwrap() / ticks as f64)
+}
+
 /// bits per second of one iperf3 run, guest → outside.
-fn iperf(t: &Topology) -> f64 {
+fn iperf_bps(t: &Topology) -> f64 {
     // -1 servers exit after one test: restart one for each run.
     let _server = iperf_server(t);
     std::thread::sleep(Duration::from_millis(200));
@@ -326,6 +362,18 @@ fn iperf(t: &Topology) -> f64 {
     v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap()
+}
+
+/// "median [min, max]" of ratios.
+fn spread(v: &[f64]) -> String {
+    let mut r = v.to_vec();
+    r.sort_by(f64::total_cmp);
+    format!(
+        "{:.3} [{:.3}, {:.3}]",
+        median(r.clone()),
+        r[0],
+        r[r.len() - 1]
+    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
