@@ -66,12 +66,8 @@ impl IpPacket {
     /// merged back into that call.
     #[inline(always)]
     pub fn zeroed_in(slot: &mut core::mem::MaybeUninit<Self>) -> &mut Self {
-        let words = slot.as_mut_ptr().cast::<u64>();
-        for i in 0..WORDS {
-            // SAFETY: `slot` is `size_of::<Self>()` = WORDS * 8 bytes, aligned to 8 (checked at
-            // compile time below), so each write stays inside it and is aligned.
-            unsafe { core::ptr::write_volatile(words.add(i), 0) };
-        }
+        // SAFETY: `slot` is writable storage for one `IpPacket`.
+        unsafe { zero(slot.as_mut_ptr()) };
         // SAFETY: every byte was just written with zero, a valid value of every field.
         unsafe { slot.assume_init_mut() }
     }
@@ -79,11 +75,22 @@ impl IpPacket {
     /// Zero this packet in place (as [`IpPacket::zeroed_in`], without `memset`).
     #[inline(always)]
     pub fn clear(&mut self) {
-        let words = (self as *mut Self).cast::<u64>();
-        for i in 0..WORDS {
-            // SAFETY: as in `zeroed_in`; `self` is a valid, aligned, exclusive reference.
-            unsafe { core::ptr::write_volatile(words.add(i), 0) };
-        }
+        // SAFETY: `self` is a valid, exclusive reference.
+        unsafe { zero(self) };
+    }
+}
+
+/// Write zero over the `WORDS` 8-byte words of `*p` with volatile stores.
+///
+/// # Safety
+/// `p` must be valid for writes of one `IpPacket` (which is `WORDS * 8` bytes, aligned to 8:
+/// checked at compile time below), so each store stays inside it and is aligned.
+#[inline(always)]
+unsafe fn zero(p: *mut IpPacket) {
+    let words = p.cast::<u64>();
+    for i in 0..WORDS {
+        // SAFETY: the caller's promise; `i < WORDS`.
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
     }
 }
 

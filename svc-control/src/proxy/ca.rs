@@ -308,30 +308,29 @@ mod tests {
             client_cfg.crypto_provider().cipher_suites[0].suite(),
             rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
         );
-        let mut client = rustls::ClientConnection::new(
-            Arc::new(client_cfg),
-            ServerName::try_from("api.example.com").unwrap(),
-        )
-        .unwrap();
-        let mut server = rustls::ServerConnection::new(server_cfg).unwrap();
+        let mut client = rustls::Connection::from(
+            rustls::ClientConnection::new(
+                Arc::new(client_cfg),
+                ServerName::try_from("api.example.com").unwrap(),
+            )
+            .unwrap(),
+        );
+        let mut server =
+            rustls::Connection::from(rustls::ServerConnection::new(server_cfg).unwrap());
         // The handshake over memory: each side's output is the other's input.
+        let transfer = |from: &mut rustls::Connection, to: &mut rustls::Connection| {
+            let mut wire = Vec::new();
+            while from.wants_write() {
+                from.write_tls(&mut wire).unwrap();
+            }
+            if !wire.is_empty() {
+                to.read_tls(&mut wire.as_slice()).unwrap();
+                to.process_new_packets().unwrap();
+            }
+        };
         for _ in 0..10 {
-            let mut wire = Vec::new();
-            while client.wants_write() {
-                client.write_tls(&mut wire).unwrap();
-            }
-            if !wire.is_empty() {
-                server.read_tls(&mut wire.as_slice()).unwrap();
-                server.process_new_packets().unwrap();
-            }
-            let mut wire = Vec::new();
-            while server.wants_write() {
-                server.write_tls(&mut wire).unwrap();
-            }
-            if !wire.is_empty() {
-                client.read_tls(&mut wire.as_slice()).unwrap();
-                client.process_new_packets().unwrap();
-            }
+            transfer(&mut client, &mut server);
+            transfer(&mut server, &mut client);
             if !client.is_handshaking() && !server.is_handshaking() {
                 break;
             }

@@ -270,6 +270,7 @@ pub fn host_client(config: &ProxyConfig, resolver: Arc<dyn Resolve>) -> HostClie
 }
 
 /// The proxy. Share it with `Arc`.
+#[derive(Clone)]
 pub struct Proxy {
     config: ProxyConfig,
     sandboxes: Arc<dyn Sandboxes>,
@@ -346,14 +347,9 @@ impl Proxy {
     fn with_own_pools(&self) -> Self {
         let (client, upgrade_client) = upstream_clients(&self.config, self.resolver.clone());
         Self {
-            config: self.config.clone(),
-            sandboxes: self.sandboxes.clone(),
-            broker: self.broker.clone(),
-            audit: self.audit.clone(),
             client,
             upgrade_client,
-            open: self.open.clone(),
-            resolver: self.resolver.clone(),
+            ..self.clone()
         }
     }
 
