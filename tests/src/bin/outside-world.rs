@@ -119,6 +119,9 @@ async fn main() {
                 let Ok((tcp, _)) = plain.accept().await else {
                     continue;
                 };
+                // As real servers do (nginx's tcp_nodelay, Go's default): with Nagle on, a new
+                // HTTP/2 connection's small frames can wait out the client's delayed ACK (40 ms).
+                let _ = tcp.set_nodelay(true);
                 let (world, name) = (w80.clone(), n80.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
@@ -145,6 +148,7 @@ async fn main() {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = tcp.set_nodelay(true);
                 let (tls, world, name) = (tls.clone(), world.clone(), name.clone());
                 tokio::spawn(async move {
                     let Ok(stream) = tls.accept(tcp).await else {
