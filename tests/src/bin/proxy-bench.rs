@@ -8,6 +8,8 @@
 //! per request. Also: minting a leaf for a host not seen yet.
 //!
 //! `cargo xtask bench proxy` (release build). `--quick` runs short, for a smoke check.
+//! `--own-core` runs only the own-core rows (under `taskset -c 0`, `SVC_NGINX` set);
+//! `--own-core --new-only N` only their new-connection row, N connections, to profile it.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -500,6 +502,9 @@ http {{
     upstream up {{ server 127.0.0.2:{port}; keepalive 64; keepalive_requests 10000000; }}
     server {{
         listen 127.0.0.5:{port} ssl http2;
+        # TLS 1.3 on both legs, as svc speaks it (nginx 1.22's default stops at TLS 1.2, whose
+        # session resumption skips the key exchange that TLS 1.3's does on every connection).
+        ssl_protocols TLSv1.2 TLSv1.3;
         ssl_certificate {d}/leaf.pem;
         ssl_certificate_key {d}/leaf.key;
         location / {{
@@ -512,6 +517,7 @@ http {{
             proxy_ssl_verify on;
             proxy_ssl_trusted_certificate {d}/upstream-ca.pem;
             proxy_ssl_session_reuse on;
+            proxy_ssl_protocols TLSv1.2 TLSv1.3;
         }}
     }}
 }}
@@ -620,7 +626,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// the proxy runs in its own process on CPU 1 — the shape of a real host, where the guest's
 /// client runs on the guest's vCPUs and the upstream is elsewhere. Keep-alive rate and
 /// latency direct vs through that proxy.
-fn own_core(n: usize, n_new: usize) {
+fn own_core(n: usize, n_new: usize, keep_alive_rows: bool) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -657,7 +663,10 @@ fn own_core(n: usize, n_new: usize) {
     }
     header3();
     let keep_alive_requests = (50 + n + n * IN_FLIGHT) as f64;
-    for v in [Version::H1, Version::H2] {
+    for v in [Version::H1, Version::H2]
+        .into_iter()
+        .filter(|_| keep_alive_rows)
+    {
         let d = rt.block_on(keep_alive(&client, direct, v, n));
         let cpu = cpu_seconds(child.id());
         let ours = rt.block_on(keep_alive(&client, proxied, v, n));
@@ -755,7 +764,20 @@ fn main() {
     }
     if args.iter().any(|a| a == "--own-core") {
         let quick = args.iter().any(|a| a == "--quick");
-        own_core(if quick { 200 } else { 4000 }, if quick { 50 } else { 400 });
+        // `--new-only N`: just the new-connection row, N connections (to profile that path).
+        let new_only = args.iter().position(|a| a == "--new-only").map(|i| {
+            args.get(i + 1)
+                .and_then(|n| n.parse().ok())
+                .expect("--new-only N")
+        });
+        match new_only {
+            Some(n_new) => own_core(0, n_new, false),
+            None => own_core(
+                if quick { 200 } else { 4000 },
+                if quick { 50 } else { 400 },
+                true,
+            ),
+        }
         return;
     }
     let quick = std::env::args().any(|a| a == "--quick");
