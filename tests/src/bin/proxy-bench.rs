@@ -9,7 +9,7 @@
 //!
 //! `cargo xtask bench proxy` (release build). `--quick` runs short, for a smoke check.
 //! `--own-core` runs only the own-core rows (under `taskset -c 0`, `SVC_NGINX` set);
-//! `--own-core --new-only N` only their new-connection row, N connections, to profile it.
+//! `--own-core --only HTTP/1.1|HTTP/2|new N` only one of them, N requests, to profile it.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -626,7 +626,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// the proxy runs in its own process on CPU 1 — the shape of a real host, where the guest's
 /// client runs on the guest's vCPUs and the upstream is elsewhere. Keep-alive rate and
 /// latency direct vs through that proxy.
-fn own_core(n: usize, n_new: usize, keep_alive_rows: bool) {
+fn own_core(n: usize, n_new: usize, rows: &[&str]) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -665,7 +665,7 @@ fn own_core(n: usize, n_new: usize, keep_alive_rows: bool) {
     let keep_alive_requests = (50 + n + n * IN_FLIGHT) as f64;
     for v in [Version::H1, Version::H2]
         .into_iter()
-        .filter(|_| keep_alive_rows)
+        .filter(|v| rows.contains(&v.name()))
     {
         let d = rt.block_on(keep_alive(&client, direct, v, n));
         let cpu = cpu_seconds(child.id());
@@ -683,21 +683,23 @@ fn own_core(n: usize, n_new: usize, keep_alive_rows: bool) {
             nginx.as_ref().map(|(f, c)| (f, *c)),
         );
     }
-    let d = rt.block_on(new_connection(&client, direct, Version::H1, n_new));
-    let cpu = cpu_seconds(child.id());
-    let ours = rt.block_on(new_connection(&client, proxied, Version::H1, n_new));
-    let ours_cpu = (cpu_seconds(child.id()) - cpu) / n_new as f64;
-    let nginx = peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
-        let cpu = cpu_seconds(p.pid());
-        let f = rt.block_on(new_connection(c, p.addr, Version::H1, n_new));
-        (f, (cpu_seconds(p.pid()) - cpu) / n_new as f64)
-    });
-    row3(
-        "HTTP/1.1 new conn., own core",
-        &d,
-        (&ours, ours_cpu),
-        nginx.as_ref().map(|(f, c)| (f, *c)),
-    );
+    if rows.contains(&"new") {
+        let d = rt.block_on(new_connection(&client, direct, Version::H1, n_new));
+        let cpu = cpu_seconds(child.id());
+        let ours = rt.block_on(new_connection(&client, proxied, Version::H1, n_new));
+        let ours_cpu = (cpu_seconds(child.id()) - cpu) / n_new as f64;
+        let nginx = peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
+            let cpu = cpu_seconds(p.pid());
+            let f = rt.block_on(new_connection(c, p.addr, Version::H1, n_new));
+            (f, (cpu_seconds(p.pid()) - cpu) / n_new as f64)
+        });
+        row3(
+            "HTTP/1.1 new conn., own core",
+            &d,
+            (&ours, ours_cpu),
+            nginx.as_ref().map(|(f, c)| (f, *c)),
+        );
+    }
     drop(peer);
     let _ = child.kill();
     let _ = child.wait();
@@ -764,18 +766,23 @@ fn main() {
     }
     if args.iter().any(|a| a == "--own-core") {
         let quick = args.iter().any(|a| a == "--quick");
-        // `--new-only N`: just the new-connection row, N connections (to profile that path).
-        let new_only = args.iter().position(|a| a == "--new-only").map(|i| {
-            args.get(i + 1)
-                .and_then(|n| n.parse().ok())
-                .expect("--new-only N")
-        });
-        match new_only {
-            Some(n_new) => own_core(0, n_new, false),
+        // `--only ROW N`: one row (HTTP/1.1, HTTP/2 or new) with N requests, to profile it.
+        match args.iter().position(|a| a == "--only") {
+            Some(i) => {
+                let (row, count) = (
+                    args.get(i + 1),
+                    args.get(i + 2).and_then(|n| n.parse().ok()),
+                );
+                let (Some(row), Some(count)) = (row, count) else {
+                    eprintln!("usage: proxy-bench --own-core --only HTTP/1.1|HTTP/2|new COUNT");
+                    std::process::exit(2);
+                };
+                own_core(count, count, &[row.as_str()]);
+            }
             None => own_core(
                 if quick { 200 } else { 4000 },
                 if quick { 50 } else { 400 },
-                true,
+                &["HTTP/1.1", "HTTP/2", "new"],
             ),
         }
         return;
