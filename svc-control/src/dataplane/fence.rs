@@ -41,6 +41,9 @@ pub struct Fence {
     /// only read them), so an answer whose entry is already here, with the same rules and at
     /// least the life it needs, is in the fence without a new write (`Fence::add_allow`).
     pub(super) written: std::collections::HashMap<(u32, u32, std::net::IpAddr), AllowValue>,
+    /// Links of the empty calibration program while a benchmark has it attached
+    /// ([`Fence::attach_calibration`]); never pinned, never used by svcd.
+    calibration: Vec<aya::programs::tc::SchedClassifierLinkId>,
 }
 
 /// Typed handles on the fence's maps.
@@ -210,6 +213,7 @@ impl Fence {
             maps,
             classes,
             written: std::collections::HashMap::new(),
+            calibration: Vec::new(),
         })
     }
 
@@ -292,6 +296,42 @@ impl Fence {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Attach the empty calibration program (shipped in the same object, never attached by
+    /// svcd) to both directions of `link`, as the fence would be: what any tc program costs a
+    /// link, for benchmarks to set the fence against. Not pinned: undone by
+    /// [`Self::detach_calibration`] or when this process exits.
+    pub fn attach_calibration(&mut self, link: &str) -> Result<(), DataplaneError> {
+        validate_link_name(link)?;
+        let prog = classifier(&mut self.ebpf, program::CALIBRATE)?;
+        for direction in [Direction::Ingress, Direction::Egress] {
+            let id = prog
+                .attach_with_options(
+                    link,
+                    direction.attach_type(),
+                    TcAttachOptions::TcxOrder(LinkOrder::default()),
+                )
+                .map_err(|source| DataplaneError::Attach {
+                    link: link.to_owned(),
+                    source: Box::new(source),
+                })?;
+            self.calibration.push(id);
+        }
+        Ok(())
+    }
+
+    /// Detach every calibration link [`Self::attach_calibration`] made.
+    pub fn detach_calibration(&mut self) -> Result<(), DataplaneError> {
+        let prog = classifier(&mut self.ebpf, program::CALIBRATE)?;
+        for id in std::mem::take(&mut self.calibration) {
+            prog.detach(id).map_err(|source| DataplaneError::Program {
+                operation: "detaching",
+                program: program::CALIBRATE,
+                source: Box::new(source),
+            })?;
+        }
+        Ok(())
     }
 
     /// Read the verdict counters.

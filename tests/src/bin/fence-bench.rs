@@ -1,15 +1,17 @@
 //! `cargo xtask bench fence`: the fence's cost, measured side by side in one run.
 //!
-//! 1. TCP throughput guest → outside with iperf3 over the same veth, without programs and with
-//!    the fence attached (an allow entry for the server), as a ratio.
+//! 1. TCP throughput guest → outside with iperf3 over the same veth: bare, with an empty tc
+//!    program attached (the hook's own cost) and with the fence attached (an allow entry for
+//!    the server), in rounds that rotate the order; the ratios of each round, their median.
 //! 2. Per-packet cost of each program from the kernel's BPF statistics
-//!    (`kernel.bpf_stats_enabled=1`: run_time_ns / run_cnt), the median of several windows,
+//!    (`kernel.bpf_stats_enabled=1`: run_time_ns / run_cnt), in separate runs so the
+//!    statistics' own clock reads are not in the throughput figures; the median of the runs,
 //!    and the programs' total run time as a share of one core over the run (what the fence can
 //!    take from a CPU-bound transfer at most, free of the throughput's run-to-run noise).
 //! 3. The same with 100 sandboxes × 1,000 allow entries each in the maps.
 //!
 //! Prints a Markdown table for docs/PERFORMANCE.md. `cargo xtask bench fence [ROUNDS]` (default
-//! 5 alternating rounds per row).
+//! 5 rounds per row).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -80,7 +82,6 @@ fn main() {
     fence
         .install_sandbox(&link, std::slice::from_ref(&entry), &[])
         .unwrap();
-    run("sysctl", &["-qw", "kernel.bpf_stats_enabled=1"]);
     rows.push(("1 sandbox, 1 entry", measure(&t, &pins, &mut fence)));
 
     // Scale: 100 sandboxes × 1,000 entries (the measured sandbox is one of them).
@@ -108,19 +109,20 @@ fn main() {
         "100 sandboxes × 1,000 entries",
         measure(&t, &pins, &mut fence),
     ));
-    run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
 
     println!(
-        "\n| maps | without fence (Gbit/s, median) | with fence (Gbit/s, median) | ratio, median of {} alternating rounds [min, max] | ratio of bits per busy CPU second, same rounds [min, max] | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | fence programs, % of one core during the run (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
+        "\n| maps | bare link (Gbit/s, median) | with fence (Gbit/s, median) | fence / bare, median of {} rounds [min, max] | empty tc program / bare, same rounds | fence / empty tc program, same rounds | bits per busy CPU second, fence / bare | ingress ns/packet, bpf_stats (median) | egress ns/packet, bpf_stats (median) | fence programs, % of one core (median) | ingress ns/run, BPF_PROG_TEST_RUN | empty program ns/run, same |",
         rounds()
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (what, m) in rows {
         println!(
-            "| {what} | {:.2} | {:.2} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
-            m.without / 1e9,
-            m.with / 1e9,
-            spread(&m.ratios),
+            "| {what} | {:.2} | {:.2} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
+            m.bare / 1e9,
+            m.fence / 1e9,
+            spread(&m.fence_ratios),
+            spread(&m.empty_ratios),
+            spread(&m.fence_over_empty),
             spread(&m.cpu_ratios),
             m.ingress_ns,
             m.egress_ns,
@@ -132,11 +134,15 @@ fn main() {
 }
 
 struct Measured {
-    without: f64,
-    with: f64,
-    /// with / without of each round (rounds alternate the two on the same link).
-    ratios: Vec<f64>,
-    /// The same for bits per busy CPU tick.
+    bare: f64,
+    fence: f64,
+    /// fence / bare of each round (every round runs all three arms on the same link).
+    fence_ratios: Vec<f64>,
+    /// The empty calibration program attached instead / bare: what any tc program costs.
+    empty_ratios: Vec<f64>,
+    /// fence / empty program: what the fence's own work costs over the hook itself.
+    fence_over_empty: Vec<f64>,
+    /// fence / bare for bits per busy CPU tick.
     cpu_ratios: Vec<f64>,
     ingress_ns: f64,
     egress_ns: f64,
@@ -147,41 +153,58 @@ struct Measured {
     empty_ns: f64,
 }
 
-/// Alternate rounds without and with the fence on the same link (so drift hits both alike);
-/// the medians, and the per-packet cost of each direction from the kernel's BPF stats.
+/// What a throughput run has on the link.
+#[derive(Clone, Copy)]
+enum Arm {
+    Bare,
+    EmptyProgram,
+    Fence,
+}
+
+/// Runs with the fence and `kernel.bpf_stats_enabled=1` for the per-packet figures.
+const STATS_RUNS: usize = 3;
+
+/// Rounds of three throughput runs on the same link — bare, the empty calibration program
+/// attached, the fence attached — in an order rotating from round to round, so drift hits all
+/// alike; bpf_stats stays off for these (it adds two clock reads to every program run, which
+/// svcd's fence does not pay). Then a few runs with the fence and bpf_stats on for the
+/// per-packet cost of each direction and the programs' share of a core.
 fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
     let name = t.host_link.clone();
-    let (mut without, mut with, mut ingress, mut egress, mut share) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut without_eff, mut with_eff) = (Vec::new(), Vec::new());
+    let arms = [Arm::Bare, Arm::EmptyProgram, Arm::Fence];
+    let mut runs: [Vec<(f64, f64)>; 3] = Default::default();
     for round in 0..rounds() {
-        // Which goes first alternates too, so a machine speeding up or slowing down within a
-        // round favours neither.
-        if round % 2 == 0 {
-            let (bps, per_tick) = iperf(t);
-            without.push(bps);
-            without_eff.push(per_tick);
+        for k in 0..arms.len() {
+            let arm = arms[(round + k) % arms.len()];
+            match arm {
+                Arm::Bare => {}
+                Arm::EmptyProgram => t.host.run(|| fence.attach_calibration(&name)).unwrap(),
+                Arm::Fence => t.host.run(|| fence.attach(&name)).unwrap(),
+            }
+            runs[arm as usize].push(iperf(t));
+            match arm {
+                Arm::Bare => {}
+                Arm::EmptyProgram => fence.detach_calibration().unwrap(),
+                Arm::Fence => t.host.run(|| fence.detach(&name)).unwrap(),
+            }
         }
+    }
+    let (mut ingress, mut egress, mut share) = (Vec::new(), Vec::new(), Vec::new());
+    run("sysctl", &["-qw", "kernel.bpf_stats_enabled=1"]);
+    for _ in 0..STATS_RUNS {
         t.host.run(|| fence.attach(&name)).unwrap();
         let (i0, e0) = (
             stats(pins, "prog_svc_tap_ingress"),
             stats(pins, "prog_svc_tap_egress"),
         );
         let started = std::time::Instant::now();
-        let (bps, per_tick) = iperf(t);
-        with.push(bps);
-        with_eff.push(per_tick);
+        iperf(t);
         let wall_ns = started.elapsed().as_nanos() as f64;
         let (i1, e1) = (
             stats(pins, "prog_svc_tap_ingress"),
             stats(pins, "prog_svc_tap_egress"),
         );
         t.host.run(|| fence.detach(&name)).unwrap();
-        if round % 2 == 1 {
-            let (bps, per_tick) = iperf(t);
-            without.push(bps);
-            without_eff.push(per_tick);
-        }
         ingress.push((i1.0 - i0.0) as f64 / (i1.1 - i0.1).max(1) as f64);
         egress.push((e1.0 - e0.0) as f64 / (e1.1 - e0.1).max(1) as f64);
         // The programs' own run time over the run's wall time: the share of a core the fence
@@ -189,6 +212,7 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
         // CPU-bound transfer, without the run-to-run noise of the throughput itself.
         share.push(((i1.0 - i0.0) + (e1.0 - e0.0)) as f64 / wall_ns);
     }
+    run("sysctl", &["-qw", "kernel.bpf_stats_enabled=0"]);
     // The program alone, on a crafted packet of the same flow, on loopback (ifindex 1).
     let mut lo = SandboxLink {
         ifindex: 1,
@@ -227,17 +251,20 @@ fn measure(t: &Topology, pins: &PinDir, fence: &mut Fence) -> Measured {
         .test_run_calibration(&frame, 1_000_000)
         .unwrap()
         .as_nanos() as f64;
-    let ratios = with.iter().zip(&without).map(|(w, o)| w / o).collect();
-    let cpu_ratios = with_eff
-        .iter()
-        .zip(&without_eff)
-        .map(|(w, o)| w / o)
-        .collect();
+    let [bare, empty, with_fence] = runs;
+    let ratio = |a: &[(f64, f64)], b: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| pick(x) / pick(y))
+            .collect::<Vec<_>>()
+    };
     Measured {
-        without: median(without),
-        with: median(with),
-        ratios,
-        cpu_ratios,
+        bare: median(bare.iter().map(|r| r.0).collect()),
+        fence: median(with_fence.iter().map(|r| r.0).collect()),
+        fence_ratios: ratio(&with_fence, &bare, |r| r.0),
+        empty_ratios: ratio(&empty, &bare, |r| r.0),
+        fence_over_empty: ratio(&with_fence, &empty, |r| r.0),
+        cpu_ratios: ratio(&with_fence, &bare, |r| r.1),
         ingress_ns: median(ingress),
         egress_ns: median(egress),
         cpu_share: median(share),
