@@ -115,7 +115,7 @@ fn main() {
         rounds()
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (what, m) in rows {
+    for (what, m) in &rows {
         println!(
             "| {what} | {:.2} | {:.2} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
             m.bare / 1e9,
@@ -130,6 +130,11 @@ fn main() {
             m.test_run_ns,
             m.empty_ns
         );
+    }
+    // Every round's ratio, so runs can be pooled.
+    for (what, m) in rows {
+        let each: Vec<String> = m.fence_ratios.iter().map(|r| format!("{r:.3}")).collect();
+        println!("\nfence / bare, each round ({what}): {}", each.join(" "));
     }
 }
 
