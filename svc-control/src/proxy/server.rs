@@ -276,7 +276,8 @@ pub struct Proxy {
     sandboxes: Arc<dyn Sandboxes>,
     broker: Arc<dyn Broker>,
     audit: Arc<dyn AuditSink>,
-    client: UpstreamClient,
+    /// Requests' upstream pools (HTTP/2 or HTTP/1.1 as the upstream offers), spread by load.
+    pools: super::pools::Pools<UpstreamClient>,
     /// HTTP/1.1 only, for WebSocket handshakes (an upgrade does not exist in HTTP/2).
     upgrade_client: UpstreamClient,
     /// Open guest connections per sandbox.
@@ -328,13 +329,13 @@ impl Proxy {
         resolver: Arc<dyn Resolve>,
         audit: Arc<dyn AuditSink>,
     ) -> Self {
-        let (client, upgrade_client) = upstream_clients(&config, resolver.clone());
+        let (pools, upgrade_client) = upstream_clients(&config, resolver.clone());
         Self {
             config,
             sandboxes,
             broker,
             audit,
-            client,
+            pools,
             upgrade_client,
             open: Arc::default(),
             resolver,
@@ -345,9 +346,9 @@ impl Proxy {
     /// a thread of its own: a pooled connection is driven by the runtime that opened it, so
     /// threads sharing one pool would wake each other for every request.
     fn with_own_pools(&self) -> Self {
-        let (client, upgrade_client) = upstream_clients(&self.config, self.resolver.clone());
+        let (pools, upgrade_client) = upstream_clients(&self.config, self.resolver.clone());
         Self {
-            client,
+            pools,
             upgrade_client,
             ..self.clone()
         }
@@ -927,42 +928,42 @@ impl Proxy {
                 started,
             );
         };
-        let mut response = match tokio::time::timeout(
-            self.config.request_timeout,
-            if guest_upgrade.is_some() {
-                self.upgrade_client.request(up)
-            } else {
-                self.client.request(up)
-            },
-        )
-        .await
-        {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return self.refuse(
-                    sandbox,
-                    &parts.method,
-                    Some(host),
-                    decision.path,
-                    502,
-                    "upstream",
-                    &format!("upstream failed: {}", error_chain(&e)),
-                    started,
-                );
-            }
-            Err(_) => {
-                return self.refuse(
-                    sandbox,
-                    &parts.method,
-                    Some(host),
-                    decision.path,
-                    504,
-                    "upstream",
-                    "upstream timed out",
-                    started,
-                );
-            }
+        // Counted in flight on its pool until the response head is here.
+        let (client, _in_flight) = if guest_upgrade.is_some() {
+            (self.upgrade_client.clone(), None)
+        } else {
+            let authority = up.uri().authority().map_or("", |a| a.as_str());
+            let (client, slot) = self.pools.take(authority);
+            (client, Some(slot))
         };
+        let mut response =
+            match tokio::time::timeout(self.config.request_timeout, client.request(up)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    return self.refuse(
+                        sandbox,
+                        &parts.method,
+                        Some(host),
+                        decision.path,
+                        502,
+                        "upstream",
+                        &format!("upstream failed: {}", error_chain(&e)),
+                        started,
+                    );
+                }
+                Err(_) => {
+                    return self.refuse(
+                        sandbox,
+                        &parts.method,
+                        Some(host),
+                        decision.path,
+                        504,
+                        "upstream",
+                        "upstream timed out",
+                        started,
+                    );
+                }
+            };
         let upgraded = match guest_upgrade {
             Some(guest) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Some((guest, hyper::upgrade::on(&mut response)))
@@ -1328,12 +1329,12 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 type UpstreamClient = Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>;
 
-/// The upstream pools: one for requests (HTTP/2 or HTTP/1.1 as the upstream offers), one
-/// HTTP/1.1-only for WebSocket handshakes.
+/// The upstream pools: for requests (HTTP/2 or HTTP/1.1 as the upstream offers; several,
+/// spread by load: `pools`), and one HTTP/1.1-only for WebSocket handshakes.
 fn upstream_clients(
     config: &ProxyConfig,
     resolver: Arc<dyn Resolve>,
-) -> (UpstreamClient, UpstreamClient) {
+) -> (super::pools::Pools<UpstreamClient>, UpstreamClient) {
     let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -1347,9 +1348,11 @@ fn upstream_clients(
         .enable_http1()
         .enable_http2()
         .wrap_connector(http.clone());
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(https);
+    let pools = super::pools::Pools::new(|| {
+        Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https.clone())
+    });
     // enable_http1 alone makes the connector offer only http/1.1 in ALPN.
     let h1_tls = config.upstream_tls.clone();
     let upgrade_client = Client::builder(TokioExecutor::new())
@@ -1361,7 +1364,7 @@ fn upstream_clients(
                 .enable_http1()
                 .wrap_connector(http),
         );
-    (client, upgrade_client)
+    (pools, upgrade_client)
 }
 
 /// While the proxy serves, a timer due within this long stays in the runtime's timer wheel.
