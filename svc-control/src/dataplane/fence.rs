@@ -265,13 +265,7 @@ impl Fence {
                     .map_err(|source| link_err(link, source))?;
                 prog.attach_to_link(existing).map_err(attach_err)?
             }
-            Err(_) => prog
-                .attach_with_options(
-                    link,
-                    direction.attach_type(),
-                    TcAttachOptions::TcxOrder(LinkOrder::default()),
-                )
-                .map_err(attach_err)?,
+            Err(_) => attach_tcx(prog, link, direction)?,
         };
         let owned = prog.take_link(link_id).map_err(attach_err)?;
         let fd_link: FdLink = owned.try_into().map_err(|source| link_err(link, source))?;
@@ -306,17 +300,7 @@ impl Fence {
         validate_link_name(link)?;
         let prog = classifier(&mut self.ebpf, program::CALIBRATE)?;
         for direction in [Direction::Ingress, Direction::Egress] {
-            let id = prog
-                .attach_with_options(
-                    link,
-                    direction.attach_type(),
-                    TcAttachOptions::TcxOrder(LinkOrder::default()),
-                )
-                .map_err(|source| DataplaneError::Attach {
-                    link: link.to_owned(),
-                    source: Box::new(source),
-                })?;
-            self.calibration.push(id);
+            self.calibration.push(attach_tcx(prog, link, direction)?);
         }
         Ok(())
     }
@@ -644,6 +628,23 @@ fn classifier<'a>(
     prog.try_into().map_err(|source| DataplaneError::Program {
         operation: "typing",
         program: name,
+        source: Box::new(source),
+    })
+}
+
+/// Attach `prog` to one direction of `link` with TCX, after whatever is there.
+fn attach_tcx(
+    prog: &mut SchedClassifier,
+    link: &str,
+    direction: Direction,
+) -> Result<aya::programs::tc::SchedClassifierLinkId, DataplaneError> {
+    prog.attach_with_options(
+        link,
+        direction.attach_type(),
+        TcAttachOptions::TcxOrder(LinkOrder::default()),
+    )
+    .map_err(|source| DataplaneError::Attach {
+        link: link.to_owned(),
         source: Box::new(source),
     })
 }

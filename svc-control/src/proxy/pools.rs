@@ -43,14 +43,23 @@ impl<C: Clone> Pools<C> {
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let entry = counts.entry(authority.to_owned()).or_insert([0; POOLS]);
-        let pool = pick(entry);
-        entry[pool] += 1;
+        // The host's key is allocated once per request (for its slot), and once more only when
+        // the host is not counted yet.
+        let authority = authority.to_owned();
+        let mut now = counts.get(&authority).copied().unwrap_or([0; POOLS]);
+        let pool = pick(&now);
+        now[pool] += 1;
+        match counts.get_mut(&authority) {
+            Some(entry) => *entry = now,
+            None => {
+                counts.insert(authority.clone(), now);
+            }
+        }
         (
             self.clients[pool].clone(),
             Slot {
                 in_flight: self.in_flight.clone(),
-                authority: authority.to_owned(),
+                authority,
                 pool,
             },
         )
