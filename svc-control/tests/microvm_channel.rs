@@ -461,3 +461,107 @@ async fn a_guest_that_floods_a_stream_it_opened_ends_the_channel() {
         "the service got the stream"
     );
 }
+
+/// A hybrid vsock socket (vhost-device-vsock's) whose first `CONNECT` is never answered, as
+/// when the request reaches a guest whose vsock driver is still starting: the host gives up on
+/// that attempt, connects again, and reaches the agent on the second.
+#[tokio::test]
+async fn a_vsock_connect_left_unanswered_is_made_again() {
+    let dir = std::env::temp_dir().join(format!("svc-vsock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let socket = dir.join("vsock.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn({
+        let attempts = attempts.clone();
+        async move {
+            let mut swallowed = Vec::new();
+            loop {
+                let (mut s, _) = listener.accept().await.expect("accept");
+                let mut line = Vec::new();
+                let mut byte = [0u8; 1];
+                while !line.ends_with(b"\n") {
+                    if s.read(&mut byte).await.expect("read") == 0 {
+                        break;
+                    }
+                    line.push(byte[0]);
+                }
+                let first = {
+                    let mut a = attempts
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    a.push(String::from_utf8_lossy(&line).into_owned());
+                    a.len() == 1
+                };
+                if first {
+                    // Held open, never answered.
+                    swallowed.push(s);
+                    continue;
+                }
+                s.write_all(b"OK 1073741824\n").await.expect("ok");
+                let (gr, gw) = s.into_split();
+                tokio::spawn(svc_guest::agent::serve(
+                    gr,
+                    gw,
+                    Arc::new(Recorded::default()),
+                    Arc::default(),
+                ));
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let channel = tokio::time::timeout(
+        Duration::from_secs(40),
+        Channel::connect_vsock(&socket, 1024, Duration::from_secs(30)),
+    )
+    .await
+    .expect("connect_vsock waited on the unanswered attempt past its own limit")
+    .expect("the second attempt reaches the agent");
+    let (out, _, code) = output(
+        channel
+            .exec(exec(&["sh", "-c", "echo over-vsock"]))
+            .expect("exec"),
+    )
+    .await;
+    assert_eq!((out.as_slice(), code), (&b"over-vsock\n"[..], 0));
+    let seen = attempts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    assert_eq!(seen, ["CONNECT 1024\n", "CONNECT 1024\n"], "{seen:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the unanswered attempt held the connect to its limit"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A hybrid vsock socket that never answers at all: the connect fails by its limit and says
+/// why, instead of waiting for ever.
+#[tokio::test]
+async fn a_vsock_socket_that_never_answers_fails_by_the_limit() {
+    let dir = std::env::temp_dir().join(format!("svc-vsock-mute-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let socket = dir.join("vsock.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        Channel::connect_vsock(&socket, 1024, Duration::from_secs(3)),
+    )
+    .await
+    .expect("connect_vsock returned by its own limit")
+    .expect_err("nothing answered");
+    assert!(
+        err.contains("port 1024") && err.contains("no OK within"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

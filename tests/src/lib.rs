@@ -85,6 +85,71 @@ pub fn run(program: &str, args: &[&str]) -> Output {
     out
 }
 
+/// Run `cmd` (standard input empty, output captured) as `Command::output` does, but for at
+/// most `limit`: a command still running then is killed and `Err` carries what it had said,
+/// so a hang fails its test by name instead of holding the whole run.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Result<Output, String> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning {:?}: {e}", cmd.get_program()))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok(Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        None => Err(format!(
+            "{:?} {:?} still running after {} s, killed; it had said:\n{}{}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            limit.as_secs(),
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
+    }
+}
+
 /// Run a command and report whether it succeeded.
 pub fn succeeds(program: &str, args: &[&str]) -> bool {
     Command::new(program)

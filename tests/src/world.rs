@@ -104,6 +104,10 @@ pub const DNS: &str = "192.0.2.53";
 pub const CODE_TOKEN: &str = "real-code-host-token-4f1c";
 /// Where svcd serves /metrics inside the world's host namespace.
 pub const METRICS_PORT: u16 = 9464;
+
+/// The longest one `svc` command in a test may run (a microvm create under TCG takes well under
+/// a minute here): past it the command is killed and its test fails with svcd's log.
+pub const CLI_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 /// The real token of allowed.example.test.
 pub const EXAMPLE_TOKEN: &str = "real-example-token-77aa";
 
@@ -551,7 +555,8 @@ listen = "127.0.0.1:{METRICS_PORT}"
         std::fs::read_to_string(self.dir.join("svcd.log")).unwrap_or_default()
     }
 
-    /// Run `svc` against this svcd.
+    /// Run `svc` against this svcd (for at most [`CLI_LIMIT`]: a command that hangs fails
+    /// its test with svcd's log).
     pub fn svc(&self, args: &[&str]) -> Output {
         self.svc_env(args, &[])
     }
@@ -562,7 +567,8 @@ listen = "127.0.0.1:{METRICS_PORT}"
         for (k, v) in env {
             c.env(k, v);
         }
-        c.output().expect("svc")
+        crate::output_within(&mut c, CLI_LIMIT)
+            .unwrap_or_else(|e| panic!("{e}\nsvcd log:\n{}", self.svcd_log()))
     }
 
     /// `svc …` run by another user: `ids` are setpriv's (`--reuid=65534`, `--regid=…`,
@@ -578,13 +584,13 @@ listen = "127.0.0.1:{METRICS_PORT}"
         for p in [&self.dir, &bin_dir, &svc] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
-        Command::new("setpriv")
-            .args(ids)
+        let mut c = Command::new("setpriv");
+        c.args(ids)
             .arg(&svc)
             .args(args)
-            .env("SVC_SOCKET", &self.socket)
-            .output()
-            .expect("setpriv")
+            .env("SVC_SOCKET", &self.socket);
+        crate::output_within(&mut c, CLI_LIMIT)
+            .unwrap_or_else(|e| panic!("{e}\nsvcd log:\n{}", self.svcd_log()))
     }
 
     /// `svc …`, asserting success; its stdout.

@@ -29,14 +29,19 @@ pub fn run(cargo_test_args: &[String]) -> anyhow::Result<()> {
 
     ui::heading("tests: cargo test --workspace (privileged tests run for real: eBPF, netns, veth)");
     room_for_the_test_build()?;
-    ui::run(
+    ui::run_within(
         Command::new("cargo")
             .args(["test", "--workspace", "--no-fail-fast"])
             .args(cargo_test_args),
+        TEST_LIMIT,
     )?;
     ui::ok("all gates and tests passed");
     Ok(())
 }
+
+/// The longest the test step may take, its build included: a clean build and every test take
+/// 13–16 minutes on this machine kind (2 cores); past this, something hangs.
+const TEST_LIMIT: std::time::Duration = std::time::Duration::from_secs(45 * 60);
 
 /// Free space the test build needs on `target/`'s file system when this step starts, measured
 /// on a clean clone: the whole of `target/debug` is 5.3 GiB after a full run (test binaries

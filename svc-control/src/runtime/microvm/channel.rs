@@ -29,6 +29,9 @@ use super::super::{BoxFuture, ExecControl, ExecHandle, GuestConn, GuestService, 
 /// How long one hello waits for its answer before it is sent again.
 const HELLO_RETRY: Duration = Duration::from_millis(500);
 
+/// How long one hybrid vsock `CONNECT` waits for its `OK` before it is made again.
+const VSOCK_ATTEMPT: Duration = Duration::from_secs(2);
+
 /// What the guest sent on one stream.
 enum Event {
     Stdout(Vec<u8>),
@@ -146,6 +149,10 @@ impl Channel {
     ) -> Result<Arc<Self>, String> {
         let deadline = Instant::now() + limit;
         loop {
+            // One attempt waits for its OK at most VSOCK_ATTEMPT: a request sent while the
+            // guest's vsock driver is still starting can be lost without the socket closing
+            // (the device is reset when the driver binds), and then only a new one is answered.
+            let wait = VSOCK_ATTEMPT.min(deadline.saturating_duration_since(Instant::now()));
             let attempt = async {
                 let mut stream = UnixStream::connect(socket)
                     .await
@@ -169,7 +176,11 @@ impl Channel {
                 svc_guest::parse_vsock_ok(&String::from_utf8_lossy(&line))?;
                 Ok(stream)
             };
-            match attempt.await {
+            let attempt = match tokio::time::timeout(wait, attempt).await {
+                Ok(result) => result,
+                Err(_) => Err(format!("no OK within {} ms", wait.as_millis())),
+            };
+            match attempt {
                 Ok(stream) => {
                     let (r, w) = stream.into_split();
                     let (channel, mut hellos) = Self::over(r, w);

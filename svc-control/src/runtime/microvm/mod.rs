@@ -38,6 +38,10 @@ use crate::config::host::MicrovmConfig;
 /// How long a guest may take from launch to its agent's hello (TCG on a busy host is slow).
 const BOOT_LIMIT: Duration = Duration::from_secs(120);
 
+/// How long the guest's agent may take to set the guest up once it has answered (its network,
+/// host name and files; the live mounts after it have their own limit).
+const SETUP_LIMIT: Duration = Duration::from_secs(60);
+
 /// How long an exec waits to reach an agent that was up before (after an svcd restart).
 const RECONNECT_LIMIT: Duration = Duration::from_secs(10);
 
@@ -367,19 +371,29 @@ impl Microvm {
             }
         };
         let t3 = std::time::Instant::now();
-        set_up(&channel, &spec.name, links, &spec.files).await?;
+        // The guest is not trusted to answer: an agent that stops mid-setup fails the create.
+        tokio::time::timeout(
+            SETUP_LIMIT,
+            set_up(&channel, &spec.name, links, &spec.files),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "the guest's agent did not finish setting up within {} s",
+                SETUP_LIMIT.as_secs()
+            )
+        })??;
         if spec.restore.is_none() {
             // A clone's mounts came with its memory.
             for ((_, tag), dir) in shared.iter().zip(&spec.shared) {
-                channel
-                    .call(
-                        &Request::Mount {
-                            tag: tag.clone(),
-                            path: dir.guest.display().to_string(),
-                        },
-                        b"",
-                    )
+                let mount = Request::Mount {
+                    tag: tag.clone(),
+                    path: dir.guest.display().to_string(),
+                };
+                tokio::time::timeout(SETUP_LIMIT, channel.call(&mount, b""))
                     .await
+                    .map_err(|_| format!("timed out after {} s", SETUP_LIMIT.as_secs()))
+                    .flatten()
                     .map_err(|e| format!("the live mount of {}: {e}", dir.host.display()))?;
             }
         }
