@@ -190,14 +190,15 @@ impl NetNs {
         })
     }
 
-    /// Run a command inside the namespace.
+    /// Run a command inside the namespace (standard input empty), for at most five minutes.
     pub fn exec(&self, program: &str, args: &[&str]) -> Output {
         let mut full = vec!["netns", "exec", &self.name, program];
         full.extend_from_slice(args);
-        Command::new("ip")
-            .args(&full)
-            .output()
-            .unwrap_or_else(|e| panic!("ip netns exec {} {program}: {e}", self.name))
+        output_within(
+            Command::new("ip").args(&full),
+            std::time::Duration::from_secs(300),
+        )
+        .unwrap_or_else(|e| panic!("ip netns exec {} {program}: {e}", self.name))
     }
 }
 

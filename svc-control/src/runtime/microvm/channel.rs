@@ -178,7 +178,15 @@ impl Channel {
             };
             let attempt = match tokio::time::timeout(wait, attempt).await {
                 Ok(result) => result,
-                Err(_) => Err(format!("no OK within {} ms", wait.as_millis())),
+                Err(_) => {
+                    tracing::info!(
+                        socket = %socket.display(),
+                        port,
+                        "vsock CONNECT unanswered after {} ms; connecting again",
+                        wait.as_millis()
+                    );
+                    Err(format!("no OK within {} ms", wait.as_millis()))
+                }
             };
             match attempt {
                 Ok(stream) => {
