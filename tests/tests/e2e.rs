@@ -745,15 +745,17 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
             .map(|(i, n)| {
                 let (w, own, other) = (&w, &placeholders[i], &placeholders[(i + 1) % N]);
                 scope.spawn(move || {
+                    // (60 s: a bound on a hung request, not a speed check; fifty at once on
+                    // two busy cores can take a while.)
                     let req = |token: &str, path: &str| {
-                        w.sh(
+                        let (code, out, err) = w.sh(
                             n,
                             &format!(
-                                "curl -sS --max-time 20 -H 'Authorization: Bearer {token}' \
+                                "curl -sS --max-time 60 -H 'Authorization: Bearer {token}' \
                                  https://allowed.example.test/{path}"
                             ),
-                        )
-                        .1
+                        );
+                        format!("{out} (exit {code}; stderr: {})", err.trim())
                     };
                     (
                         req(own, &format!("own/{n}")),
@@ -767,18 +769,6 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
             .map(|h| h.join().expect("thread"))
             .collect()
     });
-    for (i, (own, other)) in results.iter().enumerate() {
-        assert!(
-            own.contains("\"credential_received\":\"real\""),
-            "c{i} own: {own}"
-        );
-        assert!(
-            !other.contains("\"real\""),
-            "c{i} neighbour's placeholder was swapped: {other}"
-        );
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let audit = w.audit();
     let ids: std::collections::HashMap<String, u64> = list
         .iter()
         .map(|s| {
@@ -788,6 +778,31 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
             )
         })
         .collect();
+    for (i, (own, other)) in results.iter().enumerate() {
+        assert!(
+            own.contains("\"credential_received\":\"real\""),
+            "c{i} own: {own}\nits audit records: {:?}\nsvcd log:\n{}",
+            w.audit()
+                .into_iter()
+                .filter(|r| r["sandbox"] == ids[&format!("c{i}")])
+                .collect::<Vec<_>>(),
+            w.svcd_log()
+        );
+        assert!(
+            !other.contains("\"real\""),
+            "c{i} neighbour's placeholder was swapped: {other}"
+        );
+    }
+    // A record is written as its request ends, which can be just after the client has its
+    // answer: wait (30 s at most) until every request has one, then check each is there once.
+    let mut audit = w.audit();
+    for _ in 0..300 {
+        if http_records(&audit, "allowed.example.test").len() >= 2 * N {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        audit = w.audit();
+    }
     for n in &names {
         let id = ids[n];
         let mine: Vec<&Value> = http_records(&audit, "allowed.example.test")

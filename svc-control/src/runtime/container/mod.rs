@@ -62,6 +62,15 @@ pub struct Container {
     relays: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
     >,
+    /// `runc create`s at once: a burst of creates queues here rather than each running the
+    /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
+    starts: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// `runc create`s run at once: two per core (a create is mostly CPU: mounts, the seccomp
+/// filter, the namespaces), the rest wait their turn before their timeout starts.
+fn concurrent_starts() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
 }
 
 /// The directory of a sandbox's relay socket (`<dir>/run`, the guest's `/run/svc`, read-only).
@@ -116,6 +125,7 @@ impl Container {
             cgroup_parent: config.cgroup_parent.clone(),
             limits,
             relays: std::sync::Arc::default(),
+            starts: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent_starts())),
         })
     }
 
@@ -222,7 +232,9 @@ impl Container {
         unsafe {
             c.pre_exec(move || overlay.mount_in_private_namespace());
         }
+        let turn = self.starts.acquire().await;
         let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status()).await;
+        drop(turn);
         // The container's mount namespace holds its own bind of each shared directory now:
         // the host-side attachment goes (a runc that failed needs it no more either).
         detach_shared(&spec.dir);
