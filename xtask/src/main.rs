@@ -77,7 +77,8 @@ enum Command {
         #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak"])]
         which: String,
         /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180;
-        /// `fence`: the alternating rounds, default 5).
+        /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
+        /// with nginx, default 5, or `--quick`).
         args: Vec<String>,
     },
 }
@@ -129,7 +130,9 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
                         "svc-tests",
                         "--bin",
                         "proxy-bench",
-                    ]),
+                        "--",
+                    ])
+                    .args(args),
             )
         }),
         "sandbox" => demo::build_bins(true).and_then(|()| {

@@ -7,9 +7,14 @@
 //! connection, requests one after another: latency; 16 in flight: rate) and a new TLS connection
 //! per request. Also: minting a leaf for a host not seen yet.
 //!
-//! `cargo xtask bench proxy` (release build). `--quick` runs short, for a smoke check.
-//! `--own-core` runs only the own-core rows (under `taskset -c 0`, `SVC_NGINX` set);
-//! `--own-core --only HTTP/1.1|HTTP/2|new N` only one of them, N requests, to profile it.
+//! The comparisons with nginx run in rounds (`--rounds N`, default 5): each round measures
+//! direct, svc and nginx, svc first in odd rounds and nginx first in even ones, and the ratio is
+//! the median of the rounds' own ratios with their min and max; each round's ratio is printed.
+//!
+//! `cargo xtask bench proxy [-- ARGS]` (release build). `--quick` runs short (one round), for
+//! a smoke check. `--own-core` runs only the own-core rows (under `taskset -c 0`, `SVC_NGINX`
+//! set); `--own-core --only HTTP/1.1|HTTP/2|new N` only one of them, N requests, one round
+//! unless `--rounds` says otherwise, to profile or A/B it.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -32,6 +37,12 @@ use svc_control::{
 
 const NAME: &str = "api.example.test";
 const IN_FLIGHT: usize = 16;
+/// Rounds of each comparison with nginx (`--rounds N`), and the requests of each round:
+/// keep-alive (one at a time for latency, then this many per connection × 16 in flight for the
+/// rate) and new connections.
+const ROUNDS: usize = 5;
+const ROUND_KEEP_ALIVE: usize = 2000;
+const ROUND_NEW: usize = 200;
 
 struct One(Arc<ProxySandbox>);
 impl Sandboxes for One {
@@ -626,7 +637,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// the proxy runs in its own process on CPU 1 — the shape of a real host, where the guest's
 /// client runs on the guest's vCPUs and the upstream is elsewhere. Keep-alive rate and
 /// latency direct vs through that proxy.
-fn own_core(n: usize, n_new: usize, rows: &[&str]) {
+fn own_core(n: usize, n_new: usize, rows: &[&str], rounds: usize) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -661,44 +672,55 @@ fn own_core(n: usize, n_new: usize, rows: &[&str]) {
     if let Err(why) = &peer {
         println!("PEER NOT MEASURED: nginx: {why}");
     }
-    header3();
+    header3(rounds);
+    let (rt, measured_child) = (&rt, child.id());
     let keep_alive_requests = (50 + n + n * IN_FLIGHT) as f64;
+    // One arm: the figures and the CPU seconds per request the process `pid` spent on them.
+    let measured = |pid: u32, requests: f64, run: &mut dyn FnMut() -> Figures| {
+        let cpu = cpu_seconds(pid);
+        let f = run();
+        (f, (cpu_seconds(pid) - cpu) / requests)
+    };
     for v in [Version::H1, Version::H2]
         .into_iter()
         .filter(|v| rows.contains(&v.name()))
     {
-        let d = rt.block_on(keep_alive(&client, direct, v, n));
-        let cpu = cpu_seconds(child.id());
-        let ours = rt.block_on(keep_alive(&client, proxied, v, n));
-        let ours_cpu = (cpu_seconds(child.id()) - cpu) / keep_alive_requests;
-        let nginx = peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
-            let cpu = cpu_seconds(p.pid());
-            let f = rt.block_on(keep_alive(c, p.addr, v, n));
-            (f, (cpu_seconds(p.pid()) - cpu) / keep_alive_requests)
-        });
-        row3(
-            &format!("{} keep-alive, own core", v.name()),
-            &d,
-            (&ours, ours_cpu),
-            nginx.as_ref().map(|(f, c)| (f, *c)),
+        let c = compare(
+            rounds,
+            || rt.block_on(keep_alive(&client, direct, v, n)),
+            || {
+                measured(measured_child, keep_alive_requests, &mut || {
+                    rt.block_on(keep_alive(&client, proxied, v, n))
+                })
+            },
+            peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
+                move || {
+                    measured(p.pid(), keep_alive_requests, &mut || {
+                        rt.block_on(keep_alive(c, p.addr, v, n))
+                    })
+                }
+            }),
         );
+        row3(&format!("{} keep-alive, own core", v.name()), &c);
     }
     if rows.contains(&"new") {
-        let d = rt.block_on(new_connection(&client, direct, Version::H1, n_new));
-        let cpu = cpu_seconds(child.id());
-        let ours = rt.block_on(new_connection(&client, proxied, Version::H1, n_new));
-        let ours_cpu = (cpu_seconds(child.id()) - cpu) / n_new as f64;
-        let nginx = peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
-            let cpu = cpu_seconds(p.pid());
-            let f = rt.block_on(new_connection(c, p.addr, Version::H1, n_new));
-            (f, (cpu_seconds(p.pid()) - cpu) / n_new as f64)
-        });
-        row3(
-            "HTTP/1.1 new conn., own core",
-            &d,
-            (&ours, ours_cpu),
-            nginx.as_ref().map(|(f, c)| (f, *c)),
+        let c = compare(
+            rounds,
+            || rt.block_on(new_connection(&client, direct, Version::H1, n_new)),
+            || {
+                measured(measured_child, n_new as f64, &mut || {
+                    rt.block_on(new_connection(&client, proxied, Version::H1, n_new))
+                })
+            },
+            peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
+                move || {
+                    measured(p.pid(), n_new as f64, &mut || {
+                        rt.block_on(new_connection(c, p.addr, Version::H1, n_new))
+                    })
+                }
+            }),
         );
+        row3("HTTP/1.1 new conn., own core", &c);
     }
     drop(peer);
     let _ = child.kill();
@@ -706,9 +728,61 @@ fn own_core(n: usize, n_new: usize, rows: &[&str]) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn header3() {
+/// One arm of a comparison over the rounds: its figures and CPU seconds per request (NaN where
+/// not measured).
+type Arm = Vec<(Figures, f64)>;
+
+/// A comparison of svc's proxy with nginx over several rounds, each round measuring direct, svc
+/// and nginx; svc goes first in even rounds and nginx in odd ones, so the drift of a shared
+/// machine falls on both alike and the ratio is read as the median of the rounds' own ratios.
+struct Compared {
+    direct: Vec<Figures>,
+    ours: Arm,
+    peer: Arm,
+}
+
+fn compare(
+    rounds: usize,
+    mut direct: impl FnMut() -> Figures,
+    mut ours: impl FnMut() -> (Figures, f64),
+    mut peer: Option<impl FnMut() -> (Figures, f64)>,
+) -> Compared {
+    let mut c = Compared {
+        direct: Vec::new(),
+        ours: Vec::new(),
+        peer: Vec::new(),
+    };
+    for round in 0..rounds {
+        c.direct.push(direct());
+        match (&mut peer, round % 2) {
+            (Some(peer), 1) => {
+                c.peer.push(peer());
+                c.ours.push(ours());
+            }
+            (Some(peer), _) => {
+                c.ours.push(ours());
+                c.peer.push(peer());
+            }
+            (None, _) => c.ours.push(ours()),
+        }
+    }
+    c
+}
+
+/// The median of some figures (the mean of the middle two for an even count), NaN for none.
+fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn header3(rounds: usize) {
     println!(
-        "{:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>13}",
+        "{:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>23} {:>13}",
         "variant",
         "p50 dir",
         "p50 svc",
@@ -719,7 +793,7 @@ fn header3() {
         "req/s dir",
         "req/s svc",
         "req/s ngx",
-        "svc/nginx",
+        format!("svc/nginx [min, max] ×{rounds}"),
         "CPU µs/req svc·ngx",
     );
 }
@@ -733,29 +807,56 @@ fn cpu_cell(seconds: f64) -> String {
     }
 }
 
-/// One line: direct, ours and the peer (with CPU seconds per request where measured).
-fn row3(name: &str, direct: &Figures, ours: (&Figures, f64), peer: Option<(&Figures, f64)>) {
-    let (o, o_cpu) = ours;
-    let cell = |f: Option<f64>| f.map_or_else(|| "—".to_owned(), |v| format!("{v:.0}"));
-    let p = peer.map(|(f, _)| f);
+/// One line of medians over the rounds — direct, ours and the peer, the ratio of rates as the
+/// median of each round's ratio with its min and max — then each round's ratio, for pooling.
+fn row3(name: &str, c: &Compared) {
+    let of = |arm: &Arm, f: fn(&Figures) -> f64| median(arm.iter().map(|(x, _)| f(x)));
+    let cell = |v: f64| {
+        if v.is_nan() {
+            "—".to_owned()
+        } else {
+            format!("{v:.0}")
+        }
+    };
+    let ratios: Vec<f64> = c
+        .ours
+        .iter()
+        .zip(&c.peer)
+        .map(|((o, _), (p, _))| o.rate / p.rate)
+        .collect();
+    let ratio = if ratios.is_empty() {
+        "—".to_owned()
+    } else {
+        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{:.2}x [{lo:.2}, {hi:.2}]", median(ratios.iter().copied()))
+    };
     println!(
-        "{name:<30} {:>7.0} {:>7.0} {:>7} {:>7.0} {:>7.0} {:>7} {:>9.0} {:>9.0} {:>9} {:>9} {:>13}",
-        direct.p50_us,
-        o.p50_us,
-        cell(p.map(|f| f.p50_us)),
-        direct.p99_us,
-        o.p99_us,
-        cell(p.map(|f| f.p99_us)),
-        direct.rate,
-        o.rate,
-        cell(p.map(|f| f.rate)),
-        p.map_or_else(|| "—".to_owned(), |f| format!("{:.2}x", o.rate / f.rate)),
+        "{name:<30} {:>7.0} {:>7.0} {:>7} {:>7.0} {:>7.0} {:>7} {:>9.0} {:>9.0} {:>9} {:>23} {:>13}",
+        median(c.direct.iter().map(|f| f.p50_us)),
+        of(&c.ours, |f| f.p50_us),
+        cell(of(&c.peer, |f| f.p50_us)),
+        median(c.direct.iter().map(|f| f.p99_us)),
+        of(&c.ours, |f| f.p99_us),
+        cell(of(&c.peer, |f| f.p99_us)),
+        median(c.direct.iter().map(|f| f.rate)),
+        of(&c.ours, |f| f.rate),
+        cell(of(&c.peer, |f| f.rate)),
+        ratio,
         format!(
             "{}·{}",
-            cpu_cell(o_cpu),
-            cpu_cell(peer.map_or(f64::NAN, |(_, c)| c))
+            cpu_cell(median(c.ours.iter().map(|(_, cpu)| *cpu))),
+            cpu_cell(median(c.peer.iter().map(|(_, cpu)| *cpu)))
         )
     );
+    if ratios.len() > 1 {
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "{:<30} svc/nginx by round (svc first in odd rounds): {}",
+            "",
+            each.join(" ")
+        );
+    }
 }
 
 fn main() {
@@ -764,8 +865,19 @@ fn main() {
         proxy_child(args[i + 1].parse().unwrap(), Path::new(&args[i + 2]));
         return;
     }
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--rounds N`: how many rounds each comparison with nginx runs (5; 1 with --quick or --only).
+    let rounds = match args.iter().position(|a| a == "--rounds") {
+        Some(i) => match args.get(i + 1).and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n > 0 => Some(n),
+            _ => {
+                eprintln!("proxy-bench: --rounds takes a count of at least 1");
+                std::process::exit(2);
+            }
+        },
+        None => None,
+    };
     if args.iter().any(|a| a == "--own-core") {
-        let quick = args.iter().any(|a| a == "--quick");
         // `--only ROW N`: one row (HTTP/1.1, HTTP/2 or new) with N requests, to profile it.
         match args.iter().position(|a| a == "--only") {
             Some(i) => {
@@ -774,21 +886,30 @@ fn main() {
                     args.get(i + 2).and_then(|n| n.parse().ok()),
                 );
                 let (Some(row), Some(count)) = (row, count) else {
-                    eprintln!("usage: proxy-bench --own-core --only HTTP/1.1|HTTP/2|new COUNT");
+                    eprintln!(
+                        "usage: proxy-bench --own-core --only HTTP/1.1|HTTP/2|new COUNT \
+                         [--rounds N]"
+                    );
                     std::process::exit(2);
                 };
-                own_core(count, count, &[row.as_str()]);
+                own_core(count, count, &[row.as_str()], rounds.unwrap_or(1));
             }
             None => own_core(
-                if quick { 200 } else { 4000 },
-                if quick { 50 } else { 400 },
+                if quick { 200 } else { ROUND_KEEP_ALIVE },
+                if quick { 50 } else { ROUND_NEW },
                 &["HTTP/1.1", "HTTP/2", "new"],
+                rounds.unwrap_or(if quick { 1 } else { ROUNDS }),
             ),
         }
         return;
     }
-    let quick = std::env::args().any(|a| a == "--quick");
+    let rounds = rounds.unwrap_or(if quick { 1 } else { ROUNDS });
     let (n_keep, n_new) = if quick { (200, 50) } else { (4000, 400) };
+    let (round_keep, round_new) = if quick {
+        (200, 50)
+    } else {
+        (ROUND_KEEP_ALIVE, ROUND_NEW)
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -911,35 +1032,33 @@ fn main() {
         Ok(peer) => {
             let mut pc = Client::new(&[peer.root.clone(), upstream_ca.ca_der()]);
             pc.port = port;
-            header3();
+            header3(rounds);
+            let unmeasured = |f: Figures| (f, f64::NAN);
             for v in [Version::H1, Version::H2] {
-                let (d, ours, ngx) = rt.block_on(async {
-                    (
-                        keep_alive(&client, direct, v, n_keep).await,
-                        keep_alive(&client, proxied, v, n_keep).await,
-                        keep_alive(&pc, peer.addr, v, n_keep).await,
-                    )
-                });
-                row3(
-                    &format!("{} keep-alive", v.name()),
-                    &d,
-                    (&ours, f64::NAN),
-                    Some((&ngx, f64::NAN)),
+                let c = compare(
+                    rounds,
+                    || rt.block_on(keep_alive(&client, direct, v, round_keep)),
+                    || unmeasured(rt.block_on(keep_alive(&client, proxied, v, round_keep))),
+                    Some(|| unmeasured(rt.block_on(keep_alive(&pc, peer.addr, v, round_keep)))),
                 );
+                row3(&format!("{} keep-alive", v.name()), &c);
             }
-            let (d, ours, ngx) = rt.block_on(async {
-                (
-                    new_connection(&client, direct, Version::H1, n_new).await,
-                    new_connection(&client, proxied, Version::H1, n_new).await,
-                    new_connection(&pc, peer.addr, Version::H1, n_new).await,
-                )
-            });
-            row3(
-                "HTTP/1.1 new connection",
-                &d,
-                (&ours, f64::NAN),
-                Some((&ngx, f64::NAN)),
+            let c = compare(
+                rounds,
+                || rt.block_on(new_connection(&client, direct, Version::H1, round_new)),
+                || {
+                    unmeasured(rt.block_on(new_connection(
+                        &client,
+                        proxied,
+                        Version::H1,
+                        round_new,
+                    )))
+                },
+                Some(|| {
+                    unmeasured(rt.block_on(new_connection(&pc, peer.addr, Version::H1, round_new)))
+                }),
             );
+            row3("HTTP/1.1 new connection", &c);
         }
         Err(why) => println!("PEER NOT MEASURED: nginx: {why}"),
     }
@@ -955,6 +1074,7 @@ fn main() {
     if quick {
         own.arg("--quick");
     }
+    own.args(["--rounds", &rounds.to_string()]);
     match own.status() {
         Ok(s) if s.success() => {}
         other => println!("OWN-CORE VARIANT NOT MEASURED: {other:?}"),
