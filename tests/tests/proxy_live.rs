@@ -130,11 +130,14 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
+        // Each accepted connection's number, echoed in `x-upstream-conn`.
+        let mut accepted = 0u32;
         loop {
             let Ok((c, _)) = listener.accept().await else {
                 continue;
             };
-            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            accepted += 1;
+            let (acceptor, seen, conn) = (acceptor.clone(), seen.clone(), accepted);
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(c).await else {
                     return;
@@ -193,9 +196,12 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                             })
                             .unwrap_or_default();
                         let body = format!("path={} host={host}", req.uri().path());
+                        let version = format!("{:?}", req.version());
                         Ok(Response::builder()
                             .header("x-echo-auth", auth)
                             .header("x-ok", "1")
+                            .header("x-upstream-version", version)
+                            .header("x-upstream-conn", conn)
                             .body(http_body_util::Either::Left(Full::new(Bytes::from(body))))
                             .unwrap())
                     }
@@ -797,6 +803,47 @@ fn a_hundred_gets_on_one_connection_all_pass() {
         assert_eq!(
             connects, 1,
             "{version}: one guest connection for all: {text}"
+        );
+    }
+}
+
+#[test]
+fn an_http1_guest_goes_upstream_over_kept_alive_http1_and_an_http2_guest_over_http2() {
+    // The upstream offers h2 and http/1.1. An HTTP/1.1 guest's requests travel upstream over
+    // HTTP/1.1 (as nginx sends them), one connection reused for all of them; an HTTP/2 guest's
+    // over HTTP/2.
+    let w = world();
+    for (version, upstream_version) in [("--http1.1", "HTTP/1.1"), ("--http2", "HTTP/2.0")] {
+        let url = format!("https://api.example.test:{}/v", w.port);
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "20", version, "--cacert"])
+            .arg(&w.ca_pem)
+            .args([
+                "-w",
+                "%{http_code} %header{x-upstream-version} %header{x-upstream-conn}\\n",
+            ])
+            .arg("--connect-to")
+            .arg(format!(
+                "api.example.test:{}:127.0.0.1:{}",
+                w.port, w.proxy_port
+            ))
+            .args((0..20).flat_map(|_| ["-o", "/dev/null", url.as_str()]))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(
+            lines.len(),
+            20,
+            "{version}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in &lines {
+            assert_eq!(l[..2], ["200", upstream_version], "{version}: {text}");
+        }
+        assert!(
+            lines.iter().all(|l| l[2] == lines[0][2]),
+            "{version}: one upstream connection for all twenty: {text}"
         );
     }
 }

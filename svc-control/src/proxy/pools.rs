@@ -1,4 +1,5 @@
-//! Several upstream pools per proxy thread, and which one a request takes.
+//! Several upstream pools per proxy thread for HTTP/2 guests' requests, and which one a
+//! request takes (HTTP/1.1 guests' requests go over kept-alive HTTP/1.1 connections instead).
 //!
 //! An HTTP/2 upstream carries every request to a host over one connection per pool, and its
 //! connection task writes whatever streams are waiting in one go: a burst of guest streams

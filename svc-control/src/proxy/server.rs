@@ -276,10 +276,8 @@ pub struct Proxy {
     sandboxes: Arc<dyn Sandboxes>,
     broker: Arc<dyn Broker>,
     audit: Arc<dyn AuditSink>,
-    /// Requests' upstream pools (HTTP/2 or HTTP/1.1 as the upstream offers), spread by load.
-    pools: super::pools::Pools<UpstreamClient>,
-    /// HTTP/1.1 only, for WebSocket handshakes (an upgrade does not exist in HTTP/2).
-    upgrade_client: UpstreamClient,
+    /// Where requests go upstream, by the guest's protocol.
+    upstream: Upstreams,
     /// Open guest connections per sandbox.
     open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
     resolver: Arc<dyn Resolve>,
@@ -329,14 +327,13 @@ impl Proxy {
         resolver: Arc<dyn Resolve>,
         audit: Arc<dyn AuditSink>,
     ) -> Self {
-        let (pools, upgrade_client) = upstream_clients(&config, resolver.clone());
+        let upstream = Upstreams::new(&config, resolver.clone());
         Self {
             config,
             sandboxes,
             broker,
             audit,
-            pools,
-            upgrade_client,
+            upstream,
             open: Arc::default(),
             resolver,
         }
@@ -346,10 +343,8 @@ impl Proxy {
     /// a thread of its own: a pooled connection is driven by the runtime that opened it, so
     /// threads sharing one pool would wake each other for every request.
     fn with_own_pools(&self) -> Self {
-        let (pools, upgrade_client) = upstream_clients(&self.config, self.resolver.clone());
         Self {
-            pools,
-            upgrade_client,
+            upstream: Upstreams::new(&self.config, self.resolver.clone()),
             ..self.clone()
         }
     }
@@ -928,13 +923,16 @@ impl Proxy {
                 started,
             );
         };
-        // Counted in flight on its pool until the response head is here.
+        // An HTTP/2 guest's request is counted in flight on its pool until the response head
+        // is here.
         let (client, _in_flight) = if guest_upgrade.is_some() {
-            (self.upgrade_client.clone(), None)
-        } else {
+            (self.upstream.upgrade.clone(), None)
+        } else if h2 {
             let authority = up.uri().authority().map_or("", |a| a.as_str());
-            let (client, slot) = self.pools.take(authority);
+            let (client, slot) = self.upstream.h2.take(authority);
             (client, Some(slot))
+        } else {
+            (self.upstream.h1.clone(), None)
         };
         let mut response =
             match tokio::time::timeout(self.config.request_timeout, client.request(up)).await {
@@ -1329,42 +1327,57 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 type UpstreamClient = Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>;
 
-/// The upstream pools: for requests (HTTP/2 or HTTP/1.1 as the upstream offers; several,
-/// spread by load: `pools`), and one HTTP/1.1-only for WebSocket handshakes.
-fn upstream_clients(
-    config: &ProxyConfig,
-    resolver: Arc<dyn Resolve>,
-) -> (super::pools::Pools<UpstreamClient>, UpstreamClient) {
-    let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let http = Upstream::new(http, config.forward_proxy.clone());
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.upstream_tls.clone())
-        // The scheme of each upstream URI is the guest's (https for TLS, http for plain),
-        // built by the proxy, never taken from the guest's request target.
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http.clone());
-    let pools = super::pools::Pools::new(|| {
-        Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(https.clone())
-    });
-    // enable_http1 alone makes the connector offer only http/1.1 in ALPN.
-    let h1_tls = config.upstream_tls.clone();
-    let upgrade_client = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(0)
-        .build(
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(h1_tls)
+/// Where a request goes upstream, by the guest's protocol (as nginx does for HTTP/1.1):
+/// - an HTTP/1.1 guest's request over an HTTP/1.1 connection (`h1`): one per guest request in
+///   flight, so no more than the guest's own connections, kept alive and reused. An HTTP/1.1
+///   request carried onto a shared HTTP/2 connection cost the upstream and the proxy more per
+///   request (HPACK, stream state, the connection task between them) and bought nothing: an
+///   HTTP/1.1 guest connection has one request in flight at a time anyway;
+/// - an HTTP/2 guest's streams over HTTP/2 where the upstream offers it (`h2`: several pools,
+///   spread by load, see `pools`), HTTP/1.1 where it does not;
+/// - a WebSocket handshake over a fresh HTTP/1.1 connection (`upgrade`: an upgrade does not
+///   exist in HTTP/2, and the connection leaves the pool with the upgrade).
+#[derive(Clone)]
+struct Upstreams {
+    h1: UpstreamClient,
+    h2: super::pools::Pools<UpstreamClient>,
+    upgrade: UpstreamClient,
+}
+
+impl Upstreams {
+    fn new(config: &ProxyConfig, resolver: Arc<dyn Resolve>) -> Self {
+        let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(10)));
+        let http = Upstream::new(http, config.forward_proxy.clone());
+        // The scheme of each upstream URI is the guest's (https for TLS, http for plain), built
+        // by the proxy, never taken from the guest's request target. `enable_http1` alone makes
+        // the connector offer only http/1.1 in ALPN.
+        let connector = |h2: bool| {
+            let b = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(config.upstream_tls.clone())
                 .https_or_http()
-                .enable_http1()
-                .wrap_connector(http),
-        );
-    (pools, upgrade_client)
+                .enable_http1();
+            if h2 {
+                b.enable_http2().wrap_connector(http.clone())
+            } else {
+                b.wrap_connector(http.clone())
+            }
+        };
+        let pooled = |h2: bool| {
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector(h2))
+        };
+        Self {
+            h1: pooled(false),
+            h2: super::pools::Pools::new(|| pooled(true)),
+            upgrade: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(0)
+                .build(connector(false)),
+        }
+    }
 }
 
 /// While the proxy serves, a timer due within this long stays in the runtime's timer wheel.
