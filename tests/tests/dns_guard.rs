@@ -510,9 +510,9 @@ async fn malformed_and_hostile_messages() {
 async fn a_flood_is_rate_limited_per_sandbox_and_audited() {
     let w = world(300, 50).await;
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    // Room for every answer: the refusals (most of the 400) come back at once, before the answers that wait
-    // on dnsmasq, and would fill a default receive buffer (~320 datagrams), so the kernel
-    // dropped the answers that came last — the very ones this test looks for.
+    // Room for every answer: the refusals (most of the 400) come back at once, before the
+    // answers that wait on dnsmasq, and would fill a default receive buffer (~320 datagrams),
+    // so the kernel dropped the answers that came last — the very ones this test looks for.
     nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBufForce, &(4 << 20))
         .expect("SO_RCVBUFFORCE");
     let q = query("api.example.test", RecordType::A).to_vec().unwrap();

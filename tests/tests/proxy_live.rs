@@ -384,6 +384,37 @@ fn curl(w: &World, name: &str, path: &str, extra: &[&str]) -> (u16, String, Stri
     )
 }
 
+/// curl asking `path` of api.example.test `count` times on one guest connection (curl keeps it
+/// alive) with `version` (`--http1.1`, `--http2`), bodies dropped, `write_out` after each.
+fn curl_repeated(
+    w: &World,
+    version: &str,
+    path: &str,
+    count: usize,
+    write_out: &str,
+) -> std::process::Output {
+    let url = format!("https://api.example.test:{}{path}", w.port);
+    Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            version,
+            "-w",
+            write_out,
+            "--cacert",
+        ])
+        .arg(&w.ca_pem)
+        .arg("--connect-to")
+        .arg(format!(
+            "api.example.test:{}:127.0.0.1:{}",
+            w.port, w.proxy_port
+        ))
+        .args((0..count).flat_map(|_| ["-o", "/dev/null", url.as_str()]))
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn head_requests_are_answered_on_both_protocols() {
     // Found end to end: over HTTP/2 a HEAD answer went out as an empty stream under the
@@ -779,19 +810,7 @@ fn large_bodies_stream_both_ways() {
 fn a_hundred_gets_on_one_connection_all_pass() {
     let w = world();
     for version in ["--http1.1", "--http2"] {
-        let url = format!("https://api.example.test:{}/n", w.port);
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "20", version])
-            .args(["-w", "%{http_code} %{num_connects}\\n", "--cacert"])
-            .arg(&w.ca_pem)
-            .arg("--connect-to")
-            .arg(format!(
-                "api.example.test:{}:127.0.0.1:{}",
-                w.port, w.proxy_port
-            ))
-            .args((0..100).flat_map(|_| ["-o", "/dev/null", url.as_str()]))
-            .output()
-            .unwrap();
+        let out = curl_repeated(&w, version, "/n", 100, "%{http_code} %{num_connects}\\n");
         let text = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 100, "{version}: {text}");
@@ -814,22 +833,13 @@ fn an_http1_guest_goes_upstream_over_kept_alive_http1_and_an_http2_guest_over_ht
     // over HTTP/2.
     let w = world();
     for (version, upstream_version) in [("--http1.1", "HTTP/1.1"), ("--http2", "HTTP/2.0")] {
-        let url = format!("https://api.example.test:{}/v", w.port);
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "20", version, "--cacert"])
-            .arg(&w.ca_pem)
-            .args([
-                "-w",
-                "%{http_code} %header{x-upstream-version} %header{x-upstream-conn}\\n",
-            ])
-            .arg("--connect-to")
-            .arg(format!(
-                "api.example.test:{}:127.0.0.1:{}",
-                w.port, w.proxy_port
-            ))
-            .args((0..20).flat_map(|_| ["-o", "/dev/null", url.as_str()]))
-            .output()
-            .unwrap();
+        let out = curl_repeated(
+            &w,
+            version,
+            "/v",
+            20,
+            "%{http_code} %header{x-upstream-version} %header{x-upstream-conn}\\n",
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
         assert_eq!(

@@ -681,45 +681,32 @@ fn own_core(n: usize, n_new: usize, rows: &[&str], rounds: usize) {
         let f = run();
         (f, (cpu_seconds(pid) - cpu) / requests)
     };
+    // One row's comparison: `run` (a workload against a client and address) direct, through
+    // svc's proxy and through nginx, with the CPU per request of each proxy's process.
+    let row = |requests: f64, run: &dyn Fn(&Client, SocketAddr) -> Figures| {
+        compare(
+            rounds,
+            || run(&client, direct),
+            || measured(measured_child, requests, &mut || run(&client, proxied)),
+            peer.as_ref()
+                .ok()
+                .zip(peer_client.as_ref())
+                .map(|(p, c)| move || measured(p.pid(), requests, &mut || run(c, p.addr))),
+        )
+    };
     for v in [Version::H1, Version::H2]
         .into_iter()
         .filter(|v| rows.contains(&v.name()))
     {
-        let c = compare(
-            rounds,
-            || rt.block_on(keep_alive(&client, direct, v, n)),
-            || {
-                measured(measured_child, keep_alive_requests, &mut || {
-                    rt.block_on(keep_alive(&client, proxied, v, n))
-                })
-            },
-            peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
-                move || {
-                    measured(p.pid(), keep_alive_requests, &mut || {
-                        rt.block_on(keep_alive(c, p.addr, v, n))
-                    })
-                }
-            }),
-        );
+        let c = row(keep_alive_requests, &|c, a| {
+            rt.block_on(keep_alive(c, a, v, n))
+        });
         row3(&format!("{} keep-alive, own core", v.name()), &c);
     }
     if rows.contains(&"new") {
-        let c = compare(
-            rounds,
-            || rt.block_on(new_connection(&client, direct, Version::H1, n_new)),
-            || {
-                measured(measured_child, n_new as f64, &mut || {
-                    rt.block_on(new_connection(&client, proxied, Version::H1, n_new))
-                })
-            },
-            peer.as_ref().ok().zip(peer_client.as_ref()).map(|(p, c)| {
-                move || {
-                    measured(p.pid(), n_new as f64, &mut || {
-                        rt.block_on(new_connection(c, p.addr, Version::H1, n_new))
-                    })
-                }
-            }),
-        );
+        let c = row(n_new as f64, &|c, a| {
+            rt.block_on(new_connection(c, a, Version::H1, n_new))
+        });
         row3("HTTP/1.1 new conn., own core", &c);
     }
     drop(peer);
@@ -1033,31 +1020,20 @@ fn main() {
             let mut pc = Client::new(&[peer.root.clone(), upstream_ca.ca_der()]);
             pc.port = port;
             header3(rounds);
-            let unmeasured = |f: Figures| (f, f64::NAN);
-            for v in [Version::H1, Version::H2] {
-                let c = compare(
+            // One row's comparison: `run` direct, through svc's proxy and through nginx.
+            let row = |run: &dyn Fn(&Client, SocketAddr) -> Figures| {
+                compare(
                     rounds,
-                    || rt.block_on(keep_alive(&client, direct, v, round_keep)),
-                    || unmeasured(rt.block_on(keep_alive(&client, proxied, v, round_keep))),
-                    Some(|| unmeasured(rt.block_on(keep_alive(&pc, peer.addr, v, round_keep)))),
-                );
+                    || run(&client, direct),
+                    || (run(&client, proxied), f64::NAN),
+                    Some(|| (run(&pc, peer.addr), f64::NAN)),
+                )
+            };
+            for v in [Version::H1, Version::H2] {
+                let c = row(&|c, a| rt.block_on(keep_alive(c, a, v, round_keep)));
                 row3(&format!("{} keep-alive", v.name()), &c);
             }
-            let c = compare(
-                rounds,
-                || rt.block_on(new_connection(&client, direct, Version::H1, round_new)),
-                || {
-                    unmeasured(rt.block_on(new_connection(
-                        &client,
-                        proxied,
-                        Version::H1,
-                        round_new,
-                    )))
-                },
-                Some(|| {
-                    unmeasured(rt.block_on(new_connection(&pc, peer.addr, Version::H1, round_new)))
-                }),
-            );
+            let c = row(&|c, a| rt.block_on(new_connection(c, a, Version::H1, round_new)));
             row3("HTTP/1.1 new connection", &c);
         }
         Err(why) => println!("PEER NOT MEASURED: nginx: {why}"),
