@@ -6,6 +6,7 @@ pub mod ca;
 pub mod client_hello;
 pub mod guest_trust;
 pub mod h1_frames;
+mod h1_pool;
 pub mod pools;
 pub mod server;
 pub mod upstream;

@@ -50,8 +50,8 @@ use crate::{
     },
 };
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// One sandbox as the proxy sees it.
 #[derive(Debug)]
@@ -925,43 +925,55 @@ impl Proxy {
         };
         // An HTTP/2 guest's request is counted in flight on its pool until the response head
         // is here.
-        let (client, _in_flight) = if guest_upgrade.is_some() {
-            (self.upstream.upgrade.clone(), None)
-        } else if h2 {
-            let authority = up.uri().authority().map_or("", |a| a.as_str());
-            let (client, slot) = self.upstream.h2.take(authority);
-            (client, Some(slot))
-        } else {
-            (self.upstream.h1.clone(), None)
-        };
-        let mut response =
-            match tokio::time::timeout(self.config.request_timeout, client.request(up)).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    return self.refuse(
-                        sandbox,
-                        &parts.method,
-                        Some(host),
-                        decision.path,
-                        502,
-                        "upstream",
-                        &format!("upstream failed: {}", error_chain(&e)),
-                        started,
-                    );
-                }
-                Err(_) => {
-                    return self.refuse(
-                        sandbox,
-                        &parts.method,
-                        Some(host),
-                        decision.path,
-                        504,
-                        "upstream",
-                        "upstream timed out",
-                        started,
-                    );
-                }
+        let sent = async {
+            let (client, _in_flight) = if guest_upgrade.is_some() {
+                (self.upstream.upgrade.clone(), None)
+            } else if h2 {
+                let authority = up.uri().authority().map_or("", |a| a.as_str());
+                let (client, slot) = self.upstream.h2.take(authority);
+                (client, Some(slot))
+            } else {
+                return self
+                    .upstream
+                    .h1
+                    .request(up)
+                    .await
+                    .map(|r| r.map(http_body_util::Either::Left))
+                    .map_err(BoxError::from);
             };
+            client
+                .request(up)
+                .await
+                .map(|r| r.map(http_body_util::Either::Right))
+                .map_err(BoxError::from)
+        };
+        let mut response = match tokio::time::timeout(self.config.request_timeout, sent).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    Some(host),
+                    decision.path,
+                    502,
+                    "upstream",
+                    &format!("upstream failed: {}", error_chain(&*e)),
+                    started,
+                );
+            }
+            Err(_) => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    Some(host),
+                    decision.path,
+                    504,
+                    "upstream",
+                    "upstream timed out",
+                    started,
+                );
+            }
+        };
         let upgraded = match guest_upgrade {
             Some(guest) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Some((guest, hyper::upgrade::on(&mut response)))
@@ -1078,7 +1090,6 @@ impl Proxy {
                     }
                     f
                 })
-                .map_err(|e| Box::new(e) as BoxError)
                 .boxed_unsync(),
         )
     }
@@ -1264,15 +1275,16 @@ async fn read_prefix(
 
 use hyper::body::Body as _;
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Headers of one hop, never forwarded (RFC 9110 §7.6.1, and the older ones still met).
+static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// Copy both ways until both directions end (or either fails); the bytes each way, counted
@@ -1312,16 +1324,16 @@ fn websocket_headers(h: &mut HeaderMap) {
 }
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed: Vec<String> = h
+    // The names `Connection` lists go too (read before it is removed).
+    let listed: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .flat_map(|v| v.split(','))
+        .filter_map(|s| HeaderName::from_bytes(s.trim().as_bytes()).ok())
         .collect();
-    for name in HOP_BY_HOP.iter().map(|s| (*s).to_owned()).chain(listed) {
-        if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
-            h.remove(n);
-        }
+    for name in HOP_BY_HOP.iter().chain(&listed) {
+        h.remove(name);
     }
 }
 
@@ -1339,7 +1351,7 @@ type UpstreamClient = Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>;
 ///   exist in HTTP/2, and the connection leaves the pool with the upgrade).
 #[derive(Clone)]
 struct Upstreams {
-    h1: UpstreamClient,
+    h1: super::h1_pool::H1Pool,
     h2: super::pools::Pools<UpstreamClient>,
     upgrade: UpstreamClient,
 }
@@ -1371,7 +1383,7 @@ impl Upstreams {
                 .build(connector(h2))
         };
         Self {
-            h1: pooled(false),
+            h1: super::h1_pool::H1Pool::new(connector(false)),
             h2: super::pools::Pools::new(|| pooled(true)),
             upgrade: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
@@ -1444,6 +1456,12 @@ impl AsyncWrite for Rewind {
 #[derive(Clone)]
 pub struct DnsService(Arc<dyn Resolve>);
 
+impl DnsService {
+    pub fn new(resolver: Arc<dyn Resolve>) -> Self {
+        Self(resolver)
+    }
+}
+
 /// The proxy's upstream connector: direct, or through the operator's forward proxy.
 pub type Upstream = super::upstream::UpstreamConnector<DnsService>;
 
@@ -1475,6 +1493,34 @@ mod tests {
     use tokio::io::AsyncWriteExt as _;
 
     use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_not_forwarded() {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "close, X-Private"),
+            ("connection", "Keep-Alive"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic eDp5"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("x-private", "secret"),
+            ("accept", "*/*"),
+            ("x-kept", "1"),
+        ] {
+            h.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "x-kept"]);
+    }
 
     /// TLS hands the socket a flight of records as separate slices: all of them go in one
     /// write, not just the first (the default of `poll_write_vectored`).
