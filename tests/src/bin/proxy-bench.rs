@@ -14,7 +14,8 @@
 //! `cargo xtask bench proxy [-- ARGS]` (release build). `--quick` runs short (one round), for
 //! a smoke check. `--own-core` runs only the own-core rows (under `taskset -c 0`, `SVC_NGINX`
 //! set); `--own-core --only HTTP/1.1|HTTP/2|new N` only one of them, N requests, one round
-//! unless `--rounds` says otherwise, to profile or A/B it.
+//! unless `--rounds` says otherwise, to profile or A/B it; `--shared --only HTTP/1.1|HTTP/2|new N`
+//! likewise one shared-core row against nginx.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -846,6 +847,57 @@ fn row3(name: &str, c: &Compared) {
     }
 }
 
+/// The comparisons with nginx on the shared cores (the proxy in this process, nginx with a
+/// worker per CPU): `rows` of HTTP/1.1 and HTTP/2 keep-alive and new connections, with
+/// (keep-alive, new) requests per arm and round.
+fn shared_cores(
+    rt: &tokio::runtime::Runtime,
+    upstream_ca: &SandboxCa,
+    client: &Client,
+    rows: &[&str],
+    (round_keep, round_new): (usize, usize),
+    rounds: usize,
+) {
+    let port = client.port;
+    let direct: SocketAddr = ([127, 0, 0, 2], port).into();
+    let proxied: SocketAddr = ([127, 0, 0, 1], port).into();
+    println!("nginx (TLS-terminating reverse proxy, keep-alive upstream) vs svc, shared cores");
+    let peer = match Nginx::start(port, upstream_ca, None) {
+        Ok(peer) => peer,
+        Err(why) => return println!("PEER NOT MEASURED: nginx: {why}"),
+    };
+    let mut pc = Client::new(&[peer.root.clone(), upstream_ca.ca_der()]);
+    pc.port = port;
+    header3(rounds);
+    // One row's comparison: `run` direct, through svc's proxy and through nginx.
+    let row = |run: &dyn Fn(&Client, SocketAddr) -> Figures| {
+        compare(
+            rounds,
+            || run(client, direct),
+            || (run(client, proxied), f64::NAN),
+            Some(|| (run(&pc, peer.addr), f64::NAN)),
+        )
+    };
+    for v in [Version::H1, Version::H2]
+        .into_iter()
+        .filter(|v| rows.contains(&v.name()))
+    {
+        let c = row(&|c, a| rt.block_on(keep_alive(c, a, v, round_keep)));
+        row3(&format!("{} keep-alive", v.name()), &c);
+    }
+    if rows.contains(&"new") {
+        let c = row(&|c, a| rt.block_on(new_connection(c, a, Version::H1, round_new)));
+        row3("HTTP/1.1 new connection", &c);
+    }
+}
+
+fn only_usage() -> ! {
+    eprintln!(
+        "usage: proxy-bench --own-core|--shared --only HTTP/1.1|HTTP/2|new COUNT [--rounds N]"
+    );
+    std::process::exit(2);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--proxy-child") {
@@ -873,11 +925,7 @@ fn main() {
                     args.get(i + 2).and_then(|n| n.parse().ok()),
                 );
                 let (Some(row), Some(count)) = (row, count) else {
-                    eprintln!(
-                        "usage: proxy-bench --own-core --only HTTP/1.1|HTTP/2|new COUNT \
-                         [--rounds N]"
-                    );
-                    std::process::exit(2);
+                    only_usage()
                 };
                 own_core(count, count, &[row.as_str()], rounds.unwrap_or(1));
             }
@@ -890,7 +938,26 @@ fn main() {
         }
         return;
     }
-    let rounds = rounds.unwrap_or(if quick { 1 } else { ROUNDS });
+    // `--shared --only ROW N`: one row of the shared-core comparison with nginx, N requests.
+    let shared_only = match (
+        args.iter().any(|a| a == "--shared"),
+        args.iter().position(|a| a == "--only"),
+    ) {
+        (false, _) => None,
+        (true, Some(i)) => match (
+            args.get(i + 1),
+            args.get(i + 2).and_then(|n| n.parse::<usize>().ok()),
+        ) {
+            (Some(row), Some(count)) => Some((row.clone(), count)),
+            _ => only_usage(),
+        },
+        (true, None) => only_usage(),
+    };
+    let rounds = rounds.unwrap_or(if quick || shared_only.is_some() {
+        1
+    } else {
+        ROUNDS
+    });
     let (n_keep, n_new) = if quick { (200, 50) } else { (4000, 400) };
     let (round_keep, round_new) = if quick {
         (200, 50)
@@ -929,6 +996,18 @@ fn main() {
     client.port = port;
     let direct: SocketAddr = ([127, 0, 0, 2], port).into();
     let proxied: SocketAddr = ([127, 0, 0, 1], port).into();
+    if shared_only.is_some() {
+        // `--shared --only ROW N`: one shared-core row against nginx (to A/B two builds).
+        let (row, count) = shared_only.unwrap_or_default();
+        return shared_cores(
+            &rt,
+            &upstream_ca,
+            &client,
+            &[row.as_str()],
+            (count, count),
+            rounds,
+        );
+    }
 
     // The first request to a host the proxy has not minted a leaf for yet, then a minted one.
     let first = rt.block_on(async {
@@ -1014,30 +1093,14 @@ fn main() {
         Err(why) => println!("PEER NOT MEASURED: mitmproxy: {why}"),
     }
     // The honest peer, nginx, on the same shared cores, same workload, beside the proxy again.
-    println!("nginx (TLS-terminating reverse proxy, keep-alive upstream) vs svc, shared cores");
-    match Nginx::start(port, &upstream_ca, None) {
-        Ok(peer) => {
-            let mut pc = Client::new(&[peer.root.clone(), upstream_ca.ca_der()]);
-            pc.port = port;
-            header3(rounds);
-            // One row's comparison: `run` direct, through svc's proxy and through nginx.
-            let row = |run: &dyn Fn(&Client, SocketAddr) -> Figures| {
-                compare(
-                    rounds,
-                    || run(&client, direct),
-                    || (run(&client, proxied), f64::NAN),
-                    Some(|| (run(&pc, peer.addr), f64::NAN)),
-                )
-            };
-            for v in [Version::H1, Version::H2] {
-                let c = row(&|c, a| rt.block_on(keep_alive(c, a, v, round_keep)));
-                row3(&format!("{} keep-alive", v.name()), &c);
-            }
-            let c = row(&|c, a| rt.block_on(new_connection(c, a, Version::H1, round_new)));
-            row3("HTTP/1.1 new connection", &c);
-        }
-        Err(why) => println!("PEER NOT MEASURED: nginx: {why}"),
-    }
+    shared_cores(
+        &rt,
+        &upstream_ca,
+        &client,
+        &["HTTP/1.1", "HTTP/2", "new"],
+        (round_keep, round_new),
+        rounds,
+    );
     // The proxy on a core of its own (client and upstream pinned to the other).
     println!(
         "proxy (svc's, then nginx) in its own process on CPU 1, client and upstream on CPU 0 \
