@@ -59,8 +59,24 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()>,
 {
+    spawn_with(name, || {}, serve)
+}
+
+/// [`spawn`], calling `before_park` whenever the thread has run all its ready work and is about
+/// to wait for more (the end of each turn of its event loop): where work gathered over a turn
+/// is finished together (audit records written at once).
+pub fn spawn_with<F, Fut>(
+    name: String,
+    before_park: impl Fn() + Send + Sync + 'static,
+    serve: F,
+) -> std::io::Result<JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_park(before_park)
         .build()?;
     std::thread::Builder::new()
         .name(name)

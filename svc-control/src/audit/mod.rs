@@ -14,6 +14,10 @@ use std::{
 /// Which records a reader asked for.
 pub mod query;
 
+/// Records gathered over one turn of a serving thread's event loop and written together.
+mod batched;
+pub use batched::Batched;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 use svc_ebpf_common::{DropEvent, reason};
@@ -272,6 +276,25 @@ pub enum AuditError {
 pub trait AuditSink: Send + Sync {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError>;
 
+    /// A record the caller has no further use for (a batching sink keeps it without a copy).
+    fn record_owned(&self, r: AuditRecord) -> Result<(), AuditError> {
+        self.record(&r)
+    }
+
+    /// Several records, in order, written together where the sink can (one write for a
+    /// file). Every record is tried; the first error is returned. A sink may fill in fields
+    /// (the sandbox's name) in place.
+    fn record_all(&self, records: &mut [AuditRecord]) -> Result<(), AuditError> {
+        let mut first = Ok(());
+        for r in records.iter() {
+            let result = self.record(r);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+
     /// Whether a record written now would land. The proxy asks before it answers a request whose
     /// record is only complete when the response body ends.
     fn ready(&self) -> Result<(), AuditError> {
@@ -325,10 +348,12 @@ impl JsonlFile {
 
 impl AuditSink for JsonlFile {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        let result = self.write_line(r);
-        self.failed
-            .store(result.is_err(), std::sync::atomic::Ordering::Relaxed);
-        result
+        self.write_lines(std::slice::from_ref(r))
+    }
+
+    /// One write for all of them.
+    fn record_all(&self, records: &mut [AuditRecord]) -> Result<(), AuditError> {
+        self.write_lines(records)
     }
 
     fn ready(&self) -> Result<(), AuditError> {
@@ -343,24 +368,37 @@ impl AuditSink for JsonlFile {
 }
 
 impl JsonlFile {
-    fn write_line(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        let mut line = serde_json::to_vec(r).unwrap_or_default();
-        line.push(b'\n');
+    /// Write `records` as lines in one write; the outcome is what `ready` says next.
+    fn write_lines(&self, records: &[AuditRecord]) -> Result<(), AuditError> {
+        let result = self.append(records);
+        self.failed
+            .store(result.is_err(), std::sync::atomic::Ordering::Relaxed);
+        result
+    }
+
+    fn append(&self, records: &[AuditRecord]) -> Result<(), AuditError> {
+        let mut lines = Vec::with_capacity(256 * records.len());
+        for r in records {
+            // Serialising our own record types into memory cannot fail.
+            if serde_json::to_writer(&mut lines, r).is_ok() {
+                lines.push(b'\n');
+            }
+        }
         let mut state = self
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if state.1 + line.len() as u64 > self.max_bytes && state.1 > 0 {
+        if state.1 + lines.len() as u64 > self.max_bytes && state.1 > 0 {
             self.rotate(&mut state)?;
         }
         state
             .0
-            .write_all(&line)
+            .write_all(&lines)
             .map_err(|source| AuditError::Write {
                 path: self.path.clone(),
                 source,
             })?;
-        state.1 += line.len() as u64;
+        state.1 += lines.len() as u64;
         Ok(())
     }
 }

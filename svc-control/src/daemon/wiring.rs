@@ -293,6 +293,17 @@ impl NamedAudit {
     }
 }
 
+impl NamedAudit {
+    /// The sandbox's name, where the record has none and the sandbox is known.
+    fn name(&self, r: &mut AuditRecord) {
+        if r.sandbox_name.is_none()
+            && let Some(s) = self.registry.by_id(r.sandbox)
+        {
+            r.sandbox_name = Some(s.name.clone());
+        }
+    }
+}
+
 impl AuditSink for NamedAudit {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
         match (&r.sandbox_name, self.registry.by_id(r.sandbox)) {
@@ -303,6 +314,25 @@ impl AuditSink for NamedAudit {
             }
             _ => self.write(r),
         }
+    }
+
+    fn record_owned(&self, mut r: AuditRecord) -> Result<(), AuditError> {
+        self.name(&mut r);
+        self.write(&r)
+    }
+
+    fn record_all(&self, records: &mut [AuditRecord]) -> Result<(), AuditError> {
+        for r in records.iter_mut() {
+            self.name(r);
+        }
+        let result = self.inner.record_all(records);
+        for r in records.iter() {
+            match &result {
+                Ok(()) => self.metrics.record(r),
+                Err(_) => self.metrics.audit_failed(),
+            }
+        }
+        result
     }
 
     fn ready(&self) -> Result<(), AuditError> {

@@ -145,7 +145,9 @@ impl H1Pool {
         loop {
             let (mut lease, reused) = match self.checkout(&origin) {
                 Some(lease) => (lease, true),
-                None => (self.connect(&origin, &uri).await?, false),
+                // Boxed: a connection's set-up (TLS state included) is kilobytes of future that
+                // every request's future would otherwise carry and copy, for the few that connect.
+                None => (Box::pin(self.connect(&origin, &uri)).await?, false),
             };
             *req.uri_mut() = if lease.absolute {
                 uri.clone()

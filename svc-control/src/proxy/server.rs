@@ -349,6 +349,14 @@ impl Proxy {
         }
     }
 
+    /// The same proxy with its records gathered in `batched` (one serving thread's).
+    fn with_audit(self, batched: Arc<crate::audit::Batched>) -> Self {
+        Self {
+            audit: batched,
+            ..self
+        }
+    }
+
     /// Serve on `addr` from `threads` threads of their own (`per_core`): each accepts from its
     /// own listener in one `SO_REUSEPORT` group and runs its connections, from ClientHello to
     /// upstream and back, on its own single-threaded runtime with its own upstream pools — no
@@ -368,17 +376,26 @@ impl Proxy {
             .into_iter()
             .enumerate()
             .map(|(i, listener)| {
-                let (proxy, mut shutdown) = (Arc::new(self.with_own_pools()), shutdown.clone());
-                crate::per_core::spawn(format!("proxy-{i}"), move || async move {
-                    let Ok(listener) = TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    proxy
-                        .serve(listener, async move {
-                            let _ = shutdown.wait_for(|s| *s).await;
-                        })
-                        .await;
-                })
+                // Each thread's audit records are written together at the end of each turn of
+                // its loop (one write for the requests it finished then, not one each).
+                let batched = crate::audit::Batched::new(self.audit.clone());
+                let flush = batched.clone();
+                let proxy = Arc::new(self.with_own_pools().with_audit(batched));
+                let mut shutdown = shutdown.clone();
+                crate::per_core::spawn_with(
+                    format!("proxy-{i}"),
+                    move || flush.flush(),
+                    move || async move {
+                        let Ok(listener) = TcpListener::from_std(listener) else {
+                            return;
+                        };
+                        proxy
+                            .serve(listener, async move {
+                                let _ = shutdown.wait_for(|s| *s).await;
+                            })
+                            .await;
+                    },
+                )
             })
             .collect()
     }
@@ -1042,7 +1059,7 @@ impl Proxy {
                     }
                 }
                 closed.duration_ms = ms(started);
-                let _ = audit.record(&AuditRecord {
+                let _ = audit.record_owned(AuditRecord {
                     time: rfc3339(SystemTime::now()),
                     sandbox_name: None,
                     sandbox: id,
@@ -1126,7 +1143,7 @@ impl Proxy {
     }
 
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
-        let _ = self.audit.record(&AuditRecord {
+        let _ = self.audit.record_owned(AuditRecord {
             time: rfc3339(SystemTime::now()),
             sandbox_name: None,
             sandbox,
@@ -1201,7 +1218,7 @@ impl Drop for PendingRecord {
             record.bytes_up = self.bytes_up.load(Ordering::Relaxed);
             record.bytes_down = self.bytes_down;
             record.duration_ms = ms(self.started);
-            if let Err(e) = self.audit.record(&AuditRecord {
+            if let Err(e) = self.audit.record_owned(AuditRecord {
                 time: rfc3339(SystemTime::now()),
                 sandbox_name: None,
                 sandbox: self.sandbox,

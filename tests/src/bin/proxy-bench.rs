@@ -30,7 +30,7 @@ use hyper::{Request, Response, body::Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use svc_control::{
-    audit::{AuditError, AuditRecord, AuditSink},
+    audit::JsonlFile,
     config::{egress, host::HostConfig},
     policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
     proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
@@ -76,12 +76,21 @@ impl Resolve for Second {
     }
 }
 
-/// Records are serialised as the file sink would, then thrown away: the cost stays in the run.
-struct Discard;
-impl AuditSink for Discard {
-    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        std::hint::black_box(serde_json::to_vec(r).unwrap_or_default());
-        Ok(())
+/// Where a proxy of the benchmark writes its audit records: a JSON-lines file, as svcd's proxy
+/// writes them (one write per request), in a scratch directory removed when this is dropped.
+struct AuditDir(std::path::PathBuf);
+
+impl AuditDir {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(svc_tests::unique("svcpxaudit"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for AuditDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -309,10 +318,13 @@ fn row(name: &str, direct: &Figures, proxied: &Figures) {
     );
 }
 
+/// The proxy as svcd makes it for one sandbox allowed `NAME:port`, its audit records written to
+/// `audit_dir/audit.jsonl` by svcd's own sink.
 fn make_proxy(
     port: u16,
     upstream_root: rustls::pki_types::CertificateDer<'static>,
     ca: Arc<SandboxCa>,
+    audit_dir: &Path,
 ) -> Arc<Proxy> {
     let egress = egress::parse(Path::new("config.yaml"), "").unwrap();
     let extra = [HostPattern::parse(&format!("{NAME}:{port}")).unwrap()];
@@ -322,7 +334,7 @@ fn make_proxy(
         Arc::new(One(Arc::new(ProxySandbox { id: 1, policy, ca }))),
         Arc::new(NoTokens),
         Arc::new(Second),
-        Arc::new(Discard),
+        Arc::new(JsonlFile::open(audit_dir.join("audit.jsonl"), 1 << 30).unwrap()),
     ))
 }
 
@@ -333,7 +345,7 @@ fn proxy_child(port: u16, dir: &Path) {
         rustls::pki_types::CertificateDer::from(std::fs::read(dir.join("upstream.der")).unwrap());
     let ca = Arc::new(SandboxCa::generate("bench-child").unwrap());
     std::fs::write(dir.join("sandbox.der"), ca.ca_der().as_ref()).unwrap();
-    let proxy = make_proxy(port, upstream_root, ca);
+    let proxy = make_proxy(port, upstream_root, ca, dir);
     // As svcd serves it: one thread per CPU it may run on (one when pinned).
     let (_stop, stop) = tokio::sync::watch::channel(false);
     let threads = proxy
@@ -974,11 +986,12 @@ fn main() {
     // The same port on both loopback addresses: the guest's Host names the upstream's port.
     // The proxy served as svcd serves it (one thread per core, see `per_core`).
     let (_stop, stop) = tokio::sync::watch::channel(false);
+    let audit = AuditDir::new();
     let (port, up_l) = rt.block_on(async {
         loop {
             let up = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
             let port = up.local_addr().unwrap().port();
-            let proxy = make_proxy(port, upstream_ca.ca_der(), sandbox_ca.clone());
+            let proxy = make_proxy(port, upstream_ca.ca_der(), sandbox_ca.clone(), &audit.0);
             if proxy
                 .serve_threads(
                     ([127, 0, 0, 1], port).into(),

@@ -1,0 +1,213 @@
+//! A serving thread's records, gathered over one turn of its event loop and written together:
+//! a thread serving many connections at once finishes several requests per turn, and the file
+//! then takes one write for all of their records instead of one each (a database's group
+//! commit). Records wait at most until the thread runs out of ready work — the loop's
+//! `before_park` calls [`Batched::flush`] — or until [`FLUSH_AT`] are waiting.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::{AuditError, AuditRecord, AuditSink};
+
+/// Records waiting before they are written at once, without waiting for the turn to end.
+pub const FLUSH_AT: usize = 64;
+
+/// The batching sink in front of `inner`, for one serving thread.
+pub struct Batched {
+    inner: Arc<dyn AuditSink>,
+    waiting: Mutex<Vec<AuditRecord>>,
+}
+
+impl Batched {
+    pub fn new(inner: Arc<dyn AuditSink>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            waiting: Mutex::new(Vec::with_capacity(FLUSH_AT)),
+        })
+    }
+
+    /// Write what is waiting. A failure is the inner sink's to report through `ready` (the
+    /// proxy then refuses requests until a write lands); it is logged here with the count lost.
+    pub fn flush(&self) {
+        let mut batch = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            if waiting.is_empty() {
+                return;
+            }
+            std::mem::replace(&mut *waiting, Vec::with_capacity(FLUSH_AT))
+        };
+        if let Err(e) = self.inner.record_all(&mut batch) {
+            let mut chain = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                chain.push_str(": ");
+                chain.push_str(&s.to_string());
+                source = s.source();
+            }
+            tracing::error!(target: "svc::audit", records = batch.len(), error = %chain, "audit records lost");
+        }
+    }
+}
+
+impl AuditSink for Batched {
+    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        self.record_owned(r.clone())
+    }
+
+    fn record_owned(&self, r: AuditRecord) -> Result<(), AuditError> {
+        let full = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            waiting.push(r);
+            waiting.len() >= FLUSH_AT
+        };
+        if full {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    fn ready(&self) -> Result<(), AuditError> {
+        self.inner.ready()
+    }
+}
+
+impl Drop for Batched {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::audit::{AuditEvent, HttpEvent, JsonlFile};
+
+    fn record(n: u32) -> AuditRecord {
+        AuditRecord {
+            time: "2026-11-25T00:00:00.000Z".into(),
+            sandbox: n,
+            sandbox_name: None,
+            event: AuditEvent::Http(HttpEvent {
+                host: Some("api.example.test".into()),
+                method: "GET".into(),
+                path: Some(format!("/{n}")),
+                status: 200,
+                decision: "allow",
+                rule: "open-host".into(),
+                credential: "none",
+                bytes_up: 0,
+                bytes_down: 2,
+                duration_ms: 1,
+                upgrade: None,
+            }),
+        }
+    }
+
+    /// The sandbox of every line in the file, in order.
+    fn lines(path: &std::path::Path) -> Vec<u64> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["sandbox"]
+                    .as_u64()
+                    .expect("sandbox")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_wait_for_a_flush_or_a_full_batch_and_land_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let batched = Batched::new(Arc::new(JsonlFile::open(&path, 1 << 20).expect("open")));
+        for n in 0..3 {
+            batched.record_owned(record(n)).expect("queued");
+        }
+        assert_eq!(
+            lines(&path),
+            Vec::<u64>::new(),
+            "nothing written before the turn ends"
+        );
+        batched.flush();
+        assert_eq!(lines(&path), [0, 1, 2]);
+        for n in 3..3 + FLUSH_AT as u32 {
+            batched.record_owned(record(n)).expect("queued");
+        }
+        assert_eq!(
+            lines(&path).len(),
+            3 + FLUSH_AT,
+            "a full batch goes at once"
+        );
+        batched.record(&record(1000)).expect("queued");
+        drop(batched);
+        assert_eq!(
+            lines(&path).last(),
+            Some(&1000),
+            "dropping the sink writes the rest"
+        );
+        let got = lines(&path);
+        assert!(
+            got[..got.len() - 1].windows(2).all(|w| w[0] + 1 == w[1]),
+            "{got:?}"
+        );
+    }
+
+    /// On a serving thread, records written by its tasks are in the file once the thread has
+    /// run out of work, with no flush by anyone.
+    #[test]
+    fn a_serving_thread_writes_its_records_when_it_runs_out_of_work() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let batched = Batched::new(Arc::new(JsonlFile::open(&path, 1 << 20).expect("open")));
+        let (flush, sink) = (batched.clone(), batched.clone());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = crate::per_core::spawn_with(
+            "audit-test".into(),
+            move || flush.flush(),
+            move || async move {
+                for n in 0..5 {
+                    tokio::spawn({
+                        let sink = sink.clone();
+                        async move {
+                            let _ = sink.record_owned(record(n));
+                        }
+                    });
+                }
+                tokio::task::yield_now().await;
+                let _ = done_tx.send(());
+                let _ = stop_rx.await;
+            },
+        )
+        .expect("thread");
+        done_rx.recv().expect("the tasks ran");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while lines(&path).len() < 5 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            lines(&path),
+            [0, 1, 2, 3, 4],
+            "written while the thread waits"
+        );
+        let _ = stop_tx.send(());
+        thread.join().expect("joined");
+    }
+
+    #[test]
+    fn a_failed_batch_makes_the_sink_not_ready() {
+        // /dev/full fails every write with ENOSPC: a real full disk.
+        let batched = Batched::new(Arc::new(
+            JsonlFile::open("/dev/full", 1 << 20).expect("open"),
+        ));
+        batched.record_owned(record(1)).expect("queued");
+        assert!(batched.ready().is_ok(), "ready until a write fails");
+        batched.flush();
+        let e = batched
+            .ready()
+            .expect_err("not ready after the failed write");
+        assert!(e.to_string().contains("/dev/full"), "{e}");
+    }
+}
