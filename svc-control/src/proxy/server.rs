@@ -563,13 +563,15 @@ impl Proxy {
                 .as_ref()
                 .and_then(|v| v.lock().ok()?.pop_front())
                 .unwrap_or(false);
-            async move {
+            // Boxed: hyper moves a service's future several times on its way into the task
+            // that runs it (HTTP/2: a task per stream), and a request's is kilobytes.
+            Box::pin(async move {
                 Ok::<_, Infallible>(
                     proxy
                         .request(&sandbox, Scheme::Https, &sni, req, both_lengths)
                         .await,
                 )
-            }
+            })
         });
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
