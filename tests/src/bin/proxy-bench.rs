@@ -82,7 +82,7 @@ struct AuditDir(std::path::PathBuf);
 
 impl AuditDir {
     fn new() -> Self {
-        let dir = std::env::temp_dir().join(svc_tests::unique("svcpxaudit"));
+        let dir = std::env::temp_dir().join(svc_tests::unique("svcaud"));
         std::fs::create_dir_all(&dir).unwrap();
         Self(dir)
     }
