@@ -48,6 +48,36 @@ impl Batched {
     }
 }
 
+thread_local! {
+    /// The batch of the serving thread this is, if it gathers records (see [`Batched::enter`]).
+    static THIS_THREAD: std::cell::RefCell<Option<Arc<Batched>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl Batched {
+    /// Make this the batch of the current thread: [`record_here`] calls for its inner sink on
+    /// this thread go to it. For a serving thread whose state is shared with other threads (the
+    /// DNS guard), where the sink cannot be swapped per thread.
+    pub fn enter(self: &Arc<Self>) {
+        THIS_THREAD.with(|t| *t.borrow_mut() = Some(self.clone()));
+    }
+}
+
+/// `r` into `sink` — through this thread's batch if it has one in front of that same sink,
+/// else straight away.
+pub fn record_here(sink: &Arc<dyn AuditSink>, r: AuditRecord) -> Result<(), AuditError> {
+    let batch = THIS_THREAD.with(|t| {
+        t.borrow()
+            .as_ref()
+            .filter(|b| std::ptr::addr_eq(Arc::as_ptr(&b.inner), Arc::as_ptr(sink)))
+            .cloned()
+    });
+    match batch {
+        Some(batch) => batch.record_owned(r),
+        None => sink.record_owned(r),
+    }
+}
+
 impl AuditSink for Batched {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
         self.record_owned(r.clone())
@@ -194,6 +224,37 @@ mod tests {
         );
         let _ = stop_tx.send(());
         thread.join().expect("joined");
+    }
+
+    /// A thread that entered a batch sends records for that batch's sink through it, and
+    /// records for any other sink straight on.
+    #[test]
+    fn records_here_go_through_this_threads_batch_for_its_own_sink_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (batched_path, other_path) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+        let sink: Arc<dyn AuditSink> =
+            Arc::new(JsonlFile::open(&batched_path, 1 << 20).expect("open"));
+        let other: Arc<dyn AuditSink> =
+            Arc::new(JsonlFile::open(&other_path, 1 << 20).expect("open"));
+        let batched = Batched::new(sink.clone());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                batched.enter();
+                record_here(&sink, record(1)).expect("queued");
+                record_here(&other, record(2)).expect("written");
+                assert_eq!(
+                    lines(&batched_path),
+                    Vec::<u64>::new(),
+                    "waits in the batch"
+                );
+                assert_eq!(lines(&other_path), [2], "another sink is written at once");
+                batched.flush();
+                assert_eq!(lines(&batched_path), [1]);
+            });
+        });
+        // Another thread has no batch: straight to the file.
+        record_here(&sink, record(3)).expect("written");
+        assert_eq!(lines(&batched_path), [1, 3]);
     }
 
     #[test]

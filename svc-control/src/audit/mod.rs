@@ -16,7 +16,7 @@ pub mod query;
 
 /// Records gathered over one turn of a serving thread's event loop and written together.
 mod batched;
-pub use batched::Batched;
+pub use batched::{Batched, record_here};
 
 use schemars::JsonSchema;
 use serde::Serialize;

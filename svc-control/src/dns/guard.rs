@@ -433,12 +433,16 @@ impl Guard {
     }
 
     fn record(&self, sandbox: u32, event: DnsEvent) {
-        let _ = self.audit.record(&AuditRecord {
-            time: rfc3339(SystemTime::now()),
-            sandbox_name: None,
-            sandbox,
-            event: AuditEvent::Dns(event),
-        });
+        // On a serving thread, gathered with the rest of its turn (see `serve_udp_threads`).
+        let _ = crate::audit::record_here(
+            &self.audit,
+            AuditRecord {
+                time: rfc3339(SystemTime::now()),
+                sandbox_name: None,
+                sandbox,
+                event: AuditEvent::Dns(event),
+            },
+        );
     }
 
     /// Serve UDP until `shutdown` completes.
@@ -485,16 +489,26 @@ impl Guard {
             .enumerate()
             .map(|(i, socket)| {
                 let (guard, mut shutdown) = (self.clone(), shutdown.clone());
-                crate::per_core::spawn(format!("dns-guard-{i}"), move || async move {
-                    let Ok(socket) = UdpSocket::from_std(socket) else {
-                        return;
-                    };
-                    guard
-                        .serve_udp_on(socket, 1, async move {
-                            let _ = shutdown.wait_for(|s| *s).await;
-                        })
-                        .await;
-                })
+                // The thread's audit records (one per question) are written together at the
+                // end of each turn of its loop, as the proxy's are: one write for a batch of
+                // questions read with one `recvmmsg`, not one each.
+                let batched = crate::audit::Batched::new(self.audit.clone());
+                let flush = batched.clone();
+                crate::per_core::spawn_with(
+                    format!("dns-guard-{i}"),
+                    move || flush.flush(),
+                    move || async move {
+                        batched.enter();
+                        let Ok(socket) = UdpSocket::from_std(socket) else {
+                            return;
+                        };
+                        guard
+                            .serve_udp_on(socket, 1, async move {
+                                let _ = shutdown.wait_for(|s| *s).await;
+                            })
+                            .await;
+                    },
+                )
             })
             .collect()
     }
