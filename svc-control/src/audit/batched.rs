@@ -111,27 +111,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::audit::{AuditEvent, HttpEvent, JsonlFile};
+    use crate::audit::JsonlFile;
 
     fn record(n: u32) -> AuditRecord {
-        AuditRecord {
-            time: "2026-11-25T00:00:00.000Z".into(),
-            sandbox: n,
-            sandbox_name: None,
-            event: AuditEvent::Http(HttpEvent {
-                host: Some("api.example.test".into()),
-                method: "GET".into(),
-                path: Some(format!("/{n}")),
-                status: 200,
-                decision: "allow",
-                rule: "open-host".into(),
-                credential: "none",
-                bytes_up: 0,
-                bytes_down: 2,
-                duration_ms: 1,
-                upgrade: None,
-            }),
-        }
+        crate::audit::tests::http_record(n, &format!("/{n}"))
     }
 
     /// The sandbox of every line in the file, in order.

@@ -492,22 +492,19 @@ impl<'de> serde::de::Visitor<'de> for StrictVisitor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn a_failed_write_makes_the_sink_not_ready() {
-        // /dev/full takes the open and fails every write with ENOSPC: a real full disk.
-        let sink = JsonlFile::open("/dev/full", 1 << 20).unwrap();
-        assert!(sink.ready().is_ok(), "ready until a write fails");
-        let r = AuditRecord {
+    /// An allowed GET's record for `sandbox` and `path`.
+    pub(crate) fn http_record(sandbox: u32, path: &str) -> AuditRecord {
+        AuditRecord {
             time: "2026-11-21T00:00:00.000Z".into(),
-            sandbox: 1,
+            sandbox,
             sandbox_name: None,
             event: AuditEvent::Http(HttpEvent {
                 host: Some("api.example.test".into()),
                 method: "GET".into(),
-                path: Some("/".into()),
+                path: Some(path.into()),
                 status: 200,
                 decision: "allow",
                 rule: "open-host".into(),
@@ -517,7 +514,15 @@ mod tests {
                 duration_ms: 1,
                 upgrade: None,
             }),
-        };
+        }
+    }
+
+    #[test]
+    fn a_failed_write_makes_the_sink_not_ready() {
+        // /dev/full takes the open and fails every write with ENOSPC: a real full disk.
+        let sink = JsonlFile::open("/dev/full", 1 << 20).unwrap();
+        assert!(sink.ready().is_ok(), "ready until a write fails");
+        let r = http_record(1, "/");
         let err = sink.record(&r).unwrap_err();
         assert!(err.to_string().contains("/dev/full"), "{err}");
         assert!(sink.ready().is_err(), "not ready after a failed write");
