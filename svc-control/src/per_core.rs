@@ -62,10 +62,34 @@ where
     spawn_with(name, || {}, serve)
 }
 
+/// [`spawn`], the thread's audit records for `audit` gathered over each turn of its loop and
+/// written together when the turn ends (`audit::Batched`; records go through
+/// `audit::record_here`): one write for the requests or questions it finished in that turn.
+pub fn spawn_with_audit<F, Fut>(
+    name: String,
+    audit: &std::sync::Arc<dyn crate::audit::AuditSink>,
+    serve: F,
+) -> std::io::Result<JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let batched = crate::audit::Batched::new(audit.clone());
+    let flush = batched.clone();
+    spawn_with(
+        name,
+        move || flush.flush(),
+        move || {
+            batched.enter();
+            serve()
+        },
+    )
+}
+
 /// [`spawn`], calling `before_park` whenever the thread has run all its ready work and is about
 /// to wait for more (the end of each turn of its event loop): where work gathered over a turn
 /// is finished together (audit records written at once).
-pub fn spawn_with<F, Fut>(
+pub(crate) fn spawn_with<F, Fut>(
     name: String,
     before_park: impl Fn() + Send + Sync + 'static,
     serve: F,

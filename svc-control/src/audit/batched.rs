@@ -56,8 +56,7 @@ thread_local! {
 
 impl Batched {
     /// Make this the batch of the current thread: [`record_here`] calls for its inner sink on
-    /// this thread go to it. For a serving thread whose state is shared with other threads (the
-    /// DNS guard), where the sink cannot be swapped per thread.
+    /// this thread go to it (`per_core::spawn_with_audit` does this for a serving thread).
     pub fn enter(self: &Arc<Self>) {
         THIS_THREAD.with(|t| *t.borrow_mut() = Some(self.clone()));
     }
@@ -167,35 +166,30 @@ mod tests {
         );
     }
 
-    /// On a serving thread, records written by its tasks are in the file once the thread has
-    /// run out of work, with no flush by anyone.
+    /// On a serving thread (`per_core::spawn_with_audit`), records for its sink wait in the
+    /// thread's batch and are in the file once the thread has run out of work, with no flush by
+    /// anyone.
     #[test]
     fn a_serving_thread_writes_its_records_when_it_runs_out_of_work() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.jsonl");
-        let batched = Batched::new(Arc::new(JsonlFile::open(&path, 1 << 20).expect("open")));
-        let (flush, sink) = (batched.clone(), batched.clone());
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let sink: Arc<dyn AuditSink> = Arc::new(JsonlFile::open(&path, 1 << 20).expect("open"));
+        let (written_tx, written_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = crate::per_core::spawn_with(
-            "audit-test".into(),
-            move || flush.flush(),
-            move || async move {
+        let (in_thread, file) = (sink.clone(), path.clone());
+        let thread = crate::per_core::spawn_with_audit("audit-test".into(), &sink, move || {
+            async move {
                 for n in 0..5 {
-                    tokio::spawn({
-                        let sink = sink.clone();
-                        async move {
-                            let _ = sink.record_owned(record(n));
-                        }
-                    });
+                    let _ = record_here(&in_thread, record(n));
                 }
-                tokio::task::yield_now().await;
-                let _ = done_tx.send(());
+                // Still in the turn that made them: nothing written yet.
+                let _ = written_tx.send(lines(&file));
                 let _ = stop_rx.await;
-            },
-        )
+            }
+        })
         .expect("thread");
-        done_rx.recv().expect("the tasks ran");
+        let during = written_rx.recv().expect("the thread ran");
+        assert_eq!(during, Vec::<u64>::new(), "held until the turn ends");
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while lines(&path).len() < 5 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));

@@ -492,13 +492,10 @@ impl Guard {
                 // The thread's audit records (one per question) are written together at the
                 // end of each turn of its loop, as the proxy's are: one write for a batch of
                 // questions read with one `recvmmsg`, not one each.
-                let batched = crate::audit::Batched::new(self.audit.clone());
-                let flush = batched.clone();
-                crate::per_core::spawn_with(
+                crate::per_core::spawn_with_audit(
                     format!("dns-guard-{i}"),
-                    move || flush.flush(),
+                    &self.audit,
                     move || async move {
-                        batched.enter();
                         let Ok(socket) = UdpSocket::from_std(socket) else {
                             return;
                         };

@@ -349,14 +349,6 @@ impl Proxy {
         }
     }
 
-    /// The same proxy with its records gathered in `batched` (one serving thread's).
-    fn with_audit(self, batched: Arc<crate::audit::Batched>) -> Self {
-        Self {
-            audit: batched,
-            ..self
-        }
-    }
-
     /// Serve on `addr` from `threads` threads of their own (`per_core`): each accepts from its
     /// own listener in one `SO_REUSEPORT` group and runs its connections, from ClientHello to
     /// upstream and back, on its own single-threaded runtime with its own upstream pools — no
@@ -376,15 +368,13 @@ impl Proxy {
             .into_iter()
             .enumerate()
             .map(|(i, listener)| {
+                let proxy = Arc::new(self.with_own_pools());
+                let mut shutdown = shutdown.clone();
                 // Each thread's audit records are written together at the end of each turn of
                 // its loop (one write for the requests it finished then, not one each).
-                let batched = crate::audit::Batched::new(self.audit.clone());
-                let flush = batched.clone();
-                let proxy = Arc::new(self.with_own_pools().with_audit(batched));
-                let mut shutdown = shutdown.clone();
-                crate::per_core::spawn_with(
+                crate::per_core::spawn_with_audit(
                     format!("proxy-{i}"),
-                    move || flush.flush(),
+                    &self.audit,
                     move || async move {
                         let Ok(listener) = TcpListener::from_std(listener) else {
                             return;
@@ -1061,12 +1051,15 @@ impl Proxy {
                     }
                 }
                 closed.duration_ms = ms(started);
-                let _ = audit.record_owned(AuditRecord {
-                    time: rfc3339(SystemTime::now()),
-                    sandbox_name: None,
-                    sandbox: id,
-                    event: crate::audit::AuditEvent::Http(closed),
-                });
+                let _ = crate::audit::record_here(
+                    &audit,
+                    AuditRecord {
+                        time: rfc3339(SystemTime::now()),
+                        sandbox_name: None,
+                        sandbox: id,
+                        event: crate::audit::AuditEvent::Http(closed),
+                    },
+                );
             });
             return Response::from_parts(
                 rparts,
@@ -1145,12 +1138,15 @@ impl Proxy {
     }
 
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
-        let _ = self.audit.record_owned(AuditRecord {
-            time: rfc3339(SystemTime::now()),
-            sandbox_name: None,
-            sandbox,
-            event: crate::audit::AuditEvent::Http(e),
-        });
+        let _ = crate::audit::record_here(
+            &self.audit,
+            AuditRecord {
+                time: rfc3339(SystemTime::now()),
+                sandbox_name: None,
+                sandbox,
+                event: crate::audit::AuditEvent::Http(e),
+            },
+        );
     }
 
     fn audit_conn(&self, sandbox: u32, reason: String) {
@@ -1220,12 +1216,15 @@ impl Drop for PendingRecord {
             record.bytes_up = self.bytes_up.load(Ordering::Relaxed);
             record.bytes_down = self.bytes_down;
             record.duration_ms = ms(self.started);
-            if let Err(e) = self.audit.record_owned(AuditRecord {
-                time: rfc3339(SystemTime::now()),
-                sandbox_name: None,
-                sandbox: self.sandbox,
-                event: crate::audit::AuditEvent::Http(record),
-            }) {
+            if let Err(e) = crate::audit::record_here(
+                &self.audit,
+                AuditRecord {
+                    time: rfc3339(SystemTime::now()),
+                    sandbox_name: None,
+                    sandbox: self.sandbox,
+                    event: crate::audit::AuditEvent::Http(record),
+                },
+            ) {
                 eprintln!("svc proxy: audit record lost: {e}");
             }
         }
@@ -1396,14 +1395,13 @@ impl Upstreams {
                 b.wrap_connector(http.clone())
             }
         };
-        let pooled = |h2: bool| {
-            Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(connector(h2))
-        };
         Self {
             h1: super::h1_pool::H1Pool::new(connector(false)),
-            h2: super::pools::Pools::new(|| pooled(true)),
+            h2: super::pools::Pools::new(|| {
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .build(connector(true))
+            }),
             upgrade: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
                 .build(connector(false)),
