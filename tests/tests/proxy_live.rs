@@ -765,27 +765,7 @@ fn large_bodies_stream_both_ways() {
             text.contains(&format!("bytes={}", 64 * 1024 * 1024)),
             "{version}: the upstream received every byte: {text}"
         );
-        let out = Command::new("curl")
-            .args([
-                "-sS",
-                "--max-time",
-                "20",
-                version,
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{size_download}",
-                "--cacert",
-            ])
-            .arg(&w.ca_pem)
-            .arg("--connect-to")
-            .arg(format!(
-                "api.example.test:{}:127.0.0.1:{}",
-                w.port, w.proxy_port
-            ))
-            .arg(format!("https://api.example.test:{}/big", w.port))
-            .output()
-            .unwrap();
+        let out = curl_repeated(&w, version, "/big", 1, "%{size_download}");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             (64 * 1024 * 1024).to_string(),

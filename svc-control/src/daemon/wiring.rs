@@ -285,11 +285,18 @@ pub struct NamedAudit {
 impl NamedAudit {
     fn write(&self, r: &AuditRecord) -> Result<(), AuditError> {
         let result = self.inner.record(r);
-        match &result {
-            Ok(()) => self.metrics.record(r),
-            Err(_) => self.metrics.audit_failed(),
-        }
+        self.count(std::slice::from_ref(r), &result);
         result
+    }
+
+    /// Each record written counted, or each one lost.
+    fn count(&self, records: &[AuditRecord], result: &Result<(), AuditError>) {
+        for r in records {
+            match result {
+                Ok(()) => self.metrics.record(r),
+                Err(_) => self.metrics.audit_failed(),
+            }
+        }
     }
 }
 
@@ -326,12 +333,7 @@ impl AuditSink for NamedAudit {
             self.name(r);
         }
         let result = self.inner.record_all(records);
-        for r in records.iter() {
-            match &result {
-                Ok(()) => self.metrics.record(r),
-                Err(_) => self.metrics.audit_failed(),
-            }
-        }
+        self.count(records, &result);
         result
     }
 
