@@ -705,7 +705,7 @@ fn class_denied_addresses_never_enter_the_allow_maps() {
 #[test]
 fn an_answer_already_in_the_fence_is_not_written_again_and_anything_less_is() {
     use std::time::Duration;
-    use svc_control::dataplane::{AllowEntry, PortRule, WEB};
+    use svc_control::dataplane::{AllowEntry, Carry, PortRule, WEB};
     require_root();
     let mut loaded = fixture::load(EgressMode::Curated, TEST_RUN_IFINDEX);
     let addr = Ipv4Addr::new(192, 0, 2, 50);
@@ -732,16 +732,23 @@ fn an_answer_already_in_the_fence_is_not_written_again_and_anything_less_is() {
     );
     assert!(
         add(&entry(1_000, vec![PortRule::Tcp(8443)])),
-        "other rules are written (and replace the entry)"
+        "another name's rules on the address are written, beside the first's"
     );
     assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().passed());
-    assert!(loaded.fence.test_run(&syn_to(443)).unwrap().dropped());
+    assert!(loaded.fence.test_run(&syn_to(443)).unwrap().passed());
+    assert!(
+        !loaded
+            .fence
+            .add_allow(TEST_RUN_IFINDEX, &entry(1_000, vec![PortRule::Tcp(80)]))
+            .unwrap(),
+        "rules already among the entry's are in force"
+    );
 
     // A new generation that leaves the address behind: the next answer must write it again,
     // and it is in force again.
     loaded
         .fence
-        .regenerate(TEST_RUN_IFINDEX, |_| false)
+        .regenerate(TEST_RUN_IFINDEX, |_| Carry::Drop)
         .unwrap();
     assert!(loaded.fence.test_run(&syn_to(8443)).unwrap().dropped());
     assert!(
@@ -782,4 +789,97 @@ fn an_answer_already_in_the_fence_is_not_written_again_and_anything_less_is() {
             .unwrap()
     );
     assert!(loaded.fence.test_run(&syn_to(443)).unwrap().passed());
+}
+
+#[test]
+fn names_sharing_an_address_open_all_their_ports_and_a_policy_change_narrows_it() {
+    use std::time::Duration;
+    use svc_control::dataplane::{AllowEntry, Carry, PortRule, WEB};
+    require_root();
+    let mut loaded = fixture::load(EgressMode::Curated, TEST_RUN_IFINDEX);
+    let shared = Ipv4Addr::new(192, 0, 2, 60);
+    let alone = Ipv4Addr::new(192, 0, 2, 61);
+    let answer = |addr: Ipv4Addr, ttl_ms: u64, idle_ms: u64, rules: Vec<PortRule>| AllowEntry {
+        addr: addr.into(),
+        rules,
+        host_id: 8,
+        ttl: Some(Duration::from_millis(ttl_ms)),
+        idle: Duration::from_millis(idle_ms),
+    };
+    let db = |ttl_ms, idle_ms| answer(shared, ttl_ms, idle_ms, vec![PortRule::Tcp(5432)]);
+    let opens = |loaded: &mut fixture::Loaded, addr: Ipv4Addr, port: u16| {
+        loaded
+            .fence
+            .test_run(&ipv4(GUEST, addr, TCP, &tcp(1, port, SYN)))
+            .unwrap()
+            .passed()
+    };
+    let add = |loaded: &mut fixture::Loaded, e: &AllowEntry| {
+        loaded.fence.add_allow(TEST_RUN_IFINDEX, e).unwrap()
+    };
+
+    // api (the web ports) and db (5432) answered with one address: both names' ports open.
+    add(&mut loaded, &answer(shared, 60_000, 1_000, WEB.to_vec()));
+    add(&mut loaded, &db(60_000, 1_000));
+    add(&mut loaded, &answer(alone, 60_000, 1_000, WEB.to_vec()));
+    for port in [443, 80, 5432] {
+        assert!(opens(&mut loaded, shared, port), "port {port}");
+    }
+    assert!(!opens(&mut loaded, shared, 22), "no name opened 22");
+    assert!(
+        !add(&mut loaded, &answer(shared, 30_000, 1_000, WEB.to_vec())),
+        "api's repeat is already in force"
+    );
+
+    // api removed from the allowlist: the shared address keeps only db's port; an address
+    // nobody's names changed is carried as it is.
+    let only_db = |a: std::net::IpAddr| {
+        if a == std::net::IpAddr::from(shared) {
+            Carry::Only(vec![PortRule::Tcp(5432)])
+        } else {
+            Carry::Keep
+        }
+    };
+    loaded.fence.regenerate(TEST_RUN_IFINDEX, only_db).unwrap();
+    assert!(opens(&mut loaded, shared, 5432));
+    assert!(
+        !opens(&mut loaded, shared, 443),
+        "the removed name's port closed"
+    );
+    assert!(opens(&mut loaded, alone, 443), "the other address carried");
+
+    // Nothing the entry holds is kept: it leaves.
+    loaded
+        .fence
+        .regenerate(TEST_RUN_IFINDEX, |_| Carry::Only(vec![PortRule::Tcp(22)]))
+        .unwrap();
+    assert!(!opens(&mut loaded, shared, 5432));
+    assert!(!opens(&mut loaded, alone, 443));
+
+    // A dead entry is not merged: db's answer expired unused, api's does not bring it back.
+    add(&mut loaded, &db(200, 100));
+    std::thread::sleep(Duration::from_millis(400));
+    add(&mut loaded, &answer(shared, 60_000, 1_000, WEB.to_vec()));
+    assert!(opens(&mut loaded, shared, 443));
+    assert!(
+        !opens(&mut loaded, shared, 5432),
+        "the expired name's port stayed shut"
+    );
+
+    // An entry past its expiry but kept alive by traffic keeps its rules under that traffic.
+    loaded
+        .fence
+        .regenerate(TEST_RUN_IFINDEX, |_| Carry::Drop)
+        .unwrap();
+    add(&mut loaded, &db(200, 600));
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(opens(&mut loaded, shared, 5432), "traffic keeps it alive");
+    }
+    add(&mut loaded, &answer(shared, 60_000, 1_000, WEB.to_vec()));
+    assert!(opens(&mut loaded, shared, 443));
+    assert!(
+        opens(&mut loaded, shared, 5432),
+        "the busy name's port was cut by another name's answer"
+    );
 }

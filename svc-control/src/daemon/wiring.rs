@@ -177,23 +177,34 @@ impl Registry {
         }
     }
 
-    /// The addresses sandbox `id` was answered for whose names `still_allowed` refuses all
-    /// (an address answered for a kept name stays), and the addresses whose names are unknown
-    /// (bound before svcd restarted): both leave with a change of its allowlist.
-    pub fn lost_addresses(&self, id: u32, still_allowed: impl Fn(&str) -> bool) -> Vec<IpAddr> {
+    /// What a change of sandbox `id`'s allowlist leaves open of each address the guard
+    /// answered it with: the ports `ports_of` gives the address's names together (empty for a
+    /// name no longer allowed). An address whose names all left, or whose names died with a
+    /// previous svcd (bound before it restarted), gets none: it leaves the fence.
+    pub fn still_open(
+        &self,
+        id: u32,
+        ports_of: impl Fn(&str) -> Vec<u16>,
+    ) -> HashMap<IpAddr, Vec<u16>> {
         let Ok(b) = self.bindings.lock() else {
-            return Vec::new();
+            return HashMap::new();
         };
-        b.get(&id)
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, binding)| {
-                        binding.unknown || !binding.names.iter().any(|n| still_allowed(n))
-                    })
-                    .map(|(a, _)| *a)
-                    .collect()
+        let Some(mine) = b.get(&id) else {
+            return HashMap::new();
+        };
+        mine.iter()
+            .map(|(addr, binding)| {
+                let mut open: Vec<u16> = Vec::new();
+                if !binding.unknown {
+                    for port in binding.names.iter().flat_map(|n| ports_of(n)) {
+                        if !open.contains(&port) {
+                            open.push(port);
+                        }
+                    }
+                }
+                (*addr, open)
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// Forget `addrs` of sandbox `id` and tell the proxy to cut its connections to them.

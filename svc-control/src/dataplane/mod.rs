@@ -17,7 +17,7 @@ pub use fence::{
 };
 pub use link::{Links, configure_guest, disable_ipv6};
 pub use nft::{Nft, NftConfig};
-pub use sandbox::{AllowEntry, CidrEntry, PortRule, SandboxLink, WEB};
+pub use sandbox::{AllowEntry, Carry, CidrEntry, PortRule, SandboxLink, WEB};
 
 use std::path::PathBuf;
 

@@ -23,7 +23,6 @@ use crate::{
     policy::{
         destination::{self, HostNetwork},
         dns::{self, DnsDecision},
-        host::DEFAULT_PORTS,
     },
 };
 
@@ -218,7 +217,7 @@ impl Guard {
                 self.record(sandbox.id, event);
                 finish(reply, ResponseCode::NoError, &msg, transport)
             }
-            DnsDecision::Resolve { pattern } => {
+            DnsDecision::Resolve { ports } => {
                 let (rcode, records) = match self.resolve(question, &mut event).await {
                     Ok(r) => r,
                     Err(why) => {
@@ -230,9 +229,6 @@ impl Guard {
                 };
                 let (kept, removed) = self.filter(records);
                 event.removed = removed;
-                let ports: Vec<u16> = pattern
-                    .port
-                    .map_or_else(|| DEFAULT_PORTS.to_vec(), |p| vec![p]);
                 let entries: Vec<CommitEntry> = kept
                     .iter()
                     .filter_map(|r| {

@@ -20,11 +20,11 @@ use super::host::{Allowlist, HostKind, HostPattern, normalize_name};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "decision")]
 pub enum DnsDecision {
-    /// Resolve upstream; commit and answer. Carries the pattern that allowed the name (its
-    /// ports are what the answer's addresses open).
+    /// Resolve upstream; commit and answer. Carries the ports the answer's addresses open:
+    /// those of every pattern that allows the name ([`Allowlist::host_ports`]).
     Resolve {
         #[serde(skip)]
-        pattern: HostPattern,
+        ports: Vec<u16>,
     },
     /// Answer NOERROR with no records.
     Empty { reason: &'static str },
@@ -48,9 +48,7 @@ pub mod qtype {
 /// written (any case, trailing dot or not).
 pub fn decide(allowed: &Allowlist, name: &str, record_type: u16) -> DnsDecision {
     decide_with(name, record_type, |normal| {
-        allowed
-            .find_name(&HostKind::Exact(normal.to_owned()))
-            .cloned()
+        Some(allowed.host_ports(&HostKind::Exact(normal.to_owned()))).filter(|p| !p.is_empty())
     })
 }
 
@@ -58,13 +56,15 @@ pub fn decide(allowed: &Allowlist, name: &str, record_type: u16) -> DnsDecision 
 /// the guard, keeps the refused destination classes out, and the guard still removes their
 /// addresses from answers); the record-type rules are the same as in Curated mode.
 pub fn decide_allow_all(name: &str, record_type: u16) -> DnsDecision {
-    decide_with(name, record_type, |normal| HostPattern::parse(normal).ok())
+    decide_with(name, record_type, |normal| {
+        HostPattern::parse(normal).ok().map(|p| p.ports().to_vec())
+    })
 }
 
 fn decide_with(
     name: &str,
     record_type: u16,
-    find: impl FnOnce(&str) -> Option<HostPattern>,
+    find: impl FnOnce(&str) -> Option<Vec<u16>>,
 ) -> DnsDecision {
     match record_type {
         qtype::ANY => {
@@ -84,15 +84,15 @@ fn decide_with(
             reason: "not a valid host name",
         };
     };
-    // A name's web ports are what an allowlist entry opens; a name matches an entry for any
-    // of its ports.
-    let Some(pattern) = find(&normal) else {
+    // A name matches a pattern whatever the pattern's port; its answer opens the ports of
+    // every pattern that matches it.
+    let Some(ports) = find(&normal) else {
         return DnsDecision::Refuse {
             reason: "name not allowed for this sandbox",
         };
     };
     match record_type {
-        qtype::A | qtype::AAAA | qtype::CNAME => DnsDecision::Resolve { pattern },
+        qtype::A | qtype::AAAA | qtype::CNAME => DnsDecision::Resolve { ports },
         qtype::HTTPS | qtype::SVCB => DnsDecision::Empty {
             reason: "HTTPS/SVCB records (ECH keys, address hints) are withheld",
         },
@@ -180,6 +180,32 @@ mod tests {
         for (case, name, binding, want) in cases {
             assert_eq!(dialled_matches(name, a, binding.as_ref()), *want, "{case}");
         }
+    }
+
+    #[test]
+    fn an_answer_opens_the_ports_of_the_patterns_that_allowed_it() {
+        let resolve = |ports: &[u16]| DnsDecision::Resolve {
+            ports: ports.to_vec(),
+        };
+        assert_eq!(
+            decide(&allow(), "API.example.com.", qtype::A),
+            resolve(&[443, 80])
+        );
+        assert_eq!(
+            decide(&allow(), "git.example.org", qtype::AAAA),
+            resolve(&[8443])
+        );
+        let mut two = allow();
+        two.0
+            .push(HostPattern::parse("git.example.org:22").unwrap());
+        assert_eq!(
+            decide(&two, "git.example.org", qtype::A),
+            resolve(&[8443, 22])
+        );
+        assert_eq!(
+            decide_allow_all("anything.example.org", qtype::A),
+            resolve(&[443, 80])
+        );
     }
 
     #[test]

@@ -89,15 +89,27 @@ impl HostPattern {
 
     /// Whether this pattern allows `host` (already normalised, see [`Authority`]) on `port`.
     pub fn matches(&self, host: &Authority) -> bool {
-        let name_ok = match (&self.kind, &host.host) {
+        self.allows_host(&host.host) && self.allows_port(host.port)
+    }
+
+    /// Whether this pattern allows the host `host` (normalised) on some port.
+    pub fn allows_host(&self, host: &HostKind) -> bool {
+        match (&self.kind, host) {
             (HostKind::Exact(p), HostKind::Exact(h)) => p == h,
             (HostKind::Wildcard(suffix), HostKind::Exact(h)) => h
                 .strip_suffix(suffix.as_str())
                 .is_some_and(|front| front.len() > 1 && front.ends_with('.')),
             (HostKind::Ip(p), HostKind::Ip(h)) => p == h,
             _ => false,
-        };
-        name_ok && self.allows_port(host.port)
+        }
+    }
+
+    /// The ports the pattern allows: its own, or [`DEFAULT_PORTS`] when it has none.
+    pub fn ports(&self) -> &[u16] {
+        match &self.port {
+            Some(p) => std::slice::from_ref(p),
+            None => &DEFAULT_PORTS,
+        }
     }
 
     /// Whether the pattern allows `port`: its own port, or [`DEFAULT_PORTS`] when it has none.
@@ -199,13 +211,23 @@ impl Allowlist {
     /// The first pattern that allows the name `host` on any of its ports (for a server name or a
     /// DNS question, which carry no port).
     pub fn find_name(&self, host: &HostKind) -> Option<&HostPattern> {
-        self.0.iter().find(|p| {
-            let port = p.port.unwrap_or(DEFAULT_PORTS[0]);
-            p.matches(&Authority {
-                host: host.clone(),
-                port,
-            })
-        })
+        self.0.iter().find(|p| p.allows_host(host))
+    }
+
+    /// The ports the addresses of `host` open in the fence: those of every pattern that allows
+    /// it, each once, in allowlist order. An exact name and a wildcard above it, or one name
+    /// listed with two ports, each add theirs; the first match alone would leave the others'
+    /// ports shut. Empty when no pattern allows the host.
+    pub fn host_ports(&self, host: &HostKind) -> Vec<u16> {
+        let mut ports = Vec::new();
+        for p in self.0.iter().filter(|p| p.allows_host(host)) {
+            for port in p.ports() {
+                if !ports.contains(port) {
+                    ports.push(*port);
+                }
+            }
+        }
+        ports
     }
 }
 
@@ -388,6 +410,57 @@ mod tests {
                 *expected,
                 "{name}: {pattern} vs {host}"
             );
+        }
+    }
+
+    #[test]
+    fn a_name_opens_the_ports_of_every_pattern_that_allows_it() {
+        let list = |hosts: &[&str]| {
+            Allowlist(
+                hosts
+                    .iter()
+                    .map(|h| HostPattern::parse(h).unwrap())
+                    .collect(),
+            )
+        };
+        let name = |n: &str| HostKind::Exact(n.to_owned());
+        let cases: &[(&str, &[&str], &str, &[u16])] = &[
+            ("no_port", &["a.example"], "a.example", &[443, 80]),
+            ("own_port", &["a.example:5432"], "a.example", &[5432]),
+            (
+                "listed_with_two_ports",
+                &["a.example", "a.example:8443"],
+                "a.example",
+                &[443, 80, 8443],
+            ),
+            (
+                "exact_and_wildcard_above_it",
+                &["*.cdn.example:8443", "x.cdn.example"],
+                "x.cdn.example",
+                &[8443, 443, 80],
+            ),
+            (
+                "wildcard_ports_not_for_the_apex",
+                &["*.cdn.example:8443", "cdn.example"],
+                "cdn.example",
+                &[443, 80],
+            ),
+            (
+                "each_port_once",
+                &["a.example:443", "a.example", "a.example:443"],
+                "a.example",
+                &[443, 80],
+            ),
+            (
+                "other_names_add_nothing",
+                &["a.example", "b.example:22"],
+                "a.example",
+                &[443, 80],
+            ),
+            ("not_allowed", &["b.example"], "a.example", &[]),
+        ];
+        for (case, hosts, host, want) in cases {
+            assert_eq!(list(hosts).host_ports(&name(host)), *want, "{case}");
         }
     }
 

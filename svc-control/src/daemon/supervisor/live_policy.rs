@@ -3,10 +3,11 @@
 //! DNS guard and the proxy together (one registry update: the guard answers from it from the
 //! next question, the proxy decides every request with it from the next request), then the
 //! fence moves to a new generation without the addresses the removed names were answered
-//! with, and the proxy resets its connections to those addresses. Stored before it is
-//! applied, so it survives an svcd restart.
+//! with (an address shared with a kept name stays, with only the kept names' ports), and the
+//! proxy resets its connections to the addresses that left. Stored before it is applied, so
+//! it survives an svcd restart.
 
-use std::{collections::HashSet, net::IpAddr, sync::Arc, time::SystemTime};
+use std::{net::IpAddr, sync::Arc, time::SystemTime};
 
 use tracing::info;
 
@@ -19,6 +20,7 @@ use crate::{
     audit::{AuditEvent, AuditRecord, PolicyEvent, rfc3339},
     config::egress::RepoName,
     daemon::failure::Failure,
+    dataplane::{Carry, PortRule},
     policy::{creation, credentials::PlaceholderTable, mode::EgressMode, request::SandboxPolicy},
 };
 
@@ -112,20 +114,30 @@ impl Supervisor {
         // The guard and the proxy switch in one registry update.
         let secrets = self.sandbox_secrets(name).map(|s| to_map(&s))?;
         self.reregister(&l, secrets);
-        // The addresses only removed names were answered with (and those whose names died with
-        // a previous svcd): out of the fence's next generation, their connections reset.
+        // Each address the guard answered keeps the ports of its names still allowed: one only
+        // removed names were answered with (or whose names died with a previous svcd) leaves
+        // the fence's next generation, its connections reset; one shared with a kept name
+        // loses the removed names' ports.
         let allowed = l.policy.allowed.clone();
-        let lost: Vec<IpAddr> = self.registry.lost_addresses(l.id, |n| {
-            allowed
-                .find_name(&crate::policy::host::HostKind::Exact(n.to_owned()))
-                .is_some()
+        let open = self.registry.still_open(l.id, |n| {
+            allowed.host_ports(&crate::policy::host::HostKind::Exact(n.to_owned()))
         });
-        let gone: HashSet<IpAddr> = lost.iter().copied().collect();
+        let lost: Vec<IpAddr> = open
+            .iter()
+            .filter(|(_, ports)| ports.is_empty())
+            .map(|(a, _)| *a)
+            .collect();
         let fence_generation = if l.ifindex == 0 {
             0
         } else {
             self.fence()
-                .regenerate(l.ifindex, |a| !gone.contains(&a))
+                .regenerate(l.ifindex, |a| match open.get(&a) {
+                    // Not answered by the guard since svcd started (bindings forgotten
+                    // wholesale at their bound): as before, carried.
+                    None => Carry::Keep,
+                    Some(ports) if ports.is_empty() => Carry::Drop,
+                    Some(ports) => Carry::Only(ports.iter().map(|p| PortRule::Tcp(*p)).collect()),
+                })
                 .map_err(|e| Failure::internal(format!("the fence's new generation: {e}")))?
         };
         self.registry.revoke(l.id, lost.clone());
