@@ -28,6 +28,9 @@ pub const NAMES: &[(&str, &str)] = &[
     ("allowed.example.test", "192.0.2.20"),
     ("forbidden.example.test", "192.0.2.66"),
 ];
+/// Names the outside world's DNS answers with another name's address (no servers of their
+/// own): db.example.test shares allowed.example.test's, as names behind one load balancer do.
+pub const SHARED_NAMES: &[(&str, &str)] = &[("db.example.test", "192.0.2.20")];
 /// The operator's forward proxy in a world started with it.
 pub const FORWARD_PROXY: &str = "192.0.2.80";
 
@@ -370,6 +373,9 @@ impl World {
             .args(["--token", CODE_TOKEN, "--token", EXAMPLE_TOKEN]);
         for (name, addr) in NAMES {
             cmd.args(["--serve", &format!("{name}={addr}")]);
+        }
+        for (name, addr) in SHARED_NAMES {
+            cmd.args(["--name", &format!("{name}={addr}")]);
         }
         let outside_world = cmd
             .stdout(Stdio::null())

@@ -2,6 +2,8 @@
 //! next DNS question; a host removed stops at once — a loop hitting it never succeeds after the
 //! change returns, a kept-alive connection to it is cut — and the change survives an svcd
 //! restart, is audited and announced, and two callers at once end in one consistent list.
+//! Two allowed names that share an address (behind one load balancer) keep each other's ports
+//! open, and removing one closes its port alone.
 
 use std::{
     path::{Path, PathBuf},
@@ -280,4 +282,80 @@ fn an_allow_all_sandbox_has_no_allowlist_to_change() {
     assert!(!out.status.success());
     assert!(text(&out).contains("--add-host"), "{}", text(&out));
     w.destroy_checked("open");
+}
+
+/// Connect to `host`:5432 from the guest and print what the server says first.
+const DB_HELLO: &str = "import socket, sys\nc = socket.create_connection((sys.argv[1], 5432), timeout=5)\nprint(c.recv(16).decode().strip())";
+
+#[test]
+fn names_sharing_an_address_keep_each_others_ports_and_a_removal_closes_only_its_own() {
+    require_root();
+    let w = World::start();
+    // db.example.test answers with allowed.example.test's address (192.0.2.20); a server on
+    // 5432 there greets with "db".
+    let listener = w
+        .outside
+        .run(|| std::net::TcpListener::bind("192.0.2.20:5432"))
+        .expect("listen on 192.0.2.20:5432 in the outside world");
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &conn, b"db\n");
+        }
+    });
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "shared",
+        "--allow-host",
+        "allowed.example.test",
+        "--allow-host",
+        "db.example.test:5432",
+    ]);
+    let db = |target: &str| {
+        w.sh(
+            "shared",
+            &format!("python3 -c '{}' {target}", DB_HELLO.replace('\'', "\"")),
+        )
+    };
+    let web_without_dns = || {
+        w.sh(
+            "shared",
+            "curl -sS -o /dev/null --max-time 5 --resolve allowed.example.test:443:192.0.2.20 https://allowed.example.test/kept",
+        )
+        .0
+    };
+
+    // The web name answered first, then the database name with the same address: the second
+    // answer must not shut the first's ports, nor the first the second's.
+    let (code, _, err) = w.sh(
+        "shared",
+        "curl -sS -o /dev/null --max-time 5 https://allowed.example.test/",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = db("db.example.test");
+    assert_eq!((code, out.trim()), (0, "db"), "{err}");
+    assert_eq!(
+        web_without_dns(),
+        0,
+        "the database's answer shut the web ports"
+    );
+    let (code, out, err) = db("192.0.2.20");
+    assert_eq!(
+        (code, out.trim()),
+        (0, "db"),
+        "5432 without a new answer: {err}"
+    );
+
+    // The database name removed: its port closes at once, the web name's stay open.
+    w.svc_ok(&[
+        "sandbox",
+        "allow",
+        "shared",
+        "--remove-host",
+        "db.example.test:5432",
+    ]);
+    let (code, out, err) = db("192.0.2.20");
+    assert_ne!(code, 0, "the removed name's port is still open: {out}{err}");
+    assert_eq!(web_without_dns(), 0, "the kept name lost its ports");
+    w.destroy_checked("shared");
 }

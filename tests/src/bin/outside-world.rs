@@ -7,8 +7,12 @@
 //!
 //! ```text
 //! outside-world --dir DIR --dns 192.0.2.53 --git-root DIR --token SECRET \
-//!     --serve api.agent.test=192.0.2.10 --serve code.test=192.0.2.11 …
+//!     --serve api.agent.test=192.0.2.10 --serve code.test=192.0.2.11 … \
+//!     --name db.example.test=192.0.2.20 …
 //! ```
+//!
+//! `--name` names are answered by the DNS server only: an address another name's servers
+//! hold, as names behind one load balancer share it.
 //!
 //! `POST /v1/oauth/token` on any name is an OAuth token endpoint (the refresh grant): it takes
 //! only the current refresh token (`rt-0` first), answers with `access-N` and `rt-N` valid for
@@ -83,11 +87,16 @@ async fn main() {
     let dir = PathBuf::from(one("--dir"));
     std::fs::create_dir_all(&dir).expect("dir");
     let dns: IpAddr = one("--dns").parse().expect("--dns IP");
-    let mut names = HashMap::new();
-    for s in arg_values(&args, "--serve") {
-        let (name, ip) = s.split_once('=').expect("--serve NAME=IP");
-        names.insert(name.to_owned(), ip.parse::<IpAddr>().expect("IP"));
-    }
+    let name_ip = |s: &str| {
+        let (name, ip) = s.split_once('=').expect("--serve/--name NAME=IP");
+        (name.to_owned(), ip.parse::<IpAddr>().expect("IP"))
+    };
+    let served: Vec<(String, IpAddr)> = arg_values(&args, "--serve")
+        .iter()
+        .map(|s| name_ip(s))
+        .collect();
+    let mut names: HashMap<String, IpAddr> = served.iter().cloned().collect();
+    names.extend(arg_values(&args, "--name").iter().map(|s| name_ip(s)));
     let world = Arc::new(World {
         names,
         log: Mutex::new(
@@ -108,7 +117,7 @@ async fn main() {
         .await
         .expect("bind DNS");
     tokio::spawn(serve_dns(world.clone(), udp));
-    for (name, ip) in world.names.clone() {
+    for (name, ip) in served {
         // Plain HTTP on port 80 too, same handler.
         let plain = tokio::net::TcpListener::bind(SocketAddr::new(ip, 80))
             .await
