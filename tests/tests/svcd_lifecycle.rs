@@ -1,6 +1,7 @@
 //! svcd's own life: configuration refused before anything binds, crashes mid-create and
 //! mid-destroy cleaned up at start, AllowAll windows restarted by a supervisor restart,
-//! `supervisor-upgrade --force`, malformed API calls, and `svc events --follow`.
+//! `supervisor-upgrade --force`, malformed API calls, `svc events --follow`, and a second svcd
+//! on the same state refused before it touches anything.
 
 use std::{
     io::{BufRead as _, Read as _, Write as _},
@@ -216,6 +217,45 @@ fn supervisor_upgrade_re_executes_and_keeps_every_sandbox() {
     assert!(ok.status.success(), "{}", w.svcd_log());
     let events = w.svc_ok(&["events", "--json"]);
     assert_eq!(events.matches("\"supervisor.started\"").count(), 2);
+}
+
+#[test]
+fn a_second_svcd_on_the_same_state_stops_before_touching_anything() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "one",
+    ]);
+    let first = w.svcd_pid().expect("svcd's pid");
+    let second = svc_tests::output_within(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", w.host.name))
+            .arg(workspace_bin("svcd"))
+            .arg("--config")
+            .arg(&w.config)
+            .arg("run")
+            .env("NO_COLOR", "1"),
+        Duration::from_secs(20),
+    )
+    .expect("the second svcd ends by itself");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("another svcd (pid {first}) is running")),
+        "the refusal names the running svcd: {err}"
+    );
+    // The first is untouched: the same process, its sandbox served by its guard and proxy.
+    assert_eq!(w.svcd_pid(), Some(first));
+    let (code, out, stderr) = w.sh(
+        "one",
+        "curl -sS --max-time 10 https://allowed.example.test/after",
+    );
+    assert_eq!(code, 0, "{out}{stderr}\n{}", w.svcd_log());
+    w.destroy_checked("one");
 }
 
 /// One raw HTTP/1.1 exchange on the API socket: (status, body).

@@ -1,7 +1,8 @@
 //! svcd's start-up, its API on a unix socket, its background work and its shutdown.
 //!
 //! Start-up order: the configuration was validated before this runs (bad config exits 64
-//! without binding anything); then the fence is loaded (pinned maps and links are reused),
+//! without binding anything); then svcd takes its state directory's lock (one svcd per state
+//! directory); then the fence is loaded (pinned maps and links are reused),
 //! the nftables table is written, the DNS guard and the proxy bind, the sandboxes of the store
 //! are re-adopted, and only then does the API socket accept calls. The API's routes are in
 //! `routes`.
@@ -9,8 +10,8 @@
 use std::{
     convert::Infallible,
     net::{IpAddr, SocketAddr},
-    os::unix::fs::PermissionsExt as _,
-    path::PathBuf,
+    os::unix::fs::{DirBuilderExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
@@ -20,6 +21,7 @@ use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
+use nix::fcntl::{Flock, FlockArg};
 use tokio::{
     net::{TcpListener, UnixListener, UnixStream},
     sync::watch,
@@ -77,6 +79,51 @@ fn host_addresses() -> Vec<IpAddr> {
         .unwrap_or_default()
 }
 
+/// One svcd per state directory: an exclusive `flock` on `state_dir/svcd.lock`, held while
+/// `run` runs (the kernel lets it go however svcd ends). A second svcd would rewrite the
+/// fence's tries, share the guard's and the proxy's ports and re-adopt the same sandboxes; it
+/// stops here instead, before touching any of them, naming the svcd that holds the lock.
+fn instance_lock(state_dir: &Path) -> anyhow::Result<Flock<std::fs::File>> {
+    use std::{io::Write as _, os::unix::fs::OpenOptionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+    let path = state_dir.join("svcd.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(held) => {
+            held.set_len(0)
+                .and_then(|()| writeln!(&*held, "{}", std::process::id()))
+                .with_context(|| format!("writing svcd's pid to {}", path.display()))?;
+            Ok(held)
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            let pid = pid.trim();
+            let who = if pid.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {pid})")
+            };
+            anyhow::bail!(
+                "another svcd{who} is running with the state directory {}: stop it first \
+                 (systemctl stop svcd), or give this one a state_dir of its own in svcd.toml",
+                state_dir.display()
+            )
+        }
+        Err((_, e)) => Err(anyhow::anyhow!("locking {}: {e}", path.display())),
+    }
+}
+
 /// Run svcd until SIGTERM/SIGINT or an upgrade.
 pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     anyhow::ensure!(
@@ -84,6 +131,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         "svcd must run as root (it loads eBPF programs and manages network namespaces)"
     );
     let started = SystemTime::now();
+    let _one_svcd = instance_lock(&host.state_dir)?;
 
     // The fence.
     dataplane::ensure_bpffs(std::path::Path::new("/sys/fs/bpf"))?;
