@@ -883,3 +883,67 @@ fn names_sharing_an_address_open_all_their_ports_and_a_policy_change_narrows_it(
         "the busy name's port was cut by another name's answer"
     );
 }
+
+#[test]
+fn rewriting_the_destination_classes_never_leaves_them_open() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use svc_control::{dataplane::Fence, policy::destination};
+    require_root();
+    let mut loaded = fixture::load(EgressMode::AllowAll, TEST_RUN_IFINDEX);
+    // svcd restarting: another handle on the same pinned maps writes the classes again while
+    // an AllowAll guest keeps sending to the metadata address.
+    let mut restarted = Fence::load(&loaded.pins.path).expect("the pinned fence, again");
+    let (deny, allow) = destination::fence_cidrs(&fixture::host_network());
+    let metadata = Ipv4Addr::new(169, 254, 169, 254);
+    let to = |dst| ipv4(GUEST, dst, TCP, &tcp(1, 80, SYN));
+    // The rewrites go on until the guest has sent 500 packets during them, however the two
+    // threads are scheduled.
+    let (done, sent) = (AtomicBool::new(false), AtomicU32::new(0));
+    let passed = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rewrites = 0;
+            while rewrites < 300 || sent.load(Ordering::Acquire) < 500 {
+                restarted.set_destination_classes(&deny, &allow).unwrap();
+                rewrites += 1;
+            }
+            done.store(true, Ordering::Release);
+        });
+        let mut passed = 0u32;
+        while !done.load(Ordering::Acquire) {
+            passed += u32::from(loaded.fence.test_run(&to(metadata)).unwrap().passed());
+            sent.fetch_add(1, Ordering::Release);
+        }
+        passed
+    });
+    let sent = sent.into_inner();
+    assert_eq!(
+        passed, 0,
+        "{passed} of {sent} packets reached the metadata address"
+    );
+
+    // A class left out of the new list leaves the tries; a new one is in.
+    let doc_net: ipnet::IpNet = "203.0.113.0/24".parse().unwrap();
+    let mut fewer: Vec<ipnet::IpNet> = deny
+        .iter()
+        .filter(|n| !n.contains(&std::net::IpAddr::from(metadata)))
+        .copied()
+        .collect();
+    fewer.push(doc_net);
+    restarted.set_destination_classes(&fewer, &allow).unwrap();
+    assert!(loaded.fence.test_run(&to(metadata)).unwrap().passed());
+    assert!(
+        loaded
+            .fence
+            .test_run(&to(Ipv4Addr::new(203, 0, 113, 5)))
+            .unwrap()
+            .dropped()
+    );
+    assert!(
+        loaded
+            .fence
+            .test_run(&to(Ipv4Addr::new(10, 213, 9, 9)))
+            .unwrap()
+            .dropped(),
+        "the classes still listed stay"
+    );
+}

@@ -235,20 +235,17 @@ impl Fence {
     }
 
     /// Replace the destination classes: `deny` CIDRs are never reachable, `operator_allow`
-    /// CIDRs (longer prefixes win in the trie) reopen part of them.
+    /// CIDRs (longer prefixes win in the trie) reopen part of them. Written over the old
+    /// classes, which leave afterwards, so no moment has neither.
     pub fn set_destination_classes(
         &mut self,
         deny: &[IpNet],
         operator_allow: &[IpNet],
     ) -> Result<(), DataplaneError> {
+        // The new entries first, then the stale ones out: the tries are never without the
+        // classes both old and new refuse (AllowAll sandboxes outlive a restarting svcd).
         let old4: Vec<Key<[u8; 4]>> = self.maps.deny4.keys().flatten().collect();
         let old6: Vec<Key<[u8; 16]>> = self.maps.deny6.keys().flatten().collect();
-        for k in old4 {
-            let _ = self.maps.deny4.remove(&k);
-        }
-        for k in old6 {
-            let _ = self.maps.deny6.remove(&k);
-        }
         self.classes.clear();
         for (nets, verdict) in [(deny, class::DENY), (operator_allow, class::OPERATOR_ALLOW)] {
             self.classes.extend(nets.iter().map(|n| (*n, verdict)));
@@ -273,6 +270,21 @@ impl Fence {
                         )
                         .map_err(|e| write_err(map::DENY6, e))?,
                 }
+            }
+        }
+        let listed = |prefix: u32, addr: IpAddr| {
+            self.classes
+                .iter()
+                .any(|(n, _)| u32::from(n.prefix_len()) == prefix && n.network() == addr)
+        };
+        for k in old4 {
+            if !listed(k.prefix_len(), IpAddr::from(k.data())) {
+                let _ = self.maps.deny4.remove(&k);
+            }
+        }
+        for k in old6 {
+            if !listed(k.prefix_len(), IpAddr::from(k.data())) {
+                let _ = self.maps.deny6.remove(&k);
             }
         }
         Ok(())
