@@ -497,3 +497,16 @@ fn more_of_what_a_hostile_guest_sends_is_refused() {
     let e = parse_push(&stream).expect_err("refused");
     assert!(e.to_string().contains("bad pkt-line length"), "{e}");
 }
+
+#[test]
+fn the_relay_is_on_unless_a_workspace_leaves_it_off() {
+    let cases: &[(&str, Option<bool>, Result<(), &str>)] = &[
+        ("no_workspace", None, Ok(())),
+        ("workspace_forwards", Some(true), Ok(())),
+        ("workspace_default_off", Some(false), Err(ssh::RELAY_OFF)),
+    ];
+    for (case, forward, want) in cases {
+        assert_eq!(ssh::relay_on(*forward), *want, "{case}");
+    }
+    assert!(ssh::RELAY_OFF.contains("its workspace's auth.defaults.sshAgentForward is false"));
+}

@@ -26,6 +26,22 @@ pub fn ref_refusal(name: &str) -> String {
     format!("svc: refused: ref {name} not in allowed branches")
 }
 
+/// The line every git SSH request of a sandbox whose relay is off gets.
+pub const RELAY_OFF: &str = "svc: refused: git over SSH is off for this sandbox (its \
+                             workspace's auth.defaults.sshAgentForward is false)";
+
+/// Whether the relay serves a sandbox at all. `workspace_forward` is its workspace's
+/// `auth.defaults.sshAgentForward` (false unless set), `None` for a sandbox made without a
+/// workspace. A workspace's sandbox has the relay only when the workspace asks for it; a
+/// sandbox made without one always has it, each request then decided by [`explain`]. `Err`:
+/// the line git's stderr gets for every request.
+pub fn relay_on(workspace_forward: Option<bool>) -> Result<(), &'static str> {
+    match workspace_forward {
+        Some(false) => Err(RELAY_OFF),
+        Some(true) | None => Ok(()),
+    }
+}
+
 /// Which rule decided an SSH request (`svc egress explain --ssh`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -35,17 +35,14 @@ impl Supervisor {
         &self,
         live: &Live,
     ) -> Result<(), crate::runtime::RuntimeError> {
-        // A workspace without `auth.defaults.sshAgentForward` has the relay off.
-        let off = live
+        let forward = live
             .envelope
             .workspace
             .as_ref()
-            .filter(|w| !w.auth.ssh_agent_forward)
-            .map(|_| {
-                "svc: refused: git over SSH is off for this sandbox (its workspace's \
-                 auth.defaults.sshAgentForward is false)"
-                    .to_owned()
-            });
+            .map(|w| w.auth.ssh_agent_forward);
+        let off = crate::policy::ssh::relay_on(forward)
+            .err()
+            .map(str::to_owned);
         let service = relay_service(
             live.id,
             live.name.clone(),
