@@ -273,6 +273,54 @@ fn a_fork_starts_clones_with_their_own_network_and_credentials() {
         );
         assert!(!out.contains("\"credential_received\":\"real\""), "{out}");
     }
+    // Each VM's QEMU runs as ids of its own (svc-vm's range start + the sandbox id), and its
+    // disk is its own: a QEMU a guest broke out of shares no id with another VM's.
+    let range = svc_control::runtime::ids::subordinate_range(
+        &std::fs::read_to_string("/etc/subuid").expect("/etc/subuid"),
+        "svc-vm",
+    )
+    .expect("svc-vm's range (cargo xtask setup --tests makes it)");
+    let container = svc_control::runtime::ids::subordinate_range(
+        &std::fs::read_to_string("/etc/subuid").expect("/etc/subuid"),
+        "svc-sandbox",
+    )
+    .expect("svc-sandbox's range");
+    let mut uids = Vec::new();
+    for name in ["src", "c1", "c2"] {
+        let vm = w.dir.join("state/sandboxes").join(name);
+        let pid = std::fs::read_to_string(vm.join("qemu.pid")).expect("qemu.pid");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).expect("QEMU's status");
+        let ids = |key: &str| -> Vec<u32> {
+            let line = status.lines().find(|l| l.starts_with(key)).expect(key);
+            line.split_whitespace()
+                .skip(1)
+                .map(|n| n.parse().expect("id"))
+                .collect()
+        };
+        let id = u32::try_from(w.show(name)["id"].as_u64().expect("id")).expect("u32");
+        let own = range + id;
+        assert_eq!(ids("Uid:"), [own; 4], "{name}'s QEMU uids");
+        assert_eq!(ids("Gid:"), [own; 4], "{name}'s QEMU gids");
+        assert!(
+            !(container..container + 65536).contains(&own),
+            "{name}'s QEMU runs in the container guests' range"
+        );
+        let disk = std::fs::metadata(vm.join("disk.qcow2")).expect("disk");
+        assert_eq!(
+            (
+                std::os::unix::fs::MetadataExt::uid(&disk),
+                std::os::unix::fs::MetadataExt::mode(&disk) & 0o777
+            ),
+            (own, 0o600),
+            "{name}'s disk"
+        );
+        uids.push(own);
+    }
+    uids.sort_unstable();
+    uids.dedup();
+    assert_eq!(uids.len(), 3, "the VMs share a uid: {uids:?}");
+
     // A container cannot be forked, and says so.
     w.svc_ok(&["sandbox", "create", "box"]);
     let out = w.svc(&["sandbox", "fork", "box", "box2"]);

@@ -55,12 +55,14 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "passwd",
-        "useradd and usermod: the sandbox user and its id range",
+        "useradd and usermod: the backends' system users and their id ranges",
     ),
 ];
 
-/// The system user whose subordinate id range the guests' ids map to.
+/// The system user whose subordinate id range the container guests' ids map to.
 pub const SANDBOX_USER: &str = "svc-sandbox";
+/// The system user whose subordinate id range the microvm QEMUs run in (one id per sandbox).
+pub const VM_USER: &str = "svc-vm";
 /// Where its range starts when setup picks one (any free range of 65536 will do).
 const SANDBOX_RANGE_START: u32 = 200_000;
 
@@ -76,13 +78,17 @@ pub fn run() -> anyhow::Result<()> {
     debian_packages()?;
     nightly_rust_src()?;
     bpf_linker()?;
-    sandbox_user()?;
+    system_user(SANDBOX_USER, "container guest ids map to host ids")?;
     Ok(())
 }
 
-/// What the microvm demo needs besides: QEMU.
+/// What the microvm demo needs besides: QEMU, and the user whose ids the QEMUs run as.
 pub fn for_microvm() -> anyhow::Result<()> {
     run()?;
+    system_user(
+        VM_USER,
+        "microvm sandbox N's QEMU runs as the range's start + N:",
+    )?;
     qemu()?;
     microvm_tools()
 }
@@ -91,6 +97,10 @@ pub fn for_microvm() -> anyhow::Result<()> {
 /// tests.
 pub fn for_tests() -> anyhow::Result<()> {
     run()?;
+    system_user(
+        VM_USER,
+        "microvm sandbox N's QEMU runs as the range's start + N:",
+    )?;
     test_packages()?;
     qemu()?;
     microvm_tools()?;
@@ -228,10 +238,11 @@ pub fn qemu() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The container backend's user (`svc-sandbox`) and its /etc/subuid and /etc/subgid range.
-fn sandbox_user() -> anyhow::Result<()> {
+/// A backend's system user (`svc-sandbox`, `svc-vm`) and its own /etc/subuid and /etc/subgid
+/// range of 65536 ids; `what` says what the range is for.
+fn system_user(user: &str, what: &str) -> anyhow::Result<()> {
     let exists = Command::new("id")
-        .arg(SANDBOX_USER)
+        .arg(user)
         .output()
         .is_ok_and(|o| o.status.success());
     if !exists {
@@ -242,7 +253,7 @@ fn sandbox_user() -> anyhow::Result<()> {
             "/nonexistent",
             "--shell",
             "/usr/sbin/nologin",
-            SANDBOX_USER,
+            user,
         ]))?;
     }
     let owns = |file: &str| {
@@ -251,13 +262,11 @@ fn sandbox_user() -> anyhow::Result<()> {
             .lines()
             .any(|l| {
                 let f: Vec<&str> = l.split(':').collect();
-                f.len() == 3
-                    && f[0] == SANDBOX_USER
-                    && f[2].parse::<u32>().is_ok_and(|c| c >= 65536)
+                f.len() == 3 && f[0] == user && f[2].parse::<u32>().is_ok_and(|c| c >= 65536)
             })
     };
     if owns("/etc/subuid") && owns("/etc/subgid") {
-        ui::ok(&format!("sandbox user {SANDBOX_USER} with its id range"));
+        ui::ok(&format!("system user {user} with its id range"));
         return Ok(());
     }
     // usermod refuses to add ranges to files that do not exist yet (a fresh machine).
@@ -273,11 +282,9 @@ fn sandbox_user() -> anyhow::Result<()> {
         &range,
         "--add-subgids",
         &range,
-        SANDBOX_USER,
+        user,
     ]))?;
-    ui::ok(&format!(
-        "sandbox user {SANDBOX_USER}: guest ids map to host ids {range}"
-    ));
+    ui::ok(&format!("system user {user}: {what} {range}"));
     Ok(())
 }
 

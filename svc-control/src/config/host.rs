@@ -108,7 +108,8 @@ pub struct MicrovmFile {
     pub cpus: Option<u32>,
     /// `auto` (KVM where the host can run guests with it, else TCG), `kvm` or `tcg`.
     pub accel: Option<String>,
-    /// The unprivileged user QEMU runs as once it has opened its devices.
+    /// The system user whose `/etc/subuid` and `/etc/subgid` range QEMU runs in: sandbox id
+    /// N's QEMU runs as the range's start + N once it has opened its devices (a uid per VM).
     pub user: Option<String>,
     /// virtiofsd (1.11 or later), which serves the coding agent's live mount.
     pub virtiofsd: Option<PathBuf>,
@@ -252,6 +253,7 @@ pub mod defaults {
     pub const CONTAINER_RUNTIME: &str = "runc";
     pub const CONTAINER_IMAGE: &str = "/var/lib/svc/images/base";
     pub const CONTAINER_USER: &str = "svc-sandbox";
+    pub const MICROVM_USER: &str = "svc-vm";
     pub const CGROUP_PARENT: &str = "svc";
     pub const MEMORY_MIB: u64 = 4096;
     pub const MICROVM_MEMORY_MIB: u64 = 512;
@@ -935,9 +937,7 @@ fn microvm(f: MicrovmFile, err: &mut impl FnMut(&str, String)) -> MicrovmConfig 
             format!("expected \"auto\", \"kvm\" or \"tcg\", got {accel:?}"),
         );
     }
-    let user = f
-        .user
-        .unwrap_or_else(|| defaults::CONTAINER_USER.to_owned());
+    let user = f.user.unwrap_or_else(|| defaults::MICROVM_USER.to_owned());
     if user.is_empty()
         || !user
             .bytes()

@@ -524,6 +524,7 @@ impl Supervisor {
             .start(
                 &GuestSpec {
                     name: name.clone(),
+                    id,
                     dir: dir.clone(),
                     files,
                     restore,

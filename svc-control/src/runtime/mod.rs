@@ -8,6 +8,7 @@
 //! microvm backend (a guest kernel of its own) is the stronger boundary.
 
 pub mod container;
+pub mod ids;
 pub mod microvm;
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
@@ -68,6 +69,9 @@ impl Backends {
 pub struct GuestSpec {
     /// The sandbox's name (also the guest's hostname and the runtime's container id).
     pub name: String,
+    /// The sandbox's id (unique among live sandboxes; the microvm backend's QEMU uid is its
+    /// user's range start + this).
+    pub id: u32,
     /// The sandbox's directory on the host (under svcd's state dir); the backend keeps its
     /// bundle and logs here, and removes it with the sandbox.
     pub dir: PathBuf,

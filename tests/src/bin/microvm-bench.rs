@@ -50,7 +50,6 @@ async fn bare_boot(images: &Images, accel: Accel) -> f64 {
     let qemu = Qemu {
         binary: "qemu-system-x86_64".into(),
         accel,
-        user: "svc-sandbox".into(),
     };
     let tap = format!("svb{}", std::process::id() % 100_000);
     let launch = Launch {
@@ -60,6 +59,8 @@ async fn bare_boot(images: &Images, accel: Accel) -> f64 {
         memory_mib: 512,
         cpus: 1,
         incoming: None,
+        // Dropped below: the bare floor runs as root.
+        run_as: (0, 0),
         shared: &[],
         vsock: None,
     };

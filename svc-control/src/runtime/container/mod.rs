@@ -93,6 +93,7 @@ impl Container {
             &config.user,
             Path::new("/etc/subuid"),
             Path::new("/etc/subgid"),
+            "container.user",
         )?;
         let limits = oci::Limits {
             memory_bytes: config.memory_bytes,

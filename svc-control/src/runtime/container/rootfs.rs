@@ -9,59 +9,7 @@ use std::{
 
 use super::super::RuntimeError;
 
-/// How many ids a guest gets (uid and gid 0..65535 inside).
-pub const ID_COUNT: u32 = 65536;
-
-/// The host ids guest ids 0.. map to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdRange {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-/// The first range of at least [`ID_COUNT`] ids that `user` owns in a subordinate-id file's
-/// text (`name:start:count` lines).
-pub fn subordinate_range(text: &str, user: &str) -> Option<u32> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.trim().split(':');
-            let (name, start, count) = (f.next()?, f.next()?, f.next()?);
-            if name != user || f.next().is_some() {
-                return None;
-            }
-            let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
-            (count >= ID_COUNT && start > 0 && start.checked_add(ID_COUNT).is_some())
-                .then_some(start)
-        })
-        .next()
-}
-
-/// The id range of `user` from `/etc/subuid` and `/etc/subgid`.
-pub fn id_range(user: &str, subuid: &Path, subgid: &Path) -> Result<IdRange, RuntimeError> {
-    let fix = format!(
-        "create it with `useradd --system --no-create-home --shell /usr/sbin/nologin {user}` \
-         and `usermod --add-subuids 200000-265535 --add-subgids 200000-265535 {user}` (any free \
-         range of {ID_COUNT}; `cargo xtask setup` does this), or name another user in \
-         svcd.toml container.user"
-    );
-    let read = |path: &Path| {
-        std::fs::read_to_string(path)
-            .map_err(|e| RuntimeError::Setup(format!("reading {}: {e}; {fix}", path.display())))
-    };
-    let uid = subordinate_range(&read(subuid)?, user).ok_or_else(|| {
-        RuntimeError::Setup(format!(
-            "user {user:?} has no range of {ID_COUNT} ids in {}; {fix}",
-            subuid.display()
-        ))
-    })?;
-    let gid = subordinate_range(&read(subgid)?, user).ok_or_else(|| {
-        RuntimeError::Setup(format!(
-            "user {user:?} has no range of {ID_COUNT} ids in {}; {fix}",
-            subgid.display()
-        ))
-    })?;
-    Ok(IdRange { uid, gid })
-}
+pub use super::super::ids::{ID_COUNT, IdRange, id_range, subordinate_range};
 
 /// The image's root file system shifted into `ids`, made once per image build and id range
 /// and shared read-only by every sandbox: `<image>/rootfs.<build>.uid<U>-gid<G>`. The image

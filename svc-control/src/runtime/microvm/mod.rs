@@ -31,7 +31,7 @@ use self::{
 };
 use super::{
     Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestSpec, HostEnd,
-    RuntimeError, Started, start_time,
+    RuntimeError, Started, ids, start_time,
 };
 use crate::config::host::MicrovmConfig;
 
@@ -88,7 +88,6 @@ impl Microvm {
             monitor: Qemu {
                 binary: config.qemu.clone(),
                 accel,
-                user: config.user.clone(),
             },
             accel_reason,
             sandboxes: state_dir.join("sandboxes"),
@@ -212,17 +211,26 @@ impl Microvm {
         std::fs::write(&procs, pid.to_string()).map_err(|e| said(&procs, e))
     }
 
-    /// The uid and gid QEMU runs as.
-    fn qemu_ids(&self) -> Result<(u32, u32), String> {
-        let user = nix::unistd::User::from_name(&self.config.user)
-            .map_err(|e| format!("looking up user {}: {e}", self.config.user))?
-            .ok_or_else(|| {
-                format!(
-                    "no user {} (microvm.user) on this host: `cargo xtask setup` makes it",
-                    self.config.user
-                )
-            })?;
-        Ok((user.uid.as_raw(), user.gid.as_raw()))
+    /// The uid and gid sandbox `id`'s QEMU runs as: its own, the microvm user's range start +
+    /// `id`. A QEMU that a guest broke out of shares no id with another sandbox's QEMU, disk
+    /// or snapshot, nor with any container guest (their user's range is another).
+    fn vm_ids(&self, id: u32) -> Result<(u32, u32), String> {
+        let range = ids::id_range(
+            &self.config.user,
+            Path::new("/etc/subuid"),
+            Path::new("/etc/subgid"),
+            "microvm.user",
+        )
+        .map_err(|e| e.to_string())?;
+        if id == 0 || id >= ids::ID_COUNT {
+            return Err(format!(
+                "sandbox id {id} is outside the microvm user {}'s range of {} ids (one per \
+                 sandbox): use a smaller ipv4_pool in svcd.toml",
+                self.config.user,
+                ids::ID_COUNT
+            ));
+        }
+        Ok((range.uid + id, range.gid + id))
     }
 
     /// Start a virtiofsd for each shared directory (the guest's root is the directory
@@ -316,8 +324,8 @@ impl Microvm {
             None => overlay(&images.rootfs, &dir.disk()).await?,
         }
         // QEMU reopens its disk as the unprivileged user it runs as (after a restore, and on
-        // `cont` after a snapshot): that user owns this guest's overlay, and only that.
-        let (uid, gid) = self.qemu_ids()?;
+        // `cont` after a snapshot): this VM's own ids own its overlay.
+        let (uid, gid) = self.vm_ids(spec.id)?;
         std::os::unix::fs::chown(dir.disk(), Some(uid), Some(gid))
             .and_then(|()| {
                 std::fs::set_permissions(
@@ -342,6 +350,7 @@ impl Microvm {
             memory_mib: self.config.memory_mib,
             cpus: self.config.cpus,
             incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
+            run_as: (uid, gid),
             shared: &shared,
             vsock: vsock.then_some(vsock_device.as_path()),
         };
@@ -533,6 +542,16 @@ async fn set_up(
     Ok(())
 }
 
+/// The effective uid and gid of process `pid` (`/proc/PID/status`).
+fn process_ids(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let effective = |key: &str| -> Option<u32> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        line.split_whitespace().nth(2)?.parse().ok()
+    };
+    Some((effective("Uid:")?, effective("Gid:")?))
+}
+
 /// QEMU's pid from its pidfile, if that process is still this VM's QEMU (its command line
 /// names the VM's directory).
 fn qemu_pid(dir: &VmDir) -> Option<(u32, u64)> {
@@ -705,8 +724,11 @@ impl Backend for Microvm {
                            device): set microvm.channel = \"virtio-serial\" for sandboxes that fork",
                 });
             }
-            // QEMU writes the memory file as the unprivileged user it runs as.
-            let (uid, gid) = self.qemu_ids().map_err(err)?;
+            // QEMU writes the memory file as the unprivileged ids it runs as (this VM's own;
+            // its clones' QEMUs open the file before they drop to theirs).
+            let (uid, gid) = qemu_pid(&dir)
+                .and_then(|(pid, _)| process_ids(pid))
+                .ok_or_else(|| err("its QEMU is not running".to_owned()))?;
             std::fs::create_dir_all(into)
                 .and_then(|()| std::os::unix::fs::chown(into, Some(uid), Some(gid)))
                 .and_then(|()| {

@@ -166,8 +166,11 @@ pub struct Launch<'a> {
     pub tap: &'a str,
     pub memory_mib: u64,
     pub cpus: u32,
-    /// Restore from this snapshot instead of booting (a fork's clone).
+    /// Restore from this snapshot instead of booting (a fork's clone). Given on the command
+    /// line, so QEMU opens it before it drops to `run_as` (the snapshot is its source VM's).
     pub incoming: Option<&'a Path>,
+    /// The uid and gid QEMU runs as once its devices are open: this VM's own.
+    pub run_as: (u32, u32),
     /// virtio-fs devices: (the virtiofsd socket, the tag the guest mounts).
     pub shared: &'a [(PathBuf, String)],
     /// The agent's channel over vsock instead of virtio-serial: the vhost-user socket of its
@@ -198,8 +201,6 @@ pub trait Monitor: Send + Sync {
 pub struct Qemu {
     pub binary: PathBuf,
     pub accel: Accel,
-    /// Who QEMU runs as once its devices are open.
-    pub user: String,
 }
 
 /// How long QMP may take to answer one command.
@@ -323,10 +324,12 @@ impl Qemu {
         ] {
             a.push(s.into());
         }
-        a.push(format!("user={}", self.user).into());
-        if vm.incoming.is_some() {
+        a.push(format!("user={}:{}", vm.run_as.0, vm.run_as.1).into());
+        if let Some(snapshot) = vm.incoming {
+            let mut uri = OsString::from("file:");
+            uri.push(snapshot);
             a.push("-incoming".into());
-            a.push("defer".into());
+            a.push(uri);
         }
         a
     }
@@ -431,16 +434,8 @@ impl Monitor for Qemu {
                     if status != "prelaunch" && status != "inmigrate" {
                         return Err(format!("QEMU started in state {status}, not paused"));
                     }
-                    if let Some(snapshot) = vm.incoming {
-                        qmp.execute(
-                            "migrate-incoming",
-                            Some(
-                                serde_json::json!({"uri": format!("file:{}", snapshot.display())}),
-                            ),
-                        )
-                        .await
-                        .map_err(|e| e.to_string())?;
-                        wait_status(&mut qmp, "paused", deadline).await?;
+                    if vm.incoming.is_some() {
+                        wait_loaded(&mut qmp, deadline).await?;
                     }
                     return Ok(pid);
                 }
@@ -520,16 +515,28 @@ impl Monitor for Qemu {
     }
 }
 
-async fn wait_status(qmp: &mut Qmp, want: &str, deadline: Instant) -> Result<(), String> {
+/// Wait until the snapshot given with `-incoming` is loaded (the VM stays stopped: `-S`).
+async fn wait_loaded(qmp: &mut Qmp, deadline: Instant) -> Result<(), String> {
     loop {
-        let s = qmp.status().await.map_err(|e| e.to_string())?;
-        if s == want {
-            return Ok(());
+        let m = qmp
+            .execute("query-migrate", None)
+            .await
+            .map_err(|e| e.to_string())?;
+        match m["status"].as_str().unwrap_or("none") {
+            "completed" => return Ok(()),
+            "failed" => {
+                return Err(format!(
+                    "loading the snapshot failed: {}",
+                    m["error-desc"].as_str().unwrap_or("QEMU gave no reason")
+                ));
+            }
+            s if Instant::now() > deadline => {
+                return Err(format!(
+                    "the snapshot was still loading ({s}) at the deadline"
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
         }
-        if Instant::now() > deadline {
-            return Err(format!("the VM stayed {s}, not {want}"));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -599,7 +606,6 @@ mod tests {
         let q = Qemu {
             binary: "qemu-system-x86_64".into(),
             accel: Accel::Tcg,
-            user: "svc-sandbox".into(),
         };
         let launch = Launch {
             dir: &dir,
@@ -608,6 +614,7 @@ mod tests {
             memory_mib: 512,
             cpus: 1,
             incoming: None,
+            run_as: (300_007, 300_007),
             shared: &[],
             vsock: None,
         };
@@ -622,7 +629,7 @@ mod tests {
             "-nodefaults",
             "-no-reboot",
             "-sandbox on,obsolete=deny,spawn=deny,resourcecontrol=deny",
-            "-run-with user=svc-sandbox",
+            "-run-with user=300007:300007",
             "ifname=svc7,script=no,downscript=no,vhost=off",
             "ringbuf,id=console",
             "-m 512",
@@ -641,7 +648,10 @@ mod tests {
             .into_iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        assert!(joined.join(" ").ends_with("-incoming defer"));
+        assert!(
+            joined.join(" ").ends_with("-incoming file:/s/snap"),
+            "the snapshot on the command line, opened before QEMU drops its ids"
+        );
         let device = PathBuf::from("/s/vhu-vsock.sock");
         let over_vsock = Launch {
             vsock: Some(&device),
