@@ -343,8 +343,13 @@ fn kernel_version() -> Option<(u32, u32)> {
 }
 
 /// The built-in host probes svcd's perimeter needs, each named with a fix hint; with
-/// `microvm`, also the microvm backend's (SPEC 2.8). `env` reads the environment.
-pub fn host_probes(microvm: bool, env: impl Fn(&str) -> Option<String>) -> Vec<CheckResult> {
+/// `microvm`, also the microvm backend's (SPEC 2.8), `microvm_user` being svcd.toml's
+/// `microvm.user` (whose id range the QEMUs run in). `env` reads the environment.
+pub fn host_probes(
+    microvm: bool,
+    microvm_user: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<CheckResult> {
     let mut out = Vec::new();
     let mut probe = |name: &str, required: bool, f: &dyn Fn() -> HostOutcome| {
         let t0 = Instant::now();
@@ -471,6 +476,26 @@ pub fn host_probes(microvm: bool, env: impl Fn(&str) -> Option<String>) -> Vec<C
                 "set SVC_MICROVM_ROOTFS (cargo xtask images builds the image)",
             )),
             Some(image) => agent_in_image(image),
+        });
+        probe("microvm-user", true, &|| {
+            crate::runtime::ids::id_range(
+                microvm_user,
+                std::path::Path::new("/etc/subuid"),
+                std::path::Path::new("/etc/subgid"),
+                "microvm.user",
+            )
+            .map(|r| {
+                format!(
+                    "{microvm_user}'s range: sandbox N's QEMU runs as uid {} + N, gid {} + N",
+                    r.uid, r.gid
+                )
+            })
+            .map_err(|e| {
+                (
+                    e.to_string(),
+                    "give the user a range of its own (the message says how)",
+                )
+            })
         });
         probe("kvm", false, &|| {
             match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
@@ -631,7 +656,7 @@ mod tests {
     #[test]
     fn host_probes_name_what_is_wrong_and_how_to_fix_it() {
         let removed = |v: &str| (v == "SVC_DOCTOR_MICROVM_INSTANCE").then(|| "x".to_owned());
-        let r = host_probes(true, removed);
+        let r = host_probes(true, "svc-no-such-user", removed);
         let by = |n: &str| {
             r.iter()
                 .find(|c| c.name == n)
@@ -654,12 +679,26 @@ mod tests {
                 "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (cargo xtask images builds them)"
             )
         );
-        // This machine has what the perimeter needs.
+        let no_range = by("host:microvm-user");
+        assert_eq!(no_range.status, Status::Failed);
+        assert!(
+            no_range.reason.as_deref().is_some_and(|w| w
+                .contains("\"svc-no-such-user\" has no range of 65536 ids in /etc/subuid")
+                && w.contains("microvm.user")),
+            "{no_range:?}"
+        );
+        // This machine has what the perimeter needs (`cargo xtask setup --tests` made svc-vm).
+        let vm = host_probes(true, "svc-vm", |_| None);
+        assert!(
+            vm.iter()
+                .any(|c| c.name == "host:microvm-user" && c.status == Status::Passed),
+            "{vm:?}"
+        );
         for ok in ["host:kernel", "host:btf", "host:nftables"] {
             assert_eq!(by(ok).status, Status::Passed, "{:?}", by(ok));
         }
         assert!(
-            host_probes(false, |_| None)
+            host_probes(false, "svc-vm", |_| None)
                 .iter()
                 .all(|c| !c.name.contains("microvm"))
         );

@@ -49,6 +49,7 @@ fn the_microvm_probes_read_the_real_images() {
         "host:svc-microvm-kernel",
         "host:svc-microvm-rootfs",
         "host:microvm-agent",
+        "host:microvm-user",
     ] {
         assert_eq!(probe(&report, name)["status"], "passed", "{report:#}");
     }
