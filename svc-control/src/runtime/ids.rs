@@ -44,9 +44,9 @@ pub fn id_range(
 ) -> Result<IdRange, RuntimeError> {
     let fix = format!(
         "create it with `useradd --system --no-create-home --shell /usr/sbin/nologin {user}` \
-         and `usermod --add-subuids 200000-265535 --add-subgids 200000-265535 {user}` (any free \
-         range of {ID_COUNT} no other user has; `cargo xtask setup` does this), or name another \
-         user in svcd.toml {config_key}"
+         and `usermod --add-subuids FIRST-LAST --add-subgids FIRST-LAST {user}`, FIRST-LAST \
+         being {ID_COUNT} ids no line of /etc/subuid or /etc/subgid overlaps (`cargo xtask \
+         setup` picks them), or name another user in svcd.toml {config_key}"
     );
     let read = |path: &Path| {
         std::fs::read_to_string(path)
