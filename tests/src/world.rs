@@ -495,6 +495,18 @@ listen = "127.0.0.1:{METRICS_PORT}"
         self.start_svcd_with_env(&[]);
     }
 
+    /// `svcd --config <this world's> run` in the world's host namespace (nsenter --net, not
+    /// `ip netns exec`: the latter remounts /sys, hiding bpffs pins).
+    pub fn svcd_command(&self) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.host.name))
+            .arg(workspace_bin("svcd"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("run");
+        cmd
+    }
+
     /// [`World::start_svcd`] with environment changes (`None`: removed).
     pub fn start_svcd_with_env(&mut self, env: &[(&str, Option<&str>)]) {
         let _ = std::fs::remove_file(self.dir.join("svcd.ready"));
@@ -503,14 +515,8 @@ listen = "127.0.0.1:{METRICS_PORT}"
             .append(true)
             .open(self.dir.join("svcd.log"))
             .expect("svcd.log");
-        // nsenter --net, not `ip netns exec`: the latter remounts /sys, hiding bpffs pins.
-        let mut child = Command::new("nsenter");
+        let mut child = self.svcd_command();
         child
-            .arg(format!("--net=/run/netns/{}", self.host.name))
-            .arg(workspace_bin("svcd"))
-            .arg("--config")
-            .arg(&self.config)
-            .arg("run")
             .env(
                 "RUST_LOG",
                 std::env::var("SVC_TEST_SVCD_LOG").unwrap_or_else(|_| "info".into()),

@@ -275,16 +275,11 @@ fn a_fork_starts_clones_with_their_own_network_and_credentials() {
     }
     // Each VM's QEMU runs as ids of its own (svc-vm's range start + the sandbox id), and its
     // disk is its own: a QEMU a guest broke out of shares no id with another VM's.
-    let range = svc_control::runtime::ids::subordinate_range(
-        &std::fs::read_to_string("/etc/subuid").expect("/etc/subuid"),
-        "svc-vm",
-    )
-    .expect("svc-vm's range (cargo xtask setup --tests makes it)");
-    let container = svc_control::runtime::ids::subordinate_range(
-        &std::fs::read_to_string("/etc/subuid").expect("/etc/subuid"),
-        "svc-sandbox",
-    )
-    .expect("svc-sandbox's range");
+    let subuid = std::fs::read_to_string("/etc/subuid").expect("/etc/subuid");
+    let range = svc_control::runtime::ids::subordinate_range(&subuid, "svc-vm")
+        .expect("svc-vm's range (cargo xtask setup --tests makes it)");
+    let container = svc_control::runtime::ids::subordinate_range(&subuid, "svc-sandbox")
+        .expect("svc-sandbox's range");
     let mut uids = Vec::new();
     for name in ["src", "c1", "c2"] {
         let vm = w.dir.join("state/sandboxes").join(name);

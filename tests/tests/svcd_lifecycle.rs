@@ -232,13 +232,7 @@ fn a_second_svcd_on_the_same_state_stops_before_touching_anything() {
     ]);
     let first = w.svcd_pid().expect("svcd's pid");
     let second = svc_tests::output_within(
-        Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", w.host.name))
-            .arg(workspace_bin("svcd"))
-            .arg("--config")
-            .arg(&w.config)
-            .arg("run")
-            .env("NO_COLOR", "1"),
+        w.svcd_command().env("NO_COLOR", "1"),
         Duration::from_secs(20),
     )
     .expect("the second svcd ends by itself");
