@@ -163,6 +163,39 @@ fn config_yaml_policy_paths_apply() {
     );
 }
 
+/// Tomcat, Jetty and Spring drop a segment's `;` parameters before resolving dot segments:
+/// `/public/..;/admin/` is `/admin/` to them, so explain refuses it as the proxy does.
+#[test]
+fn dot_segments_with_parameters_are_refused_by_explain() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "egress:\n  policy:\n    api.corp.test:\n      paths: [\"/public/**\"]\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    for url in [
+        "https://api.corp.test/public/..;/admin/",
+        "https://api.corp.test/public/..%3b/admin/",
+        "https://api.corp.test/public/%2e%2e;/admin",
+        "https://api.corp.test/public/.%2E%3Bx=1/admin",
+    ] {
+        let (code, doc) = json(&["--config", c, "GET", url]);
+        assert_eq!(
+            (code, doc["decision"]["rule"].as_str()),
+            (Some(1), Some("target-invalid")),
+            "{url}: {doc}"
+        );
+    }
+    let (code, doc) = json(&["--config", c, "GET", "https://api.corp.test/public/a;v=1"]);
+    assert_eq!(
+        (code, doc["decision"]["rule"].as_str()),
+        (Some(0), Some("policy-path")),
+        "a parameter on a real segment stays allowed: {doc}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_clear_errors() {
     for (args, fragment) in [

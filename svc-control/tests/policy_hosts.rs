@@ -308,6 +308,28 @@ fn generic_policy_paths() {
                 "target-invalid",
             ),
             (
+                "tomcat_dot_dot_semicolon_escape",
+                req("GET", "api.example.com", "/v1/chat/..;/..;/admin"),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
+                "tomcat_encoded_semicolon_escape",
+                req("GET", "api.example.com", "/v1/chat/..%3b/..%3B/admin"),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
+                "tomcat_encoded_dots_semicolon_escape",
+                req(
+                    "GET",
+                    "api.example.com",
+                    "/v1/chat/%2e%2e;/%2E%2E;x=1/admin",
+                ),
+                Deny(403),
+                "target-invalid",
+            ),
+            (
                 "percent_encoded_legit_path",
                 req("GET", "api.example.com", "/v1/%6dodels"),
                 Pass,

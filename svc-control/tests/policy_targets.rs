@@ -28,6 +28,18 @@ fn canonical_forms() {
         ("space_encoded", "/a%20b", &["a b"], false),
         ("plus_stays_in_path", "/a+b", &["a+b"], false),
         ("semicolon_is_literal", "/a;x=1/b", &["a;x=1", "b"], false),
+        (
+            "three_dots_then_parameter",
+            "/a/...;x",
+            &["a", "...;x"],
+            false,
+        ),
+        (
+            "dots_inside_name_then_parameter",
+            "/a/..b;x",
+            &["a", "..b;x"],
+            false,
+        ),
         ("colon_and_at", "/a:b@c", &["a:b@c"], false),
         ("query_kept_apart", "/a?b=/c", &["a"], false),
         (
@@ -73,6 +85,62 @@ fn refused_forms() {
         ("encoded_dot_dot", "/a/%2e%2E/b", DotSegment),
         ("half_encoded_dot_dot", "/a/.%2e/b", DotSegment),
         ("trailing_dot_dot", "/a/..", DotSegment),
+        (
+            "tomcat_dot_dot_semicolon",
+            "/public/..;/admin/",
+            DotSegmentWithParameters,
+        ),
+        (
+            "tomcat_dot_dot_encoded_semicolon",
+            "/public/..%3b/admin/",
+            DotSegmentWithParameters,
+        ),
+        (
+            "tomcat_dot_dot_encoded_semicolon_upper",
+            "/public/..%3B/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "tomcat_encoded_dots_semicolon",
+            "/public/%2e%2e;/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "tomcat_all_encoded",
+            "/public/%2E%2e%3B/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "tomcat_half_encoded",
+            "/public/.%2E;/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "dot_dot_with_parameter_value",
+            "/public/..;jsessionid=x/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "dot_dot_with_two_parameters",
+            "/public/..;a;b/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "dot_with_parameter",
+            "/public/.;x/admin",
+            DotSegmentWithParameters,
+        ),
+        (
+            "trailing_dot_dot_semicolon",
+            "/public/..;",
+            DotSegmentWithParameters,
+        ),
+        ("parameters_on_nothing", "/public/;x/admin", EmptySegment),
+        (
+            "encoded_parameters_on_nothing",
+            "/public/%3bx/admin",
+            EmptySegment,
+        ),
         ("empty_segment", "/a//b", EmptySegment),
         ("double_trailing_slash", "/a//", EmptySegment),
         ("bad_percent_short", "/a%2", BadPercentEncoding),

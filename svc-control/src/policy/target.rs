@@ -2,7 +2,8 @@
 //!
 //! Policy matches decoded path segments. Anything two servers could read differently is
 //! refused rather than guessed: encoded slashes and backslashes, dot segments (plain or
-//! percent-encoded), double percent-encoding (`%252f`), empty segments (`//`), NUL and control characters, bad or overlong
+//! percent-encoded, and with `;` parameters: Tomcat, Jetty and Spring drop a segment's `;…`
+//! before resolving dots, so `..;`, `..;x=1`, `%2e%2e%3b` are `..` to them), double percent-encoding (`%252f`), empty segments (`//`), NUL and control characters, bad or overlong
 //! percent-encoding (overlong UTF-8 is not UTF-8), fragments, and anything but origin-form
 //! (`/path?query`). A trailing slash is kept as a fact ([`Target::trailing_slash`]): `/a/` and
 //! `/a` are different paths to policy.
@@ -15,7 +16,8 @@ pub const MAX_TARGET_BYTES: usize = 8192;
 /// A canonical origin-form target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Target {
-    /// Percent-decoded path segments; none is empty, `.`, `..`, or holds `/`, `\` or a control.
+    /// Percent-decoded path segments; none is empty, `.`, `..` (also before a `;`), or holds
+    /// `/`, `\` or a control.
     pub segments: Vec<String>,
     pub trailing_slash: bool,
     /// Decoded query pairs in order (`+` is a space); `None` when there is no `?`.
@@ -50,7 +52,11 @@ pub enum TargetError {
     ControlCharacter,
     #[error("request target has a '.' or '..' segment (plain or encoded)")]
     DotSegment,
-    #[error("request target has an empty path segment ('//')")]
+    #[error(
+        "request target has a '.' or '..' segment with ';' parameters ('..;', plain or encoded), which servers such as Tomcat, Jetty and Spring resolve as '..'"
+    )]
+    DotSegmentWithParameters,
+    #[error("request target has an empty path segment ('//', or ';' parameters on nothing)")]
     EmptySegment,
 }
 
@@ -144,6 +150,17 @@ pub fn canonicalize(raw: &str) -> Result<Target, TargetError> {
             }
             if seg == "." || seg == ".." {
                 return Err(TargetError::DotSegment);
+            }
+            // Servers that take `;` as the start of a segment's parameters (Tomcat, Jetty,
+            // Spring) read only the part before it as the segment: `..;x` is `..` and `;x` is
+            // empty to them, whether the `;` was sent plain or as `%3B`.
+            if let Some((stem, _)) = seg.split_once(';') {
+                if stem == "." || stem == ".." {
+                    return Err(TargetError::DotSegmentWithParameters);
+                }
+                if stem.is_empty() {
+                    return Err(TargetError::EmptySegment);
+                }
             }
             segments.push(seg);
         }
