@@ -9,7 +9,10 @@
 use std::{
     path::PathBuf,
     process::Stdio,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -321,16 +324,23 @@ async fn relay<R: AsyncRead + Unpin>(
     // loop below never waits on the server, so git's credit for the server's output always
     // gets through (a server that writes while it does not read cannot stall both ways).
     // Held bytes were credited when they arrived.
+    // The shim is held to its window: `unread` counts the bytes of git's input svcd holds
+    // that the shim has not had credit back for, and a shim that sends past WINDOW is cut, so
+    // svcd never holds more than a window per session whatever the server does (a server that
+    // does not read stalls only this session).
     let (feed, mut fed) = mpsc::unbounded_channel::<(Vec<u8>, bool)>();
+    let unread = Arc::new(AtomicUsize::new(0));
     let writer = tokio::spawn({
         let out = out.clone();
         let mut stdin = stdin;
+        let unread = unread.clone();
         async move {
             while let Some((bytes, credit)) = fed.recv().await {
                 if stdin.write_all(&bytes).await.is_err() {
                     return;
                 }
                 if credit {
+                    unread.fetch_sub(bytes.len(), Ordering::SeqCst);
                     let _ = out.send(Frame::u32(id, Kind::Credit, bytes.len() as u32));
                 }
             }
@@ -368,9 +378,19 @@ async fn relay<R: AsyncRead + Unpin>(
             Kind::Data => {
                 let n = frame.payload.len();
                 up += n as u64;
+                let holding = unread.fetch_add(n, Ordering::SeqCst) + n;
+                if holding > WINDOW as usize {
+                    let _ = child.kill().await;
+                    writer.abort();
+                    for p in pumps {
+                        p.abort();
+                    }
+                    return Err((session, window_refusal(holding)));
+                }
                 let ready = match &mut held {
                     None => Some((frame.payload, true)),
                     Some(buf) => {
+                        unread.fetch_sub(n, Ordering::SeqCst);
                         let _ = out.send(Frame::u32(id, Kind::Credit, n as u32));
                         buf.extend_from_slice(&frame.payload);
                         match ssh::parse_push(buf) {
@@ -454,6 +474,15 @@ async fn relay<R: AsyncRead + Unpin>(
     session.bytes_up = up;
     session.bytes_down = down.load(std::sync::atomic::Ordering::Relaxed);
     Ok(session)
+}
+
+/// The line git's stderr gets when its shim sends past its credit window (a client that is not
+/// the image's shim: the shim waits for credit).
+pub fn window_refusal(holding: usize) -> String {
+    format!(
+        "svc: refused: the git SSH client sent {holding} bytes the relay had not credited (its \
+         window is {WINDOW} bytes); the session is cut"
+    )
 }
 
 async fn pump<R: AsyncRead + Unpin>(

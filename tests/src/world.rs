@@ -295,6 +295,9 @@ impl World {
             upstream_proxy,
             no_code_token,
         } = *o;
+        // Checked before anything is started: a panic past this point would leave the outside
+        // world's processes running (holding whatever descriptors the test runner gave them).
+        let image = image_dir();
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -447,7 +450,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
 {git_ssh_lines}
 {upstream_lines}
 "#,
-                image = image_dir().display(),
+                image = image.display(),
                 virtiofsd = tool("virtiofsd").map_or(String::new(), |p| format!(
                     "virtiofsd = \"{}\"",
                     p.display()
