@@ -717,16 +717,34 @@ mod tests {
         assert_eq!((gh.owner_uid, gh.shared_gid), (0, None));
         s.reserve_for("new", "{}", "t", 10, 1001).unwrap();
         assert_eq!(s.sandbox_owner("new").unwrap(), Some(1001));
-        assert_eq!(s.secret_put("mine", b"x", "t", 1001).unwrap().owner_uid, 1001);
-        assert_eq!(s.secret_share("mine", Some(2001)).unwrap().shared_gid, Some(2001));
+        assert_eq!(
+            s.secret_put("mine", b"x", "t", 1001).unwrap().owner_uid,
+            1001
+        );
+        assert_eq!(
+            s.secret_share("mine", Some(2001)).unwrap().shared_gid,
+            Some(2001)
+        );
         assert_eq!(s.secret_share("mine", None).unwrap().shared_gid, None);
         // An event about a sandbox is its owner's; svcd's own are nobody's.
         let e = s
-            .add_event("t", "sandbox.created", Some("new"), None, &serde_json::json!({}))
+            .add_event(
+                "t",
+                "sandbox.created",
+                Some("new"),
+                None,
+                &serde_json::json!({}),
+            )
             .unwrap();
         assert_eq!(e.owner_uid, Some(1001));
         let e = s
-            .add_event("t", "supervisor.started", None, None, &serde_json::json!({}))
+            .add_event(
+                "t",
+                "supervisor.started",
+                None,
+                None,
+                &serde_json::json!({}),
+            )
             .unwrap();
         assert_eq!(e.owner_uid, None);
         assert_eq!(s.events_after(0, 10).unwrap()[0].owner_uid, Some(1001));

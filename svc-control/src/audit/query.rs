@@ -210,7 +210,10 @@ mod tests {
         };
         let rec = |name: &str, time: &str| serde_json::json!({"sandbox_name": name, "time": time});
         assert!(f.matches(&rec("mine", "2026-01-01T10:00:00.500Z")));
-        assert!(!f.matches(&rec("mine", "2026-01-01T09:59:59Z")), "a same-named sandbox before it");
+        assert!(
+            !f.matches(&rec("mine", "2026-01-01T09:59:59Z")),
+            "a same-named sandbox before it"
+        );
         assert!(!f.matches(&rec("theirs", "2026-01-01T11:00:00Z")));
         assert!(!f.matches(&serde_json::json!({"time": "2026-01-01T11:00:00Z"})));
     }

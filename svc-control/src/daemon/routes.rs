@@ -130,25 +130,23 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
     };
     // Every per-sandbox route: its owner's or root's (`policy::ownership`).
     if let ["sandboxes", name, rest @ ..] = parts.as_slice()
-        && let Err(f) =
-            ctx.sup
-                .authorize_sandbox(&who, name, sandbox_action(&method, rest))
+        && let Err(f) = ctx
+            .sup
+            .authorize_sandbox(&who, name, sandbox_action(&method, rest))
     {
         return failure(&f);
     }
     let result: Result<Response<Body>, Failure> = match (&method, parts.as_slice()) {
         (&Method::GET, ["health"]) => Ok(json(StatusCode::OK, &health(&ctx))),
         (&Method::GET, ["sandboxes"]) => ctx.sup.list_for(&who).map(|v| json(StatusCode::OK, &v)),
-        (&Method::POST, ["sandboxes"]) => {
-            match read_json::<CreateSandbox>(req).await {
-                Ok(create) => ctx
-                    .sup
-                    .create(create, &who)
-                    .await
-                    .map(|v| json(StatusCode::CREATED, &v)),
-                Err(f) => Err(f),
-            }
-        }
+        (&Method::POST, ["sandboxes"]) => match read_json::<CreateSandbox>(req).await {
+            Ok(create) => ctx
+                .sup
+                .create(create, &who)
+                .await
+                .map(|v| json(StatusCode::CREATED, &v)),
+            Err(f) => Err(f),
+        },
         (&Method::GET, ["sandboxes", name, "workspace", "log"]) => {
             workspace_log_stream(&ctx, name, &query)
         }
@@ -185,10 +183,7 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 Err(f) => Err(f),
             }
         }
-        (&Method::GET, ["secrets"]) => ctx
-            .sup
-            .secret_list(&who)
-            .map(|v| json(StatusCode::OK, &v)),
+        (&Method::GET, ["secrets"]) => ctx.sup.secret_list(&who).map(|v| json(StatusCode::OK, &v)),
         (&Method::POST, ["secrets"]) => match read_json::<api::SetSecret>(req).await {
             Ok(s) => ctx
                 .sup
@@ -244,9 +239,12 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
             .map(|v| json(StatusCode::OK, &v)),
         (&Method::GET, ["events"]) => events_stream(&ctx, &who, &query),
         (&Method::GET, ["audit"]) => audit_stream(&ctx, &who, &query),
-        (&Method::POST, ["supervisor", "upgrade"]) if !who.is_root() => Err(Failure::forbidden(
-            format!("supervisor-upgrade replaces svcd for every user: only root may (you are uid {})", who.uid),
-        )),
+        (&Method::POST, ["supervisor", "upgrade"]) if !who.is_root() => {
+            Err(Failure::forbidden(format!(
+                "supervisor-upgrade replaces svcd for every user: only root may (you are uid {})",
+                who.uid
+            )))
+        }
         (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
             Ok(u) if u.force => {
                 let mut h = health(&ctx);

@@ -292,17 +292,105 @@ mod tests {
     /// (case, caller, its groups, secret owner, shared with, action, allowed)
     #[expect(clippy::type_complexity, reason = "a table of named cases")]
     const SECRET_CASES: &[(&str, u32, &[u32], u32, Option<u32>, SecretAction, bool)] = &[
-        ("root_uses_all", 0, &[], ALICE, None, SecretAction::Use, true),
-        ("root_rotates_all", 0, &[], ALICE, None, SecretAction::Rotate, true),
-        ("owner_uses_its_own", ALICE, &[], ALICE, None, SecretAction::Use, true),
-        ("owner_shares_its_own", ALICE, &[], ALICE, None, SecretAction::Share, true),
-        ("unshared_secret_unusable_by_member", BOB, &[DEVS], ALICE, None, SecretAction::Use, false),
-        ("shared_secret_usable_by_group_member", BOB, &[DEVS], ALICE, Some(DEVS), SecretAction::Use, true),
-        ("shared_secret_unusable_outside_the_group", BOB, &[3000], ALICE, Some(DEVS), SecretAction::Use, false),
-        ("shared_secret_not_rotatable_by_group_member", BOB, &[DEVS], ALICE, Some(DEVS), SecretAction::Rotate, false),
-        ("shared_secret_not_removable_by_group_member", BOB, &[DEVS], ALICE, Some(DEVS), SecretAction::Remove, false),
-        ("shared_secret_not_reshared_by_group_member", BOB, &[DEVS], ALICE, Some(DEVS), SecretAction::Share, false),
-        ("member_cannot_use_roots_secret", BOB, &[DEVS], 0, None, SecretAction::Use, false),
+        (
+            "root_uses_all",
+            0,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Use,
+            true,
+        ),
+        (
+            "root_rotates_all",
+            0,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Rotate,
+            true,
+        ),
+        (
+            "owner_uses_its_own",
+            ALICE,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Use,
+            true,
+        ),
+        (
+            "owner_shares_its_own",
+            ALICE,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Share,
+            true,
+        ),
+        (
+            "unshared_secret_unusable_by_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            None,
+            SecretAction::Use,
+            false,
+        ),
+        (
+            "shared_secret_usable_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Use,
+            true,
+        ),
+        (
+            "shared_secret_unusable_outside_the_group",
+            BOB,
+            &[3000],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Use,
+            false,
+        ),
+        (
+            "shared_secret_not_rotatable_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Rotate,
+            false,
+        ),
+        (
+            "shared_secret_not_removable_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Remove,
+            false,
+        ),
+        (
+            "shared_secret_not_reshared_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Share,
+            false,
+        ),
+        (
+            "member_cannot_use_roots_secret",
+            BOB,
+            &[DEVS],
+            0,
+            None,
+            SecretAction::Use,
+            false,
+        ),
     ];
 
     #[test]
@@ -315,10 +403,18 @@ mod tests {
 
     #[test]
     fn an_unshared_refusal_names_the_secret_its_owner_and_the_command() {
-        let e = secret(&who(BOB, &[]), "gh", &access(ALICE, None), SecretAction::Use)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("secret \"gh\" belongs to uid 1001 (alice)"), "{e}");
+        let e = secret(
+            &who(BOB, &[]),
+            "gh",
+            &access(ALICE, None),
+            SecretAction::Use,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("secret \"gh\" belongs to uid 1001 (alice)"),
+            "{e}"
+        );
         assert!(e.contains("svc secret share gh --group GROUP"), "{e}");
     }
 
@@ -326,8 +422,20 @@ mod tests {
     const SEES_CASES: &[(&str, u32, Option<u32>, bool, bool)] = &[
         ("root_sees_all", 0, Some(ALICE), true, true),
         ("owner_sees_its_own", ALICE, Some(ALICE), true, true),
-        ("member_does_not_see_anothers", BOB, Some(ALICE), true, false),
-        ("member_does_not_see_unowned_sandbox_records", BOB, None, true, false),
+        (
+            "member_does_not_see_anothers",
+            BOB,
+            Some(ALICE),
+            true,
+            false,
+        ),
+        (
+            "member_does_not_see_unowned_sandbox_records",
+            BOB,
+            None,
+            true,
+            false,
+        ),
         ("member_sees_svcds_own_records", BOB, None, false, true),
     ];
 
