@@ -185,12 +185,6 @@ fn members_act_only_on_their_own_sandboxes() {
         ],
     );
     ok_as(&w, b, &["sandbox", "create", "sb"]);
-    // Recorded and shown.
-    let shown: serde_json::Value =
-        serde_json::from_str(&ok_as(&w, a, &["sandbox", "show", "sa", "--json"])).expect("json");
-    assert_eq!(shown["owner_uid"], a.uid, "{shown}");
-    assert_eq!(shown["owner"], a.name.as_str(), "{shown}");
-    assert!(ok_as(&w, a, &["sandbox", "show", "sa"]).contains(&a.name));
     // A's guest makes audit records (DNS) and A's sandbox has events.
     let out = ok_as(
         &w,
@@ -268,6 +262,12 @@ fn members_act_only_on_their_own_sandboxes() {
     let hosts = w.show("sa")["allowed_hosts"].to_string();
     assert!(!hosts.contains("attacker"), "{hosts}");
 
+    // Recorded and shown.
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok_as(&w, a, &["sandbox", "show", "sa", "--json"])).expect("json");
+    assert_eq!(shown["owner_uid"], a.uid, "{shown}");
+    assert_eq!(shown["owner"], a.name.as_str(), "{shown}");
+    assert!(ok_as(&w, a, &["sandbox", "show", "sa"]).contains(&a.name));
     // Lists, events and audit reads: each sees its own, root all.
     assert_eq!(names(&ok_as(&w, b, &["sandbox", "list", "--json"])), ["sb"]);
     assert_eq!(names(&ok_as(&w, a, &["sandbox", "list", "--json"])), ["sa"]);
@@ -342,13 +342,7 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
     std::os::unix::fs::chown(&file, Some(a.uid), None).expect("chown");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let file = file.to_str().expect("utf-8");
-    let set: serde_json::Value = serde_json::from_str(&ok_as(
-        &w,
-        a,
-        &["secret", "set", "gh", "--from-file", file, "--json"],
-    ))
-    .expect("json");
-    assert_eq!(set["owner_uid"], a.uid, "{set}");
+    ok_as(&w, a, &["secret", "set", "gh", "--from-file", file]);
 
     // B: not listed, not usable, not changeable.
     let listed = ok_as(&w, b, &["secret", "list", "--json"]);
@@ -387,6 +381,10 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
         names(&w.svc_ok(&["sandbox", "list", "--json"])),
         Vec::<String>::new()
     );
+
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok_as(&w, a, &["secret", "list", "--json"])).expect("json");
+    assert_eq!(listed[0]["owner_uid"], a.uid, "{listed}");
 
     // A shares it with a group B is in: B may use it, and the real value reaches the upstream.
     let shared = ok_as(
