@@ -443,3 +443,33 @@ fn audit_stream(ctx: &Ctx, who: &Principal, query: &str) -> Result<Response<Body
     tokio::task::spawn_blocking(move || super::audit_read::stream(&path, &filter, follow, &tx));
     Ok(ndjson(rx))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path under a sandbox names what it does; one no route knows is still `Other`
+    /// (refused to non-owners), never let through.
+    #[test]
+    fn every_per_sandbox_path_is_an_action() {
+        let cases: &[(Method, &[&str], SandboxAction)] = &[
+            (Method::GET, &[], SandboxAction::Show),
+            (Method::DELETE, &[], SandboxAction::Destroy),
+            (Method::POST, &["exec"], SandboxAction::Exec),
+            (Method::POST, &["fork"], SandboxAction::Fork),
+            (Method::POST, &["pause"], SandboxAction::Pause),
+            (Method::POST, &["resume"], SandboxAction::Resume),
+            (Method::POST, &["allow"], SandboxAction::Allow),
+            (
+                Method::GET,
+                &["workspace", "log"],
+                SandboxAction::WorkspaceLog,
+            ),
+            (Method::POST, &["something-new"], SandboxAction::Other),
+            (Method::PUT, &[], SandboxAction::Other),
+        ];
+        for (method, rest, want) in cases {
+            assert_eq!(sandbox_action(method, rest), *want, "{method} {rest:?}");
+        }
+    }
+}
