@@ -40,7 +40,7 @@ enum Command {
     /// Create, inspect, use and destroy sandboxes (through svcd).
     #[command(subcommand)]
     Sandbox(sandbox_cmd::SandboxCommand),
-    /// The named secret store: set, list, rm, rotate (values from stdin or a file, sealed on
+    /// The named secret store: set, list, rm, rotate, share, unshare (values from stdin or a file, sealed on
     /// the host; sandboxes use them with --secret VAR@store:NAME).
     #[command(subcommand)]
     Secret(secret_cmd::SecretCommand),

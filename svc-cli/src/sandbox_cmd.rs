@@ -212,24 +212,26 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                     outln!("no sandboxes (create one: svc sandbox create NAME)");
                 } else {
                     outln!(
-                        "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} HOSTS",
+                        "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} OWNER",
                         "NAME",
                         "ID",
                         "STATE",
                         "MODE",
                         "GUEST",
-                        "LINK"
+                        "LINK",
+                        "HOSTS"
                     );
                     for s in all {
                         outln!(
-                            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {}",
+                            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} {}",
                             s.name,
                             s.id,
                             s.state,
                             s.mode,
                             s.guest_v4,
                             s.link,
-                            s.allowed_hosts.len()
+                            s.allowed_hosts.len(),
+                            crate::secret_cmd::owner_text(s.owner_uid, s.owner.as_deref())
                         );
                     }
                 }
@@ -436,6 +438,10 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
     );
     outln!("  init pid:          {}", s.pid);
     outln!("  created:           {}", s.created_at);
+    outln!(
+        "  owner:             uid {}",
+        crate::secret_cmd::owner_text(s.owner_uid, s.owner.as_deref())
+    );
     for p in &s.placeholders {
         outln!(
             "  credential:        {} ({}; {}) {}",

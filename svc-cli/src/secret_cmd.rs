@@ -1,14 +1,15 @@
-//! `svc secret set|list|rm|rotate`: the named secret store on the host. Values come from
+//! `svc secret set|list|rm|rotate|share|unshare`: the named secret store on the host. Values come from
 //! standard input or a file, never from the command line (where `ps` and shell history would
 //! keep them); they are sealed with the host key in svcd's state and never shown again.
-//! Sandboxes use them with `--secret VAR@store:NAME`.
+//! Sandboxes use them with `--secret VAR@store:NAME`. A secret is its owner's (the uid that
+//! stored it): only the owner and root may use it, unless the owner shares it with a group.
 
 use std::{io::Read as _, path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::Subcommand;
 use http::Method;
-use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SetSecret};
+use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SetSecret, ShareSecret};
 
 use crate::{client::Client, sandbox_cmd::SocketArg};
 
@@ -33,7 +34,7 @@ pub enum SecretCommand {
         #[arg(long)]
         json: bool,
     },
-    /// List the stored secrets: names, versions and times, never values.
+    /// List the stored secrets you may use: names, versions, times and owners, never values.
     #[command(visible_alias = "ls")]
     List {
         #[arg(long)]
@@ -53,6 +54,25 @@ pub enum SecretCommand {
         name: String,
         #[arg(long, value_name = "PATH")]
         from_file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let the members of a unix group use a secret of yours in their sandboxes
+    /// (`--secret VAR@store:NAME`), as a file's group bit does. They cannot rotate, remove or
+    /// share it. One group at a time: sharing again replaces it.
+    #[command(after_help = "Example:\n  svc secret share gh --group devs")]
+    Share {
+        name: String,
+        /// The group (name or gid), as the host knows it.
+        #[arg(long, value_name = "GROUP")]
+        group: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop sharing a secret: only its owner (and root) may use it again. Sandboxes that were
+    /// issued its value keep it until destroyed.
+    Unshare {
+        name: String,
         #[arg(long)]
         json: bool,
     },
@@ -91,8 +111,21 @@ fn show(json: bool, what: &str, s: &SecretInfo) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(s)?);
     } else {
         outln!("{what} secret {} (version {})", s.name, s.version);
+        match (&s.shared_group, s.shared_gid) {
+            (Some(g), _) => outln!("  shared with group {g}"),
+            (None, Some(gid)) => outln!("  shared with gid {gid}"),
+            (None, None) => {}
+        }
     }
     Ok(())
+}
+
+/// `uid 1001 (alice)`, or the uid alone.
+pub(crate) fn owner_text(uid: u32, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("{uid} ({n})"),
+        None => uid.to_string(),
+    }
 }
 
 pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
@@ -146,25 +179,49 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                     outln!("no secrets (store one: svc secret set NAME < value)");
                 } else {
                     outln!(
-                        "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  EXPIRES",
+                        "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  OWNER",
                         "NAME",
                         "VERSION",
                         "KIND",
                         "CREATED",
-                        "UPDATED"
+                        "UPDATED",
+                        "EXPIRES",
+                        "SHARED"
                     );
                     for s in &all {
                         outln!(
-                            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {}",
+                            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {}",
                             s.name,
                             s.version,
                             s.kind,
                             s.created_at,
                             s.updated_at,
-                            s.expires_at.as_deref().unwrap_or("-")
+                            s.expires_at.as_deref().unwrap_or("-"),
+                            s.shared_group.as_deref().unwrap_or("-"),
+                            owner_text(s.owner_uid, s.owner.as_deref())
                         );
                     }
                 }
+            }
+            SecretCommand::Share { name, group, json } => {
+                let s: SecretInfo = client
+                    .call(
+                        Method::POST,
+                        &format!("/v1/secrets/{name}/share"),
+                        Some(&ShareSecret { group: Some(group) }),
+                    )
+                    .await?;
+                show(json, "shared", &s)?;
+            }
+            SecretCommand::Unshare { name, json } => {
+                let s: SecretInfo = client
+                    .call(
+                        Method::POST,
+                        &format!("/v1/secrets/{name}/share"),
+                        Some(&ShareSecret { group: None }),
+                    )
+                    .await?;
+                show(json, "unshared", &s)?;
             }
             SecretCommand::Rm { name, json } => {
                 let s: SecretInfo = client

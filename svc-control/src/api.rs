@@ -310,6 +310,25 @@ pub struct SecretInfo {
     /// When an OAuth secret's current access token expires (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// The uid that stored it: only it (and root) may change it or share it.
+    #[serde(default)]
+    pub owner_uid: u32,
+    /// Its user name, where the host knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The group whose members may also use it (`svc secret share NAME --group G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_gid: Option<u32>,
+}
+
+/// `POST /v1/secrets/{name}/share`: let the members of a unix group of the host use it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareSecret {
+    /// The group's name or gid, resolved on the host; `None`: shared with nobody (unshare).
+    pub group: Option<String>,
 }
 
 fn fixed() -> String {
@@ -444,6 +463,12 @@ pub struct SandboxView {
     /// The host pid of the sandbox's init.
     pub pid: u32,
     pub created_at: String,
+    /// The uid that created it: only it (and root) may act on it.
+    #[serde(default)]
+    pub owner_uid: u32,
+    /// Its user name, where the host knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub placeholders: Vec<PlaceholderView>,
     pub secrets: Vec<String>,
     /// Its workspace, when made by `svc workspace up`.
@@ -532,6 +557,9 @@ pub struct Event {
     pub sandbox: Option<String>,
     #[serde(default)]
     pub detail: serde_json::Value,
+    /// Whose it is (its sandbox's or secret's owner); none for svcd's own events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_uid: Option<u32>,
 }
 
 /// `GET /v1/health`.

@@ -52,6 +52,11 @@ const MIGRATIONS: &[&str] = &[
         created_at  TEXT NOT NULL,
         updated_at  TEXT NOT NULL
     );",
+    // 3: owners (API callers are not each other). Rows from before belong to root.
+    "ALTER TABLE sandboxes ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE secret_store ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE secret_store ADD COLUMN shared_gid INTEGER;
+    ALTER TABLE events ADD COLUMN owner_uid INTEGER;",
 ];
 
 /// Events kept; older ones are pruned as new ones arrive.
@@ -100,6 +105,10 @@ pub struct SecretRow {
     pub version: u32,
     pub created_at: String,
     pub updated_at: String,
+    /// The uid that stored it (0 for secrets stored before owners were recorded).
+    pub owner_uid: u32,
+    /// The group whose members may use it (`svc secret share`), if any.
+    pub shared_gid: Option<u32>,
 }
 
 /// One sandbox row.
@@ -115,6 +124,8 @@ pub struct SandboxRow {
     pub ca_key: Option<String>,
     pub pid: Option<u32>,
     pub pid_start: Option<u64>,
+    /// The uid that created it (0 for sandboxes created before owners were recorded).
+    pub owner_uid: u32,
 }
 
 /// The database.
@@ -199,13 +210,25 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Reserve `name` with the lowest free id in `1..=max_id`, as `creating`.
+    /// Reserve `name` for root with the lowest free id in `1..=max_id`, as `creating`.
     pub fn reserve(
         &mut self,
         name: &str,
         envelope: &str,
         created_at: &str,
         max_id: u32,
+    ) -> Result<u32, StoreError> {
+        self.reserve_for(name, envelope, created_at, max_id, 0)
+    }
+
+    /// Reserve `name` for `owner_uid` with the lowest free id in `1..=max_id`, as `creating`.
+    pub fn reserve_for(
+        &mut self,
+        name: &str,
+        envelope: &str,
+        created_at: &str,
+        max_id: u32,
+        owner_uid: u32,
     ) -> Result<u32, StoreError> {
         let path = self.path.clone();
         let sql = |source| StoreError::Sql {
@@ -243,9 +266,9 @@ impl Store {
             return Err(StoreError::Full(max_id));
         }
         tx.execute(
-            "INSERT INTO sandboxes (name, id, state, created_at, envelope) \
-             VALUES (?1, ?2, 'creating', ?3, ?4)",
-            params![name, id, created_at, envelope],
+            "INSERT INTO sandboxes (name, id, state, created_at, envelope, owner_uid) \
+             VALUES (?1, ?2, 'creating', ?3, ?4, ?5)",
+            params![name, id, created_at, envelope, owner_uid],
         )
         .map_err(sql)?;
         tx.commit().map_err(sql)?;
@@ -303,7 +326,8 @@ impl Store {
     fn secret_row(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
         self.conn
             .query_row(
-                "SELECT name, version, created_at, updated_at, sealed FROM secret_store WHERE name = ?1",
+                "SELECT name, version, created_at, updated_at, sealed, owner_uid, shared_gid \
+                 FROM secret_store WHERE name = ?1",
                 params![name],
                 |r| {
                     Ok((
@@ -312,6 +336,8 @@ impl Store {
                             version: r.get(1)?,
                             created_at: r.get(2)?,
                             updated_at: r.get(3)?,
+                            owner_uid: r.get(5)?,
+                            shared_gid: r.get(6)?,
                         },
                         r.get::<_, Vec<u8>>(4)?,
                     ))
@@ -321,19 +347,21 @@ impl Store {
             .map_err(self.sql_err())
     }
 
-    /// Store a new secret (sealed); refused if the name is taken.
+    /// Store a new secret (sealed) owned by `owner_uid`; refused if the name is taken.
     pub fn secret_put(
         &self,
         name: &str,
         sealed: &[u8],
         now: &str,
+        owner_uid: u32,
     ) -> Result<SecretRow, StoreError> {
         let n = self
             .conn
             .execute(
-                "INSERT OR IGNORE INTO secret_store (name, version, sealed, created_at, updated_at) \
-                 VALUES (?1, 1, ?2, ?3, ?3)",
-                params![name, sealed, now],
+                "INSERT OR IGNORE INTO secret_store \
+                 (name, version, sealed, created_at, updated_at, owner_uid) \
+                 VALUES (?1, 1, ?2, ?3, ?3, ?4)",
+                params![name, sealed, now, owner_uid],
             )
             .map_err(self.sql_err())?;
         if n == 0 {
@@ -386,6 +414,23 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Share a secret with the members of group `gid` (`None`: with nobody but its owner).
+    pub fn secret_share(&self, name: &str, gid: Option<u32>) -> Result<SecretRow, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE secret_store SET shared_gid = ?2 WHERE name = ?1",
+                params![name, gid],
+            )
+            .map_err(self.sql_err())?;
+        if n == 0 {
+            return Err(StoreError::SecretNotFound(name.to_owned()));
+        }
+        self.secret_row(name)?
+            .map(|(r, _)| r)
+            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+    }
+
     /// A secret and its sealed value.
     pub fn secret_get(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
         self.secret_row(name)
@@ -395,7 +440,10 @@ impl Store {
     pub fn secret_list(&self) -> Result<Vec<SecretRow>, StoreError> {
         let mut st = self
             .conn
-            .prepare("SELECT name, version, created_at, updated_at FROM secret_store ORDER BY name")
+            .prepare(
+                "SELECT name, version, created_at, updated_at, owner_uid, shared_gid \
+                 FROM secret_store ORDER BY name",
+            )
             .map_err(self.sql_err())?;
         let rows = st
             .query_map([], |r| {
@@ -404,6 +452,8 @@ impl Store {
                     version: r.get(1)?,
                     created_at: r.get(2)?,
                     updated_at: r.get(3)?,
+                    owner_uid: r.get(4)?,
+                    shared_gid: r.get(5)?,
                 })
             })
             .map_err(self.sql_err())?;
@@ -467,8 +517,8 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT name, id, state, created_at, envelope, ca_cert, ca_key, pid, pid_start \
-                 FROM sandboxes ORDER BY id",
+                "SELECT name, id, state, created_at, envelope, ca_cert, ca_key, pid, pid_start, \
+                 owner_uid FROM sandboxes ORDER BY id",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -483,6 +533,7 @@ impl Store {
                     ca_key: r.get(6)?,
                     pid: r.get(7)?,
                     pid_start: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
+                    owner_uid: r.get(9)?,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -507,21 +558,44 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
-    /// Append an event (and prune the oldest past [`EVENTS_KEPT`]).
+    /// The uid that owns sandbox `name`, if there is one.
+    pub fn sandbox_owner(&self, name: &str) -> Result<Option<u32>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT owner_uid FROM sandboxes WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Append an event (and prune the oldest past [`EVENTS_KEPT`]). It belongs to `owner`, or
+    /// when `None` to its sandbox's owner as the store has it now (none for svcd's own events).
     pub fn add_event(
         &self,
         time: &str,
         kind: &str,
         sandbox: Option<&str>,
+        owner: Option<u32>,
         detail: &serde_json::Value,
     ) -> Result<Event, StoreError> {
         self.conn
             .execute(
-                "INSERT INTO events (time, kind, sandbox, detail) VALUES (?1, ?2, ?3, ?4)",
-                params![time, kind, sandbox, detail.to_string()],
+                "INSERT INTO events (time, kind, sandbox, detail, owner_uid) VALUES (?1, ?2, ?3, \
+                 ?4, COALESCE(?5, (SELECT owner_uid FROM sandboxes WHERE name = ?3)))",
+                params![time, kind, sandbox, detail.to_string(), owner],
             )
             .map_err(|e| self.err(e))?;
         let seq = self.conn.last_insert_rowid();
+        let owner_uid: Option<u32> = self
+            .conn
+            .query_row(
+                "SELECT owner_uid FROM events WHERE seq = ?1",
+                params![seq],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
         self.conn
             .execute(
                 "DELETE FROM events WHERE seq <= ?1",
@@ -534,6 +608,7 @@ impl Store {
             kind: kind.to_owned(),
             sandbox: sandbox.map(str::to_owned),
             detail: detail.clone(),
+            owner_uid,
         })
     }
 
@@ -542,7 +617,7 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT seq, time, kind, sandbox, detail FROM events WHERE seq > ?1 \
+                "SELECT seq, time, kind, sandbox, detail, owner_uid FROM events WHERE seq > ?1 \
                  ORDER BY seq LIMIT ?2",
             )
             .map_err(|e| self.err(e))?;
@@ -555,6 +630,7 @@ impl Store {
                     kind: r.get(2)?,
                     sandbox: r.get(3)?,
                     detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
+                    owner_uid: r.get(5)?,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -612,6 +688,69 @@ mod tests {
     }
 
     #[test]
+    fn rows_from_before_owners_belong_to_root_and_new_ones_to_their_creator() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // A database at schema 2 (before owners), with a sandbox and a stored secret.
+            let mut conn = Connection::open(dir.path().join("svcd.db")).unwrap();
+            let tx = conn.transaction().unwrap();
+            tx.execute_batch(MIGRATIONS[0]).unwrap();
+            tx.execute_batch(MIGRATIONS[1]).unwrap();
+            tx.pragma_update(None, "user_version", 2).unwrap();
+            tx.execute(
+                "INSERT INTO sandboxes (name, id, state, created_at, envelope) \
+                 VALUES ('old', 1, 'running', 't', '{}')",
+                [],
+            )
+            .unwrap();
+            tx.execute(
+                "INSERT INTO secret_store (name, version, sealed, created_at, updated_at) \
+                 VALUES ('gh', 1, x'00', 't', 't')",
+                [],
+            )
+            .unwrap();
+            tx.commit().unwrap();
+        }
+        let mut s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.list().unwrap()[0].owner_uid, 0);
+        let gh = s.secret_get("gh").unwrap().unwrap().0;
+        assert_eq!((gh.owner_uid, gh.shared_gid), (0, None));
+        s.reserve_for("new", "{}", "t", 10, 1001).unwrap();
+        assert_eq!(s.sandbox_owner("new").unwrap(), Some(1001));
+        assert_eq!(
+            s.secret_put("mine", b"x", "t", 1001).unwrap().owner_uid,
+            1001
+        );
+        assert_eq!(
+            s.secret_share("mine", Some(2001)).unwrap().shared_gid,
+            Some(2001)
+        );
+        assert_eq!(s.secret_share("mine", None).unwrap().shared_gid, None);
+        // An event about a sandbox is its owner's; svcd's own are nobody's.
+        let e = s
+            .add_event(
+                "t",
+                "sandbox.created",
+                Some("new"),
+                None,
+                &serde_json::json!({}),
+            )
+            .unwrap();
+        assert_eq!(e.owner_uid, Some(1001));
+        let e = s
+            .add_event(
+                "t",
+                "supervisor.started",
+                None,
+                None,
+                &serde_json::json!({}),
+            )
+            .unwrap();
+        assert_eq!(e.owner_uid, None);
+        assert_eq!(s.events_after(0, 10).unwrap()[0].owner_uid, Some(1001));
+    }
+
+    #[test]
     fn ids_run_out() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(dir.path()).unwrap();
@@ -627,13 +766,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
         let a = s
-            .add_event("t1", "sandbox.created", Some("a"), &serde_json::json!({}))
+            .add_event(
+                "t1",
+                "sandbox.created",
+                Some("a"),
+                None,
+                &serde_json::json!({}),
+            )
             .unwrap();
         let b = s
             .add_event(
                 "t2",
                 "workspace.ready",
                 Some("a"),
+                None,
                 &serde_json::json!({"k": 1}),
             )
             .unwrap();

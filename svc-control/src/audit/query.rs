@@ -15,6 +15,10 @@ pub struct Filter {
     pub verdict: Option<Verdict>,
     /// Records at or after this time.
     pub since: Option<SystemTime>,
+    /// Only records of these sandboxes (by name), each made at or after the time it was
+    /// created (so a same-named sandbox of someone else before it stays hidden): a non-root
+    /// reader's own sandboxes (`policy::ownership`). `None`: every record.
+    pub only: Option<Vec<(String, SystemTime)>>,
 }
 
 /// Allowed or refused, across layers' own words.
@@ -26,6 +30,13 @@ pub enum Verdict {
 
 /// The layers a filter may name.
 pub const LAYERS: [&str; 6] = ["packet", "dns", "http", "ssh", "policy", "credential"];
+
+/// A record's `time`.
+fn record_time(record: &serde_json::Value) -> Option<SystemTime> {
+    record["time"]
+        .as_str()
+        .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok())
+}
 
 impl Filter {
     /// Build a filter from query values (`sandbox`, `layer`, `verdict`, `since` as `10m`,
@@ -59,6 +70,21 @@ impl Filter {
 
     /// Whether `record` (one audit line, parsed) is wanted.
     pub fn matches(&self, record: &serde_json::Value) -> bool {
+        if let Some(only) = &self.only {
+            let name = record["sandbox_name"].as_str();
+            let at = record_time(record);
+            let mine = only.iter().any(|(n, created)| {
+                // Records carry whole seconds at least; compare at that grain.
+                let created = created
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs()))
+                    .unwrap_or(*created);
+                name == Some(n.as_str()) && at.is_some_and(|at| at >= created)
+            });
+            if !mine {
+                return false;
+            }
+        }
         if let Some(s) = &self.sandbox {
             let by_name = record["sandbox_name"].as_str() == Some(s.as_str());
             let by_id = record["sandbox"]
@@ -79,9 +105,7 @@ impl Filter {
             return false;
         }
         if let Some(since) = self.since {
-            let at = record["time"]
-                .as_str()
-                .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok());
+            let at = record_time(record);
             if at.is_none_or(|at| at < since) {
                 return false;
             }
@@ -175,5 +199,22 @@ mod tests {
         let at = Filter::parse(&pairs(&[("since", "2026-11-22T11:00:00Z")]), now())
             .expect("an RFC 3339 time");
         assert!(at.since.is_some());
+    }
+
+    #[test]
+    fn a_readers_own_sandboxes_only_since_each_was_created() {
+        let created = humantime::parse_rfc3339("2026-01-01T10:00:00Z").unwrap();
+        let f = Filter {
+            only: Some(vec![("mine".to_owned(), created)]),
+            ..Filter::default()
+        };
+        let rec = |name: &str, time: &str| serde_json::json!({"sandbox_name": name, "time": time});
+        assert!(f.matches(&rec("mine", "2026-01-01T10:00:00.500Z")));
+        assert!(
+            !f.matches(&rec("mine", "2026-01-01T09:59:59Z")),
+            "a same-named sandbox before it"
+        );
+        assert!(!f.matches(&rec("theirs", "2026-01-01T11:00:00Z")));
+        assert!(!f.matches(&serde_json::json!({"time": "2026-01-01T11:00:00Z"})));
     }
 }

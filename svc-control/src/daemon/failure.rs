@@ -32,6 +32,14 @@ impl Failure {
             message: message.into(),
         }
     }
+    /// 403: the caller may not do this (another user's sandbox or secret, …).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self {
+            status: 403,
+            code: "forbidden",
+            message: message.into(),
+        }
+    }
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self {
             status: 409,
@@ -44,6 +52,12 @@ impl Failure {
             code: self.code.to_owned(),
             error: self.message.clone(),
         }
+    }
+}
+
+impl From<crate::policy::ownership::OwnershipError> for Failure {
+    fn from(e: crate::policy::ownership::OwnershipError) -> Self {
+        Self::forbidden(e.to_string())
     }
 }
 

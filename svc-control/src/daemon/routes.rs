@@ -13,6 +13,7 @@ use super::supervisor::{Failure, Supervisor};
 use crate::{
     api::{self, CreateSandbox, ExecRequest, Health},
     audit::rfc3339,
+    policy::ownership::{Principal, SandboxAction},
 };
 
 pub(super) type Body = BoxBody<Bytes, Infallible>;
@@ -71,6 +72,41 @@ pub(super) fn health(ctx: &Ctx) -> Health {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Caller(pub u32);
 
+/// The caller's groups (primary and supplementary), for secrets shared with a group.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CallerGroups(pub Vec<u32>);
+
+/// The caller as `policy::ownership` sees it; a call without peer credentials is nobody's.
+fn principal(req: &Request<Incoming>) -> Result<Principal, Failure> {
+    let uid = req
+        .extensions()
+        .get::<Caller>()
+        .map(|c| c.0)
+        .ok_or_else(|| Failure::forbidden("cannot tell who called (no peer credentials)"))?;
+    let groups = req
+        .extensions()
+        .get::<CallerGroups>()
+        .map(|g| g.0.clone())
+        .unwrap_or_default();
+    Ok(Principal { uid, groups })
+}
+
+/// What a per-sandbox route does, for `policy::ownership` (any path under
+/// `/sandboxes/{name}/` is one; those not named here are `Other`, refused to non-owners too).
+fn sandbox_action(method: &Method, rest: &[&str]) -> SandboxAction {
+    match (method, rest) {
+        (&Method::GET, []) => SandboxAction::Show,
+        (&Method::DELETE, []) => SandboxAction::Destroy,
+        (&Method::POST, ["exec"]) => SandboxAction::Exec,
+        (&Method::POST, ["fork"]) => SandboxAction::Fork,
+        (&Method::POST, ["pause"]) => SandboxAction::Pause,
+        (&Method::POST, ["resume"]) => SandboxAction::Resume,
+        (&Method::POST, ["allow"]) => SandboxAction::Allow,
+        (&Method::GET, ["workspace", "log"]) => SandboxAction::WorkspaceLog,
+        _ => SandboxAction::Other,
+    }
+}
+
 pub(super) async fn route(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
     tracing::Instrument::instrument(route_in_span(ctx, req), span).await
@@ -88,20 +124,29 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
     };
     let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let method = req.method().clone();
+    let who = match principal(&req) {
+        Ok(w) => w,
+        Err(f) => return failure(&f),
+    };
+    // Every per-sandbox route: its owner's or root's (`policy::ownership`).
+    if let ["sandboxes", name, rest @ ..] = parts.as_slice()
+        && let Err(f) = ctx
+            .sup
+            .authorize_sandbox(&who, name, sandbox_action(&method, rest))
+    {
+        return failure(&f);
+    }
     let result: Result<Response<Body>, Failure> = match (&method, parts.as_slice()) {
         (&Method::GET, ["health"]) => Ok(json(StatusCode::OK, &health(&ctx))),
-        (&Method::GET, ["sandboxes"]) => ctx.sup.list().map(|v| json(StatusCode::OK, &v)),
-        (&Method::POST, ["sandboxes"]) => {
-            let caller = req.extensions().get::<Caller>().map(|c| c.0);
-            match read_json::<CreateSandbox>(req).await {
-                Ok(create) => ctx
-                    .sup
-                    .create(create, caller)
-                    .await
-                    .map(|v| json(StatusCode::CREATED, &v)),
-                Err(f) => Err(f),
-            }
-        }
+        (&Method::GET, ["sandboxes"]) => ctx.sup.list_for(&who).map(|v| json(StatusCode::OK, &v)),
+        (&Method::POST, ["sandboxes"]) => match read_json::<CreateSandbox>(req).await {
+            Ok(create) => ctx
+                .sup
+                .create(create, &who)
+                .await
+                .map(|v| json(StatusCode::CREATED, &v)),
+            Err(f) => Err(f),
+        },
         (&Method::GET, ["sandboxes", name, "workspace", "log"]) => {
             workspace_log_stream(&ctx, name, &query)
         }
@@ -132,17 +177,17 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
             match read_json::<api::ForkRequest>(req).await {
                 Ok(f) => ctx
                     .sup
-                    .fork(&name, f)
+                    .fork(&who, &name, f)
                     .await
                     .map(|v| json(StatusCode::OK, &v)),
                 Err(f) => Err(f),
             }
         }
-        (&Method::GET, ["secrets"]) => ctx.sup.secret_list().map(|v| json(StatusCode::OK, &v)),
+        (&Method::GET, ["secrets"]) => ctx.sup.secret_list(&who).map(|v| json(StatusCode::OK, &v)),
         (&Method::POST, ["secrets"]) => match read_json::<api::SetSecret>(req).await {
             Ok(s) => ctx
                 .sup
-                .secret_set(s)
+                .secret_set(&who, s)
                 .await
                 .map(|v| json(StatusCode::CREATED, &v)),
             Err(f) => Err(f),
@@ -152,7 +197,7 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
             match read_json::<api::RotateSecret>(req).await {
                 Ok(r) => ctx
                     .sup
-                    .secret_rotate(&name, r)
+                    .secret_rotate(&who, &name, r)
                     .await
                     .map(|v| json(StatusCode::OK, &v)),
                 Err(f) => Err(f),
@@ -160,8 +205,18 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
         }
         (&Method::DELETE, ["secrets", name]) => ctx
             .sup
-            .secret_remove(name)
+            .secret_remove(&who, name)
             .map(|v| json(StatusCode::OK, &v)),
+        (&Method::POST, ["secrets", name, "share"]) => {
+            let name = (*name).to_owned();
+            match read_json::<api::ShareSecret>(req).await {
+                Ok(r) => ctx
+                    .sup
+                    .secret_share(&who, &name, &r)
+                    .map(|v| json(StatusCode::OK, &v)),
+                Err(f) => Err(f),
+            }
+        }
         (&Method::POST, ["sandboxes", name, "allow"]) => {
             let by = req
                 .extensions()
@@ -182,8 +237,14 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
             .lifecycle(name, op)
             .await
             .map(|v| json(StatusCode::OK, &v)),
-        (&Method::GET, ["events"]) => events_stream(&ctx, &query),
-        (&Method::GET, ["audit"]) => audit_stream(&ctx, &query),
+        (&Method::GET, ["events"]) => events_stream(&ctx, &who, &query),
+        (&Method::GET, ["audit"]) => audit_stream(&ctx, &who, &query),
+        (&Method::POST, ["supervisor", "upgrade"]) if !who.is_root() => {
+            Err(Failure::forbidden(format!(
+                "supervisor-upgrade replaces svcd for every user: only root may (you are uid {})",
+                who.uid
+            )))
+        }
         (&Method::POST, ["supervisor", "upgrade"]) => match read_json::<api::Upgrade>(req).await {
             Ok(u) if u.force => {
                 let mut h = health(&ctx);
@@ -251,7 +312,9 @@ pub(super) fn line<T: serde::Serialize>(v: &T) -> Bytes {
     Bytes::from(b)
 }
 
-fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
+/// `GET /v1/events`: a non-root caller reads only its own sandboxes' and secrets' events (and
+/// svcd's own).
+fn events_stream(ctx: &Ctx, who: &Principal, query: &str) -> Result<Response<Body>, Failure> {
     let mut follow = false;
     let mut after: i64 = 0;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -267,12 +330,16 @@ fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
     }
     // Subscribe before reading the backlog, so nothing falls between the two.
     let mut live = ctx.sup.subscribe();
+    let who = who.clone();
     let backlog = ctx.sup.events_after(after, 10_000)?;
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
         let mut last = after;
         for e in backlog {
             last = e.seq;
+            if !Supervisor::sees_event(&who, &e) {
+                continue;
+            }
             if tx.send(line(&e)).await.is_err() {
                 return;
             }
@@ -285,6 +352,9 @@ fn events_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
                 got = live.recv() => match got {
                     Ok(e) if e.seq > last => {
                         last = e.seq;
+                        if !Supervisor::sees_event(&who, &e) {
+                            continue;
+                        }
                         if tx.send(line(&e)).await.is_err() {
                             return;
                         }
@@ -346,8 +416,9 @@ fn workspace_log_stream(ctx: &Ctx, name: &str, query: &str) -> Result<Response<B
 
 /// `GET /v1/audit?sandbox=&layer=&verdict=&since=&follow=1`: the audit log's records that match,
 /// rotated file first, as JSON lines exactly as written; with `follow`, new ones as they come
-/// (across a rotation).
-fn audit_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
+/// (across a rotation). A non-root caller reads only the records of its own sandboxes made
+/// since each was created (as they are when the read starts).
+fn audit_stream(ctx: &Ctx, who: &Principal, query: &str) -> Result<Response<Body>, Failure> {
     let pairs: Vec<(String, String)> = query
         .split('&')
         .filter(|p| !p.is_empty())
@@ -364,10 +435,41 @@ fn audit_stream(ctx: &Ctx, query: &str) -> Result<Response<Body>, Failure> {
     let follow = pairs
         .iter()
         .any(|(k, v)| k == "follow" && matches!(v.as_str(), "" | "1" | "true"));
-    let filter = crate::audit::query::Filter::parse(&pairs, std::time::SystemTime::now())
+    let mut filter = crate::audit::query::Filter::parse(&pairs, std::time::SystemTime::now())
         .map_err(Failure::bad)?;
+    filter.only = ctx.sup.visible_sandboxes(who);
     let path = ctx.sup.audit_path();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::task::spawn_blocking(move || super::audit_read::stream(&path, &filter, follow, &tx));
     Ok(ndjson(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path under a sandbox names what it does; one no route knows is still `Other`
+    /// (refused to non-owners), never let through.
+    #[test]
+    fn every_per_sandbox_path_is_an_action() {
+        let cases: &[(Method, &[&str], SandboxAction)] = &[
+            (Method::GET, &[], SandboxAction::Show),
+            (Method::DELETE, &[], SandboxAction::Destroy),
+            (Method::POST, &["exec"], SandboxAction::Exec),
+            (Method::POST, &["fork"], SandboxAction::Fork),
+            (Method::POST, &["pause"], SandboxAction::Pause),
+            (Method::POST, &["resume"], SandboxAction::Resume),
+            (Method::POST, &["allow"], SandboxAction::Allow),
+            (
+                Method::GET,
+                &["workspace", "log"],
+                SandboxAction::WorkspaceLog,
+            ),
+            (Method::POST, &["something-new"], SandboxAction::Other),
+            (Method::PUT, &[], SandboxAction::Other),
+        ];
+        for (method, rest, want) in cases {
+            assert_eq!(sandbox_action(method, rest), *want, "{method} {rest:?}");
+        }
+    }
 }

@@ -464,17 +464,7 @@ fn authorised(stream: &UnixStream, api_gid: Option<u32>) -> Result<(), String> {
             cred.uid()
         ));
     };
-    if cred.gid() == gid {
-        return Ok(());
-    }
-    let member = cred.pid().is_some_and(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("Groups:"))
-            .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
-    });
-    if member {
+    if peer_groups(&cred).contains(&gid) {
         Ok(())
     } else {
         Err(format!(
@@ -484,18 +474,33 @@ fn authorised(stream: &UnixStream, api_gid: Option<u32>) -> Result<(), String> {
     }
 }
 
+/// The peer's groups: its primary group and its supplementary groups (as its process has them).
+fn peer_groups(cred: &tokio::net::unix::UCred) -> Vec<u32> {
+    let mut groups = vec![cred.gid()];
+    if let Some(pid) = cred.pid() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if let Some(g) = status.lines().find_map(|l| l.strip_prefix("Groups:")) {
+            groups.extend(g.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+        }
+    }
+    groups
+}
+
 async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
     let denied = authorised(&stream, ctx.api_gid).err();
     if let Some(reason) = &denied {
         warn!(%reason, "refused an API caller");
     }
-    let caller = stream.peer_cred().ok().map(|c| routes::Caller(c.uid()));
+    let cred = stream.peer_cred().ok();
+    let caller = cred.map(|c| routes::Caller(c.uid()));
+    let groups = routes::CallerGroups(cred.as_ref().map(peer_groups).unwrap_or_default());
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let ctx = ctx.clone();
         let denied = denied.clone();
         if let Some(c) = caller {
             req.extensions_mut().insert(c);
         }
+        req.extensions_mut().insert(groups.clone());
         async move {
             Ok::<_, Infallible>(match denied {
                 Some(reason) => routes::failure(&Failure {

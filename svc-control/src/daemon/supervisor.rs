@@ -8,6 +8,7 @@ mod git_ssh;
 mod grants;
 mod guardian;
 mod live_policy;
+mod ownership;
 mod running;
 mod sandbox;
 mod secrets;
@@ -42,6 +43,7 @@ use crate::{
         creation,
         host::Allowlist,
         mode::{AllowAllKind, EgressMode, ModeNow},
+        ownership::Principal,
         request::SandboxPolicy,
     },
     proxy::{ProxySandbox, ca::SandboxCa},
@@ -178,9 +180,23 @@ impl Supervisor {
         Ok(self.store().events_after(after, limit)?)
     }
 
-    /// Record an event and tell the followers.
+    /// Record an event (its sandbox's owner's) and tell the followers.
     pub fn event(&self, kind: &str, sandbox: Option<&str>, detail: serde_json::Value) {
-        match self.store().add_event(&now_text(), kind, sandbox, &detail) {
+        self.event_owned(kind, sandbox, None, detail);
+    }
+
+    /// Record an event that belongs to `owner` (`None`: its sandbox's owner, or nobody's).
+    pub fn event_owned(
+        &self,
+        kind: &str,
+        sandbox: Option<&str>,
+        owner: Option<u32>,
+        detail: serde_json::Value,
+    ) {
+        match self
+            .store()
+            .add_event(&now_text(), kind, sandbox, owner, &detail)
+        {
             Ok(e) => {
                 let _ = self.events.send(e);
             }
@@ -212,16 +228,17 @@ impl Supervisor {
     // ---------------------------------------------------------------- create
 
     /// `POST /v1/sandboxes`. Logged in a span `sandbox{name}`.
-    /// `caller` is the API peer's uid: a workspace's project directory must be theirs.
+    /// `who` is the API peer: the sandbox is theirs, and so must a workspace's project
+    /// directory and the stored secrets it binds be (or be shared with them).
     pub async fn create(
         self: &Arc<Self>,
         req: CreateSandbox,
-        caller: Option<u32>,
+        who: &Principal,
     ) -> Result<SandboxView, Failure> {
         api::check_name(&req.name).map_err(Failure::bad)?;
         let mut listeners = Vec::new();
         if let Some(w) = &req.workspace {
-            self.check_project_dir(&w.root, caller)?;
+            self.check_project_dir(&w.root, Some(who.uid))?;
             if let Some(id) = &w.auth.git_identity {
                 id.check().map_err(Failure::bad)?;
             }
@@ -231,7 +248,10 @@ impl Supervisor {
         let span = info_span!("sandbox", name = %req.name);
         let started = std::time::Instant::now();
         let name = req.name.clone();
-        let result = self.create_in_span(req, None).instrument(span).await;
+        let result = self
+            .create_in_span(req, None, who, who.uid)
+            .instrument(span)
+            .await;
         if result.is_ok() {
             self.config.metrics.created(started.elapsed());
             if let Some(run) = self.live().get(&name).and_then(|l| l.workspace.clone()) {
@@ -264,13 +284,16 @@ impl Supervisor {
         .map_err(|e| Failure::bad(e.to_string()))
     }
 
-    /// Create a sandbox; a fork's clone starts from `restore` instead of booting.
+    /// Create a sandbox for `owner` at `who`'s request; a fork's clone starts from `restore`
+    /// instead of booting.
     pub(super) async fn create_in_span(
         &self,
         mut req: CreateSandbox,
         restore: Option<(crate::runtime::Snapshot, Vec<SharedDir>)>,
+        who: &Principal,
+        owner: u32,
     ) -> Result<SandboxView, Failure> {
-        self.resolve_store_secrets(&mut req)?;
+        self.resolve_store_secrets(who, &mut req)?;
         self.host_code_token(&mut req).await?;
         let mut plan = self.plan(&req)?;
         if let Some((_, mounts)) = &restore {
@@ -284,7 +307,7 @@ impl Supervisor {
             serde_json::to_string(&plan.envelope).map_err(|e| Failure::internal(e.to_string()))?;
         let id = self
             .store()
-            .reserve(&req.name, &prelim, &created_at, self.max_id())?;
+            .reserve_for(&req.name, &prelim, &created_at, self.max_id(), owner)?;
         match self
             .build(
                 &req,
@@ -292,6 +315,7 @@ impl Supervisor {
                 id,
                 (created, created_at),
                 restore.map(|(s, _)| s),
+                owner,
             )
             .await
         {
@@ -501,6 +525,7 @@ impl Supervisor {
         id: u32,
         (created, created_at): (SystemTime, String),
         restore: Option<crate::runtime::Snapshot>,
+        owner: u32,
     ) -> Result<SandboxView, Failure> {
         let name = req.name.clone();
         let (gateway, guest) = self.addresses(id);
@@ -544,6 +569,7 @@ impl Supervisor {
         let mut live = Live {
             name: name.clone(),
             id,
+            owner,
             envelope: envelope.clone(),
             guest: guest_handle.clone(),
             ifindex: started.ifindex,
@@ -752,7 +778,12 @@ impl Supervisor {
             .await;
         self.store().delete(name)?;
         info!(sandbox = %name, "sandbox destroyed");
-        self.event("sandbox.destroyed", Some(name), serde_json::json!({}));
+        self.event_owned(
+            "sandbox.destroyed",
+            Some(name),
+            Some(row.owner_uid),
+            serde_json::json!({}),
+        );
         Ok(Destroyed {
             name: name.to_owned(),
             removed,

@@ -9,6 +9,8 @@ pub mod dns;
 pub mod graphql;
 pub mod host;
 pub mod mode;
+/// Who may act on which sandbox and stored secret (API callers are not each other).
+pub mod ownership;
 pub mod paths;
 /// Which host directory a workspace may share into its sandbox.
 pub mod project;

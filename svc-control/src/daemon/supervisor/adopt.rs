@@ -96,6 +96,7 @@ impl Supervisor {
         let mut live = Live {
             name: row.name.clone(),
             id: row.id,
+            owner: row.owner_uid,
             envelope,
             guest,
             ifindex,

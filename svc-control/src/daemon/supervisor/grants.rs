@@ -196,13 +196,21 @@ impl Supervisor {
             if let Err(e) = self.config.audit.record(&record) {
                 warn!(credential = %g.credential, error = %e, "writing a credential audit record");
             }
-            self.event(
+            // The secret's owner's event (root's when it is gone meanwhile).
+            let owner = self
+                .store()
+                .secret_get(&g.name)
+                .ok()
+                .flatten()
+                .map_or(0, |(r, _)| r.owner_uid);
+            self.event_owned(
                 if reason.is_some() {
                     "secret.refresh_failed"
                 } else {
                     "secret.refreshed"
                 },
                 None,
+                Some(owner),
                 serde_json::json!({"name": g.name, "version": g.version, "expires_at": expires_at, "reason": reason}),
             );
         }

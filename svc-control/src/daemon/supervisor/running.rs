@@ -8,14 +8,28 @@ use crate::{
     api::{self, PlaceholderView, SandboxView},
     audit::rfc3339,
     daemon::failure::Failure,
-    policy::mode::EgressMode,
+    policy::{
+        mode::EgressMode,
+        ownership::{self, Principal},
+    },
     runtime::{ExecHandle, GuestCommand, RuntimeError},
 };
 
 impl Supervisor {
+    /// Every sandbox (svcd's own uses: metrics, upgrade notes).
     pub fn list(&self) -> Result<Vec<SandboxView>, Failure> {
         let live = self.live();
         Ok(live.values().map(|l| self.view(l)).collect())
+    }
+
+    /// `GET /v1/sandboxes`: the sandboxes `who` sees (a non-root caller: its own).
+    pub fn list_for(&self, who: &Principal) -> Result<Vec<SandboxView>, Failure> {
+        let live = self.live();
+        Ok(live
+            .values()
+            .filter(|l| ownership::sees(who, Some(l.owner), true))
+            .map(|l| self.view(l))
+            .collect())
     }
 
     pub fn show(&self, name: &str) -> Result<SandboxView, Failure> {
@@ -92,6 +106,8 @@ impl Supervisor {
             gateway_v4: l.envelope.gateway_v4,
             pid: l.guest.pid,
             created_at: l.created_at.clone(),
+            owner_uid: l.owner,
+            owner: super::ownership::owner(l.owner).name,
             placeholders,
             secrets: l.secrets.iter().map(|(n, s)| format!("{n}@{s}")).collect(),
             workspace: l.workspace.as_ref().map(|w| w.view()),
@@ -203,8 +219,10 @@ impl Supervisor {
     /// `POST /v1/sandboxes/{name}/fork`: snapshot the sandbox (paused meanwhile; it stays
     /// paused if it was) and start each clone from it — each a new sandbox with the source's
     /// envelope but its own link, addresses, CA, placeholders and identity.
+    /// The clones belong to the source's owner (`policy::ownership::fork_owner`).
     pub async fn fork(
         self: &Arc<Self>,
+        who: &Principal,
         source: &str,
         req: api::ForkRequest,
     ) -> Result<api::Forked, Failure> {
@@ -224,11 +242,12 @@ impl Supervisor {
                 return Err(crate::store::StoreError::Exists(c.clone()).into());
             }
         }
-        let (guest, envelope, was_paused) = {
+        let (guest, envelope, was_paused, source_owner) = {
             let live = self.live();
             let l = live.get(source).ok_or_else(|| Failure::not_found(source))?;
-            (l.guest.clone(), l.envelope.clone(), l.paused)
+            (l.guest.clone(), l.envelope.clone(), l.paused, l.owner)
         };
+        let owner = ownership::fork_owner(source_owner);
         let backend = self.backends.get(&envelope.backend);
         let started = std::time::Instant::now();
         let into = self
@@ -274,7 +293,12 @@ impl Supervisor {
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();
             match tracing::Instrument::instrument(
-                self.create_in_span(create, Some((snap.clone(), envelope.live_mounts.clone()))),
+                self.create_in_span(
+                    create,
+                    Some((snap.clone(), envelope.live_mounts.clone())),
+                    who,
+                    owner,
+                ),
                 span,
             )
             .await

@@ -80,6 +80,8 @@ impl Envelope {
 pub(super) struct Live {
     pub(super) name: String,
     pub(super) id: u32,
+    /// The uid that created it (`policy::ownership`).
+    pub(super) owner: u32,
     pub(super) envelope: Envelope,
     pub(super) guest: GuestHandle,
     pub(super) ifindex: u32,

@@ -14,11 +14,13 @@ use crate::{
     api::{self, CreateSandbox, SecretInfo, SecretValue},
     creds::{self, SEALED, grant::GrantState},
     daemon::failure::Failure,
+    policy::ownership::{self, Principal, SecretAction},
     store::SecretRow,
 };
 
 fn info_of(r: SecretRow, grant: Option<&GrantState>) -> SecretInfo {
-    SecretInfo {
+    let (owner, shared) = (r.owner_uid, r.shared_gid);
+    let info = SecretInfo {
         name: r.name,
         version: r.version,
         created_at: r.created_at,
@@ -30,7 +32,12 @@ fn info_of(r: SecretRow, grant: Option<&GrantState>) -> SecretInfo {
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(g.expires_at_ms),
             )
         }),
-    }
+        owner_uid: 0,
+        owner: None,
+        shared_group: None,
+        shared_gid: None,
+    };
+    super::ownership::with_owner(info, owner, shared)
 }
 
 impl Supervisor {
@@ -51,7 +58,12 @@ impl Supervisor {
     }
 
     /// `POST /v1/secrets`: a new named secret (409 if the name is taken: rotate it instead).
-    pub async fn secret_set(&self, req: api::SetSecret) -> Result<SecretInfo, Failure> {
+    /// The secret belongs to its caller.
+    pub async fn secret_set(
+        &self,
+        who: &Principal,
+        req: api::SetSecret,
+    ) -> Result<SecretInfo, Failure> {
         creds::check_name(&req.name).map_err(Failure::bad)?;
         if self.store().secret_get(&req.name)?.is_some() {
             return Err(crate::store::StoreError::SecretExists(req.name.clone()).into());
@@ -62,11 +74,14 @@ impl Supervisor {
             .key
             .seal(&creds::store_aad(&req.name), &plain)
             .map_err(|e| Failure::internal(e.to_string()))?;
-        let row = self.store().secret_put(&req.name, &sealed, &now_text())?;
+        let row = self
+            .store()
+            .secret_put(&req.name, &sealed, &now_text(), who.uid)?;
         info!(secret = %req.name, version = row.version, oauth = grant.is_some(), "secret stored");
-        self.event(
+        self.event_owned(
             "secret.created",
             None,
+            Some(row.owner_uid),
             serde_json::json!({"name": row.name, "version": row.version}),
         );
         Ok(info_of(row, grant.as_ref()))
@@ -76,10 +91,12 @@ impl Supervisor {
     /// An OAuth secret takes a new refresh token for the same endpoint.
     pub async fn secret_rotate(
         &self,
+        who: &Principal,
         name: &str,
         req: api::RotateSecret,
     ) -> Result<SecretInfo, Failure> {
         creds::check_name(name).map_err(Failure::bad)?;
+        self.authorize_secret(who, name, SecretAction::Rotate)?;
         let oauth = self.stored_grant(name)?.map(|g| api::OAuthSpec {
             token_endpoint: g.token_endpoint.clone(),
             client_id: g.client_id.clone(),
@@ -99,40 +116,56 @@ impl Supervisor {
                 row.version
             ),
         );
-        self.event(
+        self.event_owned(
             "secret.rotated",
             None,
+            Some(row.owner_uid),
             serde_json::json!({"name": row.name, "version": row.version}),
         );
         Ok(info_of(row, grant.as_ref()))
     }
 
-    /// `GET /v1/secrets`: names, versions and kinds, never values.
-    pub fn secret_list(&self) -> Result<Vec<SecretInfo>, Failure> {
+    /// `GET /v1/secrets`: names, versions, kinds and owners, never values; a non-root caller
+    /// sees its own and those shared with a group it is in.
+    pub fn secret_list(&self, who: &Principal) -> Result<Vec<SecretInfo>, Failure> {
         let rows = self.store().secret_list()?;
         rows.into_iter()
-            .map(|r| {
-                let g = self.stored_grant(&r.name)?;
-                Ok(info_of(r, g.as_ref()))
-            })
+            .filter(|r| ownership::sees_secret(who, &super::ownership::access_of(r)))
+            .map(|r| self.secret_info(r))
             .collect()
+    }
+
+    /// A stored secret as the API shows it.
+    pub(super) fn secret_info(&self, row: SecretRow) -> Result<SecretInfo, Failure> {
+        let g = self.stored_grant(&row.name)?;
+        Ok(info_of(row, g.as_ref()))
     }
 
     /// `DELETE /v1/secrets/{name}`. Sandboxes issued its value keep it (an OAuth secret's
     /// sandboxes keep its access token until it expires; it is refreshed no more).
-    pub fn secret_remove(&self, name: &str) -> Result<SecretInfo, Failure> {
+    pub fn secret_remove(&self, who: &Principal, name: &str) -> Result<SecretInfo, Failure> {
         creds::check_name(name).map_err(Failure::bad)?;
+        self.authorize_secret(who, name, SecretAction::Remove)?;
         let g = self.stored_grant(name)?;
         let row = self.store().secret_delete(name)?;
         info!(secret = %name, "secret removed");
         self.retire_grant(name, &format!("secret {name} was removed"));
-        self.event("secret.removed", None, serde_json::json!({"name": name}));
+        self.event_owned(
+            "secret.removed",
+            None,
+            Some(row.owner_uid),
+            serde_json::json!({"name": name}),
+        );
         Ok(info_of(row, g.as_ref()))
     }
 
     /// `--secret VAR@store:NAME`: the stored value as it is now; the source records its version
-    /// (`store:NAME@v3`).
-    pub(super) fn resolve_store_secrets(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
+    /// (`store:NAME@v3`). Only a secret `who` may use (`policy::ownership`).
+    pub(super) fn resolve_store_secrets(
+        &self,
+        who: &Principal,
+        req: &mut CreateSandbox,
+    ) -> Result<(), Failure> {
         for s in &mut req.secrets {
             let Some(name) = s.source.strip_prefix("store:") else {
                 continue;
@@ -146,6 +179,12 @@ impl Supervisor {
                     s.name
                 ))
             })?;
+            if !who.is_root() {
+                let access = super::ownership::access_of(&row);
+                ownership::secret(who, &name, &access, SecretAction::Use).map_err(|e| {
+                    Failure::forbidden(format!("--secret {}@store:{name}: {e}", s.name))
+                })?;
+            }
             let value = self
                 .config
                 .key

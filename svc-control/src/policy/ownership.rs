@@ -1,0 +1,461 @@
+//! Who may act on what through svcd's API: sandboxes (and so workspaces) and stored secrets
+//! belong to the uid that created them; root acts on all.
+//!
+//! The rules, as people know them from files:
+//!
+//! - A sandbox is its owner's alone: a non-root caller may show, exec in, fork, pause, resume,
+//!   change (`allow`), read the workspace log of and destroy only its own sandboxes, sees only
+//!   those in `list`, and reads only their events and audit records. Root acts on every one.
+//! - A stored secret is its owner's: only the owner (or root) may rotate, remove, share or
+//!   unshare it. The owner may share it with one unix group (`svc secret share NAME --group G`,
+//!   like a file's group read bit): a caller in that group may then bind it into its own
+//!   sandboxes (`--secret VAR@store:NAME`), but never change it.
+//! - A fork is a copy of its source: only the source's owner (or root) may make one, and the
+//!   clones belong to the source's owner.
+//!
+//! Everything here is pure: the daemon reads the caller's uid and groups from the API socket's
+//! peer credentials and the owners from its store, then asks.
+
+/// Who is calling: the peer's uid and every group it is in (primary and supplementary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub uid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Principal {
+    /// Root: acts on everything.
+    pub const ROOT: Self = Self {
+        uid: 0,
+        groups: Vec::new(),
+    };
+
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// A uid and, where the host knows it, its user name (for messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(n) => write!(f, "uid {} ({n})", self.uid),
+            None => write!(f, "uid {}", self.uid),
+        }
+    }
+}
+
+/// What a caller does to a sandbox (the verb a refusal names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxAction {
+    Show,
+    Exec,
+    Destroy,
+    Fork,
+    Pause,
+    Resume,
+    Allow,
+    WorkspaceLog,
+    /// Any other per-sandbox route: refused to non-owners like the rest.
+    Other,
+}
+
+impl SandboxAction {
+    fn verb(self) -> &'static str {
+        match self {
+            Self::Show => "show it",
+            Self::Exec => "exec in it",
+            Self::Destroy => "destroy it",
+            Self::Fork => "fork it",
+            Self::Pause => "pause it",
+            Self::Resume => "resume it",
+            Self::Allow => "change its allowlist",
+            Self::WorkspaceLog => "read its workspace log",
+            Self::Other => "act on it",
+        }
+    }
+}
+
+/// What a caller does with a stored secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretAction {
+    /// `--secret VAR@store:NAME` at creation: its value goes into the caller's sandbox.
+    Use,
+    Rotate,
+    Remove,
+    Share,
+}
+
+/// A stored secret's owner and the group it is shared with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretAccess {
+    pub owner: Owner,
+    /// The group (gid, name) whose members may use it, if shared.
+    pub shared_with: Option<(u32, Option<String>)>,
+}
+
+/// Why a caller may not do what it asked; each message names the thing, its owner and what
+/// would be needed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OwnershipError {
+    #[error("sandbox {sandbox:?} belongs to {owner}; only its owner or root may {verb}")]
+    Sandbox {
+        sandbox: String,
+        owner: Owner,
+        verb: &'static str,
+    },
+    #[error(
+        "secret {secret:?} belongs to {owner} and is not shared with you (uid {caller}); its \
+         owner can share it with a group you are in: svc secret share {secret} --group GROUP"
+    )]
+    SecretNotShared {
+        secret: String,
+        owner: Owner,
+        caller: u32,
+    },
+    #[error("secret {secret:?} belongs to {owner}; only its owner or root may {verb} it")]
+    SecretNotYours {
+        secret: String,
+        owner: Owner,
+        verb: &'static str,
+    },
+}
+
+/// Whether `who` may do `action` to the sandbox `name` owned by `owner`.
+pub fn sandbox(
+    who: &Principal,
+    name: &str,
+    owner: &Owner,
+    action: SandboxAction,
+) -> Result<(), OwnershipError> {
+    if who.is_root() || who.uid == owner.uid {
+        return Ok(());
+    }
+    Err(OwnershipError::Sandbox {
+        sandbox: name.to_owned(),
+        owner: owner.clone(),
+        verb: action.verb(),
+    })
+}
+
+/// Whether `who` sees a sandbox (or a record about one) owned by `owner_uid` in lists, events
+/// and audit reads. `None`: a record about no sandbox of anyone's (svcd's own), seen by all.
+pub fn sees(who: &Principal, owner_uid: Option<u32>, about_a_sandbox: bool) -> bool {
+    if who.is_root() {
+        return true;
+    }
+    match owner_uid {
+        Some(uid) => uid == who.uid,
+        // A record about a sandbox whose owner is not known is root's to read.
+        None => !about_a_sandbox,
+    }
+}
+
+/// Whether `who` may do `action` with the stored secret `name`.
+pub fn secret(
+    who: &Principal,
+    name: &str,
+    access: &SecretAccess,
+    action: SecretAction,
+) -> Result<(), OwnershipError> {
+    if who.is_root() || who.uid == access.owner.uid {
+        return Ok(());
+    }
+    let verb = match action {
+        SecretAction::Use => {
+            let shared = access
+                .shared_with
+                .as_ref()
+                .is_some_and(|(gid, _)| who.groups.contains(gid));
+            return if shared {
+                Ok(())
+            } else {
+                Err(OwnershipError::SecretNotShared {
+                    secret: name.to_owned(),
+                    owner: access.owner.clone(),
+                    caller: who.uid,
+                })
+            };
+        }
+        SecretAction::Rotate => "rotate",
+        SecretAction::Remove => "remove",
+        SecretAction::Share => "share or unshare",
+    };
+    Err(OwnershipError::SecretNotYours {
+        secret: name.to_owned(),
+        owner: access.owner.clone(),
+        verb,
+    })
+}
+
+/// Whether `who` sees the stored secret in `svc secret list`: its owner, a member of the group
+/// it is shared with (who may use it), root.
+pub fn sees_secret(who: &Principal, access: &SecretAccess) -> bool {
+    who.is_root()
+        || who.uid == access.owner.uid
+        || access
+            .shared_with
+            .as_ref()
+            .is_some_and(|(gid, _)| who.groups.contains(gid))
+}
+
+/// The owner of a fork's clones: its source's (only the source's owner or root may fork).
+pub fn fork_owner(source_owner: u32) -> u32 {
+    source_owner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALICE: u32 = 1001;
+    const BOB: u32 = 1002;
+    const DEVS: u32 = 2001;
+
+    fn who(uid: u32, groups: &[u32]) -> Principal {
+        Principal {
+            uid,
+            groups: groups.to_vec(),
+        }
+    }
+
+    fn owner(uid: u32) -> Owner {
+        Owner {
+            uid,
+            name: Some(if uid == ALICE { "alice" } else { "bob" }.to_owned()),
+        }
+    }
+
+    fn access(uid: u32, shared: Option<u32>) -> SecretAccess {
+        SecretAccess {
+            owner: owner(uid),
+            shared_with: shared.map(|g| (g, Some("devs".to_owned()))),
+        }
+    }
+
+    const ALL_ACTIONS: [SandboxAction; 9] = [
+        SandboxAction::Show,
+        SandboxAction::Exec,
+        SandboxAction::Destroy,
+        SandboxAction::Fork,
+        SandboxAction::Pause,
+        SandboxAction::Resume,
+        SandboxAction::Allow,
+        SandboxAction::WorkspaceLog,
+        SandboxAction::Other,
+    ];
+
+    /// (case, caller, sandbox owner, allowed)
+    const SANDBOX_CASES: &[(&str, u32, u32, bool)] = &[
+        ("root_acts_on_all", 0, ALICE, true),
+        ("root_acts_on_its_own", 0, 0, true),
+        ("owner_acts_on_its_own", ALICE, ALICE, true),
+        ("member_cannot_act_on_anothers_sandbox", BOB, ALICE, false),
+        ("member_cannot_act_on_roots_sandbox", BOB, 0, false),
+    ];
+
+    #[test]
+    fn sandbox_table() {
+        for (case, caller, own, allowed) in SANDBOX_CASES {
+            for action in ALL_ACTIONS {
+                let r = sandbox(&who(*caller, &[DEVS]), "dev", &owner(*own), action);
+                assert_eq!(r.is_ok(), *allowed, "{case} {action:?}: {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn member_cannot_exec_in_anothers_sandbox() {
+        let e = sandbox(&who(BOB, &[]), "dev", &owner(ALICE), SandboxAction::Exec).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sandbox \"dev\" belongs to uid 1001 (alice); only its owner or root may exec in it"
+        );
+    }
+
+    #[test]
+    fn an_owner_without_a_name_is_named_by_uid() {
+        let o = Owner {
+            uid: 4242,
+            name: None,
+        };
+        let e = sandbox(&who(BOB, &[]), "x", &o, SandboxAction::Destroy).unwrap_err();
+        assert!(e.to_string().contains("belongs to uid 4242;"), "{e}");
+    }
+
+    /// (case, caller, its groups, secret owner, shared with, action, allowed)
+    #[expect(clippy::type_complexity, reason = "a table of named cases")]
+    const SECRET_CASES: &[(&str, u32, &[u32], u32, Option<u32>, SecretAction, bool)] = &[
+        (
+            "root_uses_all",
+            0,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Use,
+            true,
+        ),
+        (
+            "root_rotates_all",
+            0,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Rotate,
+            true,
+        ),
+        (
+            "owner_uses_its_own",
+            ALICE,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Use,
+            true,
+        ),
+        (
+            "owner_shares_its_own",
+            ALICE,
+            &[],
+            ALICE,
+            None,
+            SecretAction::Share,
+            true,
+        ),
+        (
+            "unshared_secret_unusable_by_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            None,
+            SecretAction::Use,
+            false,
+        ),
+        (
+            "shared_secret_usable_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Use,
+            true,
+        ),
+        (
+            "shared_secret_unusable_outside_the_group",
+            BOB,
+            &[3000],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Use,
+            false,
+        ),
+        (
+            "shared_secret_not_rotatable_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Rotate,
+            false,
+        ),
+        (
+            "shared_secret_not_removable_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Remove,
+            false,
+        ),
+        (
+            "shared_secret_not_reshared_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::Share,
+            false,
+        ),
+        (
+            "member_cannot_use_roots_secret",
+            BOB,
+            &[DEVS],
+            0,
+            None,
+            SecretAction::Use,
+            false,
+        ),
+    ];
+
+    #[test]
+    fn secret_table() {
+        for (case, caller, groups, own, shared, action, allowed) in SECRET_CASES {
+            let r = secret(&who(*caller, groups), "gh", &access(*own, *shared), *action);
+            assert_eq!(r.is_ok(), *allowed, "{case}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn an_unshared_refusal_names_the_secret_its_owner_and_the_command() {
+        let e = secret(
+            &who(BOB, &[]),
+            "gh",
+            &access(ALICE, None),
+            SecretAction::Use,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("secret \"gh\" belongs to uid 1001 (alice)"),
+            "{e}"
+        );
+        assert!(e.contains("svc secret share gh --group GROUP"), "{e}");
+    }
+
+    /// (case, caller, owner uid, about a sandbox, seen)
+    const SEES_CASES: &[(&str, u32, Option<u32>, bool, bool)] = &[
+        ("root_sees_all", 0, Some(ALICE), true, true),
+        ("owner_sees_its_own", ALICE, Some(ALICE), true, true),
+        (
+            "member_does_not_see_anothers",
+            BOB,
+            Some(ALICE),
+            true,
+            false,
+        ),
+        (
+            "member_does_not_see_unowned_sandbox_records",
+            BOB,
+            None,
+            true,
+            false,
+        ),
+        ("member_sees_svcds_own_records", BOB, None, false, true),
+    ];
+
+    #[test]
+    fn sees_table() {
+        for (case, caller, own, about, seen) in SEES_CASES {
+            assert_eq!(sees(&who(*caller, &[]), *own, *about), *seen, "{case}");
+        }
+    }
+
+    #[test]
+    fn secret_list_shows_owned_and_shared_only() {
+        assert!(sees_secret(&who(ALICE, &[]), &access(ALICE, None)));
+        assert!(!sees_secret(&who(BOB, &[DEVS]), &access(ALICE, None)));
+        assert!(sees_secret(&who(BOB, &[DEVS]), &access(ALICE, Some(DEVS))));
+        assert!(sees_secret(&Principal::ROOT, &access(ALICE, None)));
+    }
+
+    #[test]
+    fn a_fork_belongs_to_its_sources_owner() {
+        assert_eq!(fork_owner(ALICE), ALICE);
+    }
+}

@@ -1,0 +1,492 @@
+//! API callers are not each other: two real users of the host, both members of svcd's API
+//! group (the World's `nogroup`), against the real svcd through the real `svc` binary (run
+//! under `setpriv` with each user's ids: the peer credentials svcd reads are theirs).
+//!
+//! - B cannot show, exec in (plain and upgraded), destroy, pause, resume, fork, change the
+//!   allowlist of, or read the workspace log of A's sandbox: each a 403 naming A; B's list,
+//!   events and audit reads do not show it. Root acts on both.
+//! - B cannot bind A's stored secret into its own sandbox, nor rotate, remove or share it, and
+//!   does not see it listed; once A shares it with a group B is in, B can use it (the real value
+//!   reaches the upstream through B's sandbox) but still not change it; after unshare, not.
+//! - B cannot share a directory owned by A into a sandbox.
+
+use std::{os::unix::fs::PermissionsExt as _, process::Command};
+
+use svc_tests::{require_root, world::World};
+
+/// The World's API group (`nogroup`).
+const API_GID: u32 = 65534;
+
+/// A throwaway user of the host (primary group: the API group); removed on drop.
+struct User {
+    name: String,
+    uid: u32,
+}
+
+impl User {
+    fn add(name: String, extra_group: Option<&str>) -> Self {
+        let _ = Command::new("userdel").arg(&name).output();
+        let mut c = Command::new("useradd");
+        c.args(["--no-create-home", "--shell", "/usr/sbin/nologin"])
+            .args(["--gid", &API_GID.to_string()]);
+        if let Some(g) = extra_group {
+            c.args(["--groups", g]);
+        }
+        let out = c.arg(&name).output().expect("useradd");
+        assert!(
+            out.status.success(),
+            "useradd {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let uid = id_of("-u", &name);
+        Self { name, uid }
+    }
+
+    /// setpriv's arguments for running as this user with the groups the host gives it.
+    fn ids(&self) -> Vec<String> {
+        let out = Command::new("id")
+            .args(["-G", &self.name])
+            .output()
+            .expect("id");
+        let groups: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        vec![
+            format!("--reuid={}", self.uid),
+            format!("--regid={API_GID}"),
+            format!("--groups={}", groups.join(",")),
+        ]
+    }
+
+    /// How svcd names this user as an owner.
+    fn named(&self) -> String {
+        format!("uid {} ({})", self.uid, self.name)
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
+}
+
+/// A throwaway group of the host; removed on drop (after its users: declare it first).
+struct Group(String);
+
+impl Group {
+    fn add(name: String) -> Self {
+        let _ = Command::new("groupdel").arg(&name).output();
+        let out = Command::new("groupadd")
+            .arg(&name)
+            .output()
+            .expect("groupadd");
+        assert!(
+            out.status.success(),
+            "groupadd {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self(name)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("groupdel").arg(&self.0).output();
+    }
+}
+
+fn id_of(flag: &str, name: &str) -> u32 {
+    let out = Command::new("id").args([flag, name]).output().expect("id");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("id {flag} {name}: {out:?}"))
+}
+
+/// Two users A and B in the API group, B also in a group of its own that A may share with.
+struct Two {
+    a: User,
+    b: User,
+    // Dropped after the users that are its members.
+    group: Group,
+}
+
+fn two_users() -> Two {
+    let tag = std::process::id() % 100_000;
+    let group = Group::add(format!("svcown-g{tag}"));
+    let a = User::add(format!("svcown-a{tag}"), None);
+    let b = User::add(format!("svcown-b{tag}"), Some(&group.0));
+    Two { a, b, group }
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn as_user(w: &World, u: &User, args: &[&str]) -> std::process::Output {
+    let ids = u.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    w.svc_as(&ids, args)
+}
+
+fn ok_as(w: &World, u: &User, args: &[&str]) -> String {
+    let out = as_user(w, u, args);
+    assert!(
+        out.status.success(),
+        "{} ran svc {args:?}: {}\nsvcd:\n{}",
+        u.name,
+        text(&out),
+        w.svcd_log()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `svc …` as `u` is refused with a message that contains every one of `says`.
+fn refused_as(w: &World, u: &User, args: &[&str], says: &[&str]) {
+    let out = as_user(w, u, args);
+    let t = text(&out);
+    assert!(!out.status.success(), "{} ran svc {args:?}: {t}", u.name);
+    for s in says {
+        assert!(
+            t.contains(s),
+            "{} ran svc {args:?}: expected {s:?} in {t}",
+            u.name
+        );
+    }
+}
+
+fn names(list_json: &str) -> Vec<String> {
+    let v: Vec<serde_json::Value> = serde_json::from_str(list_json).expect("list json");
+    v.iter()
+        .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn members_act_only_on_their_own_sandboxes() {
+    require_root();
+    let w = World::start();
+    let two = two_users();
+    let (a, b) = (&two.a, &two.b);
+    ok_as(
+        &w,
+        a,
+        &[
+            "sandbox",
+            "create",
+            "--allow-host",
+            "allowed.example.test",
+            "sa",
+        ],
+    );
+    ok_as(&w, b, &["sandbox", "create", "sb"]);
+    // A's guest makes audit records (DNS) and A's sandbox has events.
+    let out = ok_as(
+        &w,
+        a,
+        &[
+            "sandbox",
+            "exec",
+            "sa",
+            "--",
+            "getent",
+            "hosts",
+            "allowed.example.test",
+        ],
+    );
+    assert!(out.contains("192.0.2."), "{out}");
+
+    let owner = a.named();
+    let refusals: &[(&[&str], &str)] = &[
+        (
+            &["sandbox", "show", "sa"],
+            "only its owner or root may show it",
+        ),
+        (
+            &["sandbox", "exec", "sa", "--", "id"],
+            "only its owner or root may exec in it",
+        ),
+        (
+            &["sandbox", "exec", "-i", "sa", "--", "id"],
+            "only its owner or root may exec in it",
+        ),
+        (
+            &["sandbox", "pause", "sa"],
+            "only its owner or root may pause it",
+        ),
+        (
+            &["sandbox", "resume", "sa"],
+            "only its owner or root may resume it",
+        ),
+        (
+            &["sandbox", "fork", "sa", "sb2"],
+            "only its owner or root may fork it",
+        ),
+        (
+            &[
+                "sandbox",
+                "allow",
+                "sa",
+                "--add-host",
+                "attacker.example.test",
+            ],
+            "only its owner or root may change its allowlist",
+        ),
+        (
+            &["workspace", "logs", "sa"],
+            "only its owner or root may read its workspace log",
+        ),
+        (
+            &["sandbox", "destroy", "sa"],
+            "only its owner or root may destroy it",
+        ),
+    ];
+    for (args, says) in refusals {
+        refused_as(
+            &w,
+            b,
+            args,
+            &[&format!("sandbox \"sa\" belongs to {owner}"), says],
+        );
+    }
+    assert_eq!(
+        w.show("sa")["state"],
+        "running",
+        "B's attempts changed nothing"
+    );
+    let hosts = w.show("sa")["allowed_hosts"].to_string();
+    assert!(!hosts.contains("attacker"), "{hosts}");
+
+    // Recorded and shown.
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok_as(&w, a, &["sandbox", "show", "sa", "--json"])).expect("json");
+    assert_eq!(shown["owner_uid"], a.uid, "{shown}");
+    assert_eq!(shown["owner"], a.name.as_str(), "{shown}");
+    assert!(ok_as(&w, a, &["sandbox", "show", "sa"]).contains(&a.name));
+    // Lists, events and audit reads: each sees its own, root all.
+    assert_eq!(names(&ok_as(&w, b, &["sandbox", "list", "--json"])), ["sb"]);
+    assert_eq!(names(&ok_as(&w, a, &["sandbox", "list", "--json"])), ["sa"]);
+    assert_eq!(
+        names(&w.svc_ok(&["sandbox", "list", "--json"])),
+        ["sa", "sb"]
+    );
+    let b_events = ok_as(&w, b, &["events", "--json"]);
+    assert!(
+        !b_events.contains("\"sa\""),
+        "B reads A's events: {b_events}"
+    );
+    assert!(
+        b_events.contains("\"sb\""),
+        "B reads its own events: {b_events}"
+    );
+    assert!(ok_as(&w, a, &["events", "--json"]).contains("\"sa\""));
+    let root_audit = w.svc_ok(&["audit", "--sandbox", "sa", "--json"]);
+    assert!(root_audit.contains("allowed.example.test"), "{root_audit}");
+    let a_audit = ok_as(&w, a, &["audit", "--sandbox", "sa", "--json"]);
+    assert!(a_audit.contains("allowed.example.test"), "{a_audit}");
+    let b_audit = ok_as(&w, b, &["audit", "--json"]);
+    assert!(
+        !b_audit.contains("\"sa\""),
+        "B reads A's audit records: {b_audit}"
+    );
+
+    // Root acts on both.
+    let (code, out, _) = w.sh("sa", "echo root-in-a");
+    assert_eq!((code, out.trim()), (0, "root-in-a"));
+    let (code, out, _) = w.sh("sb", "echo root-in-b");
+    assert_eq!((code, out.trim()), (0, "root-in-b"));
+    w.svc_ok(&["sandbox", "destroy", "sb"]);
+    // And each owner on its own.
+    ok_as(&w, a, &["sandbox", "destroy", "sa"]);
+    assert_eq!(w.svc_ok(&["sandbox", "list", "--json"]).trim(), "[]");
+}
+
+const VALUE: &str = "a-secret-of-alice-7f3e";
+
+/// What the outside world's allowed host last received as Authorization on `path`.
+fn received_auth(w: &World, path: &str) -> String {
+    w.received()
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "http" && r["path"] == path)
+        .map(|r| r["authorization"].as_str().unwrap_or("").to_owned())
+        .unwrap_or_default()
+}
+
+fn create_with_gh(name: &str) -> Vec<&str> {
+    vec![
+        "sandbox",
+        "create",
+        name,
+        "--allow-host",
+        "allowed.example.test",
+        "--secret",
+        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:gh",
+    ]
+}
+
+#[test]
+fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
+    require_root();
+    let w = World::start();
+    let two = two_users();
+    let (a, b) = (&two.a, &two.b);
+    // A stores it (the value from a file only A may read).
+    let file = w.dir.join("alice-value");
+    std::fs::write(&file, VALUE).expect("value");
+    std::os::unix::fs::chown(&file, Some(a.uid), None).expect("chown");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let file = file.to_str().expect("utf-8");
+    ok_as(&w, a, &["secret", "set", "gh", "--from-file", file]);
+
+    // B: not listed, not usable, not changeable.
+    let listed = ok_as(&w, b, &["secret", "list", "--json"]);
+    assert!(!listed.contains("\"gh\""), "{listed}");
+    let share_cmd = "svc secret share gh --group GROUP";
+    let not_shared = format!("secret \"gh\" belongs to {}", a.named());
+    refused_as(
+        &w,
+        b,
+        &create_with_gh("b-steals"),
+        &[&not_shared, share_cmd],
+    );
+    let attacker = [
+        "sandbox",
+        "create",
+        "b-steals2",
+        "--allow-host",
+        "attacker.example.test",
+        "--secret",
+        "SVC_CRED_ATTACKER_EXAMPLE_TEST_TOKEN@store:gh",
+    ];
+    refused_as(&w, b, &attacker, &[&not_shared]);
+    refused_as(
+        &w,
+        b,
+        &["secret", "rm", "gh"],
+        &[&not_shared, "only its owner or root may remove"],
+    );
+    refused_as(
+        &w,
+        b,
+        &["secret", "share", "gh", "--group", &two.group.0],
+        &[&not_shared, "only its owner or root may share or unshare"],
+    );
+    assert_eq!(
+        names(&w.svc_ok(&["sandbox", "list", "--json"])),
+        Vec::<String>::new()
+    );
+
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok_as(&w, a, &["secret", "list", "--json"])).expect("json");
+    assert_eq!(listed[0]["owner_uid"], a.uid, "{listed}");
+
+    // A shares it with a group B is in: B may use it, and the real value reaches the upstream.
+    let shared = ok_as(
+        &w,
+        a,
+        &["secret", "share", "gh", "--group", &two.group.0, "--json"],
+    );
+    assert!(shared.contains(&two.group.0), "{shared}");
+    assert!(ok_as(&w, b, &["secret", "list"]).contains(&two.group.0));
+    ok_as(&w, b, &create_with_gh("b-uses"));
+    ok_as(
+        &w,
+        b,
+        &[
+            "sandbox",
+            "exec",
+            "b-uses",
+            "--",
+            "sh",
+            "-c",
+            "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/b-uses",
+        ],
+    );
+    assert_eq!(received_auth(&w, "/b-uses"), format!("Bearer {VALUE}"));
+    // Still A's: B may not rotate it.
+    let other = w.dir.join("bob-value");
+    std::fs::write(&other, "bobs-value").expect("value");
+    std::os::unix::fs::chown(&other, Some(b.uid), None).expect("chown");
+    refused_as(
+        &w,
+        b,
+        &[
+            "secret",
+            "rotate",
+            "gh",
+            "--from-file",
+            other.to_str().expect("utf-8"),
+        ],
+        &[&not_shared, "only its owner or root may rotate"],
+    );
+
+    // Unshared: B may not use it again (its sandbox keeps the value it was issued).
+    ok_as(&w, a, &["secret", "unshare", "gh"]);
+    refused_as(&w, b, &create_with_gh("b-again"), &[&not_shared]);
+    // Root may use anyone's.
+    w.svc_ok(&create_with_gh("root-uses"));
+    for n in ["b-uses", "root-uses"] {
+        w.svc_ok(&["sandbox", "destroy", n]);
+    }
+}
+
+#[test]
+fn a_member_cannot_share_a_directory_owned_by_another() {
+    require_root();
+    let w = World::start();
+    let two = two_users();
+    let (a, b) = (&two.a, &two.b);
+    let project = w.dir.join("alice-project");
+    std::fs::create_dir_all(project.join(".svc")).expect("project");
+    std::fs::write(project.join(".svc/workspace.json"), r#"{"version":1}"#).expect("json");
+    for p in [
+        &project,
+        &project.join(".svc"),
+        &project.join(".svc/workspace.json"),
+    ] {
+        std::os::unix::fs::chown(p, Some(a.uid), Some(API_GID)).expect("chown");
+    }
+    std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = project.to_str().expect("utf-8");
+    let up = |u: &User, name: &str| {
+        as_user(
+            &w,
+            u,
+            &[
+                "workspace",
+                "up",
+                dir,
+                "--name",
+                name,
+                "--backend",
+                "container",
+            ],
+        )
+    };
+    let out = up(b, "b-in-a");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "workspace directory {dir} is owned by uid {}, not by you (uid {})",
+            a.uid, b.uid
+        )),
+        "{}",
+        text(&out)
+    );
+    // Its owner may.
+    let out = up(a, "a-in-a");
+    assert!(
+        out.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&out),
+        w.svcd_log()
+    );
+    assert_eq!(w.show("a-in-a")["owner_uid"], a.uid);
+    ok_as(&w, a, &["workspace", "down", "a-in-a"]);
+}
