@@ -102,6 +102,20 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 Err(f) => Err(f),
             }
         }
+        (&Method::POST, ["trust", rest @ ..]) if rest.len() <= 1 => {
+            let caller = req.extensions().get::<Caller>().map(|c| c.0);
+            let check = rest == ["check"];
+            if !check && !rest.is_empty() {
+                Err(Failure::bad(format!("no API path {path}")))
+            } else {
+                match read_json::<api::TrustRequest>(req).await {
+                    Ok(t) if check => ctx.sup.trust_check(&t, caller),
+                    Ok(t) => ctx.sup.trust_record(&t, caller),
+                    Err(f) => Err(f),
+                }
+                .map(|v| json(StatusCode::OK, &v))
+            }
+        }
         (&Method::GET, ["sandboxes", name, "workspace", "log"]) => {
             workspace_log_stream(&ctx, name, &query)
         }
