@@ -229,7 +229,7 @@ fn consistent(req: &CreateSandbox, project: &ProjectPerimeter) -> Result<(), Str
             .iter()
             .flat_map(|e| e.policy.0.iter())
             .any(|(host, entry)| {
-                host.eq_ignore_ascii_case(&r.host) && entry.repos.iter().any(|x| *x == r.repo)
+                host.eq_ignore_ascii_case(&r.host) && entry.repos.contains(&r.repo)
             });
         if !listed {
             return Err(format!(
