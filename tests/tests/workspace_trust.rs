@@ -65,8 +65,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
 
-const CONFIG: &str =
-    "egress:\n  policy:\n    allowed.example.test:\n      paths: [\"/v1/**\"]\n";
+const CONFIG: &str = "egress:\n  policy:\n    allowed.example.test:\n      paths: [\"/v1/**\"]\n";
 
 #[test]
 fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_approves_it() {
@@ -98,9 +97,17 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     // Never approved: shown and refused (no terminal here), naming the approving command.
     let out = up("t1", &[]);
     let said = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{said}\nsvcd:\n{}", w.svcd_log());
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{said}\nsvcd:\n{}",
+        w.svcd_log()
+    );
     assert!(said.contains("not approved by you (uid 65534)"), "{said}");
-    assert!(said.contains("allowed.example.test"), "the content is shown:\n{said}");
+    assert!(
+        said.contains("allowed.example.test"),
+        "the content is shown:\n{said}"
+    );
     assert!(
         said.contains(&format!("svc workspace trust {}", p(&dir))),
         "{said}"
@@ -116,7 +123,11 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     // Approved: recorded in svcd's state, not in the project; up goes ahead.
     let trust = w.svc_as(&NOBODY, &["workspace", "trust", p(&dir)]);
     assert!(trust.status.success(), "{}", text(&trust));
-    assert!(text(&trust).contains("approved for uid 65534"), "{}", text(&trust));
+    assert!(
+        text(&trust).contains("approved for uid 65534"),
+        "{}",
+        text(&trust)
+    );
     let records: Vec<_> = std::fs::read_dir(w.dir.join("state/trust/65534"))
         .expect("the approval is in svcd's state directory")
         .collect();
@@ -128,7 +139,12 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
         text(&check)
     );
     let out = up("t1", &[]);
-    assert!(out.status.success(), "{}\nsvcd:\n{}", text(&out), w.svcd_log());
+    assert!(
+        out.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&out),
+        w.svcd_log()
+    );
 
     // The guest rewrites its own next perimeter.
     let (code, _, err) = w.sh(
@@ -142,13 +158,25 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     let out = up("t2", &[]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
-    assert!(said.contains("changed since you (uid 65534) approved it"), "{said}");
-    for line in ["+   allow:", "+   - evil.example.test", "-       - /v1/**", "+       - /**"] {
+    assert!(
+        said.contains("changed since you (uid 65534) approved it"),
+        "{said}"
+    );
+    for line in [
+        "+   allow:",
+        "+   - evil.example.test",
+        "-       - /v1/**",
+        "+       - /**",
+    ] {
         assert!(said.contains(line), "{line:?} not in the diff:\n{said}");
     }
     none_made();
     let check = w.svc_as(&NOBODY, &["config", "check", p(&dir)]);
-    assert!(text(&check).contains("approval      CHANGED"), "{}", text(&check));
+    assert!(
+        text(&check).contains("approval      CHANGED"),
+        "{}",
+        text(&check)
+    );
 
     // Another API user's approval is their own: root never approved this project.
     let out = w.svc(&[
@@ -161,7 +189,11 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
         "container",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("not approved by you (uid 0)"), "{}", text(&out));
+    assert!(
+        text(&out).contains("not approved by you (uid 0)"),
+        "{}",
+        text(&out)
+    );
     // Root approves it (with --trust, as a script that reviewed it would)…
     let out = w.svc(&[
         "workspace",
@@ -178,7 +210,11 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     // … which changes nothing for uid 65534.
     let out = up("t4", &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("changed since you (uid 65534)"), "{}", text(&out));
+    assert!(
+        text(&out).contains("changed since you (uid 65534)"),
+        "{}",
+        text(&out)
+    );
     none_made();
 
     // `sandbox create --workspace` is held to the same approval.
@@ -234,23 +270,53 @@ fn git_config_and_hooks_are_read_only_in_a_container_sandbox_while_commits_still
     let dir = repo_project(&w, "gitro", r#"{"version":1}"#);
     let config_before = std::fs::read(dir.join(".git/config")).expect("config");
     let up = w.svc(&[
-        "workspace", "up", p(&dir), "--name", "gitro", "--backend", "container", "--trust",
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "gitro",
+        "--backend",
+        "container",
+        "--trust",
     ]);
-    assert!(up.status.success(), "{}\nsvcd:\n{}", text(&up), w.svcd_log());
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
 
     // What host git executes cannot be changed, nor the mounts undone.
     for (attempt, script) in [
-        ("append to config", "echo '[core]' >> /workspace/.git/config"),
+        (
+            "append to config",
+            "echo '[core]' >> /workspace/.git/config",
+        ),
         (
             "git config",
             "git -C /workspace config core.fsmonitor /workspace/evil",
         ),
-        ("add a hook", "echo 'touch /tmp/pwned' > /workspace/.git/hooks/post-checkout"),
+        (
+            "add a hook",
+            "echo 'touch /tmp/pwned' > /workspace/.git/hooks/post-checkout",
+        ),
         ("rename .git", "mv /workspace/.git /workspace/git-moved"),
-        ("rename hooks", "mv /workspace/.git/hooks /workspace/.git/hooks-moved"),
-        ("replace config", "mv /workspace/.git/config /workspace/.git/config-moved"),
-        ("remount config", "mount -o remount,rw,bind /workspace/.git/config"),
-        ("remount hooks", "mount -o remount,rw,bind /workspace/.git/hooks"),
+        (
+            "rename hooks",
+            "mv /workspace/.git/hooks /workspace/.git/hooks-moved",
+        ),
+        (
+            "replace config",
+            "mv /workspace/.git/config /workspace/.git/config-moved",
+        ),
+        (
+            "remount config",
+            "mount -o remount,rw,bind /workspace/.git/config",
+        ),
+        (
+            "remount hooks",
+            "mount -o remount,rw,bind /workspace/.git/hooks",
+        ),
         ("unmount config", "umount /workspace/.git/config"),
         ("unmount hooks", "umount -l /workspace/.git/hooks"),
         (
@@ -291,7 +357,11 @@ fn git_config_and_hooks_are_read_only_in_a_container_sandbox_while_commits_still
     // Nothing changed in what host git executes: down reports nothing.
     let down = w.svc(&["workspace", "down", "gitro"]);
     assert!(down.status.success(), "{}", text(&down));
-    assert!(!text(&down).contains("what git runs as you"), "{}", text(&down));
+    assert!(
+        !text(&down).contains("what git runs as you"),
+        "{}",
+        text(&down)
+    );
 }
 
 #[test]
@@ -304,9 +374,21 @@ fn workspace_down_reports_executable_git_changes_when_the_workspace_opted_out() 
         r#"{"version":1,"auth":{"defaults":{"gitConfigWritable":true}}}"#,
     );
     let up = w.svc(&[
-        "workspace", "up", p(&dir), "--name", "gitrw", "--backend", "container", "--trust",
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "gitrw",
+        "--backend",
+        "container",
+        "--trust",
     ]);
-    assert!(up.status.success(), "{}\nsvcd:\n{}", text(&up), w.svcd_log());
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
     // Opted out: the guest may write them (the risk the docs name).
     let (code, out, err) = w.sh(
         "gitrw",

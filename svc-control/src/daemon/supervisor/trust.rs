@@ -240,3 +240,125 @@ fn consistent(req: &CreateSandbox, project: &ProjectPerimeter) -> Result<(), Str
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        api::{SshRepo, WorkspaceSpec},
+        config::{
+            UniqueMap,
+            egress::{EgressFile, PolicyEntryFile},
+            workspace::Backend,
+        },
+    };
+
+    fn perimeter() -> Perimeter {
+        Perimeter {
+            egress: Some(EgressFile {
+                allow: vec!["pypi.org".into()],
+                policy: UniqueMap(
+                    [(
+                        "github.com".to_owned(),
+                        PolicyEntryFile {
+                            paths: Vec::new(),
+                            repos: vec!["acme/app".into()],
+                        },
+                    )]
+                    .into_iter()
+                    .collect(),
+                ),
+                secrets: Vec::new(),
+            }),
+            runtime: vec![Backend::Container],
+            ..Perimeter::default()
+        }
+    }
+
+    fn request(edit: impl FnOnce(&mut CreateSandbox)) -> CreateSandbox {
+        let p = perimeter();
+        let mut req: CreateSandbox = serde_json::from_value(serde_json::json!({
+            "name": "w",
+            "workspace": {"root": "/home/dev/app"},
+        }))
+        .expect("a request");
+        if let Some(w) = req.workspace.as_mut() {
+            w.egress.clone_from(&p.egress);
+        }
+        req.runtime_required = Some(p.runtime.clone());
+        req.ssh_repos = vec![SshRepo {
+            host: "github.com".into(),
+            repo: "acme/app".into(),
+        }];
+        edit(&mut req);
+        req
+    }
+
+    #[test]
+    fn what_is_enforced_must_be_the_approved_perimeter() {
+        let project = ProjectPerimeter {
+            root: "/home/dev/app".into(),
+            perimeter: perimeter(),
+            trust: false,
+        };
+        fn ws(req: &mut CreateSandbox) -> &mut WorkspaceSpec {
+            req.workspace.as_mut().expect("a workspace")
+        }
+        type Edit = Box<dyn FnOnce(&mut CreateSandbox)>;
+        let cases: Vec<(&str, Edit, Option<&str>)> = vec![
+            ("as_approved", Box::new(|_| {}), None),
+            (
+                "backend_flag_instead_of_runtime",
+                Box::new(|r| r.runtime_required = None),
+                None,
+            ),
+            (
+                "another_directory",
+                Box::new(|r| ws(r).root = "/home/dev/other".into()),
+                Some("the workspace's directory is /home/dev/other"),
+            ),
+            (
+                "an_egress_host_more",
+                Box::new(|r| {
+                    if let Some(e) = ws(r).egress.as_mut() {
+                        e.allow.push("evil.example".into());
+                    }
+                }),
+                Some("egress section is not the perimeter's"),
+            ),
+            (
+                "host_helper_on",
+                Box::new(|r| ws(r).auth.git_host_helper = true),
+                Some("auth is not the perimeter's"),
+            ),
+            (
+                "git_config_writable",
+                Box::new(|r| ws(r).auth.git_config_writable = true),
+                Some("auth is not the perimeter's"),
+            ),
+            (
+                "another_runtime",
+                Box::new(|r| r.runtime_required = Some(vec![Backend::Microvm])),
+                Some("runtime_required"),
+            ),
+            (
+                "an_ssh_repo_not_listed",
+                Box::new(|r| {
+                    r.ssh_repos.push(SshRepo {
+                        host: "github.com".into(),
+                        repo: "acme/infra".into(),
+                    });
+                }),
+                Some("SSH repository github.com:acme/infra"),
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let got = consistent(&request(edit), &project);
+            match (want, got) {
+                (None, Ok(())) => {}
+                (Some(frag), Err(e)) => assert!(e.contains(frag), "{name}: {e}"),
+                (want, got) => panic!("{name}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+}
