@@ -295,6 +295,10 @@ impl World {
             upstream_proxy,
             no_code_token,
         } = *o;
+        // Checked before anything is started: a panic after the outside world is spawned
+        // would leave it running (no World to drop), holding the privileged-test lock that
+        // its parent's `flock` passed it.
+        let image = image_dir();
         let host = NetNs::new();
         let outside = NetNs::new();
         let tmp_o = unique("svo");
@@ -447,7 +451,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
 {git_ssh_lines}
 {upstream_lines}
 "#,
-                image = image_dir().display(),
+                image = image.display(),
                 virtiofsd = tool("virtiofsd").map_or(String::new(), |p| format!(
                     "virtiofsd = \"{}\"",
                     p.display()
