@@ -141,6 +141,7 @@ async fn sequence(
                 runtime_required: None,
                 ssh_repos: Vec::new(),
                 workspace: None,
+                project: None,
             }),
         )
         .await

@@ -1,4 +1,5 @@
-//! `svc config …`: local commands that read a workspace's configuration; no daemon needed.
+//! `svc config …`: local commands that read a workspace's configuration; svcd is asked only
+//! whether its perimeter is approved (`svc workspace trust`), and need not be running.
 
 use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
 
@@ -18,7 +19,9 @@ pub enum ConfigCommand {
     /// Reads DIR/.svc/workspace.json and DIR/.svc/config.yaml; without a workspace.json, the
     /// compose file in DIR (compose.yaml, compose.yml, docker-compose.yml,
     /// docker-compose.yaml: the first found) gives the Spotlight forwards. Every error is
-    /// reported with its file, location and reason. Exits 0 when valid, 1 when not.
+    /// reported with its file, location and reason. Then svcd is asked whether you approved
+    /// the workspace's perimeter as it is now (`svc workspace trust DIR`); its answer is shown,
+    /// and does not change the exit code. Exits 0 when valid, 1 when not.
     Check {
         /// The workspace root.
         #[arg(default_value = ".")]
@@ -32,9 +35,9 @@ pub enum ConfigCommand {
     Schema,
 }
 
-pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: ConfigCommand, socket: &crate::sandbox_cmd::SocketArg) -> anyhow::Result<ExitCode> {
     match cmd {
-        ConfigCommand::Check { dir, json } => Ok(check(&dir, json)),
+        ConfigCommand::Check { dir, json } => Ok(check(&dir, json, socket)),
         ConfigCommand::Schema => {
             outln!("{}", schema_json());
             Ok(ExitCode::SUCCESS)
@@ -48,7 +51,20 @@ pub fn schema_json() -> String {
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
 
-fn check(dir: &std::path::Path, json: bool) -> ExitCode {
+/// svcd's answer on the approval of `l`'s perimeter, or why there is none.
+fn approval(
+    l: &LoadedWorkspace,
+    socket: &crate::sandbox_cmd::SocketArg,
+) -> Result<svc_control::api::TrustCheck, String> {
+    let client = crate::client::Client::new(&socket.socket);
+    let root = std::fs::canonicalize(&l.root).map_err(|e| format!("{}: {e}", l.root.display()))?;
+    let perimeter = crate::trust::perimeter(l);
+    let rt = crate::sandbox_cmd::runtime().map_err(|e| e.to_string())?;
+    rt.block_on(crate::trust::check(&client, &root, &perimeter))
+        .map_err(|e| format!("{e:#}"))
+}
+
+fn check(dir: &std::path::Path, json: bool, socket: &crate::sandbox_cmd::SocketArg) -> ExitCode {
     let mut errors: Vec<ConfigError> = Vec::new();
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         errors.extend(e.0);
@@ -61,16 +77,34 @@ fn check(dir: &std::path::Path, json: bool) -> ExitCode {
         }
     };
     let ok = errors.is_empty();
+    let approval = loaded.as_ref().filter(|_| ok).map(|l| approval(l, socket));
     if json {
+        let (approval, approval_error) = match approval {
+            Some(Ok(c)) => (Some(c), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
+        };
         let doc = serde_json::json!({
             "ok": ok,
             "root": dir,
             "workspace": loaded,
             "errors": errors,
+            "approval": approval,
+            "approvalError": approval_error,
         });
         outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else if let (true, Some(l)) = (ok, &loaded) {
         outln!("{}", render(l).trim_end());
+        match approval {
+            Some(Ok(c)) => {
+                outln!("  approval      {}", crate::trust::summary(&c));
+                if c.decision != "approved" {
+                    crate::trust::describe(&c);
+                }
+            }
+            Some(Err(e)) => outln!("  approval      unknown ({e})"),
+            None => {}
+        }
     } else {
         for e in &errors {
             eprintln!("✗ {e}");

@@ -10,8 +10,10 @@ mod config_cmd;
 mod doctor_cmd;
 mod egress_cmd;
 mod exec_cmd;
+mod git_snapshot;
 mod sandbox_cmd;
 mod secret_cmd;
+mod trust;
 mod workspace_cmd;
 
 use std::process::ExitCode;
@@ -122,7 +124,7 @@ fn man_pages(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Config(cmd) => config_cmd::run(cmd),
+        Command::Config(cmd) => config_cmd::run(cmd, &cli.socket),
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
         Command::Secret(cmd) => secret_cmd::run(cmd, &cli.socket),

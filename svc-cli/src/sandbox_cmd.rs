@@ -140,6 +140,9 @@ pub struct CreateArgs {
     /// repositories git may reach over SSH (its .svc/config.yaml `egress.policy` repos).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// With --workspace: approve the project's perimeter as it is now without asking.
+    #[arg(long, requires = "workspace")]
+    pub trust: bool,
     /// Print the created sandbox as JSON.
     #[arg(long)]
     pub json: bool,
@@ -325,11 +328,13 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let (runtime_required, ssh_repos) = match &a.workspace {
-        None => (None, Vec::new()),
+    let (runtime_required, ssh_repos, project) = match &a.workspace {
+        None => (None, Vec::new(), None),
         Some(dir) => {
+            let root = std::fs::canonicalize(dir)
+                .with_context(|| format!("--workspace {}", dir.display()))?;
             let loaded = svc_control::config::loader::load_workspace(
-                dir,
+                &root,
                 &svc_control::config::effective::ApiParams::default(),
                 std::env::vars(),
             )
@@ -346,7 +351,21 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .collect();
-            (Some(loaded.effective.runtime.required), repos)
+            let perimeter = crate::trust::perimeter(&loaded);
+            let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
+                Ok(t) => t,
+                Err(code) => return Ok(code),
+            };
+            let project = svc_control::api::ProjectPerimeter {
+                root: root.display().to_string(),
+                perimeter,
+                trust,
+            };
+            (
+                Some(loaded.effective.runtime.required),
+                repos,
+                Some(project),
+            )
         }
     };
     let req = CreateSandbox {
@@ -360,6 +379,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         runtime_required,
         ssh_repos,
         workspace: None,
+        project,
     };
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))

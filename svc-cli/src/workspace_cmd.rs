@@ -18,6 +18,18 @@ pub enum WorkspaceCommand {
     /// Make a sandbox for the project in DIR and run its hooks; wait until it is ready.
     #[command(after_long_help = UP_HELP)]
     Up(UpArgs),
+    /// Approve the perimeter of the project in DIR for you: its .svc/config.yaml egress
+    /// section, its .svc/workspace.json runtime and capabilities, and the host credentials its
+    /// auth block lends. `up` enforces only an approved perimeter.
+    #[command(after_long_help = TRUST_HELP)]
+    Trust {
+        /// The project directory (default: the current one).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Print svcd's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the workspace's onTeardown hooks, then destroy its sandbox.
     Down {
         name: String,
@@ -40,7 +52,10 @@ pub enum WorkspaceCommand {
 const UP_HELP: &str = "\
 What up does, in order:
   1. reads DIR's configuration (the same checks as `svc config check DIR`; invalid, e.g. an
-     unknown capability in capabilities.required: exit 2);
+     unknown capability in capabilities.required: exit 2) and checks that you approved its
+     perimeter (egress section, runtime, capabilities, auth; `svc workspace trust DIR`): not
+     approved or changed since, it is shown and, on a terminal, you are asked; otherwise exit 2
+     (--trust approves it as it is);
   2. asks svcd for a sandbox: the backend from runtime.required (or --backend), curated egress
      with .svc/config.yaml's hosts, path rules and brokered secrets, DIR shared read-write at
      /workspace (your files are the sandbox root's there; DIR must be yours);
@@ -54,13 +69,26 @@ What up does, in order:
      port in use refuses step 2, naming who holds it.
 Exit 0 when the workspace is ready (event workspace.ready), 1 when a hook or a needed service
 failed (the sandbox stays up to look into: svc sandbox exec NAME -- sh; svc workspace down
-NAME), 2 when the configuration is invalid.
+NAME), 2 when the configuration is invalid or its perimeter not approved.
 
 Examples:
   svc workspace up                      # the project in this directory, named after it
   svc workspace up ~/src/app --name app-review --secret SVC_CRED_API_EXAMPLE_COM_TOKEN@store:api
   svc workspace logs app -f
   svc workspace down app";
+
+const TRUST_HELP: &str = "\
+The sandbox can write its project directory, .svc/ included, so the next `up` must not take
+the guest's word for its own perimeter. svcd keeps, per user (the API caller's uid) and per
+project directory, the perimeter you approved (its canonical text and SHA-256 digest), in its
+own state directory where no sandbox and no other user can write. `up` and `sandbox create
+--workspace` go ahead only when the perimeter is the one you approved; otherwise they show it
+(or what changed, as a diff) and ask on a terminal, or refuse naming this command.
+`svc config check DIR` says whether the perimeter as it is now is approved.
+
+Examples:
+  svc config check ~/src/app            # read it first
+  svc workspace trust ~/src/app";
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -92,6 +120,10 @@ pub struct UpArgs {
     /// Print the log records and the resulting sandbox as JSON lines.
     #[arg(long)]
     pub json: bool,
+    /// Approve the project's perimeter as it is now without asking (for scripts that have
+    /// reviewed it: svc config check DIR shows it).
+    #[arg(long)]
+    pub trust: bool,
 }
 
 pub fn run(cmd: WorkspaceCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
@@ -100,6 +132,9 @@ pub fn run(cmd: WorkspaceCommand, socket: &SocketArg) -> anyhow::Result<ExitCode
     rt.block_on(async move {
         match cmd {
             WorkspaceCommand::Up(a) => up(&client, a).await,
+            WorkspaceCommand::Trust { dir, json } => {
+                crate::trust::approve(&client, &dir, json).await
+            }
             WorkspaceCommand::Down { name, json } => down(&client, &name, json).await,
             WorkspaceCommand::Logs { name, follow, json } => {
                 let path = log_path(&name, follow);
@@ -167,6 +202,11 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
     };
     let name = a.name.unwrap_or_else(|| default_name(&root));
     api::check_name(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    let perimeter = crate::trust::perimeter(&loaded);
+    let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
+        Ok(t) => t,
+        Err(code) => return Ok(code),
+    };
     let secrets = a
         .secret
         .iter()
@@ -193,6 +233,12 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             readiness,
             forwards: loaded.effective.spotlight.clone(),
             auth: workspace_auth(&root, &loaded.effective.auth),
+            git_snapshot: crate::git_snapshot::take(&root),
+        }),
+        project: Some(api::ProjectPerimeter {
+            root: root.display().to_string(),
+            perimeter,
+            trust,
         }),
     };
     if !a.json {
@@ -302,6 +348,7 @@ fn workspace_auth(
         git_identity,
         ssh_agent_forward: auth.ssh_agent_forward,
         git_host_helper: auth.git_credential_mode == Some(GitCredentialMode::HostHelper),
+        git_config_writable: auth.git_config_writable,
     }
 }
 
@@ -318,6 +365,13 @@ impl std::fmt::Display for StopFollowing {
 impl std::error::Error for StopFollowing {}
 
 async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+    // What host git executed in the project when it came up, as svcd kept it.
+    let before = client
+        .call::<(), SandboxView>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
+        .await
+        .ok()
+        .and_then(|s| s.workspace)
+        .and_then(|w| w.git_snapshot.map(|g| (w.root, g)));
     // What the log says from now on (onTeardown, the services stopping), shown while svcd
     // does it. A sandbox without a workspace is destroyed all the same.
     let mut last = 0;
@@ -361,7 +415,36 @@ async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCod
     } else {
         outln!("destroyed {}: {}", d.name, d.removed.join(", "));
     }
+    // The guest is gone: nothing changes the project under this look.
+    if let Some((root, before)) = before {
+        report_git_changes(&root, &before, json)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Say what changed during the session in what host git executes in the project.
+fn report_git_changes(
+    root: &str,
+    before: &svc_control::policy::gitdir::Snapshot,
+    json: bool,
+) -> anyhow::Result<()> {
+    let after = crate::git_snapshot::take(std::path::Path::new(root)).unwrap_or_default();
+    let changes = svc_control::policy::gitdir::changes(before, &after);
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"kind": "git_changes", "root": root, "changes": changes})
+        );
+    } else if !changes.is_empty() {
+        eprintln!(
+            "! what git runs as you in {root} changed during the session (review it before \
+             your next git command there):"
+        );
+        for c in &changes {
+            eprintln!("    {c}");
+        }
+    }
+    Ok(())
 }
 
 /// Print one log record: as it is (`json`) or for people.

@@ -12,12 +12,17 @@
 //! | `POST /v1/sandboxes/{name}/{pause,resume,fork}` |            | [`SandboxView`]            |
 //! | `GET /v1/events[?follow=1&after=N]`    |                     | JSON lines of [`Event`]    |
 //! | `POST /v1/supervisor/upgrade`          | [`Upgrade`]         | [`Health`] of the new one  |
+//! | `POST /v1/trust/check`, `POST /v1/trust` | [`TrustRequest`]  | [`TrustCheck`]             |
 //!
 //! Every error is an [`ApiError`] with a non-2xx status.
 
 use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
+
+/// The approval of a project's perimeter, per API caller.
+mod trust;
+pub use trust::{ProjectPerimeter, TrustCheck, TrustRequest};
 
 /// Version prefix of every path.
 pub const PREFIX: &str = "/v1";
@@ -132,6 +137,10 @@ pub struct CreateSandbox {
     /// A workspace (`svc workspace up`): its project directory, egress section and hooks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceSpec>,
+    /// The project the workspace or `runtime_required`/`ssh_repos` were read from, and its
+    /// perimeter: svcd creates the sandbox only if the caller approved that perimeter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<ProjectPerimeter>,
 }
 
 /// Where a workspace's project directory appears inside its sandbox.
@@ -167,6 +176,11 @@ pub struct WorkspaceSpec {
     /// `auth.defaults`, as it applies in the sandbox.
     #[serde(default)]
     pub auth: WorkspaceAuth,
+    /// What host git would execute in the project as `svc workspace up` found it (its
+    /// executable configuration and hooks), kept by svcd where the guest cannot change it, for
+    /// `svc workspace down` to report what changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_snapshot: Option<crate::policy::gitdir::Snapshot>,
 }
 
 /// A workspace's `auth.defaults` (docs/workspaces.md).
@@ -185,6 +199,10 @@ pub struct WorkspaceAuth {
     /// sandbox's CODE_HOST_TOKEN placeholder, which the proxy swaps for the real token.
     #[serde(default)]
     pub git_host_helper: bool,
+    /// `gitConfigWritable`: the project's `.git/config` and `.git/hooks` are writable in the
+    /// sandbox (default: read-only binds; `policy::gitdir`).
+    #[serde(default)]
+    pub git_config_writable: bool,
 }
 
 /// A git identity.
@@ -240,6 +258,10 @@ pub struct WorkspaceView {
     /// Port forwards: `127.0.0.1:LOCAL -> SERVICE:REMOTE`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forwards: Vec<String>,
+    /// What host git would execute in the project when the workspace came up (see
+    /// [`WorkspaceSpec::git_snapshot`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_snapshot: Option<crate::policy::gitdir::Snapshot>,
 }
 
 /// One record of a workspace's log (`GET /v1/sandboxes/{name}/workspace/log`, JSON lines).

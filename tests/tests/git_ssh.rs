@@ -34,6 +34,7 @@ fn create(w: &World, name: &str, backend: &str) -> serde_json::Value {
         backend,
         "--workspace",
         ws.to_str().expect("utf-8"),
+        "--trust",
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");

@@ -408,7 +408,14 @@ fn a_workspace_that_requires_microvm_gets_one_and_says_why() {
     )
     .expect("workspace.json");
     let ws_arg = ws.display().to_string();
-    let out = w.svc_ok(&["sandbox", "create", "--workspace", &ws_arg, "wsvm"]);
+    let out = w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--workspace",
+        &ws_arg,
+        "--trust",
+        "wsvm",
+    ]);
     assert!(
         out.contains("backend:           microvm (runtime.required lists microvm first"),
         "{out}"
@@ -418,7 +425,14 @@ fn a_workspace_that_requires_microvm_gets_one_and_says_why() {
     // The same workspace where svcd has no microvm images: refused, naming why.
     w.kill_svcd();
     w.start_svcd_with_env(&[("SVC_MICROVM_KERNEL", None)]);
-    let out = w.svc(&["sandbox", "create", "--workspace", &ws_arg, "wsvm2"]);
+    let out = w.svc(&[
+        "sandbox",
+        "create",
+        "--workspace",
+        &ws_arg,
+        "--trust",
+        "wsvm2",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -590,6 +604,7 @@ fn a_workspace_on_the_microvm_backend_runs_hooks_services_and_forwards_and_its_c
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         dir.to_str().expect("utf-8"),
         "--name",
         "wvm",

@@ -75,6 +75,7 @@ fn workspace_up_shares_the_project_applies_its_egress_and_runs_its_hooks() {
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "ws",
@@ -237,6 +238,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "failing",
@@ -279,6 +281,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "slow",
@@ -304,7 +307,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
         r#"{"version":1,"capabilities":{"required":["gpu.cuda"]}}"#,
         None,
     );
-    let up = w.svc(&["workspace", "up", p(&dir), "--name", "caps"]);
+    let up = w.svc(&["workspace", "up", "--trust", p(&dir), "--name", "caps"]);
     assert_eq!(up.status.code(), Some(2), "{}", text(&up));
     assert!(text(&up).contains("gpu.cuda"), "{}", text(&up));
     assert_eq!(
@@ -318,6 +321,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
         let up = w.svc(&[
             "workspace",
             "up",
+            "--trust",
             bad,
             "--name",
             "bad",
@@ -336,6 +340,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
         &[
             "workspace",
             "up",
+            "--trust",
             p(&rootowned),
             "--name",
             "notmine",
@@ -354,6 +359,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
         &[
             "workspace",
             "up",
+            "--trust",
             p(&mine),
             "--name",
             "mine",
@@ -442,6 +448,7 @@ fn services_are_supervised_restarted_and_waited_for() {
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "svcs",
@@ -551,6 +558,7 @@ fn services_are_supervised_restarted_and_waited_for() {
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "svcs2",
@@ -569,6 +577,7 @@ fn services_are_supervised_restarted_and_waited_for() {
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "svcs3",
@@ -610,6 +619,7 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "spot",
@@ -731,6 +741,7 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
     let up = w.svc(&[
         "workspace",
         "up",
+        "--trust",
         p(&busy),
         "--name",
         "busy",
@@ -772,6 +783,7 @@ fn auth_defaults_give_git_an_identity_a_placeholder_credential_and_no_ssh_unless
         &[
             "workspace",
             "up",
+            "--trust",
             p(&dir),
             "--name",
             "auth",
@@ -855,6 +867,7 @@ fn doctor_runs_the_workspaces_checks_inside_its_sandbox() {
     w.svc_ok(&[
         "workspace",
         "up",
+        "--trust",
         p(&dir),
         "--name",
         "doc",

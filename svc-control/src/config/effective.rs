@@ -71,6 +71,9 @@ pub struct EffectiveAuth {
     pub auth_profiles: Vec<AuthProfile>,
     pub ssh_agent_forward: bool,
     pub git_credential_mode: Option<GitCredentialMode>,
+    /// `gitConfigWritable`: the project's `.git/config` and `.git/hooks` writable in the
+    /// sandbox.
+    pub git_config_writable: bool,
 }
 
 /// The hooks a workspace runs; also what `svc workspace up` sends svcd.
@@ -232,6 +235,13 @@ pub fn resolve(
             api.auth.git_credential_mode.map(Some),
             file_auth.git_credential_mode.map(Some),
             None,
+        ),
+        git_config_writable: pick(
+            &mut sources,
+            "auth.gitConfigWritable",
+            api.auth.git_config_writable,
+            file_auth.git_config_writable,
+            false,
         ),
     };
 

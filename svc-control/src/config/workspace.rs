@@ -174,6 +174,11 @@ pub struct AuthDefaults {
     pub ssh_agent_forward: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_credential_mode: Option<GitCredentialMode>,
+    /// Let the sandbox write the project's `.git/config` and `.git/hooks` (default: false,
+    /// they are read-only there). Whatever it writes there runs as you on the host at your
+    /// next git command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_config_writable: Option<bool>,
 }
 
 /// Auth profiles. SPEC 2.4 shows `gitconfig`, the only one this build knows.

@@ -147,6 +147,20 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
                 .map(|v| json(StatusCode::CREATED, &v)),
             Err(f) => Err(f),
         },
+        (&Method::POST, ["trust", rest @ ..]) if rest.len() <= 1 => {
+            let caller = Some(who.uid);
+            let check = rest == ["check"];
+            if !check && !rest.is_empty() {
+                Err(Failure::bad(format!("no API path {path}")))
+            } else {
+                match read_json::<api::TrustRequest>(req).await {
+                    Ok(t) if check => ctx.sup.trust_check(&t, caller),
+                    Ok(t) => ctx.sup.trust_record(&t, caller),
+                    Err(f) => Err(f),
+                }
+                .map(|v| json(StatusCode::OK, &v))
+            }
+        }
         (&Method::GET, ["sandboxes", name, "workspace", "log"]) => {
             workspace_log_stream(&ctx, name, &query)
         }

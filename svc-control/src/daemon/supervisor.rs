@@ -5,6 +5,7 @@
 
 mod adopt;
 mod git_ssh;
+mod gitdir;
 mod grants;
 mod guardian;
 mod live_policy;
@@ -13,6 +14,7 @@ mod running;
 mod sandbox;
 mod secrets;
 mod spotlight;
+mod trust;
 mod workspace;
 mod workspace_services;
 
@@ -237,6 +239,7 @@ impl Supervisor {
     ) -> Result<SandboxView, Failure> {
         api::check_name(&req.name).map_err(Failure::bad)?;
         let mut listeners = Vec::new();
+        self.check_project_trust(&req, Some(who.uid))?;
         if let Some(w) = &req.workspace {
             self.check_project_dir(&w.root, Some(who.uid))?;
             if let Some(id) = &w.auth.git_identity {
@@ -478,6 +481,11 @@ impl Supervisor {
                 hosts: e.hosts.iter().map(ToString::to_string).collect(),
             })
             .collect();
+        // The project's git directory: what host git executes stays read-only in the guest.
+        let workspace_mount = match &req.workspace {
+            Some(w) => Some(gitdir::workspace_mount(w, backend.name())?),
+            None => None,
+        };
         Ok(Plan {
             envelope: Envelope {
                 backend: backend.name().to_owned(),
@@ -489,14 +497,8 @@ impl Supervisor {
                     .host
                     .agent_home
                     .iter()
-                    .map(|(host, guest)| SharedDir {
-                        host: host.clone(),
-                        guest: guest.clone(),
-                    })
-                    .chain(req.workspace.iter().map(|w| SharedDir {
-                        host: PathBuf::from(&w.root),
-                        guest: PathBuf::from(api::WORKSPACE_GUEST_DIR),
-                    }))
+                    .map(|(host, guest)| SharedDir::plain(host.clone(), guest.clone()))
+                    .chain(workspace_mount)
                     .collect(),
                 extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
                 repo: req.repo.clone(),

@@ -6,6 +6,8 @@ pub mod creation;
 pub mod credentials;
 pub mod destination;
 pub mod dns;
+/// What of a project's git directory the sandbox sees read-only; what changes are reported.
+pub mod gitdir;
 pub mod graphql;
 pub mod host;
 pub mod mode;
@@ -17,3 +19,5 @@ pub mod project;
 pub mod request;
 pub mod ssh;
 pub mod target;
+/// Whether a project's perimeter (egress, runtime, capabilities) is one its owner approved.
+pub mod trust;

@@ -88,6 +88,26 @@ pub struct GuestSpec {
 pub struct SharedDir {
     pub host: PathBuf,
     pub guest: PathBuf,
+    /// Paths under it (relative) the guest sees as mount points of their own, so it cannot
+    /// rename them away (a project's `.git`: `policy::gitdir`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<PathBuf>,
+    /// Paths under it (relative) the guest sees read-only (a project's `.git/config` and
+    /// `.git/hooks`), bound after `pinned`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<PathBuf>,
+}
+
+impl SharedDir {
+    /// Shared whole, read-write.
+    pub fn plain(host: PathBuf, guest: PathBuf) -> Self {
+        Self {
+            host,
+            guest,
+            pinned: Vec::new(),
+            read_only: Vec::new(),
+        }
+    }
 }
 
 /// A paused guest saved for forking: its memory and device state, and its disk as it was.

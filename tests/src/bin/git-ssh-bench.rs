@@ -95,6 +95,7 @@ fn main() {
         "container",
         "--workspace",
         project.to_str().expect("utf-8"),
+        "--trust",
     ]);
     let host_dir = w.dir.join("host-clones");
     std::fs::create_dir_all(&host_dir).expect("dir");

@@ -126,6 +126,7 @@ fn main() {
                 gid_map: map,
                 files: &[],
                 shared: &[],
+                sub_binds: &[],
                 init: svc_control::runtime::container::INIT
                     .iter()
                     .map(|s| (*s).to_owned())

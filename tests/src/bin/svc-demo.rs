@@ -103,11 +103,11 @@ fn story(d: &Demo) -> Result<(), String> {
         "3. create a sandbox: an unprivileged container"
     });
     cmd(if d.microvm {
-        "svc sandbox create --backend microvm --workspace project --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
+        "svc sandbox create --backend microvm --workspace project --trust --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
          --allow-host allowed.example.test \\\n      \
          --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo"
     } else {
-        "svc sandbox create --backend container --workspace project --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
+        "svc sandbox create --backend container --workspace project --trust --repo acme/widget --secret CODE_HOST_TOKEN@env:DEMO_CODE_TOKEN \\\n      \
          --allow-host allowed.example.test \\\n      \
          --secret SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:DEMO_EXAMPLE_TOKEN demo"
     });
@@ -126,7 +126,9 @@ fn story(d: &Demo) -> Result<(), String> {
         vec!["--backend", "container"]
     };
     let project_arg = project.display().to_string();
-    backend_args.extend(["--workspace", &project_arg]);
+    // --trust: the demo wrote the project's perimeter itself just above (shown), so it
+    // approves it as it is (`svc workspace trust project` would do the same first).
+    backend_args.extend(["--workspace", &project_arg, "--trust"]);
     let out = w.svc_env(
         &[
             &["sandbox", "create"][..],

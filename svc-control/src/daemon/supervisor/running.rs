@@ -289,6 +289,7 @@ impl Supervisor {
                 runtime_required: None,
                 ssh_repos: envelope.ssh_repos.clone(),
                 workspace: envelope.workspace.clone(),
+                project: None,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

@@ -159,6 +159,7 @@ impl WorkspaceRun {
                     )
                 })
                 .collect(),
+            git_snapshot: self.spec.git_snapshot.clone(),
         }
     }
 

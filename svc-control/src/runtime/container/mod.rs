@@ -183,7 +183,7 @@ impl Container {
         ));
         // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
         let overlay = rootfs::Layers::under(&spec.dir).prepare(&self.lower, self.ids)?;
-        let shared = self.mount_shared(spec)?;
+        let (shared, sub_binds) = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
             container_id: 0,
@@ -199,6 +199,7 @@ impl Container {
             },
             files: &files,
             shared: &shared,
+            sub_binds: &sub_binds,
             init: INIT.iter().map(|s| (*s).to_owned()).collect(),
             cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
             limits: self.limits,
@@ -265,11 +266,13 @@ impl Container {
 impl Container {
     /// Attach each directory the guest shares with the host (the coding agent's home, SPEC
     /// 5.2) as an idmapped mount under the sandbox's directory, its owner shown as the guest's
-    /// root: (attachment, guest path) for the bundle. `detach_shared` takes them off again.
-    fn mount_shared(&self, spec: &GuestSpec) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+    /// root: (attachment, guest path) for the bundle, and the binds inside them (pinned, then
+    /// read-only: see `SharedDir`). `detach_shared` takes them off again.
+    fn mount_shared(&self, spec: &GuestSpec) -> Result<SharedMounts, String> {
         use std::os::unix::fs::MetadataExt as _;
         detach_shared(&spec.dir);
         let mut out = Vec::new();
+        let mut sub_binds = Vec::new();
         for (i, shared) in spec.shared.iter().enumerate() {
             let what = |e: std::io::Error| {
                 format!(
@@ -298,11 +301,22 @@ impl Container {
                 detach_shared(&spec.dir);
                 what(e)
             })?;
+            for (rel, read_only) in shared
+                .pinned
+                .iter()
+                .map(|p| (p, false))
+                .chain(shared.read_only.iter().map(|p| (p, true)))
+            {
+                sub_binds.push((target.join(rel), shared.guest.join(rel), read_only));
+            }
             out.push((target, shared.guest.clone()));
         }
-        Ok(out)
+        Ok((out, sub_binds))
     }
 }
+
+/// The shared directories' attachments and the binds inside them (see `oci::SandboxBundle`).
+type SharedMounts = (Vec<(PathBuf, PathBuf)>, Vec<(PathBuf, PathBuf, bool)>);
 
 /// Take every shared directory's host-side attachment off (see `mount_shared`).
 fn detach_shared(dir: &Path) {

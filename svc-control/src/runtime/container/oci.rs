@@ -74,6 +74,11 @@ pub struct SandboxBundle<'a> {
     pub files: &'a [(PathBuf, PathBuf)],
     /// Host directories the guest sees read-write: (attachment, guest path).
     pub shared: &'a [(PathBuf, PathBuf)],
+    /// Binds inside those, in order: (host path, guest path, read-only). A read-write one
+    /// pins a path (a mount point cannot be renamed); a read-only one keeps the guest from
+    /// changing it (without CAP_SYS_ADMIN it cannot remount it, and in a user namespace of
+    /// its own the mount is locked).
+    pub sub_binds: &'a [(PathBuf, PathBuf, bool)],
     /// The guest's init and its arguments.
     pub init: Vec<String>,
     pub cgroups_path: String,
@@ -143,6 +148,19 @@ pub fn sandbox(b: &SandboxBundle<'_>) -> Spec {
             kind: "bind".into(),
             source: host.display().to_string(),
             options: ["rbind", "nosuid", "nodev"].map(String::from).to_vec(),
+        });
+    }
+    for (host, guest, read_only) in b.sub_binds {
+        let options: &[&str] = if *read_only {
+            &["bind", "ro", "nosuid", "nodev"]
+        } else {
+            &["bind", "nosuid", "nodev"]
+        };
+        mounts.push(Mount {
+            destination: guest.display().to_string(),
+            kind: "bind".into(),
+            source: host.display().to_string(),
+            options: options.iter().map(|o| (*o).to_owned()).collect(),
         });
     }
     let l = b.limits;
@@ -330,7 +348,19 @@ mod tests {
                 PathBuf::from("/s/resolv.conf"),
                 PathBuf::from("/etc/resolv.conf"),
             )],
-            shared: &[],
+            shared: &[(PathBuf::from("/s/live/0"), PathBuf::from("/workspace"))],
+            sub_binds: &[
+                (
+                    PathBuf::from("/s/live/0/.git"),
+                    PathBuf::from("/workspace/.git"),
+                    false,
+                ),
+                (
+                    PathBuf::from("/s/live/0/.git/config"),
+                    PathBuf::from("/workspace/.git/config"),
+                    true,
+                ),
+            ],
             init: vec!["/usr/bin/tini".into()],
             cgroups_path: "/svc/dev".into(),
             limits: Limits {
@@ -356,6 +386,23 @@ mod tests {
             assert!(ns.contains(&k), "{k} namespace missing: {ns:?}");
         }
         assert_eq!(v["process"]["noNewPrivileges"], true);
+    }
+
+    #[test]
+    fn git_paths_are_bound_after_the_workspace_and_config_read_only() {
+        let v = serde_json::to_value(bundle()).expect("json");
+        let mounts = v["mounts"].as_array().expect("mounts");
+        let at = |dest: &str| {
+            mounts
+                .iter()
+                .position(|m| m["destination"] == dest)
+                .unwrap_or_else(|| panic!("no mount at {dest}"))
+        };
+        assert!(at("/workspace") < at("/workspace/.git"));
+        assert!(at("/workspace/.git") < at("/workspace/.git/config"));
+        let opts = |dest: &str| mounts[at(dest)]["options"].to_string();
+        assert!(opts("/workspace/.git/config").contains("\"ro\""));
+        assert!(!opts("/workspace/.git").contains("\"ro\""));
     }
 
     #[test]

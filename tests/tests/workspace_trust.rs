@@ -1,0 +1,415 @@
+//! A project's perimeter is what its owner approved, and what host git executes is not the
+//! guest's to change: against the real svcd, CLI, git and container sandboxes.
+//!
+//! - a guest's edit of `.svc/config.yaml` is refused at the owner's next `svc workspace up`,
+//!   with a diff against the approved perimeter, until the owner approves it again
+//!   (`svc workspace trust`); each API user's approval is their own;
+//! - inside the sandbox `.git/config` and `.git/hooks` are read-only (not remountable, `.git`
+//!   not renamable) while commits, branches and fetches work; a workspace may opt out;
+//! - `svc workspace down` reports what changed in what host git executes.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use svc_tests::{require_root, world::World};
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8")
+}
+
+/// A project under the world's directory, owned by `uid`.
+fn project(w: &World, name: &str, uid: u32, files: &[(&str, &str)]) -> PathBuf {
+    let dir = w.dir.join(name);
+    std::fs::create_dir_all(dir.join(".svc")).expect("project dir");
+    for (f, body) in files {
+        std::fs::write(dir.join(f), body).expect("project file");
+    }
+    chown(&dir, uid);
+    dir
+}
+
+fn chown(dir: &Path, uid: u32) {
+    let out = Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(dir)
+        .output()
+        .expect("chown");
+    assert!(out.status.success(), "chown: {out:?}");
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .env("GIT_AUTHOR_NAME", "svc test")
+        .env("GIT_AUTHOR_EMAIL", "test@svc.invalid")
+        .env("GIT_COMMITTER_NAME", "svc test")
+        .env("GIT_COMMITTER_EMAIL", "test@svc.invalid")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+
+const CONFIG: &str = "egress:\n  policy:\n    allowed.example.test:\n      paths: [\"/v1/**\"]\n";
+
+#[test]
+fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_approves_it() {
+    require_root();
+    let w = World::start();
+    let dir = project(
+        &w,
+        "trusted",
+        65534,
+        &[
+            (".svc/workspace.json", r#"{"version":1}"#),
+            (".svc/config.yaml", CONFIG),
+        ],
+    );
+    let up = |name: &str, extra: &[&str]| {
+        let mut args = vec!["workspace", "up", p(&dir), "--name", name, "--backend"];
+        args.push("container");
+        args.extend(extra);
+        w.svc_as(&NOBODY, &args)
+    };
+    let none_made = || {
+        assert_eq!(
+            w.svc_ok(&["sandbox", "list", "--json"]).trim(),
+            "[]",
+            "nothing was made"
+        );
+    };
+
+    // Never approved: shown and refused (no terminal here), naming the approving command.
+    let out = up("t1", &[]);
+    let said = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{said}\nsvcd:\n{}",
+        w.svcd_log()
+    );
+    assert!(said.contains("not approved by you (uid 65534)"), "{said}");
+    assert!(
+        said.contains("allowed.example.test"),
+        "the content is shown:\n{said}"
+    );
+    assert!(
+        said.contains(&format!("svc workspace trust {}", p(&dir))),
+        "{said}"
+    );
+    none_made();
+    let check = w.svc_as(&NOBODY, &["config", "check", p(&dir)]);
+    assert!(
+        text(&check).contains("approval      not approved by uid 65534"),
+        "{}",
+        text(&check)
+    );
+
+    // Approved: recorded in svcd's state, not in the project; up goes ahead.
+    let trust = w.svc_as(&NOBODY, &["workspace", "trust", p(&dir)]);
+    assert!(trust.status.success(), "{}", text(&trust));
+    assert!(
+        text(&trust).contains("approved for uid 65534"),
+        "{}",
+        text(&trust)
+    );
+    let records: Vec<_> = std::fs::read_dir(w.dir.join("state/trust/65534"))
+        .expect("the approval is in svcd's state directory")
+        .collect();
+    assert_eq!(records.len(), 1, "one approval for one project");
+    let check = w.svc_as(&NOBODY, &["config", "check", p(&dir)]);
+    assert!(
+        text(&check).contains("approval      approved by uid 65534"),
+        "{}",
+        text(&check)
+    );
+    let out = up("t1", &[]);
+    assert!(
+        out.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&out),
+        w.svcd_log()
+    );
+
+    // The guest rewrites its own next perimeter.
+    let (code, _, err) = w.sh(
+        "t1",
+        "printf 'egress:\\n  allow: [evil.example.test]\\n  policy:\\n    allowed.example.test:\\n      paths: [\"/**\"]\\n' > /workspace/.svc/config.yaml",
+    );
+    assert_eq!(code, 0, "{err}");
+    w.svc_ok(&["workspace", "down", "t1"]);
+
+    // The owner's next up refuses it, with the change as a diff.
+    let out = up("t2", &[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("changed since you (uid 65534) approved it"),
+        "{said}"
+    );
+    for line in [
+        "+   allow:",
+        "+   - evil.example.test",
+        "-       - /v1/**",
+        "+       - /**",
+    ] {
+        assert!(said.contains(line), "{line:?} not in the diff:\n{said}");
+    }
+    none_made();
+    let check = w.svc_as(&NOBODY, &["config", "check", p(&dir)]);
+    assert!(
+        text(&check).contains("approval      CHANGED"),
+        "{}",
+        text(&check)
+    );
+
+    // Another API user's approval is their own: root never approved this project.
+    let out = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "t3",
+        "--backend",
+        "container",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("not approved by you (uid 0)"),
+        "{}",
+        text(&out)
+    );
+    // Root approves it (with --trust, as a script that reviewed it would)…
+    let out = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "t3",
+        "--backend",
+        "container",
+        "--trust",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    w.svc_ok(&["workspace", "down", "t3"]);
+    // … which changes nothing for uid 65534.
+    let out = up("t4", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("changed since you (uid 65534)"),
+        "{}",
+        text(&out)
+    );
+    none_made();
+
+    // `sandbox create --workspace` is held to the same approval.
+    let out = w.svc_as(
+        &NOBODY,
+        &["sandbox", "create", "--workspace", p(&dir), "t5"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("changed since you"), "{}", text(&out));
+    none_made();
+
+    // svcd is the gate, not only the CLI: a request claiming the approved perimeter while its
+    // workspace carries another egress section is refused.
+    let req = serde_json::json!({
+        "name": "t6",
+        "backend": "container",
+        "workspace": {"root": p(&dir), "egress": {"allow": ["evil.example.test"]}},
+        "project": {"root": p(&dir), "perimeter": {}},
+    });
+    let out = Command::new("curl")
+        .args(["-sS", "--unix-socket", p(&w.socket), "-X", "POST"])
+        .args(["-d", &req.to_string(), "http://svcd/v1/sandboxes"])
+        .output()
+        .expect("curl");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is not the perimeter's"),
+        "{}",
+        text(&out)
+    );
+    none_made();
+
+    // Approved again by its owner: up goes ahead with the new perimeter.
+    let trust = w.svc_as(&NOBODY, &["workspace", "trust", p(&dir)]);
+    assert!(trust.status.success(), "{}", text(&trust));
+    let out = up("t7", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    w.svc_ok(&["workspace", "down", "t7"]);
+}
+
+/// A project that is a git repository with one commit, owned by root.
+fn repo_project(w: &World, name: &str, workspace_json: &str) -> PathBuf {
+    let dir = project(w, name, 0, &[(".svc/workspace.json", workspace_json)]);
+    git(&dir, &["init", "-q", "-b", "main"]);
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "-q", "-m", "first"]);
+    dir
+}
+
+#[test]
+fn git_config_and_hooks_are_read_only_in_a_container_sandbox_while_commits_still_work() {
+    require_root();
+    let w = World::start();
+    let dir = repo_project(&w, "gitro", r#"{"version":1}"#);
+    let config_before = std::fs::read(dir.join(".git/config")).expect("config");
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "gitro",
+        "--backend",
+        "container",
+        "--trust",
+    ]);
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
+
+    // What host git executes cannot be changed, nor the mounts undone.
+    for (attempt, script) in [
+        (
+            "append to config",
+            "echo '[core]' >> /workspace/.git/config",
+        ),
+        (
+            "git config",
+            "git -C /workspace config core.fsmonitor /workspace/evil",
+        ),
+        (
+            "add a hook",
+            "echo 'touch /tmp/pwned' > /workspace/.git/hooks/post-checkout",
+        ),
+        ("rename .git", "mv /workspace/.git /workspace/git-moved"),
+        (
+            "rename hooks",
+            "mv /workspace/.git/hooks /workspace/.git/hooks-moved",
+        ),
+        (
+            "replace config",
+            "mv /workspace/.git/config /workspace/.git/config-moved",
+        ),
+        (
+            "remount config",
+            "mount -o remount,rw,bind /workspace/.git/config",
+        ),
+        (
+            "remount hooks",
+            "mount -o remount,rw,bind /workspace/.git/hooks",
+        ),
+        ("unmount config", "umount /workspace/.git/config"),
+        ("unmount hooks", "umount -l /workspace/.git/hooks"),
+        (
+            "remount in a user namespace of its own",
+            "unshare -Urm sh -c 'mount -o remount,rw,bind /workspace/.git/config && echo x >> /workspace/.git/config'",
+        ),
+        (
+            "unmount in a user namespace of its own",
+            "unshare -Urm sh -c 'umount /workspace/.git/hooks && touch /workspace/.git/hooks/pre-commit'",
+        ),
+    ] {
+        let (code, out, err) = w.sh("gitro", script);
+        assert_ne!(code, 0, "{attempt} succeeded: {out}{err}");
+    }
+    assert_eq!(
+        std::fs::read(dir.join(".git/config")).expect("config"),
+        config_before,
+        "the host's .git/config is unchanged"
+    );
+    assert!(!dir.join(".git/hooks/post-checkout").exists());
+    assert!(!dir.join(".git/hooks/pre-commit").exists());
+    assert!(dir.join(".git/config").exists() && !dir.join("git-moved").exists());
+
+    // Commits, branches and fetches still work.
+    let (code, out, err) = w.sh(
+        "gitro",
+        "set -e; cd /workspace; git config --global user.name g; git config --global user.email g@x; \
+         git config --global --add safe.directory '*'; \
+         echo a > a.txt; git add a.txt; git commit -q -m from-guest; git branch topic; \
+         git init -q -b main /tmp/other; cd /tmp/other; echo b > b; git add b; git commit -q -m other; \
+         cd /workspace; git fetch -q /tmp/other main:refs/remotes/other/main; git log --oneline -1",
+    );
+    assert_eq!(code, 0, "git in the guest: {out}{err}");
+    assert!(git(&dir, &["log", "--oneline", "-1"]).contains("from-guest"));
+    assert!(git(&dir, &["branch", "--list", "topic"]).contains("topic"));
+    assert!(git(&dir, &["rev-parse", "refs/remotes/other/main"]).len() >= 40);
+
+    // Nothing changed in what host git executes: down reports nothing.
+    let down = w.svc(&["workspace", "down", "gitro"]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        !text(&down).contains("what git runs as you"),
+        "{}",
+        text(&down)
+    );
+}
+
+#[test]
+fn workspace_down_reports_executable_git_changes_when_the_workspace_opted_out() {
+    require_root();
+    let w = World::start();
+    let dir = repo_project(
+        &w,
+        "gitrw",
+        r#"{"version":1,"auth":{"defaults":{"gitConfigWritable":true}}}"#,
+    );
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(&dir),
+        "--name",
+        "gitrw",
+        "--backend",
+        "container",
+        "--trust",
+    ]);
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
+    // Opted out: the guest may write them (the risk the docs name).
+    let (code, out, err) = w.sh(
+        "gitrw",
+        "set -e; git config --global --add safe.directory '*'; \
+         git -C /workspace config core.fsmonitor /workspace/evil; \
+         git -C /workspace config alias.st '!sh -c id'; \
+         printf '#!/bin/sh\\n' > /workspace/.git/hooks/post-checkout; \
+         chmod +x /workspace/.git/hooks/post-checkout; \
+         git -C /workspace config user.name harmless",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let down = w.svc(&["workspace", "down", "gitrw"]);
+    let said = text(&down);
+    assert!(down.status.success(), "{said}");
+    assert!(said.contains("what git runs as you in"), "{said}");
+    for change in [
+        "config core.fsmonitor = \"/workspace/evil\" (new)",
+        "config alias.st = \"!sh -c id\" (new)",
+        "hook post-checkout (new)",
+    ] {
+        assert!(said.contains(change), "{change:?} not reported:\n{said}");
+    }
+    assert!(!said.contains("user.name"), "only executable keys: {said}");
+}
