@@ -93,7 +93,11 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
     };
     let sig_end = signature();
     let cases: Vec<(&str, Vec<u8>, Want)> = vec![
-        ("a_signed_push", signed(&[ok.clone()]), Want::Refs(&["refs/heads/svc/a"])),
+        (
+            "a_signed_push",
+            signed(&[ok.clone()]),
+            Want::Refs(&["refs/heads/svc/a"]),
+        ),
         (
             "a_signed_push_of_two_refs",
             signed(&[ok.clone(), main.clone()]),
@@ -143,10 +147,7 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
             "a_nul_hiding_the_rest_of_a_certificate_line",
             with_end(
                 [
-                    vec![
-                        b"\n".to_vec(),
-                        [&ok[..ok.len() - 1], b"\0", &main].concat(),
-                    ],
+                    vec![b"\n".to_vec(), [&ok[..ok.len() - 1], b"\0", &main].concat()],
                     sig_end.clone(),
                 ]
                 .concat(),
@@ -228,7 +229,11 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
         ),
         (
             "no_signature",
-            with_end(vec![b"\n".to_vec(), ok.clone(), b"push-cert-end\n".to_vec()]),
+            with_end(vec![
+                b"\n".to_vec(),
+                ok.clone(),
+                b"push-cert-end\n".to_vec(),
+            ]),
             Want::Refused("has no signature"),
         ),
         (
@@ -293,7 +298,11 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
         ),
         (
             "an_empty_certificate",
-            [pkts(&[b"push-cert\0x", b"push-cert-end\n"]), b"0000".to_vec()].concat(),
+            [
+                pkts(&[b"push-cert\0x", b"push-cert-end\n"]),
+                b"0000".to_vec(),
+            ]
+            .concat(),
             Want::Refused("is empty"),
         ),
         (
@@ -309,8 +318,9 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
         ),
         (
             "a_signed_push_of_sha256_ids",
-            signed(&[format!("{} {} refs/heads/svc/x\n", "a".repeat(64), "B".repeat(64))
-                .into_bytes()]),
+            signed(&[
+                format!("{} {} refs/heads/svc/x\n", "a".repeat(64), "B".repeat(64)).into_bytes(),
+            ]),
             Want::Refs(&["refs/heads/svc/x"]),
         ),
     ];
@@ -360,12 +370,22 @@ fn command_lists_are_framed_as_git_frames_them() {
         ),
         (
             "shallow_lines_are_skipped",
-            [pkt(format!("shallow {A}\n").as_bytes()), pkt(&ok), b"0000".to_vec()].concat(),
+            [
+                pkt(format!("shallow {A}\n").as_bytes()),
+                pkt(&ok),
+                b"0000".to_vec(),
+            ]
+            .concat(),
             Want::Refs(&["refs/heads/svc/a"]),
         ),
         (
             "a_shallow_line_with_more_after_its_id",
-            [pkt(format!("shallow {A} x\n").as_bytes()), pkt(&ok), b"0000".to_vec()].concat(),
+            [
+                pkt(format!("shallow {A} x\n").as_bytes()),
+                pkt(&ok),
+                b"0000".to_vec(),
+            ]
+            .concat(),
             Want::Refused("bad shallow line"),
         ),
         (
@@ -380,12 +400,20 @@ fn command_lists_are_framed_as_git_frames_them() {
         ),
         (
             "a_newline_before_the_capabilities_stays_in_the_name",
-            [pkt(&[&main[..], b"\0report-status"].concat()), b"0000".to_vec()].concat(),
+            [
+                pkt(&[&main[..], b"\0report-status"].concat()),
+                b"0000".to_vec(),
+            ]
+            .concat(),
             Want::Refused("bad command line"),
         ),
         (
             "a_name_with_a_space",
-            [pkt(&cmd("refs/heads/svc/a refs/heads/main")), b"0000".to_vec()].concat(),
+            [
+                pkt(&cmd("refs/heads/svc/a refs/heads/main")),
+                b"0000".to_vec(),
+            ]
+            .concat(),
             Want::Refused("bad command line"),
         ),
         (
@@ -423,7 +451,12 @@ fn command_lists_are_framed_as_git_frames_them() {
         (
             "sha256_ids",
             [
-                pkt(format!("{} {} refs/heads/svc/a\0object-format=sha256\n", "a".repeat(64), "b".repeat(64)).as_bytes()),
+                pkt(format!(
+                    "{} {} refs/heads/svc/a\0object-format=sha256\n",
+                    "a".repeat(64),
+                    "b".repeat(64)
+                )
+                .as_bytes()),
                 b"0000".to_vec(),
             ]
             .concat(),

@@ -105,7 +105,8 @@ pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
     };
     for caps in &head.capabilities {
         for c in caps.split(|b| is_git_space(*b)).filter(|c| !c.is_empty()) {
-            out.capabilities.push(String::from_utf8_lossy(c).into_owned());
+            out.capabilities
+                .push(String::from_utf8_lossy(c).into_owned());
         }
     }
     if out.signed {
