@@ -394,6 +394,9 @@ async fn relay<R: AsyncRead + Unpin>(
                                 held.take().map(|b| (b, false))
                             }
                             Err(e) => {
+                                // Nothing reaches the server; the audit names what git would
+                                // have applied.
+                                (session.refs, session.signed) = ssh::git_reading(buf);
                                 let _ = child.kill().await;
                                 writer.abort();
                                 for p in pumps {

@@ -281,6 +281,16 @@ fn one(name: &str, pieces: &[Piece], repo: &Repo, out: &Path, rng: &mut Rng, t: 
     let svc = svc_decides(&stream, rng);
     t.cases += 1;
     t.hook_ran += usize::from(!git_saw.is_empty());
+    // svc's model of git's own reading (what the audit names) is git's, whenever it reads one.
+    let (model, _) = ssh::git_reading(&stream);
+    if !git_saw.is_empty() && !model.is_empty() {
+        assert_eq!(
+            model,
+            git_saw,
+            "{name}: svc's model of git's reading differs from git's; stream {:?}",
+            String::from_utf8_lossy(&stream)
+        );
+    }
     match &svc {
         Svc::Refused(_) => t.refused += 1,
         Svc::Allowed(read) => {

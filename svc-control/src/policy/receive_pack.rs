@@ -137,6 +137,21 @@ pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
     Ok(Some(out))
 }
 
+/// The updates git itself would queue from `buf` and whether it holds a certificate, as far as
+/// git's own reading goes (without svc's refusals): what the audit names when svc refuses a
+/// stream. Empty when even git's reading fails or the list has not ended.
+pub fn git_reading(buf: &[u8]) -> (Vec<RefUpdate>, bool) {
+    let mut reader = Reader { buf, at: 0 };
+    let Ok(Some(head)) = read_head_info(&mut reader) else {
+        return (Vec::new(), false);
+    };
+    let mut updates = head.unsigned;
+    if !head.cert.is_empty() {
+        updates.extend(certificate_commands(&head.cert).unwrap_or_default());
+    }
+    (updates, head.certificates > 0)
+}
+
 struct Reader<'a> {
     buf: &'a [u8],
     at: usize,

@@ -13,7 +13,9 @@
 //!   `refs/heads/svc/a` and `refs/heads/svc/a/b`, not `refs/heads/svc` itself), `?` one
 //!   character, `[…]` a class.
 
-pub use super::receive_pack::{MAX_COMMANDS, PushCommands, PushError, RefUpdate, parse_push};
+pub use super::receive_pack::{
+    MAX_COMMANDS, PushCommands, PushError, RefUpdate, git_reading, parse_push,
+};
 
 /// The default AllowedBranches (SPEC 8).
 pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
