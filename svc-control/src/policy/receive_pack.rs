@@ -95,7 +95,7 @@ enum Pkt<'a> {
 /// for them), then the commands and how many bytes they took.
 pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
     let mut reader = Reader { buf, at: 0 };
-    let Some(head) = read_head_info(&mut reader)? else {
+    let Some(head) = read_head_info(&mut reader, Names::Checked)? else {
         return Ok(None);
     };
     let mut out = PushCommands {
@@ -112,7 +112,7 @@ pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
     if out.signed {
         check_framing(&head)?;
         let by_line = commands_by_line(&head.cert_lines)?;
-        let certified = certificate_commands(&head.cert)?;
+        let certified = certificate_commands(&head.cert, Names::Checked)?;
         compare(&certified, &by_line)?;
         out.updates = certified;
     }
@@ -142,12 +142,12 @@ pub fn parse_push(buf: &[u8]) -> Result<Option<PushCommands>, PushError> {
 /// stream. Empty when even git's reading fails or the list has not ended.
 pub fn git_reading(buf: &[u8]) -> (Vec<RefUpdate>, bool) {
     let mut reader = Reader { buf, at: 0 };
-    let Ok(Some(head)) = read_head_info(&mut reader) else {
+    let Ok(Some(head)) = read_head_info(&mut reader, Names::AsGit) else {
         return (Vec::new(), false);
     };
     let mut updates = head.unsigned;
     if !head.cert.is_empty() {
-        updates.extend(certificate_commands(&head.cert).unwrap_or_default());
+        updates.extend(certificate_commands(&head.cert, Names::AsGit).unwrap_or_default());
     }
     (updates, head.certificates > 0)
 }
@@ -207,7 +207,7 @@ struct HeadInfo {
 }
 
 /// git's `read_head_info`: `Ok(None)` until the list has ended.
-fn read_head_info(reader: &mut Reader<'_>) -> Result<Option<HeadInfo>, PushError> {
+fn read_head_info(reader: &mut Reader<'_>, names: Names) -> Result<Option<HeadInfo>, PushError> {
     let mut head = HeadInfo::default();
     loop {
         let Some(pkt) = reader.next()? else {
@@ -250,14 +250,14 @@ fn read_head_info(reader: &mut Reader<'_>) -> Result<Option<HeadInfo>, PushError
             }
             continue;
         }
-        head.unsigned.push(parse_update(text)?);
+        head.unsigned.push(parse_command(text, names)?);
     }
     Ok(Some(head))
 }
 
 /// git's `queue_commands_from_cert`: the lines from the first blank line to the start of the
 /// last signature (or the end).
-fn certificate_commands(cert: &[u8]) -> Result<Vec<RefUpdate>, PushError> {
+fn certificate_commands(cert: &[u8], names: Names) -> Result<Vec<RefUpdate>, PushError> {
     if cert.is_empty() {
         return Err(PushError::Certificate("is empty"));
     }
@@ -273,7 +273,7 @@ fn certificate_commands(cert: &[u8]) -> Result<Vec<RefUpdate>, PushError> {
             .iter()
             .position(|b| *b == b'\n')
             .map_or(end, |i| at + i);
-        updates.push(parse_update(&cert[at..line_end])?);
+        updates.push(parse_command(&cert[at..line_end], names)?);
         at = if line_end < end { line_end + 1 } else { end };
     }
     Ok(updates)
@@ -351,7 +351,7 @@ fn commands_by_line(lines: &[Vec<u8>]) -> Result<Vec<RefUpdate>, PushError> {
     }
     lines[blank + 1..signature]
         .iter()
-        .map(|l| parse_update(chomp(l)))
+        .map(|l| parse_command(chomp(l), Names::Checked))
         .collect()
 }
 
@@ -371,10 +371,19 @@ fn compare(certified: &[RefUpdate], by_line: &[RefUpdate]) -> Result<(), PushErr
     })
 }
 
-/// git's `queue_command`: `<old> <new> <ref>`, both ids of one hash's length. The name is what
-/// git takes (the rest of the line); svc refuses a name git would store as given but that is
-/// empty, not UTF-8, or holds a space or a control character.
-fn parse_update(line: &[u8]) -> Result<RefUpdate, PushError> {
+/// How a command's ref name is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Names {
+    /// svc's rule: refused when empty, not UTF-8, or holding a space or a control character.
+    Checked,
+    /// git's: the rest of the line, whatever it holds (for [`git_reading`]).
+    AsGit,
+}
+
+/// git's `queue_command`: `<old> <new> <ref>`, both ids of one hash's length, the name the
+/// rest of the line. With [`Names::Checked`] svc refuses a name git would take as given but
+/// that is empty, not UTF-8, or holds a space or a control character.
+fn parse_command(line: &[u8], names: Names) -> Result<RefUpdate, PushError> {
     let bad = || PushError::Command(shown(line));
     let hexsz = match (line.get(40), line.get(64)) {
         (Some(b' '), _) => 40,
@@ -389,14 +398,21 @@ fn parse_update(line: &[u8]) -> Result<RefUpdate, PushError> {
     if !is_oid(old) || !is_oid(new) {
         return Err(bad());
     }
-    let name = std::str::from_utf8(&rest[hexsz + 1..]).map_err(|_| bad())?;
-    if name.is_empty() || name.chars().any(|c| c == ' ' || c.is_control()) {
-        return Err(bad());
-    }
+    let raw = &rest[hexsz + 1..];
+    let name = match names {
+        Names::AsGit => String::from_utf8_lossy(raw).into_owned(),
+        Names::Checked => {
+            let name = std::str::from_utf8(raw).map_err(|_| bad())?;
+            if name.is_empty() || name.chars().any(|c| c == ' ' || c.is_control()) {
+                return Err(bad());
+            }
+            name.to_owned()
+        }
+    };
     Ok(RefUpdate {
         old: String::from_utf8_lossy(old).to_ascii_lowercase(),
         new: String::from_utf8_lossy(new).to_ascii_lowercase(),
-        name: name.to_owned(),
+        name,
     })
 }
 
