@@ -95,7 +95,7 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
     let cases: Vec<(&str, Vec<u8>, Want)> = vec![
         (
             "a_signed_push",
-            signed(&[ok.clone()]),
+            signed(std::slice::from_ref(&ok)),
             Want::Refs(&["refs/heads/svc/a"]),
         ),
         (
@@ -187,7 +187,7 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
         (
             "commands_after_the_certificate",
             {
-                let mut s = signed(&[ok.clone()]);
+                let mut s = signed(std::slice::from_ref(&ok));
                 s.truncate(s.len() - 4);
                 s.extend(pkt(&main));
                 s.extend(b"0000");
@@ -197,15 +197,15 @@ fn push_certificates_are_read_as_git_reads_them_or_refused() {
         ),
         (
             "commands_before_the_certificate",
-            [pkt(&main), signed(&[ok.clone()])].concat(),
+            [pkt(&main), signed(std::slice::from_ref(&ok))].concat(),
             Want::Refused("commands outside it"),
         ),
         (
             "two_certificates",
             {
-                let mut s = signed(&[ok.clone()]);
+                let mut s = signed(std::slice::from_ref(&ok));
                 s.truncate(s.len() - 4);
-                s.extend(signed(&[main.clone()]));
+                s.extend(signed(std::slice::from_ref(&main)));
                 s
             },
             Want::Refused("comes twice"),

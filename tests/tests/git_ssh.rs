@@ -358,7 +358,7 @@ fn hostile_push_certificates(w: &World, name: &str) {
                     format!("{main} {work} refs/heads/svc/{name}-x\n").into_bytes(),
                 ],
                 true,
-                &[to_main.clone()],
+                std::slice::from_ref(&to_main),
             ),
             "svc: refused: a push certificate comes with commands outside it",
         ),
