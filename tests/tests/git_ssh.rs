@@ -89,10 +89,6 @@ fn clone_push_and_refusals(w: &World, name: &str) {
             .contains(&format!("refs/heads/svc/{name}"))
     );
 
-    // A client of the guest's own, speaking receive-pack through the shim: push certificates
-    // that hide a command from a reader that does not read them as git does.
-    hostile_push_certificates(w, name);
-
     // A push to main: refused with the exact line; the server is unchanged.
     let (refs, objects) = (ssh.refs("acme/widget"), ssh.objects("acme/widget"));
     let (code, _, err) = w.sh(
@@ -233,6 +229,33 @@ fn git_over_ssh_from_a_container_sandbox_goes_through_the_relay() {
     );
     assert_eq!(code, 0, "fetch after an svcd restart: {out}{err}");
     w.destroy_checked("gitc");
+}
+
+/// A client of the guest's own, speaking receive-pack through the shim (as the found attack
+/// did): push certificates that hide a command from a reader that does not read them as git
+/// does are refused, from inside a container sandbox.
+#[test]
+fn a_push_certificate_hiding_a_command_is_refused_from_a_container_sandbox() {
+    require_root();
+    let w = World::start_with_git_ssh("");
+    let name = "gitcert";
+    create(&w, name, "container");
+    let remote = format!("root@{CODE_SSH_ADDR}:acme/widget.git");
+    let (code, out, err) = w.sh(
+        name,
+        &format!(
+            "cd /tmp && {GIT} clone -q {remote} widget && cd widget && \
+             {GIT} commit -q --allow-empty -m work && {GIT} push -q origin HEAD:refs/heads/svc/{name}"
+        ),
+    );
+    assert_eq!(
+        code,
+        0,
+        "clone and allowed push: {out}{err}\n{}",
+        w.svcd_log()
+    );
+    hostile_push_certificates(&w, name);
+    w.destroy_checked(name);
 }
 
 #[test]
