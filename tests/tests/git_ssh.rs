@@ -237,9 +237,14 @@ fn git_over_ssh_from_a_container_sandbox_goes_through_the_relay() {
 #[test]
 fn a_push_certificate_hiding_a_command_is_refused_from_a_container_sandbox() {
     require_root();
+    push_certificate_attack("gitcert", "container");
+}
+
+/// The sandbox's own client against the shim, on `backend`: a clone, an allowed push (so the
+/// server holds a commit main does not), then the hostile streams.
+fn push_certificate_attack(name: &str, backend: &str) {
     let w = World::start_with_git_ssh("");
-    let name = "gitcert";
-    create(&w, name, "container");
+    create(&w, name, backend);
     let remote = format!("root@{CODE_SSH_ADDR}:acme/widget.git");
     let (code, out, err) = w.sh(
         name,
