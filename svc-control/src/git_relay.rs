@@ -1,7 +1,8 @@
 //! The git-over-SSH relay (SPEC 5.6): a sandbox's `svc-git-ssh` shim sends git's SSH request
 //! here; the relay decides it with `policy::ssh`, then runs the host's real `ssh` with the
-//! host's agent and pumps the session. A push's command list is read whole and every ref
-//! checked before a byte of it reaches the server.
+//! host's agent and pumps the session. A push's command list is read whole, the way git's
+//! receive-pack reads it (`policy::receive_pack`), and every ref git would update checked before
+//! a byte of it reaches the server; a stream svc cannot read as git does is refused.
 //!
 //! The shim speaks `svc_guest::proto` on one stream: `Open` with a `GitSsh` request, `Data`/
 //! `Eof` for git's input, and gets `Stdout`/`Stderr`/`Exit` back, with credit both ways.
@@ -396,11 +397,13 @@ async fn relay<R: AsyncRead + Unpin>(
                         match ssh::parse_push(buf) {
                             Ok(None) => None,
                             Ok(Some(push)) => {
+                                // Every ref git would update, refused or not, in the audit.
+                                session.refs = push.updates.clone();
+                                session.signed = push.signed;
                                 if let Some(bad) =
                                     ssh::first_refused(&policy.branches, &push.updates)
                                 {
                                     let line = ref_refusal(&bad.name);
-                                    session.refs = push.updates.clone();
                                     let _ = child.kill().await;
                                     writer.abort();
                                     for p in pumps {
@@ -408,11 +411,12 @@ async fn relay<R: AsyncRead + Unpin>(
                                     }
                                     return Err((session, line));
                                 }
-                                session.refs = push.updates;
-                                session.signed = push.signed;
                                 held.take().map(|b| (b, false))
                             }
                             Err(e) => {
+                                // Nothing reaches the server; the audit names what git would
+                                // have applied.
+                                (session.refs, session.signed) = ssh::git_reading(buf);
                                 let _ = child.kill().await;
                                 writer.abort();
                                 for p in pumps {

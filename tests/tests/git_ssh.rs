@@ -232,6 +232,38 @@ fn git_over_ssh_from_a_container_sandbox_goes_through_the_relay() {
     w.destroy_checked("gitc");
 }
 
+/// A client of the guest's own, speaking receive-pack through the shim (as the found attack
+/// did): push certificates that hide a command from a reader that does not read them as git
+/// does are refused, from inside a container sandbox.
+#[test]
+fn a_push_certificate_hiding_a_command_is_refused_from_a_container_sandbox() {
+    require_root();
+    push_certificate_attack("gitcert", "container");
+}
+
+/// The sandbox's own client against the shim, on `backend`: a clone, an allowed push (so the
+/// server holds a commit main does not), then the hostile streams.
+fn push_certificate_attack(name: &str, backend: &str) {
+    let w = World::start_with_git_ssh("");
+    create(&w, name, backend);
+    let remote = format!("root@{CODE_SSH_ADDR}:acme/widget.git");
+    let (code, out, err) = w.sh(
+        name,
+        &format!(
+            "cd /tmp && {GIT} clone -q {remote} widget && cd widget && \
+             {GIT} commit -q --allow-empty -m work && {GIT} push -q origin HEAD:refs/heads/svc/{name}"
+        ),
+    );
+    assert_eq!(
+        code,
+        0,
+        "clone and allowed push: {out}{err}\n{}",
+        w.svcd_log()
+    );
+    hostile_push_certificates(&w, name);
+    w.destroy_checked(name);
+}
+
 #[test]
 fn git_over_ssh_from_a_microvm_sandbox_goes_through_the_relay() {
     require_root();
@@ -256,4 +288,165 @@ fn git_over_ssh_from_a_microvm_sandbox_goes_through_the_relay() {
     );
     w.destroy_checked("gitv2");
     w.destroy_checked("gitv");
+}
+
+/// An empty SHA-1 pack (`git pack-objects --stdout </dev/null`).
+const EMPTY_PACK: &[u8] = b"PACK\0\0\0\x02\0\0\0\0\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
+
+fn pkt(payload: &[u8]) -> Vec<u8> {
+    let mut v = format!("{:04x}", payload.len() + 4).into_bytes();
+    v.extend_from_slice(payload);
+    v
+}
+
+/// A push certificate's stream: `push-cert`, `lines` one a pkt-line each (a line may hold
+/// several), an SSH signature, `push-cert-end`, then `tail` (a flush and a pack by default).
+fn cert_stream(lines: &[Vec<u8>], end: bool, tail: &[Vec<u8>]) -> Vec<u8> {
+    let mut s = pkt(b"push-cert\0report-status side-band-64k object-format=sha1");
+    for l in lines {
+        s.extend(pkt(l));
+    }
+    for l in [
+        &b"-----BEGIN SSH SIGNATURE-----\n"[..],
+        b"U1NIU0lH\n",
+        b"-----END SSH SIGNATURE-----\n",
+    ] {
+        s.extend(pkt(l));
+    }
+    if end {
+        s.extend(pkt(b"push-cert-end\n"));
+    }
+    for t in tail {
+        s.extend(pkt(t));
+    }
+    s.extend(b"0000");
+    s.extend(EMPTY_PACK);
+    s
+}
+
+/// The bytes as a `printf` format the guest's shell writes back exactly.
+fn printf_format(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b' ' | b'-' | b'/' | b'.' | b'+' | b':' => {
+                char::from(*b).to_string()
+            }
+            _ => format!("\\{b:03o}"),
+        })
+        .collect()
+}
+
+/// From inside sandbox `name`, its own client sends receive-pack streams through the shim
+/// (as the found attack did): a certificate whose one pkt-line holds a blank line and a command
+/// for main (git joins the certificate's pkt-lines and reads that command), a command split
+/// across pkt-lines, commands outside the certificate, a flush inside it. Each is refused with a
+/// line on git's stderr, main does not move, and the audit names the refs git would have
+/// applied; a certificate as git writes it, to an svc/ ref, lands.
+fn hostile_push_certificates(w: &World, name: &str) {
+    let ssh = w.ssh.as_ref().expect("the world serves SSH");
+    let refs = ssh.refs("acme/widget");
+    let id = |r: &str| {
+        refs.lines()
+            .find_map(|l| l.strip_prefix(&format!("{r} ")))
+            .unwrap_or_else(|| panic!("{r} in {refs}"))
+            .to_owned()
+    };
+    let (main, work) = (id("refs/heads/main"), id(&format!("refs/heads/svc/{name}")));
+    let to_main = format!("{main} {work} refs/heads/main\n").into_bytes();
+    let header = b"certificate version 0.1\n".to_vec();
+    let shim = format!(
+        "/usr/local/bin/svc-git-ssh root@{CODE_SSH_ADDR} \"git-receive-pack 'acme/widget.git'\""
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "the found attack: a command after a blank line inside one pkt-line",
+            cert_stream(&[[&b"x\n\n"[..], &to_main].concat()], true, &[]),
+            "svc: refused: a push certificate has a pkt-line that is not exactly one line",
+        ),
+        (
+            "a certificate command split across pkt-lines",
+            cert_stream(
+                &[
+                    header.clone(),
+                    b"\n".to_vec(),
+                    to_main[..50].to_vec(),
+                    to_main[50..].to_vec(),
+                ],
+                true,
+                &[],
+            ),
+            "svc: refused: a push certificate has a pkt-line that is not exactly one line",
+        ),
+        (
+            "a command outside the certificate",
+            cert_stream(
+                &[
+                    header.clone(),
+                    b"\n".to_vec(),
+                    format!("{main} {work} refs/heads/svc/{name}-x\n").into_bytes(),
+                ],
+                true,
+                std::slice::from_ref(&to_main),
+            ),
+            "svc: refused: a push certificate comes with commands outside it",
+        ),
+        (
+            "a flush inside the certificate",
+            cert_stream(
+                &[header.clone(), b"\n".to_vec(), to_main.clone()],
+                false,
+                &[],
+            ),
+            "svc: refused: a push certificate is not closed by push-cert-end",
+        ),
+    ];
+    for (what, stream, line) in &cases {
+        let (code, _, err) = w.sh(
+            name,
+            &format!("printf '{}' | {shim}", printf_format(stream)),
+        );
+        assert_ne!(code, 0, "{what}: not refused");
+        assert!(err.contains(line), "{what}: {err}");
+        assert_eq!(ssh.refs("acme/widget"), refs, "{what}: a ref moved");
+    }
+    let denied: Vec<serde_json::Value> = w
+        .audit()
+        .into_iter()
+        .filter(|r| {
+            r["layer"] == "ssh"
+                && r["sandbox_name"] == name
+                && r["decision"] == "deny"
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("a push certificate"))
+        })
+        .collect();
+    assert_eq!(denied.len(), cases.len(), "{denied:?}");
+    for r in &denied {
+        assert_eq!(r["signed"], true, "{r}");
+        assert!(
+            r["refs"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|u| u["name"] == "refs/heads/main")),
+            "the audit names the ref git would have moved: {r}"
+        );
+    }
+
+    // The legitimate form: a certificate as git writes it, to an svc/ ref, lands.
+    let created = format!("refs/heads/svc/{name}-signed");
+    let zero = "0".repeat(40);
+    let good = cert_stream(
+        &[
+            header,
+            b"pusher agent 1700000000 +0000\n".to_vec(),
+            b"\n".to_vec(),
+            format!("{zero} {work} {created}\n").into_bytes(),
+        ],
+        true,
+        &[],
+    );
+    let (code, out, err) = w.sh(name, &format!("printf '{}' | {shim}", printf_format(&good)));
+    assert_eq!(code, 0, "a well-formed certificate: {out}{err}");
+    assert!(ssh.refs("acme/widget").contains(&created), "{err}");
 }

@@ -16,6 +16,8 @@ pub mod ownership;
 pub mod paths;
 /// Which host directory a workspace may share into its sandbox.
 pub mod project;
+/// A push's command list as git's receive-pack reads it (the relay and smart-HTTP both ask).
+pub mod receive_pack;
 pub mod request;
 pub mod ssh;
 pub mod target;
