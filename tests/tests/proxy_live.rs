@@ -23,16 +23,20 @@ use svc_control::{
     },
 };
 
-/// The one sandbox (loopback is its address); a test may change its policy live.
+/// The one sandbox (loopback is its address); a test may change its policy live. Its
+/// connections were all dialled to the upstream (as the fence's `SO_ORIGINAL_DST` would say;
+/// a connection straight to the proxy has none).
 struct One {
     current: std::sync::RwLock<Arc<ProxySandbox>>,
     revocations: tokio::sync::broadcast::Sender<svc_control::proxy::Revocation>,
+    upstream: std::net::SocketAddr,
 }
 impl One {
-    fn new(s: Arc<ProxySandbox>) -> Self {
+    fn new(s: Arc<ProxySandbox>, upstream: std::net::SocketAddr) -> Self {
         Self {
             current: std::sync::RwLock::new(s),
             revocations: tokio::sync::broadcast::channel(8).0,
+            upstream,
         }
     }
     fn get(&self) -> Arc<ProxySandbox> {
@@ -48,6 +52,9 @@ impl Sandboxes for One {
     }
     fn policy_of(&self, id: u32) -> Option<Arc<ProxySandbox>> {
         Some(self.get()).filter(|s| s.id == id)
+    }
+    fn original_destination(&self, _: &tokio::net::TcpStream) -> Option<std::net::SocketAddr> {
+        Some(self.upstream)
     }
 }
 
@@ -323,8 +330,13 @@ fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
     let sandbox = Arc::new(ProxySandbox { id: 5, policy, ca });
     let audit = Arc::new(Audit::default());
     let mut config = ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap();
+    // The upstream is on loopback: the operator's exception opens that class for these tests.
+    config.network.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     tune(&mut config);
-    let sandboxes = Arc::new(One::new(sandbox));
+    let sandboxes = Arc::new(One::new(
+        sandbox,
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    ));
     let proxy = Arc::new(Proxy::new(
         config,
         sandboxes.clone(),
