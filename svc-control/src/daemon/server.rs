@@ -208,7 +208,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     ));
     let mut proxy_config = upstream_config(&host)?;
     // Every address the proxy dials for a guest passes the destination classes.
-    proxy_config.network = net;
+    proxy_config.network = net.clone();
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
     // One client for svcd's own token-endpoint requests (the guardian's and OAuth secrets').
     let host_client = crate::proxy::server::host_client(&proxy_config, resolver.clone());
@@ -217,7 +217,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         proxy_config,
         registry.clone(),
         registry.clone(),
-        resolver,
+        resolver.clone(),
         audit.clone(),
     ));
     let any = |port| SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
@@ -289,6 +289,9 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             key,
             guardian,
             host_client: Some(host_client),
+            // The relay's servers are resolved by svcd and each address checked.
+            resolver,
+            network: net,
         },
         store,
         fence,
