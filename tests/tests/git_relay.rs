@@ -426,7 +426,8 @@ fn a_code_host_whose_address_is_a_refused_class_is_never_dialled() {
     assert!(
         sessions
             .iter()
-            .all(|x| x.decision == "deny" && x.reason.as_deref().is_some_and(|r| r.contains("loopback"))),
+            .all(|x| x.decision == "deny"
+                && x.reason.as_deref().is_some_and(|r| r.contains("loopback"))),
         "{sessions:?}"
     );
 }

@@ -485,6 +485,56 @@ fn allowed_request_reaches_the_upstream_with_the_real_token_and_never_shows_it()
     );
 }
 
+/// The address the guest dialled is the one the proxy connects to, and only if its destination
+/// class may be dialled: here the upstream is on loopback and no operator CIDR opens it, so
+/// every request is refused with 403 naming the class, audited with the address, and the
+/// upstream sees nothing (on either protocol).
+#[test]
+fn a_dialled_address_of_a_refused_class_is_refused_naming_its_class() {
+    let w = world_with(|c| c.network.allow_cidrs.clear());
+    for version in ["--http1.1", "--http2"] {
+        let (status, text, _) = curl(&w, "api.example.test", "/hello", &[version]);
+        assert_eq!(status, 403, "{version}: {text}");
+        assert!(
+            text.contains("\"perimeter\":\"svc egress perimeter\"")
+                && text.contains("\"rule\":\"destination-class:loopback\"")
+                && text.contains(&format!("127.0.0.1:{}", w.port)),
+            "{version}: {text}"
+        );
+    }
+    assert!(
+        w.seen.lock().unwrap().is_empty(),
+        "the upstream saw {:?}",
+        w.seen.lock().unwrap()
+    );
+    let dialled = Some(format!("127.0.0.1:{}", w.port));
+    let records = w.audit.http_until(|r| r.len() >= 2);
+    assert!(
+        records.len() == 2
+            && records.iter().all(|r| r.decision == "deny"
+                && r.rule == "destination-class:loopback"
+                && r.dialled == dialled),
+        "{records:?}"
+    );
+}
+
+#[test]
+fn allowed_requests_are_audited_with_the_address_dialled() {
+    let w = world();
+    let (status, text, _) = curl(&w, "api.example.test", "/hello", &["--http2"]);
+    assert_eq!(status, 200, "{text}");
+    let dialled = Some(format!("127.0.0.1:{}", w.port));
+    let records = w
+        .audit
+        .http_until(|r| r.iter().any(|r| r.decision == "allow"));
+    assert!(
+        records
+            .iter()
+            .any(|r| r.decision == "allow" && r.dialled == dialled),
+        "{records:?}"
+    );
+}
+
 #[test]
 fn refusals_are_json_from_the_perimeter() {
     let w = world();
