@@ -147,6 +147,19 @@ fn hostile_dns_never_steers_the_proxy_to_the_hosts_own_addresses() {
         w.svcd_log()
     );
 
+    // And they were listening all along: each accepts a connection from the host now.
+    for (at, listener) in &planted {
+        let connected = w
+            .host
+            .run(|| std::net::TcpStream::connect_timeout(at, std::time::Duration::from_secs(5)));
+        assert!(connected.is_ok(), "{at}: {connected:?}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while listener.count() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(listener.count(), 1, "{at} was not listening");
+    }
+
     // Each allowed request's audit record names the public address it was dialled at.
     let audit = w.audit();
     for (name, public) in SERVED.iter().filter(|(n, _)| *n != "metrics.hostile.test") {
