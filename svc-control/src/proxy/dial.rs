@@ -176,7 +176,56 @@ pub fn upgrade_client(connectors: &Connectors, target: SocketAddr) -> UpstreamCl
 
 #[cfg(test)]
 mod tests {
+    use std::{future::Future, pin::Pin};
+
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use tower_service::Service as _;
+
     use super::*;
+    use crate::proxy::server::{DnsService, Resolve};
+
+    /// A resolver that fails the test if anything asks it.
+    struct Nowhere;
+    impl Resolve for Nowhere {
+        fn resolve(
+            &self,
+            host: &str,
+        ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<std::net::IpAddr>>> + Send>> {
+            let host = host.to_owned();
+            Box::pin(async move {
+                panic!("{host} was resolved: a guest's request must dial its address")
+            })
+        }
+    }
+
+    /// Every upstream connection of a guest's request (HTTP/1.1, HTTP/2, a WebSocket's) comes
+    /// from `Connectors::to`: it connects to the address it was made for, whatever the URI
+    /// names, and never asks the resolver.
+    #[tokio::test]
+    async fn a_connector_dials_its_address_and_never_resolves_the_name() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let at = listener.local_addr().expect("addr");
+        let mut http = HttpConnector::new_with_resolver(DnsService::new(Arc::new(Nowhere)));
+        http.enforce_http(false);
+        let tls = rustls::ClientConfig::builder_with_provider(crate::proxy::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let connectors = Connectors::new(&tls, Upstream::new(http, None));
+        for h2 in [false, true] {
+            let uri: http::Uri = "http://elsewhere.example.test:1/".parse().expect("uri");
+            let (connected, accepted) =
+                tokio::join!(connectors.to(at, h2).call(uri), listener.accept());
+            assert!(connected.is_ok(), "h2={h2}: {:?}", connected.err());
+            assert!(
+                accepted.is_ok(),
+                "h2={h2}: the listener at {at} accepted nothing"
+            );
+        }
+    }
 
     #[test]
     fn only_a_dialled_address_of_a_reachable_class_is_dialled() {
