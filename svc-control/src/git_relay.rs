@@ -4,10 +4,16 @@
 //! receive-pack reads it (`policy::receive_pack`), and every ref git would update checked before
 //! a byte of it reaches the server; a stream svc cannot read as git does is refused.
 //!
+//! The relay resolves the server's name itself and has ssh dial the address it chose (the
+//! first answer `policy::destination::classify_dial` lets through), never letting ssh resolve
+//! on its own: a hostile resolver's loopback, metadata or sandbox answer is never dialled. The
+//! host key is still checked against the name (`HostKeyAlias`).
+//!
 //! The shim speaks `svc_guest::proto` on one stream: `Open` with a `GitSsh` request, `Data`/
 //! `Eof` for git's input, and gets `Stdout`/`Stderr`/`Exit` back, with credit both ways.
 
 use std::{
+    net::{IpAddr, SocketAddr},
     path::PathBuf,
     process::Stdio,
     sync::{
@@ -23,7 +29,10 @@ use tokio::{
     sync::{Semaphore, mpsc},
 };
 
-use crate::policy::ssh::{self, RefUpdate, Service, SshRequest};
+use crate::policy::{
+    destination::{HostNetwork, classify_dial},
+    ssh::{self, RefUpdate, Service, SshRequest},
+};
 
 /// What a sandbox may reach over SSH.
 #[derive(Debug, Clone, Default)]
@@ -42,6 +51,48 @@ pub struct SshClient {
     pub auth_sock: Option<PathBuf>,
     /// The known-hosts file servers are checked against (strictly).
     pub known_hosts: PathBuf,
+    /// How the server's name is resolved (the host's resolver).
+    pub resolver: RelayResolver,
+    /// Every address the relay has ssh dial passes the destination classes with this.
+    pub network: HostNetwork,
+}
+
+/// The resolver the relay finds a server's addresses with.
+#[derive(Clone)]
+pub struct RelayResolver(pub Arc<dyn crate::proxy::Resolve>);
+
+impl std::fmt::Debug for RelayResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelayResolver")
+    }
+}
+
+/// The address ssh dials for `host:port`: the first of its addresses whose destination class
+/// svc dials; refused with a line naming the classes when none is.
+pub async fn dial_address(client: &SshClient, host: &str, port: u16) -> Result<SocketAddr, String> {
+    let addrs: Vec<IpAddr> = client
+        .resolver
+        .0
+        .resolve(host)
+        .await
+        .map_err(|e| format!("svc: refused: {host} could not be resolved: {e}"))?;
+    let mut refused = Vec::new();
+    for ip in addrs {
+        let at = SocketAddr::new(ip, port);
+        let verdict = classify_dial(at, &client.network);
+        if verdict.reachable() {
+            return Ok(at);
+        }
+        refused.push(format!("{at} ({})", verdict.class.name()));
+    }
+    Err(if refused.is_empty() {
+        format!("svc: refused: {host} has no address")
+    } else {
+        format!(
+            "svc: refused: {host} resolves only to addresses svc never dials for a sandbox: {}",
+            refused.join(", ")
+        )
+    })
 }
 
 /// What one session did, for the audit.
@@ -256,6 +307,18 @@ async fn relay<R: AsyncRead + Unpin>(
     // The command is ours, rebuilt from the parsed request (its path holds only name
     // characters): no guest text reaches a shell.
     let command = format!("{} '/{}.git'", request.service.command(), request.repo);
+    let port = request.port.unwrap_or(22);
+    let dial = match dial_address(client, &request.host, port).await {
+        Ok(a) => a,
+        Err(line) => return Err((session, line)),
+    };
+    // ssh dials the checked address and checks the host key under the name (as known_hosts
+    // writes it: `[name]:port` off port 22).
+    let alias = if port == 22 {
+        request.host.clone()
+    } else {
+        format!("[{}]:{port}", request.host)
+    };
     let mut cmd = tokio::process::Command::new(&client.binary);
     cmd.args(["-F", "/dev/null", "-T", "-x", "-a"])
         .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
@@ -265,7 +328,11 @@ async fn relay<R: AsyncRead + Unpin>(
             client.known_hosts.display()
         ))
         .args(["-o", "ClearAllForwardings=yes", "-o", "ProxyCommand=none"])
-        .args(["-o", "ConnectTimeout=15"]);
+        .args(["-o", "ConnectTimeout=15", "-o", "CheckHostIP=no"])
+        .arg("-o")
+        .arg(format!("HostName={}", dial.ip()))
+        .arg("-o")
+        .arg(format!("HostKeyAlias={alias}"));
     if let Some(v) = git_protocol.filter(|v| ssh::git_protocol_ok(v)) {
         cmd.arg("-o").arg(format!("SetEnv=GIT_PROTOCOL={v}"));
     }

@@ -57,6 +57,7 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
                 bytes_down: 5120,
                 duration_ms: 84,
                 upgrade: None,
+                dialled: None,
             })),
         ),
     ]

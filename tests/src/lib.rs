@@ -380,6 +380,7 @@ pub mod fixture {
                 "fd53::/16".parse().expect("net"),
             ],
             allow_cidrs: vec![],
+            svcd_ports: vec![],
         }
     }
 

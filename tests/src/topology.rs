@@ -268,6 +268,7 @@ impl Topology {
                 "fd53::/16".parse().expect("net"),
             ],
             allow_cidrs: vec![],
+            svcd_ports: vec![],
         }
     }
 

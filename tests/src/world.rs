@@ -47,6 +47,10 @@ struct Options<'a> {
     upstream_proxy: bool,
     /// No `credentials.code_host_token_file`: `--repo` must find its token elsewhere.
     no_code_token: bool,
+    /// More names the outside world serves (`--serve`, their addresses on its interface).
+    served: &'a [(&'a str, &'a str)],
+    /// More DNS answers (`--name`; a name given several times is answered with every address).
+    names: &'a [(&'a str, &'a str)],
 }
 
 /// Start tinyproxy in the outside world and fence the host's own traffic to it; svcd.toml's
@@ -279,6 +283,17 @@ impl World {
         })
     }
 
+    /// [`World::start`] with more names served in the outside world (`served`: a server on
+    /// each address, ports 80 and 443) and more DNS answers (`names`, added to those of the
+    /// same name): a hostile resolver's answers, for instance.
+    pub fn start_with_dns(served: &[(&str, &str)], names: &[(&str, &str)]) -> Self {
+        Self::start_full(&Options {
+            served,
+            names,
+            ..Options::default()
+        })
+    }
+
     pub fn start_with_upstream_proxy() -> Self {
         Self::start_full(&Options {
             upstream_proxy: true,
@@ -294,6 +309,8 @@ impl World {
             git_ssh,
             upstream_proxy,
             no_code_token,
+            served,
+            names,
         } = *o;
         // Checked before anything is started: a panic past this point would leave the outside
         // world's processes running (holding whatever descriptors the test runner gave them).
@@ -327,7 +344,7 @@ impl World {
             &["-n", &host.name, "addr", "add", "192.0.2.1/24", "dev", "ho"],
         );
         run("ip", &["-n", &host.name, "link", "set", "ho", "up"]);
-        let mut addrs: Vec<&str> = NAMES.iter().map(|(_, a)| *a).collect();
+        let mut addrs: Vec<&str> = NAMES.iter().chain(served).map(|(_, a)| *a).collect();
         addrs.push(DNS);
         if upstream_proxy {
             addrs.push(FORWARD_PROXY);
@@ -374,10 +391,10 @@ impl World {
             .args(["--dns", DNS, "--git-root"])
             .arg(&git_root)
             .args(["--token", CODE_TOKEN, "--token", EXAMPLE_TOKEN]);
-        for (name, addr) in NAMES {
+        for (name, addr) in NAMES.iter().chain(served) {
             cmd.args(["--serve", &format!("{name}={addr}")]);
         }
-        for (name, addr) in SHARED_NAMES {
+        for (name, addr) in SHARED_NAMES.iter().chain(names) {
             cmd.args(["--name", &format!("{name}={addr}")]);
         }
         let outside_world = cmd

@@ -52,7 +52,16 @@ fn free_port() -> u16 {
 }
 
 impl Server {
+    /// The relay with the test's sshd on loopback opened by an operator exception.
     fn start() -> Self {
+        Self::start_with(svc_control::policy::destination::HostNetwork {
+            allow_cidrs: vec!["127.0.0.0/8".parse().expect("cidr")],
+            ..Default::default()
+        })
+    }
+
+    /// The relay checking every address it dials with `network`.
+    fn start_with(network: svc_control::policy::destination::HostNetwork) -> Self {
         let dir = std::env::temp_dir().join(unique("sgr"));
         std::fs::create_dir_all(dir.join("repos")).expect("dir");
         bare_repo(&dir.join("repos"), "acme", "widget");
@@ -83,6 +92,8 @@ impl Server {
             binary: "ssh".into(),
             auth_sock: Some(host.agent_sock.clone()),
             known_hosts: host.known_hosts.clone(),
+            resolver: git_relay::RelayResolver(Arc::new(svc_control::proxy::SystemResolver)),
+            network,
         };
         let listener = {
             let _guard = rt.enter();
@@ -378,5 +389,45 @@ fn git_over_ssh_goes_through_the_relay_with_its_rules() {
         sessions
             .iter()
             .any(|x| x.repo == "evil/exfil" && x.decision == "deny")
+    );
+}
+
+/// The relay resolves the code host itself and has ssh dial only an address of a class svc
+/// dials: with loopback not opened, a code host on loopback is refused with a line naming the
+/// class, and a listener there accepts nothing.
+#[test]
+fn a_code_host_whose_address_is_a_refused_class_is_never_dialled() {
+    require_root();
+    let s = Server::start_with(svc_control::policy::destination::HostNetwork::default());
+    let planted = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = planted.local_addr().expect("addr").port();
+    planted.set_nonblocking(true).expect("nonblocking");
+    let work = s.dir.join("work");
+    std::fs::create_dir_all(&work).expect("work");
+    for url in [
+        s.url("acme/widget"),
+        format!("ssh://git@127.0.0.1:{port}/acme/widget.git"),
+    ] {
+        let out = s.git(&work, &["clone", "-q", &url, "widget"]);
+        assert!(!out.status.success(), "{url} cloned");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(
+                "svc: refused: 127.0.0.1 resolves only to addresses svc never dials for a sandbox"
+            ) && err.contains("(loopback)"),
+            "{url}: {err}"
+        );
+    }
+    assert!(
+        planted.accept().is_err(),
+        "the relay's ssh connected to the loopback listener"
+    );
+    let sessions = s.sessions.lock().expect("lock");
+    assert!(
+        sessions
+            .iter()
+            .all(|x| x.decision == "deny"
+                && x.reason.as_deref().is_some_and(|r| r.contains("loopback"))),
+        "{sessions:?}"
     );
 }

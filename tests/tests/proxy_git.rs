@@ -2,7 +2,12 @@
 //! (CGI) behind an HTTPS upstream. The bound repository clones and pushes; a foreign one is
 //! refused by the perimeter with its rule, on every route.
 
-use std::{net::IpAddr, path::Path, process::Command, sync::Arc};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::Path,
+    process::Command,
+    sync::Arc,
+};
 
 use hyper::{Request, body::Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -13,10 +18,15 @@ use svc_control::{
     proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
 };
 
-struct One(Arc<ProxySandbox>);
+/// The one sandbox; every connection of it was dialled to the upstream (the fence's
+/// `SO_ORIGINAL_DST`, which a connection straight to the proxy does not have).
+struct One(Arc<ProxySandbox>, SocketAddr);
 impl Sandboxes for One {
     fn sandbox_for(&self, s: IpAddr) -> Option<Arc<ProxySandbox>> {
         s.is_loopback().then(|| self.0.clone())
+    }
+    fn original_destination(&self, _: &tokio::net::TcpStream) -> Option<SocketAddr> {
+        Some(self.1)
     }
 }
 struct Tokens;
@@ -183,9 +193,15 @@ fn smart_http_for_the_bound_repo_only() {
     let ca = Arc::new(SandboxCa::generate("git-sandbox").unwrap());
     let ca_pem = dir.join("ca.pem");
     std::fs::write(&ca_pem, ca.ca_pem()).unwrap();
+    let mut config = ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap();
+    // The upstream is on loopback: the operator's exception opens that class for this test.
+    config.network.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     let proxy = Arc::new(Proxy::new(
-        ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap(),
-        Arc::new(One(Arc::new(ProxySandbox { id: 3, policy, ca }))),
+        config,
+        Arc::new(One(
+            Arc::new(ProxySandbox { id: 3, policy, ca }),
+            SocketAddr::from(([127, 0, 0, 2], port)),
+        )),
         Arc::new(Tokens),
         Arc::new(Second),
         Arc::new(NoAudit),

@@ -23,16 +23,20 @@ use svc_control::{
     },
 };
 
-/// The one sandbox (loopback is its address); a test may change its policy live.
+/// The one sandbox (loopback is its address); a test may change its policy live. Its
+/// connections were all dialled to the upstream (as the fence's `SO_ORIGINAL_DST` would say;
+/// a connection straight to the proxy has none).
 struct One {
     current: std::sync::RwLock<Arc<ProxySandbox>>,
     revocations: tokio::sync::broadcast::Sender<svc_control::proxy::Revocation>,
+    upstream: std::net::SocketAddr,
 }
 impl One {
-    fn new(s: Arc<ProxySandbox>) -> Self {
+    fn new(s: Arc<ProxySandbox>, upstream: std::net::SocketAddr) -> Self {
         Self {
             current: std::sync::RwLock::new(s),
             revocations: tokio::sync::broadcast::channel(8).0,
+            upstream,
         }
     }
     fn get(&self) -> Arc<ProxySandbox> {
@@ -48,6 +52,9 @@ impl Sandboxes for One {
     }
     fn policy_of(&self, id: u32) -> Option<Arc<ProxySandbox>> {
         Some(self.get()).filter(|s| s.id == id)
+    }
+    fn original_destination(&self, _: &tokio::net::TcpStream) -> Option<std::net::SocketAddr> {
+        Some(self.upstream)
     }
 }
 
@@ -323,8 +330,13 @@ fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
     let sandbox = Arc::new(ProxySandbox { id: 5, policy, ca });
     let audit = Arc::new(Audit::default());
     let mut config = ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap();
+    // The upstream is on loopback: the operator's exception opens that class for these tests.
+    config.network.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     tune(&mut config);
-    let sandboxes = Arc::new(One::new(sandbox));
+    let sandboxes = Arc::new(One::new(
+        sandbox,
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    ));
     let proxy = Arc::new(Proxy::new(
         config,
         sandboxes.clone(),
@@ -470,6 +482,56 @@ fn allowed_request_reaches_the_upstream_with_the_real_token_and_never_shows_it()
     assert!(
         !format!("{audits:?}").contains("REAL-") && !format!("{audits:?}").contains(&w.placeholder),
         "no token in audit records"
+    );
+}
+
+/// The address the guest dialled is the one the proxy connects to, and only if its destination
+/// class may be dialled: here the upstream is on loopback and no operator CIDR opens it, so
+/// every request is refused with 403 naming the class, audited with the address, and the
+/// upstream sees nothing (on either protocol).
+#[test]
+fn a_dialled_address_of_a_refused_class_is_refused_naming_its_class() {
+    let w = world_with(|c| c.network.allow_cidrs.clear());
+    for version in ["--http1.1", "--http2"] {
+        let (status, text, _) = curl(&w, "api.example.test", "/hello", &[version]);
+        assert_eq!(status, 403, "{version}: {text}");
+        assert!(
+            text.contains("\"perimeter\":\"svc egress perimeter\"")
+                && text.contains("\"rule\":\"destination-class:loopback\"")
+                && text.contains(&format!("127.0.0.1:{}", w.port)),
+            "{version}: {text}"
+        );
+    }
+    assert!(
+        w.seen.lock().unwrap().is_empty(),
+        "the upstream saw {:?}",
+        w.seen.lock().unwrap()
+    );
+    let dialled = Some(format!("127.0.0.1:{}", w.port));
+    let records = w.audit.http_until(|r| r.len() >= 2);
+    assert!(
+        records.len() == 2
+            && records.iter().all(|r| r.decision == "deny"
+                && r.rule == "destination-class:loopback"
+                && r.dialled == dialled),
+        "{records:?}"
+    );
+}
+
+#[test]
+fn allowed_requests_are_audited_with_the_address_dialled() {
+    let w = world();
+    let (status, text, _) = curl(&w, "api.example.test", "/hello", &["--http2"]);
+    assert_eq!(status, 200, "{text}");
+    let dialled = Some(format!("127.0.0.1:{}", w.port));
+    let records = w
+        .audit
+        .http_until(|r| r.iter().any(|r| r.decision == "allow"));
+    assert!(
+        records
+            .iter()
+            .any(|r| r.decision == "allow" && r.dialled == dialled),
+        "{records:?}"
     );
 }
 

@@ -143,6 +143,12 @@ pub struct HttpEvent {
     /// `websocket-cut` when a live allowlist change removed its host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<&'static str>,
+    /// The address and port the proxy connected to for an allowed request (`192.0.2.10:443`,
+    /// `[2001:db8::1]:443`): always the one the guest dialled, never a resolution of the name;
+    /// for a `destination-class:*` refusal, the address refused. Absent for other refusals and
+    /// for requests sent through the operator's forward proxy (which resolves the name itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dialled: Option<String>,
 }
 
 /// One DNS question and what the guard did with it.
@@ -513,6 +519,7 @@ pub(crate) mod tests {
                 bytes_down: 2,
                 duration_ms: 1,
                 upgrade: None,
+                dialled: Some("192.0.2.10:443".into()),
             }),
         }
     }

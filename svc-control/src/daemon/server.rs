@@ -79,6 +79,14 @@ fn host_addresses() -> Vec<IpAddr> {
         .unwrap_or_default()
 }
 
+/// The TCP ports svcd itself listens on (the DNS guard, the proxy, metrics): never dialled for
+/// a guest on an address of this host.
+fn svcd_ports(host: &HostConfig) -> Vec<u16> {
+    let mut ports = vec![host.guard_port, host.proxy_port];
+    ports.extend(host.metrics_listen.map(|a| a.port()));
+    ports
+}
+
 /// One svcd per state directory: an exclusive `flock` on `state_dir/svcd.lock`, held while
 /// `run` runs (the kernel lets it go however svcd ends). A second svcd would rewrite the
 /// fence's tries, share the guard's and the proxy's ports and re-adopt the same sandboxes; it
@@ -147,6 +155,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         host_addresses: host_addrs.clone(),
         sandbox_pools: vec![host.ipv4_pool.into(), host.ipv6_pool.into()],
         allow_cidrs: host.allow_cidrs.clone(),
+        svcd_ports: svcd_ports(&host),
     };
     let (deny, operator_allow) = fence_cidrs(&net);
     fence.set_destination_classes(&deny, &operator_allow)?;
@@ -195,9 +204,11 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             registry: registry.clone(),
         }),
         audit.clone(),
-        net,
+        net.clone(),
     ));
-    let proxy_config = upstream_config(&host)?;
+    let mut proxy_config = upstream_config(&host)?;
+    // Every address the proxy dials for a guest passes the destination classes.
+    proxy_config.network = net.clone();
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
     // One client for svcd's own token-endpoint requests (the guardian's and OAuth secrets').
     let host_client = crate::proxy::server::host_client(&proxy_config, resolver.clone());
@@ -206,7 +217,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         proxy_config,
         registry.clone(),
         registry.clone(),
-        resolver,
+        resolver.clone(),
         audit.clone(),
     ));
     let any = |port| SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
@@ -278,6 +289,9 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             key,
             guardian,
             host_client: Some(host_client),
+            // The relay's servers are resolved by svcd and each address checked.
+            resolver,
+            network: net,
         },
         store,
         fence,

@@ -69,6 +69,10 @@ pub struct SupervisorConfig {
     /// The coding agent's credential guardian, one task per running sandbox that shares the
     /// agent's home (SPEC 5.2.4); `None`: off.
     pub guardian: Option<crate::creds::guardian::Guardian>,
+    /// The host's resolver, for the git relay's servers.
+    pub resolver: Arc<dyn crate::proxy::Resolve>,
+    /// The destination classes every address svc dials for a guest passes (the relay's).
+    pub network: crate::policy::destination::HostNetwork,
 }
 
 /// The supervisor. Share it with `Arc`.

@@ -412,6 +412,7 @@ mod tests {
                 bytes_down: 0,
                 duration_ms: 0,
                 upgrade: None,
+                dialled: None,
             }),
         });
         let text = m.encode(&[], &[]);

@@ -7,8 +7,13 @@
 //! 6to4 `2002::/16`, Teredo `2001::/32`), reserved space, the host's own addresses and every
 //! sandbox's subnet. An embedded IPv4 address is never looked through: the whole IPv6 form is
 //! refused, so a guest cannot reach an IPv4 address the fence would not let it reach directly.
+//!
+//! The same classes bound every address svc itself dials on a guest's behalf (the proxy's
+//! upstream connections, the git relay's SSH connections, direct dials past the operator's
+//! forward proxy): [`classify_dial`] adds svcd's own ports and reads an IPv4 address carried in
+//! an IPv6 form as that IPv4 address, so `::ffff:127.0.0.1` is refused as loopback.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -35,21 +40,53 @@ pub enum AddressClass {
     Host,
     /// Inside a sandbox subnet (another sandbox, or this sandbox's own link).
     Sandbox,
+    /// One of svcd's own listening ports on an address of this host (its loopback, its own
+    /// addresses, a sandbox gateway): only ever a dial's class.
+    Svcd,
 }
 
 impl AddressClass {
     pub const fn is_public(self) -> bool {
         matches!(self, Self::Public)
     }
+
+    /// Whether an operator CIDR (`network.allow_cidrs`) can open this class: never the host's
+    /// own addresses, the sandboxes' or svcd's ports (the fence lists those after the
+    /// operator's exceptions, so they win there too).
+    pub const fn operator_may_open(self) -> bool {
+        !matches!(self, Self::Public | Self::Host | Self::Sandbox | Self::Svcd)
+    }
+
+    /// The class's name, as the audit and the refusals write it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Public => "public",
+            Self::Unspecified => "unspecified",
+            Self::Loopback => "loopback",
+            Self::CloudMetadata => "cloud-metadata",
+            Self::LinkLocal => "link-local",
+            Self::Multicast => "multicast",
+            Self::Broadcast => "broadcast",
+            Self::Private => "private",
+            Self::Ipv4Embedding => "ipv4-embedding",
+            Self::Reserved => "reserved",
+            Self::Host => "host",
+            Self::Sandbox => "sandbox",
+            Self::Svcd => "svcd",
+        }
+    }
 }
 
 /// What the host looks like to the classifier: its own addresses and the sandbox pools, plus
-/// the operator's explicit exceptions.
+/// the operator's explicit exceptions, and the ports svcd listens on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostNetwork {
     pub host_addresses: Vec<IpAddr>,
     pub sandbox_pools: Vec<IpNet>,
     pub allow_cidrs: Vec<IpNet>,
+    /// svcd's own TCP ports (the DNS guard, the proxy, metrics): a dial to one of them on an
+    /// address of this host is refused as [`AddressClass::Svcd`].
+    pub svcd_ports: Vec<u16>,
 }
 
 /// The verdict on one destination address.
@@ -126,9 +163,57 @@ pub fn classify(addr: IpAddr, net: &HostNetwork) -> DestinationVerdict {
     };
     DestinationVerdict {
         class,
-        allowed_by_operator: !class.is_public()
+        allowed_by_operator: class.operator_may_open()
             && net.allow_cidrs.iter().any(|c| c.contains(&addr)),
     }
+}
+
+/// Classify an address svc is about to dial for a guest (the proxy's upstream, the relay's SSH
+/// server, a direct dial past the forward proxy). An IPv4 address carried in an IPv6 form
+/// (mapped, compatible, SIIT, NAT64) that is itself refused is refused as its own class — a
+/// socket would reach it — and svcd's own ports on any address of this host are
+/// [`AddressClass::Svcd`].
+pub fn classify_dial(dial: SocketAddr, net: &HostNetwork) -> DestinationVerdict {
+    let addr = dial.ip();
+    let carried = match addr {
+        IpAddr::V6(v6) => embedded_v4(v6).map(|v4| classify(IpAddr::V4(v4), net)),
+        IpAddr::V4(_) => None,
+    };
+    let mut verdict = match carried {
+        Some(v4) if !v4.reachable() => v4,
+        _ => classify(addr, net),
+    };
+    let own_class = |c: AddressClass| {
+        matches!(
+            c,
+            AddressClass::Host
+                | AddressClass::Loopback
+                | AddressClass::Unspecified
+                | AddressClass::Sandbox
+        )
+    };
+    let own = own_class(verdict.class) || carried.is_some_and(|v| own_class(v.class));
+    if own && net.svcd_ports.contains(&dial.port()) {
+        verdict = DestinationVerdict {
+            class: AddressClass::Svcd,
+            allowed_by_operator: false,
+        };
+    }
+    verdict
+}
+
+/// The IPv4 address an IPv6 form carries where a socket to it reaches that IPv4 address:
+/// mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, SIIT `::ffff:0:a.b.c.d`, NAT64
+/// `64:ff9b::a.b.c.d`.
+fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = a.segments();
+    let o = a.octets();
+    let v4 = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    let mapped = s[..5] == [0, 0, 0, 0, 0] && s[5] == 0xffff;
+    let compatible = s[..6] == [0, 0, 0, 0, 0, 0] && !(s[6] == 0 && s[7] <= 1);
+    let siit = s[..4] == [0, 0, 0, 0] && s[4] == 0xffff && s[5] == 0;
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+    (mapped || compatible || siit || nat64).then_some(v4)
 }
 
 /// The class of an address on its own, without host context.
@@ -296,6 +381,7 @@ mod tests {
             host_addresses: vec!["198.51.100.7".parse().unwrap()],
             sandbox_pools: vec!["10.203.0.0/16".parse().unwrap()],
             allow_cidrs: vec!["10.9.0.0/16".parse().unwrap()],
+            svcd_ports: vec![],
         };
         let v = |s: &str| classify(s.parse().unwrap(), &net);
         assert_eq!(v("198.51.100.7").class, AddressClass::Host);
@@ -305,5 +391,144 @@ mod tests {
         assert!(v("10.9.1.1").reachable(), "operator-allowed private range");
         assert!(!v("10.8.1.1").reachable());
         assert!(v("198.51.100.8").reachable());
+    }
+
+    /// Every address svc dials for a guest: the classes above, read through the IPv6 forms
+    /// that carry an IPv4 address, the host's own addresses, the sandbox pool and svcd's ports.
+    #[test]
+    fn dial_table() {
+        use AddressClass::*;
+        let net = HostNetwork {
+            host_addresses: vec![
+                "198.51.100.7".parse().unwrap(),
+                "2001:db8:7::1".parse().unwrap(),
+            ],
+            sandbox_pools: vec![
+                "10.203.0.0/16".parse().unwrap(),
+                "fd20:5c::/48".parse().unwrap(),
+            ],
+            allow_cidrs: vec![
+                "10.9.0.0/16".parse().unwrap(),
+                "127.0.0.0/8".parse().unwrap(),
+                "198.51.100.0/24".parse().unwrap(),
+                "10.203.9.0/24".parse().unwrap(),
+            ],
+            svcd_ports: vec![15353, 15380, 9464],
+        };
+        // (name, dial, class, reachable)
+        let cases: &[(&str, &str, AddressClass, bool)] = &[
+            ("public_https", "93.184.216.34:443", Public, true),
+            (
+                "public_on_an_svcd_port_number",
+                "93.184.216.34:9464",
+                Public,
+                true,
+            ),
+            ("public_v6", "[2606:2800:220:1::1]:443", Public, true),
+            ("metadata", "169.254.169.254:80", CloudMetadata, false),
+            ("metadata_v6", "[fd00:ec2::254]:80", CloudMetadata, false),
+            (
+                "metadata_mapped",
+                "[::ffff:169.254.169.254]:80",
+                CloudMetadata,
+                false,
+            ),
+            (
+                "metadata_compatible",
+                "[::169.254.169.254]:80",
+                CloudMetadata,
+                false,
+            ),
+            (
+                "metadata_nat64",
+                "[64:ff9b::a9fe:a9fe]:80",
+                CloudMetadata,
+                false,
+            ),
+            (
+                "metadata_siit",
+                "[::ffff:0:a9fe:a9fe]:80",
+                CloudMetadata,
+                false,
+            ),
+            ("link_local", "169.254.3.3:80", LinkLocal, false),
+            (
+                "loopback_opened_by_operator",
+                "127.0.0.1:8080",
+                Loopback,
+                true,
+            ),
+            // The operator opened 127/8, not its IPv6 forms: the mapped form stays refused.
+            (
+                "loopback_mapped_not_opened_by_the_v4_cidr",
+                "[::ffff:127.0.0.1]:8080",
+                Ipv4Embedding,
+                false,
+            ),
+            ("loopback_v6", "[::1]:80", Loopback, false),
+            ("svcd_port_on_loopback", "127.0.0.1:9464", Svcd, false),
+            (
+                "svcd_port_on_mapped_loopback",
+                "[::ffff:127.0.0.1]:15380",
+                Svcd,
+                false,
+            ),
+            ("svcd_port_on_loopback_v6", "[::1]:15353", Svcd, false),
+            ("svcd_port_on_unspecified", "0.0.0.0:15380", Svcd, false),
+            ("host_address", "198.51.100.7:80", Host, false),
+            ("host_address_v6", "[2001:db8:7::1]:443", Host, false),
+            (
+                "host_address_mapped",
+                "[::ffff:198.51.100.7]:80",
+                Host,
+                false,
+            ),
+            (
+                "host_address_on_svcd_port",
+                "198.51.100.7:15380",
+                Svcd,
+                false,
+            ),
+            (
+                "documentation_neighbour_of_the_host_is_public",
+                "198.51.100.8:80",
+                Public,
+                true,
+            ),
+            ("another_sandbox", "10.203.4.2:80", Sandbox, false),
+            (
+                "another_sandbox_under_an_operator_cidr",
+                "10.203.9.2:80",
+                Sandbox,
+                false,
+            ),
+            (
+                "another_sandbox_mapped",
+                "[::ffff:10.203.4.2]:80",
+                Sandbox,
+                false,
+            ),
+            ("another_sandbox_v6", "[fd20:5c::2]:80", Sandbox, false),
+            ("sandbox_gateway_svcd_port", "10.203.4.1:15353", Svcd, false),
+            ("private_opened_by_operator", "10.9.1.1:443", Private, true),
+            ("private_not_opened", "10.8.1.1:443", Private, false),
+            (
+                "mapped_public_is_still_an_embedding",
+                "[::ffff:93.184.216.34]:443",
+                Ipv4Embedding,
+                false,
+            ),
+            (
+                "six_to_four",
+                "[2002:a9fe:a9fe::1]:80",
+                Ipv4Embedding,
+                false,
+            ),
+        ];
+        for (name, dial, class, reachable) in cases {
+            let v = classify_dial(dial.parse().unwrap(), &net);
+            assert_eq!(v.class, *class, "{name}: {dial}");
+            assert_eq!(v.reachable(), *reachable, "{name}: {dial}");
+        }
     }
 }

@@ -10,6 +10,9 @@
 //! sat idle) is retried once on a new connection, as hyper-util's pool does; nothing else is
 //! retried. An idle connection is dropped after [`IDLE_TIMEOUT`], or when its upstream closes
 //! it; at most [`MAX_IDLE_PER_ORIGIN`] wait per origin.
+//!
+//! An origin here is the URI's scheme and authority *and* the address dialled (see `dial`): a
+//! connection opened to one address is never lent to a request for another.
 
 use std::{
     collections::HashMap,
@@ -26,7 +29,10 @@ use hyper::client::conn::http1;
 use hyper_util::client::legacy::connect::Connection as _;
 use tower_service::Service as _;
 
-use super::server::{BoxError, ProxyBody, Upstream};
+use super::{
+    dial::Connectors,
+    server::{BoxError, ProxyBody},
+};
 
 /// How long a connection may wait idle before it is closed (as hyper-util's pool was set).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -86,7 +92,7 @@ struct Shared {
 /// The pool: a connector for new connections and the idle ones by origin.
 #[derive(Clone)]
 pub struct H1Pool {
-    connector: hyper_rustls::HttpsConnector<Upstream>,
+    connectors: Connectors,
     shared: Arc<Mutex<Shared>>,
 }
 
@@ -118,10 +124,10 @@ impl Lease {
 }
 
 impl H1Pool {
-    /// A pool over `connector` (which must offer only `http/1.1` in ALPN).
-    pub fn new(connector: hyper_rustls::HttpsConnector<Upstream>) -> Self {
+    /// A pool over `connectors`' HTTP/1.1 connectors.
+    pub fn new(connectors: Connectors) -> Self {
         Self {
-            connector,
+            connectors,
             shared: Arc::new(Mutex::new(Shared {
                 idle: HashMap::new(),
                 swept: Instant::now(),
@@ -130,16 +136,18 @@ impl H1Pool {
     }
 
     /// Send `req`, whose URI is absolute (`scheme://host[:port]/path`), over an idle connection
-    /// to its origin or a new one. The response's body gives the connection back when it ends.
+    /// to its origin at `target` or a new one to `target`. The response's body gives the
+    /// connection back when it ends.
     pub async fn request(
         &self,
         mut req: Request<ProxyBody>,
+        target: std::net::SocketAddr,
     ) -> Result<Response<PooledBody>, PoolError> {
         let uri = req.uri().clone();
         let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err(PoolError::NoOrigin(uri));
         };
-        let origin = format!("{scheme}://{}", authority.as_str());
+        let origin = format!("{scheme}://{} at {target}", authority.as_str());
         set_host(&mut req, &uri);
         let mut retried = false;
         loop {
@@ -147,7 +155,7 @@ impl H1Pool {
                 Some(lease) => (lease, true),
                 // Boxed: a connection's set-up (TLS state included) is kilobytes of future that
                 // every request's future would otherwise carry and copy, for the few that connect.
-                None => (Box::pin(self.connect(&origin, &uri)).await?, false),
+                None => (Box::pin(self.connect(&origin, &uri, target)).await?, false),
             };
             *req.uri_mut() = if lease.absolute {
                 uri.clone()
@@ -211,10 +219,15 @@ impl H1Pool {
 
     /// A new connection to `origin` (TCP, or the operator's proxy; TLS verified), its driving
     /// task spawned on this thread's runtime.
-    async fn connect(&self, origin: &str, uri: &Uri) -> Result<Lease, PoolError> {
+    async fn connect(
+        &self,
+        origin: &str,
+        uri: &Uri,
+        target: std::net::SocketAddr,
+    ) -> Result<Lease, PoolError> {
         let io = self
-            .connector
-            .clone()
+            .connectors
+            .to(target, false)
             .call(uri.clone())
             .await
             .map_err(|source| PoolError::Connect {
@@ -327,41 +340,42 @@ mod tests {
     use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 
     use super::*;
-    use crate::proxy::server::{DnsService, Resolve};
+    use crate::proxy::server::{DnsService, Resolve, Upstream};
 
-    struct Loopback;
-    impl Resolve for Loopback {
+    struct Nowhere;
+    impl Resolve for Nowhere {
         fn resolve(
             &self,
-            _: &str,
+            host: &str,
         ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<std::net::IpAddr>>> + Send>> {
-            Box::pin(async { Ok(vec![std::net::IpAddr::from([127, 0, 0, 1])]) })
+            let host = host.to_owned();
+            Box::pin(async move { panic!("the pool resolved {host}: it must dial the address") })
         }
     }
 
     fn pool() -> H1Pool {
-        let mut http = HttpConnector::new_with_resolver(DnsService::new(Arc::new(Loopback)));
+        let mut http = HttpConnector::new_with_resolver(DnsService::new(Arc::new(Nowhere)));
         http.enforce_http(false);
         let tls = rustls::ClientConfig::builder_with_provider(crate::proxy::crypto_provider())
             .with_safe_default_protocol_versions()
             .expect("versions")
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_no_client_auth();
-        H1Pool::new(
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls)
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(Upstream::new(http, None)),
-        )
+        H1Pool::new(Connectors::new(&tls, Upstream::new(http, None)))
+    }
+
+    fn at(port: u16) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], port))
     }
 
     /// A plain HTTP/1.1 upstream on loopback: answers `<conn> <target> host=<Host>` (`/big`: a
     /// megabyte), counting the connections it accepted.
     async fn upstream() -> (u16, Arc<AtomicU32>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        upstream_on("127.0.0.1:0").await
+    }
+
+    async fn upstream_on(addr: &str) -> (u16, Arc<AtomicU32>) {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let accepted = Arc::new(AtomicU32::new(0));
         let counter = accepted.clone();
@@ -407,7 +421,7 @@ mod tests {
 
     async fn text(pool: &H1Pool, method: &str, port: u16, path: &str) -> String {
         let response = pool
-            .request(get(method, port, path))
+            .request(get(method, port, path), at(port))
             .await
             .expect("answered");
         let body = response
@@ -436,7 +450,7 @@ mod tests {
         let pool = pool();
         for _ in 0..3 {
             let response = pool
-                .request(get("HEAD", port, "/"))
+                .request(get("HEAD", port, "/"), at(port))
                 .await
                 .expect("answered");
             drop(response);
@@ -450,7 +464,7 @@ mod tests {
         let (port, accepted) = upstream().await;
         let pool = pool();
         let mut body = pool
-            .request(get("GET", port, "/big"))
+            .request(get("GET", port, "/big"), at(port))
             .await
             .expect("answered")
             .into_body();
@@ -474,7 +488,7 @@ mod tests {
             let pool = pool.clone();
             async move {
                 let response = pool
-                    .request(get("GET", port, &format!("/{i}")))
+                    .request(get("GET", port, &format!("/{i}")), at(port))
                     .await
                     .expect("answered");
                 // Held until all four have their heads: four connections at once.
@@ -507,13 +521,46 @@ mod tests {
             l.local_addr().expect("addr").port()
         };
         let e = pool()
-            .request(get("GET", port, "/"))
+            .request(get("GET", port, "/"), at(port))
             .await
             .err()
             .expect("refused");
         assert!(
-            e.to_string() == format!("connecting to http://up.test:{port}"),
+            e.to_string() == format!("connecting to http://up.test:{port} at 127.0.0.1:{port}"),
             "{e}"
+        );
+    }
+
+    /// Two guests dialled two addresses for one name: each request goes to its own address, and
+    /// the connection kept alive for one is never lent to the other.
+    #[tokio::test]
+    async fn a_connection_to_one_address_is_never_lent_for_another() {
+        let (port, first) = upstream_on("127.0.0.1:0").await;
+        let (_, second) = upstream_on(&format!("127.0.0.2:{port}")).await;
+        let pool = pool();
+        let other = std::net::SocketAddr::from(([127, 0, 0, 2], port));
+        for _ in 0..3 {
+            text(&pool, "GET", port, "/a").await;
+            let body = pool
+                .request(get("GET", port, "/b"), other)
+                .await
+                .expect("answered")
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            assert!(body.starts_with(b"1 /b"), "{body:?}");
+        }
+        assert_eq!(
+            first.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection each"
+        );
+        assert_eq!(
+            second.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection each"
         );
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod ca;
 pub mod client_hello;
+pub mod dial;
 pub mod guest_trust;
 pub mod h1_frames;
 mod h1_pool;

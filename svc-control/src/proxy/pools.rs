@@ -38,6 +38,14 @@ impl<C: Clone> Pools<C> {
         }
     }
 
+    /// Whether no request is in flight on any pool.
+    pub fn idle(&self) -> bool {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// The client for one more request to `authority`, counted in flight until the slot drops.
     pub fn take(&self, authority: &str) -> (C, Slot) {
         let mut counts = self

@@ -4,9 +4,10 @@
 //! no SNI, ECH, and a server name the sandbox may not reach, terminate TLS with the sandbox
 //! CA's leaf for exactly that name, serve HTTP/1.1 and HTTP/2 (ALPN).
 //! Request: read at most `body_prefix` bytes of the body, ask `policy::request::decide`, answer
-//! a refusal with a JSON body, else forward to `https://<checked name>` (resolved by the
-//! proxy, never the address the guest dialled; certificate verified against real roots) with
-//! the credential swapped or stripped, and stream both ways. One audit record per request.
+//! a refusal with a JSON body, else forward to `https://<checked name>` over a connection to
+//! the address and port the guest dialled (never a fresh resolution of the name, see `dial`;
+//! certificate verified against the name with real roots) with the credential swapped or
+//! stripped, and stream both ways. One audit record per request, with the address dialled.
 
 use std::{
     convert::Infallible,
@@ -45,6 +46,7 @@ use crate::{
     audit::{AuditRecord, AuditSink, HttpEvent, rfc3339},
     policy::{
         credentials::Scheme,
+        destination::HostNetwork,
         host::{Authority, normalize_name},
         request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
     },
@@ -81,6 +83,12 @@ pub trait Sandboxes: Send + Sync {
     /// Sandbox `id`'s policy as it is now (after live changes), if it still has one.
     fn policy_of(&self, _id: u32) -> Option<Arc<ProxySandbox>> {
         None
+    }
+
+    /// Where the guest's connection was going before the fence redirected it to the proxy
+    /// (`SO_ORIGINAL_DST`): the address the proxy binds the name to and dials upstream.
+    fn original_destination(&self, conn: &TcpStream) -> Option<SocketAddr> {
+        super::dial::so_original_dst(conn)
     }
 }
 
@@ -160,19 +168,6 @@ async fn serve_until_revoked(
     drop(cut);
 }
 
-/// The address a redirected connection was sent to (`SO_ORIGINAL_DST`), if it was redirected.
-fn original_destination(conn: &TcpStream) -> Option<IpAddr> {
-    use nix::sys::socket::{getsockopt, sockopt};
-    if let Ok(v4) = getsockopt(conn, sockopt::OriginalDst) {
-        return Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(
-            v4.sin_addr.s_addr,
-        ))));
-    }
-    getsockopt(conn, sockopt::Ip6tOriginalDst)
-        .ok()
-        .map(|v6| IpAddr::V6(std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr)))
-}
-
 /// The credential broker: the real bearer behind a placeholder.
 pub use crate::creds::{Bearer, Broker};
 
@@ -220,6 +215,9 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// The operator's forward proxy upstream connections go through (`[upstream] proxy`).
     pub forward_proxy: Option<Arc<super::upstream::ForwardProxy>>,
+    /// The host's addresses, the sandbox pools, the operator's CIDRs and svcd's ports: every
+    /// address the proxy dials for a guest passes `policy::destination::classify_dial` with it.
+    pub network: HostNetwork,
 }
 
 impl ProxyConfig {
@@ -247,6 +245,7 @@ impl ProxyConfig {
             max_head: 64 * 1024,
             max_connections: 1024,
             forward_proxy: None,
+            network: HostNetwork::default(),
         })
     }
 }
@@ -507,7 +506,8 @@ impl Proxy {
         let name = authority.host_str();
         // The name must be one the dialled address was resolved for (SNI/address binding):
         // a connection to one allowed host's address cannot present another allowed name.
-        let dialled = original_destination(&conn).map(|a| a.to_canonical());
+        let dialled_to = self.sandboxes.original_destination(&conn);
+        let dialled = dialled_to.map(|a| a.ip().to_canonical());
         if let Some(dialled) = dialled
             && !self.sandboxes.dialled_matches(sandbox.id, dialled, &name)
         {
@@ -558,7 +558,7 @@ impl Proxy {
             Box::pin(async move {
                 Ok::<_, Infallible>(
                     proxy
-                        .request(&sandbox, Scheme::Https, &sni, req, both_lengths)
+                        .request(&sandbox, Scheme::Https, &sni, dialled_to, req, both_lengths)
                         .await,
                 )
             })
@@ -602,7 +602,8 @@ impl Proxy {
         cut: Option<std::os::fd::OwnedFd>,
     ) {
         let id = sandbox.id;
-        let dialled = original_destination(&conn).map(|a| a.to_canonical());
+        let dialled_to = self.sandboxes.original_destination(&conn);
+        let dialled = dialled_to.map(|a| a.ip().to_canonical());
         let (tracker, verdicts) = super::h1_frames::Tracker::new(self.config.max_head);
         let stream = super::h1_frames::Watched {
             inner: Rewind {
@@ -628,7 +629,7 @@ impl Proxy {
             async move {
                 Ok::<_, Infallible>(
                     proxy
-                        .plain_request(&sandbox, dialled, req, both_lengths)
+                        .plain_request(&sandbox, dialled_to, req, both_lengths)
                         .await,
                 )
             }
@@ -654,11 +655,12 @@ impl Proxy {
     async fn plain_request(
         &self,
         sandbox: &ProxySandbox,
-        dialled: Option<IpAddr>,
+        dialled_to: Option<SocketAddr>,
         req: Request<Incoming>,
         both_lengths: bool,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
+        let dialled = dialled_to.map(|a| a.ip().to_canonical());
         let host = req
             .headers()
             .get(header::HOST)
@@ -687,7 +689,7 @@ impl Proxy {
             );
         }
         let bound = host.map(|a| a.host_str()).unwrap_or_default();
-        self.request(sandbox, Scheme::Http, &bound, req, both_lengths)
+        self.request(sandbox, Scheme::Http, &bound, dialled_to, req, both_lengths)
             .await
     }
 
@@ -696,6 +698,7 @@ impl Proxy {
         sandbox: &ProxySandbox,
         scheme: Scheme,
         sni: &str,
+        dialled_to: Option<SocketAddr>,
         mut req: Request<Incoming>,
         head_had_both_lengths: bool,
     ) -> Response<ProxyBody> {
@@ -826,6 +829,39 @@ impl Proxy {
             );
         }
         let host = decision.host.clone().unwrap_or_default();
+        // The address the guest dialled, and only if its class may be dialled: never a fresh
+        // resolution of the name.
+        let dial_to = match super::dial::checked(dialled_to, &self.config.network) {
+            Ok(t) => t,
+            Err(e) => {
+                let (status, rule, reason) = (e.status(), e.rule(), e.to_string());
+                self.audit_request(
+                    sandbox.id,
+                    HttpEvent {
+                        host: Some(host),
+                        method: parts.method.to_string(),
+                        path: decision.path,
+                        status,
+                        decision: "deny",
+                        credential: "none",
+                        bytes_up: 0,
+                        bytes_down: refusal_body(status, &rule, &reason).len() as u64,
+                        duration_ms: ms(started),
+                        upgrade: None,
+                        dialled: dialled_to.map(|a| a.to_string()),
+                        rule,
+                    },
+                );
+                return refusal(status, &e.rule(), &reason);
+            }
+        };
+        // Through the operator's forward proxy the name goes to it (it resolves); otherwise
+        // the connection goes to `dial_to`.
+        let direct = !self
+            .config
+            .forward_proxy
+            .as_ref()
+            .is_some_and(|fp| fp.applies_to(&host));
         let (scheme_name, default_port) = match scheme {
             Scheme::Https => ("https", 443),
             Scheme::Http => ("http", 80),
@@ -936,16 +972,19 @@ impl Proxy {
         // is here.
         let sent = async {
             let (client, _in_flight) = if guest_upgrade.is_some() {
-                (self.upstream.upgrade.clone(), None)
+                (
+                    super::dial::upgrade_client(&self.upstream.connectors, dial_to),
+                    None,
+                )
             } else if h2 {
                 let authority = up.uri().authority().map_or("", |a| a.as_str());
-                let (client, slot) = self.upstream.h2.take(authority);
+                let (client, slot) = self.upstream.h2.at(dial_to).take(authority);
                 (client, Some(slot))
             } else {
                 return self
                     .upstream
                     .h1
-                    .request(up)
+                    .request(up, dial_to)
                     .await
                     .map(|r| r.map(http_body_util::Either::Left))
                     .map_err(BoxError::from);
@@ -1022,6 +1061,7 @@ impl Proxy {
             bytes_down: 0,
             duration_ms: 0,
             upgrade: None,
+            dialled: direct.then(|| dial_to.to_string()),
         };
         if let Some((guest, upstream)) = upgraded {
             // The handshake is audited now; the relay writes a second record when it closes.
@@ -1132,6 +1172,7 @@ impl Proxy {
                 bytes_down: refusal_body(status, rule, reason).len() as u64,
                 duration_ms: ms(started),
                 upgrade: None,
+                dialled: None,
             },
         );
         refusal(status, rule, reason)
@@ -1164,6 +1205,7 @@ impl Proxy {
                 bytes_down: 0,
                 duration_ms: 0,
                 upgrade: None,
+                dialled: None,
             },
         );
     }
@@ -1355,56 +1397,40 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-type UpstreamClient = Client<hyper_rustls::HttpsConnector<Upstream>, ProxyBody>;
-
-/// Where a request goes upstream, by the guest's protocol (as nginx does for HTTP/1.1):
+/// Where a request goes upstream, by the guest's protocol (as nginx does for HTTP/1.1), always
+/// to the address the guest dialled (`dial`), pooled per address and name:
 /// - an HTTP/1.1 guest's request over an HTTP/1.1 connection (`h1`): one per guest request in
 ///   flight, so no more than the guest's own connections, kept alive and reused. An HTTP/1.1
 ///   request carried onto a shared HTTP/2 connection cost the upstream and the proxy more per
 ///   request (HPACK, stream state, the connection task between them) and bought nothing: an
 ///   HTTP/1.1 guest connection has one request in flight at a time anyway;
-/// - an HTTP/2 guest's streams over HTTP/2 where the upstream offers it (`h2`: several pools,
-///   spread by load, see `pools`), HTTP/1.1 where it does not;
-/// - a WebSocket handshake over a fresh HTTP/1.1 connection (`upgrade`: an upgrade does not
-///   exist in HTTP/2, and the connection leaves the pool with the upgrade).
+/// - an HTTP/2 guest's streams over HTTP/2 where the upstream offers it (`h2`: several pools
+///   per address, spread by load, see `pools`), HTTP/1.1 where it does not;
+/// - a WebSocket handshake over a fresh HTTP/1.1 connection (`dial::upgrade_client`: an upgrade
+///   does not exist in HTTP/2, and the connection leaves with the upgrade).
 #[derive(Clone)]
 struct Upstreams {
     h1: super::h1_pool::H1Pool,
-    h2: super::pools::Pools<UpstreamClient>,
-    upgrade: UpstreamClient,
+    h2: super::dial::H2ByAddress,
+    connectors: super::dial::Connectors,
 }
 
 impl Upstreams {
     fn new(config: &ProxyConfig, resolver: Arc<dyn Resolve>) -> Self {
+        // The resolver only finds the operator's forward proxy: a guest's request is dialled
+        // at its own address.
         let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(10)));
         let http = Upstream::new(http, config.forward_proxy.clone());
         // The scheme of each upstream URI is the guest's (https for TLS, http for plain), built
-        // by the proxy, never taken from the guest's request target. `enable_http1` alone makes
-        // the connector offer only http/1.1 in ALPN.
-        let connector = |h2: bool| {
-            let b = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(config.upstream_tls.clone())
-                .https_or_http()
-                .enable_http1();
-            if h2 {
-                b.enable_http2().wrap_connector(http.clone())
-            } else {
-                b.wrap_connector(http.clone())
-            }
-        };
+        // by the proxy, never taken from the guest's request target.
+        let connectors = super::dial::Connectors::new(&config.upstream_tls, http);
         Self {
-            h1: super::h1_pool::H1Pool::new(connector(false)),
-            h2: super::pools::Pools::new(|| {
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(Duration::from_secs(90))
-                    .build(connector(true))
-            }),
-            upgrade: Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(0)
-                .build(connector(false)),
+            h1: super::h1_pool::H1Pool::new(connectors.clone()),
+            h2: super::dial::H2ByAddress::new(connectors.clone()),
+            connectors,
         }
     }
 }

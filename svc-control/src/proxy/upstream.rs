@@ -3,11 +3,16 @@
 //! tunnel (TLS still runs end to end with the real host, verified against its name) and plain
 //! HTTP goes as absolute-form requests (`GET http://host/path`); hosts matching `no_proxy`
 //! are dialled directly. The operator's proxy resolves the names it is asked for.
+//!
+//! A guest's request is dialled at the address the guest itself dialled (see `dial`): the
+//! connector is made for that one address ([`UpstreamConnector::to_address`]) and never
+//! resolves the name. Only svcd's own requests (token endpoints) and the way to the operator's
+//! proxy resolve names, with the host's resolver.
 
 use std::{
     error::Error as StdError,
     future::Future,
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
@@ -162,7 +167,13 @@ impl ForwardProxy {
 pub struct UpstreamConnector<R> {
     direct: HttpConnector<R>,
     via: Option<(Arc<ForwardProxy>, Tunnel<HttpConnector<R>>)>,
+    /// The one address a direct connection goes to (a guest's request: the address it dialled,
+    /// already checked); `None` resolves the URI's host (svcd's own requests only).
+    target: Option<SocketAddr>,
 }
+
+/// How long a direct connection to a guest's dialled address may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<R> UpstreamConnector<R>
 where
@@ -176,7 +187,21 @@ where
             }
             (p, tunnel)
         });
-        Self { direct, via }
+        Self {
+            direct,
+            via,
+            target: None,
+        }
+    }
+
+    /// The same connector, dialling `target` (and nothing else) for direct connections; through
+    /// the forward proxy the CONNECT or absolute-form request still names the host.
+    pub fn to_address(&self, target: SocketAddr) -> Self {
+        Self {
+            direct: self.direct.clone(),
+            via: self.via.clone(),
+            target: Some(target),
+        }
     }
 }
 
@@ -262,6 +287,23 @@ where
                 }
             }
             _ => {
+                if let Some(target) = self.target {
+                    return Box::pin(async move {
+                        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target))
+                            .await
+                            .map_err(|_| -> BoxError {
+                                format!("connecting to {target}: timed out").into()
+                            })?
+                            .map_err(|e| -> BoxError {
+                                format!("connecting to {target}: {e}").into()
+                            })?;
+                        let _ = tcp.set_nodelay(true);
+                        Ok(UpstreamIo {
+                            io: TokioIo::new(tcp),
+                            to_proxy: false,
+                        })
+                    });
+                }
                 let fut = self.direct.call(dst);
                 Box::pin(async move {
                     let io = fut.await.map_err(Into::into)?;

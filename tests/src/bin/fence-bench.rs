@@ -59,6 +59,7 @@ fn main() {
             "fd53::/16".parse().unwrap(),
         ],
         allow_cidrs: vec![],
+        svcd_ports: vec![],
     });
     fence.set_destination_classes(&deny, &ok).unwrap();
     let link = SandboxLink {

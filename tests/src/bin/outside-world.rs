@@ -12,7 +12,10 @@
 //! ```
 //!
 //! `--name` names are answered by the DNS server only: an address another name's servers
-//! hold, as names behind one load balancer share it.
+//! hold, as names behind one load balancer share it. A name given several times (with
+//! `--serve` and `--name`) is answered with all its addresses, `--name` ones first: A records
+//! for the IPv4 ones, AAAA for the IPv6 ones — which is how a test plays a hostile resolver
+//! answering an allowed name with loopback or metadata addresses besides its public one.
 //!
 //! `POST /v1/oauth/token` on any name is an OAuth token endpoint (the refresh grant): it takes
 //! only the current refresh token (`rt-0` first), answers with `access-N` and `rt-N` valid for
@@ -33,7 +36,10 @@ use std::{
 use bytes::Bytes;
 use hickory_proto::{
     op::{Message, MessageType, ResponseCode},
-    rr::{RData, Record, RecordType, rdata::A},
+    rr::{
+        RData, Record, RecordType,
+        rdata::{A, AAAA},
+    },
 };
 use http_body_util::{BodyExt as _, Full};
 use hyper::{Request, Response, body::Incoming};
@@ -41,7 +47,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use svc_control::proxy::ca::SandboxCa;
 
 struct World {
-    names: HashMap<String, IpAddr>,
+    names: HashMap<String, Vec<IpAddr>>,
     log: Mutex<std::fs::File>,
     git_root: PathBuf,
     tokens: Vec<String>,
@@ -95,8 +101,15 @@ async fn main() {
         .iter()
         .map(|s| name_ip(s))
         .collect();
-    let mut names: HashMap<String, IpAddr> = served.iter().cloned().collect();
-    names.extend(arg_values(&args, "--name").iter().map(|s| name_ip(s)));
+    let mut names: HashMap<String, Vec<IpAddr>> = HashMap::new();
+    // `--name` addresses first: a hostile answer leads with the address it wants dialled.
+    for (name, ip) in arg_values(&args, "--name")
+        .iter()
+        .map(|s| name_ip(s))
+        .chain(served.iter().cloned())
+    {
+        names.entry(name).or_default().push(ip);
+    }
     let world = Arc::new(World {
         names,
         log: Mutex::new(
@@ -306,10 +319,15 @@ async fn serve_dns(world: Arc<World>, sock: tokio::net::UdpSocket) {
             world.log(
                 serde_json::json!({"kind": "dns", "name": name, "type": q.query_type.to_string()}),
             );
-            if let Some(ip) = world.names.get(&name) {
+            if let Some(ips) = world.names.get(&name) {
                 code = ResponseCode::NoError;
-                if let (RecordType::A, IpAddr::V4(v4)) = (q.query_type, ip) {
-                    answer.add_answer(Record::from_rdata(q.name.clone(), 60, RData::A(A(*v4))));
+                for ip in ips {
+                    let rdata = match (q.query_type, ip) {
+                        (RecordType::A, IpAddr::V4(v4)) => RData::A(A(*v4)),
+                        (RecordType::AAAA, IpAddr::V6(v6)) => RData::AAAA(AAAA(*v6)),
+                        _ => continue,
+                    };
+                    answer.add_answer(Record::from_rdata(q.name.clone(), 60, rdata));
                 }
             }
         }

@@ -45,10 +45,15 @@ const ROUNDS: usize = 5;
 const ROUND_KEEP_ALIVE: usize = 2000;
 const ROUND_NEW: usize = 200;
 
-struct One(Arc<ProxySandbox>);
+/// The one sandbox; its connections were all dialled to the upstream (127.0.0.2, the port of
+/// the request), as the fence's `SO_ORIGINAL_DST` would say.
+struct One(Arc<ProxySandbox>, u16);
 impl Sandboxes for One {
     fn sandbox_for(&self, _: IpAddr) -> Option<Arc<ProxySandbox>> {
         Some(self.0.clone())
+    }
+    fn original_destination(&self, _: &tokio::net::TcpStream) -> Option<std::net::SocketAddr> {
+        Some(std::net::SocketAddr::from(([127, 0, 0, 2], self.1)))
     }
 }
 
@@ -329,9 +334,12 @@ fn make_proxy(
     let egress = egress::parse(Path::new("config.yaml"), "").unwrap();
     let extra = [HostPattern::parse(&format!("{NAME}:{port}")).unwrap()];
     let policy = SandboxPolicy::for_sandbox(&HostConfig::default(), &extra, None, egress).unwrap();
+    let mut config = ProxyConfig::with_roots(&[upstream_root]).unwrap();
+    // The upstream is on loopback: the operator's exception opens that class here.
+    config.network.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     Arc::new(Proxy::new(
-        ProxyConfig::with_roots(&[upstream_root]).unwrap(),
-        Arc::new(One(Arc::new(ProxySandbox { id: 1, policy, ca }))),
+        config,
+        Arc::new(One(Arc::new(ProxySandbox { id: 1, policy, ca }), port)),
         Arc::new(NoTokens),
         Arc::new(Second),
         Arc::new(JsonlFile::open(audit_dir.join("audit.jsonl"), 1 << 30).unwrap()),

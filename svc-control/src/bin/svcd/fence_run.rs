@@ -106,6 +106,7 @@ pub fn run(spec_path: &Path, pin_dir: &Path, audit: &Path) -> anyhow::Result<()>
         host_addresses: spec.host_addresses.clone(),
         sandbox_pools: spec.sandbox_pools.clone(),
         allow_cidrs: spec.allow_cidrs.clone(),
+        svcd_ports: Vec::new(),
     };
     let (deny, operator_allow) = fence_cidrs(&net);
     fence.set_destination_classes(&deny, &operator_allow)?;

@@ -26,6 +26,8 @@ impl Supervisor {
                 .clone()
                 .or_else(|| std::env::var_os("SSH_AUTH_SOCK").map(Into::into)),
             known_hosts: c.known_hosts.clone(),
+            resolver: git_relay::RelayResolver(self.config.resolver.clone()),
+            network: self.config.network.clone(),
         }
     }
 
