@@ -345,7 +345,11 @@ fn what_an_echoed_credential_is_looked_for_as() {
     let p = Placeholder::parse(&"0f".repeat(32)).unwrap();
     // (case, real value, forms that must be among the patterns)
     let cases: &[(&str, &str, &[&str])] = &[
-        ("plain token: only itself", "ghp_abc123XYZ", &["ghp_abc123XYZ"]),
+        (
+            "plain token: only itself",
+            "ghp_abc123XYZ",
+            &["ghp_abc123XYZ"],
+        ),
         (
             "slash: JSON with and without escaped slash, percent-encoded",
             "ya29.a/b",
@@ -370,8 +374,15 @@ fn what_an_echoed_credential_is_looked_for_as() {
         let distinct: std::collections::HashSet<&String> = got.iter().collect();
         assert_eq!(distinct.len(), got.len(), "{case}: repeated forms {got:?}");
         assert_eq!(g.replacement(), p.expose().as_bytes(), "{case}");
-        assert_eq!(g.longest(), got.iter().map(String::len).max().unwrap(), "{case}");
-        assert!(!format!("{g:?}").contains(real), "{case}: Debug shows the value");
+        assert_eq!(
+            g.longest(),
+            got.iter().map(String::len).max().unwrap(),
+            "{case}"
+        );
+        assert!(
+            !format!("{g:?}").contains(real),
+            "{case}: Debug shows the value"
+        );
     }
     assert_eq!(credentials::EchoGuard::new("", &p).longest(), 0);
 }

@@ -168,9 +168,9 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                             let chunks = futures::stream::iter(
                                 (0..1024)
                                     .map(|_| {
-                                        Ok::<_, std::convert::Infallible>(
-                                            hyper::body::Frame::data(chunk.clone()),
-                                        )
+                                        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                                            chunk.clone(),
+                                        ))
                                     })
                                     .collect::<Vec<_>>(),
                             );
@@ -223,26 +223,19 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
     port
 }
 
+/// The frames of a body the test upstream sends in pieces.
+type Pieces = http_body_util::StreamBody<
+    futures::stream::Iter<
+        std::vec::IntoIter<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>,
+    >,
+>;
+type EchoBody = http_body_util::Either<Full<Bytes>, Pieces>;
+
 /// The upstream's httpbin-style echo of the request headers in the body (and the Authorization
 /// in a header): `/echo/length` with a Content-Length, `/echo/chunked` in 5-byte pieces with
 /// none (HTTP/1.1: chunked; every credential straddles pieces), `/echo/gzip` labelled
 /// `Content-Encoding: gzip` (its bytes are the plain echo: what a scan could not read).
-fn echo_headers(
-    req: &Request<Incoming>,
-) -> Option<
-    Response<
-        http_body_util::Either<
-            Full<Bytes>,
-            http_body_util::StreamBody<
-                futures::stream::Iter<
-                    std::vec::IntoIter<
-                        Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
-                    >,
-                >,
-            >,
-        >,
-    >,
-> {
+fn echo_headers(req: &Request<Incoming>) -> Option<Response<EchoBody>> {
     let kind = req.uri().path().strip_prefix("/echo/")?;
     let mut body = String::from("{\"headers\": {\n");
     for (name, value) in req.headers() {
@@ -1457,8 +1450,12 @@ fn a_compressed_answer_to_a_swapped_request_is_refused() {
     let w = world();
     let auth = format!("Authorization: Bearer {}", w.placeholder);
     for version in ["--http1.1", "--http2"] {
-        let (status, text, err) =
-            curl(&w, "api.example.test", "/echo/gzip", &[version, "-H", &auth]);
+        let (status, text, err) = curl(
+            &w,
+            "api.example.test",
+            "/echo/gzip",
+            &[version, "-H", &auth],
+        );
         assert_eq!(status, 502, "{version}: {text}{err}");
         assert!(!text.contains("REAL-"), "{version}: {text}");
         assert!(text.contains("credential-echo"), "{version}: {text}");

@@ -460,7 +460,12 @@ pub fn echo_scannable(
     let codings = |values: &[&[u8]]| -> Vec<String> {
         values
             .iter()
-            .flat_map(|v| String::from_utf8_lossy(v).into_owned().split(',').map(|c| c.trim().to_ascii_lowercase()).collect::<Vec<_>>())
+            .flat_map(|v| {
+                String::from_utf8_lossy(v)
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
             .filter(|c| !c.is_empty())
             .collect()
     };

@@ -256,8 +256,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::unwrap_used, reason = "test code")]
-
     use proptest::prelude::*;
 
     use super::*;
@@ -341,11 +339,16 @@ mod tests {
         let g = guard("secret-token-value");
         let mut s = Scrubber::new(g, Arc::default());
         // Everything but the held-back tail is emitted at once.
-        let out = s.push(Bytes::from_static(b"0123456789012345678901234567890123456789"));
+        let out = s.push(Bytes::from_static(
+            b"0123456789012345678901234567890123456789",
+        ));
         assert_eq!(out.len(), 40 - ("secret-token-value".len() - 1));
         assert_eq!(s.tail.len(), "secret-token-value".len() - 1);
         let out2 = s.finish();
-        assert_eq!([out, out2].concat(), b"0123456789012345678901234567890123456789");
+        assert_eq!(
+            [out, out2].concat(),
+            b"0123456789012345678901234567890123456789"
+        );
     }
 
     #[test]

@@ -695,9 +695,10 @@ impl Proxy {
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
         let serving_at_cut = serving.clone();
-        let by_name = served_host_revoked(host_revocations, self.sandboxes.clone(), id, move || {
-            serving.lock().ok()?.clone()
-        });
+        let by_name =
+            served_host_revoked(host_revocations, self.sandboxes.clone(), id, move || {
+                serving.lock().ok()?.clone()
+            });
         let was_cut = serve_until_revoked(
             async {
                 let _ = serve.await;
