@@ -3,7 +3,8 @@
 //! change returns, a kept-alive connection to it is cut — and the change survives an svcd
 //! restart, is audited and announced, and two callers at once end in one consistent list.
 //! Two allowed names that share an address (behind one load balancer) keep each other's ports
-//! open, and removing one closes its port alone.
+//! open, and removing one closes its port alone — and ends whatever the guest still holds to
+//! the removed one (HTTP/2 and HTTP/1.1 streams, plain HTTP, WebSockets).
 
 use std::{
     path::{Path, PathBuf},
