@@ -339,3 +339,73 @@ fn swap_names_the_credential_kind() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn what_an_echoed_credential_is_looked_for_as() {
+    let p = Placeholder::parse(&"0f".repeat(32)).unwrap();
+    // (case, real value, forms that must be among the patterns)
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "plain token: only itself",
+            "ghp_abc123XYZ",
+            &["ghp_abc123XYZ"],
+        ),
+        (
+            "slash: JSON with and without escaped slash, percent-encoded",
+            "ya29.a/b",
+            &["ya29.a/b", "ya29.a\\/b", "ya29.a%2Fb", "ya29.a%2fb"],
+        ),
+        (
+            "quote and ampersand: JSON, HTML",
+            "a\"b&c",
+            &["a\"b&c", "a\\\"b&c", "a&quot;b&amp;c", "a%22b%26c"],
+        ),
+        ("plus: percent-encoded", "a+b", &["a+b", "a%2Bb", "a%2bb"]),
+    ];
+    for (case, real, want) in cases {
+        let g = credentials::EchoGuard::new(real, &p);
+        let got: Vec<String> = g
+            .patterns()
+            .map(|x| String::from_utf8_lossy(x).into_owned())
+            .collect();
+        for w in *want {
+            assert!(got.iter().any(|g| g == w), "{case}: {w:?} not in {got:?}");
+        }
+        let distinct: std::collections::HashSet<&String> = got.iter().collect();
+        assert_eq!(distinct.len(), got.len(), "{case}: repeated forms {got:?}");
+        assert_eq!(g.replacement(), p.expose().as_bytes(), "{case}");
+        assert_eq!(
+            g.longest(),
+            got.iter().map(String::len).max().unwrap(),
+            "{case}"
+        );
+        assert!(
+            !format!("{g:?}").contains(real),
+            "{case}: Debug shows the value"
+        );
+    }
+    assert_eq!(credentials::EchoGuard::new("", &p).longest(), 0);
+}
+
+#[test]
+fn which_answers_to_a_swapped_request_can_be_scanned() {
+    // (case, Content-Encoding values, Transfer-Encoding values, scannable)
+    let cases: &[(&str, &[&str], &[&str], bool)] = &[
+        ("no codings", &[], &[], true),
+        ("identity", &["identity"], &[], true),
+        ("identity, any case", &["Identity"], &["CHUNKED"], true),
+        ("chunked transfer", &[], &["chunked"], true),
+        ("gzip content", &["gzip"], &[], false),
+        ("br content", &["br"], &[], false),
+        ("gzip after identity", &["identity, gzip"], &[], false),
+        ("gzip in a second header", &["identity", "gzip"], &[], false),
+        ("gzip transfer coding", &[], &["gzip, chunked"], false),
+        ("unknown coding", &["x-custom"], &[], false),
+    ];
+    for (case, ce, te, want) in cases {
+        let ce: Vec<&[u8]> = ce.iter().map(|s| s.as_bytes()).collect();
+        let te: Vec<&[u8]> = te.iter().map(|s| s.as_bytes()).collect();
+        let got = credentials::echo_scannable(&ce, &te);
+        assert_eq!(got.is_ok(), *want, "{case}: {got:?}");
+    }
+}

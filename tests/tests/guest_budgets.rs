@@ -90,6 +90,7 @@ fn a_relay_flood_is_held_to_its_window_and_another_sandbox_keeps_working() {
             name,
             "--workspace",
             ws.to_str().expect("utf-8"),
+            "--trust",
         ]);
     }
     let drop_rule = Command::new("ip")

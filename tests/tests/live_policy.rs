@@ -3,7 +3,8 @@
 //! change returns, a kept-alive connection to it is cut — and the change survives an svcd
 //! restart, is audited and announced, and two callers at once end in one consistent list.
 //! Two allowed names that share an address (behind one load balancer) keep each other's ports
-//! open, and removing one closes its port alone.
+//! open, and removing one closes its port alone — and ends whatever the guest still holds to
+//! the removed one (HTTP/2 and HTTP/1.1 streams, plain HTTP, WebSockets).
 
 use std::{
     path::{Path, PathBuf},
@@ -358,4 +359,160 @@ fn names_sharing_an_address_keep_each_others_ports_and_a_removal_closes_only_its
     assert_ne!(code, 0, "the removed name's port is still open: {out}{err}");
     assert_eq!(web_without_dns(), 0, "the kept name lost its ports");
     w.destroy_checked("shared");
+}
+
+/// A WebSocket client with nothing but the standard library: the handshake to
+/// `allowed.example.test/ws-drip`, then every text frame appended to `/tmp/ws.out`; prints how
+/// many came and how it ended (`close-frame`, `eof`, or the exception).
+const WS_DRIP: &str = r#"
+import base64, os, socket, ssl, sys
+ctx = ssl.create_default_context()
+s = ctx.wrap_socket(socket.create_connection(("allowed.example.test", 443), timeout=60),
+                    server_hostname="allowed.example.test")
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall(("GET /ws-drip HTTP/1.1\r\nHost: allowed.example.test\r\nUpgrade: websocket\r\n"
+           "Connection: Upgrade\r\nSec-WebSocket-Key: " + key + "\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+buf = b""
+while b"\r\n\r\n" not in buf:
+    d = s.recv(4096)
+    if not d:
+        print("handshake eof", flush=True); sys.exit(1)
+    buf += d
+head, buf = buf.split(b"\r\n\r\n", 1)
+out = open("/tmp/ws.out", "w")
+n, how = 0, "eof"
+try:
+    while True:
+        while len(buf) >= 2:
+            ln, off = buf[1] & 0x7F, 2
+            if ln == 126:
+                if len(buf) < 4: break
+                ln, off = int.from_bytes(buf[2:4], "big"), 4
+            if len(buf) < off + ln: break
+            op, payload, buf = buf[0] & 0x0F, buf[off:off + ln], buf[off + ln:]
+            if op == 8:
+                raise StopIteration
+            n += 1
+            out.write(payload.decode()); out.flush()
+        d = s.recv(4096)
+        if not d: break
+        buf += d
+except StopIteration:
+    how = "close-frame"
+except Exception as e:
+    how = type(e).__name__
+print("ws", n, how, flush=True)
+"#;
+
+/// What the guest holds open to a host when a live change removes it is cut, however it is
+/// held: an HTTP/2 stream, an HTTPS/1.1 response and a plain HTTP response still streaming, and
+/// a relayed WebSocket. The removed name shares its address with a name still allowed (its
+/// address stays in the fence, for the other name's port), so only the name can end them.
+#[test]
+fn a_removal_cuts_every_stream_and_tunnel_to_the_removed_host() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "held",
+        "--allow-host",
+        "allowed.example.test",
+        "--allow-host",
+        "db.example.test:5432",
+    ]);
+    // Both names answered with 192.0.2.20.
+    let (code, _, err) = w.sh(
+        "held",
+        "python3 -c 'import socket; print(socket.gethostbyname(\"db.example.test\"), socket.gethostbyname(\"allowed.example.test\"))'",
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(w.dir.join("ws.py"), WS_DRIP).expect("script");
+    let drips = "rm -f /tmp/codes; \
+        (curl -sS -N --http2 --max-time 60 -o /tmp/h2.out https://allowed.example.test/drip; echo \"h2 $?\" >> /tmp/codes) & \
+        (curl -sS -N --http1.1 --max-time 60 -o /tmp/h1.out https://allowed.example.test/drip; echo \"h1 $?\" >> /tmp/codes) & \
+        (curl -sS -N --max-time 60 -o /tmp/plain.out http://allowed.example.test/drip; echo \"plain $?\" >> /tmp/codes) & \
+        (python3 -c \"$WS\" >> /tmp/codes 2>&1) & \
+        wait; cat /tmp/codes";
+    let socket: PathBuf = w.socket.clone();
+    let lines = |file: &str| -> usize {
+        w.sh("held", &format!("cat /tmp/{file} 2>/dev/null"))
+            .1
+            .lines()
+            .count()
+    };
+    let (out, removed) = std::thread::scope(|s| {
+        let held = s.spawn(|| {
+            Command::new(workspace_bin("svc"))
+                .args(["sandbox", "exec", "held", "--env"])
+                .arg(format!("WS={WS_DRIP}"))
+                .args(["--", "sh", "-c", drips])
+                .env("SVC_SOCKET", &socket)
+                .output()
+                .expect("svc")
+        });
+        // Each has its first ticks.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while ["h2.out", "h1.out", "plain.out", "ws.out"]
+            .iter()
+            .any(|f| lines(f) < 3)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the streams did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let removed = svc_at(
+            &socket,
+            &[
+                "sandbox",
+                "allow",
+                "held",
+                "--remove-host",
+                "allowed.example.test",
+            ],
+        );
+        (held.join().expect("held"), removed)
+    });
+    assert!(removed.status.success(), "{}", text(&removed));
+    let out = text(&out);
+    // Each ended early (300 ticks would take 30 s), by a reset, not a timeout or a clean end.
+    for kind in ["h2", "h1", "plain"] {
+        let code = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{kind} ")))
+            .unwrap_or_else(|| panic!("no exit code for {kind}: {out}"));
+        assert!(
+            code != "0" && code != "28",
+            "{kind}: curl exited {code}, the stream was not cut: {out}"
+        );
+        let got = lines(&format!("{kind}.out"));
+        assert!(got < 300, "{kind}: all {got} ticks arrived: {out}");
+    }
+    let ws = out
+        .lines()
+        .find(|l| l.starts_with("ws "))
+        .unwrap_or_else(|| panic!("no WebSocket result: {out}"));
+    assert!(
+        !ws.ends_with("close-frame") && !ws.starts_with("ws 300"),
+        "the WebSocket was not cut: {ws}"
+    );
+    // Audited: the connections cut by name, the WebSocket cut.
+    let audit = w.audit();
+    let cut = |method: &str| {
+        audit.iter().any(|r| {
+            r["layer"] == "http"
+                && r["decision"] == "cut"
+                && r["rule"] == "allowlist-change"
+                && r["method"] == method
+                && r["host"] == "allowed.example.test"
+        })
+    };
+    assert!(cut("TLS") && cut("HTTP"), "{audit:?}");
+    assert!(
+        audit.iter().any(|r| r["upgrade"] == "websocket-cut"),
+        "{audit:?}"
+    );
+    w.destroy_checked("held");
 }

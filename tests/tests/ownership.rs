@@ -461,6 +461,7 @@ fn a_member_cannot_share_a_directory_owned_by_another() {
             &[
                 "workspace",
                 "up",
+                "--trust",
                 dir,
                 "--name",
                 name,

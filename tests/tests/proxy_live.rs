@@ -171,14 +171,22 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
                             ));
                         }
                         if req.uri().path() == "/big" {
-                            let chunks = futures::stream::iter((0..1024).map(|_| {
-                                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
-                                    Bytes::from(vec![b'x'; 64 * 1024]),
-                                ))
-                            }));
+                            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+                            let chunks = futures::stream::iter(
+                                (0..1024)
+                                    .map(|_| {
+                                        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                                            chunk.clone(),
+                                        ))
+                                    })
+                                    .collect::<Vec<_>>(),
+                            );
                             return Ok(Response::new(http_body_util::Either::Right(
                                 http_body_util::StreamBody::new(chunks),
                             )));
+                        }
+                        if let Some(echo) = echo_headers(&req) {
+                            return Ok(echo);
                         }
                         let auth = req
                             .headers()
@@ -220,6 +228,54 @@ async fn upstream(ca: &SandboxCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
         }
     });
     port
+}
+
+/// The frames of a body the test upstream sends in pieces.
+type Pieces = http_body_util::StreamBody<
+    futures::stream::Iter<
+        std::vec::IntoIter<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>,
+    >,
+>;
+type EchoBody = http_body_util::Either<Full<Bytes>, Pieces>;
+
+/// The upstream's httpbin-style echo of the request headers in the body (and the Authorization
+/// in a header): `/echo/length` with a Content-Length, `/echo/chunked` in 5-byte pieces with
+/// none (HTTP/1.1: chunked; every credential straddles pieces), `/echo/gzip` labelled
+/// `Content-Encoding: gzip` (its bytes are the plain echo: what a scan could not read).
+fn echo_headers(req: &Request<Incoming>) -> Option<Response<EchoBody>> {
+    let kind = req.uri().path().strip_prefix("/echo/")?;
+    let mut body = String::from("{\"headers\": {\n");
+    for (name, value) in req.headers() {
+        body.push_str(&format!(
+            "  \"{name}\": \"{}\",\n",
+            String::from_utf8_lossy(value.as_bytes())
+        ));
+    }
+    body.push_str("}}\n");
+    let auth = req
+        .headers()
+        .get("authorization")
+        .cloned()
+        .unwrap_or(hyper::header::HeaderValue::from_static(""));
+    let response = Response::builder().header("x-echo-auth", auth);
+    let body = match kind {
+        "length" => http_body_util::Either::Left(Full::new(Bytes::from(body))),
+        "gzip" => {
+            return Some(
+                response
+                    .header("content-encoding", "gzip")
+                    .body(http_body_util::Either::Left(Full::new(Bytes::from(body))))
+                    .unwrap(),
+            );
+        }
+        _ => http_body_util::Either::Right(http_body_util::StreamBody::new(futures::stream::iter(
+            body.as_bytes()
+                .chunks(5)
+                .map(|c| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(c))))
+                .collect::<Vec<_>>(),
+        ))),
+    };
+    Some(response.body(body).unwrap())
 }
 
 /// The upstream's WebSocket endpoint: answer the handshake (noting its Authorization), then
@@ -460,8 +516,9 @@ fn allowed_request_reaches_the_upstream_with_the_real_token_and_never_shows_it()
             "{version}: a real token reached the guest: {text}"
         );
         assert!(
-            !text.to_ascii_lowercase().contains("x-echo-auth"),
-            "the echoing header was removed: {text}"
+            text.to_ascii_lowercase()
+                .contains(&format!("x-echo-auth: bearer {}", w.placeholder)),
+            "the echoing header shows the placeholder: {text}"
         );
     }
     let seen = w.seen.lock().unwrap().clone();
@@ -1391,4 +1448,88 @@ fn a_websocket_is_cut_when_a_live_change_removes_its_host() {
         .audit
         .http_until(|r| r.iter().any(|e| e.upgrade == Some("websocket-cut")));
     assert!(records.iter().any(|e| e.upgrade == Some("websocket-cut")));
+}
+
+/// An upstream that echoes the request's headers (an httpbin-style `/headers`, a debug page)
+/// hands back the credential the proxy swapped in: the guest sees its placeholder instead, in
+/// the body (with a length, and chunked with the credential straddling chunks) and in the
+/// headers, over HTTP/1.1 and HTTP/2; the upstream was asked for an identity encoding and no
+/// range, and each scrubbed answer is audited as `credential-echo`.
+#[test]
+fn an_echoed_credential_reaches_the_guest_as_its_placeholder() {
+    let w = world();
+    let auth = format!("Authorization: Bearer {}", w.placeholder);
+    for version in ["--http1.1", "--http2"] {
+        for path in ["/echo/length", "/echo/chunked"] {
+            let (status, text, err) = curl(
+                &w,
+                "api.example.test",
+                path,
+                &[
+                    version,
+                    "-H",
+                    &auth,
+                    "-H",
+                    "Accept-Encoding: gzip, br",
+                    "-H",
+                    "Range: bytes=0-9",
+                ],
+            );
+            assert_eq!(status, 200, "{version} {path}: {text}{err}");
+            assert!(
+                !text.contains("REAL-"),
+                "{version} {path}: the real token reached the guest: {text}"
+            );
+            let lower = text.to_ascii_lowercase();
+            assert!(
+                lower.contains(&format!("\"authorization\": \"bearer {}\"", w.placeholder)),
+                "{version} {path}: the echo shows the placeholder: {text}"
+            );
+            assert!(
+                lower.contains(&format!("x-echo-auth: bearer {}", w.placeholder)),
+                "{version} {path}: {text}"
+            );
+            assert!(
+                lower.contains("\"accept-encoding\": \"identity\"") && !lower.contains("\"range\""),
+                "{version} {path}: the upstream was asked for identity and no range: {text}"
+            );
+        }
+    }
+    let echoes = |r: &[HttpEvent]| {
+        r.iter()
+            .filter(|e| e.rule == "credential-echo" && e.decision == "scrubbed")
+            .count()
+    };
+    let records = w.audit.http_until(|r| echoes(r) >= 4);
+    assert_eq!(echoes(&records), 4, "{records:?}");
+    assert!(!format!("{records:?}").contains("REAL-"));
+}
+
+/// An upstream that compresses its answer to a swapped request although asked for identity
+/// cannot be scanned: the guest gets a refusal, never the body, and the refusal is audited.
+#[test]
+fn a_compressed_answer_to_a_swapped_request_is_refused() {
+    let w = world();
+    let auth = format!("Authorization: Bearer {}", w.placeholder);
+    for version in ["--http1.1", "--http2"] {
+        let (status, text, err) = curl(
+            &w,
+            "api.example.test",
+            "/echo/gzip",
+            &[version, "-H", &auth],
+        );
+        assert_eq!(status, 502, "{version}: {text}{err}");
+        assert!(!text.contains("REAL-"), "{version}: {text}");
+        assert!(text.contains("credential-echo"), "{version}: {text}");
+    }
+    // Without a swapped credential there is nothing to scan for: the answer passes as it is.
+    let (status, text, err) = curl(&w, "api.example.test", "/echo/gzip", &["--http1.1"]);
+    assert_eq!(status, 200, "{text}{err}");
+    let refused = |r: &[HttpEvent]| {
+        r.iter()
+            .filter(|e| e.rule == "credential-echo" && e.decision == "deny" && e.status == 502)
+            .count()
+    };
+    let records = w.audit.http_until(|r| refused(r) >= 2);
+    assert_eq!(refused(&records), 2, "{records:?}");
 }

@@ -373,3 +373,165 @@ fn basic_credentials(value: &[u8]) -> Option<Vec<u8>> {
                 .ok()
         })
 }
+
+/// What the answer to a request the proxy swapped a credential into is scanned for, and what
+/// each occurrence becomes (issue 28): an upstream that echoes request headers (an
+/// httpbin-style `/headers`, a debug endpoint, an error page) must hand the guest back its
+/// placeholder, never the real value.
+///
+/// Scanned for: the real value as sent, and the forms a verbatim echo takes inside a JSON
+/// string (`"` `\` and control characters escaped, with and without `\/`), a percent-encoded
+/// URL (upper- and lower-case hex) and HTML text (`&amp;` `&lt;` `&gt;` `&quot;` `&#39;`).
+/// Each becomes the placeholder, which is hex and so reads the same in every one of those
+/// forms. An upstream that transforms the value otherwise (base64, a change of case, pieces)
+/// is not recognised: the guarantee is against echoes, not against an upstream that works to
+/// disclose its caller's credential.
+#[derive(Clone)]
+pub struct EchoGuard {
+    /// Distinct, non-empty; each held until dropped, then zeroed.
+    patterns: Vec<zeroize::Zeroizing<Vec<u8>>>,
+    replacement: Vec<u8>,
+}
+
+impl fmt::Debug for EchoGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EchoGuard({} forms)", self.patterns.len())
+    }
+}
+
+impl EchoGuard {
+    /// The guard for a request that carried `real` in place of `placeholder`.
+    pub fn new(real: &str, placeholder: &Placeholder) -> Self {
+        let mut patterns: Vec<zeroize::Zeroizing<Vec<u8>>> = Vec::new();
+        let forms = [
+            real.as_bytes().to_vec(),
+            json_escaped(real, false),
+            json_escaped(real, true),
+            percent_encoded(real, b"0123456789ABCDEF"),
+            percent_encoded(real, b"0123456789abcdef"),
+            html_escaped(real),
+        ];
+        for form in forms {
+            let form = zeroize::Zeroizing::new(form);
+            if !form.is_empty() && !patterns.iter().any(|p| **p == *form) {
+                patterns.push(form);
+            }
+        }
+        Self {
+            patterns,
+            replacement: placeholder.expose().as_bytes().to_vec(),
+        }
+    }
+
+    /// The byte strings to look for (never empty strings).
+    pub fn patterns(&self) -> impl Iterator<Item = &[u8]> {
+        self.patterns.iter().map(|p| p.as_slice())
+    }
+
+    /// What each occurrence is replaced with: the placeholder.
+    pub fn replacement(&self) -> &[u8] {
+        &self.replacement
+    }
+
+    /// The longest pattern's length (0 when there is nothing to look for).
+    pub fn longest(&self) -> usize {
+        self.patterns.iter().map(|p| p.len()).max().unwrap_or(0)
+    }
+}
+
+/// The `Accept-Encoding` a request carrying a swapped credential goes upstream with, so that
+/// the answer's body can be read for echoes.
+pub const ECHO_ACCEPT_ENCODING: &str = "identity";
+
+/// Request headers removed from a request carrying a swapped credential: a range request
+/// would let the guest take an echo apart into pieces each shorter than the credential, none
+/// of which the scan could recognise.
+pub const ECHO_DROPPED_REQUEST_HEADERS: [&str; 2] = ["range", "if-range"];
+
+/// Whether an answer to a request carrying a swapped credential can be scanned: its content
+/// codings (`Content-Encoding`) must all be `identity` and its transfer codings
+/// (`Transfer-Encoding`) `identity` or `chunked`. An upstream that compresses anyway is
+/// refused rather than trusted (a compressed echo would pass any byte scan); the string says
+/// which coding.
+pub fn echo_scannable(
+    content_encoding: &[&[u8]],
+    transfer_encoding: &[&[u8]],
+) -> Result<(), String> {
+    let codings = |values: &[&[u8]]| -> Vec<String> {
+        values
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v)
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    if let Some(c) = codings(content_encoding)
+        .into_iter()
+        .find(|c| c != "identity")
+    {
+        return Err(format!(
+            "the upstream answered a request carrying a swapped credential with Content-Encoding \
+             {c:?} although asked for identity; a compressed body cannot be scanned for the \
+             credential, so it is not passed on"
+        ));
+    }
+    if let Some(c) = codings(transfer_encoding)
+        .into_iter()
+        .find(|c| c != "identity" && c != "chunked")
+    {
+        return Err(format!(
+            "the upstream answered a request carrying a swapped credential with \
+             Transfer-Encoding {c:?}; a compressed body cannot be scanned for the credential, so \
+             it is not passed on"
+        ));
+    }
+    Ok(())
+}
+
+fn json_escaped(s: &str, slash: bool) -> Vec<u8> {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '/' if slash => out.push_str("\\/"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.into_bytes()
+}
+
+fn percent_encoded(s: &str, hex: &[u8; 16]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
+        }
+    }
+    out
+}
+
+fn html_escaped(s: &str) -> Vec<u8> {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out.into_bytes()
+}

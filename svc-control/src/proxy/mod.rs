@@ -9,6 +9,7 @@ pub mod guest_trust;
 pub mod h1_frames;
 mod h1_pool;
 pub mod pools;
+mod scrub;
 pub mod server;
 pub mod upstream;
 

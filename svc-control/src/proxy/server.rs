@@ -94,15 +94,29 @@ pub trait Sandboxes: Send + Sync {
 
 /// Until sandbox `id`'s allowlist no longer allows `host` (checked at each change of it).
 async fn host_revoked(
-    mut rx: tokio::sync::broadcast::Receiver<Revocation>,
+    rx: tokio::sync::broadcast::Receiver<Revocation>,
     sandboxes: Arc<dyn Sandboxes>,
     id: u32,
     host: String,
 ) {
-    let kind = crate::policy::host::HostKind::Exact(host);
+    served_host_revoked(rx, sandboxes, id, move || Some(host.clone())).await;
+}
+
+/// Until sandbox `id`'s allowlist no longer allows the host a connection serves (`host()` at
+/// each change; `None`: none yet). A connection to an address shared with a host still allowed
+/// is not revoked by address: this ends it by name (its open HTTP/2 streams, a response still
+/// streaming).
+async fn served_host_revoked(
+    mut rx: tokio::sync::broadcast::Receiver<Revocation>,
+    sandboxes: Arc<dyn Sandboxes>,
+    id: u32,
+    host: impl Fn() -> Option<String>,
+) {
     loop {
         match rx.recv().await {
             Ok(r) if r.sandbox == id => {
+                let Some(host) = host() else { continue };
+                let kind = crate::policy::host::HostKind::Exact(host);
                 let allowed = sandboxes
                     .policy_of(id)
                     .is_some_and(|p| p.policy.allowed.find_name(&kind).is_some());
@@ -151,9 +165,9 @@ async fn serve_until_revoked(
     serve: impl Future<Output = ()>,
     revoked: impl Future<Output = ()>,
     cut: Option<std::os::fd::OwnedFd>,
-) {
-    tokio::select! {
-        () = serve => {}
+) -> bool {
+    let was_cut = tokio::select! {
+        () = serve => false,
         () = revoked => {
             if let Some(fd) = &cut {
                 let _ = nix::sys::socket::setsockopt(
@@ -162,10 +176,20 @@ async fn serve_until_revoked(
                     &libc::linger { l_onoff: 1, l_linger: 0 },
                 );
             }
+            true
         }
-    }
+    };
     // The serve future (and the connection's own descriptor) is gone; the duplicate goes last.
     drop(cut);
+    was_cut
+}
+
+/// Until either revocation.
+async fn either_revoked(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+    tokio::select! {
+        () = a => {}
+        () = b => {}
+    }
 }
 
 /// The credential broker: the real bearer behind a placeholder.
@@ -443,6 +467,7 @@ impl Proxy {
         };
         // Subscribed before anything is decided: a change after this is not missed.
         let revocations = self.sandboxes.revocations();
+        let host_revocations = self.sandboxes.revocations();
         let cut = std::os::fd::AsFd::as_fd(&conn).try_clone_to_owned().ok();
         let Some(_slot) = self.slot(sandbox.id) else {
             return self.audit_conn(
@@ -482,7 +507,14 @@ impl Proxy {
             Ok(Ok(Some(h))) => h,
             Ok(Ok(None)) => {
                 return self
-                    .plain_http(conn, buf, sandbox, source, revocations, cut)
+                    .plain_http(
+                        conn,
+                        buf,
+                        sandbox,
+                        source,
+                        (revocations, host_revocations),
+                        cut,
+                    )
                     .await;
             }
             Ok(Err(e)) => return refuse(format!("ClientHello refused: {e}")),
@@ -575,17 +607,26 @@ impl Proxy {
             .keep_alive_interval(self.config.header_timeout)
             .keep_alive_timeout(self.config.header_timeout)
             .max_header_list_size(u32::try_from(self.config.max_head).unwrap_or(u32::MAX));
-        // With upgrades: a WebSocket handshake hands its connection over to the relay.
-        serve_until_revoked(
+        // With upgrades: a WebSocket handshake hands its connection over to the relay. Cut when
+        // its address leaves the sandbox, or its name does (every stream on it is for the name).
+        let sni_name = name.clone();
+        let by_name =
+            served_host_revoked(host_revocations, self.sandboxes.clone(), id, move || {
+                Some(sni_name.clone())
+            });
+        let was_cut = serve_until_revoked(
             async {
                 let _ = builder
                     .serve_connection_with_upgrades(TokioIo::new(stream), service)
                     .await;
             },
-            revoked(revocations, id, dialled),
+            either_revoked(revoked(revocations, id, dialled), by_name),
             cut,
         )
         .await;
+        if was_cut {
+            self.audit_cut(id, "TLS", Some(name));
+        }
     }
 
     /// Plain HTTP (the fence redirects TCP 80 to allowed addresses here too): HTTP/1.1 only,
@@ -598,12 +639,18 @@ impl Proxy {
         buf: Vec<u8>,
         sandbox: Arc<ProxySandbox>,
         source: IpAddr,
-        revocations: tokio::sync::broadcast::Receiver<Revocation>,
+        (revocations, host_revocations): (
+            tokio::sync::broadcast::Receiver<Revocation>,
+            tokio::sync::broadcast::Receiver<Revocation>,
+        ),
         cut: Option<std::os::fd::OwnedFd>,
     ) {
         let id = sandbox.id;
         let dialled_to = self.sandboxes.original_destination(&conn);
         let dialled = dialled_to.map(|a| a.ip().to_canonical());
+        // The host of the request this connection serves now (Host varies per request).
+        let serving: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let serving_now = serving.clone();
         let (tracker, verdicts) = super::h1_frames::Tracker::new(self.config.max_head);
         let stream = super::h1_frames::Watched {
             inner: Rewind {
@@ -626,6 +673,14 @@ impl Proxy {
                 .ok()
                 .and_then(|mut v| v.pop_front())
                 .unwrap_or(false);
+            if let Ok(mut s) = serving_now.lock() {
+                *s = req
+                    .headers()
+                    .get(header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|h| Authority::parse(h, 80).ok())
+                    .map(|a| a.host_str());
+            }
             async move {
                 Ok::<_, Infallible>(
                     proxy
@@ -640,14 +695,23 @@ impl Proxy {
             .max_buf_size(self.config.max_head.max(8192))
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
-        serve_until_revoked(
+        let serving_at_cut = serving.clone();
+        let by_name =
+            served_host_revoked(host_revocations, self.sandboxes.clone(), id, move || {
+                serving.lock().ok()?.clone()
+            });
+        let was_cut = serve_until_revoked(
             async {
                 let _ = serve.await;
             },
-            revoked(revocations, id, dialled),
+            either_revoked(revoked(revocations, id, dialled), by_name),
             cut,
         )
         .await;
+        if was_cut {
+            let host = serving_at_cut.lock().ok().and_then(|s| s.clone());
+            self.audit_cut(id, "HTTP", host);
+        }
     }
 
     /// One plain HTTP request: its Host must be a name the DNS guard answered the dialled
@@ -892,7 +956,8 @@ impl Proxy {
         if guest_upgrade.is_some() {
             websocket_headers(&mut headers_out);
         }
-        let mut real_token: Option<Bearer> = None;
+        // Set when a credential is swapped in: its answer is scrubbed of it (`scrub`).
+        let mut echo_guard: Option<Arc<crate::policy::credentials::EchoGuard>> = None;
         let credential_note = match &credential {
             CredentialAction::Passthrough => "none",
             CredentialAction::Strip => {
@@ -927,7 +992,11 @@ impl Proxy {
                 };
                 v.set_sensitive(true);
                 headers_out.insert(header::AUTHORIZATION, v);
-                real_token = Some(token);
+                super::scrub::prepare_request(&mut headers_out);
+                echo_guard = Some(Arc::new(crate::policy::credentials::EchoGuard::new(
+                    token.expose(),
+                    placeholder,
+                )));
                 "swapped"
             }
         };
@@ -1029,25 +1098,25 @@ impl Proxy {
             _ => None,
         };
         let (mut rparts, rbody) = response.into_parts();
+        // A real token must never reach the guest, even echoed by the upstream.
+        let echoes = Arc::new(AtomicU64::new(0));
+        if let Some(guard) = &echo_guard
+            && let Err(why) = super::scrub::response_head(guard, &mut rparts.headers, &echoes)
+        {
+            return self.refuse(
+                sandbox,
+                &parts.method,
+                Some(host),
+                decision.path,
+                502,
+                "credential-echo",
+                &why,
+                started,
+            );
+        }
         strip_hop_by_hop(&mut rparts.headers);
         if upgraded.is_some() {
             websocket_headers(&mut rparts.headers);
-        }
-        if let Some(token) = &real_token {
-            // A real token must never reach the guest, even echoed by the upstream.
-            let leaking: Vec<HeaderName> = rparts
-                .headers
-                .iter()
-                .filter(|(_, v)| {
-                    v.as_bytes()
-                        .windows(token.expose().len())
-                        .any(|w| w == token.expose().as_bytes())
-                })
-                .map(|(n, _)| n.clone())
-                .collect();
-            for n in leaking {
-                rparts.headers.remove(n);
-            }
         }
         let record = HttpEvent {
             host: Some(host),
@@ -1115,6 +1184,7 @@ impl Proxy {
             started,
             bytes_up,
             bytes_down: 0,
+            echoes: echoes.clone(),
         };
         // A response that has no body by definition (to HEAD; 1xx, 204, 304) goes to the guest
         // as one that ends with its head: forwarding the upstream's (empty) stream under a
@@ -1130,19 +1200,23 @@ impl Proxy {
                     .boxed_unsync(),
             );
         }
+        let body = rbody.map_frame(move |f| {
+            // The whole record moves into the body (not just the counter field), so it is
+            // written when the body is dropped.
+            let pending = &mut pending;
+            if let Some(d) = f.data_ref() {
+                pending.bytes_down += d.len() as u64;
+            }
+            f
+        });
+        let Some(guard) = echo_guard else {
+            return Response::from_parts(rparts, body.boxed_unsync());
+        };
+        // The scrubbed body's length is not the upstream's (bytes_down counts the upstream's).
+        rparts.headers.remove(header::CONTENT_LENGTH);
         Response::from_parts(
             rparts,
-            rbody
-                .map_frame(move |f| {
-                    // The whole record moves into the body (not just the counter field), so it
-                    // is written when the body is dropped.
-                    let pending = &mut pending;
-                    if let Some(d) = f.data_ref() {
-                        pending.bytes_down += d.len() as u64;
-                    }
-                    f
-                })
-                .boxed_unsync(),
+            super::scrub::Scrubbed::new(body, guard, echoes).boxed_unsync(),
         )
     }
 
@@ -1186,6 +1260,27 @@ impl Proxy {
                 sandbox_name: None,
                 sandbox,
                 event: crate::audit::AuditEvent::Http(e),
+            },
+        );
+    }
+
+    /// A guest connection reset because a live change took its address or its host away.
+    fn audit_cut(&self, sandbox: u32, protocol: &str, host: Option<String>) {
+        self.audit_request(
+            sandbox,
+            HttpEvent {
+                host,
+                method: protocol.to_owned(),
+                path: None,
+                status: 0,
+                decision: "cut",
+                rule: "allowlist-change".to_owned(),
+                credential: "none",
+                bytes_up: 0,
+                bytes_down: 0,
+                duration_ms: 0,
+                upgrade: None,
+                dialled: None,
             },
         );
     }
@@ -1250,6 +1345,8 @@ struct PendingRecord {
     started: Instant,
     bytes_up: Arc<AtomicU64>,
     bytes_down: u64,
+    /// Occurrences of a swapped credential replaced in the answer (`scrub`).
+    echoes: Arc<AtomicU64>,
 }
 
 impl Drop for PendingRecord {
@@ -1258,17 +1355,27 @@ impl Drop for PendingRecord {
             record.bytes_up = self.bytes_up.load(Ordering::Relaxed);
             record.bytes_down = self.bytes_down;
             record.duration_ms = ms(self.started);
-            if let Err(e) = crate::audit::record_here(
-                &self.audit,
-                AuditRecord {
-                    time: rfc3339(SystemTime::now()),
-                    sandbox_name: None,
-                    sandbox: self.sandbox,
-                    event: crate::audit::AuditEvent::Http(record),
-                },
-            ) {
-                eprintln!("svc proxy: audit record lost: {e}");
+            let echo = (self.echoes.load(Ordering::Relaxed) > 0)
+                .then(|| super::scrub::echo_record(&record));
+            for record in std::iter::once(record).chain(echo) {
+                self.write(record);
             }
+        }
+    }
+}
+
+impl PendingRecord {
+    fn write(&self, record: HttpEvent) {
+        if let Err(e) = crate::audit::record_here(
+            &self.audit,
+            AuditRecord {
+                time: rfc3339(SystemTime::now()),
+                sandbox_name: None,
+                sandbox: self.sandbox,
+                event: crate::audit::AuditEvent::Http(record),
+            },
+        ) {
+            eprintln!("svc proxy: audit record lost: {e}");
         }
     }
 }

@@ -23,6 +23,11 @@
 //! refuses a used or unknown refresh token with 400 `invalid_grant`, as a provider with
 //! rotating refresh tokens does. The access tokens it issued count as real credentials.
 //!
+//! Two paths stream, for tests that hold a connection open: `/drip` answers with `tick N` lines,
+//! one every 100 ms, 300 in all; `/ws-drip` is a WebSocket that sends the same lines as text
+//! frames. `/echo/headers` answers with the request's headers in its body, as httpbin's
+//! `/headers` does (the Authorization a proxy sent among them).
+//!
 //! `DIR/ready` appears when everything listens.
 
 use std::{
@@ -150,12 +155,13 @@ async fn main() {
                         let (world, name) = (world.clone(), name.clone());
                         async move {
                             Ok::<_, std::convert::Infallible>(
-                                handle(&world, &name, "http", req).await,
+                                answer(&world, &name, "http", req).await,
                             )
                         }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tcp), service)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -180,12 +186,12 @@ async fn main() {
                         let (world, name) = (world.clone(), name.clone());
                         async move {
                             Ok::<_, std::convert::Infallible>(
-                                handle(&world, &name, "https", req).await,
+                                answer(&world, &name, "https", req).await,
                             )
                         }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
                 });
             }
@@ -193,6 +199,103 @@ async fn main() {
     }
     std::fs::write(dir.join("ready"), b"").expect("ready");
     std::future::pending::<()>().await;
+}
+
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+/// The streaming and echoing paths (see the module's documentation), else [`handle`].
+async fn answer(
+    world: &World,
+    name: &str,
+    scheme: &str,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
+    let ticks = || {
+        futures::stream::unfold(0u32, |n| async move {
+            if n >= 300 {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            Some((format!("tick {n}\n"), n + 1))
+        })
+    };
+    match req.uri().path() {
+        "/drip" => {
+            log_request(world, name, scheme, &req);
+            use futures::StreamExt as _;
+            let frames = ticks().map(|t| Ok(hyper::body::Frame::data(Bytes::from(t))));
+            Response::new(http_body_util::StreamBody::new(frames).boxed_unsync())
+        }
+        "/ws-drip" => {
+            log_request(world, name, scheme, &req);
+            let key = req
+                .headers()
+                .get("sec-websocket-key")
+                .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
+                .unwrap_or_default();
+            let on = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                use futures::{SinkExt as _, StreamExt as _};
+                let Ok(io) = on.await else { return };
+                let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    TokioIo::new(io),
+                    tokio_tungstenite::tungstenite::protocol::Role::Server,
+                    None,
+                )
+                .await;
+                let mut ticks = std::pin::pin!(ticks());
+                while let Some(t) = ticks.next().await {
+                    if ws
+                        .send(tokio_tungstenite::tungstenite::Message::text(t))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                let _ = ws.close(None).await;
+            });
+            Response::builder()
+                .status(101)
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-accept", key)
+                .body(Full::new(Bytes::new()).boxed_unsync())
+                .unwrap_or_default()
+        }
+        "/echo/headers" => {
+            log_request(world, name, scheme, &req);
+            let headers: serde_json::Map<String, serde_json::Value> = req
+                .headers()
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into(),
+                    )
+                })
+                .collect();
+            let body = serde_json::json!({ "headers": headers });
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(format!("{body}\n"))).boxed_unsync())
+                .unwrap_or_default()
+        }
+        _ => handle(world, name, scheme, req)
+            .await
+            .map(|b| b.boxed_unsync()),
+    }
+}
+
+/// The log line of a request the streaming and echoing paths answer.
+fn log_request(world: &World, name: &str, scheme: &str, req: &Request<Incoming>) {
+    world.log(serde_json::json!({
+        "kind": "http",
+        "scheme": scheme,
+        "host": name,
+        "method": req.method().as_str(),
+        "path": req.uri().path(),
+    }));
 }
 
 async fn handle(
