@@ -34,6 +34,8 @@ use crate::policy::{
     ssh::{self, RefUpdate, Service, SshRequest},
 };
 
+mod held;
+
 /// What a sandbox may reach over SSH.
 #[derive(Debug, Clone, Default)]
 pub struct RelayPolicy {
@@ -388,6 +390,7 @@ async fn relay<R: AsyncRead + Unpin>(
     ];
     // git's input to the server: a push's command list is held until every ref is checked.
     let mut held: Option<Vec<u8>> = (request.service == Service::ReceivePack).then(Vec::new);
+    let mut schedule = held::Schedule::default();
     // git's input goes to ssh from a task of its own, credited back as it is written: the
     // loop below never waits on the server, so git's credit for the server's output always
     // gets through (a server that writes while it does not read cannot stall both ways).
@@ -461,7 +464,12 @@ async fn relay<R: AsyncRead + Unpin>(
                         unread.fetch_sub(n, Ordering::SeqCst);
                         let _ = out.send(Frame::u32(id, Kind::Credit, n as u32));
                         buf.extend_from_slice(&frame.payload);
-                        match ssh::parse_push(buf) {
+                        let read = if schedule.due(buf) {
+                            ssh::parse_push(buf)
+                        } else {
+                            Ok(None)
+                        };
+                        match read {
                             Ok(None) => None,
                             Ok(Some(push)) => {
                                 // Every ref git would update, refused or not, in the audit.
