@@ -113,7 +113,11 @@ struct Two {
 }
 
 fn two_users() -> Two {
-    let tag = std::process::id() % 100_000;
+    // Unique per call: the tests of this file run at once in one process, and each one's users
+    // are deleted when it ends.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = format!("{}x{n}", std::process::id() % 100_000);
     let group = Group::add(format!("svcown-g{tag}"));
     let a = User::add(format!("svcown-a{tag}"), None);
     let b = User::add(format!("svcown-b{tag}"), Some(&group.0));

@@ -165,6 +165,40 @@ fn guardian(host: &svc_control::config::host::HostConfig, now: Option<u64>) -> E
     }
 }
 
+/// The fewest descriptors svcd should be able to open (each sandbox holds a few, each guest
+/// connection through the proxy two): below this it says how to give it more.
+const DESCRIPTORS_WANTED: u64 = 65_536;
+
+/// Raise the soft descriptor limit to the hard one: systemd and login shells start services at
+/// a soft 1,024, which a few guests' connections would exhaust for every sandbox.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) => {
+            if soft < hard {
+                match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                    Ok(()) => tracing::info!(from = soft, to = hard, "raised the descriptor limit"),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        soft,
+                        hard,
+                        "could not raise the descriptor limit to its hard limit"
+                    ),
+                }
+            }
+            if hard < DESCRIPTORS_WANTED {
+                tracing::warn!(
+                    hard,
+                    wanted = DESCRIPTORS_WANTED,
+                    "the descriptor limit is low for many sandboxes: set LimitNOFILE in svcd's \
+                     unit (the shipped unit sets 1048576)"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the descriptor limit"),
+    }
+}
+
 fn supervise(
     host: svc_control::config::host::HostConfig,
     nft_table: String,
@@ -177,6 +211,7 @@ fn supervise(
         )
         .with_writer(std::io::stderr)
         .init();
+    raise_descriptor_limit();
     // The path as started, so an upgrade runs the binary now installed there.
     let exe = std::env::current_exe().context("finding svcd's own binary")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
