@@ -175,7 +175,7 @@ pub fn upgrade_client(connectors: &Connectors, target: SocketAddr) -> UpstreamCl
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::{future::Future, pin::Pin};
 
     use hyper_util::client::legacy::connect::HttpConnector;
@@ -184,8 +184,8 @@ mod tests {
     use super::*;
     use crate::proxy::server::{DnsService, Resolve};
 
-    /// A resolver that fails the test if anything asks it.
-    struct Nowhere;
+    /// A resolver that fails the test if anything asks it (the pools' tests use it too).
+    pub(in crate::proxy) struct Nowhere;
     impl Resolve for Nowhere {
         fn resolve(
             &self,

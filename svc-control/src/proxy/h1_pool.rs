@@ -340,18 +340,10 @@ mod tests {
     use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 
     use super::*;
-    use crate::proxy::server::{DnsService, Resolve, Upstream};
-
-    struct Nowhere;
-    impl Resolve for Nowhere {
-        fn resolve(
-            &self,
-            host: &str,
-        ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<std::net::IpAddr>>> + Send>> {
-            let host = host.to_owned();
-            Box::pin(async move { panic!("the pool resolved {host}: it must dial the address") })
-        }
-    }
+    use crate::proxy::{
+        dial::tests::Nowhere,
+        server::{DnsService, Upstream},
+    };
 
     fn pool() -> H1Pool {
         let mut http = HttpConnector::new_with_resolver(DnsService::new(Arc::new(Nowhere)));
