@@ -25,6 +25,12 @@ fn canonical_forms() {
         ("percent_unreserved", "/%61/%62", &["a", "b"], false),
         ("percent_lower_and_upper_hex", "/%4a%4A", &["JJ"], false),
         ("utf8_encoded", "/caf%C3%A9", &["café"], false),
+        (
+            "fullwidth_letter_is_a_letter",
+            "/%ef%bc%a1pi",
+            &["\u{ff21}pi"],
+            false,
+        ),
         ("space_encoded", "/a%20b", &["a b"], false),
         ("plus_stays_in_path", "/a+b", &["a+b"], false),
         ("semicolon_is_literal", "/a;x=1/b", &["a;x=1", "b"], false),
@@ -134,6 +140,46 @@ fn refused_forms() {
             "trailing_dot_dot_semicolon",
             "/public/..;",
             DotSegmentWithParameters,
+        ),
+        (
+            "fullwidth_dot_dot",
+            "/public/%ef%bc%8e%ef%bc%8e/admin",
+            CompatibilityForm,
+        ),
+        (
+            "fullwidth_solidus",
+            "/public%ef%bc%8fadmin",
+            CompatibilityForm,
+        ),
+        (
+            "fullwidth_reverse_solidus",
+            "/public%ef%bc%bcadmin",
+            CompatibilityForm,
+        ),
+        (
+            "two_dot_leader",
+            "/public/%e2%80%a5/admin",
+            CompatibilityForm,
+        ),
+        (
+            "small_full_stop_pair",
+            "/public/%ef%b9%92%ef%b9%92/admin",
+            CompatibilityForm,
+        ),
+        (
+            "fullwidth_semicolon_after_dots",
+            "/public/..%ef%bc%9bx/admin",
+            CompatibilityForm,
+        ),
+        (
+            "greek_question_mark_is_semicolon",
+            "/public/..%cd%be/admin",
+            CompatibilityForm,
+        ),
+        (
+            "fullwidth_percent",
+            "/public/%ef%bc%852e%ef%bc%852e/admin",
+            CompatibilityForm,
         ),
         ("parameters_on_nothing", "/public/;x/admin", EmptySegment),
         (

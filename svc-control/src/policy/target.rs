@@ -4,7 +4,8 @@
 //! refused rather than guessed: encoded slashes and backslashes, dot segments (plain or
 //! percent-encoded, and with `;` parameters: Tomcat, Jetty and Spring drop a segment's `;…`
 //! before resolving dots, so `..;`, `..;x=1`, `%2e%2e%3b` are `..` to them), double percent-encoding (`%252f`), empty segments (`//`), NUL and control characters, bad or overlong
-//! percent-encoding (overlong UTF-8 is not UTF-8), fragments, and anything but origin-form
+//! percent-encoding (overlong UTF-8 is not UTF-8), characters that Unicode compatibility
+//! normalisation turns into path syntax (fullwidth `．．／`), fragments, and anything but origin-form
 //! (`/path?query`). A trailing slash is kept as a fact ([`Target::trailing_slash`]): `/a/` and
 //! `/a` are different paths to policy.
 
@@ -58,6 +59,10 @@ pub enum TargetError {
     DotSegmentWithParameters,
     #[error("request target has an empty path segment ('//', or ';' parameters on nothing)")]
     EmptySegment,
+    #[error(
+        "request target has a character that Unicode compatibility normalisation (NFKC) turns into '.', '/', '\\', ';' or '%' (a fullwidth or look-alike form), which servers that normalise before routing read as path syntax"
+    )]
+    CompatibilityForm,
 }
 
 impl Target {
@@ -151,6 +156,9 @@ pub fn canonicalize(raw: &str) -> Result<Target, TargetError> {
             if seg == "." || seg == ".." {
                 return Err(TargetError::DotSegment);
             }
+            if adds_path_syntax(&seg) {
+                return Err(TargetError::CompatibilityForm);
+            }
             // Servers that take `;` as the start of a segment's parameters (Tomcat, Jetty,
             // Spring) read only the part before it as the segment: `..;x` is `..` and `;x` is
             // empty to them, whether the `;` was sent plain or as `%3B`.
@@ -181,6 +189,22 @@ pub fn canonicalize(raw: &str) -> Result<Target, TargetError> {
         trailing_slash,
         query,
     })
+}
+
+/// Whether Unicode compatibility normalisation (NFKC, which some servers and frameworks apply
+/// to paths before routing) would add a character
+/// with meaning in a path: `．．` is `..`, `／` is `/`, `％2e` is `%2e` to them. Policy reads
+/// the segment as sent, so any such form is refused rather than guessed.
+fn adds_path_syntax(seg: &str) -> bool {
+    use unicode_normalization::UnicodeNormalization;
+    if seg.is_ascii() {
+        return false;
+    }
+    let count = |s: &str, c: char| s.chars().filter(|&x| x == c).count();
+    let normal: String = seg.nfkc().collect();
+    ['.', '/', '\\', ';', '%']
+        .iter()
+        .any(|&c| count(&normal, c) > count(seg, c))
 }
 
 /// Whether `s` still holds a `%XX` escape after one decoding.
