@@ -164,7 +164,8 @@ fn config_yaml_policy_paths_apply() {
 }
 
 /// Tomcat, Jetty and Spring drop a segment's `;` parameters before resolving dot segments:
-/// `/public/..;/admin/` is `/admin/` to them, so explain refuses it as the proxy does.
+/// `/public/..;/admin/` is `/admin/` to them, so explain refuses it as the proxy does; and
+/// fullwidth `．．` and `／`, which servers that normalise paths read as `..` and `/`.
 #[test]
 fn dot_segments_with_parameters_are_refused_by_explain() {
     let dir = tempfile::tempdir().unwrap();
@@ -180,6 +181,8 @@ fn dot_segments_with_parameters_are_refused_by_explain() {
         "https://api.corp.test/public/..%3b/admin/",
         "https://api.corp.test/public/%2e%2e;/admin",
         "https://api.corp.test/public/.%2E%3Bx=1/admin",
+        "https://api.corp.test/public/%ef%bc%8e%ef%bc%8e/admin",
+        "https://api.corp.test/public%ef%bc%8fadmin",
     ] {
         let (code, doc) = json(&["--config", c, "GET", url]);
         assert_eq!(
