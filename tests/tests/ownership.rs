@@ -495,3 +495,80 @@ fn a_member_cannot_share_a_directory_owned_by_another() {
     assert_eq!(w.show("a-in-a")["owner_uid"], a.uid);
     ok_as(&w, a, &["workspace", "down", "a-in-a"]);
 }
+
+/// The host's own credentials are the operator's: the code-host token `--repo` brokers goes
+/// only to root and `credentials.code_host_token_group`; the coding agent's home is shared only
+/// into sandboxes of its directory's owner.
+#[test]
+fn the_hosts_code_token_and_agent_home_are_not_every_members() {
+    require_root();
+    let two = two_users();
+    let (a, b) = (&two.a, &two.b);
+    // A's agent home (A's alone, as a home directory's is).
+    let home = std::env::temp_dir().join(format!("{}-agent-home", a.name));
+    std::fs::create_dir_all(&home).expect("agent home");
+    std::os::unix::fs::chown(&home, Some(a.uid), Some(API_GID)).expect("chown");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let w = World::start_with_credentials(&format!(
+        "code_host_token_group = \"{}\"\nagent_home = \"{}\"",
+        two.group.0,
+        home.display()
+    ));
+    let repo = |name: &'static str| -> Vec<&'static str> {
+        vec![
+            "sandbox",
+            "create",
+            name,
+            "--repo",
+            "acme/widget",
+            "--backend",
+            "container",
+        ]
+    };
+    // A is not in the token's group: refused, naming the key and the way out; nothing made.
+    refused_as(
+        &w,
+        a,
+        &repo("a-repo"),
+        &[
+            &format!("uid {} is not in credentials.code_host_token_group", a.uid),
+            &two.group.0,
+            "--secret CODE_HOST_TOKEN@store:NAME",
+        ],
+    );
+    let list = ok_as(&w, a, &["sandbox", "list", "--json"]);
+    assert!(names(&list).is_empty(), "{list}");
+    // B is: its sandbox gets the token — and not A's agent home.
+    ok_as(&w, b, &repo("b-repo"));
+    assert_eq!(
+        w.show("b-repo")["live_mounts"],
+        serde_json::json!([]),
+        "A's agent home went into B's sandbox"
+    );
+    // A's own sandbox (no --repo) gets A's agent home; root's too.
+    ok_as(
+        &w,
+        a,
+        &["sandbox", "create", "a-plain", "--backend", "container"],
+    );
+    let mounts = w.show("a-plain")["live_mounts"].to_string();
+    assert!(
+        mounts.contains(&home.display().to_string()),
+        "the owner's sandbox lacks its agent home: {mounts}"
+    );
+    let out = w.svc(&[
+        "sandbox",
+        "create",
+        "root-repo",
+        "--repo",
+        "acme/widget",
+        "--backend",
+        "container",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    for (u, name) in [(b, "b-repo"), (a, "a-plain")] {
+        ok_as(&w, u, &["sandbox", "destroy", name]);
+    }
+    let _ = w.svc(&["sandbox", "destroy", "root-repo"]);
+    let _ = std::fs::remove_dir_all(&home);
+}

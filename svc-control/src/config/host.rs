@@ -154,6 +154,9 @@ pub struct CredentialsFile {
     /// The host's code-host token (one line): what `svc sandbox create --repo` brokers as
     /// CODE_HOST_TOKEN when no `--secret CODE_HOST_TOKEN@…` is given. Read at each creation.
     pub code_host_token_file: Option<PathBuf>,
+    /// A group whose members' sandboxes may use the host's code-host token (root's always
+    /// may; without it no other caller's may).
+    pub code_host_token_group: Option<String>,
     /// The coding agent's home on the host (SPEC 5.2, e.g. `/home/alice/.claude`): mounted
     /// read-write into every sandbox made while this is set (microvm backend: virtiofs).
     pub agent_home: Option<PathBuf>,
@@ -343,6 +346,8 @@ pub struct HostConfig {
     pub proxy_extra_roots: Vec<PathBuf>,
     /// The host's code-host token file (`credentials.code_host_token_file`).
     pub code_host_token_file: Option<PathBuf>,
+    /// The group whose members may use it (gid, name) (`credentials.code_host_token_group`).
+    pub code_host_token_group: Option<(u32, String)>,
     /// The coding agent's home: (host directory, guest path) (`credentials.agent_home`).
     pub agent_home: Option<(PathBuf, PathBuf)>,
     /// The host key (`credentials.key_file`).
@@ -641,6 +646,19 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             format!("expected an absolute path, got {}", p.display()),
         );
     }
+    let code_host_token_group =
+        f.credentials
+            .code_host_token_group
+            .and_then(|g| match nix::unistd::Group::from_name(&g) {
+                Ok(Some(found)) => Some((found.gid.as_raw(), g)),
+                _ => {
+                    err(
+                        "credentials.code_host_token_group",
+                        format!("no group {g:?} on this host (getent group {g})"),
+                    );
+                    None
+                }
+            });
     let agent_home = match f.credentials.agent_home {
         None => None,
         Some(host) => {
@@ -747,6 +765,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             proxy_port,
             proxy_extra_roots,
             code_host_token_file,
+            code_host_token_group,
             agent_home,
             key_file,
             code_host_cli,

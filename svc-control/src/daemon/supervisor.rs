@@ -112,6 +112,14 @@ fn row_backend(row: &crate::store::SandboxRow) -> String {
         .unwrap_or_else(|| "container".to_owned())
 }
 
+/// Whether the coding agent's home `dir` goes into a sandbox `who` creates: its owner's and
+/// root's (a directory svcd cannot stat is nobody's but root's).
+fn agent_home_for(dir: &std::path::Path, who: &Principal) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let owner = std::fs::metadata(dir).map_or(0, |m| m.uid());
+    crate::policy::ownership::shares_agent_home(who, owner)
+}
+
 fn now_text() -> String {
     rfc3339(SystemTime::now())
 }
@@ -301,8 +309,8 @@ impl Supervisor {
         owner: u32,
     ) -> Result<SandboxView, Failure> {
         self.resolve_store_secrets(who, &mut req)?;
-        self.host_code_token(&mut req).await?;
-        let mut plan = self.plan(&req)?;
+        self.host_code_token(who, &mut req).await?;
+        let mut plan = self.plan(&req, who)?;
         if let Some((_, mounts)) = &restore {
             // A clone has its source's devices, whatever the configuration says now.
             plan.envelope.live_mounts.clone_from(mounts);
@@ -344,11 +352,22 @@ impl Supervisor {
     /// `--secret CODE_HOST_TOKEN@store:|env:|file:…`; `credentials.code_host_token_file`; the
     /// host's code-host CLI login (`gh auth token --hostname <code_host>`, `credentials.
     /// code_host_cli`). None of them: refused now, naming each — not a 401 later.
-    async fn host_code_token(&self, req: &mut CreateSandbox) -> Result<(), Failure> {
+    /// The host's token is the operator's (`policy::ownership::host_code_token`): a caller
+    /// other than root and `credentials.code_host_token_group` gives its own.
+    async fn host_code_token(
+        &self,
+        who: &Principal,
+        req: &mut CreateSandbox,
+    ) -> Result<(), Failure> {
         let secrets = creation_secrets(&req.secrets);
         if !creation::brokers_host_code_token(&creation_request(req, &secrets, None)) {
             return Ok(());
         }
+        crate::policy::ownership::host_code_token(
+            who,
+            self.config.host.code_host_token_group.as_ref(),
+        )
+        .map_err(|e| Failure::forbidden(e.to_string()))?;
         let (source, value) = if let Some(path) = &self.config.host.code_host_token_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::internal(format!(
@@ -403,7 +422,7 @@ impl Supervisor {
     }
 
     /// The request checked by `policy::creation`, and the envelope it makes.
-    fn plan(&self, req: &CreateSandbox) -> Result<Plan, Failure> {
+    fn plan(&self, req: &CreateSandbox, who: &Principal) -> Result<Plan, Failure> {
         let secrets = creation_secrets(&req.secrets);
         let offered = self.backends.offered();
         let why_not = |b: crate::config::workspace::Backend| match b.canonical() {
@@ -496,11 +515,14 @@ impl Supervisor {
                 backend_reason,
                 // The coding agent's live mount (SPEC 5.2), fixed now: the microvm
                 // backend shares it over virtio-fs, the container backend as an idmapped bind.
+                // Only into its owner's (and root's) sandboxes: another member's is made
+                // without it (`policy::ownership::shares_agent_home`).
                 live_mounts: self
                     .config
                     .host
                     .agent_home
                     .iter()
+                    .filter(|(host, _)| agent_home_for(host, who))
                     .map(|(host, guest)| SharedDir::plain(host.clone(), guest.clone()))
                     .chain(workspace_mount)
                     .collect(),

@@ -12,6 +12,11 @@
 //!   sandboxes (`--secret VAR@store:NAME`), but never change it.
 //! - A fork is a copy of its source: only the source's owner (or root) may make one, and the
 //!   clones belong to the source's owner.
+//! - The host's own credentials are the operator's: the code-host token `--repo` brokers
+//!   (`credentials.code_host_token_file`, or root's code-host CLI login) goes only into root's
+//!   sandboxes and those of members of `credentials.code_host_token_group`; the coding agent's
+//!   home (`credentials.agent_home`) is shared only into sandboxes its directory's owner (or
+//!   root) creates — another member's sandbox is made without it.
 //!
 //! Everything here is pure: the daemon reads the caller's uid and groups from the API socket's
 //! peer credentials and the owners from its store, then asks.
@@ -125,6 +130,16 @@ pub enum OwnershipError {
         owner: Owner,
         verb: &'static str,
     },
+    #[error(
+        "--repo needs CODE_HOST_TOKEN, and the host's code-host token is the operator's: uid \
+         {caller} {}; give your own token: --secret CODE_HOST_TOKEN@store:NAME (svc secret set \
+         NAME), @env:VAR or @file:PATH",
+        match group {
+            Some(g) => format!("is not in credentials.code_host_token_group ({g})"),
+            None => "may not use it (root may; credentials.code_host_token_group lets a group)".to_owned(),
+        }
+    )]
+    HostCodeToken { caller: u32, group: Option<String> },
 }
 
 /// Whether `who` may do `action` to the sandbox `name` owned by `owner`.
@@ -205,6 +220,29 @@ pub fn sees_secret(who: &Principal, access: &SecretAccess) -> bool {
             .is_some_and(|(gid, _)| who.groups.contains(gid))
 }
 
+/// The host's code-host token (`credentials.code_host_token_file` or root's code-host CLI
+/// login), brokered by `--repo`: root's, and usable by members of `group` (gid, name) when the
+/// operator names one (`credentials.code_host_token_group`).
+pub fn host_code_token(
+    who: &Principal,
+    group: Option<&(u32, String)>,
+) -> Result<(), OwnershipError> {
+    if who.is_root() || group.is_some_and(|(gid, _)| who.groups.contains(gid)) {
+        return Ok(());
+    }
+    Err(OwnershipError::HostCodeToken {
+        caller: who.uid,
+        group: group.map(|(_, name)| name.clone()),
+    })
+}
+
+/// Whether the coding agent's home, owned by `dir_owner` on the host, is shared into a sandbox
+/// `who` creates: its owner's and root's, nobody else's (another member would read and write
+/// the owner's agent state and credentials).
+pub fn shares_agent_home(who: &Principal, dir_owner: u32) -> bool {
+    who.is_root() || who.uid == dir_owner
+}
+
 /// The owner of a fork's clones: its source's (only the source's owner or root may fork).
 pub fn fork_owner(source_owner: u32) -> u32 {
     source_owner
@@ -236,6 +274,64 @@ mod tests {
         SecretAccess {
             owner: owner(uid),
             shared_with: shared.map(|g| (g, Some("devs".to_owned()))),
+        }
+    }
+
+    /// (case, caller uid, caller groups, token group, allowed)
+    type HostTokenCase = (&'static str, u32, &'static [u32], Option<u32>, bool);
+    const HOST_TOKEN_CASES: &[HostTokenCase] = &[
+        ("root_uses_it", 0, &[], None, true),
+        ("root_uses_it_with_a_group_set", 0, &[], Some(DEVS), true),
+        ("member_without_a_group_set_may_not", BOB, &[], None, false),
+        (
+            "member_outside_the_group_may_not",
+            BOB,
+            &[],
+            Some(DEVS),
+            false,
+        ),
+        ("member_of_the_group_may", ALICE, &[DEVS], Some(DEVS), true),
+        (
+            "member_of_another_group_may_not",
+            BOB,
+            &[DEVS + 1],
+            Some(DEVS),
+            false,
+        ),
+    ];
+
+    #[test]
+    fn host_code_token_table() {
+        for (case, uid, groups, group, allowed) in HOST_TOKEN_CASES {
+            let g = group.map(|gid| (gid, "devs".to_owned()));
+            let got = host_code_token(&who(*uid, groups), g.as_ref());
+            assert_eq!(got.is_ok(), *allowed, "{case}: {got:?}");
+            if let Err(e) = got {
+                let text = e.to_string();
+                assert!(
+                    text.contains("--secret CODE_HOST_TOKEN@store:NAME")
+                        && text.contains(&format!("uid {uid}")),
+                    "{case}: the refusal names the caller and the way out: {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn agent_home_table() {
+        // (case, caller, directory owner, shared)
+        let cases: &[(&str, u32, u32, bool)] = &[
+            ("owner_gets_it", ALICE, ALICE, true),
+            ("root_gets_it", 0, ALICE, true),
+            ("another_member_does_not", BOB, ALICE, false),
+            ("member_does_not_get_roots", BOB, 0, false),
+        ];
+        for (case, caller, dir_owner, shared) in cases {
+            assert_eq!(
+                shares_agent_home(&who(*caller, &[]), *dir_owner),
+                *shared,
+                "{case}"
+            );
         }
     }
 
