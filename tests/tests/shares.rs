@@ -129,6 +129,20 @@ fn the_attack_leaves_nothing_on_the_host(backend: &str) {
             "through {guest} ({backend}) the guest left on the host:\n{}\nthe guest saw:\n{said}",
             bad.join("\n")
         );
+        // Refused with EPERM, not silently dropped.
+        for step in [
+            "chmod-setid",
+            "create-setid",
+            "mknod-setid",
+            "block-device",
+            "char-device",
+            "dir-setgid",
+        ] {
+            assert!(
+                said.contains(&format!("{guest} {step} 1\n")),
+                "{step} in {guest} ({backend}) is not EPERM:\n{said}"
+            );
+        }
     }
 
     // Ordinary work still works, and lands as the owner's.
