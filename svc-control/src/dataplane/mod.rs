@@ -9,6 +9,8 @@ pub mod idmap;
 mod link;
 mod nft;
 mod sandbox;
+/// Seccomp filters installed on a helper between fork and exec.
+pub mod seccomp;
 
 pub use bpffs::ensure_bpffs;
 pub use fence::{

@@ -19,6 +19,8 @@ pub mod project;
 /// A push's command list as git's receive-pack reads it (the relay and smart-HTTP both ask).
 pub mod receive_pack;
 pub mod request;
+/// What a guest may leave on a host file through a shared directory (ids, mode bits, nodes).
+pub mod shares;
 pub mod ssh;
 pub mod target;
 /// Whether a project's perimeter (egress, runtime, capabilities) is one its owner approved.

@@ -10,6 +10,8 @@
 pub mod container;
 pub mod ids;
 pub mod microvm;
+/// The calls through which a mode reaches a file: the share rules' seccomp form.
+pub(crate) mod share_calls;
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 

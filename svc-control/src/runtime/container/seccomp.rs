@@ -12,6 +12,8 @@
 
 use serde::Serialize;
 
+use crate::runtime::share_calls;
+
 /// Calls allowed without conditions.
 pub const ALLOWED: &[&str] = &[
     "accept",
@@ -23,7 +25,6 @@ pub const ALLOWED: &[&str] = &[
     "capget",
     "capset",
     "chdir",
-    "chmod",
     "chown",
     "chown32",
     "chroot",
@@ -37,7 +38,6 @@ pub const ALLOWED: &[&str] = &[
     "close_range",
     "connect",
     "copy_file_range",
-    "creat",
     "dup",
     "dup2",
     "dup3",
@@ -62,9 +62,6 @@ pub const ALLOWED: &[&str] = &[
     "fallocate",
     "fanotify_mark",
     "fchdir",
-    "fchmod",
-    "fchmodat",
-    "fchmodat2",
     "fchown",
     "fchown32",
     "fchownat",
@@ -163,10 +160,6 @@ pub const ALLOWED: &[&str] = &[
     "memfd_create",
     "memfd_secret",
     "mincore",
-    "mkdir",
-    "mkdirat",
-    "mknod",
-    "mknodat",
     "mlock",
     "mlock2",
     "mlockall",
@@ -193,9 +186,6 @@ pub const ALLOWED: &[&str] = &[
     "nanosleep",
     "newfstatat",
     "_newselect",
-    "open",
-    "openat",
-    "openat2",
     "pause",
     "pidfd_open",
     "pidfd_send_signal",
@@ -485,12 +475,50 @@ pub fn profile() -> Seccomp {
         errno_ret: Some(ENOSYS),
         args: Vec::new(),
     });
+    syscalls.extend(share_rules());
     Seccomp {
         default_action: "SCMP_ACT_ERRNO",
         default_errno_ret: EPERM,
         architectures: vec!["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
         syscalls,
     }
+}
+
+/// The calls that give a file its mode, allowed only with a mode `policy::shares` lets
+/// reach the host (no setid bit, no device): the shares are the host's directories, and a
+/// filter cannot tell a share's path from the guest's own files, so the rule holds for the
+/// whole sandbox (`no_new_privileges` makes setid bits void inside it anyway). `openat2`,
+/// whose mode a filter cannot read, answers ENOSYS.
+fn share_rules() -> Vec<Syscall> {
+    let mut out = Vec::new();
+    for c in &share_calls::MODE_CALLS {
+        for tests in share_calls::allowed_when(c) {
+            out.push(Syscall {
+                names: vec![c.name.into()],
+                action: "SCMP_ACT_ALLOW",
+                errno_ret: None,
+                args: tests
+                    .into_iter()
+                    .map(|m| Arg {
+                        index: u32::from(m.index),
+                        value: m.mask,
+                        value_two: m.value,
+                        op: "SCMP_CMP_MASKED_EQ",
+                    })
+                    .collect(),
+            });
+        }
+    }
+    out.push(Syscall {
+        names: share_calls::UNREADABLE
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        action: "SCMP_ACT_ERRNO",
+        errno_ret: Some(ENOSYS),
+        args: Vec::new(),
+    });
+    out
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -554,6 +582,45 @@ mod tests {
         ] {
             assert!(!listed.contains(&call), "{call} is allowed");
         }
+    }
+
+    #[test]
+    fn modes_reach_files_only_as_the_share_policy_allows() {
+        let p = profile();
+        for c in &share_calls::MODE_CALLS {
+            assert!(
+                !ALLOWED.contains(&c.name),
+                "{} allowed unconditionally",
+                c.name
+            );
+            let rules: Vec<&Syscall> = p.syscalls.iter().filter(|s| s.names == [c.name]).collect();
+            assert!(!rules.is_empty(), "{} is never allowed", c.name);
+            for r in rules {
+                assert_eq!(r.action, "SCMP_ACT_ALLOW");
+                assert!(r.args.iter().all(|a| a.op == "SCMP_CMP_MASKED_EQ"), "{r:?}");
+                assert!(!r.args.is_empty(), "{} allowed without a test", c.name);
+            }
+        }
+        // chmod: the mode argument with its setid bits clear.
+        let chmod = p
+            .syscalls
+            .iter()
+            .find(|s| s.names == ["chmod"])
+            .expect("chmod rule");
+        assert_eq!(
+            (
+                chmod.args[0].index,
+                chmod.args[0].value,
+                chmod.args[0].value_two
+            ),
+            (1, 0o6000, 0)
+        );
+        let openat2 = p
+            .syscalls
+            .iter()
+            .find(|s| s.names == ["openat2"])
+            .expect("openat2 rule");
+        assert_eq!(openat2.errno_ret, Some(ENOSYS));
     }
 
     #[test]
