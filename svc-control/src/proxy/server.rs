@@ -861,6 +861,28 @@ impl Proxy {
             },
         );
         let credential = match &decision.outcome {
+            Outcome::Deny { status } if decision.rule == request::Rule::SmartHttpPushRefused => {
+                let answer = super::git_push::refusal(decision.push.as_ref(), &decision.reason);
+                self.audit_request(
+                    sandbox.id,
+                    HttpEvent {
+                        host: decision.host.clone(),
+                        method: parts.method.to_string(),
+                        path: decision.path.clone(),
+                        status: *status,
+                        decision: "deny",
+                        rule: decision.rule.name(),
+                        credential: "none",
+                        bytes_up: 0,
+                        bytes_down: answer.len() as u64,
+                        duration_ms: ms(started),
+                        upgrade: None,
+                        dialled: None,
+                        refs: super::git_push::refs(decision.push.as_ref()),
+                    },
+                );
+                return super::git_push::response(answer);
+            }
             Outcome::Deny { status } => {
                 return self.refuse(
                     sandbox,
@@ -914,6 +936,7 @@ impl Proxy {
                         upgrade: None,
                         dialled: dialled_to.map(|a| a.to_string()),
                         rule,
+                        refs: super::git_push::refs(decision.push.as_ref()),
                     },
                 );
                 return refusal(status, &e.rule(), &reason);
@@ -1131,6 +1154,7 @@ impl Proxy {
             duration_ms: 0,
             upgrade: None,
             dialled: direct.then(|| dial_to.to_string()),
+            refs: super::git_push::refs(decision.push.as_ref()),
         };
         if let Some((guest, upstream)) = upgraded {
             // The handshake is audited now; the relay writes a second record when it closes.
@@ -1247,6 +1271,7 @@ impl Proxy {
                 duration_ms: ms(started),
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             },
         );
         refusal(status, rule, reason)
@@ -1281,6 +1306,7 @@ impl Proxy {
                 duration_ms: 0,
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             },
         );
     }
@@ -1301,6 +1327,7 @@ impl Proxy {
                 duration_ms: 0,
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             },
         );
     }
