@@ -231,4 +231,100 @@ mod tests {
         assert_eq!(names, ["refs/heads/main", "refs/heads/svc/a"]);
         assert!(c.capabilities.iter().any(|x| x == "side-band-64k"));
     }
+
+    #[test]
+    fn decide_holds_receive_pack_posts_only_when_asked() {
+        use crate::{
+            config::{
+                egress::{EgressConfig, RepoName},
+                host::HostConfig,
+            },
+            policy::{
+                credentials::Scheme,
+                request::{HttpRequest, Outcome, Rule, SandboxPolicy, decide},
+            },
+        };
+        let repo = RepoName::parse("acme/widget").expect("a repo name");
+        let mut policy = SandboxPolicy::for_sandbox(
+            &HostConfig::default(),
+            &[],
+            Some(repo),
+            EgressConfig::default(),
+        )
+        .expect("a policy");
+        let host = policy.code.code_host.to_string();
+        let main = push(&["refs/heads/main"]);
+        let svc = push(&["refs/heads/svc/a"]);
+        // (name, asked, target, body, rule, refs checked)
+        let cases: &[(&str, bool, &str, &[u8], Rule, usize)] = &[
+            (
+                "off_main",
+                false,
+                "/acme/widget.git/git-receive-pack",
+                &main,
+                Rule::SmartHttp,
+                0,
+            ),
+            (
+                "on_main",
+                true,
+                "/acme/widget.git/git-receive-pack",
+                &main,
+                Rule::SmartHttpPushRefused,
+                1,
+            ),
+            (
+                "on_svc",
+                true,
+                "/acme/widget.git/git-receive-pack",
+                &svc,
+                Rule::SmartHttp,
+                1,
+            ),
+            (
+                "on_fetch",
+                true,
+                "/acme/widget.git/git-upload-pack",
+                b"0000",
+                Rule::SmartHttp,
+                0,
+            ),
+            (
+                "on_foreign_repo",
+                true,
+                "/evil/exfil.git/git-receive-pack",
+                &svc,
+                Rule::SmartHttpForeignRepo,
+                0,
+            ),
+        ];
+        for (name, asked, target, body, rule, refs) in cases {
+            policy.https_push_branches =
+                asked.then(|| vec![super::super::ssh::DEFAULT_BRANCHES.to_owned()]);
+            let d = decide(
+                &policy,
+                &HttpRequest {
+                    scheme: Scheme::Https,
+                    method: "POST",
+                    target,
+                    authority: Some(&host),
+                    sni: Some(&host),
+                    alt_authority: None,
+                    headers: &[],
+                    body_prefix: body,
+                    body_complete: false,
+                    head_had_both_lengths: false,
+                },
+            );
+            assert_eq!(d.rule, *rule, "{name}: {d:?}");
+            assert_eq!(d.push.map_or(0, |p| p.updates.len()), *refs, "{name}");
+            if *rule == Rule::SmartHttpPushRefused {
+                assert_eq!(d.outcome, Outcome::Deny { status: 403 }, "{name}");
+                assert_eq!(
+                    d.reason, "svc: refused: ref refs/heads/main not in allowed branches",
+                    "{name}"
+                );
+            }
+        }
+    }
 }
