@@ -11,6 +11,7 @@
 //!   secrets:
 //!     - name: CODE_HOST_TOKEN
 //!       hosts: [api.code.example.com]       # brokered credential: policy-gated too
+//!   httpsPushBranches: true                 # smart-HTTP pushes held to AllowedBranches
 //! ```
 //!
 //! A host is open or policy-gated, never both: a host under `allow` that is also under `policy`
