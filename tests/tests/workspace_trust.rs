@@ -498,9 +498,18 @@ fn a_commondir_written_by_the_guest_is_reported_at_down_and_at_the_next_up() {
     // the owner decides.
     let again = up(&w, &dir, "gitcd");
     let said = String::from_utf8_lossy(&again.stderr);
-    assert!(said.contains("git on this host would run code"), "no warning at up:\n{said}");
-    for names in [".git/commondir = \"../evil\"", "evil/config: core.fsmonitor"] {
-        assert!(said.contains(names), "{names:?} not reported at up:\n{said}");
+    assert!(
+        said.contains("git on this host would run code"),
+        "no warning at up:\n{said}"
+    );
+    for names in [
+        ".git/commondir = \"../evil\"",
+        "evil/config: core.fsmonitor",
+    ] {
+        assert!(
+            said.contains(names),
+            "{names:?} not reported at up:\n{said}"
+        );
     }
     let down = w.svc(&["workspace", "down", "gitcd"]);
     assert!(down.status.success(), "{}", text(&down));
