@@ -710,7 +710,8 @@ mod tests {
     fn finding_cases() {
         use OtherKind::{Alternates, Gitlink, Hook, Key, Redirect};
         // (name, entry, Some(fragment of the line) or None: not a finding)
-        let cases: &[(&str, (&str, OtherKind, &str), Option<&str>)] = &[
+        type Entry<'a> = (&'a str, OtherKind, &'a str);
+        let cases: &[(&str, Entry<'_>, Option<&str>)] = &[
             (
                 "commondir",
                 (".git/commondir", Redirect, "../evil\n"),

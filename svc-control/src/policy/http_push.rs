@@ -121,7 +121,8 @@ mod tests {
         // (name, headers, body, complete, Ok(refs) or Err(line fragment))
         type Want = Result<&'static [&'static str], &'static str>;
         let long = push(&["refs/heads/svc/a"])[..20].to_vec();
-        let cases: Vec<(&str, &[(&str, &[u8])], Vec<u8>, bool, Want)> = vec![
+        type Headers<'a> = &'a [(&'a str, &'a [u8])];
+        let cases: Vec<(&str, Headers<'_>, Vec<u8>, bool, Want)> = vec![
             (
                 "allowed_branch",
                 plain,
@@ -256,7 +257,8 @@ mod tests {
         let main = push(&["refs/heads/main"]);
         let svc = push(&["refs/heads/svc/a"]);
         // (name, asked, target, body, rule, refs checked)
-        let cases: &[(&str, bool, &str, &[u8], Rule, usize)] = &[
+        type Case<'a> = (&'a str, bool, &'a str, &'a [u8], Rule, usize);
+        let cases: &[Case<'_>] = &[
             (
                 "off_main",
                 false,
