@@ -62,7 +62,7 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
             })),
         ),
         (
-            "http_push_held_to_allowed_branches",
+            "http", // a push held to AllowedBranches, with its refs
             base(AuditEvent::Http(HttpEvent {
                 host: Some("code.test".into()),
                 method: "POST".into(),
