@@ -143,9 +143,8 @@ pub struct CreateArgs {
     /// With --workspace: approve the project's perimeter as it is now without asking.
     #[arg(long, requires = "workspace")]
     pub trust: bool,
-    /// Hold git pushes over HTTPS to the allowed branches too, as over SSH (default: a push
-    /// to the bound --repo may update any ref). A workspace's .svc/config.yaml
-    /// `egress.httpsPushBranches: true` asks the same.
+    /// Hold git pushes over HTTPS to the allowed branches too, as over SSH (default: any ref
+    /// of the --repo); .svc/config.yaml `egress.httpsPushBranches: true` asks the same.
     #[arg(long)]
     pub https_push_branches: bool,
     /// Print the created sandbox as JSON.
@@ -451,15 +450,13 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
             s.policy_generation
         );
     }
-    outln!(
-        "  allowed branches:  {}{}",
-        s.allowed_branches.join(", "),
-        if s.https_push_branches {
-            " (SSH and HTTPS pushes)"
-        } else {
-            " (SSH pushes)"
-        }
-    );
+    let over = if s.https_push_branches {
+        "SSH and HTTPS"
+    } else {
+        "SSH"
+    };
+    let branches = s.allowed_branches.join(", ");
+    outln!("  allowed branches:  {branches} ({over} pushes)");
     for r in &s.ssh_repos {
         outln!("  git over ssh:      {} {}", r.host, r.repo);
     }

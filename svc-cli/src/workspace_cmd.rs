@@ -212,10 +212,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|s| read_secret(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let git_snapshot = crate::git_snapshot::take(&root);
-    if let Some(s) = &git_snapshot {
-        report_git_findings(&root, s);
-    }
+    let git_snapshot = git_snapshot_reported(&root);
     let req = CreateSandbox {
         name: name.clone(),
         allow_hosts: a.allow_host,
@@ -428,13 +425,15 @@ async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// Before anything starts: say what git on the host would run or be redirected by in the
-/// project beyond its own `.git/config` and hooks (a previous session's guest may have put it
-/// there: `policy::gitdir::findings`).
-fn report_git_findings(root: &std::path::Path, s: &svc_control::policy::gitdir::Snapshot) {
-    let found = svc_control::policy::gitdir::findings(s);
+/// What host git executes in the project, for the report at `down`; and before anything
+/// starts, what git on the host would run or be redirected by beyond the project's own
+/// `.git/config` and hooks (a previous session's guest may have put it there:
+/// `policy::gitdir::findings`), said on stderr.
+fn git_snapshot_reported(root: &std::path::Path) -> Option<svc_control::policy::gitdir::Snapshot> {
+    let s = crate::git_snapshot::take(root)?;
+    let found = svc_control::policy::gitdir::findings(&s);
     if found.is_empty() {
-        return;
+        return Some(s);
     }
     eprintln!(
         "! git on this host would run code or take configuration from these in {} (paths \
@@ -445,6 +444,7 @@ fn report_git_findings(root: &std::path::Path, s: &svc_control::policy::gitdir::
     for f in &found {
         eprintln!("    {f}");
     }
+    Some(s)
 }
 
 /// Say what changed during the session in what host git executes in the project.

@@ -862,26 +862,7 @@ impl Proxy {
         );
         let credential = match &decision.outcome {
             Outcome::Deny { status } if decision.rule == request::Rule::SmartHttpPushRefused => {
-                let answer = super::git_push::refusal(decision.push.as_ref(), &decision.reason);
-                self.audit_request(
-                    sandbox.id,
-                    HttpEvent {
-                        host: decision.host.clone(),
-                        method: parts.method.to_string(),
-                        path: decision.path.clone(),
-                        status: *status,
-                        decision: "deny",
-                        rule: decision.rule.name(),
-                        credential: "none",
-                        bytes_up: 0,
-                        bytes_down: answer.len() as u64,
-                        duration_ms: ms(started),
-                        upgrade: None,
-                        dialled: None,
-                        refs: super::git_push::refs(decision.push.as_ref()),
-                    },
-                );
-                return super::git_push::response(answer);
+                return self.refuse_push(sandbox, &parts.method, &decision, *status, started);
             }
             Outcome::Deny { status } => {
                 return self.refuse(
@@ -1275,6 +1256,38 @@ impl Proxy {
             },
         );
         refusal(status, rule, reason)
+    }
+
+    /// A smart-HTTP push held to AllowedBranches and refused: the answer git shows
+    /// (`git_push`), audited with the decision's status and every ref of the push.
+    fn refuse_push(
+        &self,
+        sandbox: &ProxySandbox,
+        method: &http::Method,
+        decision: &request::Decision,
+        status: u16,
+        started: Instant,
+    ) -> Response<ProxyBody> {
+        let answer = super::git_push::refusal(decision.push.as_ref(), &decision.reason);
+        self.audit_request(
+            sandbox.id,
+            HttpEvent {
+                host: decision.host.clone(),
+                method: method.to_string(),
+                path: decision.path.clone(),
+                status,
+                decision: "deny",
+                rule: decision.rule.name(),
+                credential: "none",
+                bytes_up: 0,
+                bytes_down: answer.len() as u64,
+                duration_ms: ms(started),
+                upgrade: None,
+                dialled: None,
+                refs: super::git_push::refs(decision.push.as_ref()),
+            },
+        );
+        super::git_push::response(answer)
     }
 
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
