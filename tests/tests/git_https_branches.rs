@@ -3,7 +3,8 @@
 //! git server (`git http-backend`). A push to an allowed branch goes through; a push to
 //! `main` is refused with the same line the SSH relay gives, on git's stderr, the server's refs
 //! unchanged, the audit record naming every ref; an svcd restart keeps the choice. Without the
-//! flag a push to `main` goes through, as the spec's default says.
+//! flag a push to `main` goes through, as the spec's default says. A workspace whose
+//! `.svc/config.yaml` says `egress.httpsPushBranches: true` gets the same rule.
 
 use std::process::Command;
 
@@ -139,4 +140,36 @@ fn https_pushes_are_held_to_allowed_branches_when_the_sandbox_asks() {
     assert_eq!(code, 0, "push to main without the flag: {out}{err}");
     assert_ne!(server_ref(&w, "refs/heads/main"), main);
     w.destroy_checked("open");
+
+    // A workspace asks in its .svc/config.yaml (svcd reads it from the egress section).
+    let main = server_ref(&w, "refs/heads/main");
+    let project = w.dir.join("held-project");
+    std::fs::create_dir_all(project.join(".svc")).expect("project");
+    std::fs::write(project.join(".svc/workspace.json"), r#"{"version":1}"#).expect("json");
+    std::fs::write(
+        project.join(".svc/config.yaml"),
+        "egress:\n  httpsPushBranches: true\n",
+    )
+    .expect("yaml");
+    let dir = project.to_str().expect("utf-8");
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        dir,
+        "--name",
+        "ws",
+        "--backend",
+        "container",
+        "--trust",
+        "--repo",
+        "acme/widget",
+    ]);
+    assert!(up.status.success(), "{up:?}");
+    assert_eq!(w.show("ws")["https_push_branches"], true);
+    clone_and_commit(&w, "ws");
+    let (code, out, err) = push(&w, "ws", "HEAD:refs/heads/main");
+    assert_ne!(code, 0, "push to main from the workspace: {out}{err}");
+    assert!(err.contains(&line), "{err}");
+    assert_eq!(server_ref(&w, "refs/heads/main"), main);
+    w.svc_ok(&["workspace", "down", "ws"]);
 }
