@@ -6,7 +6,11 @@
 //!   (`svc workspace trust`); each API user's approval is their own;
 //! - inside the sandbox `.git/config` and `.git/hooks` are read-only (not remountable, `.git`
 //!   not renamable) while commits, branches and fetches work; a workspace may opt out;
-//! - `svc workspace down` reports what changed in what host git executes.
+//! - `svc workspace down` reports what changed in what host git executes, including what no
+//!   bind can stop (a guest-written `.git/commondir` and the config it points at, a nested
+//!   repository added as a gitlink with its own `core.fsmonitor` and hooks), and the next
+//!   `svc workspace up` names them on stderr before it creates anything; a linked worktree's
+//!   redirections are read-only while commits, branches, checkouts and fetches work.
 
 use std::{
     path::{Path, PathBuf},
