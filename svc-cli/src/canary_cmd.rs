@@ -142,6 +142,7 @@ async fn sequence(
                 ssh_repos: Vec::new(),
                 workspace: None,
                 project: None,
+                https_push_branches: false,
             }),
         )
         .await

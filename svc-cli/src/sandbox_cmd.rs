@@ -143,6 +143,10 @@ pub struct CreateArgs {
     /// With --workspace: approve the project's perimeter as it is now without asking.
     #[arg(long, requires = "workspace")]
     pub trust: bool,
+    /// Hold git pushes over HTTPS to the allowed branches too, as over SSH (default: any ref
+    /// of the --repo); .svc/config.yaml `egress.httpsPushBranches: true` asks the same.
+    #[arg(long)]
+    pub https_push_branches: bool,
     /// Print the created sandbox as JSON.
     #[arg(long)]
     pub json: bool,
@@ -328,6 +332,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    let mut https_push_branches = a.https_push_branches;
     let (runtime_required, ssh_repos, project) = match &a.workspace {
         None => (None, Vec::new(), None),
         Some(dir) => {
@@ -339,6 +344,10 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
                 std::env::vars(),
             )
             .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
+            https_push_branches |= loaded
+                .egress
+                .as_ref()
+                .is_some_and(|e| e.https_push_branches);
             // The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
             let repos = loaded
                 .egress
@@ -380,6 +389,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ssh_repos,
         workspace: None,
         project,
+        https_push_branches,
     };
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))
@@ -440,7 +450,13 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
             s.policy_generation
         );
     }
-    outln!("  allowed branches:  {}", s.allowed_branches.join(", "));
+    let over = if s.https_push_branches {
+        "SSH and HTTPS"
+    } else {
+        "SSH"
+    };
+    let branches = s.allowed_branches.join(", ");
+    outln!("  allowed branches:  {branches} ({over} pushes)");
     for r in &s.ssh_repos {
         outln!("  git over ssh:      {} {}", r.host, r.repo);
     }

@@ -212,6 +212,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|s| read_secret(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let git_snapshot = git_snapshot_reported(&root);
     let req = CreateSandbox {
         name: name.clone(),
         allow_hosts: a.allow_host,
@@ -233,13 +234,15 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             readiness,
             forwards: loaded.effective.spotlight.clone(),
             auth: workspace_auth(&root, &loaded.effective.auth),
-            git_snapshot: crate::git_snapshot::take(&root),
+            git_snapshot,
         }),
         project: Some(api::ProjectPerimeter {
             root: root.display().to_string(),
             perimeter,
             trust,
         }),
+        // The egress section carries its own `httpsPushBranches` to svcd.
+        https_push_branches: false,
     };
     if !a.json {
         outln!("creating sandbox {name} for {} …", root.display());
@@ -422,6 +425,28 @@ async fn down(client: &Client, name: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// What host git executes in the project, for the report at `down`; and before anything
+/// starts, what git on the host would run or be redirected by beyond the project's own
+/// `.git/config` and hooks (a previous session's guest may have put it there:
+/// `policy::gitdir::findings`), said on stderr.
+fn git_snapshot_reported(root: &std::path::Path) -> Option<svc_control::policy::gitdir::Snapshot> {
+    let s = crate::git_snapshot::take(root)?;
+    let found = svc_control::policy::gitdir::findings(&s);
+    if found.is_empty() {
+        return Some(s);
+    }
+    eprintln!(
+        "! git on this host would run code or take configuration from these in {} (paths \
+         relative to it; a sandbox may have put them there): review them before your next \
+         git command there",
+        root.display()
+    );
+    for f in &found {
+        eprintln!("    {f}");
+    }
+    Some(s)
+}
+
 /// Say what changed during the session in what host git executes in the project.
 fn report_git_changes(
     root: &str,
@@ -437,8 +462,8 @@ fn report_git_changes(
         );
     } else if !changes.is_empty() {
         eprintln!(
-            "! what git runs as you in {root} changed during the session (review it before \
-             your next git command there):"
+            "! what git runs as you in {root} changed during the session (paths relative to \
+             it; review them before your next git command there):"
         );
         for c in &changes {
             eprintln!("    {c}");

@@ -141,6 +141,11 @@ pub struct CreateSandbox {
     /// perimeter: svcd creates the sandbox only if the caller approved that perimeter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<ProjectPerimeter>,
+    /// Hold git pushes over smart-HTTP to AllowedBranches too, as over SSH
+    /// (`--https-push-branches`; a workspace's `.svc/config.yaml` `egress.httpsPushBranches`
+    /// does the same). Default: a push to the bound repository may update any ref.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub https_push_branches: bool,
 }
 
 /// Where a workspace's project directory appears inside its sandbox.
@@ -474,6 +479,9 @@ pub struct SandboxView {
     #[serde(default)]
     pub policy_generation: u32,
     pub allowed_branches: Vec<String>,
+    /// Whether smart-HTTP pushes are held to `allowed_branches` too (else only SSH pushes).
+    #[serde(default)]
+    pub https_push_branches: bool,
     /// Repositories git may reach over SSH (the relay's policy).
     #[serde(default)]
     pub ssh_repos: Vec<SshRepo>,

@@ -58,6 +58,29 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
                 duration_ms: 84,
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
+            })),
+        ),
+        (
+            "http", // a push held to AllowedBranches, with its refs
+            base(AuditEvent::Http(HttpEvent {
+                host: Some("code.test".into()),
+                method: "POST".into(),
+                path: Some("/acme/widget.git/git-receive-pack".into()),
+                status: 403,
+                decision: "deny",
+                rule: "smart-http-push-refused".into(),
+                credential: "none",
+                bytes_up: 0,
+                bytes_down: 240,
+                duration_ms: 3,
+                upgrade: None,
+                dialled: None,
+                refs: vec![svc_control::audit::SshRef {
+                    name: "refs/heads/main".into(),
+                    old: "1".repeat(40),
+                    new: "2".repeat(40),
+                }],
             })),
         ),
     ]

@@ -361,3 +361,33 @@ fn repos_are_normalised_case_insensitively_without_git_suffix() {
     let entry = cfg.policy.get("code.example.com").unwrap();
     assert_eq!(entry.repos[0].as_str(), "acme/widget");
 }
+
+#[test]
+fn https_push_branches_is_an_opt_in_that_survives_a_round_trip() {
+    let cases: &[(&str, &str, Option<bool>)] = &[
+        ("absent", "egress:\n  allow: [a.example]\n", Some(false)),
+        ("on", "egress:\n  httpsPushBranches: true\n", Some(true)),
+        ("off", "egress:\n  httpsPushBranches: false\n", Some(false)),
+        ("not_a_bool", "egress:\n  httpsPushBranches: main\n", None),
+        (
+            "snake_case_refused",
+            "egress:\n  https_push_branches: true\n",
+            None,
+        ),
+    ];
+    for (name, text, want) in cases {
+        match (parse(text), want) {
+            (Ok(c), Some(w)) => {
+                assert_eq!(c.https_push_branches, *w, "{name}");
+                let again = egress::validate(Path::new("x"), c.to_file()).expect("round trip");
+                assert_eq!(again, c, "{name}");
+            }
+            (Err(e), None) => assert!(
+                e.to_string().contains("httpsPushBranches")
+                    || e.to_string().contains("https_push_branches"),
+                "{name}: {e}"
+            ),
+            (got, want) => panic!("{name}: want {want:?}, got {got:?}"),
+        }
+    }
+}

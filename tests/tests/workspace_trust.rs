@@ -6,7 +6,11 @@
 //!   (`svc workspace trust`); each API user's approval is their own;
 //! - inside the sandbox `.git/config` and `.git/hooks` are read-only (not remountable, `.git`
 //!   not renamable) while commits, branches and fetches work; a workspace may opt out;
-//! - `svc workspace down` reports what changed in what host git executes.
+//! - `svc workspace down` reports what changed in what host git executes, including what no
+//!   bind can stop (a guest-written `.git/commondir` and the config it points at, a nested
+//!   repository added as a gitlink with its own `core.fsmonitor` and hooks), and the next
+//!   `svc workspace up` names them on stderr before it creates anything; a linked worktree's
+//!   redirections are read-only while commits, branches, checkouts and fetches work.
 
 use std::{
     path::{Path, PathBuf},
@@ -412,4 +416,140 @@ fn workspace_down_reports_executable_git_changes_when_the_workspace_opted_out() 
         assert!(said.contains(change), "{change:?} not reported:\n{said}");
     }
     assert!(!said.contains("user.name"), "only executable keys: {said}");
+}
+
+/// `svc workspace up DIR` for a project (approved before), container backend.
+fn up(w: &World, dir: &Path, name: &str) -> Output {
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        p(dir),
+        "--name",
+        name,
+        "--backend",
+        "container",
+        "--trust",
+    ]);
+    assert!(
+        up.status.success(),
+        "{}\nsvcd:\n{}",
+        text(&up),
+        w.svcd_log()
+    );
+    up
+}
+
+/// The guest's git may work on /workspace (owned by the host's root, the guest's own root).
+const GUEST_GIT: &str = "set -e; git config --global user.name g; git config --global user.email g@x; \
+                         git config --global --add safe.directory '*'";
+
+#[test]
+fn a_commondir_written_by_the_guest_is_reported_at_down_and_at_the_next_up() {
+    require_root();
+    let w = World::start();
+    let dir = repo_project(&w, "gitcd", r#"{"version":1}"#);
+    // The owner has a linked worktree outside the project: .git/worktrees exists.
+    let outside = w.dir.join("gitcd-topic");
+    git(&dir, &["worktree", "add", "-q", p(&outside), "-b", "topic"]);
+    up(&w, &dir, "gitcd");
+
+    // The linked worktree's redirections are read-only; commits, branches, checkouts and
+    // fetches still work beside them.
+    let (code, out, err) = w.sh(
+        "gitcd",
+        "echo /tmp/evil > /workspace/.git/worktrees/gitcd-topic/commondir",
+    );
+    assert_ne!(
+        code, 0,
+        "the guest rewrote a worktree's commondir: {out}{err}"
+    );
+    let (code, out, err) = w.sh(
+        "gitcd",
+        &format!(
+            "{GUEST_GIT}; cd /workspace; echo a > a.txt; git add a.txt; git commit -q -m g; \
+             git branch side; git checkout -q side; git checkout -q main; \
+             git init -q -b main /tmp/o; cd /tmp/o; git commit -q --allow-empty -m o; \
+             cd /workspace; git fetch -q /tmp/o main:refs/remotes/o/main"
+        ),
+    );
+    assert_eq!(code, 0, "git in the guest: {out}{err}");
+
+    // The hole: .git stays writable, so the guest can point the common directory at a config
+    // of its own (git would take core.fsmonitor from there at the owner's next git status).
+    let (code, out, err) = w.sh(
+        "gitcd",
+        "set -e; mkdir -p /workspace/evil/hooks; \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = /workspace/evil/run\\n' \
+           > /workspace/evil/config; \
+         echo ../evil > /workspace/.git/commondir",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let down = w.svc(&["workspace", "down", "gitcd"]);
+    let said = text(&down);
+    assert!(down.status.success(), "{said}");
+    for names in [
+        "what git runs as you in",
+        ".git/commondir = \"../evil\": git takes config and hooks from there (remove: rm .git/commondir) (new)",
+        "evil/config: core.fsmonitor = \"/workspace/evil/run\" (remove: git config --file evil/config --unset-all core.fsmonitor) (new)",
+    ] {
+        assert!(
+            said.contains(names),
+            "{names:?} not reported at down:\n{said}"
+        );
+    }
+
+    // The next up says so (on stderr, before it asks svcd for anything) and still comes up:
+    // the owner decides.
+    let again = up(&w, &dir, "gitcd");
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains("git on this host would run code"),
+        "no warning at up:\n{said}"
+    );
+    for names in [
+        ".git/commondir = \"../evil\"",
+        "evil/config: core.fsmonitor",
+    ] {
+        assert!(
+            said.contains(names),
+            "{names:?} not reported at up:\n{said}"
+        );
+    }
+    let down = w.svc(&["workspace", "down", "gitcd"]);
+    assert!(down.status.success(), "{}", text(&down));
+}
+
+#[test]
+fn a_gitlinked_nested_repository_is_reported_at_down() {
+    require_root();
+    let w = World::start();
+    let dir = repo_project(&w, "gitnest", r#"{"version":1}"#);
+    up(&w, &dir, "gitnest");
+    // A nested repository with an executable config, added to the index as a gitlink: the
+    // owner's next git status runs `git status` inside it, with its core.fsmonitor.
+    let (code, out, err) = w.sh(
+        "gitnest",
+        &format!(
+            "{GUEST_GIT}; cd /workspace; git init -q -b main sub; cd sub; \
+             git commit -q --allow-empty -m s; git config core.fsmonitor /workspace/sub/run; \
+             printf '#!/bin/sh\\n' > .git/hooks/post-checkout; cd ..; git add sub 2>/dev/null; \
+             git ls-files -s sub"
+        ),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("160000 "), "no gitlink: {out}");
+    let down = w.svc(&["workspace", "down", "gitnest"]);
+    let said = text(&down);
+    assert!(down.status.success(), "{said}");
+    for names in [
+        "what git runs as you in",
+        "gitlink sub (dir): host git looks into it",
+        "sub/.git/config: core.fsmonitor = \"/workspace/sub/run\"",
+        "hook sub/.git/hooks/post-checkout",
+    ] {
+        assert!(
+            said.contains(names),
+            "{names:?} not reported at down:\n{said}"
+        );
+    }
 }

@@ -149,6 +149,10 @@ pub struct HttpEvent {
     /// for requests sent through the operator's forward proxy (which resolves the name itself).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dialled: Option<String>,
+    /// A smart-HTTP push held to AllowedBranches (`--https-push-branches`): every ref it
+    /// updates, refused or not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<SshRef>,
 }
 
 /// One DNS question and what the guard did with it.
@@ -520,6 +524,7 @@ pub(crate) mod tests {
                 duration_ms: 1,
                 upgrade: None,
                 dialled: Some("192.0.2.10:443".into()),
+                refs: Vec::new(),
             }),
         }
     }

@@ -11,6 +11,7 @@
 //!   secrets:
 //!     - name: CODE_HOST_TOKEN
 //!       hosts: [api.code.example.com]       # brokered credential: policy-gated too
+//!   httpsPushBranches: true                 # smart-HTTP pushes held to AllowedBranches
 //! ```
 //!
 //! A host is open or policy-gated, never both: a host under `allow` that is also under `policy`
@@ -42,6 +43,14 @@ pub struct EgressFile {
     pub policy: UniqueMap<PolicyEntryFile>,
     #[serde(default)]
     pub secrets: Vec<SecretFile>,
+    /// Hold git pushes over HTTPS (smart-HTTP `git-receive-pack` to the bound repository) to
+    /// AllowedBranches too, as over SSH (default: false, any ref of the bound repository).
+    #[serde(
+        default,
+        rename = "httpsPushBranches",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub https_push_branches: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -73,6 +82,8 @@ pub struct EgressConfig {
     /// Policy-gated hosts by their normalised name.
     pub policy: BTreeMap<String, PolicyEntry>,
     pub secrets: Vec<Secret>,
+    /// `httpsPushBranches`: smart-HTTP pushes held to AllowedBranches (`policy::http_push`).
+    pub https_push_branches: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -115,6 +126,7 @@ impl EgressConfig {
                     hosts: s.hosts.iter().map(ToString::to_string).collect(),
                 })
                 .collect(),
+            https_push_branches: self.https_push_branches,
         }
     }
 }
@@ -312,6 +324,7 @@ pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors
             allow,
             policy,
             secrets,
+            https_push_branches: e.https_push_branches,
         })
     } else {
         Err(ConfigErrors(errors))

@@ -509,41 +509,42 @@ impl Supervisor {
             Some(w) => Some(gitdir::workspace_mount(w, backend.name())?),
             None => None,
         };
-        Ok(Plan {
-            envelope: Envelope {
-                backend: backend.name().to_owned(),
-                backend_reason,
-                // The coding agent's live mount (SPEC 5.2), fixed now: the microvm
-                // backend shares it over virtio-fs, the container backend as an idmapped bind.
-                // Only into its owner's (and root's) sandboxes: another member's is made
-                // without it (`policy::ownership::shares_agent_home`).
-                live_mounts: self
-                    .config
-                    .host
-                    .agent_home
-                    .iter()
-                    .filter(|(host, _)| agent_home_for(host, who))
-                    .map(|(host, guest)| SharedDir::plain(host.clone(), guest.clone()))
-                    .chain(workspace_mount)
-                    .collect(),
-                extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
-                repo: req.repo.clone(),
-                egress: match plan.egress {
-                    EgressMode::Curated => EgressChoice::Curated,
-                    EgressMode::AllowAll => EgressChoice::AllowAll,
-                },
-                context_path: req.context_path.clone(),
-                allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
-                ssh_repos,
-                workspace: req.workspace.clone(),
-                policy_generation: 0,
-                link: String::new(),
-                guest_v4: Ipv4Addr::UNSPECIFIED,
-                gateway_v4: Ipv4Addr::UNSPECIFIED,
-                placeholders,
+        let envelope = Envelope {
+            backend: backend.name().to_owned(),
+            backend_reason,
+            // The coding agent's live mount (SPEC 5.2), fixed now: the microvm
+            // backend shares it over virtio-fs, the container backend as an idmapped bind.
+            // Only into its owner's (and root's) sandboxes: another member's is made without
+            // it (`policy::ownership::shares_agent_home`).
+            live_mounts: self
+                .config
+                .host
+                .agent_home
+                .iter()
+                .filter(|(host, _)| agent_home_for(host, who))
+                .map(|(host, guest)| SharedDir::plain(host.clone(), guest.clone()))
+                .chain(workspace_mount)
+                .collect(),
+            extra_hosts: plan.extra_hosts.iter().map(ToString::to_string).collect(),
+            repo: req.repo.clone(),
+            egress: match plan.egress {
+                EgressMode::Curated => EgressChoice::Curated,
+                EgressMode::AllowAll => EgressChoice::AllowAll,
             },
-            policy: plan.policy,
-        })
+            context_path: req.context_path.clone(),
+            allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
+            https_push_branches: req.https_push_branches,
+            ssh_repos,
+            workspace: req.workspace.clone(),
+            policy_generation: 0,
+            link: String::new(),
+            guest_v4: Ipv4Addr::UNSPECIFIED,
+            gateway_v4: Ipv4Addr::UNSPECIFIED,
+            placeholders,
+        };
+        let mut policy = plan.policy;
+        policy.https_push_branches = envelope.https_push_branches(&policy.egress);
+        Ok(Plan { envelope, policy })
     }
 
     async fn build(

@@ -413,6 +413,7 @@ mod tests {
                 duration_ms: 0,
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             }),
         });
         let text = m.encode(&[], &[]);

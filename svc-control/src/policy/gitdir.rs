@@ -8,14 +8,24 @@
 //! opts out (`auth.defaults.gitConfigWritable`):
 //!
 //! - a `.git` directory is a mount point of its own in the sandbox (so it cannot be renamed
-//!   away and replaced), and its `config` and `hooks` are read-only binds over it; commits,
-//!   branches and fetches write other files (objects, refs, the index, logs) and still work;
+//!   away and replaced), and its `config` and `hooks` are read-only binds over it, as are its
+//!   `commondir`, `config.worktree` and `worktrees` when they exist (git writes none of them
+//!   during commit, branch, fetch or checkout; `.git` itself stays writable, since git writes
+//!   `index.lock`, `HEAD.lock` there and renames them); commits, branches and fetches write
+//!   other files (objects, refs, the index, logs) and still work;
 //! - a `.git` file (a worktree's or submodule's pointer to its git directory) is read-only;
-//! - a `.git` that is a symbolic link, or a `config` or `hooks` that is one, refuses the
+//! - a `.git` that is a symbolic link, or one of the protected paths that is one, refuses the
 //!   sandbox: the bind would show the guest the link's target instead.
 //!
-//! Git directories elsewhere in the tree (nested repositories, `.git/modules/*`) are not
-//! covered; the report at `down` lists what changed in the project's own.
+//! What cannot be made read-only because it does not exist yet, or because git writes beside
+//! it, is reported instead ([`Snapshot::others`], [`findings`], [`changes`]): a new
+//! `.git/commondir` (it moves the common directory, so git takes `config` and `hooks` from
+//! wherever it points), `config.worktree` keys, `worktrees/*/` redirections, submodules'
+//! `.git/modules/**/config` and hooks, and the git directories of gitlinks in the index (a
+//! nested repository whose own `config` runs code when host `git status` looks into it).
+//! `objects/info/alternates` is not code but lets a repository read another's objects: its
+//! changes are reported too. `info/attributes` only selects filters and drivers that
+//! configuration defines, which is covered above.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +47,25 @@ pub struct GitLayout {
     pub config: GitEntry,
     /// `.git/hooks` (for a `.git` directory).
     pub hooks: GitEntry,
+    /// `.git/commondir`, `.git/config.worktree`, `.git/worktrees` (for a `.git` directory):
+    /// bound read-only when they exist.
+    pub commondir: GitEntry,
+    pub config_worktree: GitEntry,
+    pub worktrees: GitEntry,
+}
+
+impl GitLayout {
+    /// A layout with only `.git`, `config` and `hooks` (the rest missing).
+    pub const fn basic(git: GitEntry, config: GitEntry, hooks: GitEntry) -> Self {
+        Self {
+            git,
+            config,
+            hooks,
+            commondir: GitEntry::Missing,
+            config_worktree: GitEntry::Missing,
+            worktrees: GitEntry::Missing,
+        }
+    }
 }
 
 /// The mounts that keep the guest from changing what host git executes: paths relative to
@@ -58,7 +87,7 @@ pub enum GitDirError {
          it a plain file or directory (or set auth.defaults.gitConfigWritable)"
     )]
     Symlink(&'static str),
-    #[error("{0} is neither a file nor a directory")]
+    #[error("{0} is not what git keeps there (a file, or a directory for hooks and worktrees)")]
     Odd(&'static str),
 }
 
@@ -92,6 +121,22 @@ pub fn protection(layout: GitLayout, writable: bool) -> Result<Protection, GitDi
             // mount point's name, and the host's git has none to read.
             if layout.config == GitEntry::File {
                 read_only.insert(0, ".git/config");
+            }
+            for (path, entry, want) in [
+                (".git/commondir", layout.commondir, GitEntry::File),
+                (
+                    ".git/config.worktree",
+                    layout.config_worktree,
+                    GitEntry::File,
+                ),
+                (".git/worktrees", layout.worktrees, GitEntry::Dir),
+            ] {
+                match entry {
+                    GitEntry::Missing => {}
+                    e if e == want => read_only.push(path),
+                    GitEntry::Symlink => return Err(GitDirError::Symlink(path)),
+                    _ => return Err(GitDirError::Odd(path)),
+                }
             }
             Ok(Protection {
                 pinned: vec![".git"],
@@ -153,6 +198,115 @@ pub struct Snapshot {
     /// Each entry of `.git/hooks` (name) and a digest of what it is (file content, or
     /// `symlink:` and its target).
     pub hooks: BTreeMap<String, String>,
+    /// Everywhere else git on the host takes configuration or code from, by location (a path
+    /// relative to the project, and for a key `path: key`): see the module's documentation.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub others: BTreeMap<String, Other>,
+}
+
+/// One entry of [`Snapshot::others`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Other {
+    pub kind: OtherKind,
+    /// The key's values (one a line), the hook's digest, the file's content, the gitlink's
+    /// git directory (`dir`, or its `gitdir:` line).
+    pub value: String,
+}
+
+/// What an entry of [`Snapshot::others`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OtherKind {
+    /// An executable key ([`is_executable_key`]) of a config file other than `.git/config`.
+    Key,
+    /// A hook of a git directory other than the project's own.
+    Hook,
+    /// A file that moves where git reads configuration and hooks from (`commondir`).
+    Redirect,
+    /// A gitlink in the index whose git directory is there.
+    Gitlink,
+    /// `objects/info/alternates`: where else objects are read from (not code).
+    Alternates,
+}
+
+/// The keys of config file `file` (relative to the project) that belong in
+/// [`Snapshot::others`]; `module`: a submodule's or nested repository's own, whose
+/// `core.worktree` git writes itself and is left out.
+pub fn other_keys(file: &str, pairs: &[(String, String)], module: bool) -> Vec<(String, Other)> {
+    let mut out: BTreeMap<String, Other> = BTreeMap::new();
+    for (k, v) in pairs {
+        let k = k.to_ascii_lowercase();
+        if !is_executable_key(&k) || (module && k == "core.worktree") {
+            continue;
+        }
+        out.entry(format!("{file}: {k}"))
+            .and_modify(|o| {
+                o.value.push('\n');
+                o.value.push_str(v);
+            })
+            .or_insert_with(|| Other {
+                kind: OtherKind::Key,
+                value: v.clone(),
+            });
+    }
+    out.into_iter().collect()
+}
+
+/// Whether `.git/worktrees/<id>/commondir` holding `content` is what `git worktree add`
+/// writes (`../..`), so not worth a report.
+pub fn usual_worktree_commondir(content: &str) -> bool {
+    content.trim_end_matches(['\n', '\r']) == "../.."
+}
+
+/// What git on the host would run or be redirected by in `s` beyond the project's own
+/// `.git/config` and hooks, one line each: what `svc workspace up` shows before it starts
+/// anything. Hooks named `*.sample` (git's templates, never run) and gitlinks themselves
+/// (their keys and hooks are listed) are not findings.
+pub fn findings(s: &Snapshot) -> Vec<String> {
+    s.others
+        .iter()
+        .filter(|(loc, o)| {
+            counts(loc, o)
+                && matches!(
+                    o.kind,
+                    OtherKind::Key | OtherKind::Redirect | OtherKind::Hook
+                )
+        })
+        .map(|(loc, o)| describe(loc, o))
+        .collect()
+}
+
+/// Whether an entry of [`Snapshot::others`] is worth a line: all but git's sample hooks
+/// (`*.sample`, which git never runs).
+fn counts(loc: &str, o: &Other) -> bool {
+    !(o.kind == OtherKind::Hook && loc.ends_with(".sample"))
+}
+
+/// One entry, named by its file (and key), with how to look at or remove it.
+fn describe(loc: &str, o: &Other) -> String {
+    match o.kind {
+        OtherKind::Key => {
+            let (file, key) = loc.split_once(": ").unwrap_or((loc, ""));
+            format!(
+                "{file}: {key} = {:?} (remove: git config --file {file} --unset-all {key})",
+                o.value
+            )
+        }
+        OtherKind::Hook => format!("hook {loc} (remove: rm {loc})"),
+        OtherKind::Redirect => format!(
+            "{loc} = {:?}: git takes config and hooks from there (remove: rm {loc})",
+            o.value.trim_end()
+        ),
+        OtherKind::Gitlink => format!(
+            "gitlink {loc} ({}): host git looks into it (inspect: ls -la {loc}; remove its \
+             git directory: rm -rf {loc}/.git)",
+            o.value.trim_end()
+        ),
+        OtherKind::Alternates => format!(
+            "{loc} = {:?}: objects read from there (not code; remove: rm {loc})",
+            o.value.trim_end()
+        ),
+    }
 }
 
 impl Snapshot {
@@ -165,6 +319,7 @@ impl Snapshot {
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect(),
             hooks,
+            others: BTreeMap::new(),
         }
     }
 }
@@ -194,6 +349,18 @@ pub fn changes(before: &Snapshot, after: &Snapshot) -> Vec<String> {
             out.push(format!("hook {name} (gone)"));
         }
     }
+    for (loc, o) in after.others.iter().filter(|(l, o)| counts(l, o)) {
+        match before.others.get(loc) {
+            None => out.push(format!("{} (new)", describe(loc, o))),
+            Some(b) if b != o => out.push(format!("{} (changed)", describe(loc, o))),
+            Some(_) => {}
+        }
+    }
+    for (loc, o) in before.others.iter().filter(|(l, o)| counts(l, o)) {
+        if !after.others.contains_key(loc) {
+            out.push(format!("{} (gone)", describe(loc, o)));
+        }
+    }
     out
 }
 
@@ -204,7 +371,13 @@ mod tests {
     #[test]
     fn protection_cases() {
         use GitEntry::{Dir, File, Missing, Other, Symlink};
-        let l = |git, config, hooks| GitLayout { git, config, hooks };
+        let l = GitLayout::basic;
+        let with = |commondir, config_worktree, worktrees| GitLayout {
+            commondir,
+            config_worktree,
+            worktrees,
+            ..GitLayout::basic(Dir, File, Dir)
+        };
         // (name, layout, writable, Ok((pinned, read_only, make_hooks)) or Err(fragment))
         type Want = Result<(&'static [&'static str], &'static [&'static str], bool), &'static str>;
         let cases: &[(&str, GitLayout, bool, Want)] = &[
@@ -267,19 +440,69 @@ mod tests {
                 "config_is_a_dir",
                 l(Dir, Dir, Dir),
                 false,
-                Err(".git/config is neither"),
+                Err(".git/config is not what git keeps"),
             ),
             (
                 "hooks_is_a_file",
                 l(Dir, File, File),
                 false,
-                Err(".git/hooks is neither"),
+                Err(".git/hooks is not what git keeps"),
+            ),
+            (
+                "linked_worktrees_and_their_redirections_read_only",
+                with(File, File, Dir),
+                false,
+                Ok((
+                    &[".git"],
+                    &[
+                        ".git/config",
+                        ".git/hooks",
+                        ".git/commondir",
+                        ".git/config.worktree",
+                        ".git/worktrees",
+                    ],
+                    false,
+                )),
+            ),
+            (
+                "worktrees_only",
+                with(Missing, Missing, Dir),
+                false,
+                Ok((
+                    &[".git"],
+                    &[".git/config", ".git/hooks", ".git/worktrees"],
+                    false,
+                )),
+            ),
+            (
+                "commondir_is_a_link",
+                with(Symlink, Missing, Missing),
+                false,
+                Err(".git/commondir is a symbolic link"),
+            ),
+            (
+                "commondir_is_a_dir",
+                with(Dir, Missing, Missing),
+                false,
+                Err(".git/commondir is not what git keeps"),
+            ),
+            (
+                "worktrees_is_a_file",
+                with(Missing, Missing, File),
+                false,
+                Err(".git/worktrees is not what git keeps"),
+            ),
+            (
+                "config_worktree_is_a_link",
+                with(Missing, Symlink, Missing),
+                false,
+                Err(".git/config.worktree is a symbolic link"),
             ),
             (
                 "git_is_a_fifo",
                 l(Other, Missing, Missing),
                 false,
-                Err(".git is neither"),
+                Err(".git is not what git keeps"),
             ),
         ];
         for (name, layout, writable, want) in cases {
@@ -427,5 +650,140 @@ mod tests {
         for (name, after, want) in cases {
             assert_eq!(changes(&before, after), *want, "{name}");
         }
+    }
+
+    fn kv(k: &str, v: &str) -> (String, String) {
+        (k.to_owned(), v.to_owned())
+    }
+
+    fn others(entries: &[(&str, OtherKind, &str)]) -> Snapshot {
+        Snapshot {
+            others: entries
+                .iter()
+                .map(|(l, kind, v)| {
+                    (
+                        (*l).to_owned(),
+                        Other {
+                            kind: *kind,
+                            value: (*v).to_owned(),
+                        },
+                    )
+                })
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn other_key_cases() {
+        let pairs = [
+            kv("core.fsmonitor", "/x/run"),
+            kv("core.worktree", "../../../sub"),
+            kv("core.bare", "false"),
+            kv("alias.a", "!one"),
+            kv("ALIAS.A", "!two"),
+        ];
+        let module = other_keys(".git/modules/sub/config", &pairs, true);
+        let names: Vec<&str> = module.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                ".git/modules/sub/config: alias.a",
+                ".git/modules/sub/config: core.fsmonitor"
+            ]
+        );
+        assert_eq!(
+            module[0].1.value, "!one\n!two",
+            "both values of a repeated key"
+        );
+        let own = other_keys(".git/config.worktree", &pairs, false);
+        assert!(
+            own.iter()
+                .any(|(l, _)| l == ".git/config.worktree: core.worktree"),
+            "outside a module core.worktree is a redirection: {own:?}"
+        );
+        assert!(usual_worktree_commondir("../..\n"));
+        assert!(!usual_worktree_commondir("/tmp/evil"));
+    }
+
+    #[test]
+    fn finding_cases() {
+        use OtherKind::{Alternates, Gitlink, Hook, Key, Redirect};
+        // (name, entry, Some(fragment of the line) or None: not a finding)
+        type Entry<'a> = (&'a str, OtherKind, &'a str);
+        let cases: &[(&str, Entry<'_>, Option<&str>)] = &[
+            (
+                "commondir",
+                (".git/commondir", Redirect, "../evil\n"),
+                Some(
+                    ".git/commondir = \"../evil\": git takes config and hooks from there (remove: rm .git/commondir)",
+                ),
+            ),
+            (
+                "nested_fsmonitor",
+                ("sub/.git/config: core.fsmonitor", Key, "/w/run"),
+                Some(
+                    "sub/.git/config: core.fsmonitor = \"/w/run\" (remove: git config --file sub/.git/config --unset-all core.fsmonitor)",
+                ),
+            ),
+            (
+                "module_hook",
+                (".git/modules/lib/hooks/post-checkout", Hook, "sha256:1"),
+                Some(
+                    "hook .git/modules/lib/hooks/post-checkout (remove: rm .git/modules/lib/hooks/post-checkout)",
+                ),
+            ),
+            (
+                "sample_hook",
+                (".git/modules/lib/hooks/pre-commit.sample", Hook, "sha256:1"),
+                None,
+            ),
+            ("gitlink_itself", ("sub", Gitlink, "dir"), None),
+            (
+                "alternates",
+                (".git/objects/info/alternates", Alternates, "/srv/o"),
+                None,
+            ),
+        ];
+        for (name, (loc, kind, v), want) in cases {
+            let got = findings(&others(&[(loc, *kind, v)]));
+            match want {
+                None => assert!(got.is_empty(), "{name}: {got:?}"),
+                Some(frag) => assert_eq!(got, [(*frag).to_owned()], "{name}"),
+            }
+        }
+    }
+
+    #[test]
+    fn other_change_cases() {
+        use OtherKind::{Gitlink, Key, Redirect};
+        let before = others(&[("sub", Gitlink, "dir")]);
+        let after = others(&[
+            ("sub", Gitlink, "gitdir: ../elsewhere"),
+            (".git/commondir", Redirect, "../evil"),
+            ("sub/.git/config: core.fsmonitor", Key, "/w/run"),
+        ]);
+        let got = changes(&before, &after);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[0].starts_with(".git/commondir = \"../evil\"") && got[0].ends_with("(new)"));
+        assert!(
+            got[1].starts_with("gitlink sub (gitdir: ../elsewhere)")
+                && got[1].ends_with("(changed)")
+        );
+        assert!(got[2].starts_with("sub/.git/config: core.fsmonitor") && got[2].ends_with("(new)"));
+        let samples = others(&[(
+            "sub/.git/hooks/pre-push.sample",
+            OtherKind::Hook,
+            "sha256:1",
+        )]);
+        assert!(
+            changes(&before, &samples).len() == 1,
+            "only the gitlink's going counts"
+        );
+        let gone = changes(&after, &Snapshot::default());
+        assert!(
+            gone.iter().all(|l| l.ends_with("(gone)")) && gone.len() == 3,
+            "{gone:?}"
+        );
     }
 }

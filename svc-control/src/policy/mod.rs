@@ -10,6 +10,8 @@ pub mod dns;
 pub mod gitdir;
 pub mod graphql;
 pub mod host;
+/// AllowedBranches on smart-HTTP pushes, when a sandbox asks (the SSH relay's reader and line).
+pub mod http_push;
 pub mod mode;
 /// Who may act on which sandbox and stored secret (API callers are not each other).
 pub mod ownership;

@@ -44,6 +44,9 @@ pub struct SandboxPolicy {
     pub code: CodeHostFamily,
     pub egress: EgressConfig,
     pub placeholders: PlaceholderTable,
+    /// AllowedBranches for smart-HTTP pushes too (`policy::http_push`), when the sandbox
+    /// asked for it; `None`: a push to the bound repository may update any ref (SPEC 5.5).
+    pub https_push_branches: Option<Vec<String>>,
 }
 
 impl SandboxPolicy {
@@ -82,6 +85,7 @@ impl SandboxPolicy {
             code,
             egress,
             placeholders,
+            https_push_branches: None,
         })
     }
 
@@ -180,6 +184,9 @@ pub enum Rule {
     SecretHost,
     SmartHttp,
     SmartHttpForeignRepo,
+    /// A smart-HTTP push updates a ref outside AllowedBranches, or its command list could not
+    /// be read as git reads it (`policy::http_push`).
+    SmartHttpPushRefused,
     Archive,
     ArchiveMethod,
     ApiRoot,
@@ -210,6 +217,10 @@ pub struct Decision {
     pub host: Option<String>,
     /// The canonical path (no query), when it could be read.
     pub path: Option<String>,
+    /// A smart-HTTP push's command list, when AllowedBranches were checked on it: every ref
+    /// it updates (for the audit) and the client's capabilities (for the refusal's form).
+    #[serde(skip)]
+    pub push: Option<super::receive_pack::PushCommands>,
 }
 
 impl Decision {
@@ -542,6 +553,12 @@ fn code_host(
             _ => None,
         };
         if let Some((o, r)) = smart {
+            if bound(o, r)
+                && let Some(branches) = &policy.https_push_branches
+                && parts.last() == Some(&"git-receive-pack")
+            {
+                return push(d, branches, req, swap, o, r);
+            }
             return if bound(o, r) {
                 d.allow(
                     swap,
@@ -645,6 +662,34 @@ fn code_host(
     }
 }
 
+/// A push to the bound repository over smart-HTTP, held to AllowedBranches.
+fn push(
+    d: &mut Deciding,
+    branches: &[String],
+    req: &HttpRequest<'_>,
+    swap: CredentialAction,
+    o: &str,
+    r: &str,
+) -> Decision {
+    use super::http_push::{PushVerdict, check};
+    let (mut decision, commands) =
+        match check(branches, req.headers, req.body_prefix, req.body_complete) {
+            PushVerdict::Allowed(c) => (
+                d.allow(
+                    swap,
+                    Rule::SmartHttp,
+                    format!("git push to the bound repository {o}/{r}, every ref allowed"),
+                ),
+                Some(c),
+            ),
+            PushVerdict::Refused { line, commands } => {
+                (d.deny(403, Rule::SmartHttpPushRefused, line), commands)
+            }
+        };
+    decision.push = commands;
+    decision
+}
+
 struct Deciding {
     host: Option<String>,
     path: Option<String>,
@@ -658,6 +703,7 @@ impl Deciding {
             reason,
             host: self.host.take(),
             path: self.path.take(),
+            push: None,
         }
     }
     fn deny(&mut self, status: u16, rule: Rule, reason: String) -> Decision {
@@ -667,6 +713,7 @@ impl Deciding {
             reason,
             host: self.host.take(),
             path: self.path.take(),
+            push: None,
         }
     }
 }

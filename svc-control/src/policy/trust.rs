@@ -236,6 +236,7 @@ mod tests {
                     .collect(),
                 ),
                 secrets: Vec::new(),
+                https_push_branches: false,
             }),
             runtime: vec![Backend::Container],
             capabilities: vec![Capability::CredentialsBroker],

@@ -5,6 +5,7 @@
 pub mod ca;
 pub mod client_hello;
 pub mod dial;
+mod git_push;
 pub mod guest_trust;
 pub mod h1_frames;
 mod h1_pool;

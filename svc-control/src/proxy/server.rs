@@ -861,6 +861,9 @@ impl Proxy {
             },
         );
         let credential = match &decision.outcome {
+            Outcome::Deny { status } if decision.rule == request::Rule::SmartHttpPushRefused => {
+                return self.refuse_push(sandbox, &parts.method, &decision, *status, started);
+            }
             Outcome::Deny { status } => {
                 return self.refuse(
                     sandbox,
@@ -914,6 +917,7 @@ impl Proxy {
                         upgrade: None,
                         dialled: dialled_to.map(|a| a.to_string()),
                         rule,
+                        refs: super::git_push::refs(decision.push.as_ref()),
                     },
                 );
                 return refusal(status, &e.rule(), &reason);
@@ -1131,6 +1135,7 @@ impl Proxy {
             duration_ms: 0,
             upgrade: None,
             dialled: direct.then(|| dial_to.to_string()),
+            refs: super::git_push::refs(decision.push.as_ref()),
         };
         if let Some((guest, upstream)) = upgraded {
             // The handshake is audited now; the relay writes a second record when it closes.
@@ -1247,9 +1252,42 @@ impl Proxy {
                 duration_ms: ms(started),
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             },
         );
         refusal(status, rule, reason)
+    }
+
+    /// A smart-HTTP push held to AllowedBranches and refused: the answer git shows
+    /// (`git_push`), audited with the decision's status and every ref of the push.
+    fn refuse_push(
+        &self,
+        sandbox: &ProxySandbox,
+        method: &http::Method,
+        decision: &request::Decision,
+        status: u16,
+        started: Instant,
+    ) -> Response<ProxyBody> {
+        let answer = super::git_push::refusal(decision.push.as_ref(), &decision.reason);
+        self.audit_request(
+            sandbox.id,
+            HttpEvent {
+                host: decision.host.clone(),
+                method: method.to_string(),
+                path: decision.path.clone(),
+                status,
+                decision: "deny",
+                rule: decision.rule.name(),
+                credential: "none",
+                bytes_up: 0,
+                bytes_down: answer.len() as u64,
+                duration_ms: ms(started),
+                upgrade: None,
+                dialled: None,
+                refs: super::git_push::refs(decision.push.as_ref()),
+            },
+        );
+        super::git_push::response(answer)
     }
 
     fn audit_request(&self, sandbox: u32, e: HttpEvent) {
@@ -1281,6 +1319,7 @@ impl Proxy {
                 duration_ms: 0,
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             },
         );
     }
@@ -1301,6 +1340,7 @@ impl Proxy {
                 duration_ms: 0,
                 upgrade: None,
                 dialled: None,
+                refs: Vec::new(),
             },
         );
     }

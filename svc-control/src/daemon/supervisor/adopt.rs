@@ -189,6 +189,7 @@ impl Supervisor {
             agent_hosts: agent,
             bound_repo: repo,
             code: host.code.clone(),
+            https_push_branches: envelope.https_push_branches(&egress),
             egress,
             placeholders: PlaceholderTable::new(entries),
         })

@@ -20,6 +20,9 @@ pub(super) fn workspace_mount(w: &WorkspaceSpec, backend: &str) -> Result<Shared
         git: entry(&root.join(".git")),
         config: entry(&root.join(".git/config")),
         hooks: entry(&root.join(".git/hooks")),
+        commondir: entry(&root.join(".git/commondir")),
+        config_worktree: entry(&root.join(".git/config.worktree")),
+        worktrees: entry(&root.join(".git/worktrees")),
     };
     let p = gitdir::protection(layout, w.auth.git_config_writable)
         .map_err(|e| Failure::bad(format!("workspace {}: {e}", w.root)))?;

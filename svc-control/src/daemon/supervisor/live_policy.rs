@@ -64,6 +64,7 @@ impl Supervisor {
         let mut policy =
             SandboxPolicy::for_sandbox(host, &extra, repo, l.envelope.project_egress()?)
                 .map_err(|e| Failure::bad(e.to_string()))?;
+        policy.https_push_branches = l.envelope.https_push_branches(&policy.egress);
         // Kept hosts keep their placeholders (commands already running hold them); added hosts
         // get new ones; removed hosts' are gone, so the proxy no longer swaps them.
         let entries = policy

@@ -98,6 +98,7 @@ impl Supervisor {
             },
             policy_generation: l.envelope.policy_generation,
             allowed_branches: l.envelope.allowed_branches.clone(),
+            https_push_branches: l.policy.https_push_branches.is_some(),
             ssh_repos: l.envelope.ssh_repos.clone(),
             repo: l.envelope.repo.clone(),
             context_path: l.envelope.context_path.clone(),
@@ -290,6 +291,7 @@ impl Supervisor {
                 ssh_repos: envelope.ssh_repos.clone(),
                 workspace: envelope.workspace.clone(),
                 project: None,
+                https_push_branches: envelope.https_push_branches,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

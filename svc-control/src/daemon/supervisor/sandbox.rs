@@ -45,6 +45,10 @@ pub struct Envelope {
     pub(super) egress: EgressChoice,
     pub(super) context_path: Option<String>,
     pub(super) allowed_branches: Vec<String>,
+    /// `--https-push-branches`: smart-HTTP pushes held to `allowed_branches` too (a workspace
+    /// can also ask in its egress section: [`Envelope::https_push_branches`]).
+    #[serde(default)]
+    pub(super) https_push_branches: bool,
     /// Repositories git may reach over SSH through the relay (normalised, fixed at creation).
     #[serde(default)]
     pub(super) ssh_repos: Vec<crate::api::SshRepo>,
@@ -61,6 +65,16 @@ pub struct Envelope {
 }
 
 impl Envelope {
+    /// The AllowedBranches smart-HTTP pushes are held to, when the sandbox asked for it
+    /// (`policy::http_push`): by its creation flag or its workspace's `egress` section.
+    pub(super) fn https_push_branches(
+        &self,
+        egress: &crate::config::egress::EgressConfig,
+    ) -> Option<Vec<String>> {
+        (self.https_push_branches || egress.https_push_branches)
+            .then(|| self.allowed_branches.clone())
+    }
+
     /// The workspace's `.svc/config.yaml` egress section (checked when the sandbox was made),
     /// or none.
     pub(super) fn project_egress(&self) -> Result<crate::config::egress::EgressConfig, Failure> {

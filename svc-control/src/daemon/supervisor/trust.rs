@@ -269,6 +269,7 @@ mod tests {
                     .collect(),
                 ),
                 secrets: Vec::new(),
+                https_push_branches: false,
             }),
             runtime: vec![Backend::Container],
             ..Perimeter::default()
