@@ -163,6 +163,20 @@ fn line(r: &CheckResult) -> String {
     s
 }
 
+/// The built-in host probes, read with svcd.toml's `microvm.user` and `container.runtime`
+/// when this caller may read the file (else their defaults).
+fn host_probes(microvm: bool) -> Vec<CheckResult> {
+    let loaded = svc_control::config::loader::load_host_config(None).ok();
+    let vm_user = loaded.as_ref().map_or_else(
+        || svc_control::config::host::defaults::MICROVM_USER.to_owned(),
+        |h| h.microvm.user.clone(),
+    );
+    let mut host = svc_control::doctor::host_probes(microvm, &vm_user, |v| std::env::var(v).ok());
+    let runtime = loaded.map_or_else(|| "runc".into(), |h| h.container.runtime);
+    host.push(svc_control::doctor::runtime_probe(&runtime));
+    host
+}
+
 /// Whether svcd answers on its socket (`host:svcd`).
 async fn svcd_probe(socket: &crate::sandbox_cmd::SocketArg) -> CheckResult {
     let t0 = std::time::Instant::now();
@@ -242,11 +256,7 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
         let mut host = Vec::new();
         if !a.no_host {
             // svcd.toml's microvm.user when this caller may read the file, else the default.
-            let vm_user = svc_control::config::loader::load_host_config(None).map_or_else(
-                |_| svc_control::config::host::defaults::MICROVM_USER.to_owned(),
-                |h| h.microvm.user,
-            );
-            host = svc_control::doctor::host_probes(microvm, &vm_user, |v| std::env::var(v).ok());
+            host = host_probes(microvm);
             host.push(svcd_probe(socket).await);
         }
         let progress = |r: &CheckResult| {

@@ -335,6 +335,21 @@ fn agent_in_image(image: &str) -> HostOutcome {
     }
 }
 
+/// The container backend's OCI runtime (`runtime`, svcd.toml's `container.runtime`): a
+/// warning (not required) when it predates the fixes for the runtime's own escapes.
+pub fn runtime_probe(runtime: &Path) -> CheckResult {
+    use crate::runtime::container::advisory::{Verdict, check};
+    let t0 = Instant::now();
+    let outcome = match check(runtime) {
+        Verdict::Fixed(detail) => Ok(detail),
+        Verdict::Vulnerable(m) | Verdict::Unreadable(m) => Err((
+            m,
+            "install runc 1.2.8, 1.3.3 or later (a distribution build counts once its changelog names the three CVEs); microvm sandboxes do not use runc",
+        )),
+    };
+    host_result("runc", false, t0, outcome)
+}
+
 /// The kernel's release as (major, minor).
 fn kernel_version() -> Option<(u32, u32)> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;

@@ -99,3 +99,59 @@ fn the_microvm_probes_read_the_real_images() {
     );
     let _ = std::fs::remove_file(&empty);
 }
+
+/// `svc doctor`'s `host:runc`: a runc older than the fixed releases is a warning (not
+/// required) naming the three advisories and the fixed versions; a fixed release passes. The
+/// runc on PATH is a script reporting each version.
+#[test]
+fn the_doctor_warns_about_a_runc_older_than_the_fixes() {
+    let dir = std::env::temp_dir().join(svc_tests::unique("docrunc"));
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (version, commit, status) in [
+        ("1.1.5+ds1", "1.1.5+ds1-1+deb12u1", "failed"),
+        ("1.3.3", "v1.3.3-0-gd842d771", "passed"),
+    ] {
+        let script = bin.join("runc");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho 'runc version {version}'\necho 'commit: {commit}'\n"),
+        )
+        .expect("runc");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let out = Command::new(workspace_bin("svc"))
+            .args(["--socket", "/nonexistent/svcd.sock", "doctor", "--json"])
+            .arg(&dir)
+            .env("PATH", &path)
+            .output()
+            .expect("svc doctor");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report");
+        let runc = probe(&report, "host:runc");
+        assert_eq!(runc["status"], status, "{version}: {runc}");
+        assert_eq!(runc["required"], false, "{runc}");
+        if status == "failed" {
+            let why = runc["reason"].as_str().expect("reason");
+            for part in [
+                "runc 1.1.5+ds1 (1.1.5+ds1-1+deb12u1) predates the fixes for",
+                "CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881",
+                "runc 1.2.8 and 1.3.3",
+                "— fix: install runc 1.2.8, 1.3.3 or later",
+            ] {
+                assert!(why.contains(part), "{part} in {why}");
+            }
+        } else {
+            assert_eq!(
+                runc["output"],
+                "runc 1.3.3 (v1.3.3-0-gd842d771) carries the fixes for CVE-2025-31133, \
+                 CVE-2025-52565 and CVE-2025-52881"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

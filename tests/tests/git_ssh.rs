@@ -241,6 +241,16 @@ fn a_push_certificate_hiding_a_command_is_refused_from_a_container_sandbox() {
     push_certificate_attack("gitcert", "container");
 }
 
+/// The same attack from inside a microvm sandbox: the shim reaches the relay through a stream
+/// the guest's agent opens on its vsock channel, not a unix socket, and is held to the same
+/// parse.
+#[test]
+fn a_push_certificate_hiding_a_command_is_refused_from_a_microvm_sandbox() {
+    require_root();
+    let _ = microvm_images();
+    push_certificate_attack("gitcertv", "microvm");
+}
+
 /// The sandbox's own client against the shim, on `backend`: a clone, an allowed push (so the
 /// server holds a commit main does not), then the hostile streams.
 fn push_certificate_attack(name: &str, backend: &str) {

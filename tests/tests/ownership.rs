@@ -6,8 +6,11 @@
 //!   allowlist of, or read the workspace log of A's sandbox: each a 403 naming A; B's list,
 //!   events and audit reads do not show it. Root acts on both.
 //! - B cannot bind A's stored secret into its own sandbox, nor rotate, remove or share it, and
-//!   does not see it listed; once A shares it with a group B is in, B can use it (the real value
-//!   reaches the upstream through B's sandbox) but still not change it; after unshare, not.
+//!   does not see it listed: each answered as for a missing secret, A never named (storing
+//!   one under the same name says only that the name is taken); once A shares it with a group
+//!   B is in, B can use it (the real value reaches the upstream through B's sandbox) but still
+//!   not change it; after unshare, not.
+//! - Events: B reads neither root's nor A's project approvals, nor A's secrets' events.
 //! - B cannot share a directory owned by A into a sandbox.
 
 use std::{os::unix::fs::PermissionsExt as _, process::Command};
@@ -162,6 +165,23 @@ fn refused_as(w: &World, u: &User, args: &[&str], says: &[&str]) {
             u.name
         );
     }
+}
+
+/// `svc …` as `u` is refused saying `says`, and names nothing of `owner`'s.
+fn hidden_from(w: &World, u: &User, owner: &User, args: &[&str], says: &str) {
+    let out = as_user(w, u, args);
+    let t = text(&out);
+    assert!(!out.status.success(), "{} ran svc {args:?}: {t}", u.name);
+    assert!(
+        t.contains(says),
+        "{} ran svc {args:?}: expected {says:?} in {t}",
+        u.name
+    );
+    assert!(
+        !t.contains(&owner.name) && !t.contains("belongs to"),
+        "{} ran svc {args:?}: the answer names the owner: {t}",
+        u.name
+    );
 }
 
 fn names(list_json: &str) -> Vec<String> {
@@ -348,17 +368,12 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
     let file = file.to_str().expect("utf-8");
     ok_as(&w, a, &["secret", "set", "gh", "--from-file", file]);
 
-    // B: not listed, not usable, not changeable.
+    // B: not listed, not usable, not changeable, and answered as if it were not there: neither
+    // its owner nor more than that the name is taken (secret names are one namespace).
     let listed = ok_as(&w, b, &["secret", "list", "--json"]);
     assert!(!listed.contains("\"gh\""), "{listed}");
-    let share_cmd = "svc secret share gh --group GROUP";
-    let not_shared = format!("secret \"gh\" belongs to {}", a.named());
-    refused_as(
-        &w,
-        b,
-        &create_with_gh("b-steals"),
-        &[&not_shared, share_cmd],
-    );
+    let absent = "no secret gh in the store";
+    hidden_from(&w, b, a, &create_with_gh("b-steals"), absent);
     let attacker = [
         "sandbox",
         "create",
@@ -368,19 +383,41 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
         "--secret",
         "SVC_CRED_ATTACKER_EXAMPLE_TEST_TOKEN@store:gh",
     ];
-    refused_as(&w, b, &attacker, &[&not_shared]);
-    refused_as(
+    hidden_from(&w, b, a, &attacker, absent);
+    let missing = "no secret named \"gh\" (svc secret list shows them)";
+    hidden_from(&w, b, a, &["secret", "rm", "gh"], missing);
+    hidden_from(
         &w,
         b,
-        &["secret", "rm", "gh"],
-        &[&not_shared, "only its owner or root may remove"],
-    );
-    refused_as(
-        &w,
-        b,
+        a,
         &["secret", "share", "gh", "--group", &two.group.0],
-        &[&not_shared, "only its owner or root may share or unshare"],
+        missing,
     );
+    let bobs = w.dir.join("bob-value");
+    std::fs::write(&bobs, "bobs-value").expect("value");
+    std::os::unix::fs::chown(&bobs, Some(b.uid), None).expect("chown");
+    let bobs = bobs.to_str().expect("utf-8");
+    hidden_from(
+        &w,
+        b,
+        a,
+        &["secret", "rotate", "gh", "--from-file", bobs],
+        missing,
+    );
+    hidden_from(
+        &w,
+        b,
+        a,
+        &["secret", "set", "gh", "--from-file", bobs],
+        "the secret name \"gh\" is taken",
+    );
+    // The same answers as for a name nobody holds.
+    let nobodys = text(&as_user(&w, b, &["secret", "rm", "nosuch"]));
+    assert!(
+        nobodys.contains("no secret named \"nosuch\" (svc secret list shows them)"),
+        "{nobodys}"
+    );
+    let not_shared = format!("secret \"gh\" belongs to {}", a.named());
     assert_eq!(
         names(&w.svc_ok(&["sandbox", "list", "--json"])),
         Vec::<String>::new()
@@ -413,30 +450,88 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
         ],
     );
     assert_eq!(received_auth(&w, "/b-uses"), format!("Bearer {VALUE}"));
-    // Still A's: B may not rotate it.
-    let other = w.dir.join("bob-value");
-    std::fs::write(&other, "bobs-value").expect("value");
-    std::os::unix::fs::chown(&other, Some(b.uid), None).expect("chown");
+    // Still A's: B, who sees it now, may not rotate it and is told whose it is.
     refused_as(
         &w,
         b,
-        &[
-            "secret",
-            "rotate",
-            "gh",
-            "--from-file",
-            other.to_str().expect("utf-8"),
-        ],
+        &["secret", "rotate", "gh", "--from-file", bobs],
         &[&not_shared, "only its owner or root may rotate"],
     );
 
     // Unshared: B may not use it again (its sandbox keeps the value it was issued).
     ok_as(&w, a, &["secret", "unshare", "gh"]);
-    refused_as(&w, b, &create_with_gh("b-again"), &[&not_shared]);
+    hidden_from(&w, b, a, &create_with_gh("b-again"), absent);
     // Root may use anyone's.
     w.svc_ok(&create_with_gh("root-uses"));
     for n in ["b-uses", "root-uses"] {
         w.svc_ok(&["sandbox", "destroy", n]);
+    }
+}
+
+/// A project's approval (`svc workspace trust`) is its approver's: another member's event
+/// stream does not show which projects root or another member approved, nor their secrets'
+/// events; each approver reads its own, root all.
+#[test]
+fn approvals_and_secret_events_are_their_owners_alone() {
+    require_root();
+    let w = World::start();
+    let two = two_users();
+    let (a, b) = (&two.a, &two.b);
+    let project = |name: &str, uid: u32| {
+        let dir = w.dir.join(name);
+        std::fs::create_dir_all(dir.join(".svc")).expect("project");
+        std::fs::write(
+            dir.join(".svc/config.yaml"),
+            "egress:\n  allow: [allowed.example.test]\n",
+        )
+        .expect("config.yaml");
+        let out = Command::new("chown")
+            .args(["-R", &format!("{uid}:{API_GID}")])
+            .arg(&dir)
+            .output()
+            .expect("chown");
+        assert!(out.status.success(), "{out:?}");
+        dir.to_str().expect("utf-8").to_owned()
+    };
+    let roots = project("roots-project", 0);
+    let alices = project("alices-project", a.uid);
+    w.svc_ok(&["workspace", "trust", &roots]);
+    ok_as(&w, a, &["workspace", "trust", &alices]);
+    let value = w.dir.join("alice-value");
+    std::fs::write(&value, VALUE).expect("value");
+    std::os::unix::fs::chown(&value, Some(a.uid), None).expect("chown");
+    ok_as(
+        &w,
+        a,
+        &[
+            "secret",
+            "set",
+            "gh",
+            "--from-file",
+            value.to_str().expect("utf-8"),
+        ],
+    );
+
+    let root_events = w.svc_ok(&["events", "--json"]);
+    for want in [roots.as_str(), alices.as_str(), "secret.created"] {
+        assert!(
+            root_events.contains(want),
+            "root reads {want}: {root_events}"
+        );
+    }
+    let a_events = ok_as(&w, a, &["events", "--json"]);
+    assert!(
+        a_events.contains(&alices),
+        "A reads its own approval: {a_events}"
+    );
+    assert!(a_events.contains("secret.created"), "{a_events}");
+    assert!(
+        !a_events.contains(&roots),
+        "A reads root's approval: {a_events}"
+    );
+    let b_events = ok_as(&w, b, &["events", "--json"]);
+    for theirs in ["project.approved", "secret.created", "\"gh\""] {
+        assert!(!b_events.contains(theirs), "B reads {theirs}: {b_events}");
     }
 }
 

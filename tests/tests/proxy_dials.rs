@@ -5,12 +5,16 @@
 //! AAAA records. The DNS guard hands the guest the public address only; the proxy must then
 //! connect to that address and nothing else. Listeners planted on the hostile addresses in the
 //! host's namespace count what they accept (nothing), over plain HTTP, HTTPS (HTTP/1.1),
-//! HTTP/2 and a WebSocket handshake from a real container sandbox, while the same requests to
+//! HTTP/2 and a WebSocket handshake from real container and microvm sandboxes, while the same requests to
 //! the names' public servers still work and their audit records name the address dialled.
 
 use std::net::SocketAddr;
 
-use svc_tests::{require_root, servers::TcpServer, world::World};
+use svc_tests::{
+    require_root,
+    servers::TcpServer,
+    world::{World, microvm_images},
+};
 
 /// What a planted listener answers, should anything reach it.
 const PLANTED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\nconnection: close\r\n\r\nplanted";
@@ -80,6 +84,21 @@ fn requests(name: &str) -> Vec<(&'static str, String)> {
 #[test]
 fn hostile_dns_never_steers_the_proxy_to_the_hosts_own_addresses() {
     require_root();
+    hostile_dns("hostile", "container");
+}
+
+/// The same from inside a microvm sandbox: its tap carries the fence and the proxy's original
+/// destination as a container's veth does.
+#[test]
+fn hostile_dns_never_steers_the_proxy_from_a_microvm_sandbox() {
+    require_root();
+    let _ = microvm_images();
+    hostile_dns("hostilev", "microvm");
+}
+
+/// Planted listeners, a sandbox `name` on `backend` allowed every served name, each kind of
+/// request to each name; nothing reaches a planted listener and every public server answers.
+fn hostile_dns(name: &str, backend: &str) {
     let w = World::start_with_dns(SERVED, HOSTILE);
     // The metadata address and a sandbox-pool address exist on the host (as on a cloud VM, and
     // as another sandbox's would be reachable from it), so a dial to them would connect. (On
@@ -97,7 +116,7 @@ fn hostile_dns_never_steers_the_proxy_to_the_hosts_own_addresses() {
         .flat_map(|a| [80, 443].map(|p| SocketAddr::new(a.parse().expect("address"), p)))
         .map(|at| (at, TcpServer::start(&w.host, at, PLANTED)))
         .collect();
-    let mut create = vec!["sandbox", "create", "hostile"];
+    let mut create = vec!["sandbox", "create", name, "--backend", backend];
     for (name, _) in SERVED {
         create.extend(["--allow-host", name]);
     }
@@ -110,24 +129,24 @@ fn hostile_dns_never_steers_the_proxy_to_the_hosts_own_addresses() {
     w.svc_ok(&create);
 
     // The names' public servers answer every kind of request.
-    for (name, public) in SERVED {
-        for (kind, cmd) in requests(name) {
-            let (code, out, err) = w.sh("hostile", &cmd);
+    for (host, public) in SERVED {
+        for (kind, cmd) in requests(host) {
+            let (code, out, err) = w.sh(name, &cmd);
             assert!(
-                code == 0 && out.contains(&format!("\"served_by\":\"{name}\"")),
-                "{kind} to {name} did not reach its public server {public}: {code} {out}{err}\n{}",
+                code == 0 && out.contains(&format!("\"served_by\":\"{host}\"")),
+                "{kind} to {host} did not reach its public server {public}: {code} {out}{err}\n{}",
                 w.svcd_log()
             );
         }
     }
     // A name whose public address has no server: the request fails, and goes nowhere else.
     for (kind, cmd) in requests("v6.hostile.test") {
-        let (_, out, _) = w.sh("hostile", &cmd);
+        let (_, out, _) = w.sh(name, &cmd);
         assert!(!out.contains("planted"), "{kind}: {out}");
     }
     // svcd's own metrics port, through a name allowed on that port: never svcd's answer.
     let (_, out, err) = w.sh(
-        "hostile",
+        name,
         "curl -sS --max-time 20 http://metrics.hostile.test:9464/metrics",
     );
     assert!(
@@ -162,14 +181,15 @@ fn hostile_dns_never_steers_the_proxy_to_the_hosts_own_addresses() {
 
     // Each allowed request's audit record names the public address it was dialled at.
     let audit = w.audit();
-    for (name, public) in SERVED.iter().filter(|(n, _)| *n != "metrics.hostile.test") {
+    for (host, public) in SERVED.iter().filter(|(n, _)| *n != "metrics.hostile.test") {
         let dialled: Vec<&str> = audit
             .iter()
-            .filter(|r| r["host"] == *name && r["decision"] == "allow")
+            .filter(|r| r["host"] == *host && r["decision"] == "allow")
             .filter_map(|r| r["dialled"].as_str())
             .collect();
         let mut want = vec![format!("{public}:80")];
         want.extend(std::iter::repeat_n(format!("{public}:443"), 3));
-        assert_eq!(dialled, want, "{name}'s records: {audit:#?}");
+        assert_eq!(dialled, want, "{host}'s records: {audit:#?}");
     }
+    w.destroy_checked(name);
 }

@@ -57,7 +57,20 @@ impl Failure {
 
 impl From<crate::policy::ownership::OwnershipError> for Failure {
     fn from(e: crate::policy::ownership::OwnershipError) -> Self {
-        Self::forbidden(e.to_string())
+        use crate::policy::ownership::OwnershipError;
+        match e {
+            OwnershipError::SecretHidden { .. } => Self {
+                status: 404,
+                code: "not-found",
+                message: e.to_string(),
+            },
+            OwnershipError::SecretNameTaken { .. } => Self {
+                status: 409,
+                code: "exists",
+                message: e.to_string(),
+            },
+            _ => Self::forbidden(e.to_string()),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use super::supervisor::{Failure, Supervisor};
 use crate::{
     api::{self, CreateSandbox, ExecRequest, Health},
     audit::rfc3339,
-    policy::ownership::{Principal, SandboxAction},
+    policy::ownership::{Principal, SandboxAction, SecretAction},
 };
 
 pub(super) type Body = BoxBody<Bytes, Infallible>;
@@ -107,6 +107,17 @@ fn sandbox_action(method: &Method, rest: &[&str]) -> SandboxAction {
     }
 }
 
+/// What a per-secret route does, for `policy::ownership` (any path under `/secrets/{name}/`
+/// is one; those not named here are `Other`, their owner's or root's too).
+fn secret_action(method: &Method, rest: &[&str]) -> SecretAction {
+    match (method, rest) {
+        (&Method::POST, ["rotate"]) => SecretAction::Rotate,
+        (&Method::DELETE, []) => SecretAction::Remove,
+        (&Method::POST, ["share"]) => SecretAction::Share,
+        _ => SecretAction::Other,
+    }
+}
+
 pub(super) async fn route(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::info_span!("api", method = %req.method(), path = %req.uri().path());
     tracing::Instrument::instrument(route_in_span(ctx, req), span).await
@@ -133,6 +144,14 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
         && let Err(f) = ctx
             .sup
             .authorize_sandbox(&who, name, sandbox_action(&method, rest))
+    {
+        return failure(&f);
+    }
+    // Every per-secret route: its owner's or root's; one the caller cannot see is missing.
+    if let ["secrets", name, rest @ ..] = parts.as_slice()
+        && let Err(f) = ctx
+            .sup
+            .authorize_secret(&who, name, secret_action(&method, rest))
     {
         return failure(&f);
     }
@@ -484,6 +503,23 @@ mod tests {
         ];
         for (method, rest, want) in cases {
             assert_eq!(sandbox_action(method, rest), *want, "{method} {rest:?}");
+        }
+    }
+
+    /// Every path under a stored secret names what it does; one no route knows is `Other`
+    /// (its owner's or root's), never let through.
+    #[test]
+    fn every_per_secret_path_is_an_action() {
+        let cases: &[(Method, &[&str], SecretAction)] = &[
+            (Method::POST, &["rotate"], SecretAction::Rotate),
+            (Method::DELETE, &[], SecretAction::Remove),
+            (Method::POST, &["share"], SecretAction::Share),
+            (Method::GET, &[], SecretAction::Other),
+            (Method::POST, &["unshare"], SecretAction::Other),
+            (Method::PUT, &[], SecretAction::Other),
+        ];
+        for (method, rest, want) in cases {
+            assert_eq!(secret_action(method, rest), *want, "{method} {rest:?}");
         }
     }
 }

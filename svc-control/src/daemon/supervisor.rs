@@ -569,6 +569,7 @@ impl Supervisor {
             SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?,
         );
         let dir = self.sandbox_dir(&name);
+        sandbox::clear_leftover(&dir, &name).await?;
         let files = write_guest_files(&dir, &name, gateway, &ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
         phases.mark("files");
@@ -868,8 +869,13 @@ impl Supervisor {
             removed.push("nftables link set entry".to_owned());
         }
         let dir = self.sandbox_dir(name);
-        if dir.exists() && std::fs::remove_dir_all(&dir).is_ok() {
-            removed.push(format!("files {}", dir.display()));
+        if dir.exists() {
+            // However deep the guest made its tree (std's remove_dir_all recurses on svcd's
+            // stack with a descriptor per level).
+            match crate::runtime::container::rootfs::remove_tree(&dir).await {
+                Ok(()) => removed.push(format!("files {}", dir.display())),
+                Err(e) => warn!(sandbox = %name, error = %e, "removing the sandbox's files"),
+            }
         }
         removed.push("state row".to_owned());
         removed

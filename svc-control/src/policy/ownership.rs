@@ -10,6 +10,12 @@
 //!   unshare it. The owner may share it with one unix group (`svc secret share NAME --group G`,
 //!   like a file's group read bit): a caller in that group may then bind it into its own
 //!   sandboxes (`--secret VAR@store:NAME`), but never change it.
+//! - A secret a caller may not see (not its own, not shared with a group it is in) is answered
+//!   as a missing one, whatever the caller asks of it: its owner is not named. Secret names are
+//!   one namespace for the host, so the one thing another user learns is that a name is taken,
+//!   when it tries to store a secret under it.
+//! - Events and audit records: a non-root caller reads only those of its own sandboxes,
+//!   secrets and approvals; one that belongs to nobody known is root's.
 //! - A fork is a copy of its source: only the source's owner (or root) may make one, and the
 //!   clones belong to the source's owner.
 //! - The host's own credentials are the operator's: the code-host token `--repo` brokers
@@ -95,6 +101,8 @@ pub enum SecretAction {
     Rotate,
     Remove,
     Share,
+    /// Any other per-secret route: its owner's (or root's) like the rest.
+    Other,
 }
 
 /// A stored secret's owner and the group it is shared with.
@@ -115,15 +123,14 @@ pub enum OwnershipError {
         owner: Owner,
         verb: &'static str,
     },
+    /// Exactly what a missing secret's answer says (see [`SecretHidden`](Self::SecretHidden)).
+    #[error("no secret named {secret:?} (svc secret list shows them)")]
+    SecretHidden { secret: String },
     #[error(
-        "secret {secret:?} belongs to {owner} and is not shared with you (uid {caller}); its \
-         owner can share it with a group you are in: svc secret share {secret} --group GROUP"
+        "the secret name {secret:?} is taken (secret names are one namespace for every user of \
+         this host; svc secret list shows yours): choose another name"
     )]
-    SecretNotShared {
-        secret: String,
-        owner: Owner,
-        caller: u32,
-    },
+    SecretNameTaken { secret: String },
     #[error("secret {secret:?} belongs to {owner}; only its owner or root may {verb} it")]
     SecretNotYours {
         secret: String,
@@ -159,17 +166,11 @@ pub fn sandbox(
     })
 }
 
-/// Whether `who` sees a sandbox (or a record about one) owned by `owner_uid` in lists, events
-/// and audit reads. `None`: a record about no sandbox of anyone's (svcd's own), seen by all.
-pub fn sees(who: &Principal, owner_uid: Option<u32>, about_a_sandbox: bool) -> bool {
-    if who.is_root() {
-        return true;
-    }
-    match owner_uid {
-        Some(uid) => uid == who.uid,
-        // A record about a sandbox whose owner is not known is root's to read.
-        None => !about_a_sandbox,
-    }
+/// Whether `who` sees a sandbox (or an event or record about one, a secret or an approval)
+/// owned by `owner_uid` in lists, events and audit reads. A record whose owner is not known —
+/// about a sandbox or not — is root's to read.
+pub fn sees(who: &Principal, owner_uid: Option<u32>) -> bool {
+    who.is_root() || owner_uid == Some(who.uid)
 }
 
 /// Whether `who` may do `action` with the stored secret `name`.
@@ -182,31 +183,40 @@ pub fn secret(
     if who.is_root() || who.uid == access.owner.uid {
         return Ok(());
     }
+    if !sees_secret(who, access) {
+        return Err(OwnershipError::SecretHidden {
+            secret: name.to_owned(),
+        });
+    }
     let verb = match action {
-        SecretAction::Use => {
-            let shared = access
-                .shared_with
-                .as_ref()
-                .is_some_and(|(gid, _)| who.groups.contains(gid));
-            return if shared {
-                Ok(())
-            } else {
-                Err(OwnershipError::SecretNotShared {
-                    secret: name.to_owned(),
-                    owner: access.owner.clone(),
-                    caller: who.uid,
-                })
-            };
-        }
+        // Seen and not its own: shared with a group it is in.
+        SecretAction::Use => return Ok(()),
         SecretAction::Rotate => "rotate",
         SecretAction::Remove => "remove",
         SecretAction::Share => "share or unshare",
+        SecretAction::Other => "act on",
     };
     Err(OwnershipError::SecretNotYours {
         secret: name.to_owned(),
         owner: access.owner.clone(),
         verb,
     })
+}
+
+/// Whether `who` may store a new secret under `name`, held already by `existing` if any. A name
+/// held by a secret the caller cannot see is refused without naming its owner; one it sees is
+/// left to the store (which says it exists: rotate it instead).
+pub fn secret_name(
+    who: &Principal,
+    name: &str,
+    existing: Option<&SecretAccess>,
+) -> Result<(), OwnershipError> {
+    match existing {
+        Some(access) if !sees_secret(who, access) => Err(OwnershipError::SecretNameTaken {
+            secret: name.to_owned(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `who` sees the stored secret in `svc secret list`: its owner, a member of the group
@@ -498,47 +508,60 @@ mod tests {
     }
 
     #[test]
-    fn an_unshared_refusal_names_the_secret_its_owner_and_the_command() {
-        let e = secret(
-            &who(BOB, &[]),
-            "gh",
-            &access(ALICE, None),
+    fn a_secret_the_caller_cannot_see_is_answered_as_a_missing_one() {
+        for action in [
             SecretAction::Use,
+            SecretAction::Rotate,
+            SecretAction::Remove,
+            SecretAction::Share,
+        ] {
+            let e = secret(&who(BOB, &[DEVS]), "gh", &access(ALICE, None), action)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e, "no secret named \"gh\" (svc secret list shows them)",
+                "{action:?}"
+            );
+        }
+        // One it sees (shared with its group) and may not change names its owner.
+        let e = secret(
+            &who(BOB, &[DEVS]),
+            "gh",
+            &access(ALICE, Some(DEVS)),
+            SecretAction::Rotate,
         )
         .unwrap_err()
         .to_string();
-        assert!(
-            e.contains("secret \"gh\" belongs to uid 1001 (alice)"),
-            "{e}"
-        );
-        assert!(e.contains("svc secret share gh --group GROUP"), "{e}");
+        assert!(e.contains("belongs to uid 1001 (alice)"), "{e}");
     }
 
-    /// (case, caller, owner uid, about a sandbox, seen)
-    const SEES_CASES: &[(&str, u32, Option<u32>, bool, bool)] = &[
-        ("root_sees_all", 0, Some(ALICE), true, true),
-        ("owner_sees_its_own", ALICE, Some(ALICE), true, true),
-        (
-            "member_does_not_see_anothers",
-            BOB,
-            Some(ALICE),
-            true,
-            false,
-        ),
-        (
-            "member_does_not_see_unowned_sandbox_records",
-            BOB,
-            None,
-            true,
-            false,
-        ),
-        ("member_sees_svcds_own_records", BOB, None, false, true),
+    #[test]
+    fn a_name_held_by_a_hidden_secret_is_taken_without_its_owner() {
+        let e = secret_name(&who(BOB, &[]), "gh", Some(&access(ALICE, None)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("the secret name \"gh\" is taken"), "{e}");
+        assert!(!e.contains("alice") && !e.contains("1001"), "{e}");
+        assert!(secret_name(&who(BOB, &[]), "gh", None).is_ok());
+        assert!(secret_name(&who(ALICE, &[]), "gh", Some(&access(ALICE, None))).is_ok());
+        assert!(secret_name(&who(BOB, &[DEVS]), "gh", Some(&access(ALICE, Some(DEVS)))).is_ok());
+        assert!(secret_name(&Principal::ROOT, "gh", Some(&access(ALICE, None))).is_ok());
+    }
+
+    /// (case, caller, owner uid, seen)
+    const SEES_CASES: &[(&str, u32, Option<u32>, bool)] = &[
+        ("root_sees_all", 0, Some(ALICE), true),
+        ("root_sees_unowned_records", 0, None, true),
+        ("owner_sees_its_own", ALICE, Some(ALICE), true),
+        ("member_does_not_see_anothers", BOB, Some(ALICE), false),
+        ("member_does_not_see_roots", BOB, Some(0), false),
+        ("member_does_not_see_unowned_records", BOB, None, false),
     ];
 
     #[test]
     fn sees_table() {
-        for (case, caller, own, about, seen) in SEES_CASES {
-            assert_eq!(sees(&who(*caller, &[]), *own, *about), *seen, "{case}");
+        for (case, caller, own, seen) in SEES_CASES {
+            assert_eq!(sees(&who(*caller, &[]), *own), *seen, "{case}");
         }
     }
 

@@ -96,7 +96,7 @@ impl Supervisor {
         Some(
             self.live()
                 .values()
-                .filter(|l| ownership::sees(who, Some(l.owner), true))
+                .filter(|l| ownership::sees(who, Some(l.owner)))
                 .map(|l| (l.name.clone(), l.created))
                 .collect(),
         )
@@ -104,12 +104,12 @@ impl Supervisor {
 
     /// Whether `who` sees an event.
     pub fn sees_event(who: &Principal, e: &api::Event) -> bool {
-        ownership::sees(who, e.owner_uid, e.sandbox.is_some())
+        ownership::sees(who, e.owner_uid)
     }
 
     /// Whether `who` may do `action` with stored secret `name` (a missing one passes: the
     /// route says it is missing).
-    pub(super) fn authorize_secret(
+    pub(crate) fn authorize_secret(
         &self,
         who: &Principal,
         name: &str,

@@ -27,7 +27,7 @@ impl Supervisor {
         let live = self.live();
         Ok(live
             .values()
-            .filter(|l| ownership::sees(who, Some(l.owner), true))
+            .filter(|l| ownership::sees(who, Some(l.owner)))
             .map(|l| self.view(l))
             .collect())
     }

@@ -265,6 +265,25 @@ fn workspace_git_config(l: &Live) -> Vec<(String, String)> {
     env
 }
 
+/// Before a sandbox is built: its name is new to the store, so whatever is at its directory was
+/// left by an earlier sandbox of that name (a removal that failed, a crash). That guest wrote
+/// the writable layer there; it goes before anything is made, or the create is refused naming
+/// it — never set up again under a new guest (docs/isolation.md, "The runtime's own escapes").
+pub(super) async fn clear_leftover(dir: &std::path::Path, name: &str) -> Result<(), Failure> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    tracing::warn!(sandbox = %name, dir = %dir.display(), "removing an earlier sandbox's leftover files");
+    crate::runtime::container::rootfs::remove_tree(dir)
+        .await
+        .map_err(|e| {
+            Failure::internal(format!(
+                "an earlier sandbox named {name} left files svcd cannot remove ({e}); remove \
+                 them by hand, or pick another name"
+            ))
+        })
+}
+
 /// The files the guest sees read-only: its resolv.conf (the gateway is its only resolver), its
 /// hosts file, the CA bundle (the host's roots plus the sandbox CA) and the CA alone.
 pub(super) fn write_guest_files(

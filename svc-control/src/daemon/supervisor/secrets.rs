@@ -65,7 +65,9 @@ impl Supervisor {
         req: api::SetSecret,
     ) -> Result<SecretInfo, Failure> {
         creds::check_name(&req.name).map_err(Failure::bad)?;
-        if self.store().secret_get(&req.name)?.is_some() {
+        if let Some((row, _)) = self.store().secret_get(&req.name)? {
+            let access = super::ownership::access_of(&row);
+            ownership::secret_name(who, &req.name, Some(&access))?;
             return Err(crate::store::StoreError::SecretExists(req.name.clone()).into());
         }
         let (plain, grant) = self.plaintext(&req.name, &req.value, req.oauth).await?;
@@ -173,17 +175,24 @@ impl Supervisor {
             let name = name.split('@').next().unwrap_or("").to_owned();
             creds::check_name(&name)
                 .map_err(|e| Failure::bad(format!("--secret {}@store:{name}: {e}", s.name)))?;
-            let (row, sealed) = self.store().secret_get(&name)?.ok_or_else(|| {
+            let missing = || {
                 Failure::bad(format!(
                     "--secret {}@store:{name}: no secret {name} in the store (svc secret list; svc secret set {name})",
                     s.name
                 ))
-            })?;
-            if !who.is_root() {
-                let access = super::ownership::access_of(&row);
-                ownership::secret(who, &name, &access, SecretAction::Use).map_err(|e| {
-                    Failure::forbidden(format!("--secret {}@store:{name}: {e}", s.name))
-                })?;
+            };
+            let (row, sealed) = self.store().secret_get(&name)?.ok_or_else(missing)?;
+            let access = super::ownership::access_of(&row);
+            match ownership::secret(who, &name, &access, SecretAction::Use) {
+                Ok(()) => {}
+                // One the caller may not see reads as one that is not there.
+                Err(ownership::OwnershipError::SecretHidden { .. }) => return Err(missing()),
+                Err(e) => {
+                    return Err(Failure::forbidden(format!(
+                        "--secret {}@store:{name}: {e}",
+                        s.name
+                    )));
+                }
             }
             let value = self
                 .config

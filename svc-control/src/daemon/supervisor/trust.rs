@@ -165,9 +165,11 @@ impl Supervisor {
             .map_err(|e| fail("write", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| fail("write", e))?;
         info!(uid, root, digest = %stored.approval.digest, "project perimeter approved");
-        self.event(
+        // The approver's own: no other member reads which projects it approved.
+        self.event_owned(
             "project.approved",
             None,
+            Some(uid),
             serde_json::json!({"uid": uid, "root": root, "digest": stored.approval.digest}),
         );
         Ok(stored)

@@ -20,6 +20,7 @@
 //! layouts (pure v2 and the hybrid v1 + v2 layout; crun 1.8 refuses the hybrid one). It is
 //! driven through its command line, so no runtime code runs inside svcd.
 
+pub mod advisory;
 mod cgroup;
 pub mod oci;
 pub mod rootfs;
@@ -89,6 +90,10 @@ impl Container {
                 config.runtime.display()
             ))
         })?;
+        // The runtime's own escapes: svcd runs with an older runc, and says so at every start.
+        if let Some(warning) = advisory::check(&runtime).warning() {
+            tracing::warn!(runtime = %runtime.display(), "{warning}");
+        }
         let ids = rootfs::id_range(
             &config.user,
             Path::new("/etc/subuid"),

@@ -152,10 +152,24 @@ impl Layers {
     }
 
     /// Make the writable layer (owned by the guest's root) and the mount point: the overlay,
-    /// ready to be mounted.
+    /// ready to be mounted. A writable layer that already holds files is refused: it was
+    /// written by an earlier guest, and a container is never created over one (the runtime
+    /// resolves paths in it while it sets the container up, as root of the guest's ids: see
+    /// docs/isolation.md, "The runtime's own escapes").
     pub fn prepare(&self, lower: &Path, ids: IdRange) -> Result<Overlay, String> {
         for d in [&self.upper, &self.work, &self.merged] {
             std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let written = std::fs::read_dir(&self.upper)
+            .map_err(|e| format!("{}: {e}", self.upper.display()))?
+            .next()
+            .is_some();
+        if written {
+            return Err(format!(
+                "the writable layer {} already holds an earlier guest's files: a container is \
+                 never created over them",
+                self.upper.display()
+            ));
         }
         std::os::unix::fs::chown(&self.upper, Some(ids.uid), Some(ids.gid))
             .map_err(|e| format!("chown {}: {e}", self.upper.display()))?;
@@ -190,6 +204,29 @@ impl Layers {
             Err(e) => Err(format!("unmounting {}: {e}", self.merged.display())),
         }
     }
+}
+
+/// Remove a sandbox's directory and everything in it, however deep a guest made its tree
+/// (`rm -rf --one-file-system`: no recursion on svcd's stack, no descriptor per level, never
+/// into another file system mounted below). An error names the directory and what rm said.
+pub async fn remove_tree(dir: &Path) -> Result<(), String> {
+    let out = tokio::process::Command::new("rm")
+        .args(["-rf", "--one-file-system", "--"])
+        .arg(dir)
+        .output()
+        .await
+        .map_err(|e| format!("removing {}: running rm: {e}", dir.display()))?;
+    if out.status.success() && !dir.exists() {
+        return Ok(());
+    }
+    Err(format!(
+        "removing {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("rm left it in place")
+    ))
 }
 
 /// A prepared overlay: where it goes and its mount options, made before a fork so the child
@@ -233,6 +270,55 @@ impl Overlay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writable_layer_an_earlier_guest_wrote_is_never_prepared_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layers = Layers::under(dir.path());
+        let ids = IdRange {
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        };
+        let lower = dir.path().join("lower");
+        std::fs::create_dir_all(&lower).expect("lower");
+        assert!(
+            layers.prepare(&lower, ids).is_ok(),
+            "an empty layer is fine"
+        );
+        std::os::unix::fs::symlink("/proc/sys/kernel/core_pattern", layers.upper.join("null"))
+            .expect("plant");
+        let e = layers.prepare(&lower, ids).expect_err("refused");
+        assert!(
+            e.contains(&layers.upper.display().to_string())
+                && e.contains("already holds an earlier guest's files"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tree_far_deeper_than_path_max_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("sandbox");
+        let mut at = root.clone();
+        // Built relative to an open directory, as a guest would (the whole path is far past
+        // PATH_MAX).
+        std::fs::create_dir_all(&at).expect("root");
+        let mut fd = std::fs::File::open(&at).expect("open");
+        for _ in 0..2000 {
+            at = std::path::PathBuf::from(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&fd)
+            ));
+            std::fs::create_dir(at.join("d")).expect("mkdir");
+            fd = std::fs::File::open(at.join("d")).expect("open");
+        }
+        drop(fd);
+        remove_tree(&root).await.expect("removed");
+        assert!(!root.exists());
+        remove_tree(&root)
+            .await
+            .expect("nothing left to remove is no error");
+    }
 
     #[test]
     fn the_users_first_range_of_65536_ids_is_taken() {
