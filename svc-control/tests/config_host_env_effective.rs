@@ -107,7 +107,7 @@ fn limits_take_their_defaults_and_what_the_file_says() {
             h.limits.git_ssh_sessions,
             h.limits.log_interval.as_secs(),
         ),
-        (16, 256, 32, 32, 8, 60)
+        (16, 192, 32, 16, 8, 60)
     );
     let text = "[limits]\ndns_tcp_connections = 4\nproxy_connections = 9\nexec_streams = 2\n\
                 spotlight_streams = 3\ngit_ssh_sessions = 5\nlog_interval_secs = 1\n\

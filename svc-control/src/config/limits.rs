@@ -25,9 +25,9 @@ pub struct LimitsFile {
 /// Defaults of the table's keys.
 pub mod defaults {
     pub const DNS_TCP_CONNECTIONS: u32 = 16;
-    pub const PROXY_CONNECTIONS: u32 = 256;
+    pub const PROXY_CONNECTIONS: u32 = 192;
     pub const EXEC_STREAMS: u32 = 32;
-    pub const SPOTLIGHT_STREAMS: u32 = 32;
+    pub const SPOTLIGHT_STREAMS: u32 = 16;
     pub const GIT_SSH_SESSIONS: u32 = 8;
     pub const LOG_INTERVAL_SECS: u64 = 60;
 }
