@@ -216,11 +216,13 @@ fn world() -> World {
     w
 }
 
-/// `svc sandbox exec NAME -- sh -c SCRIPT`, stdout and stderr piped.
+/// `svc sandbox exec NAME -- sh -c SCRIPT`, every stream piped (a piped stdin is forwarded:
+/// the command's input ends when the caller's does).
 fn exec_command(w: &World, name: &str, script: &str) -> Command {
     let mut c = Command::new(workspace_bin("svc"));
     c.env("SVC_SOCKET", &w.socket)
         .args(["sandbox", "exec", name, "--", "sh", "-c", script])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
@@ -394,7 +396,8 @@ fn an_exec_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
     let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
     let mut execs = Killed(
         (0..TRIES)
-            .map(|_| spawn_exec(&w, "flood", "sleep 600"))
+            // Each holds its stream until its caller goes (its input ends with it).
+            .map(|_| spawn_exec(&w, "flood", "cat > /dev/null"))
             .collect(),
     );
     // The refused ones end with their error; the cap's worth keep running.
