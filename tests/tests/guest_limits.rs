@@ -1,6 +1,6 @@
 //! One guest at each of its `[limits]` caps, from a real container sandbox: a flood of
 //! DNS-over-TCP connections, of proxy connections (upgraded WebSockets holding their slots),
-//! and of exec streams. svcd's resident memory and open descriptors are sampled from /proc
+//! of exec streams, and of git relay sessions. svcd's resident memory and open descriptors are sampled from /proc
 //! throughout and held to a stated bound; another sandbox's DNS (UDP and TCP), HTTPS through
 //! the proxy and exec work during the flood and after it; the flooding sandbox gets its
 //! refusal on that channel only; `svc_guest_limit_hits_total` counts every refusal and svcd
@@ -20,7 +20,7 @@ use std::{
 
 use svc_tests::{
     require_root, rss_kib,
-    world::{World, workspace_bin},
+    world::{CODE_SSH_ADDR, World, workspace_bin},
 };
 
 /// The caps these tests run under (DNS over TCP keeps its default, 16).
@@ -28,6 +28,8 @@ const LIMITS: &str = "proxy_connections = 24\nexec_streams = 6\n";
 const DNS_TCP_CAP: u64 = 16;
 const PROXY_CAP: u64 = 24;
 const EXEC_CAP: usize = 6;
+/// The relay's cap keeps its default.
+const GIT_SSH_CAP: u64 = 8;
 
 /// svcd may grow by this much resident memory while one guest floods.
 const RSS_BOUND_KIB: u64 = 64 * 1024;
@@ -137,6 +139,39 @@ closed = len(p.poll(0))
 print("websockets %d extra %d kept %d closed %d" % (len(ws), len(extra), len(extra) - closed,
       closed), flush=True)
 time.sleep(6)
+"#;
+
+/// The relay flood: N sessions on the guest's relay socket, each asking the code host for
+/// `git-upload-pack` and then holding its session without a word more (upload-pack waits for
+/// the client's wants). Prints how many were refused naming the limit and how many got the
+/// repository's advertisement.
+const RELAY_FLOOD: &str = r#"
+import json, select, socket, struct, sys, time
+HOST, N = sys.argv[1], int(sys.argv[2])
+def frame(kind, payload):
+    return struct.pack(">IBI", 1, kind, len(payload)) + payload
+req = json.dumps({"op": "git-ssh", "git_protocol": None,
+    "args": ["root@" + HOST, "git-upload-pack 'acme/widget.git'"]}).encode()
+socks = []
+for i in range(N):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/svc/git-ssh.sock")
+    s.sendall(frame(2, req))
+    socks.append(s)
+said = {s: b"" for s in socks}
+done = lambda b: b"limits.git_ssh_sessions" in b or b"refs/heads/" in b
+open_ = list(socks)
+deadline = time.time() + 60
+while open_ and time.time() < deadline and not all(done(b) for b in said.values()):
+    r, _, _ = select.select(open_, [], [], 1)
+    for s in r:
+        d = s.recv(65536)
+        said[s] += d
+        if not d:
+            open_.remove(s)
+print("refused %d advertised %d" % (sum(b"limits.git_ssh_sessions" in b for b in said.values()),
+      sum(b"refs/heads/" in b for b in said.values())), flush=True)
+time.sleep(4)
 "#;
 
 /// svcd's resident memory (KiB) and open descriptors, sampled every 20 ms until dropped.
@@ -448,6 +483,68 @@ fn an_exec_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
             "exec slots never came back"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}
+
+/// The relay: a ninth session while eight are held is refused on the relay only, naming
+/// `limits.git_ssh_sessions`; another sandbox's relay works during and after.
+#[test]
+fn a_relay_session_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
+    require_root();
+    let w = World::start_with_git_ssh("");
+    let ws = w.dir.join("project");
+    std::fs::create_dir_all(ws.join(".svc")).expect("workspace");
+    std::fs::write(
+        ws.join(".svc/config.yaml"),
+        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n"),
+    )
+    .expect("config.yaml");
+    for name in ["flood", "calm"] {
+        w.svc_ok(&[
+            "sandbox",
+            "create",
+            name,
+            "--backend",
+            "container",
+            "--workspace",
+            ws.to_str().expect("utf-8"),
+            "--trust",
+        ]);
+    }
+    let ls_remote = format!("git ls-remote root@{CODE_SSH_ADDR}:acme/widget.git");
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut flood = spawn_exec(
+        &w,
+        "flood",
+        &python(RELAY_FLOOD, &format!("{CODE_SSH_ADDR} {}", GIT_SSH_CAP + 1)),
+    );
+    let line = first_line(&w, &mut flood);
+    let (code, out, err) = w.sh("calm", &ls_remote);
+    assert_eq!(
+        code, 0,
+        "another sandbox's relay during the flood: {out}{err}"
+    );
+    let ended = flood.wait_with_output().expect("flood");
+    // Each session is a few descriptors: the guest's stream, ssh's pipes and process.
+    sampler.check("relay flood", 6 * GIT_SSH_CAP + FD_SLACK);
+    assert!(
+        ended.status.success(),
+        "the flood: {line}{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    assert_eq!(
+        numbers(&line),
+        [1, GIT_SSH_CAP],
+        "one session past the cap is refused, the cap's worth served: {line}"
+    );
+    assert_eq!(hits(&w, "git_ssh_sessions"), 1);
+    logged_once(&w, "git_ssh_sessions");
+    for name in ["flood", "calm"] {
+        let (code, out, err) = w.sh(name, &ls_remote);
+        assert_eq!(code, 0, "{name}'s relay after the flood: {out}{err}");
     }
     for name in ["flood", "calm"] {
         w.destroy_checked(name);
