@@ -16,6 +16,8 @@ pub mod dns;
 /// `svc doctor`'s workspace checks and their report.
 pub mod doctor;
 pub mod git_relay;
+/// Per-guest budgets: how many of each channel one sandbox holds open in svcd.
+pub mod limits;
 /// svcd's Prometheus metrics.
 pub mod metrics;
 pub mod per_core;

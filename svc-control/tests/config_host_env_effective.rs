@@ -91,7 +91,39 @@ max_sessions = 3
         h.git_ssh.known_hosts,
         Path::new("/etc/svc/known_hosts.code")
     );
-    assert_eq!(h.git_ssh.max_sessions, 3);
+    // `[git_ssh] max_sessions` is the older name of `[limits] git_ssh_sessions`.
+    assert_eq!(h.limits.git_ssh_sessions, 3);
+}
+
+#[test]
+fn limits_take_their_defaults_and_what_the_file_says() {
+    let h = host::parse(Path::new("svcd.toml"), "").unwrap();
+    assert_eq!(
+        (
+            h.limits.dns_tcp_connections,
+            h.limits.proxy_connections,
+            h.limits.exec_streams,
+            h.limits.spotlight_streams,
+            h.limits.git_ssh_sessions,
+            h.limits.log_interval.as_secs(),
+        ),
+        (16, 192, 32, 16, 8, 60)
+    );
+    let text = "[limits]\ndns_tcp_connections = 4\nproxy_connections = 9\nexec_streams = 2\n\
+                spotlight_streams = 3\ngit_ssh_sessions = 5\nlog_interval_secs = 1\n\
+                [git_ssh]\nmax_sessions = 5\n";
+    let h = host::parse(Path::new("svcd.toml"), text).unwrap();
+    assert_eq!(
+        (
+            h.limits.dns_tcp_connections,
+            h.limits.proxy_connections,
+            h.limits.exec_streams,
+            h.limits.spotlight_streams,
+            h.limits.git_ssh_sessions,
+            h.limits.log_interval.as_secs(),
+        ),
+        (4, 9, 2, 3, 5, 1)
+    );
 }
 
 #[test]
@@ -258,6 +290,54 @@ fn host_refusals() {
             "[git_ssh]\nmax_sessions = 0\n",
             "git_ssh.max_sessions",
             "1 to 256",
+        ),
+        (
+            "limits_dns_tcp_zero",
+            "[limits]\ndns_tcp_connections = 0\n",
+            "limits.dns_tcp_connections",
+            "expected 1 to 65536, got 0",
+        ),
+        (
+            "limits_proxy_huge",
+            "[limits]\nproxy_connections = 100000\n",
+            "limits.proxy_connections",
+            "expected 1 to 65536, got 100000",
+        ),
+        (
+            "limits_exec_zero",
+            "[limits]\nexec_streams = 0\n",
+            "limits.exec_streams",
+            "1 to 65536",
+        ),
+        (
+            "limits_spotlight_zero",
+            "[limits]\nspotlight_streams = 0\n",
+            "limits.spotlight_streams",
+            "1 to 65536",
+        ),
+        (
+            "limits_git_ssh_too_many",
+            "[limits]\ngit_ssh_sessions = 300\n",
+            "limits.git_ssh_sessions",
+            "1 to 256",
+        ),
+        (
+            "limits_git_ssh_both_names_differ",
+            "[limits]\ngit_ssh_sessions = 4\n[git_ssh]\nmax_sessions = 6\n",
+            "limits.git_ssh_sessions",
+            "differs from git_ssh.max_sessions = 6",
+        ),
+        (
+            "limits_log_interval_zero",
+            "[limits]\nlog_interval_secs = 0\n",
+            "limits.log_interval_secs",
+            "1 to 86400",
+        ),
+        (
+            "limits_unknown_key",
+            "[limits]\nwebsockets = 3\n",
+            "limits",
+            "unknown field",
         ),
         (
             "git_ssh_known_hosts_relative",

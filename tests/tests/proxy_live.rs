@@ -16,7 +16,8 @@ use hyper::{Request, Response, body::Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use svc_control::{
     audit::{AuditError, AuditEvent, AuditRecord, AuditSink},
-    config::{egress, host::HostConfig},
+    config::{egress, host::HostConfig, limits::LimitsConfig},
+    limits::{GuestLimits, Unreported},
     policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
     proxy::{
         Broker, HttpEvent, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa,
@@ -1144,7 +1145,15 @@ fn a_trickled_request_head_is_dropped_at_the_header_timeout() {
 /// audited, and a slot frees when a connection closes.
 #[test]
 fn connections_over_the_per_sandbox_cap_are_refused() {
-    let w = world_with(|c| c.max_connections = 8);
+    let w = world_with(|c| {
+        c.limits = Arc::new(GuestLimits::new(
+            LimitsConfig {
+                proxy_connections: 8,
+                ..LimitsConfig::default()
+            },
+            Arc::new(Unreported),
+        ));
+    });
     let ca_pem = std::fs::read(&w.ca_pem).unwrap();
     let port = w.proxy_port;
     let (held, extra) = w._rt.block_on(async move {
@@ -1163,7 +1172,7 @@ fn connections_over_the_per_sandbox_cap_are_refused() {
     let audits = w.audit.0.lock().unwrap().clone();
     assert!(
         audits.iter().any(|r| matches!(&r.event, AuditEvent::Http(h)
-            if h.rule.contains("more than 8 open connections"))),
+            if h.rule.contains("already holds 8 proxy connections (limits.proxy_connections)"))),
         "{audits:?}"
     );
     drop(held);

@@ -51,6 +51,9 @@ pub struct HostConfigFile {
     pub git_ssh: GitSshFile,
     #[serde(default)]
     pub upstream: UpstreamFile,
+    /// `[limits]`: what one sandbox may hold open in svcd (see [`super::limits`]).
+    #[serde(default)]
+    pub limits: super::limits::LimitsFile,
 }
 
 /// `[upstream]`: how svcd's proxy reaches the internet (directly unless `proxy` is set).
@@ -87,7 +90,7 @@ pub struct GitSshFile {
     pub agent_socket: Option<PathBuf>,
     /// The known-hosts file servers' keys are checked against, strictly.
     pub known_hosts: Option<PathBuf>,
-    /// Git sessions at once per sandbox.
+    /// Git sessions at once per sandbox: the older name of `[limits] git_ssh_sessions`.
     pub max_sessions: Option<u32>,
 }
 
@@ -271,7 +274,6 @@ pub mod defaults {
     pub const REFRESH_LEAD_SECS: u64 = 1800;
     pub const GIT_SSH: &str = "/usr/bin/ssh";
     pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
-    pub const GIT_SSH_MAX_SESSIONS: u32 = 8;
 }
 
 /// The git SSH relay's settings, validated.
@@ -281,7 +283,6 @@ pub struct GitSshConfig {
     /// `None`: svcd's own `SSH_AUTH_SOCK`.
     pub agent_socket: Option<PathBuf>,
     pub known_hosts: PathBuf,
-    pub max_sessions: u32,
 }
 
 /// The container backend's settings, validated.
@@ -369,6 +370,8 @@ pub struct HostConfig {
     pub git_ssh: GitSshConfig,
     /// The operator's forward proxy, if upstreams are reached through one.
     pub upstream_proxy: Option<UpstreamProxyConfig>,
+    /// What one sandbox may hold open in svcd, per channel (`[limits]`).
+    pub limits: super::limits::LimitsConfig,
 }
 
 impl Default for HostConfig {
@@ -705,10 +708,6 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             .git_ssh
             .known_hosts
             .unwrap_or_else(|| defaults::GIT_SSH_KNOWN_HOSTS.into()),
-        max_sessions: f
-            .git_ssh
-            .max_sessions
-            .unwrap_or(defaults::GIT_SSH_MAX_SESSIONS),
     };
     for (key, p) in [
         ("git_ssh.ssh", Some(&git_ssh.ssh)),
@@ -724,12 +723,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             );
         }
     }
-    if !(1..=256).contains(&git_ssh.max_sessions) {
-        err(
-            "git_ssh.max_sessions",
-            format!("expected 1 to 256 sessions, got {}", git_ssh.max_sessions),
-        );
-    }
+    let limits = super::limits::validate(f.limits, f.git_ssh.max_sessions, &mut err);
     let upstream_proxy = upstream_proxy(f.upstream, &mut err);
     let container = container(f.container, &mut err);
     let microvm = microvm(f.microvm, &mut err);
@@ -780,6 +774,7 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
             metrics_listen,
             git_ssh,
             upstream_proxy,
+            limits,
         })
     } else {
         Err(ConfigErrors(errors))

@@ -8,6 +8,8 @@ pub mod egress;
 pub mod env;
 pub mod error;
 pub mod host;
+/// `[limits]` of svcd.toml: per-guest caps on every channel a guest can open.
+pub mod limits;
 pub mod loader;
 mod unique_map;
 pub mod workspace;

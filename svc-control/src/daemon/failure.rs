@@ -47,6 +47,14 @@ impl Failure {
             message: message.into(),
         }
     }
+    /// 429: the sandbox is at one of its `[limits]` caps (the message names the key).
+    pub fn limited(hit: &crate::limits::LimitHit) -> Self {
+        Self {
+            status: 429,
+            code: "limit",
+            message: hit.to_string(),
+        }
+    }
     pub fn to_api(&self) -> api::ApiError {
         api::ApiError {
             code: self.code.to_owned(),

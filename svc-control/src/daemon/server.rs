@@ -192,8 +192,20 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         registry: registry.clone(),
         metrics: metrics.clone(),
     });
+    // Per-guest caps on every channel a guest can open, shared by the guard, the proxy and the
+    // supervisor (exec, Spotlight, the relay).
+    let limits = Arc::new(crate::limits::GuestLimits::new(
+        host.limits.clone(),
+        Arc::new(super::wiring::LimitHits {
+            registry: registry.clone(),
+            metrics: metrics.clone(),
+        }),
+    ));
     let guard = Arc::new(Guard::new(
-        GuardConfig::with_upstream(upstream.clone()),
+        GuardConfig {
+            limits: limits.clone(),
+            ..GuardConfig::with_upstream(upstream.clone())
+        },
         registry.clone(),
         Arc::new(RecordingCommit {
             inner: FenceCommit {
@@ -209,6 +221,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let mut proxy_config = upstream_config(&host)?;
     // Every address the proxy dials for a guest passes the destination classes.
     proxy_config.network = net.clone();
+    proxy_config.limits = limits.clone();
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
     // One client for svcd's own token-endpoint requests (the guardian's and OAuth secrets').
     let host_client = crate::proxy::server::host_client(&proxy_config, resolver.clone());
@@ -292,6 +305,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             // The relay's servers are resolved by svcd and each address checked.
             resolver,
             network: net,
+            limits,
         },
         store,
         fence,

@@ -73,6 +73,8 @@ pub struct SupervisorConfig {
     pub resolver: Arc<dyn crate::proxy::Resolve>,
     /// The destination classes every address svc dials for a guest passes (the relay's).
     pub network: crate::policy::destination::HostNetwork,
+    /// Per-guest caps (`[limits]`): exec and Spotlight streams, relay sessions.
+    pub limits: Arc<crate::limits::GuestLimits>,
 }
 
 /// The supervisor. Share it with `Arc`.

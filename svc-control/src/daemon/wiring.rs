@@ -285,6 +285,33 @@ impl Broker for Registry {
     }
 }
 
+/// Per-guest limit hits (`limits::Report`): each counted in `svc_guest_limit_hits_total`
+/// under the sandbox's name, the first of each (sandbox, limit) in an interval logged.
+pub struct LimitHits {
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl crate::limits::Report for LimitHits {
+    fn limit_hit(&self, sandbox: u32, limit: crate::limits::Channel, max: u32, log: bool) {
+        let name = self
+            .registry
+            .by_id(sandbox)
+            .map_or_else(|| sandbox.to_string(), |s| s.name.clone());
+        self.metrics.limit_hit(&name, limit.key());
+        if log {
+            tracing::warn!(
+                sandbox = %name,
+                limit = limit.key(),
+                max,
+                "sandbox {name} reached limits.{} ({max}): refused on that channel (further hits \
+                 in this interval are only counted)",
+                limit.key()
+            );
+        }
+    }
+}
+
 /// The audit log, with each record's sandbox name filled in from the registry.
 pub struct NamedAudit {
     pub inner: Arc<dyn AuditSink>,

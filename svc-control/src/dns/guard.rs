@@ -20,6 +20,7 @@ use tokio::{
 use super::{Commit, CommitEntry, Directory, Upstream};
 use crate::{
     audit::{AuditEvent, AuditRecord, AuditSink, DnsEvent, rfc3339},
+    limits::{Channel, GuestLimits},
     policy::{
         destination::{self, HostNetwork},
         dns::{self, DnsDecision},
@@ -45,6 +46,8 @@ pub struct GuardConfig {
     pub burst: u32,
     /// Longest CNAME chain followed.
     pub max_cname_hops: usize,
+    /// Per-sandbox caps: DNS-over-TCP connections held at once (`[limits]`).
+    pub limits: Arc<GuestLimits>,
 }
 
 impl GuardConfig {
@@ -58,6 +61,7 @@ impl GuardConfig {
             rate_per_second: 200,
             burst: 400,
             max_cname_hops: 8,
+            limits: Arc::default(),
         }
     }
 }
@@ -563,7 +567,9 @@ impl Guard {
         }
     }
 
-    /// Serve DNS over TCP until `shutdown` completes.
+    /// Serve DNS over TCP until `shutdown` completes. A sandbox holds at most
+    /// `limits.dns_tcp_connections` connections at once: the next is accepted and closed at
+    /// once, unread (no task, no buffer), and the hit reported.
     pub async fn serve_tcp(
         self: Arc<Self>,
         listener: TcpListener,
@@ -575,8 +581,22 @@ impl Guard {
                 () = &mut shutdown => return,
                 r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
             };
+            let slot = match self.directory.sandbox_for(peer.ip().to_canonical()) {
+                Some(sandbox) => match self.config.limits.acquire(sandbox.id, Channel::DnsTcp) {
+                    Ok(slot) => Some(slot),
+                    Err(_) => {
+                        drop(conn);
+                        continue;
+                    }
+                },
+                // Not a sandbox: answered REFUSED by `handle`, as over UDP.
+                None => None,
+            };
             let guard = self.clone();
-            tokio::spawn(async move { guard.tcp_connection(conn, peer).await });
+            tokio::spawn(async move {
+                guard.tcp_connection(conn, peer).await;
+                drop(slot);
+            });
         }
     }
 

@@ -61,6 +61,12 @@ struct CredentialLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    sandbox: String,
+    limit: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -78,6 +84,7 @@ pub struct Metrics {
     ssh_sessions: Family<SshLabels, Counter>,
     audit_failures: Counter,
     credential_refreshes: Family<CredentialLabels, Counter>,
+    guest_limit_hits: Family<LimitLabels, Counter>,
     sandboxes: Family<StateLabels, Gauge>,
     create_seconds: Histogram,
     destroy_seconds: Histogram,
@@ -93,6 +100,7 @@ enum SandboxSeries {
     Dns(DnsLabels),
     Http(HttpLabels),
     Ssh(SshLabels),
+    Limit(LimitLabels),
 }
 
 impl std::fmt::Debug for Metrics {
@@ -128,6 +136,7 @@ impl Metrics {
             ssh_sessions: Family::default(),
             audit_failures: Counter::default(),
             credential_refreshes: Family::default(),
+            guest_limit_hits: Family::default(),
             sandboxes: Family::default(),
             create_seconds: latency(),
             destroy_seconds: latency(),
@@ -184,6 +193,11 @@ impl Metrics {
             "credential_refreshes",
             "Token refreshes svcd attempted on the host, by credential and outcome",
             m.credential_refreshes.clone(),
+        );
+        registry.register(
+            "guest_limit_hits",
+            "Channels a sandbox was refused at its [limits] cap, by sandbox and limit",
+            m.guest_limit_hits.clone(),
         );
         registry.register("sandboxes", "Sandboxes by state", m.sandboxes.clone());
         registry.register(
@@ -276,6 +290,21 @@ impl Metrics {
             .inc();
     }
 
+    /// `sandbox` was refused a channel at its cap `limit` (a `[limits]` key).
+    pub fn limit_hit(&self, sandbox: &str, limit: &str) {
+        let l = LimitLabels {
+            sandbox: sandbox.to_owned(),
+            limit: limit.to_owned(),
+        };
+        self.guest_limit_hits.get_or_create(&l).inc();
+        self.by_sandbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(sandbox.to_owned())
+            .or_default()
+            .insert(SandboxSeries::Limit(l));
+    }
+
     /// An audit record could not be written.
     pub fn audit_failed(&self) {
         self.audit_failures.inc();
@@ -295,6 +324,7 @@ impl Metrics {
                 SandboxSeries::Dns(l) => drop(self.dns_questions.remove(&l)),
                 SandboxSeries::Http(l) => drop(self.http_requests.remove(&l)),
                 SandboxSeries::Ssh(l) => drop(self.ssh_sessions.remove(&l)),
+                SandboxSeries::Limit(l) => drop(self.guest_limit_hits.remove(&l)),
             }
         }
     }
@@ -391,6 +421,25 @@ mod tests {
         let text = m.encode(&[], &[]);
         assert!(!text.contains(r#"sandbox="dev""#), "{text}");
         assert!(text.contains(r#"sandbox="ci""#));
+    }
+
+    #[test]
+    fn limit_hits_are_counted_by_sandbox_and_limit_and_go_with_the_sandbox() {
+        let m = Metrics::new();
+        m.limit_hit("dev", "dns_tcp_connections");
+        m.limit_hit("dev", "dns_tcp_connections");
+        m.limit_hit("ci", "exec_streams");
+        let text = m.encode(&[], &[]);
+        assert!(
+            text.contains(
+                r#"svc_guest_limit_hits_total{sandbox="dev",limit="dns_tcp_connections"} 2"#
+            ),
+            "{text}"
+        );
+        m.forget("dev");
+        let text = m.encode(&[], &[]);
+        assert!(!text.contains(r#"sandbox="dev""#), "{text}");
+        assert!(text.contains(r#"limit="exec_streams""#), "{text}");
     }
 
     #[test]

@@ -44,6 +44,7 @@ use tokio::{
 use super::{ca::SandboxCa, client_hello};
 use crate::{
     audit::{AuditRecord, AuditSink, HttpEvent, rfc3339},
+    limits::{Channel, GuestLimits, Slot},
     policy::{
         credentials::Scheme,
         destination::HostNetwork,
@@ -234,9 +235,10 @@ pub struct ProxyConfig {
     /// Largest HTTP/1.1 request head (bytes); larger heads get 431. HTTP/2 header lists are capped
     /// at the same size.
     pub max_head: usize,
-    /// Guest connections one sandbox may hold open at once; the next one is closed unanswered
-    /// (and audited).
-    pub max_connections: usize,
+    /// Per-sandbox caps (`[limits]`): guest connections one sandbox may hold open at once,
+    /// upgraded WebSockets included until they close; the next one is closed unanswered (and
+    /// audited).
+    pub limits: Arc<GuestLimits>,
     /// The operator's forward proxy upstream connections go through (`[upstream] proxy`).
     pub forward_proxy: Option<Arc<super::upstream::ForwardProxy>>,
     /// The host's addresses, the sandbox pools, the operator's CIDRs and svcd's ports: every
@@ -267,7 +269,7 @@ impl ProxyConfig {
             header_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(300),
             max_head: 64 * 1024,
-            max_connections: 1024,
+            limits: Arc::default(),
             forward_proxy: None,
             network: HostNetwork::default(),
         })
@@ -301,31 +303,14 @@ pub struct Proxy {
     audit: Arc<dyn AuditSink>,
     /// Where requests go upstream, by the guest's protocol.
     upstream: Upstreams,
-    /// Open guest connections per sandbox.
-    open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
     resolver: Arc<dyn Resolve>,
 }
 
-/// One open guest connection, counted against its sandbox until dropped.
-struct ConnectionSlot {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
-    sandbox: u32,
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        let mut open = self
-            .open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = open.get_mut(&self.sandbox) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(&self.sandbox);
-            }
-        }
-    }
-}
+/// A guest connection's slot under `limits.proxy_connections`, carried in each of its
+/// requests' extensions so that a WebSocket relay keeps holding it after the upgrade (the
+/// connection's own task has ended by then).
+#[derive(Clone)]
+struct HeldSlot(#[expect(dead_code, reason = "held for its Drop")] Arc<Slot>);
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -357,7 +342,6 @@ impl Proxy {
             broker,
             audit,
             upstream,
-            open: Arc::default(),
             resolver,
         }
     }
@@ -413,23 +397,6 @@ impl Proxy {
             .collect()
     }
 
-    /// A slot for one more guest connection of `sandbox`, if it is under its cap.
-    fn slot(&self, sandbox: u32) -> Option<ConnectionSlot> {
-        let mut open = self
-            .open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = open.entry(sandbox).or_insert(0);
-        if *n >= self.config.max_connections {
-            return None;
-        }
-        *n += 1;
-        Some(ConnectionSlot {
-            open: self.open.clone(),
-            sandbox,
-        })
-    }
-
     /// Accept connections until `shutdown` completes.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
@@ -469,14 +436,9 @@ impl Proxy {
         let revocations = self.sandboxes.revocations();
         let host_revocations = self.sandboxes.revocations();
         let cut = std::os::fd::AsFd::as_fd(&conn).try_clone_to_owned().ok();
-        let Some(_slot) = self.slot(sandbox.id) else {
-            return self.audit_conn(
-                sandbox.id,
-                format!(
-                    "more than {} open connections from this sandbox: refused",
-                    self.config.max_connections
-                ),
-            );
+        let slot = match self.config.limits.acquire(sandbox.id, Channel::Proxy) {
+            Ok(slot) => HeldSlot(Arc::new(slot)),
+            Err(hit) => return self.audit_conn(sandbox.id, hit.to_string()),
         };
         // Read the ClientHello.
         let mut buf = Vec::with_capacity(2048);
@@ -513,7 +475,7 @@ impl Proxy {
                         sandbox,
                         source,
                         (revocations, host_revocations),
-                        cut,
+                        (cut, slot),
                     )
                     .await;
             }
@@ -572,7 +534,8 @@ impl Proxy {
         let verdicts = (!h2).then_some(verdicts);
         let proxy = self.clone();
         let id = sandbox.id;
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(slot.clone());
             // Each request is decided by the sandbox's policy as it is now (a live allowlist
             // change applies from the next request on a kept-alive connection).
             let sandbox = proxy
@@ -643,7 +606,7 @@ impl Proxy {
             tokio::sync::broadcast::Receiver<Revocation>,
             tokio::sync::broadcast::Receiver<Revocation>,
         ),
-        cut: Option<std::os::fd::OwnedFd>,
+        (cut, slot): (Option<std::os::fd::OwnedFd>, HeldSlot),
     ) {
         let id = sandbox.id;
         let dialled_to = self.sandboxes.original_destination(&conn);
@@ -661,7 +624,8 @@ impl Proxy {
             tracker: Some(tracker),
         };
         let proxy = self.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(slot.clone());
             let sandbox = proxy
                 .sandboxes
                 .sandbox_for(source)
@@ -767,6 +731,8 @@ impl Proxy {
         head_had_both_lengths: bool,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
+        // Its connection's slot: a WebSocket relay takes it along (below); nothing else does.
+        let held = req.extensions_mut().remove::<HeldSlot>();
         // A protocol upgrade: WebSocket handshakes pass on (relayed once the upstream agrees),
         // every other upgrade is refused here, never dropped silently.
         let ask = {
@@ -1152,6 +1118,8 @@ impl Proxy {
                 record.host.clone().unwrap_or_default(),
             );
             tokio::spawn(async move {
+                // The relayed connection holds its slot until it closes.
+                let _held = held;
                 let mut closed = record;
                 closed.upgrade = Some("websocket-closed");
                 if let (Ok(g), Ok(u)) = tokio::join!(guest, upstream) {

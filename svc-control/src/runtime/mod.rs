@@ -275,6 +275,17 @@ impl ExecHandle {
         })
     }
 
+    /// The same command, keeping `held` (a per-guest slot, say) until the handle drops.
+    pub fn holding(self, held: impl Send + 'static) -> Self {
+        Self {
+            control: Box::new(Holding {
+                inner: self.control,
+                _held: held,
+            }),
+            ..self
+        }
+    }
+
     /// Resize the command's terminal (nothing without one).
     pub fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
         self.control.resize(rows, cols)
@@ -293,6 +304,27 @@ impl ExecHandle {
     /// End the command now.
     pub async fn kill(&mut self) {
         self.control.kill().await;
+    }
+}
+
+/// A command's control that keeps something alive with it ([`ExecHandle::holding`]).
+struct Holding<T> {
+    inner: Box<dyn ExecControl>,
+    _held: T,
+}
+
+impl<T: Send> ExecControl for Holding<T> {
+    fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
+        self.inner.resize(rows, cols)
+    }
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        self.inner.signal(signal);
+    }
+    fn wait(&mut self) -> BoxFuture<'_, Result<i32, RuntimeError>> {
+        self.inner.wait()
+    }
+    fn kill(&mut self) -> BoxFuture<'_, ()> {
+        self.inner.kill()
     }
 }
 

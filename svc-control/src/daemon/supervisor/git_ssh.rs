@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use super::{Supervisor, sandbox::Live};
 use crate::{
     audit::{AuditEvent, AuditRecord, SshEvent, SshRef, rfc3339},
     git_relay::{self, RelayPolicy, Session, SshClient},
+    limits::{Channel, GuestLimits},
     runtime::{GuestConn, GuestService},
 };
 
@@ -59,7 +59,7 @@ impl Supervisor {
                 branches: live.envelope.allowed_branches.clone(),
             },
             self.ssh_client(),
-            self.config.host.git_ssh.max_sessions,
+            self.config.limits.clone(),
             self.config.audit.clone(),
         );
         self.backends
@@ -69,33 +69,31 @@ impl Supervisor {
     }
 }
 
-/// Each connection: a session (or a refusal when `max` already run), its audit record.
+/// Each connection: a session (or a refusal when the sandbox already runs
+/// `limits.git_ssh_sessions`), its audit record.
 fn relay_service(
     id: u32,
     name: String,
     off: Option<String>,
     policy: RelayPolicy,
     client: SshClient,
-    max: u32,
+    limits: Arc<GuestLimits>,
     audit: Arc<dyn crate::audit::AuditSink>,
 ) -> GuestService {
-    let sessions = Arc::new(Semaphore::new(max as usize));
     let shared = Arc::new((name, policy, client, audit, off));
     Arc::new(move |conn: GuestConn| {
-        let (sessions, shared) = (sessions.clone(), shared.clone());
+        let (limits, shared) = (limits.clone(), shared.clone());
         tokio::spawn(async move {
             let (name, policy, client, audit, off) = &*shared;
-            let result = match sessions.try_acquire_owned() {
-                _ if off.is_some() => {
-                    git_relay::refuse(conn.reader, conn.writer, off.as_deref().unwrap_or("")).await
-                }
-                Ok(_permit) => git_relay::serve(conn.reader, conn.writer, policy, client).await,
-                Err(_) => {
-                    let line = format!(
-                        "svc: refused: {max} git SSH sessions already run in this sandbox (git_ssh.max_sessions)"
-                    );
-                    git_relay::refuse(conn.reader, conn.writer, &line).await
-                }
+            let result = match off {
+                Some(off) => git_relay::refuse(conn.reader, conn.writer, off).await,
+                None => match limits.acquire(id, Channel::GitSsh) {
+                    Ok(_slot) => git_relay::serve(conn.reader, conn.writer, policy, client).await,
+                    Err(hit) => {
+                        let line = format!("svc: refused: {hit}");
+                        git_relay::refuse(conn.reader, conn.writer, &line).await
+                    }
+                },
             };
             match result {
                 Ok(s) => {

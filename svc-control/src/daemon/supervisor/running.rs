@@ -8,6 +8,7 @@ use crate::{
     api::{self, PlaceholderView, SandboxView},
     audit::rfc3339,
     daemon::failure::Failure,
+    limits::Channel,
     policy::{
         mode::EgressMode,
         ownership::{self, Principal},
@@ -123,6 +124,18 @@ impl Supervisor {
         req: &api::ExecRequest,
         interactive: bool,
     ) -> Result<ExecHandle, Failure> {
+        self.exec_as(name, req, interactive, Channel::Exec).await
+    }
+
+    /// [`Self::exec`], counted against the sandbox's cap of `channel` (exec streams, or
+    /// Spotlight streams for a forwarded connection) while the command's handle lives.
+    pub(super) async fn exec_as(
+        &self,
+        name: &str,
+        req: &api::ExecRequest,
+        interactive: bool,
+        channel: Channel,
+    ) -> Result<ExecHandle, Failure> {
         api::check_name(name).map_err(Failure::bad)?;
         if !interactive && (req.stdin || req.tty.is_some()) {
             return Err(Failure::bad(format!(
@@ -138,10 +151,11 @@ impl Supervisor {
                 t.rows, t.cols
             )));
         }
-        let (guest, mut env, paused, backend) = {
+        let (id, guest, mut env, paused, backend) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
             (
+                l.id,
                 l.guest.clone(),
                 l.env.clone(),
                 l.paused,
@@ -164,6 +178,11 @@ impl Supervisor {
             }
         }
         env.extend(req.env.iter().cloned());
+        let slot = self
+            .config
+            .limits
+            .acquire(id, channel)
+            .map_err(|hit| Failure::limited(&hit))?;
         backend
             .exec(
                 &guest,
@@ -182,6 +201,7 @@ impl Supervisor {
                 )),
                 other => Failure::internal(other.to_string()),
             })
+            .map(|handle| handle.holding(slot))
     }
 
     /// pause / resume: the backend says whether it can.

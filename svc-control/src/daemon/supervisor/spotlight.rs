@@ -152,7 +152,10 @@ impl Supervisor {
             stdin: true,
             tty: None,
         };
-        let mut handle = self.exec(name, &req, true).await.map_err(|f| f.message)?;
+        let mut handle = self
+            .exec_as(name, &req, true, crate::limits::Channel::Spotlight)
+            .await
+            .map_err(|f| f.message)?;
         let (mut from_client, mut to_client) = conn.into_split();
         let mut to_guest = handle.stdin.take().ok_or("no stdin")?;
         let mut from_guest = handle.stdout.take().ok_or("no stdout")?;

@@ -1,0 +1,143 @@
+//! `[limits]`: what one guest (one sandbox) may hold open in svcd at once, per channel it can
+//! open. The defaults fit 1,000 sandboxes in the shipped unit's `LimitNOFILE=1048576`; the
+//! arithmetic is in `docs/host-config.md`.
+
+use serde::{Deserialize, Serialize};
+
+/// The table as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// DNS-over-TCP connections to the guard.
+    pub dns_tcp_connections: Option<u32>,
+    /// Guest connections to the proxy (TLS and plain HTTP), upgraded WebSockets included.
+    pub proxy_connections: Option<u32>,
+    /// Exec streams (`svc sandbox exec`, the API's exec).
+    pub exec_streams: Option<u32>,
+    /// Spotlight (forwarded port) connections.
+    pub spotlight_streams: Option<u32>,
+    /// Git sessions through the SSH relay (also `[git_ssh] max_sessions`).
+    pub git_ssh_sessions: Option<u32>,
+    /// Seconds between two log lines about the same sandbox at the same limit.
+    pub log_interval_secs: Option<u64>,
+}
+
+/// Defaults of the table's keys.
+pub mod defaults {
+    pub const DNS_TCP_CONNECTIONS: u32 = 16;
+    pub const PROXY_CONNECTIONS: u32 = 192;
+    pub const EXEC_STREAMS: u32 = 32;
+    pub const SPOTLIGHT_STREAMS: u32 = 16;
+    pub const GIT_SSH_SESSIONS: u32 = 8;
+    pub const LOG_INTERVAL_SECS: u64 = 60;
+}
+
+/// The per-guest caps, validated: each at least 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LimitsConfig {
+    pub dns_tcp_connections: u32,
+    pub proxy_connections: u32,
+    pub exec_streams: u32,
+    pub spotlight_streams: u32,
+    pub git_ssh_sessions: u32,
+    pub log_interval: std::time::Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            dns_tcp_connections: defaults::DNS_TCP_CONNECTIONS,
+            proxy_connections: defaults::PROXY_CONNECTIONS,
+            exec_streams: defaults::EXEC_STREAMS,
+            spotlight_streams: defaults::SPOTLIGHT_STREAMS,
+            git_ssh_sessions: defaults::GIT_SSH_SESSIONS,
+            log_interval: std::time::Duration::from_secs(defaults::LOG_INTERVAL_SECS),
+        }
+    }
+}
+
+/// Most of any one channel a sandbox may hold (a guard against a typo that would let one
+/// sandbox hold the host's descriptors).
+const MAX_CAP: u32 = 65_536;
+/// Most relay sessions (each is an ssh process on the host).
+const MAX_GIT_SSH_SESSIONS: u32 = 256;
+
+/// Validate `[limits]`; `legacy_git_ssh` is `[git_ssh] max_sessions`, the older spelling of
+/// `git_ssh_sessions` (both may be given only with the same value).
+pub(super) fn validate(
+    f: LimitsFile,
+    legacy_git_ssh: Option<u32>,
+    err: &mut impl FnMut(&str, String),
+) -> LimitsConfig {
+    // The older name counts only when the new one is absent; both, differing, is an error.
+    let (git_ssh_key, git_ssh_value) = match f.git_ssh_sessions {
+        Some(v) => ("limits.git_ssh_sessions", Some(v)),
+        None => ("git_ssh.max_sessions", legacy_git_ssh),
+    };
+    let conflict = f
+        .git_ssh_sessions
+        .zip(legacy_git_ssh)
+        .filter(|(new, old)| new != old);
+    let mut cap = |key: &str, value: Option<u32>, default: u32, max: u32| -> u32 {
+        let v = value.unwrap_or(default);
+        if !(1..=max).contains(&v) {
+            err(key, format!("expected 1 to {max}, got {v}"));
+        }
+        v
+    };
+    let git_ssh_sessions = cap(
+        git_ssh_key,
+        git_ssh_value,
+        defaults::GIT_SSH_SESSIONS,
+        MAX_GIT_SSH_SESSIONS,
+    );
+    let limits = LimitsConfig {
+        dns_tcp_connections: cap(
+            "limits.dns_tcp_connections",
+            f.dns_tcp_connections,
+            defaults::DNS_TCP_CONNECTIONS,
+            MAX_CAP,
+        ),
+        proxy_connections: cap(
+            "limits.proxy_connections",
+            f.proxy_connections,
+            defaults::PROXY_CONNECTIONS,
+            MAX_CAP,
+        ),
+        exec_streams: cap(
+            "limits.exec_streams",
+            f.exec_streams,
+            defaults::EXEC_STREAMS,
+            MAX_CAP,
+        ),
+        spotlight_streams: cap(
+            "limits.spotlight_streams",
+            f.spotlight_streams,
+            defaults::SPOTLIGHT_STREAMS,
+            MAX_CAP,
+        ),
+        git_ssh_sessions,
+        log_interval: std::time::Duration::from_secs(
+            f.log_interval_secs.unwrap_or(defaults::LOG_INTERVAL_SECS),
+        ),
+    };
+    if let Some((new, old)) = conflict {
+        err(
+            "limits.git_ssh_sessions",
+            format!(
+                "{new} differs from git_ssh.max_sessions = {old} (the older name of this key): \
+                 set one of them"
+            ),
+        );
+    }
+    if !(1..=86_400).contains(&limits.log_interval.as_secs()) {
+        err(
+            "limits.log_interval_secs",
+            format!(
+                "expected 1 to 86400 seconds, got {}",
+                limits.log_interval.as_secs()
+            ),
+        );
+    }
+    limits
+}

@@ -1,0 +1,289 @@
+//! Per-guest budgets: how many of each channel one sandbox holds open in svcd at once (DNS
+//! over TCP, proxy connections, exec and Spotlight streams, relay sessions), from svcd.toml's
+//! `[limits]`.
+//!
+//! A channel asks [`GuestLimits::acquire`] for a [`Slot`] before it takes anything else for a
+//! guest (a task, a buffer, an upstream descriptor) and holds it for as long as it serves; the
+//! slot is given back when dropped. At the cap the caller refuses on that channel only, and
+//! the hit is told to a [`Report`] (svcd: the metric `svc_guest_limit_hits_total` and a log line
+//! at most once per `log_interval` per sandbox and limit).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
+
+use crate::config::limits::LimitsConfig;
+
+/// A channel a guest can open, and so a key of `[limits]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    DnsTcp,
+    Proxy,
+    Exec,
+    Spotlight,
+    GitSsh,
+}
+
+impl Channel {
+    /// Its key in `[limits]` (and its `limit` label in `svc_guest_limit_hits_total`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::DnsTcp => "dns_tcp_connections",
+            Self::Proxy => "proxy_connections",
+            Self::Exec => "exec_streams",
+            Self::Spotlight => "spotlight_streams",
+            Self::GitSsh => "git_ssh_sessions",
+        }
+    }
+
+    /// What one of it is, for people.
+    fn what(self) -> &'static str {
+        match self {
+            Self::DnsTcp => "DNS-over-TCP connections",
+            Self::Proxy => "proxy connections",
+            Self::Exec => "exec streams",
+            Self::Spotlight => "Spotlight streams",
+            Self::GitSsh => "git SSH sessions",
+        }
+    }
+}
+
+/// Where hits go: svcd counts them and logs them (see `daemon::wiring`).
+pub trait Report: Send + Sync {
+    /// `sandbox` reached `limit` (held `max` of it). `log`: the first hit of this sandbox at
+    /// this limit in `log_interval`, to be logged; the others are only counted.
+    fn limit_hit(&self, sandbox: u32, limit: Channel, max: u32, log: bool);
+}
+
+/// No one to tell (unit tests, tools).
+#[derive(Debug, Default)]
+pub struct Unreported;
+
+impl Report for Unreported {
+    fn limit_hit(&self, _: u32, _: Channel, _: u32, _: bool) {}
+}
+
+/// A refusal: the sandbox already holds `max` of `channel`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("this sandbox already holds {max} {what} (limits.{key}): refused", what = .channel.what(), key = .channel.key())]
+pub struct LimitHit {
+    pub channel: Channel,
+    pub max: u32,
+}
+
+/// The caps and what each sandbox holds. Share it with `Arc`.
+pub struct GuestLimits {
+    config: LimitsConfig,
+    report: Arc<dyn Report>,
+    held: Mutex<HashMap<(u32, Channel), u32>>,
+    /// When each (sandbox, limit) was last logged.
+    logged: Mutex<HashMap<(u32, Channel), Instant>>,
+}
+
+impl std::fmt::Debug for GuestLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestLimits")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for GuestLimits {
+    /// The documented defaults, told to no one.
+    fn default() -> Self {
+        Self::new(LimitsConfig::default(), Arc::new(Unreported))
+    }
+}
+
+impl GuestLimits {
+    pub fn new(config: LimitsConfig, report: Arc<dyn Report>) -> Self {
+        Self {
+            config,
+            report,
+            held: Mutex::default(),
+            logged: Mutex::default(),
+        }
+    }
+
+    /// The cap of `channel`.
+    pub fn max(&self, channel: Channel) -> u32 {
+        match channel {
+            Channel::DnsTcp => self.config.dns_tcp_connections,
+            Channel::Proxy => self.config.proxy_connections,
+            Channel::Exec => self.config.exec_streams,
+            Channel::Spotlight => self.config.spotlight_streams,
+            Channel::GitSsh => self.config.git_ssh_sessions,
+        }
+    }
+
+    /// One more `channel` for `sandbox`, held until the slot drops; at the cap, a refusal
+    /// (reported).
+    pub fn acquire(self: &Arc<Self>, sandbox: u32, channel: Channel) -> Result<Slot, LimitHit> {
+        let max = self.max(channel);
+        {
+            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = held.entry((sandbox, channel)).or_insert(0);
+            if *n < max {
+                *n += 1;
+                return Ok(Slot {
+                    limits: self.clone(),
+                    sandbox,
+                    channel,
+                });
+            }
+        }
+        let log = self.first_in_interval(sandbox, channel, Instant::now());
+        self.report.limit_hit(sandbox, channel, max, log);
+        Err(LimitHit { channel, max })
+    }
+
+    /// How many of `channel` `sandbox` holds now.
+    pub fn held(&self, sandbox: u32, channel: Channel) -> u32 {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(sandbox, channel))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether a hit at `now` is the first of its (sandbox, limit) in the log interval.
+    fn first_in_interval(&self, sandbox: u32, channel: Channel, now: Instant) -> bool {
+        let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        let interval = self.config.log_interval;
+        // Old entries go, so the map holds only sandboxes that hit a limit lately.
+        if logged.len() > 1024 {
+            logged.retain(|_, at| now.saturating_duration_since(*at) < interval);
+        }
+        match logged.get(&(sandbox, channel)) {
+            Some(at) if now.saturating_duration_since(*at) < interval => false,
+            _ => {
+                logged.insert((sandbox, channel), now);
+                true
+            }
+        }
+    }
+
+    fn release(&self, sandbox: u32, channel: Channel) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&(sandbox, channel)) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&(sandbox, channel));
+            }
+        }
+    }
+}
+
+/// One channel held by one sandbox, until dropped.
+pub struct Slot {
+    limits: Arc<GuestLimits>,
+    sandbox: u32,
+    channel: Channel,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("sandbox", &self.sandbox)
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.limits.release(self.sandbox, self.channel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(u32, &'static str, u32, bool)>>);
+
+    impl Report for Seen {
+        fn limit_hit(&self, sandbox: u32, limit: Channel, max: u32, log: bool) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((sandbox, limit.key(), max, log));
+        }
+    }
+
+    fn limits(seen: Arc<Seen>) -> Arc<GuestLimits> {
+        let config = LimitsConfig {
+            dns_tcp_connections: 2,
+            exec_streams: 1,
+            ..LimitsConfig::default()
+        };
+        Arc::new(GuestLimits::new(config, seen))
+    }
+
+    #[test]
+    fn a_sandbox_at_its_cap_is_refused_that_channel_only_and_a_dropped_slot_frees() {
+        let seen = Arc::new(Seen::default());
+        let l = limits(seen.clone());
+        let a = l.acquire(7, Channel::DnsTcp).unwrap();
+        let _b = l.acquire(7, Channel::DnsTcp).unwrap();
+        let refused = l.acquire(7, Channel::DnsTcp).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "this sandbox already holds 2 DNS-over-TCP connections (limits.dns_tcp_connections): refused"
+        );
+        // Another channel of the same sandbox, and the same channel of another sandbox.
+        let _exec = l.acquire(7, Channel::Exec).unwrap();
+        let _other = l.acquire(8, Channel::DnsTcp).unwrap();
+        drop(a);
+        assert_eq!(l.held(7, Channel::DnsTcp), 1);
+        let _c = l.acquire(7, Channel::DnsTcp).unwrap();
+        assert_eq!(
+            seen.0.lock().unwrap().as_slice(),
+            &[(7, "dns_tcp_connections", 2, true)]
+        );
+    }
+
+    #[test]
+    fn hits_are_counted_each_time_and_logged_once_per_interval_per_sandbox_and_limit() {
+        let seen = Arc::new(Seen::default());
+        let l = limits(seen.clone());
+        let _held = (l.acquire(1, Channel::Exec), l.acquire(2, Channel::Exec));
+        for _ in 0..3 {
+            let _ = l.acquire(1, Channel::Exec);
+        }
+        let _ = l.acquire(2, Channel::Exec);
+        let logs: Vec<_> = seen.0.lock().unwrap().iter().map(|h| (h.0, h.3)).collect();
+        assert_eq!(logs, [(1, true), (1, false), (1, false), (2, true)]);
+        // Past the interval, the next hit is logged again.
+        let later = Instant::now() + l.config.log_interval;
+        assert!(l.first_in_interval(1, Channel::Exec, later));
+        assert!(!l.first_in_interval(1, Channel::Exec, later));
+    }
+
+    #[test]
+    fn every_channel_names_its_own_key() {
+        let keys: Vec<_> = [
+            Channel::DnsTcp,
+            Channel::Proxy,
+            Channel::Exec,
+            Channel::Spotlight,
+            Channel::GitSsh,
+        ]
+        .map(Channel::key)
+        .into();
+        assert_eq!(
+            keys,
+            [
+                "dns_tcp_connections",
+                "proxy_connections",
+                "exec_streams",
+                "spotlight_streams",
+                "git_ssh_sessions"
+            ]
+        );
+    }
+}

@@ -1,0 +1,552 @@
+//! One guest at each of its `[limits]` caps, from a real container sandbox: a flood of
+//! DNS-over-TCP connections, of proxy connections (upgraded WebSockets holding their slots),
+//! of exec streams, and of git relay sessions. svcd's resident memory and open descriptors are sampled from /proc
+//! throughout and held to a stated bound; another sandbox's DNS (UDP and TCP), HTTPS through
+//! the proxy and exec work during the flood and after it; the flooding sandbox gets its
+//! refusal on that channel only; `svc_guest_limit_hits_total` counts every refusal and svcd
+//! logs the first of them once.
+#![expect(clippy::expect_used, reason = "test helpers")]
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc,
+    },
+    time::Duration,
+};
+
+use svc_tests::{
+    require_root, rss_kib,
+    world::{CODE_SSH_ADDR, World, workspace_bin},
+};
+
+/// The caps these tests run under (DNS over TCP keeps its default, 16).
+const LIMITS: &str = "proxy_connections = 24\nexec_streams = 6\n";
+const DNS_TCP_CAP: u64 = 16;
+const PROXY_CAP: u64 = 24;
+const EXEC_CAP: usize = 6;
+/// The relay's cap keeps its default.
+const GIT_SSH_CAP: u64 = 8;
+
+/// svcd may grow by this much resident memory while one guest floods.
+const RSS_BOUND_KIB: u64 = 64 * 1024;
+/// Descriptors svcd may open beyond what the capped channel holds: the other sandbox's
+/// checks (an exec, a proxy connection and its upstream, DNS), the API calls, the audit log.
+const FD_SLACK: u64 = 48;
+
+/// How long any one step may take before the test gives up with svcd's log.
+const STEP: Duration = Duration::from_secs(120);
+
+/// The guest's DNS server (its gateway: the fence sends port 53 to the guard) from Python.
+const NAMESERVER: &str = r#"
+def nameserver():
+    for l in open("/etc/resolv.conf"):
+        if l.startswith("nameserver"):
+            return l.split()[1]
+"#;
+
+/// The other sandbox's checks: a name over UDP and over TCP, HTTPS through the proxy. Prints
+/// `udp ADDR`, `tcp RCODE ANSWERS`, `https STATUS`.
+const CALM: &str = r#"
+import socket, struct, urllib.request, urllib.error
+q = struct.pack(">HHHHHH", 0x5356, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p.encode() for p in "api.agent.test".split(".")) + b"\0"
+q += struct.pack(">HH", 1, 1)
+print("udp", socket.gethostbyname("api.agent.test"), flush=True)
+s = socket.create_connection((nameserver(), 53), timeout=20)
+s.sendall(struct.pack(">H", len(q)) + q)
+def exactly(n):
+    b = b""
+    while len(b) < n:
+        d = s.recv(n - len(b))
+        if not d:
+            raise SystemExit("tcp eof")
+        b += d
+    return b
+a = exactly(struct.unpack(">H", exactly(2))[0])
+print("tcp", a[3] & 0xF, struct.unpack(">H", a[6:8])[0], flush=True)
+try:
+    status = urllib.request.urlopen("https://api.agent.test/", timeout=30).status
+except urllib.error.HTTPError as e:
+    status = e.code
+print("https", status, flush=True)
+"#;
+
+/// The DNS flood: N TCP connections to the guest's DNS server, held; after a moment, how many
+/// svcd kept and how many it closed unread. Holds them 6 s more (the guard's idle timeout is
+/// 10 s), then ends.
+const DNS_FLOOD: &str = r#"
+import select, socket, sys, time
+N = int(sys.argv[1])
+ns = nameserver()
+socks = []
+for i in range(N):
+    try:
+        socks.append(socket.create_connection((ns, 53), timeout=5))
+    except OSError:
+        pass
+time.sleep(2)
+p = select.poll()
+for s in socks:
+    p.register(s, select.POLLIN)
+closed = 0
+for fd, ev in p.poll(0):
+    closed += 1
+print("opened %d kept %d closed %d" % (len(socks), len(socks) - closed, closed), flush=True)
+time.sleep(6)
+"#;
+
+/// The proxy flood: W WebSockets to allowed.example.test/ws-drip (each answered 101 and kept
+/// open), then E more connections to its port 443 that send nothing: after a moment, how many
+/// of those the proxy kept waiting and how many it closed. Holds the WebSockets 6 s more.
+const PROXY_FLOOD: &str = r#"
+import base64, os, select, socket, ssl, sys, time
+W, E = int(sys.argv[1]), int(sys.argv[2])
+ctx = ssl.create_default_context()
+ws = []
+for i in range(W):
+    try:
+        s = ctx.wrap_socket(socket.create_connection(("allowed.example.test", 443), timeout=20),
+                            server_hostname="allowed.example.test")
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(("GET /ws-drip HTTP/1.1\r\nHost: allowed.example.test\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Key: " + key +
+                   "\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            d = s.recv(4096)
+            if not d:
+                break
+            head += d
+        if head.startswith(b"HTTP/1.1 101"):
+            ws.append(s)
+    except OSError:
+        pass
+extra = []
+for i in range(E):
+    try:
+        extra.append(socket.create_connection(("allowed.example.test", 443), timeout=5))
+    except OSError:
+        pass
+time.sleep(2)
+p = select.poll()
+for s in extra:
+    p.register(s, select.POLLIN)
+closed = len(p.poll(0))
+print("websockets %d extra %d kept %d closed %d" % (len(ws), len(extra), len(extra) - closed,
+      closed), flush=True)
+time.sleep(6)
+"#;
+
+/// The relay flood: N sessions on the guest's relay socket, each asking the code host for
+/// `git-upload-pack` and then holding its session without a word more (upload-pack waits for
+/// the client's wants). Prints how many were refused naming the limit and how many got the
+/// repository's advertisement.
+const RELAY_FLOOD: &str = r#"
+import json, select, socket, struct, sys, time
+HOST, N = sys.argv[1], int(sys.argv[2])
+def frame(kind, payload):
+    return struct.pack(">IBI", 1, kind, len(payload)) + payload
+req = json.dumps({"op": "git-ssh", "git_protocol": None,
+    "args": ["root@" + HOST, "git-upload-pack 'acme/widget.git'"]}).encode()
+socks = []
+for i in range(N):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/svc/git-ssh.sock")
+    s.sendall(frame(2, req))
+    socks.append(s)
+said = {s: b"" for s in socks}
+done = lambda b: b"limits.git_ssh_sessions" in b or b"refs/heads/" in b
+open_ = list(socks)
+deadline = time.time() + 60
+while open_ and time.time() < deadline and not all(done(b) for b in said.values()):
+    r, _, _ = select.select(open_, [], [], 1)
+    for s in r:
+        d = s.recv(65536)
+        said[s] += d
+        if not d:
+            open_.remove(s)
+print("refused %d advertised %d" % (sum(b"limits.git_ssh_sessions" in b for b in said.values()),
+      sum(b"refs/heads/" in b for b in said.values())), flush=True)
+time.sleep(4)
+"#;
+
+/// svcd's resident memory (KiB) and open descriptors, sampled every 20 ms until dropped.
+struct Sampler {
+    pid: u32,
+    before: (u64, u64),
+    peak: Arc<(AtomicU64, AtomicU64)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Self {
+        let before = (rss_kib(pid), fds(pid));
+        let peak = Arc::new((AtomicU64::new(before.0), AtomicU64::new(before.1)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.0.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                p.1.fetch_max(fds(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Self {
+            pid,
+            before,
+            peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop, and check svcd stayed within `RSS_BOUND_KIB` and `fd_bound` more descriptors.
+    fn check(mut self, what: &str, fd_bound: u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("sampler");
+        }
+        let peak = (
+            self.peak.0.load(Ordering::Relaxed).max(rss_kib(self.pid)),
+            self.peak.1.load(Ordering::Relaxed).max(fds(self.pid)),
+        );
+        println!(
+            "{what}: svcd RSS {} -> peak {} KiB, descriptors {} -> peak {}",
+            self.before.0, peak.0, self.before.1, peak.1
+        );
+        assert!(
+            peak.0.saturating_sub(self.before.0) < RSS_BOUND_KIB,
+            "{what}: svcd grew from {} KiB to {} KiB",
+            self.before.0,
+            peak.0
+        );
+        assert!(
+            peak.1.saturating_sub(self.before.1) <= fd_bound,
+            "{what}: svcd went from {} to {} open descriptors (bound: +{fd_bound})",
+            self.before.1,
+            peak.1
+        );
+    }
+}
+
+fn world() -> World {
+    // The `[limits]` table follows the world's `[container]` lines.
+    let w = World::start_with(&format!("\n[limits]\n{LIMITS}"));
+    for (name, hosts) in [("flood", "allowed.example.test"), ("calm", "")] {
+        let mut args = vec!["sandbox", "create", name, "--backend", "container"];
+        if !hosts.is_empty() {
+            args.extend(["--allow-host", hosts]);
+        }
+        w.svc_ok(&args);
+    }
+    w
+}
+
+/// `svc sandbox exec NAME -- sh -c SCRIPT`, every stream piped (a piped stdin is forwarded:
+/// the command's input ends when the caller's does).
+fn exec_command(w: &World, name: &str, script: &str) -> Command {
+    let mut c = Command::new(workspace_bin("svc"));
+    c.env("SVC_SOCKET", &w.socket)
+        .args(["sandbox", "exec", name, "--", "sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn spawn_exec(w: &World, name: &str, script: &str) -> Child {
+    exec_command(w, name, script)
+        .spawn()
+        .expect("svc sandbox exec")
+}
+
+/// A Python script in sandbox `name` (with `nameserver()` defined) as a shell script.
+fn python(script: &str, args: &str) -> String {
+    format!("cat > /tmp/s.py <<'EOF'\n{NAMESERVER}\n{script}\nEOF\npython3 /tmp/s.py {args}")
+}
+
+/// The first line `child` prints, or a failure with svcd's log after [`STEP`].
+fn first_line(w: &World, child: &mut Child) -> String {
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(STEP)
+        .unwrap_or_else(|_| panic!("no answer from the flood; svcd's log:\n{}", w.svcd_log()))
+}
+
+/// The other sandbox's DNS (UDP, TCP), HTTPS and exec work.
+fn calm_works(w: &World, when: &str) {
+    let out = svc_tests::output_within(&mut exec_command(w, "calm", &python(CALM, "")), STEP)
+        .unwrap_or_else(|e| panic!("another sandbox {when}: {e}; svcd's log:\n{}", w.svcd_log()));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "another sandbox {when}: {said}{err}");
+    assert!(said.contains("udp 192.0.2.10"), "UDP DNS {when}: {said}");
+    assert!(said.contains("tcp 0 1"), "DNS over TCP {when}: {said}");
+    assert!(said.contains("https 200"), "HTTPS {when}: {said}");
+}
+
+/// `svc_guest_limit_hits_total{sandbox="flood",limit=…}`, 0 if absent.
+fn hits(w: &World, limit: &str) -> u64 {
+    let series = format!("svc_guest_limit_hits_total{{sandbox=\"flood\",limit=\"{limit}\"}} ");
+    w.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// svcd logged the first hit of `limit` once, naming the sandbox and the key.
+fn logged_once(w: &World, limit: &str) {
+    let line = format!("sandbox flood reached limits.{limit}");
+    let n = w.svcd_log().matches(&line).count();
+    assert_eq!(n, 1, "{line:?} logged {n} times:\n{}", w.svcd_log());
+}
+
+/// `svc sandbox exec` callers, killed when dropped (their commands end with them).
+struct Killed(Vec<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn numbers(line: &str) -> Vec<u64> {
+    line.split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_dns_over_tcp_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
+    require_root();
+    let w = world();
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut flood = spawn_exec(&w, "flood", &python(DNS_FLOOD, "400"));
+    let line = first_line(&w, &mut flood);
+    calm_works(&w, "during a DNS-over-TCP flood");
+    let ended = flood.wait_with_output().expect("flood");
+    sampler.check("DNS-over-TCP flood", DNS_TCP_CAP + FD_SLACK);
+    assert!(
+        ended.status.success(),
+        "the flood: {line}{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    let [opened, kept, closed] = numbers(&line)[..] else {
+        panic!("the flood said {line:?}");
+    };
+    assert_eq!(opened, 400, "{line}");
+    assert_eq!(kept, DNS_TCP_CAP, "svcd keeps the cap's worth: {line}");
+    assert_eq!(
+        hits(&w, "dns_tcp_connections"),
+        closed,
+        "one hit per refusal"
+    );
+    logged_once(&w, "dns_tcp_connections");
+    calm_works(&w, "after a DNS-over-TCP flood");
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}
+
+#[test]
+fn a_proxy_flood_with_upgraded_websockets_is_held_to_its_cap_and_another_sandbox_keeps_working() {
+    require_root();
+    let w = world();
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut flood = spawn_exec(
+        &w,
+        "flood",
+        &python(PROXY_FLOOD, &format!("{PROXY_CAP} 200")),
+    );
+    let line = first_line(&w, &mut flood);
+    calm_works(&w, "during a proxy flood");
+    let ended = flood.wait_with_output().expect("flood");
+    // Each connection is two descriptors: the guest's and its upstream.
+    sampler.check("proxy flood", 2 * PROXY_CAP + FD_SLACK);
+    assert!(
+        ended.status.success(),
+        "the flood: {line}{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    let [websockets, extra, kept, closed] = numbers(&line)[..] else {
+        panic!("the flood said {line:?}");
+    };
+    assert_eq!(
+        websockets, PROXY_CAP,
+        "the cap's worth of WebSockets: {line}"
+    );
+    assert_eq!(
+        (extra, kept),
+        (200, 0),
+        "upgraded WebSockets hold their slots: nothing more is kept: {line}"
+    );
+    assert_eq!(hits(&w, "proxy_connections"), closed, "one hit per refusal");
+    logged_once(&w, "proxy_connections");
+    let refused = w
+        .audit()
+        .into_iter()
+        .filter(|r| {
+            r["sandbox_name"] == "flood"
+                && r["rule"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("(limits.proxy_connections)"))
+        })
+        .count() as u64;
+    assert_eq!(refused, closed, "each refusal is audited");
+    calm_works(&w, "after a proxy flood");
+    // The slots came back with the WebSockets: the flooding sandbox's HTTPS works again.
+    let (code, out, err) = w.sh(
+        "flood",
+        "curl -sS -o /dev/null -w '%{http_code}' https://allowed.example.test/",
+    );
+    assert_eq!((code, out.as_str()), (0, "200"), "{err}");
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}
+
+#[test]
+fn an_exec_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
+    require_root();
+    let w = world();
+    const TRIES: usize = 48;
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut execs = Killed(
+        (0..TRIES)
+            // Each holds its stream until its caller goes (its input ends with it).
+            .map(|_| spawn_exec(&w, "flood", "cat > /dev/null"))
+            .collect(),
+    );
+    // The refused ones end with their error; the cap's worth keep running.
+    let deadline = std::time::Instant::now() + STEP;
+    let mut refused = Vec::new();
+    while refused.len() < TRIES - EXEC_CAP {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} execs refused of {TRIES}; svcd's log:\n{}",
+            refused.len(),
+            w.svcd_log()
+        );
+        let mut i = 0;
+        while i < execs.0.len() {
+            if execs.0[i].try_wait().expect("wait").is_some() {
+                refused.push(execs.0.swap_remove(i).wait_with_output().expect("output"));
+            } else {
+                i += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for out in &refused {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("already holds 6 exec streams (limits.exec_streams)"),
+            "a refused exec names the limit: {err}"
+        );
+    }
+    assert_eq!(execs.0.len(), EXEC_CAP, "the cap's worth run");
+    calm_works(&w, "during an exec flood");
+    drop(execs);
+    // Each exec is a few descriptors (the API connection, the runtime's pipes).
+    sampler.check("exec flood", 8 * EXEC_CAP as u64 + FD_SLACK);
+    assert_eq!(hits(&w, "exec_streams"), (TRIES - EXEC_CAP) as u64);
+    logged_once(&w, "exec_streams");
+    calm_works(&w, "after an exec flood");
+    // The slots come back as the held execs end.
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let (code, out, _) = w.sh("flood", "echo again");
+        if code == 0 && out.contains("again") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "exec slots never came back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}
+
+/// The relay: a ninth session while eight are held is refused on the relay only, naming
+/// `limits.git_ssh_sessions`; another sandbox's relay works during and after.
+#[test]
+fn a_relay_session_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
+    require_root();
+    let w = World::start_with_git_ssh("");
+    let ws = w.dir.join("project");
+    std::fs::create_dir_all(ws.join(".svc")).expect("workspace");
+    std::fs::write(
+        ws.join(".svc/config.yaml"),
+        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n"),
+    )
+    .expect("config.yaml");
+    for name in ["flood", "calm"] {
+        w.svc_ok(&[
+            "sandbox",
+            "create",
+            name,
+            "--backend",
+            "container",
+            "--workspace",
+            ws.to_str().expect("utf-8"),
+            "--trust",
+        ]);
+    }
+    let ls_remote = format!("git ls-remote root@{CODE_SSH_ADDR}:acme/widget.git");
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut flood = spawn_exec(
+        &w,
+        "flood",
+        &python(RELAY_FLOOD, &format!("{CODE_SSH_ADDR} {}", GIT_SSH_CAP + 1)),
+    );
+    let line = first_line(&w, &mut flood);
+    let (code, out, err) = w.sh("calm", &ls_remote);
+    assert_eq!(
+        code, 0,
+        "another sandbox's relay during the flood: {out}{err}"
+    );
+    let ended = flood.wait_with_output().expect("flood");
+    // Each session is a few descriptors: the guest's stream, ssh's pipes and process.
+    sampler.check("relay flood", 6 * GIT_SSH_CAP + FD_SLACK);
+    assert!(
+        ended.status.success(),
+        "the flood: {line}{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    assert_eq!(
+        numbers(&line),
+        [1, GIT_SSH_CAP],
+        "one session past the cap is refused, the cap's worth served: {line}"
+    );
+    assert_eq!(hits(&w, "git_ssh_sessions"), 1);
+    logged_once(&w, "git_ssh_sessions");
+    for name in ["flood", "calm"] {
+        let (code, out, err) = w.sh(name, &ls_remote);
+        assert_eq!(code, 0, "{name}'s relay after the flood: {out}{err}");
+    }
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}
