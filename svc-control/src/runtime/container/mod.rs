@@ -21,6 +21,7 @@
 //! driven through its command line, so no runtime code runs inside svcd.
 
 mod cgroup;
+pub mod disk;
 pub mod oci;
 pub mod rootfs;
 pub mod seccomp;
@@ -58,6 +59,8 @@ pub struct Container {
     ids: rootfs::IdRange,
     cgroup_parent: String,
     limits: oci::Limits,
+    /// Each sandbox's disk in MiB (0: its writable layer is a directory of the state's).
+    disk_mib: u64,
     /// Each sandbox's relay socket listener (`serve_guest`), ended at `stop`.
     relays: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
@@ -101,6 +104,14 @@ impl Container {
             cpu_millis: config.cpu_millis,
         };
         cgroup::check(Path::new("/sys/fs/cgroup"), &limits).map_err(RuntimeError::Setup)?;
+        if config.disk_mib > 0 {
+            disk::check().map_err(|e| {
+                RuntimeError::Setup(format!(
+                    "sandbox disks (container.disk_mib = {}): {e}; or set container.disk_mib = 0",
+                    config.disk_mib
+                ))
+            })?;
+        }
         let lower = rootfs::shifted_image(&config.image, ids)?;
         if !lower.join(INIT[0].trim_start_matches('/')).exists() {
             return Err(RuntimeError::Setup(format!(
@@ -125,6 +136,7 @@ impl Container {
             ids,
             cgroup_parent: config.cgroup_parent.clone(),
             limits,
+            disk_mib: config.disk_mib,
             relays: std::sync::Arc::default(),
             starts: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent_starts())),
         })
@@ -181,8 +193,20 @@ impl Container {
                 .unwrap_or(Path::new("/run/svc"))
                 .to_path_buf(),
         ));
-        // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
-        let overlay = rootfs::Layers::under(&spec.dir).prepare(&self.lower, self.ids)?;
+        // Mounted in runc's own mount namespace, never the host's (see `Overlay`), on the
+        // sandbox's own disk if it has one (held bound until runc has mounted it).
+        let disk = match self.disk_mib {
+            0 => None,
+            mib => Some(disk::make(&spec.dir, mib).await?),
+        };
+        let overlay = match &disk {
+            None => rootfs::Layers::under(&spec.dir).prepare(&self.lower, self.ids, None)?,
+            Some(d) => rootfs::Layers::on_disk(&spec.dir).prepare(
+                &self.lower,
+                self.ids,
+                Some(&d.path()),
+            )?,
+        };
         let (shared, sub_binds) = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
@@ -237,6 +261,9 @@ impl Container {
         let turn = self.starts.acquire().await;
         let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status()).await;
         drop(turn);
+        // The container's namespace holds the disk's mount now (or runc failed): the kernel
+        // detaches the device when that goes.
+        drop(disk);
         // The container's mount namespace holds its own bind of each shared directory now:
         // the host-side attachment goes (a runc that failed needs it no more either).
         detach_shared(&spec.dir);
@@ -513,6 +540,9 @@ impl Backend for Container {
             // Only a sandbox made by an earlier svcd has its overlay in the host's namespace.
             if rootfs::Layers::under(dir).unmount().map_err(err)? {
                 removed.push("root file system overlay".to_owned());
+            }
+            if let Some(what) = disk::release(dir).await.map_err(err)? {
+                removed.push(what);
             }
             Ok(removed)
         })
