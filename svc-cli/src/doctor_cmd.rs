@@ -241,12 +241,16 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
     let report = rt.block_on(async {
         let mut host = Vec::new();
         if !a.no_host {
-            // svcd.toml's microvm.user when this caller may read the file, else the default.
-            let vm_user = svc_control::config::loader::load_host_config(None).map_or_else(
-                |_| svc_control::config::host::defaults::MICROVM_USER.to_owned(),
-                |h| h.microvm.user,
-            );
-            host = svc_control::doctor::host_probes(microvm, &vm_user, |v| std::env::var(v).ok());
+            // svcd.toml (microvm.user, the audit and state directories) when this caller may
+            // read the file, else the defaults.
+            let h = svc_control::config::loader::load_host_config(None).unwrap_or_default();
+            host = svc_control::doctor::host_probes(microvm, &h.microvm.user, |v| {
+                std::env::var(v).ok()
+            });
+            host.extend(svc_control::doctor::free_space_probes(&[
+                ("audit", &h.audit_dir),
+                ("state", &h.state_dir),
+            ]));
             host.push(svcd_probe(socket).await);
         }
         let progress = |r: &CheckResult| {
