@@ -133,11 +133,13 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             "host:nftables",
             "host:tun",
             "host:ip-forward",
+            "host:disk-audit",
+            "host:disk-state",
             "host:svcd",
             "unit"
         ]
     );
-    let svcd = &v["results"][7];
+    let svcd = &v["results"][9];
     assert_eq!(svcd["status"], "failed");
     assert!(
         svcd["reason"]
@@ -146,9 +148,9 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             .contains("svcd does not answer on /nonexistent/svcd.sock"),
         "{svcd}"
     );
-    assert_eq!(v["results"][8]["status"], "skipped");
+    assert_eq!(v["results"][10]["status"], "skipped");
     assert_eq!(
-        v["results"][8]["reason"],
+        v["results"][10]["reason"],
         "required probe failed: host:svcd"
     );
     let _ = fs::remove_dir_all(&dir);
