@@ -785,7 +785,10 @@ mod tests {
         assert!(!r[0].required, "a warning, not a failure");
         assert!(
             r[0].output.starts_with("/nonexistent/svc/state: ")
-                || r[0].reason.as_deref().is_some_and(|w| w.contains("free of")),
+                || r[0]
+                    .reason
+                    .as_deref()
+                    .is_some_and(|w| w.contains("free of")),
             "{:?}",
             r[0]
         );

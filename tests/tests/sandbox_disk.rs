@@ -106,7 +106,10 @@ fn a_full_sandbox_disk_is_enospc_for_its_guest_alone_and_destroy_leaves_nothing(
     );
 
     // Freed space comes back to the guest (and its blocks to the host).
-    let (code, out, err) = w.sh("full", "rm /fill && sync && echo again > /again && cat /again");
+    let (code, out, err) = w.sh(
+        "full",
+        "rm /fill && sync && echo again > /again && cat /again",
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(out.trim(), "again");
 

@@ -20,7 +20,8 @@ use svc_tests::{
 const LOG_CAP: u64 = 8 << 20;
 
 /// The hooks print 40 MB: five times the cap.
-const SETUP: &str = r#"yes "$(head -c 1000 /dev/zero | tr '\0' x)" | head -n 40000; echo flood-done"#;
+const SETUP: &str =
+    r#"yes "$(head -c 1000 /dev/zero | tr '\0' x)" | head -n 40000; echo flood-done"#;
 
 #[test]
 fn a_huge_workspace_log_stays_under_its_cap_and_follow_streams_it_then_new_records() {
@@ -39,10 +40,22 @@ fn a_huge_workspace_log_stays_under_its_cap_and_follow_streams_it_then_new_recor
     .expect("workspace.json");
     let dir_s = dir.to_str().expect("utf-8");
     let up = w.svc(&[
-        "workspace", "up", "--trust", dir_s, "--name", "big", "--backend", "container",
+        "workspace",
+        "up",
+        "--trust",
+        dir_s,
+        "--name",
+        "big",
+        "--backend",
+        "container",
     ]);
     let text = String::from_utf8_lossy(&up.stdout);
-    assert!(up.status.success(), "workspace up: {:?}\n{}", up.status, w.svcd_log());
+    assert!(
+        up.status.success(),
+        "workspace up: {:?}\n{}",
+        up.status,
+        w.svcd_log()
+    );
     assert!(text.contains("flood-done"), "the hooks ran to their end");
 
     // On the host: each file at most the cap.
@@ -55,7 +68,10 @@ fn a_huge_workspace_log_stays_under_its_cap_and_follow_streams_it_then_new_recor
         })
         .collect();
     for (f, len) in &sizes {
-        assert!(*len <= LOG_CAP, "{f} holds {len} bytes, past its cap: {sizes:?}");
+        assert!(
+            *len <= LOG_CAP,
+            "{f} holds {len} bytes, past its cap: {sizes:?}"
+        );
     }
     assert!(sizes[1].1 > 0, "the log was rotated: {sizes:?}");
 

@@ -97,7 +97,8 @@ pub fn attach(image: &Path) -> io::Result<LoopDevice> {
         if n < 0 {
             return Err(what("LOOP_CTL_GET_FREE", io::Error::last_os_error()));
         }
-        let number = u32::try_from(n).map_err(|e| what("LOOP_CTL_GET_FREE", io::Error::other(e)))?;
+        let number =
+            u32::try_from(n).map_err(|e| what("LOOP_CTL_GET_FREE", io::Error::other(e)))?;
         let path = format!("/dev/loop{number}");
         let dev = OpenOptions::new()
             .read(true)
@@ -138,7 +139,10 @@ pub fn attach(image: &Path) -> io::Result<LoopDevice> {
             )
         };
         if rc == 0 {
-            return Ok(LoopDevice { number, _fd: dev.into() });
+            return Ok(LoopDevice {
+                number,
+                _fd: dev.into(),
+            });
         }
         last = io::Error::last_os_error();
         // Another process bound this device between our two calls: ask again.

@@ -240,7 +240,10 @@ fn main() {
 
     for (label, r) in [
         ("writable layer a directory (disk_mib = 0)", &mut plain),
-        ("writable layer on its own 10 GiB disk (disk_mib = 10240)", &mut disk),
+        (
+            "writable layer on its own 10 GiB disk (disk_mib = 10240)",
+            &mut disk,
+        ),
     ] {
         report(label, r);
     }
@@ -271,7 +274,10 @@ fn report(label: &str, r: &mut Rounds) {
         ("then first HTTPS request succeeds        ", &mut r.first),
         ("create → first HTTPS request succeeded   ", &mut r.ready),
         ("svc sandbox destroy                      ", &mut r.destroy),
-        ("one `svc sandbox exec -- true` (overhead)", &mut r.exec_true),
+        (
+            "one `svc sandbox exec -- true` (overhead)",
+            &mut r.exec_true,
+        ),
     ] {
         println!("  {what}  {} [{}]", ms(median(v)), ms(p90(v)));
     }

@@ -115,8 +115,8 @@ mod tests {
     use super::*;
 
     fn record(seq: u64, text: &str) -> Vec<u8> {
-        let mut l = serde_json::to_vec(&serde_json::json!({"seq": seq, "text": text}))
-            .unwrap_or_default();
+        let mut l =
+            serde_json::to_vec(&serde_json::json!({"seq": seq, "text": text})).unwrap_or_default();
         l.push(b'\n');
         l
     }

@@ -177,8 +177,10 @@ impl Layers {
         ids: IdRange,
         device: Option<&Path>,
     ) -> Result<Overlay, String> {
-        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-            .map_err(|e| format!("{}: {e}", p.display()));
+        let c = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
         let disk = match (&self.disk, device) {
             (Some(at), Some(device)) => {
                 std::fs::create_dir_all(at).map_err(|e| format!("{}: {e}", at.display()))?;
@@ -309,13 +311,19 @@ impl DiskMount {
             Ok(()) | Err(Errno::EEXIST) => Ok(()),
             Err(e) => Err(e),
         };
-        made(unistd::mkdir(self.upper.as_c_str(), Mode::from_bits_truncate(0o755)))?;
+        made(unistd::mkdir(
+            self.upper.as_c_str(),
+            Mode::from_bits_truncate(0o755),
+        ))?;
         unistd::chown(
             self.upper.as_c_str(),
             Some(unistd::Uid::from_raw(self.ids.uid)),
             Some(unistd::Gid::from_raw(self.ids.gid)),
         )?;
-        made(unistd::mkdir(self.work.as_c_str(), Mode::from_bits_truncate(0o700)))?;
+        made(unistd::mkdir(
+            self.work.as_c_str(),
+            Mode::from_bits_truncate(0o700),
+        ))?;
         Ok(())
     }
 }

@@ -506,9 +506,13 @@ async fn overlay(rootfs: &Path, disk: &Path, mib: u64) -> Result<(), String> {
 async fn grow_root(channel: &Arc<Channel>) -> Result<(), String> {
     use tokio::io::AsyncReadExt as _;
     let mut h = channel.exec(Exec {
-        argv: ["/bin/sh", "-c", "resize2fs \"$(findmnt -n -o SOURCE /)\" 2>&1"]
-            .map(str::to_owned)
-            .to_vec(),
+        argv: [
+            "/bin/sh",
+            "-c",
+            "resize2fs \"$(findmnt -n -o SOURCE /)\" 2>&1",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
         env: Vec::new(),
         cwd: None,
         stdin: false,
