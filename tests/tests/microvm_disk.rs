@@ -1,7 +1,6 @@
 //! Disk per sandbox on the microvm backend: the guest's disk is `[container] disk_mib` (its
 //! qcow2 overlay's virtual size, which bounds what the overlay file can grow to), and its root
 //! file system is grown to fill it, so `df /` inside shows that size.
-#![expect(clippy::expect_used, reason = "test helpers")]
 
 use svc_tests::{
     require_root,
@@ -25,15 +24,16 @@ fn a_microvm_guest_sees_a_disk_of_its_limit() {
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("df: {out}"));
     assert!(
-        size_kib <= DISK_MIB * 1024 && size_kib >= DISK_MIB * 1024 * 9 / 10,
+        (DISK_MIB * 1024 * 9 / 10..=DISK_MIB * 1024).contains(&size_kib),
         "df / in the guest shows {size_kib} KiB, not its {DISK_MIB} MiB disk"
     );
     let info = std::process::Command::new("qemu-img")
         .args(["info", "--output", "json", "-U"])
         .arg(w.dir.join("state/sandboxes/vm/disk.qcow2"))
         .output()
-        .expect("qemu-img info");
-    let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("qemu-img json");
+        .unwrap_or_else(|e| panic!("qemu-img info: {e}"));
+    let info: serde_json::Value =
+        serde_json::from_slice(&info.stdout).unwrap_or_else(|e| panic!("qemu-img json: {e}"));
     assert_eq!(
         info["virtual-size"].as_u64(),
         Some(DISK_MIB << 20),

@@ -2,7 +2,6 @@
 //! than the log's cap leave at most the cap in each of its two files (the log and its one
 //! rotated file), and `svc workspace logs --follow` sends what is kept — in order, whole
 //! records, across the rotation — and then the records written after it started.
-#![expect(clippy::expect_used, reason = "test helpers")]
 
 use std::{
     io::{BufRead as _, BufReader},
