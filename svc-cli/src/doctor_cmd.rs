@@ -241,16 +241,7 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
     let report = rt.block_on(async {
         let mut host = Vec::new();
         if !a.no_host {
-            // svcd.toml (microvm.user, the audit and state directories) when this caller may
-            // read the file, else the defaults.
-            let h = svc_control::config::loader::load_host_config(None).unwrap_or_default();
-            host = svc_control::doctor::host_probes(microvm, &h.microvm.user, |v| {
-                std::env::var(v).ok()
-            });
-            host.extend(svc_control::doctor::free_space_probes(&[
-                ("audit", &h.audit_dir),
-                ("state", &h.state_dir),
-            ]));
+            host = host_probes(microvm);
             host.push(svcd_probe(socket).await);
         }
         let progress = |r: &CheckResult| {
@@ -314,4 +305,17 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The built-in host probes, with svcd.toml's `microvm.user` and audit and state directories
+/// when this caller may read the file, else the defaults.
+fn host_probes(microvm: bool) -> Vec<CheckResult> {
+    let h = svc_control::config::loader::load_host_config(None).unwrap_or_default();
+    let mut host =
+        svc_control::doctor::host_probes(microvm, &h.microvm.user, |v| std::env::var(v).ok());
+    host.extend(svc_control::doctor::free_space_probes(&[
+        ("audit", &h.audit_dir),
+        ("state", &h.state_dir),
+    ]));
+    host
 }

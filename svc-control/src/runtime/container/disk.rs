@@ -16,6 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::rootfs::{IdRange, Layers, Overlay};
 use crate::dataplane::loopdev;
 
 /// The image, in the sandbox's directory.
@@ -39,6 +40,23 @@ pub fn check() -> Result<(), String> {
         return Err("mkfs.ext4 is not installed (apt-get install e2fsprogs)".into());
     }
     Ok(())
+}
+
+/// The overlay of the sandbox in `dir` over `lower`, ready to be mounted, on a disk of its
+/// own of `mib` MiB (none if 0). The disk's device stays bound while the returned handle
+/// lives: until runc has mounted it.
+pub async fn root_file_system(
+    dir: &Path,
+    lower: &Path,
+    ids: IdRange,
+    mib: u64,
+) -> Result<(Option<loopdev::LoopDevice>, Overlay), String> {
+    if mib == 0 {
+        return Ok((None, Layers::under(dir).prepare(lower, ids, None)?));
+    }
+    let disk = make(dir, mib).await?;
+    let overlay = Layers::on_disk(dir).prepare(lower, ids, Some(&disk.path()))?;
+    Ok((Some(disk), overlay))
 }
 
 /// Make the sandbox's disk (a sparse image of `mib` MiB with an empty ext4 file system) and

@@ -193,20 +193,9 @@ impl Container {
                 .unwrap_or(Path::new("/run/svc"))
                 .to_path_buf(),
         ));
-        // Mounted in runc's own mount namespace, never the host's (see `Overlay`), on the
-        // sandbox's own disk if it has one (held bound until runc has mounted it).
-        let disk = match self.disk_mib {
-            0 => None,
-            mib => Some(disk::make(&spec.dir, mib).await?),
-        };
-        let overlay = match &disk {
-            None => rootfs::Layers::under(&spec.dir).prepare(&self.lower, self.ids, None)?,
-            Some(d) => rootfs::Layers::on_disk(&spec.dir).prepare(
-                &self.lower,
-                self.ids,
-                Some(&d.path()),
-            )?,
-        };
+        // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
+        let (disk, overlay) =
+            disk::root_file_system(&spec.dir, &self.lower, self.ids, self.disk_mib).await?;
         let (shared, sub_binds) = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
