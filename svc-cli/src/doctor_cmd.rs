@@ -163,17 +163,17 @@ fn line(r: &CheckResult) -> String {
     s
 }
 
-/// The built-in host probes, read with svcd.toml's `microvm.user` and `container.runtime`
-/// when this caller may read the file (else their defaults).
+/// The built-in host probes, read with svcd.toml's `microvm.user`, `container.runtime` and
+/// audit and state directories when this caller may read the file (else their defaults).
 fn host_probes(microvm: bool) -> Vec<CheckResult> {
-    let loaded = svc_control::config::loader::load_host_config(None).ok();
-    let vm_user = loaded.as_ref().map_or_else(
-        || svc_control::config::host::defaults::MICROVM_USER.to_owned(),
-        |h| h.microvm.user.clone(),
-    );
-    let mut host = svc_control::doctor::host_probes(microvm, &vm_user, |v| std::env::var(v).ok());
-    let runtime = loaded.map_or_else(|| "runc".into(), |h| h.container.runtime);
-    host.push(svc_control::doctor::runtime_probe(&runtime));
+    let h = svc_control::config::loader::load_host_config(None).unwrap_or_default();
+    let mut host =
+        svc_control::doctor::host_probes(microvm, &h.microvm.user, |v| std::env::var(v).ok());
+    host.push(svc_control::doctor::runtime_probe(&h.container.runtime));
+    host.extend(svc_control::doctor::free_space_probes(&[
+        ("audit", &h.audit_dir),
+        ("state", &h.state_dir),
+    ]));
     host
 }
 
@@ -255,7 +255,6 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
     let report = rt.block_on(async {
         let mut host = Vec::new();
         if !a.no_host {
-            // svcd.toml's microvm.user when this caller may read the file, else the default.
             host = host_probes(microvm);
             host.push(svcd_probe(socket).await);
         }

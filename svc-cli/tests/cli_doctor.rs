@@ -134,11 +134,13 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             "host:tun",
             "host:ip-forward",
             "host:runc",
+            "host:disk-audit",
+            "host:disk-state",
             "host:svcd",
             "unit"
         ]
     );
-    let svcd = &v["results"][8];
+    let svcd = &v["results"][10];
     assert_eq!(svcd["status"], "failed");
     assert!(
         svcd["reason"]
@@ -147,9 +149,9 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             .contains("svcd does not answer on /nonexistent/svcd.sock"),
         "{svcd}"
     );
-    assert_eq!(v["results"][9]["status"], "skipped");
+    assert_eq!(v["results"][11]["status"], "skipped");
     assert_eq!(
-        v["results"][9]["reason"],
+        v["results"][11]["reason"],
         "required probe failed: host:svcd"
     );
     let _ = fs::remove_dir_all(&dir);

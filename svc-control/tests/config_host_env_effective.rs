@@ -127,6 +127,16 @@ fn limits_take_their_defaults_and_what_the_file_says() {
 }
 
 #[test]
+fn disk_per_sandbox_defaults_to_10_gib_for_both_backends_and_0_turns_it_off() {
+    let h = HostConfig::default();
+    assert_eq!((h.container.disk_mib, h.microvm.disk_mib), (10240, 10240));
+    let h = host::parse(Path::new("svcd.toml"), "[container]\ndisk_mib = 512\n").unwrap();
+    assert_eq!((h.container.disk_mib, h.microvm.disk_mib), (512, 512));
+    let h = host::parse(Path::new("svcd.toml"), "[container]\ndisk_mib = 0\n").unwrap();
+    assert_eq!((h.container.disk_mib, h.microvm.disk_mib), (0, 0));
+}
+
+#[test]
 fn host_refusals() {
     let cases: &[(&str, &str, &str, &str)] = &[
         (
@@ -194,6 +204,18 @@ fn host_refusals() {
             "[proxy]\nextra_roots = [\"ca.pem\"]\n",
             "proxy.extra_roots[0]",
             "absolute path",
+        ),
+        (
+            "disk_too_small",
+            "[container]\ndisk_mib = 10\n",
+            "container.disk_mib",
+            "expected 0 (no limit) or 64 MiB to 16777216 MiB (16 TiB), got 10",
+        ),
+        (
+            "disk_too_large",
+            "[container]\ndisk_mib = 99999999999\n",
+            "container.disk_mib",
+            "got 99999999999",
         ),
         (
             "microvm_tiny_memory",

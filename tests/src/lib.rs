@@ -22,6 +22,25 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The loop devices bound to an image under `dir`: (`/dev/loopN`, image).
+pub fn loop_devices_under(dir: &std::path::Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let dir = dir.display().to_string();
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            let backing = backing.trim().to_owned();
+            backing
+                .starts_with(&dir)
+                .then(|| (format!("/dev/{name}"), backing))
+        })
+        .collect()
+}
+
 pub fn require_root() {
     let uid = Command::new("id")
         .arg("-u")

@@ -789,6 +789,11 @@ listen = "127.0.0.1:{METRICS_PORT}"
             !w.dir.join("state/sandboxes").join(name).exists(),
             "the sandbox's files are left"
         );
+        let bound = crate::loop_devices_under(&sandbox_dir);
+        assert!(
+            bound.is_empty(),
+            "loop devices bound to the sandbox's disk are left: {bound:?}"
+        );
         let list: Vec<serde_json::Value> =
             serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list");
         assert!(

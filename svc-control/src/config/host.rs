@@ -149,6 +149,9 @@ pub struct ContainerFile {
     pub pids_max: Option<u64>,
     /// CPU limit per sandbox, in CPUs (e.g. 1.5; 0: no limit).
     pub cpus: Option<f64>,
+    /// Disk per sandbox in MiB: the size of its writable layer (an ext4 image of its own),
+    /// and of a microvm guest's disk (0: no limit for containers, the image's size for VMs).
+    pub disk_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -265,6 +268,8 @@ pub mod defaults {
     pub const MICROVM_MEMORY_MIB: u64 = 512;
     pub const MICROVM_OVERHEAD_MIB: u64 = 256;
     pub const PIDS_MAX: u64 = 4096;
+    /// Disk per sandbox: 10 GiB.
+    pub const DISK_MIB: u64 = 10 * 1024;
     pub const CPUS: f64 = 2.0;
     pub const KEY_FILE: &str = "/etc/svc/secrets.key";
     pub const CODE_HOST_CLI: &str = "gh";
@@ -298,6 +303,8 @@ pub struct ContainerConfig {
     pub pids_max: u64,
     /// Thousandths of a CPU; 0: no limit.
     pub cpu_millis: u64,
+    /// The writable layer's size in MiB; 0: no limit (a directory on the state file system).
+    pub disk_mib: u64,
 }
 
 /// The microvm backend's settings, validated.
@@ -314,6 +321,8 @@ pub struct MicrovmConfig {
     /// `virtio-serial` or `vsock`.
     pub channel: String,
     pub vhost_vsock: PathBuf,
+    /// The guest's disk size in MiB (`[container] disk_mib`); 0: the image's own size.
+    pub disk_mib: u64,
 }
 
 /// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
@@ -726,7 +735,8 @@ fn validate(file: &Path, f: HostConfigFile) -> Result<HostConfig, ConfigErrors> 
     let limits = super::limits::validate(f.limits, f.git_ssh.max_sessions, &mut err);
     let upstream_proxy = upstream_proxy(f.upstream, &mut err);
     let container = container(f.container, &mut err);
-    let microvm = microvm(f.microvm, &mut err);
+    let mut microvm = microvm(f.microvm, &mut err);
+    microvm.disk_mib = container.disk_mib;
     let metrics_listen = match f.metrics.listen.as_deref() {
         None => None,
         Some(l) => match l.parse::<SocketAddr>() {
@@ -903,7 +913,17 @@ fn container(f: ContainerFile, err: &mut impl FnMut(&str, String)) -> ContainerC
             format!("expected 0 (no limit) or a number of CPUs from 0.01, got {cpus}"),
         );
     }
+    let disk_mib = f.disk_mib.unwrap_or(defaults::DISK_MIB);
+    if disk_mib != 0 && !(64..=MAX_DISK_MIB).contains(&disk_mib) {
+        err(
+            "container.disk_mib",
+            format!(
+                "expected 0 (no limit) or 64 MiB to {MAX_DISK_MIB} MiB (16 TiB), got {disk_mib}"
+            ),
+        );
+    }
     ContainerConfig {
+        disk_mib,
         runtime: f
             .runtime
             .unwrap_or_else(|| PathBuf::from(defaults::CONTAINER_RUNTIME)),
@@ -983,8 +1003,12 @@ fn microvm(f: MicrovmFile, err: &mut impl FnMut(&str, String)) -> MicrovmConfig 
         vhost_vsock: f
             .vhost_vsock
             .unwrap_or_else(|| PathBuf::from("vhost-device-vsock")),
+        disk_mib: 0,
     }
 }
+
+/// The largest `container.disk_mib`: 16 TiB, ext4's file system limit with 4 KiB blocks.
+const MAX_DISK_MIB: u64 = 16 << 20;
 
 /// `IP` (port 53) or `IP:port` / `[IPv6]:port`.
 pub fn parse_upstream(s: &str) -> Option<SocketAddr> {

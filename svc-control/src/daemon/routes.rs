@@ -403,6 +403,9 @@ fn events_stream(ctx: &Ctx, who: &Principal, query: &str) -> Result<Response<Bod
     Ok(ndjson(rx))
 }
 
+/// How much of a workspace log file is read and sent at once.
+const LOG_PIECE: usize = 16 << 10;
+
 /// `GET /v1/sandboxes/{name}/workspace/log[?follow=1]`: the workspace's log records as JSON
 /// lines; with `follow`, new ones as they are written, until the sandbox is destroyed.
 fn workspace_log_stream(ctx: &Ctx, name: &str, query: &str) -> Result<Response<Body>, Failure> {
@@ -416,9 +419,19 @@ fn workspace_log_stream(ctx: &Ctx, name: &str, query: &str) -> Result<Response<B
     let (past, live) = ctx.sup.workspace_log_follow(name, follow)?;
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
-        for l in past {
-            if tx.send(l).await.is_err() {
-                return;
+        // The files as they were, in pieces (never the whole log in memory).
+        for (file, len) in past {
+            let mut file = tokio::io::AsyncReadExt::take(tokio::fs::File::from_std(file), len);
+            loop {
+                let mut buf = bytes::BytesMut::with_capacity(LOG_PIECE);
+                match tokio::io::AsyncReadExt::read_buf(&mut file, &mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(buf.freeze()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
             }
         }
         let Some(mut live) = live else { return };

@@ -16,6 +16,7 @@ mod secrets;
 mod spotlight;
 mod trust;
 mod workspace;
+mod workspace_log;
 mod workspace_services;
 
 use std::{

@@ -7,6 +7,7 @@ pub mod clock;
 mod fence;
 pub mod idmap;
 mod link;
+pub mod loopdev;
 mod nft;
 mod sandbox;
 /// Seccomp filters installed on a helper between fork and exec.

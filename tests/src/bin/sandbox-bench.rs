@@ -3,7 +3,9 @@
 //! run, the floor: runc's own `run` of the same kind of bundle (the same image overlay, the
 //! same config.json from `runtime::container::oci`, a veth moved into its network namespace
 //! and addressed with `ip`), then `runc delete`; and one `svc sandbox exec` beside one
-//! `runc exec`.
+//! `runc exec`. The svcd rounds run twice in the same run: each sandbox's writable layer a
+//! directory of the state's (`disk_mib = 0`), then on its own 10 GiB ext4 image (the default),
+//! to show what the disk limit costs.
 
 use std::time::{Duration, Instant};
 
@@ -37,8 +39,18 @@ fn run(program: &str, args: &[&str]) {
     );
 }
 
-fn main() {
-    let w = World::start();
+/// One configuration's figures: each a list of one duration per round.
+#[derive(Default)]
+struct Rounds {
+    create: Vec<Duration>,
+    first: Vec<Duration>,
+    ready: Vec<Duration>,
+    destroy: Vec<Duration>,
+    exec_true: Vec<Duration>,
+}
+
+/// A warm-up, then [`ROUNDS`] sandboxes created, used and destroyed one after another.
+fn svcd_rounds(w: &World) -> Rounds {
     // Warm up: one sandbox created, used and destroyed (first-use costs are not the figure).
     w.svc_ok(&["sandbox", "create", "warm"]);
     w.svc_ok(&[
@@ -51,9 +63,7 @@ fn main() {
         "https://api.agent.test/",
     ]);
     w.svc_ok(&["sandbox", "destroy", "warm"]);
-
-    let (mut create, mut ready, mut first, mut destroy, mut exec_true) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let mut r = Rounds::default();
     for i in 0..ROUNDS {
         let name = format!("b{i}");
         let t0 = Instant::now();
@@ -80,14 +90,26 @@ fn main() {
         let t2 = Instant::now();
         let e0 = Instant::now();
         w.svc_ok(&["sandbox", "exec", &name, "--", "true"]);
-        exec_true.push(e0.elapsed());
+        r.exec_true.push(e0.elapsed());
         let d0 = Instant::now();
         w.svc_ok(&["sandbox", "destroy", &name]);
-        destroy.push(d0.elapsed());
-        create.push(t1 - t0);
-        first.push(t2 - t1);
-        ready.push(t2 - t0);
+        r.destroy.push(d0.elapsed());
+        r.create.push(t1 - t0);
+        r.first.push(t2 - t1);
+        r.ready.push(t2 - t0);
     }
+    r
+}
+
+fn main() {
+    // The disk limit's cost, in the same run: the writable layer a directory of the state's
+    // (`disk_mib = 0`), then on a 10 GiB ext4 image of its own (the default).
+    let mut plain = {
+        let w = World::start_with("disk_mib = 0");
+        svcd_rounds(&w)
+    };
+    let w = World::start_with("disk_mib = 10240");
+    let mut disk = svcd_rounds(&w);
 
     // The floor, in the same run: what runc itself takes for the same kind of sandbox.
     let (mut bare_up, mut bare_down, mut bare_exec) = (vec![], vec![], vec![]);
@@ -216,32 +238,15 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    println!("sandbox lifecycle, container backend, {ROUNDS} rounds (medians; p90 in brackets)");
-    println!(
-        "  svc sandbox create (API answered)          {} [{}]",
-        ms(median(&mut create)),
-        ms(p90(&mut create))
-    );
-    println!(
-        "  then first HTTPS request succeeds          {} [{}]",
-        ms(median(&mut first)),
-        ms(p90(&mut first))
-    );
-    println!(
-        "  create → first HTTPS request succeeded     {} [{}]   target ≤ 100 ms",
-        ms(median(&mut ready)),
-        ms(p90(&mut ready))
-    );
-    println!(
-        "  svc sandbox destroy                        {} [{}]",
-        ms(median(&mut destroy)),
-        ms(p90(&mut destroy))
-    );
-    println!(
-        "  one `svc sandbox exec -- true` (overhead)  {} [{}]",
-        ms(median(&mut exec_true)),
-        ms(p90(&mut exec_true))
-    );
+    for (label, r) in [
+        ("writable layer a directory (disk_mib = 0)", &mut plain),
+        (
+            "writable layer on its own 10 GiB disk (disk_mib = 10240)",
+            &mut disk,
+        ),
+    ] {
+        report(label, r);
+    }
     println!("floor, same run: runc run of the same bundle + a veth addressed with `ip`");
     println!(
         "  overlay + runc run + veth + addresses      {} [{}]",
@@ -258,4 +263,22 @@ fn main() {
         ms(median(&mut bare_down)),
         ms(p90(&mut bare_down))
     );
+}
+
+fn report(label: &str, r: &mut Rounds) {
+    println!(
+        "sandbox lifecycle, container backend, {label}, {ROUNDS} rounds (medians; p90 in brackets)"
+    );
+    for (what, v) in [
+        ("svc sandbox create (API answered)        ", &mut r.create),
+        ("then first HTTPS request succeeds        ", &mut r.first),
+        ("create → first HTTPS request succeeded   ", &mut r.ready),
+        ("svc sandbox destroy                      ", &mut r.destroy),
+        (
+            "one `svc sandbox exec -- true` (overhead)",
+            &mut r.exec_true,
+        ),
+    ] {
+        println!("  {what}  {} [{}]", ms(median(v)), ms(p90(v)));
+    }
 }

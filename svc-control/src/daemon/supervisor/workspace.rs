@@ -13,11 +13,11 @@
 //!   code, and the sandbox stays up for debugging. `onTeardown` failures are reported and the
 //!   destroy goes on.
 //! - **Output**: every line the hooks write, with a record at each hook's start and end, goes
-//!   to the workspace's log (`<state>/sandboxes/<name>/workspace.log`, JSON lines) and to
-//!   everyone following it (`GET /v1/sandboxes/{name}/workspace/log?follow`).
+//!   to the workspace's log (`<state>/sandboxes/<name>/workspace.log`, JSON lines, rotated at
+//!   8 MiB with one older file kept: see [`super::workspace_log`]) and to everyone following
+//!   it (`GET /v1/sandboxes/{name}/workspace/log?follow`).
 
 use std::{
-    io::Write as _,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -27,7 +27,11 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use super::{Failure, Supervisor, now_text, sandbox::TaskGuard};
+use super::{
+    Failure, Supervisor, now_text,
+    sandbox::TaskGuard,
+    workspace_log::{LogFile, LogPast, last_seq},
+};
 use crate::api::{self, WorkspaceLogRecord, WorkspaceSpec};
 
 /// How long a hook's output may go on after the hook exited (a background child holding it).
@@ -86,7 +90,7 @@ pub(super) struct WorkspaceRun {
     pub(super) spec: WorkspaceSpec,
     log_path: PathBuf,
     /// The log file and the last sequence number written.
-    writer: Mutex<(Option<std::fs::File>, u64)>,
+    writer: Mutex<(LogFile, u64)>,
     /// Each record as written (one JSON line), to the followers.
     tx: broadcast::Sender<Bytes>,
     status: Mutex<Status>,
@@ -105,13 +109,11 @@ impl WorkspaceRun {
     /// again after an svcd restart.
     pub(super) fn new(spec: WorkspaceSpec, log_path: PathBuf, state: &'static str) -> Self {
         // Found again after a restart: numbering goes on from the records already written.
-        let seq = std::fs::read(&log_path)
-            .map(|b| b.iter().filter(|c| **c == b'\n').count() as u64)
-            .unwrap_or(0);
+        let seq = last_seq(&log_path);
         Self {
             spec,
+            writer: Mutex::new((LogFile::new(log_path.clone()), seq)),
             log_path,
-            writer: Mutex::new((None, seq)),
             tx: broadcast::channel(4096).0,
             status: Mutex::new(Status {
                 state,
@@ -194,42 +196,22 @@ impl WorkspaceRun {
             return;
         };
         line.push(b'\n');
-        if w.0.is_none() {
-            match std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.log_path)
-            {
-                Ok(f) => w.0 = Some(f),
-                Err(e) => {
-                    warn!(path = %self.log_path.display(), error = %e, "cannot write the workspace log");
-                }
-            }
-        }
-        if let Some(f) = &mut w.0
-            && let Err(e) = f.write_all(&line)
-        {
+        if let Err(e) = w.0.append(&line) {
             warn!(path = %self.log_path.display(), error = %e, "cannot write the workspace log");
         }
         let _ = self.tx.send(Bytes::from(line));
     }
 
-    /// Follow the log: every record so far, then each new one, until the workspace is gone
-    /// (`follow`) or at once.
-    pub(super) fn follow(&self, follow: bool) -> (Vec<Bytes>, Option<broadcast::Receiver<Bytes>>) {
-        // Hold the writer while reading so no record falls between the file and the channel.
+    /// Follow the log: the files as they are (read by the caller, piece by piece), then
+    /// each new record, until the workspace is gone (`follow`) or at once.
+    pub(super) fn follow(&self, follow: bool) -> LogFollow {
+        // Hold the writer while opening so no record falls between the files and the channel.
         let w = self
             .writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let rx = follow.then(|| self.tx.subscribe());
-        let past = std::fs::read(&self.log_path)
-            .map(|b| {
-                b.split_inclusive(|c| *c == b'\n')
-                    .map(Bytes::copy_from_slice)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let past = w.0.past();
         drop(w);
         (past, rx)
     }
@@ -242,8 +224,8 @@ struct HookFailure {
 }
 
 /// A workspace log as `GET /v1/sandboxes/{name}/workspace/log` sends it: the records so far
-/// (JSON lines), and the channel of new ones when following.
-pub type LogFollow = (Vec<Bytes>, Option<broadcast::Receiver<Bytes>>);
+/// (open files and how much of each to send), and the channel of new ones when following.
+pub type LogFollow = (LogPast, Option<broadcast::Receiver<Bytes>>);
 
 impl Supervisor {
     /// `name`'s workspace log; see [`LogFollow`].

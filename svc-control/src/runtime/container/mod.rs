@@ -22,6 +22,7 @@
 
 pub mod advisory;
 mod cgroup;
+pub mod disk;
 pub mod oci;
 pub mod rootfs;
 pub mod seccomp;
@@ -59,6 +60,8 @@ pub struct Container {
     ids: rootfs::IdRange,
     cgroup_parent: String,
     limits: oci::Limits,
+    /// Each sandbox's disk in MiB (0: its writable layer is a directory of the state's).
+    disk_mib: u64,
     /// Each sandbox's relay socket listener (`serve_guest`), ended at `stop`.
     relays: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
@@ -106,6 +109,14 @@ impl Container {
             cpu_millis: config.cpu_millis,
         };
         cgroup::check(Path::new("/sys/fs/cgroup"), &limits).map_err(RuntimeError::Setup)?;
+        if config.disk_mib > 0 {
+            disk::check().map_err(|e| {
+                RuntimeError::Setup(format!(
+                    "sandbox disks (container.disk_mib = {}): {e}; or set container.disk_mib = 0",
+                    config.disk_mib
+                ))
+            })?;
+        }
         let lower = rootfs::shifted_image(&config.image, ids)?;
         if !lower.join(INIT[0].trim_start_matches('/')).exists() {
             return Err(RuntimeError::Setup(format!(
@@ -130,6 +141,7 @@ impl Container {
             ids,
             cgroup_parent: config.cgroup_parent.clone(),
             limits,
+            disk_mib: config.disk_mib,
             relays: std::sync::Arc::default(),
             starts: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent_starts())),
         })
@@ -187,7 +199,8 @@ impl Container {
                 .to_path_buf(),
         ));
         // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
-        let overlay = rootfs::Layers::under(&spec.dir).prepare(&self.lower, self.ids)?;
+        let (disk, overlay) =
+            disk::root_file_system(&spec.dir, &self.lower, self.ids, self.disk_mib).await?;
         let (shared, sub_binds) = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
@@ -242,6 +255,9 @@ impl Container {
         let turn = self.starts.acquire().await;
         let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status()).await;
         drop(turn);
+        // The container's namespace holds the disk's mount now (or runc failed): the kernel
+        // detaches the device when that goes.
+        drop(disk);
         // The container's mount namespace holds its own bind of each shared directory now:
         // the host-side attachment goes (a runc that failed needs it no more either).
         detach_shared(&spec.dir);
@@ -518,6 +534,9 @@ impl Backend for Container {
             // Only a sandbox made by an earlier svcd has its overlay in the host's namespace.
             if rootfs::Layers::under(dir).unmount().map_err(err)? {
                 removed.push("root file system overlay".to_owned());
+            }
+            if let Some(what) = disk::release(dir).await.map_err(err)? {
+                removed.push(what);
             }
             Ok(removed)
         })

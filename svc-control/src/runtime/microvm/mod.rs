@@ -307,7 +307,7 @@ impl Microvm {
                     .await
                     .map_err(|e| format!("copying the snapshot's disk: {e}"))?;
             }
-            None => overlay(&images.rootfs, &dir.disk()).await?,
+            None => overlay(&images.rootfs, &dir.disk(), self.config.disk_mib).await?,
         }
         // QEMU reopens its disk as the unprivileged user it runs as (after a restore, and on
         // `cont` after a snapshot): this VM's own ids own its overlay.
@@ -392,6 +392,14 @@ impl Microvm {
                     .map_err(|e| format!("the live mount of {}: {e}", dir.host.display()))?;
             }
         }
+        if spec.restore.is_none() && self.config.disk_mib > 0 {
+            // A clone's file system grew with its source's.
+            tokio::time::timeout(SETUP_LIMIT, grow_root(&channel))
+                .await
+                .map_err(|_| format!("timed out after {} s", SETUP_LIMIT.as_secs()))
+                .flatten()
+                .map_err(|e| format!("growing the guest's root file system to its disk: {e}"))?;
+        }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         tracing::debug!(
             disk_and_launch_ms = ms(t1 - t0),
@@ -453,12 +461,19 @@ async fn spawn_helper(
     Ok(())
 }
 
-/// A qcow2 overlay at `disk` over the raw image `rootfs`: the guest writes only its own copy.
-async fn overlay(rootfs: &Path, disk: &Path) -> Result<(), String> {
+/// A qcow2 overlay at `disk` over the raw image `rootfs`: the guest writes only its own copy,
+/// and at most `mib` MiB of it (`[container] disk_mib`; the image's own size if that is more,
+/// or if `mib` is 0): the disk's virtual size, which bounds what its file can grow to.
+async fn overlay(rootfs: &Path, disk: &Path, mib: u64) -> Result<(), String> {
+    let image = std::fs::metadata(rootfs)
+        .map_err(|e| format!("{}: {e}", rootfs.display()))?
+        .len();
+    let size = mib.saturating_mul(1 << 20).max(image);
     let out = tokio::process::Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
         .arg(rootfs)
         .arg(disk)
+        .arg(size.to_string())
         .output()
         .await
         .map_err(|e| format!("running qemu-img: {e}"))?;
@@ -469,6 +484,36 @@ async fn overlay(rootfs: &Path, disk: &Path) -> Result<(), String> {
             "qemu-img create: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
+    }
+}
+
+/// Grow the guest's root file system to its disk (online, with the image's resize2fs): the
+/// image is made small, each guest's disk is `disk_mib`.
+async fn grow_root(channel: &Arc<Channel>) -> Result<(), String> {
+    use tokio::io::AsyncReadExt as _;
+    let mut h = channel.exec(Exec {
+        argv: [
+            "/bin/sh",
+            "-c",
+            "resize2fs \"$(findmnt -n -o SOURCE /)\" 2>&1",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        env: Vec::new(),
+        cwd: None,
+        stdin: false,
+        tty: None,
+    })?;
+    let mut said = Vec::new();
+    if let Some(mut out) = h.stdout.take() {
+        let _ = out.read_to_end(&mut said).await;
+    }
+    match h.wait().await.map_err(|e| e.to_string())? {
+        0 => Ok(()),
+        code => Err(format!(
+            "resize2fs exited with {code}: {}",
+            String::from_utf8_lossy(&said).trim()
+        )),
     }
 }
 
