@@ -23,6 +23,9 @@ const MAX_MODULE_DEPTH: usize = 8;
 /// Largest redirection file read (`commondir`, a `.git` file, `alternates`).
 const MAX_SMALL_FILE: u64 = 4096;
 
+/// Most entries of `.git` looked at for symbolic links (beyond it, one finding says so).
+const MAX_GIT_ENTRIES: usize = 200_000;
+
 /// Largest hook read whole for its digest; a bigger one is named by its size.
 const MAX_HOOK_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -71,10 +74,43 @@ impl<'a> Others<'a> {
             o.keys(&format!("{dir}/config.worktree"), false);
         }
         o.modules(".git/modules", 0);
+        o.symlinks();
         for path in gitlinks(root) {
             o.gitlink(&path);
         }
         o.out
+    }
+
+    /// Every symbolic link under `.git` (none followed), each with where it points.
+    fn symlinks(&mut self) {
+        let mut todo = vec![PathBuf::from(".git")];
+        let mut seen = 0usize;
+        while let Some(rel) = todo.pop() {
+            let Ok(dir) = std::fs::read_dir(self.root.join(&rel)) else {
+                continue;
+            };
+            for e in dir.flatten() {
+                seen += 1;
+                if seen > MAX_GIT_ENTRIES {
+                    self.put(
+                        ".git".into(),
+                        OtherKind::Symlink,
+                        format!("(more than {MAX_GIT_ENTRIES} entries: not all checked)"),
+                    );
+                    return;
+                }
+                let path = rel.join(e.file_name());
+                match e.file_type() {
+                    Ok(t) if t.is_symlink() => {
+                        let to = std::fs::read_link(self.root.join(&path))
+                            .map_or_else(|_| "?".into(), |p| p.display().to_string());
+                        self.put(path.display().to_string(), OtherKind::Symlink, to);
+                    }
+                    Ok(t) if t.is_dir() => todo.push(path),
+                    _ => {}
+                }
+            }
+        }
     }
 
     fn put(&mut self, loc: String, kind: OtherKind, value: String) {

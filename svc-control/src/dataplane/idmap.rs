@@ -191,7 +191,7 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
 }
 
 /// `path` opened as a directory handle (`O_PATH`), with no symbolic link followed on the way.
-fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
     let p = cstr(path)?;
     // SAFETY: open_how is plain data; zero is every field's "nothing".
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };

@@ -227,6 +227,10 @@ pub enum OtherKind {
     Gitlink,
     /// `objects/info/alternates`: where else objects are read from (not code).
     Alternates,
+    /// A symbolic link inside `.git`: git never makes one there, and host git writes through
+    /// it (`FETCH_HEAD`, `COMMIT_EDITMSG`, `logs/*` are written or appended in place) to a file
+    /// of the owner's outside the project, such as a shell's start-up file.
+    Symlink,
 }
 
 /// The keys of config file `file` (relative to the project) that belong in
@@ -269,7 +273,7 @@ pub fn findings(s: &Snapshot) -> Vec<String> {
             counts(loc, o)
                 && matches!(
                     o.kind,
-                    OtherKind::Key | OtherKind::Redirect | OtherKind::Hook
+                    OtherKind::Key | OtherKind::Redirect | OtherKind::Hook | OtherKind::Symlink
                 )
         })
         .map(|(loc, o)| describe(loc, o))
@@ -305,6 +309,11 @@ fn describe(loc: &str, o: &Other) -> String {
         OtherKind::Alternates => format!(
             "{loc} = {:?}: objects read from there (not code; remove: rm {loc})",
             o.value.trim_end()
+        ),
+        OtherKind::Symlink => format!(
+            "{loc} -> {:?}: a symbolic link in the git directory; host git writes through it \
+             (remove: rm {loc})",
+            o.value
         ),
     }
 }
@@ -708,7 +717,7 @@ mod tests {
 
     #[test]
     fn finding_cases() {
-        use OtherKind::{Alternates, Gitlink, Hook, Key, Redirect};
+        use OtherKind::{Alternates, Gitlink, Hook, Key, Redirect, Symlink};
         // (name, entry, Some(fragment of the line) or None: not a finding)
         type Entry<'a> = (&'a str, OtherKind, &'a str);
         let cases: &[(&str, Entry<'_>, Option<&str>)] = &[
@@ -739,6 +748,13 @@ mod tests {
                 None,
             ),
             ("gitlink_itself", ("sub", Gitlink, "dir"), None),
+            (
+                "symlink_in_git_dir",
+                (".git/FETCH_HEAD", Symlink, "/home/o/.bashrc"),
+                Some(
+                    ".git/FETCH_HEAD -> \"/home/o/.bashrc\": a symbolic link in the git directory; host git writes through it (remove: rm .git/FETCH_HEAD)",
+                ),
+            ),
             (
                 "alternates",
                 (".git/objects/info/alternates", Alternates, "/srv/o"),

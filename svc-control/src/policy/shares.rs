@@ -1,12 +1,16 @@
 //! What a guest may leave on a host file through a shared directory (the project at
 //! `/workspace`, the coding agent's home): the owner's ids only, no set-user-ID or
-//! set-group-ID bit, no device node. Both backends ask this module: the container backend's
+//! set-group-ID bit, no device node, no file capability (`security.capability`: the container
+//! backend keeps no `CAP_SETFCAP`, the microvm backend's virtiofsd passes no extended
+//! attributes). Both backends ask this module: the container backend's
 //! seccomp profile and the microvm backend's virtiofsd (its id translation and the seccomp
 //! filter svcd puts on it) are built from these rules.
 //!
 //! Why: a share is a directory of a host user. A setid file there runs on the host with the
 //! file's ids for whoever executes it, and a device node opens a host device with the node's
-//! mode; an id other than the owner's gives a file to a user who never wrote it.
+//! mode; an id other than the owner's gives a file to a user who never wrote it; a file
+//! capability set by the guest's root on a share owned by host root is stored for host root
+//! and gives whoever runs the file that capability on the host.
 
 /// The mode bits that never reach a host file through a share: set-user-ID, set-group-ID.
 pub const SETID_BITS: u32 = 0o6000;

@@ -1,10 +1,7 @@
 //! The workspace's shared directory with its git directory protected (`policy::gitdir`):
 //! `.git` pinned, `.git/config` and `.git/hooks` read-only in the guest.
 
-use std::{
-    os::unix::fs::{DirBuilderExt as _, MetadataExt as _},
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use super::Failure;
 use crate::{
@@ -59,16 +56,39 @@ fn entry(path: &Path) -> GitEntry {
     }
 }
 
-/// An empty `.git/hooks`, owned as `.git` is, so it can be bound read-only.
+/// An empty `.git/hooks`, owned as `.git` is, so it can be bound read-only. Made through a
+/// handle on `.git` opened with no symbolic link followed anywhere in its path, and owned
+/// through a handle on what was made: a caller that swaps its `.git` (or a directory above
+/// it) for a link while svcd works makes svcd fail, never create or chown a directory
+/// elsewhere as root.
 fn make_hooks(root: &Path) -> Result<(), Failure> {
-    let git = root.join(".git");
-    let hooks = git.join("hooks");
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    let hooks = root.join(".git/hooks");
     let fail = |e: std::io::Error| Failure::internal(format!("making {}: {e}", hooks.display()));
-    let meta = std::fs::symlink_metadata(&git).map_err(fail)?;
-    std::fs::DirBuilder::new()
-        .mode(0o755)
-        .create(&hooks)
-        .map_err(fail)?;
-    // Not following a link: `hooks` was just made a directory by us.
-    std::os::unix::fs::lchown(&hooks, Some(meta.uid()), Some(meta.gid())).map_err(fail)
+    let git = crate::dataplane::idmap::open_no_symlinks(&root.join(".git")).map_err(fail)?;
+    let owner = nix::sys::stat::fstat(&git).map_err(|e| fail(e.into()))?;
+    let name = c"hooks";
+    // SAFETY: a directory handle we own and a NUL-terminated name.
+    if unsafe { libc::mkdirat(git.as_raw_fd(), name.as_ptr(), 0o755) } != 0 {
+        return Err(fail(std::io::Error::last_os_error()));
+    }
+    // SAFETY: as above; O_NOFOLLOW: a link swapped in for what was just made is not opened.
+    let fd = unsafe {
+        libc::openat(
+            git.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_RDONLY,
+        )
+    };
+    if fd < 0 {
+        return Err(fail(std::io::Error::last_os_error()));
+    }
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    let made = unsafe { OwnedFd::from_raw_fd(fd) };
+    nix::unistd::fchown(
+        &made,
+        Some(nix::unistd::Uid::from_raw(owner.st_uid)),
+        Some(nix::unistd::Gid::from_raw(owner.st_gid)),
+    )
+    .map_err(|e| fail(e.into()))
 }

@@ -10,8 +10,10 @@ use super::seccomp;
 /// Capabilities a sandbox's processes keep (all inside its user namespace, so none of them
 /// reaches a host object the guest's ids do not own). What an unprivileged build needs: no
 /// CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE,
-/// CAP_SYS_MODULE, CAP_MKNOD, ...
-pub const CAPABILITIES: [&str; 11] = [
+/// CAP_SYS_MODULE, CAP_MKNOD, ... and no CAP_SETFCAP: a file capability the guest set on a
+/// shared directory's file would be the host's (`policy::shares`: a share owned by root maps
+/// the guest's root to host root, and the kernel stores the capability for that root).
+pub const CAPABILITIES: [&str; 10] = [
     "CAP_CHOWN",
     "CAP_DAC_OVERRIDE",
     "CAP_FOWNER",
@@ -22,7 +24,6 @@ pub const CAPABILITIES: [&str; 11] = [
     "CAP_SETPCAP",
     "CAP_NET_BIND_SERVICE",
     "CAP_SYS_CHROOT",
-    "CAP_SETFCAP",
 ];
 
 /// /proc and /sys paths hidden from the guest (an empty file or directory over them), as OCI
@@ -418,6 +419,7 @@ mod tests {
             "CAP_MKNOD",
             "CAP_SYS_RAWIO",
             "CAP_SYS_TIME",
+            "CAP_SETFCAP",
         ] {
             assert!(!CAPABILITIES.contains(&forbidden), "{forbidden} is kept");
         }
