@@ -12,11 +12,13 @@ use svc_tests::{require_root, world::World};
 /// than svcd's stack and descriptors allow a recursive walk (which crashed svcd at destroy, or
 /// left the layer in place for the next sandbox of the name), files and symlinks planted where
 /// the runtime resolves paths. And a layer something else left behind is never created over:
-/// the next sandbox of that name starts from the image.
+/// the next sandbox of that name starts from the image. Run with the writable layer as a
+/// directory of the host (`disk_mib = 0`), where a layer can outlive its sandbox; on its own
+/// disk (the default) the layer is an image made new at each creation and removed whole.
 #[test]
 fn a_guest_written_layer_never_reaches_a_later_create() {
     require_root();
-    let w = World::start();
+    let w = World::start_with("disk_mib = 0");
     let create = ["sandbox", "create", "--backend", "container", "reuse"];
     w.svc_ok(&create);
     let (code, out, err) = w.sh(
