@@ -155,6 +155,29 @@ pub struct HttpEvent {
     pub refs: Vec<SshRef>,
 }
 
+impl HttpEvent {
+    /// A request decided `decision` by `rule` that moved nothing: no host, path or status yet,
+    /// no credential, no bytes, nothing dialled. Callers set what differs
+    /// (`HttpEvent { status, ..HttpEvent::decided(…) }`).
+    pub fn decided(method: String, decision: &'static str, rule: String) -> Self {
+        Self {
+            host: None,
+            method,
+            path: None,
+            status: 0,
+            decision,
+            rule,
+            credential: "none",
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+            upgrade: None,
+            dialled: None,
+            refs: Vec::new(),
+        }
+    }
+}
+
 /// One DNS question and what the guard did with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct DnsEvent {

@@ -1209,18 +1209,11 @@ impl Proxy {
             sandbox.id,
             HttpEvent {
                 host,
-                method: method.to_string(),
                 path,
                 status,
-                decision: "deny",
-                rule: rule.to_owned(),
-                credential: "none",
-                bytes_up: 0,
                 bytes_down: refusal_body(status, rule, reason).len() as u64,
                 duration_ms: ms(started),
-                upgrade: None,
-                dialled: None,
-                refs: Vec::new(),
+                ..HttpEvent::decided(method.to_string(), "deny", rule.to_owned())
             },
         );
         refusal(status, rule, reason)
@@ -1241,18 +1234,12 @@ impl Proxy {
             sandbox.id,
             HttpEvent {
                 host: decision.host.clone(),
-                method: method.to_string(),
                 path: decision.path.clone(),
                 status,
-                decision: "deny",
-                rule: decision.rule.name(),
-                credential: "none",
-                bytes_up: 0,
                 bytes_down: answer.len() as u64,
                 duration_ms: ms(started),
-                upgrade: None,
-                dialled: None,
                 refs: super::git_push::refs(decision.push.as_ref()),
+                ..HttpEvent::decided(method.to_string(), "deny", decision.rule.name())
             },
         );
         super::git_push::response(answer)
@@ -1276,41 +1263,13 @@ impl Proxy {
             sandbox,
             HttpEvent {
                 host,
-                method: protocol.to_owned(),
-                path: None,
-                status: 0,
-                decision: "cut",
-                rule: "allowlist-change".to_owned(),
-                credential: "none",
-                bytes_up: 0,
-                bytes_down: 0,
-                duration_ms: 0,
-                upgrade: None,
-                dialled: None,
-                refs: Vec::new(),
+                ..HttpEvent::decided(protocol.to_owned(), "cut", "allowlist-change".to_owned())
             },
         );
     }
 
     fn audit_conn(&self, sandbox: u32, reason: String) {
-        self.audit_request(
-            sandbox,
-            HttpEvent {
-                host: None,
-                method: "TLS".into(),
-                path: None,
-                status: 0,
-                decision: "deny",
-                rule: reason,
-                credential: "none",
-                bytes_up: 0,
-                bytes_down: 0,
-                duration_ms: 0,
-                upgrade: None,
-                dialled: None,
-                refs: Vec::new(),
-            },
-        );
+        self.audit_request(sandbox, HttpEvent::decided("TLS".into(), "deny", reason));
     }
 }
 
