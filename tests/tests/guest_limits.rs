@@ -1,6 +1,7 @@
 //! One guest at each of its `[limits]` caps, from a real container sandbox: a flood of
 //! DNS-over-TCP connections, of proxy connections (upgraded WebSockets holding their slots),
-//! of exec streams, and of git relay sessions. svcd's resident memory and open descriptors are sampled from /proc
+//! of exec streams, of Spotlight streams (a host flooding a forwarded port), and of git relay
+//! sessions. svcd's resident memory and open descriptors are sampled from /proc
 //! throughout and held to a stated bound; another sandbox's DNS (UDP and TCP), HTTPS through
 //! the proxy and exec work during the flood and after it; the flooding sandbox gets its
 //! refusal on that channel only; `svc_guest_limit_hits_total` counts every refusal and svcd
@@ -549,4 +550,151 @@ fn a_relay_session_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() 
     for name in ["flood", "calm"] {
         w.destroy_checked(name);
     }
+}
+
+/// A server in the guest on port 8001 (its own loopback): greets each connection with `hi`
+/// and holds it, never reading (so it never sees a client leave).
+const GREETER: &str = r#"
+import socket, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8001))
+s.listen(256)
+held = []
+while True:
+    c, _ = s.accept()
+    try:
+        c.sendall(b"hi\n")
+        held.append(c)
+    except OSError:
+        pass
+"#;
+
+/// The host side of a Spotlight flood: N connections to the forwarded port, all opened before
+/// any is read; then, for each, whether it was greeted, closed unanswered, or left silent.
+/// Holds the greeted ones 4 s more.
+const SPOTLIGHT_FLOOD: &str = r#"
+import socket, sys, time
+PORT, N = int(sys.argv[1]), int(sys.argv[2])
+socks = [socket.create_connection(("127.0.0.1", PORT), timeout=10) for i in range(N)]
+greeted = closed = silent = 0
+deadline = time.time() + 30
+for s in socks:
+    s.settimeout(max(0.1, deadline - time.time()))
+    try:
+        d = s.recv(16)
+    except socket.timeout:
+        silent += 1
+        continue
+    except OSError:
+        closed += 1
+        continue
+    if d.startswith(b"hi"):
+        greeted += 1
+    else:
+        closed += 1
+print("greeted %d closed %d silent %d" % (greeted, closed, silent), flush=True)
+time.sleep(4)
+"#;
+
+/// Spotlight: a host flooding a workspace's forwarded port gets the cap's worth of streams
+/// through the guest's exec, the rest closed at once; the workspace's own exec and another
+/// sandbox keep working.
+#[test]
+fn a_spotlight_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
+    require_root();
+    const CAP: u64 = 4;
+    const TRIES: u64 = 40;
+    const PORT: u16 = 18097;
+    let w = World::start_with(&format!("\n[limits]\nspotlight_streams = {CAP}\n"));
+    let dir = w.dir.join("flooded");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("docker-compose.yml"),
+        format!("services:\n  web:\n    image: example/web\n    ports: [\"{PORT}:8001\"]\n"),
+    )
+    .expect("compose file");
+    let up = w.svc(&[
+        "workspace",
+        "up",
+        "--trust",
+        dir.to_str().expect("utf-8"),
+        "--name",
+        "flood",
+        "--backend",
+        "container",
+    ]);
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    w.svc_ok(&["sandbox", "create", "calm", "--backend", "container"]);
+    let (code, _, err) = w.sh(
+        "flood",
+        &format!(
+            "cat > /tmp/g.py <<'EOF'\n{GREETER}\nEOF\n(setsid nohup python3 /tmp/g.py >/dev/null 2>&1 &); \
+             for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8001))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1"
+        ),
+    );
+    assert_eq!(code, 0, "the greeter in the sandbox: {err}");
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut flood = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &w.host.name,
+            "python3",
+            "-c",
+            SPOTLIGHT_FLOOD,
+        ])
+        .args([PORT.to_string(), TRIES.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flood");
+    let line = first_line(&w, &mut flood);
+    let (code, out, err) = w.sh("flood", "echo still");
+    assert_eq!(
+        (code, out.trim()),
+        (0, "still"),
+        "the workspace's exec: {err}"
+    );
+    calm_works(&w, "during a Spotlight flood");
+    let ended = flood.wait_with_output().expect("flood");
+    // Each stream is a few descriptors: the host connection, the runtime's pipes.
+    sampler.check("spotlight flood", 8 * CAP + FD_SLACK);
+    assert!(
+        ended.status.success(),
+        "the flood: {line}{}",
+        String::from_utf8_lossy(&ended.stderr)
+    );
+    assert_eq!(
+        numbers(&line),
+        [CAP, TRIES - CAP, 0],
+        "the cap's worth greeted, the rest closed: {line}\nsvcd's log:\n{}",
+        w.svcd_log()
+    );
+    assert_eq!(hits(&w, "spotlight_streams"), TRIES - CAP);
+    logged_once(&w, "spotlight_streams");
+    calm_works(&w, "after a Spotlight flood");
+    // The slots come back as the streams end: the host clients are gone, the guest's server
+    // holds its side and is silent, and the forward gives up after its linger.
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let o = w.host.exec(
+            "python3",
+            &["-c", &format!("import socket; s = socket.create_connection((\"127.0.0.1\", {PORT}), timeout=10); print(s.recv(16).decode().strip())")],
+        );
+        if String::from_utf8_lossy(&o.stdout).trim() == "hi" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Spotlight slots never came back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    w.svc_ok(&["workspace", "down", "flood"]);
+    w.destroy_checked("calm");
 }

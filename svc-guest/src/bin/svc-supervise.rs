@@ -5,7 +5,7 @@
 //! `localhost:PORT` and copies standard input to it and it to standard output (svcd carries
 //! the host side through the guest's exec, not through the fence).
 
-use std::{io::Write as _, process::ExitCode, time::Duration};
+use std::{io::Write, process::ExitCode, time::Duration};
 
 use svc_guest::services::{self, Spec};
 use tokio::sync::{mpsc, watch};
@@ -114,12 +114,33 @@ fn connect(port: &str) -> ExitCode {
         return ExitCode::from(1);
     };
     let upstream = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_sock);
+        pump(&mut std::io::stdin().lock(), &mut to_sock);
         let _ = to_sock.shutdown(std::net::Shutdown::Write);
     });
     let mut from_sock = sock;
-    let _ = std::io::copy(&mut from_sock, &mut std::io::stdout().lock());
-    let _ = std::io::stdout().flush();
+    pump(&mut from_sock, &mut std::io::stdout().lock());
     drop(upstream);
     ExitCode::SUCCESS
+}
+
+/// Copy `from` to `to` until `from` ends or either fails, each chunk written and flushed as
+/// it comes.
+///
+/// Not `std::io::copy`: between a socket and a pipe it splices, and a splice from a socket
+/// into a pipe waits for the socket's next bytes holding the pipe's lock, so the reader on the
+/// other end (the runtime's exec) cannot take the bytes already there until more come: a
+/// server's greeting sat in the pipe until the client spoke.
+fn pump(from: &mut impl std::io::Read, to: &mut impl Write) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        if to.write_all(&buf[..n]).and_then(|()| to.flush()).is_err() {
+            return;
+        }
+    }
 }

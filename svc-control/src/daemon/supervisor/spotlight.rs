@@ -163,18 +163,21 @@ impl Supervisor {
             let _ = tokio::io::copy(&mut from_client, &mut to_guest).await;
             let _ = to_guest.shutdown().await;
         };
-        let down = async {
-            let _ = tokio::io::copy(&mut from_guest, &mut to_client).await;
-            let _ = to_client.shutdown().await;
-        };
-        // The guest side ending ends the connection; the client side ending closes the
-        // guest's input and waits for the rest of its answer.
-        tokio::select! {
-            () = down => {}
-            () = async { up.await; std::future::pending::<()>().await } => {}
+        let lingered = carry_answer(&mut from_guest, &mut to_client, up).await;
+        let _ = to_client.shutdown().await;
+        if lingered {
+            debug!(sandbox = %name, remote, "the guest said nothing for {LINGER:?} after the client closed; the forward ends");
+        }
+        // The guest's relay ends with its connection; if its server holds that open, the
+        // relay is told to end (the runtime's exec passes the signal on), then killed.
+        if tokio::time::timeout(std::time::Duration::from_secs(1), handle.wait())
+            .await
+            .is_err()
+        {
+            handle.signal(nix::sys::signal::Signal::SIGTERM);
         }
         match tokio::time::timeout(std::time::Duration::from_secs(5), handle.wait()).await {
-            Ok(Ok(0)) => Ok(()),
+            Ok(Ok(0 | 143)) => Ok(()),
             Ok(Ok(code)) => Err(format!("the guest's relay exited with {code}")),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => {
@@ -183,5 +186,85 @@ impl Supervisor {
                 Ok(())
             }
         }
+    }
+}
+
+/// How long a forward waits, once its host client has closed its side, for more of the
+/// guest's answer: the stream ends after this much silence (its slot comes back).
+pub(super) const LINGER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Copy the guest's answer to the client while `up` carries the client's bytes to the guest.
+/// Ends when the guest's side ends, the client cannot be written, or — once `up` is done (the
+/// client closed its side) — the guest is silent for [`LINGER`]; `true` in that last case.
+///
+/// A client that closed only its sending side still gets the rest of the answer; one that
+/// went away entirely cannot be told from it without writing to it, so silence decides.
+async fn carry_answer(
+    from_guest: &mut (impl tokio::io::AsyncRead + Unpin),
+    to_client: &mut (impl tokio::io::AsyncWrite + Unpin),
+    up: impl std::future::Future<Output = ()>,
+) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut up = std::pin::pin!(up);
+    let mut client_done = false;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = if client_done {
+            match tokio::time::timeout(LINGER, from_guest.read(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => return true,
+            }
+        } else {
+            tokio::select! {
+                r = from_guest.read(&mut buf) => r,
+                () = &mut up => {
+                    client_done = true;
+                    continue;
+                }
+            }
+        };
+        match n {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                if to_client.write_all(&buf[..n]).await.is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::carry_answer;
+
+    /// A client that closed its sending side still gets the answer the guest writes after.
+    #[tokio::test]
+    async fn the_answer_after_the_client_closed_its_side_is_carried() {
+        let (mut guest, mut from_guest) = tokio::io::duplex(64);
+        let (mut to_client, mut client) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            guest.write_all(b"late answer").await.expect("write");
+        });
+        let lingered = carry_answer(&mut from_guest, &mut to_client, async {}).await;
+        writer.await.expect("writer");
+        drop(to_client);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.expect("read");
+        assert_eq!((lingered, got.as_slice()), (false, &b"late answer"[..]));
+    }
+
+    /// A client that cannot be written ends the forward.
+    #[tokio::test]
+    async fn a_client_gone_ends_the_forward() {
+        let (mut guest, mut from_guest) = tokio::io::duplex(64);
+        let (mut to_client, client) = tokio::io::duplex(64);
+        drop(client);
+        guest.write_all(b"hello").await.expect("write");
+        let up = std::future::pending::<()>();
+        assert!(!carry_answer(&mut from_guest, &mut to_client, up).await);
     }
 }
