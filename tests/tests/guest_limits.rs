@@ -698,3 +698,93 @@ fn a_spotlight_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
     w.svc_ok(&["workspace", "down", "flood"]);
     w.destroy_checked("calm");
 }
+
+/// How many `sleep 4242` run on this host (in any sandbox: no other test runs that one).
+fn sleepers() -> usize {
+    let out = Command::new("pgrep")
+        .args(["-xcf", "sleep 4242"])
+        .output()
+        .expect("pgrep");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Execs whose callers vanish while their commands neither read nor write: killed, their
+/// slots given back — the upgraded ones (`svc sandbox exec`, killed) and plain API calls
+/// (the connection dropped).
+#[test]
+fn an_exec_whose_caller_is_gone_is_killed_and_gives_back_its_slot() {
+    require_root();
+    let w = world();
+    // The cap's worth, upgraded.
+    let callers = Killed(
+        (0..EXEC_CAP)
+            .map(|_| spawn_exec(&w, "flood", "exec sleep 4242"))
+            .collect(),
+    );
+    let deadline = std::time::Instant::now() + STEP;
+    while sleepers() < EXEC_CAP {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleepers never ran ({} counted); svcd's log:\n{}",
+            sleepers(),
+            w.svcd_log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, _, err) = w.sh("flood", "true");
+    assert!(
+        err.contains("limits.exec_streams"),
+        "the cap is held: {err}"
+    );
+    drop(callers);
+    let back = |what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = sleepers();
+            if left == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: the callers are gone and {left} of their commands still run; svcd's \
+                 log:\n{}",
+                w.svcd_log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    back("upgraded execs");
+    let (code, _, err) = w.sh("flood", "true");
+    assert_eq!(code, 0, "the slots are back: {err}");
+    // The cap's worth, plain: each connection dropped once its command runs.
+    let body = r#"{"argv":["sleep","4242"]}"#;
+    let request = format!(
+        "POST /v1/sandboxes/flood/exec HTTP/1.1\r\nhost: svcd\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let conns: Vec<_> = (0..EXEC_CAP)
+        .map(|_| {
+            let mut s = std::os::unix::net::UnixStream::connect(&w.socket).expect("connect");
+            std::io::Write::write_all(&mut s, request.as_bytes()).expect("request");
+            let mut head = [0u8; 12];
+            std::io::Read::read_exact(&mut s, &mut head).expect("answer");
+            assert_eq!(&head, b"HTTP/1.1 200", "a plain exec starts");
+            s
+        })
+        .collect();
+    let (_, _, err) = w.sh("flood", "true");
+    assert!(
+        err.contains("limits.exec_streams"),
+        "the cap is held by plain execs: {err}"
+    );
+    drop(conns);
+    back("plain execs");
+    let (code, _, err) = w.sh("flood", "true");
+    assert_eq!(code, 0, "the slots are back: {err}");
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}

@@ -135,7 +135,8 @@ pub(super) async fn upgraded(
 }
 
 /// Run the command to its end: its output as frames on `tx`, the caller's `input` (if any)
-/// into it, then its exit frame. The command is killed when the caller goes away.
+/// into it, then its exit frame. The command is killed when the caller goes away: `tx`
+/// closed (its output cannot be delivered), or `input` ended.
 async fn run(
     mut child: ExecHandle,
     tx: mpsc::Sender<Bytes>,
@@ -188,10 +189,12 @@ async fn run(
                         let _ = tx.send(line(&ExecFrame::Error(format!("no signal number {n}")))).await;
                     }
                 },
-                // The caller closed its side: no more input, the output still flows.
+                // The caller's side of the connection ended (it closed it, went away, or
+                // sent a bad frame): the command goes too, even one that neither reads nor
+                // writes. End of input is the `"eof"` frame, never a half-close.
                 None => {
-                    input = None;
-                    stdin_tx = None;
+                    child.kill().await;
+                    return;
                 }
             }
         }

@@ -237,8 +237,9 @@ impl std::fmt::Debug for ExecHandle {
 }
 
 impl ExecHandle {
-    /// A handle over a host process that runs the command in the guest (the runtime's `exec`).
-    fn from_child(mut child: tokio::process::Child) -> Self {
+    /// A handle over a host process that runs the command in the guest (the runtime's `exec`);
+    /// `guest`: where the runtime says which guest process the command is, to kill it with.
+    fn from_child(mut child: tokio::process::Child, guest: Option<GuestProcess>) -> Self {
         Self {
             stdin: child
                 .stdin
@@ -252,7 +253,11 @@ impl ExecHandle {
                 .stderr
                 .take()
                 .map(|s| Box::pin(s) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
-            control: Box::new(HostProcess { child, tty: None }),
+            control: Box::new(HostProcess {
+                child,
+                tty: None,
+                guest,
+            }),
         }
     }
 
@@ -261,6 +266,7 @@ impl ExecHandle {
     fn from_tty(
         child: tokio::process::Child,
         master: std::os::fd::OwnedFd,
+        guest: Option<GuestProcess>,
     ) -> std::io::Result<Self> {
         let reader = tokio::fs::File::from_std(std::fs::File::from(master.try_clone()?));
         let writer = tokio::fs::File::from_std(std::fs::File::from(master.try_clone()?));
@@ -271,6 +277,7 @@ impl ExecHandle {
             control: Box::new(HostProcess {
                 child,
                 tty: Some(master),
+                guest,
             }),
         })
     }
@@ -333,6 +340,54 @@ struct HostProcess {
     child: tokio::process::Child,
     /// The terminal's master end, when the command has one.
     tty: Option<std::os::fd::OwnedFd>,
+    /// The command's own process in the guest: killing the runtime's exec alone would leave it
+    /// running.
+    guest: Option<GuestProcess>,
+}
+
+/// Which guest process a runtime's exec started: the pid the runtime writes to `pid_file`
+/// once the command runs, in the pid namespace of the guest whose init is `init`. The file
+/// is removed with it.
+#[derive(Debug)]
+pub struct GuestProcess {
+    pub pid_file: std::path::PathBuf,
+    pub init: u32,
+}
+
+impl GuestProcess {
+    /// SIGKILL the command's process if it is still in the guest's pid namespace (a pid reused
+    /// by a host process is never signalled: the process is held by a pidfd before its
+    /// namespace is checked). `Ok(false)`: the runtime has not said which process it is yet.
+    fn kill(&self) -> Result<bool, String> {
+        let text = match std::fs::read_to_string(&self.pid_file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(format!("{}: {e}", self.pid_file.display())),
+        };
+        let pid = text
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| format!("{}: not a pid: {text:?}", self.pid_file.display()))?;
+        let raw = pid.as_raw_nonzero();
+        let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|e| format!("pid {raw}: {e}"))?;
+        let ns = |p: String| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+        let theirs = ns(raw.to_string());
+        if theirs.is_none() || theirs != ns(self.init.to_string()) {
+            return Err(format!("pid {raw} is no longer the guest's"));
+        }
+        rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL)
+            .map_err(|e| format!("pid {raw}: {e}"))?;
+        Ok(true)
+    }
+}
+
+impl Drop for GuestProcess {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
 }
 
 impl ExecControl for HostProcess {
@@ -375,8 +430,45 @@ impl ExecControl for HostProcess {
         })
     }
 
+    /// The command's guest process first, then (if it is not gone with it in two seconds) the
+    /// runtime's exec. An exec still starting is let start (up to ten seconds): killed then,
+    /// the runtime could leave its command running with no one to end it.
     fn kill(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            if let Some(guest) = &self.guest {
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+                loop {
+                    match guest.kill() {
+                        Ok(true) => {
+                            let gone = tokio::time::timeout(
+                                std::time::Duration::from_secs(2),
+                                self.child.wait(),
+                            );
+                            if gone.await.is_ok() {
+                                return;
+                            }
+                            break;
+                        }
+                        Ok(false) => {
+                            let started = tokio::time::timeout(
+                                std::time::Duration::from_millis(50),
+                                self.child.wait(),
+                            );
+                            // The runtime ended without starting it: nothing runs.
+                            if started.await.is_ok() {
+                                return;
+                            }
+                            if tokio::time::Instant::now() >= deadline {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "killing an exec's guest process");
+                            break;
+                        }
+                    }
+                }
+            }
             let _ = self.child.kill().await;
         })
     }

@@ -38,8 +38,8 @@ use std::{
 use tokio::process::Command;
 
 use super::{
-    Backend, BoxFuture, ExecHandle, GuestCommand, GuestConn, GuestHandle, GuestLinks, GuestService,
-    GuestSpec, RuntimeError, Started, start_time,
+    Backend, BoxFuture, ExecHandle, GuestCommand, GuestConn, GuestHandle, GuestLinks, GuestProcess,
+    GuestService, GuestSpec, RuntimeError, Started, start_time,
 };
 use crate::config::host::ContainerConfig;
 
@@ -66,6 +66,8 @@ pub struct Container {
     relays: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
     >,
+    /// Where each exec's `--pid-file` goes (svcd's only).
+    execs: PathBuf,
     /// `runc create`s at once: a burst of creates queues here rather than each running the
     /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
     starts: std::sync::Arc<tokio::sync::Semaphore>,
@@ -134,8 +136,15 @@ impl Container {
                 .and_then(|()| std::fs::set_permissions(&dir, Permissions::from_mode(0o711)))
                 .map_err(|e| RuntimeError::Setup(format!("{}: {e}", dir.display())))?;
         }
+        // Each exec's pid file lives while its exec does: any here now are a previous svcd's.
+        let execs = state_dir.join("exec");
+        let _ = std::fs::remove_dir_all(&execs);
+        std::fs::create_dir_all(&execs)
+            .and_then(|()| std::fs::set_permissions(&execs, Permissions::from_mode(0o700)))
+            .map_err(|e| RuntimeError::Setup(format!("{}: {e}", execs.display())))?;
         Ok(Self {
             runtime,
+            execs,
             state: state_dir.join("runc"),
             lower,
             ids,
@@ -568,6 +577,15 @@ impl Backend for Container {
             if cmd.tty.is_some() {
                 c.arg("--tty");
             }
+            // Which guest process the command is, so that ending it kills the command and not
+            // only the runtime's exec.
+            static EXECS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = EXECS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let process = GuestProcess {
+                pid_file: self.execs.join(format!("{}.{n}.pid", guest.name)),
+                init: guest.pid,
+            };
+            c.arg("--pid-file").arg(&process.pid_file);
             c.arg(&guest.name).args(&cmd.argv).env_clear();
             let Some((rows, cols)) = cmd.tty else {
                 c.stdin(if cmd.stdin {
@@ -580,7 +598,7 @@ impl Backend for Container {
                 let child = c
                     .spawn()
                     .map_err(|e| fail(format!("running runc exec: {e}")))?;
-                return Ok(ExecHandle::from_child(child));
+                return Ok(ExecHandle::from_child(child, Some(process)));
             };
             // runc makes the command's terminal inside the container and copies between it
             // and its own standard streams: give it a terminal of svcd's (of the caller's size)
@@ -610,7 +628,8 @@ impl Backend for Container {
             // the output when the command and runc are gone.
             drop(c);
             drop(pty.slave);
-            ExecHandle::from_tty(child, pty.master).map_err(|e| fail(format!("the terminal: {e}")))
+            ExecHandle::from_tty(child, pty.master, Some(process))
+                .map_err(|e| fail(format!("the terminal: {e}")))
         })
     }
 
