@@ -31,7 +31,7 @@ pub struct AuditArgs {
     #[arg(long)]
     pub sandbox: Option<String>,
     /// Only this layer.
-    #[arg(long, value_parser = ["packet", "dns", "http", "ssh", "policy", "credential"])]
+    #[arg(long, value_parser = ["packet", "dns", "http", "ssh", "policy", "credential", "suppressed"])]
     pub layer: Option<String>,
     /// Only allowed or only refused.
     #[arg(long, value_parser = ["allow", "deny"])]
@@ -203,6 +203,21 @@ pub fn human(r: &Value) -> String {
                 .as_str()
                 .map_or(String::new(), |why| format!(": {why}"))
         ),
+        "suppressed" => {
+            let counts = r["records"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(layer, n)| format!("{layer}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            format!(
+                "{counts} records not written (past {}/s, bursts of {}: limits.audit_records_per_sec)",
+                r["per_sec"], r["burst"]
+            )
+        }
         other => format!("{other} {r}"),
     };
     format!(
@@ -238,6 +253,23 @@ mod tests {
         );
         assert!(
             line.ends_with(": svc: refused: ref refs/heads/main not in allowed branches"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_suppressed_record_reads_as_its_counts_and_the_limit() {
+        let r = serde_json::json!({
+            "time": "2026-11-26T03:00:00.000Z", "sandbox": 1, "sandbox_name": "dev",
+            "layer": "suppressed", "records": {"dns": 812, "http": 3},
+            "per_sec": 50, "burst": 2000
+        });
+        let line = human(&r);
+        assert!(
+            line.ends_with(
+                " suppressed ?     dns=812 http=3 records not written (past 50/s, bursts of \
+                 2000: limits.audit_records_per_sec)"
+            ),
             "{line}"
         );
     }

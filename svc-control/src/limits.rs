@@ -7,6 +7,11 @@
 //! slot is given back when dropped. At the cap the caller refuses on that channel only, and
 //! the hit is told to a [`Report`] (svcd: the metric `svc_guest_limit_hits_total` and a log line
 //! at most once per `log_interval` per sandbox and limit).
+//!
+//! A sandbox's audit records are held to a rate instead ([`GuestLimits::admit_audit`],
+//! [`audit::Budget`]).
+
+pub mod audit;
 
 use std::{
     collections::HashMap,
@@ -24,6 +29,8 @@ pub enum Channel {
     Exec,
     Spotlight,
     GitSsh,
+    /// Audit records a second (a rate, not a count held: see [`audit::Budget`]).
+    AuditRecords,
 }
 
 impl Channel {
@@ -35,6 +42,7 @@ impl Channel {
             Self::Exec => "exec_streams",
             Self::Spotlight => "spotlight_streams",
             Self::GitSsh => "git_ssh_sessions",
+            Self::AuditRecords => "audit_records_per_sec",
         }
     }
 
@@ -46,6 +54,7 @@ impl Channel {
             Self::Exec => "exec streams",
             Self::Spotlight => "Spotlight streams",
             Self::GitSsh => "git SSH sessions",
+            Self::AuditRecords => "audit records a second",
         }
     }
 }
@@ -80,6 +89,7 @@ pub struct GuestLimits {
     held: Mutex<HashMap<(u32, Channel), u32>>,
     /// When each (sandbox, limit) was last logged.
     logged: Mutex<HashMap<(u32, Channel), Instant>>,
+    audit: audit::Budget,
 }
 
 impl std::fmt::Debug for GuestLimits {
@@ -100,11 +110,41 @@ impl Default for GuestLimits {
 impl GuestLimits {
     pub fn new(config: LimitsConfig, report: Arc<dyn Report>) -> Self {
         Self {
+            audit: audit::Budget::new(config.audit_records_per_sec, config.audit_burst),
             config,
             report,
             held: Mutex::default(),
             logged: Mutex::default(),
         }
+    }
+
+    /// Whether `sandbox`'s next audit record of `layer` is written (within its
+    /// `audit_records_per_sec`) or only counted; each one counted is a hit, reported (logged
+    /// when it is the first since the sandbox was last within its budget and in the interval).
+    pub fn admit_audit(&self, sandbox: u32, layer: &'static str) -> bool {
+        let now = Instant::now();
+        match self.audit.admit(sandbox, layer, now) {
+            audit::Admit::Write => true,
+            audit::Admit::Suppress { first } => {
+                let log = first && self.first_in_interval(sandbox, Channel::AuditRecords, now);
+                let max = self.config.audit_records_per_sec;
+                self.report
+                    .limit_hit(sandbox, Channel::AuditRecords, max, log);
+                false
+            }
+        }
+    }
+
+    /// Each sandbox's audit records counted and not written since the last call, by layer.
+    pub fn take_suppressed_audit(
+        &self,
+    ) -> Vec<(u32, std::collections::BTreeMap<&'static str, u64>)> {
+        self.audit.take_suppressed(Instant::now())
+    }
+
+    /// The audit budget: (records a second, burst).
+    pub fn audit_budget(&self) -> (u32, u32) {
+        (self.config.audit_records_per_sec, self.config.audit_burst)
     }
 
     /// The cap of `channel`.
@@ -115,6 +155,7 @@ impl GuestLimits {
             Channel::Exec => self.config.exec_streams,
             Channel::Spotlight => self.config.spotlight_streams,
             Channel::GitSsh => self.config.git_ssh_sessions,
+            Channel::AuditRecords => self.config.audit_records_per_sec,
         }
     }
 

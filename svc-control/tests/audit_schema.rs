@@ -83,6 +83,16 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
                 }],
             })),
         ),
+        (
+            "suppressed", // a sandbox past its share of the log
+            base(AuditEvent::Suppressed(
+                svc_control::audit::SuppressedEvent {
+                    records: [("dns".to_owned(), 812), ("http".to_owned(), 3)].into(),
+                    per_sec: 50,
+                    burst: 2000,
+                },
+            )),
+        ),
     ]
 }
 

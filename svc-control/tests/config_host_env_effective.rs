@@ -109,6 +109,10 @@ fn limits_take_their_defaults_and_what_the_file_says() {
         ),
         (16, 192, 32, 16, 8, 60)
     );
+    assert_eq!(
+        (h.limits.audit_records_per_sec, h.limits.audit_burst),
+        (50, 2000)
+    );
     let text = "[limits]\ndns_tcp_connections = 4\nproxy_connections = 9\nexec_streams = 2\n\
                 spotlight_streams = 3\ngit_ssh_sessions = 5\nlog_interval_secs = 1\n\
                 [git_ssh]\nmax_sessions = 5\n";
@@ -324,6 +328,18 @@ fn host_refusals() {
             "[limits]\nproxy_connections = 100000\n",
             "limits.proxy_connections",
             "expected 1 to 65536, got 100000",
+        ),
+        (
+            "limits_audit_rate_zero",
+            "[limits]\naudit_records_per_sec = 0\n",
+            "limits.audit_records_per_sec",
+            "expected 1 to 100000, got 0",
+        ),
+        (
+            "limits_audit_burst_below_rate",
+            "[limits]\naudit_records_per_sec = 100\naudit_burst = 10\n",
+            "limits.audit_burst",
+            "10 is less than limits.audit_records_per_sec = 100",
         ),
         (
             "limits_exec_zero",

@@ -788,3 +788,126 @@ fn an_exec_whose_caller_is_gone_is_killed_and_gives_back_its_slot() {
         w.destroy_checked(name);
     }
 }
+
+/// N DNS questions for `api.agent.test` over UDP, paced at about 150 a second (under the
+/// guard's own rate), each answer awaited; prints how many were answered.
+const DNS_PACED: &str = r#"
+import socket, struct, sys, time
+N = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+ns = nameserver()
+answered = 0
+for i in range(N):
+    q = struct.pack(">HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in "api.agent.test".split(".")) + b"\0"
+    q += struct.pack(">HH", 1, 1)
+    s.sendto(q, (ns, 53))
+    try:
+        s.recv(512)
+        answered += 1
+    except socket.timeout:
+        pass
+    time.sleep(1 / 150)
+print("answered %d" % answered, flush=True)
+"#;
+
+/// One guest's share of the audit log: a sandbox asking 900 questions past its
+/// `audit_records_per_sec` has its burst and its rate written and the rest counted in a
+/// `suppressed` record; another sandbox's records are all written; the metrics count every
+/// question.
+#[test]
+fn a_guest_past_its_audit_share_is_counted_not_written_and_another_sandbox_is_all_written() {
+    require_root();
+    const RATE: u64 = 20;
+    const BURST: u64 = 100;
+    const QUESTIONS: u64 = 900;
+    let w = World::start_with(&format!(
+        "\n[limits]\naudit_records_per_sec = {RATE}\naudit_burst = {BURST}\n"
+    ));
+    for name in ["flood", "calm"] {
+        w.svc_ok(&["sandbox", "create", name, "--backend", "container"]);
+    }
+    let started = std::time::Instant::now();
+    let mut flood = spawn_exec(&w, "flood", &python(DNS_PACED, &QUESTIONS.to_string()));
+    let (code, _, err) = w.sh(
+        "calm",
+        "for i in $(seq 10); do getent hosts api.agent.test >/dev/null || exit 1; done",
+    );
+    assert_eq!(code, 0, "another sandbox's DNS during the flood: {err}");
+    let line = first_line(&w, &mut flood);
+    let elapsed = started.elapsed().as_secs() + 1;
+    let _ = flood.wait();
+    assert_eq!(
+        numbers(&line),
+        [QUESTIONS],
+        "every question answered: {line}"
+    );
+    // The `suppressed` record comes within svcd's 5 s tick.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let suppressed = loop {
+        let counted: u64 = w
+            .audit()
+            .iter()
+            .filter(|r| r["layer"] == "suppressed" && r["sandbox_name"] == "flood")
+            .map(|r| r["records"]["dns"].as_u64().unwrap_or(0))
+            .sum();
+        if counted > 0 {
+            std::thread::sleep(Duration::from_secs(6));
+            break w
+                .audit()
+                .iter()
+                .filter(|r| r["layer"] == "suppressed" && r["sandbox_name"] == "flood")
+                .map(|r| r["records"]["dns"].as_u64().unwrap_or(0))
+                .sum::<u64>();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no suppressed record; svcd's log:\n{}",
+            w.svcd_log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let audit = w.audit();
+    let dns_of = |name: &str| {
+        audit
+            .iter()
+            .filter(|r| r["layer"] == "dns" && r["sandbox_name"] == name)
+            .count() as u64
+    };
+    let written = dns_of("flood");
+    println!("flood: {written} DNS records written, {suppressed} suppressed in {elapsed} s");
+    assert!(
+        written <= BURST + RATE * elapsed,
+        "{written} written: more than the burst and {elapsed} s of the rate"
+    );
+    assert!(written >= BURST, "the burst is written: {written}");
+    assert_eq!(
+        written + suppressed,
+        QUESTIONS,
+        "every question written or counted"
+    );
+    assert!(
+        dns_of("calm") >= 10,
+        "the other sandbox's records are all written"
+    );
+    assert_eq!(hits(&w, "audit_records_per_sec"), suppressed);
+    let said = "sandbox flood went past limits.audit_records_per_sec";
+    assert_eq!(
+        w.svcd_log().matches(said).count(),
+        1,
+        "logged once:\n{}",
+        w.svcd_log()
+    );
+    // The metrics count every question, written or not.
+    let questions: u64 = w
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("svc_dns_questions_total{") && l.contains("sandbox=\"flood\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(questions, QUESTIONS, "svc_dns_questions_total");
+    for name in ["flood", "calm"] {
+        w.destroy_checked(name);
+    }
+}

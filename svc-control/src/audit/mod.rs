@@ -53,6 +53,44 @@ pub enum AuditEvent {
     /// A refresh of a brokered OAuth secret on the host (sandbox 0: it serves every sandbox
     /// given it).
     Credential(CredentialEvent),
+    /// A sandbox's records past its share of the log, counted and not written.
+    Suppressed(SuppressedEvent),
+}
+
+impl AuditEvent {
+    /// Its `layer`, as written.
+    pub fn layer(&self) -> &'static str {
+        match self {
+            Self::Packet(_) => "packet",
+            Self::Dns(_) => "dns",
+            Self::Http(_) => "http",
+            Self::Ssh(_) => "ssh",
+            Self::Policy(_) => "policy",
+            Self::Credential(_) => "credential",
+            Self::Suppressed(_) => "suppressed",
+        }
+    }
+
+    /// Whether the guest's own traffic makes it (and so it counts against the sandbox's
+    /// `[limits] audit_records_per_sec`): not a caller's policy change, a host refresh, or a
+    /// count of suppressed records.
+    pub fn guest_driven(&self) -> bool {
+        matches!(
+            self,
+            Self::Packet(_) | Self::Dns(_) | Self::Http(_) | Self::Ssh(_)
+        )
+    }
+}
+
+/// A sandbox's records past its `[limits] audit_records_per_sec` (bursts of `audit_burst`)
+/// since the last such record: how many of each layer were counted and not written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SuppressedEvent {
+    /// By layer (`dns`, `http`, `packet`, `ssh`): how many records.
+    pub records: std::collections::BTreeMap<String, u64>,
+    /// The budget they were past: records a second, and at once.
+    pub per_sec: u32,
+    pub burst: u32,
 }
 
 /// One refresh of a brokered credential: which, how it went, until when its token is good.

@@ -29,7 +29,15 @@ pub enum Verdict {
 }
 
 /// The layers a filter may name.
-pub const LAYERS: [&str; 6] = ["packet", "dns", "http", "ssh", "policy", "credential"];
+pub const LAYERS: [&str; 7] = [
+    "packet",
+    "dns",
+    "http",
+    "ssh",
+    "policy",
+    "credential",
+    "suppressed",
+];
 
 /// A record's `time`.
 fn record_time(record: &serde_json::Value) -> Option<SystemTime> {

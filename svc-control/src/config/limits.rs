@@ -18,6 +18,11 @@ pub struct LimitsFile {
     pub spotlight_streams: Option<u32>,
     /// Git sessions through the SSH relay (also `[git_ssh] max_sessions`).
     pub git_ssh_sessions: Option<u32>,
+    /// Audit records one sandbox may have written a second, on average (its DNS questions,
+    /// HTTPS requests, relay sessions and dropped packets); the rest are counted, not written.
+    pub audit_records_per_sec: Option<u32>,
+    /// How many records above that rate a sandbox may have written at once.
+    pub audit_burst: Option<u32>,
     /// Seconds between two log lines about the same sandbox at the same limit.
     pub log_interval_secs: Option<u64>,
 }
@@ -29,6 +34,8 @@ pub mod defaults {
     pub const EXEC_STREAMS: u32 = 32;
     pub const SPOTLIGHT_STREAMS: u32 = 16;
     pub const GIT_SSH_SESSIONS: u32 = 8;
+    pub const AUDIT_RECORDS_PER_SEC: u32 = 50;
+    pub const AUDIT_BURST: u32 = 2_000;
     pub const LOG_INTERVAL_SECS: u64 = 60;
 }
 
@@ -40,6 +47,8 @@ pub struct LimitsConfig {
     pub exec_streams: u32,
     pub spotlight_streams: u32,
     pub git_ssh_sessions: u32,
+    pub audit_records_per_sec: u32,
+    pub audit_burst: u32,
     pub log_interval: std::time::Duration,
 }
 
@@ -51,6 +60,8 @@ impl Default for LimitsConfig {
             exec_streams: defaults::EXEC_STREAMS,
             spotlight_streams: defaults::SPOTLIGHT_STREAMS,
             git_ssh_sessions: defaults::GIT_SSH_SESSIONS,
+            audit_records_per_sec: defaults::AUDIT_RECORDS_PER_SEC,
+            audit_burst: defaults::AUDIT_BURST,
             log_interval: std::time::Duration::from_secs(defaults::LOG_INTERVAL_SECS),
         }
     }
@@ -61,6 +72,9 @@ impl Default for LimitsConfig {
 const MAX_CAP: u32 = 65_536;
 /// Most relay sessions (each is an ssh process on the host).
 const MAX_GIT_SSH_SESSIONS: u32 = 256;
+/// Most audit records a second, and at once, one sandbox may be allowed.
+const MAX_AUDIT_RATE: u32 = 100_000;
+const MAX_AUDIT_BURST: u32 = 10_000_000;
 
 /// Validate `[limits]`; `legacy_git_ssh` is `[git_ssh] max_sessions`, the older spelling of
 /// `git_ssh_sessions` (both may be given only with the same value).
@@ -117,6 +131,18 @@ pub(super) fn validate(
             MAX_CAP,
         ),
         git_ssh_sessions,
+        audit_records_per_sec: cap(
+            "limits.audit_records_per_sec",
+            f.audit_records_per_sec,
+            defaults::AUDIT_RECORDS_PER_SEC,
+            MAX_AUDIT_RATE,
+        ),
+        audit_burst: cap(
+            "limits.audit_burst",
+            f.audit_burst,
+            defaults::AUDIT_BURST,
+            MAX_AUDIT_BURST,
+        ),
         log_interval: std::time::Duration::from_secs(
             f.log_interval_secs.unwrap_or(defaults::LOG_INTERVAL_SECS),
         ),
@@ -127,6 +153,16 @@ pub(super) fn validate(
             format!(
                 "{new} differs from git_ssh.max_sessions = {old} (the older name of this key): \
                  set one of them"
+            ),
+        );
+    }
+    if limits.audit_burst < limits.audit_records_per_sec {
+        err(
+            "limits.audit_burst",
+            format!(
+                "{} is less than limits.audit_records_per_sec = {} (a burst holds at least one \
+                 second's records)",
+                limits.audit_burst, limits.audit_records_per_sec
             ),
         );
     }

@@ -187,13 +187,8 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let upstream = Upstream::from_host(&host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    let audit: Arc<dyn AuditSink> = Arc::new(NamedAudit {
-        inner: audit,
-        registry: registry.clone(),
-        metrics: metrics.clone(),
-    });
     // Per-guest caps on every channel a guest can open, shared by the guard, the proxy and the
-    // supervisor (exec, Spotlight, the relay).
+    // supervisor (exec, Spotlight, the relay), and each sandbox's share of the audit log.
     let limits = Arc::new(crate::limits::GuestLimits::new(
         host.limits.clone(),
         Arc::new(super::wiring::LimitHits {
@@ -201,6 +196,13 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             metrics: metrics.clone(),
         }),
     ));
+    let named_audit = Arc::new(NamedAudit {
+        inner: audit,
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        limits: limits.clone(),
+    });
+    let audit: Arc<dyn AuditSink> = named_audit.clone();
     let guard = Arc::new(Guard::new(
         GuardConfig {
             limits: limits.clone(),
@@ -343,7 +345,10 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
                             }
                         }
                     }
-                    _ = ticks.tick() => sup.tick(),
+                    _ = ticks.tick() => {
+                        sup.tick();
+                        named_audit.write_suppressed();
+                    }
                     _ = stop.wait_for(|s| *s) => break,
                 }
             }

@@ -299,7 +299,16 @@ impl crate::limits::Report for LimitHits {
             .by_id(sandbox)
             .map_or_else(|| sandbox.to_string(), |s| s.name.clone());
         self.metrics.limit_hit(&name, limit.key());
-        if log {
+        if log && limit == crate::limits::Channel::AuditRecords {
+            tracing::warn!(
+                sandbox = %name,
+                limit = limit.key(),
+                max,
+                "sandbox {name} went past limits.audit_records_per_sec ({max}): its further \
+                 records are counted, not written, until it is within it again (a `suppressed` \
+                 audit record gives the counts every 5 s)"
+            );
+        } else if log {
             tracing::warn!(
                 sandbox = %name,
                 limit = limit.key(),
@@ -312,19 +321,37 @@ impl crate::limits::Report for LimitHits {
     }
 }
 
-/// The audit log, with each record's sandbox name filled in from the registry.
+/// The audit log, with each record's sandbox name filled in from the registry, and each
+/// sandbox held to its share of it (`[limits] audit_records_per_sec`).
 pub struct NamedAudit {
     pub inner: Arc<dyn AuditSink>,
     pub registry: Arc<Registry>,
-    /// Every record written is counted here too.
+    /// Every record made is counted here too, written or suppressed.
     pub metrics: Arc<crate::metrics::Metrics>,
+    pub limits: Arc<crate::limits::GuestLimits>,
 }
 
 impl NamedAudit {
     fn write(&self, r: &AuditRecord) -> Result<(), AuditError> {
+        if !self.admitted(r) {
+            return Ok(());
+        }
         let result = self.inner.record(r);
         self.count(std::slice::from_ref(r), &result);
         result
+    }
+
+    /// Whether `r` is within its sandbox's share of the log; one that is not is counted in the
+    /// metrics as it happened (not written).
+    fn admitted(&self, r: &AuditRecord) -> bool {
+        if r.sandbox == 0
+            || !r.event.guest_driven()
+            || self.limits.admit_audit(r.sandbox, r.event.layer())
+        {
+            return true;
+        }
+        self.metrics.record(r);
+        false
     }
 
     /// Each record written counted, or each one lost.
@@ -334,6 +361,29 @@ impl NamedAudit {
                 Ok(()) => self.metrics.record(r),
                 Err(_) => self.metrics.audit_failed(),
             }
+        }
+    }
+
+    /// One `suppressed` record per sandbox that went past its share since the last call.
+    pub fn write_suppressed(&self) {
+        let (per_sec, burst) = self.limits.audit_budget();
+        for (sandbox, counts) in self.limits.take_suppressed_audit() {
+            let mut r = AuditRecord {
+                time: crate::audit::rfc3339(std::time::SystemTime::now()),
+                sandbox,
+                sandbox_name: None,
+                event: crate::audit::AuditEvent::Suppressed(crate::audit::SuppressedEvent {
+                    records: counts
+                        .into_iter()
+                        .map(|(layer, n)| (layer.to_owned(), n))
+                        .collect(),
+                    per_sec,
+                    burst,
+                }),
+            };
+            self.name(&mut r);
+            let result = self.inner.record(&r);
+            self.count(std::slice::from_ref(&r), &result);
         }
     }
 }
@@ -370,8 +420,24 @@ impl AuditSink for NamedAudit {
         for r in records.iter_mut() {
             self.name(r);
         }
-        let result = self.inner.record_all(records);
-        self.count(records, &result);
+        // Each record asked once: within its sandbox's share, or counted and dropped.
+        let admitted: Vec<bool> = records.iter().map(|r| self.admitted(r)).collect();
+        if admitted.iter().all(|a| *a) {
+            let result = self.inner.record_all(records);
+            self.count(records, &result);
+            return result;
+        }
+        let mut kept: Vec<AuditRecord> = records
+            .iter()
+            .zip(&admitted)
+            .filter(|(_, a)| **a)
+            .map(|(r, _)| r.clone())
+            .collect();
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let result = self.inner.record_all(&mut kept);
+        self.count(&kept, &result);
         result
     }
 

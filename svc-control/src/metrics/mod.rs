@@ -270,7 +270,10 @@ impl Metrics {
                 SandboxSeries::Ssh(l)
             }
             // Changes are counted by the events, not as a series.
-            AuditEvent::Policy(_) | AuditEvent::Credential(_) => return,
+            // Suppressed records were counted when they happened.
+            AuditEvent::Policy(_) | AuditEvent::Credential(_) | AuditEvent::Suppressed(_) => {
+                return;
+            }
         };
         self.by_sandbox
             .lock()

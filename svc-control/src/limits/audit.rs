@@ -1,0 +1,130 @@
+//! A sandbox's share of the audit log: records a second, on average, with bursts
+//! (`[limits] audit_records_per_sec`, `audit_burst`). One guest asking many DNS questions or
+//! making many requests would otherwise fill the log and rotate every other sandbox's records
+//! out of it. Past its budget a sandbox's records are counted by layer, not written; svcd
+//! writes one `suppressed` record per sandbox with the counts every few seconds.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Mutex, PoisonError},
+    time::Instant,
+};
+
+/// A token bucket per sandbox, and what each has had suppressed since last asked.
+#[derive(Debug)]
+pub struct Budget {
+    rate: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<u32, Bucket>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+    /// Records suppressed by layer since [`Budget::take_suppressed`] last drained them.
+    suppressed: BTreeMap<&'static str, u64>,
+}
+
+/// What [`Budget::admit`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Write it.
+    Write,
+    /// Count it; `first`: the first suppressed since the sandbox was last within its budget.
+    Suppress { first: bool },
+}
+
+impl Budget {
+    pub fn new(per_sec: u32, burst: u32) -> Self {
+        Self {
+            rate: f64::from(per_sec),
+            burst: f64::from(burst.max(1)),
+            buckets: Mutex::default(),
+        }
+    }
+
+    /// One record of `layer` for `sandbox` at `now`.
+    pub fn admit(&self, sandbox: u32, layer: &'static str, now: Instant) -> Admit {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let b = buckets.entry(sandbox).or_insert_with(|| Bucket {
+            tokens: self.burst,
+            at: now,
+            suppressed: BTreeMap::new(),
+        });
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * self.rate).min(self.burst);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            return Admit::Write;
+        }
+        let first = b.suppressed.is_empty();
+        *b.suppressed.entry(layer).or_insert(0) += 1;
+        Admit::Suppress { first }
+    }
+
+    /// Each sandbox's suppressed counts since the last call (drained), and forget sandboxes
+    /// whose buckets are full again (they cost nothing to make anew).
+    pub fn take_suppressed(&self, now: Instant) -> Vec<(u32, BTreeMap<&'static str, u64>)> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        let (rate, burst) = (self.rate, self.burst);
+        buckets.retain(|sandbox, b| {
+            if !b.suppressed.is_empty() {
+                out.push((*sandbox, std::mem::take(&mut b.suppressed)));
+            }
+            let refilled = b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * rate;
+            refilled < burst
+        });
+        out.sort_by_key(|(sandbox, _)| *sandbox);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_burst_then_the_rate_then_counts_by_layer() {
+        let b = Budget::new(10, 5);
+        let t0 = Instant::now();
+        let burst: Vec<_> = (0..5).map(|_| b.admit(1, "dns", t0)).collect();
+        assert!(burst.iter().all(|a| *a == Admit::Write), "{burst:?}");
+        assert_eq!(b.admit(1, "dns", t0), Admit::Suppress { first: true });
+        assert_eq!(b.admit(1, "http", t0), Admit::Suppress { first: false });
+        // Another sandbox has its own bucket.
+        assert_eq!(b.admit(2, "dns", t0), Admit::Write);
+        // A tenth of a second later: one more record's worth.
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(b.admit(1, "dns", t1), Admit::Write);
+        assert_eq!(b.admit(1, "dns", t1), Admit::Suppress { first: false });
+        let taken = b.take_suppressed(t1);
+        assert_eq!(
+            taken,
+            [(1, BTreeMap::from([("dns", 2), ("http", 1)]))],
+            "drained, by layer"
+        );
+        assert_eq!(b.take_suppressed(t1), []);
+        assert_eq!(b.admit(1, "dns", t1), Admit::Suppress { first: true });
+    }
+
+    #[test]
+    fn full_buckets_are_forgotten_and_the_burst_is_the_cap() {
+        let b = Budget::new(10, 5);
+        let t0 = Instant::now();
+        b.admit(1, "dns", t0);
+        b.admit(2, "dns", t0);
+        // An hour idle refills to the burst, not beyond.
+        let later = t0 + Duration::from_secs(3600);
+        let _ = b.take_suppressed(later);
+        assert!(b.buckets.lock().unwrap().is_empty());
+        let writes = (0..10)
+            .filter(|_| b.admit(1, "dns", later) == Admit::Write)
+            .count();
+        assert_eq!(writes, 5);
+    }
+}
