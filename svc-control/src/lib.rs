@@ -20,6 +20,8 @@ pub mod git_relay;
 pub mod limits;
 /// svcd's Prometheus metrics.
 pub mod metrics;
+/// Sandbox names.
+pub mod names;
 pub mod per_core;
 /// Pure decisions: every security rule of the spec, once.
 pub mod policy;

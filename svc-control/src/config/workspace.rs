@@ -457,7 +457,7 @@ fn validate(file: &Path, w: &WorkspaceFile) -> Vec<ConfigError> {
     if let Some(defs) = w.services.as_ref().and_then(|s| s.definitions.as_ref()) {
         for (name, d) in &defs.0 {
             let base = format!("/services/definitions/{}", escape(name));
-            if let Err(why) = crate::api::check_name(name) {
+            if let Err(why) = crate::names::check_name(name) {
                 err(base.clone(), format!("service name: {why}"));
             }
             if d.command.trim().is_empty() {

@@ -19,7 +19,7 @@ use tokio::{
 use tracing::debug;
 
 use super::{
-    routes::{Body, line, stream_body},
+    stream::{Body, line, ndjson},
     supervisor::{Failure, Supervisor},
 };
 use crate::{
@@ -39,11 +39,7 @@ pub(super) async fn plain(
     let child = sup.exec(name, req, false).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(run(child, tx, None));
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+    Ok(ndjson(rx))
 }
 
 /// An upgraded exec: the command starts now (so a refusal is a plain error answer), and the

@@ -6,6 +6,7 @@ mod exec;
 mod failure;
 mod routes;
 mod server;
+mod stream;
 mod supervisor;
 mod wiring;
 

@@ -1,22 +1,23 @@
 //! The API's routes: one function per path, JSON in and out, streams as JSON lines.
 
-use std::{convert::Infallible, path::PathBuf, sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt as _, Full, Limited, StreamBody, combinators::BoxBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
-use super::supervisor::{Failure, Supervisor};
+use super::{
+    stream::{Body, line, ndjson},
+    supervisor::{Failure, Supervisor},
+};
 use crate::{
     api::{self, CreateSandbox, ExecRequest, Health},
     audit::rfc3339,
     policy::ownership::{Principal, SandboxAction, SecretAction},
 };
-
-pub(super) type Body = BoxBody<Bytes, Infallible>;
 
 /// Largest API request body.
 const MAX_BODY: usize = 1024 * 1024;
@@ -319,30 +320,6 @@ async fn route_in_span(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> 
         }),
     };
     result.unwrap_or_else(|f| failure(&f))
-}
-
-pub(super) fn stream_body(rx: mpsc::Receiver<Bytes>) -> Body {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
-    });
-    StreamBody::new(stream).boxed()
-}
-
-/// A 200 whose body is the JSON lines `rx` yields.
-fn ndjson(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/x-ndjson")
-        .body(stream_body(rx))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
-}
-
-pub(super) fn line<T: serde::Serialize>(v: &T) -> Bytes {
-    let mut b = serde_json::to_vec(v).unwrap_or_default();
-    b.push(b'\n');
-    Bytes::from(b)
 }
 
 /// `GET /v1/events`: a non-root caller reads only its own sandboxes' and secrets' events (and
