@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{
     client::Client,
-    sandbox_cmd::{SocketArg, runtime},
+    client::{SocketArg, runtime},
 };
 
 /// `svc audit` arguments.

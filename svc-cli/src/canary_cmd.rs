@@ -13,7 +13,7 @@ use svc_control::api::{
     self, CreateSandbox, Destroyed, ExecFrame, ExecRequest, ForkRequest, Forked, SandboxView,
 };
 
-use crate::{client::Client, sandbox_cmd::SocketArg};
+use crate::client::{Client, SocketArg};
 
 #[derive(Debug, clap::Args)]
 pub struct CanaryArgs {
@@ -53,7 +53,7 @@ pub fn run(socket: &SocketArg, a: CanaryArgs) -> anyhow::Result<ExitCode> {
     let clone = format!("{}-fork", a.name);
     api::check_name(&source).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     api::check_name(&clone).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-    crate::sandbox_cmd::runtime()?.block_on(async move {
+    crate::client::runtime()?.block_on(async move {
         let started = Instant::now();
         let mut steps = Vec::new();
         let result = sequence(&client, &a, &source, &clone, &mut steps).await;

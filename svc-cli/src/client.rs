@@ -14,6 +14,22 @@ use svc_control::api::ApiError;
 /// Where svcd listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/svc/svcd.sock";
 
+/// Where svcd is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SocketArg {
+    /// svcd's API socket.
+    #[arg(long, env = "SVC_SOCKET", default_value = DEFAULT_SOCKET, global = true)]
+    pub socket: PathBuf,
+}
+
+/// The runtime a command's calls to svcd run on (one thread).
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
 /// The socket from `--socket`, `SVC_SOCKET`, or the default.
 #[derive(Debug, Clone)]
 pub struct Client {

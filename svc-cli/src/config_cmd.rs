@@ -35,7 +35,7 @@ pub enum ConfigCommand {
     Schema,
 }
 
-pub fn run(cmd: ConfigCommand, socket: &crate::sandbox_cmd::SocketArg) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: ConfigCommand, socket: &crate::client::SocketArg) -> anyhow::Result<ExitCode> {
     match cmd {
         ConfigCommand::Check { dir, json } => Ok(check(&dir, json, socket)),
         ConfigCommand::Schema => {
@@ -54,17 +54,17 @@ pub fn schema_json() -> String {
 /// svcd's answer on the approval of `l`'s perimeter, or why there is none.
 fn approval(
     l: &LoadedWorkspace,
-    socket: &crate::sandbox_cmd::SocketArg,
+    socket: &crate::client::SocketArg,
 ) -> Result<svc_control::api::TrustCheck, String> {
     let client = crate::client::Client::new(&socket.socket);
     let root = std::fs::canonicalize(&l.root).map_err(|e| format!("{}: {e}", l.root.display()))?;
     let perimeter = crate::trust::perimeter(l);
-    let rt = crate::sandbox_cmd::runtime().map_err(|e| e.to_string())?;
+    let rt = crate::client::runtime().map_err(|e| e.to_string())?;
     rt.block_on(crate::trust::check(&client, &root, &perimeter))
         .map_err(|e| format!("{e:#}"))
 }
 
-fn check(dir: &std::path::Path, json: bool, socket: &crate::sandbox_cmd::SocketArg) -> ExitCode {
+fn check(dir: &std::path::Path, json: bool, socket: &crate::client::SocketArg) -> ExitCode {
     let mut errors: Vec<ConfigError> = Vec::new();
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         errors.extend(e.0);
@@ -309,28 +309,4 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         checks(&e.doctor.probes),
         checks(&e.doctor.tests)
     );
-}
-
-/// The workspace in `dir` loaded for a command that needs it valid (`svc doctor`, `svc
-/// workspace up`): its canonical root and configuration, or — its errors printed, each with
-/// its place — exit code 2.
-pub(crate) fn load_valid(
-    dir: &std::path::Path,
-) -> anyhow::Result<Result<(PathBuf, LoadedWorkspace), ExitCode>> {
-    use anyhow::Context as _;
-    let root = std::fs::canonicalize(dir)
-        .with_context(|| format!("the workspace directory {}", dir.display()))?;
-    match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
-        Ok(l) => Ok(Ok((root, l))),
-        Err(errors) => {
-            for e in &errors.0 {
-                eprintln!("✗ {e}");
-            }
-            eprintln!(
-                "the workspace's configuration is invalid: svc config check {}",
-                root.display()
-            );
-            Ok(Err(ExitCode::from(2)))
-        }
-    }
 }

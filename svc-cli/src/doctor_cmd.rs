@@ -178,7 +178,7 @@ fn host_probes(microvm: bool) -> Vec<CheckResult> {
 }
 
 /// Whether svcd answers on its socket (`host:svcd`).
-async fn svcd_probe(socket: &crate::sandbox_cmd::SocketArg) -> CheckResult {
+async fn svcd_probe(socket: &crate::client::SocketArg) -> CheckResult {
     let t0 = std::time::Instant::now();
     let client = crate::client::Client::new(&socket.socket);
     let answer = tokio::time::timeout(
@@ -225,7 +225,7 @@ async fn svcd_probe(socket: &crate::sandbox_cmd::SocketArg) -> CheckResult {
     }
 }
 
-pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Result<ExitCode> {
+pub fn run(socket: &crate::client::SocketArg, a: DoctorArgs) -> anyhow::Result<ExitCode> {
     if a.schema {
         outln!(
             "{}",
@@ -233,7 +233,7 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let (root, loaded) = match crate::config_cmd::load_valid(&a.dir)? {
+    let (root, loaded) = match crate::trust::load_valid(&a.dir)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
@@ -251,7 +251,7 @@ pub fn run(socket: &crate::sandbox_cmd::SocketArg, a: DoctorArgs) -> anyhow::Res
             .runtime
             .required
             .contains(&svc_control::config::workspace::Backend::Microvm);
-    let rt = crate::sandbox_cmd::runtime()?;
+    let rt = crate::client::runtime()?;
     let report = rt.block_on(async {
         let mut host = Vec::new();
         if !a.no_host {

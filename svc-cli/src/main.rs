@@ -25,7 +25,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "svc", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(flatten)]
-    socket: sandbox_cmd::SocketArg,
+    socket: client::SocketArg,
     #[command(subcommand)]
     command: Command,
 }

@@ -19,3 +19,11 @@ macro_rules! outln {
     () => { $crate::out::line("") };
     ($($arg:tt)*) => { $crate::out::line(&format!($($arg)*)) };
 }
+
+/// `uid 1001 (alice)`, or the uid alone.
+pub(crate) fn owner_text(uid: u32, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("{uid} ({n})"),
+        None => uid.to_string(),
+    }
+}

@@ -9,15 +9,7 @@ use svc_control::api::{
     self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView, SecretValue,
 };
 
-use crate::client::{Client, DEFAULT_SOCKET};
-
-/// Where svcd is.
-#[derive(Debug, Clone, Args)]
-pub struct SocketArg {
-    /// svcd's API socket.
-    #[arg(long, env = "SVC_SOCKET", default_value = DEFAULT_SOCKET, global = true)]
-    pub socket: PathBuf,
-}
+use crate::client::{Client, SocketArg, runtime};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -196,13 +188,6 @@ pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
     })
 }
 
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")
-}
-
 pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
     let rt = runtime()?;
@@ -238,7 +223,7 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                             s.guest_v4,
                             s.link,
                             s.allowed_hosts.len(),
-                            crate::secret_cmd::owner_text(s.owner_uid, s.owner.as_deref())
+                            crate::out::owner_text(s.owner_uid, s.owner.as_deref())
                         );
                     }
                 }
@@ -476,7 +461,7 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
     outln!("  created:           {}", s.created_at);
     outln!(
         "  owner:             uid {}",
-        crate::secret_cmd::owner_text(s.owner_uid, s.owner.as_deref())
+        crate::out::owner_text(s.owner_uid, s.owner.as_deref())
     );
     for p in &s.placeholders {
         outln!(

@@ -11,7 +11,10 @@ use clap::Subcommand;
 use http::Method;
 use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SetSecret, ShareSecret};
 
-use crate::{client::Client, sandbox_cmd::SocketArg};
+use crate::{
+    client::{Client, SocketArg},
+    out::owner_text,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum SecretCommand {
@@ -120,17 +123,9 @@ fn show(json: bool, what: &str, s: &SecretInfo) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `uid 1001 (alice)`, or the uid alone.
-pub(crate) fn owner_text(uid: u32, name: Option<&str>) -> String {
-    match name {
-        Some(n) => format!("{uid} ({n})"),
-        None => uid.to_string(),
-    }
-}
-
 pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
-    let rt = crate::sandbox_cmd::runtime()?;
+    let rt = crate::client::runtime()?;
     rt.block_on(async move {
         match cmd {
             SecretCommand::Set {

@@ -5,12 +5,20 @@
 //! svcd keeps the approvals (per API caller, outside every project) and decides with
 //! `policy::trust`; this module shows its answer and, on a terminal, asks.
 
-use std::{io::IsTerminal as _, path::Path, process::ExitCode};
+use std::{
+    io::IsTerminal as _,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use http::Method;
 use svc_control::{
     api::{TrustCheck, TrustRequest},
-    config::{loader::LoadedWorkspace, workspace::GitCredentialMode},
+    config::{
+        effective::ApiParams,
+        loader::{self, LoadedWorkspace},
+        workspace::GitCredentialMode,
+    },
     policy::trust::Perimeter,
 };
 
@@ -81,7 +89,7 @@ pub async fn check(
 
 /// `svc workspace trust DIR`: approve the perimeter as it is now.
 pub async fn approve(client: &Client, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let (root, loaded) = match crate::config_cmd::load_valid(dir)? {
+    let (root, loaded) = match load_valid(dir)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
@@ -158,4 +166,28 @@ fn request(root: &Path, perimeter: &Perimeter) -> TrustRequest {
 
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// The workspace in `dir` loaded for a command that needs it valid (`svc doctor`, `svc
+/// workspace up`): its canonical root and configuration, or — its errors printed, each with
+/// its place — exit code 2.
+pub(crate) fn load_valid(
+    dir: &std::path::Path,
+) -> anyhow::Result<Result<(PathBuf, LoadedWorkspace), ExitCode>> {
+    use anyhow::Context as _;
+    let root = std::fs::canonicalize(dir)
+        .with_context(|| format!("the workspace directory {}", dir.display()))?;
+    match loader::load_workspace(&root, &ApiParams::default(), std::env::vars()) {
+        Ok(l) => Ok(Ok((root, l))),
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("✗ {e}");
+            }
+            eprintln!(
+                "the workspace's configuration is invalid: svc config check {}",
+                root.display()
+            );
+            Ok(Err(ExitCode::from(2)))
+        }
+    }
 }

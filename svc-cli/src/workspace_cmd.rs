@@ -10,7 +10,8 @@ use svc_control::api::{self, CreateSandbox, SandboxView, WorkspaceLogRecord, Wor
 
 use crate::{
     client::Client,
-    sandbox_cmd::{SocketArg, print_sandbox, read_secret, runtime},
+    client::{SocketArg, runtime},
+    sandbox_cmd::{print_sandbox, read_secret},
 };
 
 #[derive(Debug, Subcommand)]
@@ -183,7 +184,7 @@ fn log_path(name: &str, follow: bool) -> String {
 }
 
 async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
-    let (root, loaded) = match crate::config_cmd::load_valid(&a.dir)? {
+    let (root, loaded) = match crate::trust::load_valid(&a.dir)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
