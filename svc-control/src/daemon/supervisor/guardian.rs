@@ -7,10 +7,7 @@ use std::sync::Arc;
 
 use tracing::{debug, info, warn};
 
-use super::{
-    Supervisor,
-    sandbox::{Live, TaskGuard},
-};
+use super::{Supervisor, sandbox::Live, task::TaskGuard};
 use crate::creds::guardian::Outcome;
 
 impl Supervisor {

@@ -111,19 +111,9 @@ pub(super) struct Live {
     /// Frozen by `svc sandbox pause`.
     pub(super) paused: bool,
     /// Its credential guardian (stopped when the last copy of this goes).
-    pub(super) guardian: Option<Arc<TaskGuard>>,
+    pub(super) guardian: Option<Arc<super::task::TaskGuard>>,
     /// Its workspace's hooks and log (`svc workspace up`).
     pub(super) workspace: Option<Arc<super::workspace::WorkspaceRun>>,
-}
-
-/// A background task that ends when this is dropped.
-#[derive(Debug)]
-pub(super) struct TaskGuard(pub(super) tokio::task::AbortHandle);
-
-impl Drop for TaskGuard {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// How long each step of a creation took, for its log line (`files=3ms guest=40ms …`).

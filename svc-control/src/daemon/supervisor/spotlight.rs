@@ -12,7 +12,7 @@ use std::{net::TcpListener, sync::Arc};
 use tokio::io::AsyncWriteExt as _;
 use tracing::{debug, info, warn};
 
-use super::{Failure, Supervisor, sandbox::TaskGuard, workspace::WorkspaceRun};
+use super::{Failure, Supervisor, task::TaskGuard, workspace::WorkspaceRun};
 use crate::{api, config::workspace::SpotlightForward};
 
 /// Bind every forward's host port (127.0.0.1), or say which is taken and by whom.

@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use super::{
     Failure, Supervisor, now_text,
-    sandbox::TaskGuard,
+    task::TaskGuard,
     workspace_log::{LogFile, LogPast, last_seq},
 };
 use crate::api::{self, WorkspaceLogRecord, WorkspaceSpec};
@@ -97,7 +97,7 @@ pub(super) struct WorkspaceRun {
     /// The running setup/start task, if any (ended by destroy).
     task: Mutex<Option<TaskGuard>>,
     /// The services and the readiness they make (see `workspace_services`).
-    pub(super) services: Mutex<super::workspace_services::ServicesState>,
+    pub(super) services: Mutex<super::services_state::ServicesState>,
     /// Turns true at the first `workspace.ready` (Spotlight forwards start then).
     pub(super) ready_seen: tokio::sync::watch::Sender<bool>,
     /// The forwards' accept loops.

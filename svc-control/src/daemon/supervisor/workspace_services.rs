@@ -19,7 +19,8 @@ use tracing::{info, warn};
 
 use super::{
     Supervisor,
-    sandbox::TaskGuard,
+    services_state::ServiceState,
+    task::TaskGuard,
     workspace::{Phase, WorkspaceRun},
 };
 use crate::api;
@@ -27,35 +28,6 @@ use svc_guest::services::{BINARY, Report, Spec};
 
 /// How long svcd waits for the supervisor beyond its services' longest stop timeout.
 const STOP_GRACE: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Default, Clone, Copy)]
-struct ServiceState {
-    /// Up for the settle time (`running`) or healthy (with a check).
-    up: bool,
-}
-
-/// Where the services stand.
-#[derive(Debug, Default)]
-pub(super) struct ServicesState {
-    states: BTreeMap<String, ServiceState>,
-    /// Waiting to announce ready (a start's hooks are done), since when.
-    pending: Option<Instant>,
-    /// The supervisor's reader: its task, the way to stop it, and whether it ended.
-    task: Option<(TaskGuard, watch::Sender<bool>, watch::Receiver<bool>)>,
-}
-
-impl ServicesState {
-    /// Forget the supervisor (its task ends).
-    pub(super) fn end(&mut self) {
-        self.task = None;
-    }
-
-    fn alive(&self) -> bool {
-        self.task
-            .as_ref()
-            .is_some_and(|(_, _, done)| !*done.borrow())
-    }
-}
 
 /// The services readiness waits for.
 fn needed(spec: &api::WorkspaceSpec) -> Vec<String> {
