@@ -69,14 +69,8 @@ pub struct UpstreamFile {
     pub no_proxy: Option<Vec<String>>,
 }
 
-/// The forward proxy's settings, validated (the credentials are read when svcd starts).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UpstreamProxyConfig {
-    /// `http://host:port`.
-    pub url: String,
-    pub credentials_file: Option<PathBuf>,
-    pub no_proxy: Vec<String>,
-}
+/// The forward proxy's settings, validated (defined with the connector that uses them).
+pub use crate::proxy::upstream::UpstreamProxyConfig;
 
 /// `[git_ssh]`: the git-over-SSH relay (how the host's own ssh reaches code hosts for the
 /// sandboxes; which repositories and refs each sandbox may reach is its own policy).

@@ -85,7 +85,7 @@ impl GrantState {
     }
 
     /// The state after a refresh at `now_ms`.
-    pub fn refreshed(&self, new: &super::guardian::Refreshed, now_ms: u64) -> Self {
+    pub fn refreshed(&self, new: &Refreshed, now_ms: u64) -> Self {
         Self {
             token_endpoint: self.token_endpoint.clone(),
             client_id: self.client_id.clone(),
@@ -198,6 +198,23 @@ impl Grant {
             crate::audit::rfc3339(UNIX_EPOCH + Duration::from_millis(s.expires_at_ms)),
         ))
     }
+}
+
+/// What a token endpoint gave back.
+pub struct Refreshed {
+    pub access_token: Zeroizing<String>,
+    /// A rotated refresh token, if the endpoint issued one.
+    pub refresh_token: Option<Zeroizing<String>>,
+    /// Lifetime of the new access token.
+    pub expires_in: Duration,
+}
+
+/// The refresh grant against a token endpoint (the OAuth token endpoint in production).
+pub trait Refresher: Send + Sync {
+    fn refresh<'a>(
+        &'a self,
+        refresh_token: &'a str,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Refreshed, String>> + Send + 'a>>;
 }
 
 #[cfg(test)]

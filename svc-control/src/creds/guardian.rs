@@ -69,22 +69,7 @@ impl Clock for FixedClock {
     }
 }
 
-/// What a token endpoint gave back.
-pub struct Refreshed {
-    pub access_token: Zeroizing<String>,
-    /// A rotated refresh token, if the endpoint issued one.
-    pub refresh_token: Option<Zeroizing<String>>,
-    /// Lifetime of the new access token.
-    pub expires_in: Duration,
-}
-
-/// The refresh grant against a token endpoint (see [`super::oauth::TokenEndpoint`]).
-pub trait Refresher: Send + Sync {
-    fn refresh<'a>(
-        &'a self,
-        refresh_token: &'a str,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Refreshed, String>> + Send + 'a>>;
-}
+pub use super::grant::{Refreshed, Refresher};
 
 /// One guardian's settings.
 #[derive(Clone)]

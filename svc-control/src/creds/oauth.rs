@@ -11,8 +11,8 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::{Method, Request, Uri};
 use zeroize::Zeroizing;
 
-use super::guardian::{Refreshed, Refresher};
-use crate::proxy::server::{HostClient, error_chain};
+use super::grant::{Refreshed, Refresher};
+use crate::proxy::resolve::{HostClient, error_chain};
 
 /// Longest a token endpoint may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);

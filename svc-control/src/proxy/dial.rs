@@ -19,10 +19,7 @@ use std::{
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use tokio::net::TcpStream;
 
-use super::{
-    pools::Pools,
-    server::{ProxyBody, Upstream},
-};
+use super::{body::ProxyBody, pools::Pools, resolve::Upstream};
 use crate::policy::destination::{HostNetwork, classify_dial};
 
 /// Why the proxy will not dial for a request.
@@ -182,7 +179,7 @@ pub(super) mod tests {
     use tower_service::Service as _;
 
     use super::*;
-    use crate::proxy::server::{DnsService, Resolve};
+    use crate::proxy::resolve::{DnsService, Resolve};
 
     /// A resolver that fails the test if anything asks it (the pools' tests use it too).
     pub(in crate::proxy) struct Nowhere;

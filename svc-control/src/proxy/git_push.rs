@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, header};
 use http_body_util::{BodyExt as _, Full};
 
-use super::server::ProxyBody;
+use super::body::ProxyBody;
 use crate::{audit::SshRef, policy::receive_pack::PushCommands};
 
 /// git's largest pkt-line payload (`LARGE_PACKET_MAX` less the length); a band's pkt holds one

@@ -30,8 +30,8 @@ use hyper_util::client::legacy::connect::Connection as _;
 use tower_service::Service as _;
 
 use super::{
+    body::{BoxError, ProxyBody},
     dial::Connectors,
-    server::{BoxError, ProxyBody},
 };
 
 /// How long a connection may wait idle before it is closed (as hyper-util's pool was set).
@@ -342,7 +342,7 @@ mod tests {
     use super::*;
     use crate::proxy::{
         dial::tests::Nowhere,
-        server::{DnsService, Upstream},
+        resolve::{DnsService, Upstream},
     };
 
     fn pool() -> H1Pool {

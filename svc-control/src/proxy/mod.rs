@@ -2,14 +2,17 @@
 //! ClientHello reader, and the connection/request path (SNI binding, HTTP/1.1 and HTTP/2,
 //! per-request policy, credential swap/strip, verified upstream TLS, audit).
 
+mod body;
 pub mod ca;
 pub mod client_hello;
+pub mod config;
 pub mod dial;
 mod git_push;
 pub mod guest_trust;
 pub mod h1_frames;
 mod h1_pool;
 pub mod pools;
+pub mod resolve;
 mod scrub;
 pub mod server;
 pub mod upstream;

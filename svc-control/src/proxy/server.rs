@@ -29,10 +29,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, he
 use http_body_util::{BodyExt as _, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::{
-    client::legacy::{
-        Client,
-        connect::{HttpConnector, dns::Name},
-    },
+    client::legacy::connect::HttpConnector,
     rt::{TokioExecutor, TokioIo, TokioTimer},
 };
 use serde::Serialize;
@@ -44,17 +41,20 @@ use tokio::{
 use super::{ca::SandboxCa, client_hello};
 use crate::{
     audit::{AuditRecord, AuditSink, HttpEvent, rfc3339},
-    limits::{Channel, GuestLimits, Slot},
+    limits::{Channel, Slot},
     policy::{
         credentials::Scheme,
-        destination::HostNetwork,
-        host::{Authority, normalize_name},
+        host::Authority,
         request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
     },
 };
 
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub(super) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(super) use super::body::{BoxError, ProxyBody};
+pub(crate) use super::resolve::error_chain;
+pub use super::{
+    config::ProxyConfig,
+    resolve::{DnsService, HostClient, Resolve, SystemResolver, Upstream, host_client},
+};
 
 /// One sandbox as the proxy sees it.
 #[derive(Debug)]
@@ -195,104 +195,6 @@ async fn either_revoked(a: impl Future<Output = ()>, b: impl Future<Output = ()>
 
 /// The credential broker: the real bearer behind a placeholder.
 pub use crate::creds::{Bearer, Broker};
-
-/// Name resolution for upstream connections (the host's resolver in production).
-pub trait Resolve: Send + Sync {
-    fn resolve(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
-}
-
-/// The host's resolver.
-#[derive(Debug, Default)]
-pub struct SystemResolver;
-
-impl Resolve for SystemResolver {
-    fn resolve(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>> {
-        let host = host.to_owned();
-        Box::pin(async move {
-            Ok(tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .map(|a| a.ip())
-                .collect())
-        })
-    }
-}
-
-/// Settings of the proxy.
-#[derive(Debug, Clone)]
-pub struct ProxyConfig {
-    /// TLS toward upstreams: real roots (webpki-roots), plus whatever tests add.
-    pub upstream_tls: rustls::ClientConfig,
-    /// Bytes of a request body read before the decision (placeholders are looked for in them;
-    /// GraphQL bodies must fit).
-    pub body_prefix: usize,
-    pub hello_timeout: Duration,
-    /// Time allowed for a request head to arrive once its connection is waiting for one (HTTP/1.1:
-    /// slowloris, and idle kept-alive connections); HTTP/2 connections are pinged at this
-    /// interval and closed when a ping goes unanswered for as long.
-    pub header_timeout: Duration,
-    /// Time allowed for the upstream's response head.
-    pub request_timeout: Duration,
-    /// Largest HTTP/1.1 request head (bytes); larger heads get 431. HTTP/2 header lists are capped
-    /// at the same size.
-    pub max_head: usize,
-    /// Per-sandbox caps (`[limits]`): guest connections one sandbox may hold open at once,
-    /// upgraded WebSockets included until they close; the next one is closed unanswered (and
-    /// audited).
-    pub limits: Arc<GuestLimits>,
-    /// The operator's forward proxy upstream connections go through (`[upstream] proxy`).
-    pub forward_proxy: Option<Arc<super::upstream::ForwardProxy>>,
-    /// The host's addresses, the sandbox pools, the operator's CIDRs and svcd's ports: every
-    /// address the proxy dials for a guest passes `policy::destination::classify_dial` with it.
-    pub network: HostNetwork,
-}
-
-impl ProxyConfig {
-    /// Upstream TLS with the webpki roots and `extra_roots` (a test CA, an operator's private
-    /// CA); verification is never turned off.
-    pub fn with_roots(
-        extra_roots: &[rustls::pki_types::CertificateDer<'static>],
-    ) -> Result<Self, rustls::Error> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for r in extra_roots {
-            roots.add(r.clone())?;
-        }
-        // ALPN (h2, http/1.1) is set by the connector.
-        let tls = rustls::ClientConfig::builder_with_provider(super::crypto_provider())
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(Self {
-            upstream_tls: tls,
-            body_prefix: 64 * 1024,
-            hello_timeout: Duration::from_secs(10),
-            header_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(300),
-            max_head: 64 * 1024,
-            limits: Arc::default(),
-            forward_proxy: None,
-            network: HostNetwork::default(),
-        })
-    }
-}
-
-/// svcd's own HTTPS requests (token endpoints): the proxy's upstream roots, resolver and
-/// forward proxy, HTTPS only.
-pub type HostClient = Client<hyper_rustls::HttpsConnector<Upstream>, Full<Bytes>>;
-
-/// A [`HostClient`] over `config`'s upstream TLS and forward proxy.
-pub fn host_client(config: &ProxyConfig, resolver: Arc<dyn Resolve>) -> HostClient {
-    let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.upstream_tls.clone())
-        .https_only()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(Upstream::new(http, config.forward_proxy.clone()));
-    Client::builder(TokioExecutor::new()).build(https)
-}
 
 /// The proxy. Share it with `Arc`.
 #[derive(Clone)]
@@ -1347,18 +1249,6 @@ impl PendingRecord {
     }
 }
 
-/// An error and its sources, `outer: inner: innermost`, for a reason an operator can act on.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 fn ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
@@ -1493,7 +1383,7 @@ impl Upstreams {
     fn new(config: &ProxyConfig, resolver: Arc<dyn Resolve>) -> Self {
         // The resolver only finds the operator's forward proxy: a guest's request is dialled
         // at its own address.
-        let mut http = HttpConnector::new_with_resolver(DnsService(resolver));
+        let mut http = HttpConnector::new_with_resolver(DnsService::new(resolver));
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(10)));
@@ -1566,42 +1456,6 @@ impl AsyncWrite for Rewind {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// hyper-util's resolver interface over [`Resolve`].
-#[derive(Clone)]
-pub struct DnsService(Arc<dyn Resolve>);
-
-impl DnsService {
-    pub fn new(resolver: Arc<dyn Resolve>) -> Self {
-        Self(resolver)
-    }
-}
-
-/// The proxy's upstream connector: direct, or through the operator's forward proxy.
-pub type Upstream = super::upstream::UpstreamConnector<DnsService>;
-
-impl tower_service::Service<Name> for DnsService {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<Self::Response>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        let resolver = self.0.clone();
-        let host = normalize_name(name.as_str()).unwrap_or_else(|_| name.as_str().to_owned());
-        Box::pin(async move {
-            let addrs = resolver.resolve(&host).await?;
-            Ok(addrs
-                .into_iter()
-                .map(|ip| SocketAddr::new(ip, 0))
-                .collect::<Vec<_>>()
-                .into_iter())
-        })
     }
 }
 

@@ -29,6 +29,15 @@ use tower_service::Service;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
+/// The forward proxy's settings, validated (the credentials are read when svcd starts).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UpstreamProxyConfig {
+    /// `http://host:port`.
+    pub url: String,
+    pub credentials_file: Option<std::path::PathBuf>,
+    pub no_proxy: Vec<String>,
+}
+
 /// The operator's forward proxy, as the proxy uses it.
 #[derive(Clone)]
 pub struct ForwardProxy {
@@ -106,7 +115,7 @@ impl NoProxy {
 impl ForwardProxy {
     /// From svcd.toml's `[upstream]`: the credentials file must be root's and readable by root
     /// alone (`user:password` on its first line).
-    pub fn from_config(c: &crate::config::host::UpstreamProxyConfig) -> Result<Self, String> {
+    pub fn from_config(c: &UpstreamProxyConfig) -> Result<Self, String> {
         use std::os::unix::fs::MetadataExt as _;
         let uri: Uri = c
             .url
@@ -352,7 +361,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("creds");
         std::fs::write(&file, "svc:s3cret\n").expect("write");
-        let config = |creds: Option<&std::path::Path>| crate::config::host::UpstreamProxyConfig {
+        let config = |creds: Option<&std::path::Path>| UpstreamProxyConfig {
             url: "http://proxy.test:3128".into(),
             credentials_file: creds.map(ToOwned::to_owned),
             no_proxy: vec!["internal.test".into()],
