@@ -4,22 +4,36 @@
 //! proxy's upstream connections; the answer is capped and its error named without echoing any
 //! token.
 
-use std::{pin::Pin, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
-use hyper::{Method, Request, Uri};
+use http::Uri;
 use zeroize::Zeroizing;
 
 use super::grant::{Refreshed, Refresher};
-use crate::proxy::resolve::{HostClient, error_chain};
 
 /// Longest a token endpoint may take.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer read from a token endpoint.
-const MAX_ANSWER: usize = 64 * 1024;
+pub const MAX_ANSWER: usize = 64 * 1024;
 /// An access token's lifetime when the endpoint does not say (`expires_in` is optional).
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// What a token endpoint answered: its status and (capped) body.
+pub type FormAnswer = Result<(u16, Zeroizing<Vec<u8>>), String>;
+
+/// How a form is posted to a token endpoint over HTTPS (svcd: through its host client, with
+/// the proxy's roots, resolver and forward proxy; `daemon::wiring::HostForms`).
+pub trait FormPost: Send + Sync {
+    /// POST `form` (`application/x-www-form-urlencoded`) to `url`, asking for JSON: the
+    /// answer's status and at most `max` bytes of its body, or why there is none (never
+    /// echoing the form).
+    fn post_form<'a>(
+        &'a self,
+        url: &'a Uri,
+        form: Zeroizing<Vec<u8>>,
+        max: usize,
+    ) -> Pin<Box<dyn Future<Output = FormAnswer> + Send + 'a>>;
+}
 
 /// One provider's token endpoint.
 #[derive(Clone)]
@@ -27,7 +41,7 @@ pub struct TokenEndpoint {
     pub url: Uri,
     /// Sent as `client_id` when set (public clients).
     pub client_id: Option<String>,
-    pub client: HostClient,
+    pub client: Arc<dyn FormPost>,
 }
 
 impl std::fmt::Debug for TokenEndpoint {
@@ -74,34 +88,14 @@ impl TokenEndpoint {
             }
             form.finish()
         });
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(self.url.clone())
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("accept", "application/json")
-            .header("user-agent", concat!("svcd/", env!("CARGO_PKG_VERSION")))
-            .body(Full::new(Bytes::from(body.as_bytes().to_vec())))
-            .map_err(|e| format!("token request: {e}"))?;
         let at = &self.url;
-        let exchange = async {
-            let resp = self
-                .client
-                .request(req)
+        let form = Zeroizing::new(body.as_bytes().to_vec());
+        let (status, bytes) =
+            tokio::time::timeout(TIMEOUT, self.client.post_form(at, form, MAX_ANSWER))
                 .await
-                .map_err(|e| format!("token endpoint {at}: {}", error_chain(&e)))?;
-            let status = resp.status();
-            let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
-                .collect()
-                .await
-                .map_err(|e| format!("token endpoint {at}: reading the answer: {e}"))?
-                .to_bytes();
-            Ok::<_, String>((status, Zeroizing::new(bytes.to_vec())))
-        };
-        let (status, bytes) = tokio::time::timeout(TIMEOUT, exchange)
-            .await
-            .map_err(|_| format!("token endpoint {at}: no answer within {TIMEOUT:?}"))??;
+                .map_err(|_| format!("token endpoint {at}: no answer within {TIMEOUT:?}"))??;
         let answer: Option<Answer> = serde_json::from_slice(&bytes).ok();
-        if !status.is_success() {
+        if !(200..300).contains(&status) {
             let why = answer
                 .and_then(|a| {
                     a.error.map(|e| match a.error_description {
@@ -110,10 +104,7 @@ impl TokenEndpoint {
                     })
                 })
                 .unwrap_or_else(|| "no OAuth error in the answer".into());
-            return Err(format!(
-                "token endpoint {at} answered {}: {why}",
-                status.as_u16()
-            ));
+            return Err(format!("token endpoint {at} answered {status}: {why}"));
         }
         let Some(Answer {
             access_token: Some(access),
@@ -123,8 +114,7 @@ impl TokenEndpoint {
         }) = answer
         else {
             return Err(format!(
-                "token endpoint {at} answered {} without an access_token in JSON",
-                status.as_u16()
+                "token endpoint {at} answered {status} without an access_token in JSON"
             ));
         };
         if access.is_empty() || access.contains(['\r', '\n', '\0']) {

@@ -226,7 +226,9 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     proxy_config.limits = limits.clone();
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
     // One client for svcd's own token-endpoint requests (the guardian's and OAuth secrets').
-    let host_client = crate::proxy::server::host_client(&proxy_config, resolver.clone());
+    let host_client: Arc<dyn crate::creds::oauth::FormPost> = Arc::new(super::wiring::HostForms(
+        crate::proxy::server::host_client(&proxy_config, resolver.clone()),
+    ));
     let guardian = guardian(&host, host_client.clone())?;
     let proxy = Arc::new(Proxy::new(
         proxy_config,
@@ -606,7 +608,7 @@ async fn serve_metrics(
 /// roots, resolver and forward proxy as the proxy's upstreams.
 pub fn guardian(
     host: &HostConfig,
-    client: crate::proxy::server::HostClient,
+    client: Arc<dyn crate::creds::oauth::FormPost>,
 ) -> anyhow::Result<Option<crate::creds::guardian::Guardian>> {
     let (Some(g), Some((home, _))) = (&host.guardian, &host.agent_home) else {
         if host.agent_home.is_some() {
@@ -661,7 +663,10 @@ pub async fn guardian_once(
 ) -> anyhow::Result<crate::creds::guardian::Outcome> {
     let upstream = Upstream::from_host(host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let proxy = upstream_config(host)?;
-    let client = crate::proxy::server::host_client(&proxy, Arc::new(UpstreamResolver(upstream)));
+    let client = Arc::new(super::wiring::HostForms(crate::proxy::server::host_client(
+        &proxy,
+        Arc::new(UpstreamResolver(upstream)),
+    )));
     let Some(mut g) = guardian(host, client)? else {
         anyhow::bail!(
             "the credential guardian is off: set credentials.agent_home and credentials.agent_token_endpoint in svcd.toml"

@@ -66,7 +66,7 @@ pub struct SupervisorConfig {
     /// Where the relay's session records go (the proxy and the guard write theirs there too).
     pub audit: Arc<dyn crate::audit::AuditSink>,
     /// svcd's own HTTPS requests (token endpoints).
-    pub host_client: Option<crate::proxy::server::HostClient>,
+    pub host_client: Option<Arc<dyn crate::creds::oauth::FormPost>>,
     /// Seals stored secrets and sandboxes' values in the state.
     pub key: Arc<crate::creds::HostKey>,
     /// The coding agent's credential guardian, one task per running sandbox that shares the

@@ -504,3 +504,43 @@ impl Resolve for UpstreamResolver {
         })
     }
 }
+
+/// Token-endpoint forms posted through svcd's host client (the proxy's roots, resolver and
+/// forward proxy; HTTPS only).
+pub struct HostForms(pub crate::proxy::resolve::HostClient);
+
+impl crate::creds::oauth::FormPost for HostForms {
+    fn post_form<'a>(
+        &'a self,
+        url: &'a http::Uri,
+        form: zeroize::Zeroizing<Vec<u8>>,
+        max: usize,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = crate::creds::oauth::FormAnswer> + Send + 'a>,
+    > {
+        use http_body_util::BodyExt as _;
+        Box::pin(async move {
+            let req = http::Request::builder()
+                .method(http::Method::POST)
+                .uri(url.clone())
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "application/json")
+                .header("user-agent", concat!("svcd/", env!("CARGO_PKG_VERSION")))
+                .body(http_body_util::Full::new(bytes::Bytes::from(form.to_vec())))
+                .map_err(|e| format!("token request: {e}"))?;
+            let resp = self.0.request(req).await.map_err(|e| {
+                format!(
+                    "token endpoint {url}: {}",
+                    crate::proxy::resolve::error_chain(&e)
+                )
+            })?;
+            let status = resp.status().as_u16();
+            let body = http_body_util::Limited::new(resp.into_body(), max)
+                .collect()
+                .await
+                .map_err(|e| format!("token endpoint {url}: reading the answer: {e}"))?
+                .to_bytes();
+            Ok((status, zeroize::Zeroizing::new(body.to_vec())))
+        })
+    }
+}
