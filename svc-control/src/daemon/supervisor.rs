@@ -263,7 +263,7 @@ impl Supervisor {
                 id.check().map_err(Failure::bad)?;
             }
             // Spotlight's host ports, taken now: one in use refuses the creation.
-            listeners = spotlight::bind_all(&w.forwards)?;
+            listeners = spotlight::bind_all(&w.forwards, who)?;
         }
         let span = info_span!("sandbox", name = %req.name);
         let started = std::time::Instant::now();

@@ -220,6 +220,132 @@ pub(crate) fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A handle (`O_PATH`) on `rel` beneath the directory `dir`, no symbolic link followed in
+/// `rel` and nothing outside `dir` reached: what a guest (or a caller) controls inside a shared
+/// directory can only be opened as itself. A bind made from the handle (through
+/// `/proc/PID/fd/N`) binds what was opened, whatever the path becomes afterwards.
+pub(crate) fn open_beneath(dir: &Path, rel: &Path) -> io::Result<OwnedFd> {
+    let base = std::fs::File::open(dir)?;
+    let p = cstr(rel)?;
+    // SAFETY: open_how is plain data; zero is every field's "nothing".
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
+    // SAFETY: a directory we hold, a valid NUL-terminated path and an open_how of the size
+    // passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            std::os::fd::AsRawFd::as_raw_fd(&base),
+            p.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::other(format!(
+                "{} is or passes through a symbolic link",
+                rel.display()
+            ))
+        } else {
+            e
+        });
+    }
+    let fd = i32::try_from(fd).map_err(io::Error::other)?;
+    // SAFETY: openat2 returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A bind source for the runtime, pinned between fork and exec in the runtime's own mount
+/// namespace: `rel` beneath `dir` opened with no link followed, and that handle bound onto
+/// `staging` (a path of svcd's, of the same type, made beforehand), which the runtime then
+/// binds into the guest. What the runtime binds is what was opened, whatever `rel` becomes.
+#[derive(Debug)]
+pub(crate) struct PinnedSource {
+    dir: CString,
+    rel: CString,
+    staging: CString,
+    /// The descriptor the handle is placed at, and its `/proc/self/fd/N`.
+    at: i32,
+    via: CString,
+}
+
+impl PinnedSource {
+    pub(crate) fn new(dir: &Path, rel: &Path, staging: &Path, at: i32) -> io::Result<Self> {
+        Ok(Self {
+            dir: cstr(dir)?,
+            rel: cstr(rel)?,
+            staging: cstr(staging)?,
+            at,
+            via: cstr(Path::new(&format!("/proc/self/fd/{at}")))?,
+        })
+    }
+
+    /// Open it and bind it onto its staging path. Only system calls, no allocation: safe
+    /// between fork and exec. ELOOP when `rel` is (or passes through) a symbolic link.
+    pub(crate) fn pin(&self) -> io::Result<()> {
+        // SAFETY: a valid NUL-terminated path.
+        let base = unsafe {
+            libc::open(
+                self.dir.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if base < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: open_how is plain data; zero is every field's "nothing".
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+        how.resolve =
+            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
+        // SAFETY: a directory we hold, a valid path, an open_how of the size passed.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                base,
+                self.rel.as_ptr(),
+                &raw const how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        let err = io::Error::last_os_error();
+        // SAFETY: closing the descriptor we opened above.
+        unsafe { libc::close(base) };
+        if fd < 0 {
+            return Err(err);
+        }
+        let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+        // SAFETY: two descriptors of this process.
+        let r = unsafe { libc::dup2(fd, self.at) };
+        let err = io::Error::last_os_error();
+        // SAFETY: closing the descriptor openat2 gave us.
+        unsafe { libc::close(fd) };
+        if r < 0 {
+            return Err(err);
+        }
+        // SAFETY: valid NUL-terminated paths; a bind takes no type or data.
+        let r = unsafe {
+            libc::mount(
+                self.via.as_ptr(),
+                self.staging.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        let err = io::Error::last_os_error();
+        // SAFETY: closing the handle placed above.
+        unsafe { libc::close(self.at) };
+        if r != 0 {
+            return Err(err);
+        }
+        Ok(())
+    }
+}
+
 /// Detach whatever is mounted at `target` (lazily); `Ok` if nothing was.
 pub fn detach(target: &Path) -> io::Result<()> {
     let dst = cstr(target)?;

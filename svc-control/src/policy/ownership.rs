@@ -253,6 +253,30 @@ pub fn shares_agent_home(who: &Principal, dir_owner: u32) -> bool {
     who.is_root() || who.uid == dir_owner
 }
 
+/// Whether `who` may have svcd (root) listen on the host's `local_port` for a Spotlight
+/// forward: root on any, a member only on ports it could bind itself (at or above the host's
+/// `net.ipv4.ip_unprivileged_port_start`, `unprivileged_start`).
+pub fn spotlight_port(
+    who: &Principal,
+    local_port: u16,
+    unprivileged_start: u32,
+) -> Result<(), String> {
+    if who.is_root() || u32::from(local_port) >= unprivileged_start {
+        return Ok(());
+    }
+    Err(format!(
+        "spotlight: local port {local_port} is privileged on this host (below \
+         net.ipv4.ip_unprivileged_port_start = {unprivileged_start}): only root's workspaces may \
+         forward it; change its localPort in spotlight.defaults"
+    ))
+}
+
+/// Whether `who` may be told which process holds a host port: root, or the holder's own user
+/// (another user's process names and pids are not a member's to learn).
+pub fn sees_port_holder(who: &Principal, holder_uid: u32) -> bool {
+    who.is_root() || who.uid == holder_uid
+}
+
 /// The owner of a fork's clones: its source's (only the source's owner or root may fork).
 pub fn fork_owner(source_owner: u32) -> u32 {
     source_owner
@@ -324,6 +348,37 @@ mod tests {
                     "{case}: the refusal names the caller and the way out: {text}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn spotlight_port_table() {
+        // (case, caller, local port, unprivileged start, allowed)
+        let cases: &[(&str, u32, u16, u32, bool)] = &[
+            ("member_unprivileged_port", BOB, 18080, 1024, true),
+            ("member_first_unprivileged_port", BOB, 1024, 1024, true),
+            ("member_privileged_port", BOB, 81, 1024, false),
+            ("member_port_1023", BOB, 1023, 1024, false),
+            ("root_privileged_port", 0, 81, 1024, true),
+            ("host_lets_everyone_bind_80", BOB, 80, 80, true),
+            ("host_start_0_allows_all", BOB, 1, 0, true),
+        ];
+        for (case, caller, port, start, allowed) in cases {
+            let got = spotlight_port(&who(*caller, &[]), *port, *start);
+            assert_eq!(got.is_ok(), *allowed, "{case}: {got:?}");
+        }
+        let refused = spotlight_port(&who(BOB, &[]), 81, 1024).unwrap_err();
+        assert!(refused.contains("local port 81 is privileged"), "{refused}");
+    }
+
+    #[test]
+    fn port_holder_table() {
+        for (case, caller, holder, sees) in [
+            ("own_process", BOB, BOB, true),
+            ("another_users_process", BOB, ALICE, false),
+            ("root_sees_all", 0, ALICE, true),
+        ] {
+            assert_eq!(sees_port_holder(&who(caller, &[]), holder), sees, "{case}");
         }
     }
 

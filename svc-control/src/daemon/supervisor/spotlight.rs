@@ -13,14 +13,26 @@ use tokio::io::AsyncWriteExt as _;
 use tracing::{debug, info, warn};
 
 use super::{Failure, Supervisor, task::TaskGuard, workspace::WorkspaceRun};
-use crate::{api, config::workspace::SpotlightForward};
+use crate::{api, config::workspace::SpotlightForward, policy::ownership::Principal};
 
-/// Bind every forward's host port (127.0.0.1), or say which is taken and by whom.
-pub(super) fn bind_all(forwards: &[SpotlightForward]) -> Result<Vec<TcpListener>, Failure> {
+/// Bind every forward's host port (127.0.0.1) for `who`, or say which is refused (a privileged
+/// port of a member's workspace) or taken (and by whom, when `who` may know).
+pub(super) fn bind_all(
+    forwards: &[SpotlightForward],
+    who: &Principal,
+) -> Result<Vec<TcpListener>, Failure> {
+    let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024);
     let mut out = Vec::new();
     for f in forwards {
+        crate::policy::ownership::spotlight_port(who, f.local_port, start)
+            .map_err(Failure::forbidden)?;
         let l = TcpListener::bind(("127.0.0.1", f.local_port)).map_err(|e| {
-            let holder = port_holder(f.local_port).map_or_else(String::new, |h| format!(" by {h}"));
+            let holder = port_holder(f.local_port)
+                .filter(|(_, uid)| crate::policy::ownership::sees_port_holder(who, *uid))
+                .map_or_else(String::new, |(h, _)| format!(" by {h}"));
             Failure::bad(format!(
                 "spotlight: local port {} (for {}:{}) is in use{holder} ({e}); free it or change \
                  its localPort in spotlight.defaults",
@@ -34,8 +46,9 @@ pub(super) fn bind_all(forwards: &[SpotlightForward]) -> Result<Vec<TcpListener>
     Ok(out)
 }
 
-/// Who listens on TCP `port` in svcd's network namespace: `pid N (comm)`, from /proc.
-pub(super) fn port_holder(port: u16) -> Option<String> {
+/// Who listens on TCP `port` in svcd's network namespace: `pid N (comm)` and its uid, from
+/// /proc.
+pub(super) fn port_holder(port: u16) -> Option<(String, u32)> {
     let mut inodes = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
@@ -75,11 +88,13 @@ pub(super) fn port_holder(port: u16) -> Option<String> {
             };
             if inodes.iter().any(|i| target.as_os_str() == i.as_str()) {
                 let comm = std::fs::read_to_string(proc.path().join("comm")).unwrap_or_default();
-                return Some(format!("pid {pid} ({})", comm.trim()));
+                let uid = std::os::unix::fs::MetadataExt::uid(&proc.metadata().ok()?);
+                return Some((format!("pid {pid} ({})", comm.trim()), uid));
             }
         }
     }
-    Some("another process".into())
+    // A listener whose process cannot be found: named to no one.
+    None
 }
 
 impl Supervisor {

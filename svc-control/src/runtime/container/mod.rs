@@ -210,7 +210,7 @@ impl Container {
         // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
         let (disk, overlay) =
             disk::root_file_system(&spec.dir, &self.lower, self.ids, self.disk_mib).await?;
-        let (shared, sub_binds) = self.mount_shared(spec)?;
+        let (shared, sub_binds, sources) = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
         let uid_map = oci::IdMapping {
             container_id: 0,
@@ -256,10 +256,16 @@ impl Container {
             // of svcd's (a pipe would stay open as long as the guest runs).
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
-        // SAFETY: the closure only makes system calls (unshare, mount) on data prepared
-        // before the fork.
+        // SAFETY: the closure only makes system calls (unshare, mount, open, dup2) on data
+        // prepared before the fork.
         unsafe {
-            c.pre_exec(move || overlay.mount_in_private_namespace());
+            c.pre_exec(move || {
+                overlay.mount_in_private_namespace()?;
+                for p in &sources {
+                    p.pin()?;
+                }
+                Ok(())
+            });
         }
         let turn = self.starts.acquire().await;
         let status = tokio::time::timeout(RUNTIME_TIMEOUT, c.status()).await;
@@ -272,7 +278,15 @@ impl Container {
         detach_shared(&spec.dir);
         let status = status
             .map_err(|_| "runc create timed out".to_owned())?
-            .map_err(|e| format!("running {}: {e}", self.runtime.display()))?;
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    "a path bound into the guest (.git or one in it) became a symbolic link \
+                     while the sandbox was made: refused"
+                        .to_owned()
+                } else {
+                    format!("running {}: {e}", self.runtime.display())
+                }
+            })?;
         if !status.success() {
             let said = std::fs::read(&runc_log).unwrap_or_default();
             return Err(format!("runc create: {}", runc_error(&said)));
@@ -303,6 +317,12 @@ impl Container {
         detach_shared(&spec.dir);
         let mut out = Vec::new();
         let mut sub_binds = Vec::new();
+        let mut pinned = Vec::new();
+        // Where each bind inside a shared directory is pinned for the runtime (in its own
+        // namespace): made anew for each creation.
+        let staging = spec.dir.join("pins");
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
         for (i, shared) in spec.shared.iter().enumerate() {
             let what = |e: std::io::Error| {
                 format!(
@@ -337,16 +357,53 @@ impl Container {
                 .map(|p| (p, false))
                 .chain(shared.read_only.iter().map(|p| (p, true)))
             {
-                sub_binds.push((target.join(rel), shared.guest.join(rel), read_only));
+                // The caller's (and a guest's) tree: checked here with no link followed, then
+                // opened the same way in the runtime's own namespace just before it runs
+                // (`PinnedSource`), and bound by the runtime through that handle: swapping
+                // `.git` for a link while the sandbox is made binds nothing of the host's.
+                let fail = |e: std::io::Error| {
+                    detach_shared(&spec.dir);
+                    format!(
+                        "sharing {} with the guest: {}: {e}",
+                        shared.host.display(),
+                        rel.display()
+                    )
+                };
+                let handle = crate::dataplane::idmap::open_beneath(&target, rel).map_err(fail)?;
+                let is_dir = nix::sys::stat::fstat(&handle)
+                    .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                    .map_err(|e| fail(e.into()))?;
+                let source = staging.join(pinned.len().to_string());
+                let made = if is_dir {
+                    std::fs::create_dir(&source)
+                } else {
+                    std::fs::File::create(&source).map(drop)
+                };
+                made.map_err(fail)?;
+                let at = FIRST_PINNED_FD
+                    + i32::try_from(pinned.len()).map_err(|_| "too many binds".to_owned())?;
+                pinned.push(
+                    crate::dataplane::idmap::PinnedSource::new(&target, rel, &source, at)
+                        .map_err(fail)?,
+                );
+                sub_binds.push((source, shared.guest.join(rel), read_only));
             }
             out.push((target, shared.guest.clone()));
         }
-        Ok((out, sub_binds))
+        Ok((out, sub_binds, pinned))
     }
 }
 
-/// The shared directories' attachments and the binds inside them (see `oci::SandboxBundle`).
-type SharedMounts = (Vec<(PathBuf, PathBuf)>, Vec<(PathBuf, PathBuf, bool)>);
+/// The shared directories' attachments, the binds inside them (see `oci::SandboxBundle`) and
+/// the handles those binds are made from (opened in the runtime's namespace before it runs).
+type SharedMounts = (
+    Vec<(PathBuf, PathBuf)>,
+    Vec<(PathBuf, PathBuf, bool)>,
+    Vec<crate::dataplane::idmap::PinnedSource>,
+);
+
+/// The descriptor each bind source is opened at while it is pinned (the rest follow).
+const FIRST_PINNED_FD: i32 = 500;
 
 /// Take every shared directory's host-side attachment off (see `mount_shared`).
 fn detach_shared(dir: &Path) {

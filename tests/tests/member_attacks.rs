@@ -1,0 +1,287 @@
+//! Attacks by a second, non-root API user (a member of `api_group`) with the real svcd.
+//!
+//! - `member_reads_another_members_private_repository_through_the_swap`: svcd checks the
+//!   project's `.git` layout and, later, the runtime binds `.git` and what is read-only in it.
+//!   The member swaps `.git` for a symbolic link to another member's repository behind a 0700
+//!   home the moment svcd has made `.git/hooks`. Before the fix runc followed the link as host
+//!   root and the member's guest read the other repository; now every bind inside a shared
+//!   directory is opened with no link followed (and bound from that handle), so the swap is
+//!   refused, naming the link.
+//! - `member_spotlight_binds_a_privileged_host_port`: a member's workspace asks for Spotlight
+//!   `localPort` 81. Before the fix svcd (root) listened on 127.0.0.1:81 for the member's
+//!   guest; now a member may forward only ports it could bind itself.
+#![expect(clippy::expect_used, reason = "test helpers")]
+
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use svc_tests::{require_root, world::World};
+
+const API_GID: u32 = 65534;
+
+struct User {
+    name: String,
+    uid: u32,
+}
+
+impl User {
+    fn add(name: String) -> Self {
+        let _ = Command::new("userdel").arg(&name).output();
+        let out = Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/usr/sbin/nologin"])
+            .args(["--gid", &API_GID.to_string()])
+            .arg(&name)
+            .output()
+            .expect("useradd");
+        assert!(out.status.success(), "useradd: {out:?}");
+        let out = Command::new("id").args(["-u", &name]).output().expect("id");
+        let uid = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("uid");
+        Self { name, uid }
+    }
+
+    fn ids(&self) -> Vec<String> {
+        vec![
+            format!("--reuid={}", self.uid),
+            format!("--regid={API_GID}"),
+            format!("--groups={API_GID}"),
+        ]
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
+}
+
+fn as_user(w: &World, u: &User, args: &[&str]) -> std::process::Output {
+    let ids = u.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    w.svc_as(&ids, args)
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+fn chown_r(dir: &Path, uid: u32, gid: u32) {
+    let out = Command::new("chown")
+        .args(["-R", &format!("{uid}:{gid}")])
+        .arg(dir)
+        .output()
+        .expect("chown");
+    assert!(out.status.success(), "chown: {out:?}");
+}
+
+#[test]
+fn member_spotlight_binds_a_privileged_host_port() {
+    require_root();
+    let w = World::start();
+    let tag = format!("{}", std::process::id() % 100_000);
+    let b = User::add(format!("svcatk-s{tag}"));
+    std::fs::set_permissions(&w.dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let proj = w.dir.join("b-spot");
+    std::fs::create_dir_all(proj.join(".svc")).expect("b project");
+    std::fs::write(
+        proj.join(".svc/workspace.json"),
+        r#"{"version":1,"services":{"definitions":{"web":{"command":"mkdir -p /srv && echo served-by-member-guest > /srv/index.html && exec python3 -m http.server 8000 -d /srv"}}},"spotlight":{"defaults":[{"service":"web","remotePort":8000,"localPort":81}]}}"#,
+    )
+    .expect("json");
+    chown_r(&proj, b.uid, API_GID);
+    let pdir = proj.to_str().expect("utf-8");
+    let out = as_user(
+        &w,
+        &b,
+        &[
+            "workspace",
+            "up",
+            "--trust",
+            pdir,
+            "--name",
+            "bspot",
+            "--backend",
+            "container",
+        ],
+    );
+    println!("B's up: {}", text(&out));
+    if !out.status.success() {
+        assert!(
+            text(&out).contains("local port 81 is privileged on this host"),
+            "refused for another reason: {}",
+            text(&out)
+        );
+        let ss = w.host.exec("ss", &["-Hltn", "sport = :81"]);
+        assert_eq!(
+            String::from_utf8_lossy(&ss.stdout).trim(),
+            "",
+            "nothing listens on :81"
+        );
+        return;
+    }
+    let out = as_user(
+        &w,
+        &b,
+        &[
+            "sandbox",
+            "exec",
+            "bspot",
+            "--",
+            "sh",
+            "-c",
+            "mkdir -p /srv && echo served-by-member-guest > /srv/index.html && \
+             (setsid nohup python3 -m http.server 8000 -d /srv >/dev/null 2>&1 &); sleep 1; echo up",
+        ],
+    );
+    println!("B's guest: {}", text(&out));
+    let got = w
+        .host
+        .exec("curl", &["-sS", "--max-time", "10", "http://127.0.0.1:81/"]);
+    let said = String::from_utf8_lossy(&got.stdout).into_owned();
+    println!(
+        "host curl 127.0.0.1:81 -> {said:?} {}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let ss = w.host.exec("ss", &["-ltnp", "sport = :81"]);
+    println!("{}", String::from_utf8_lossy(&ss.stdout));
+    assert!(
+        !said.contains("served-by-member-guest"),
+        "a non-root member's guest serves the host's privileged port 127.0.0.1:81 (bound by svcd as root)"
+    );
+}
+
+/// The same swap aimed at another member's repository behind a 0700 home: B cannot read it on
+/// the host, but runc opens the bind source as host root, so B's guest reads A's git history
+/// (everything in it that is "other"-readable, which git's objects are).
+#[test]
+fn member_reads_another_members_private_repository_through_the_swap() {
+    require_root();
+    let w = World::start();
+    let tag = format!("{}", std::process::id() % 100_000);
+    let a = User::add(format!("svcatk-a{tag}"));
+    let b = User::add(format!("svcatk-c{tag}"));
+    // A's home, 0700, holding a repository with a secret commit.
+    let home = w.dir.join("home-a");
+    let repo = home.join("private");
+    std::fs::create_dir_all(&repo).expect("repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("secret.txt"), "A-PRIVATE-CONTENT-42\n").expect("secret");
+    git(&repo, &["add", "secret.txt"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@x",
+            "commit",
+            "-q",
+            "-m",
+            "private",
+        ],
+    );
+    chown_r(&home, a.uid, API_GID);
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::set_permissions(&w.dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // B cannot read it on the host.
+    let direct = Command::new("setpriv")
+        .args([
+            &format!("--reuid={}", b.uid),
+            &format!("--regid={API_GID}"),
+            "--clear-groups",
+        ])
+        .args(["cat", repo.join(".git/HEAD").to_str().expect("utf-8")])
+        .output()
+        .expect("setpriv");
+    println!("B on the host reading A's repo: {}", text(&direct));
+
+    let proj = w.dir.join("c-project");
+    std::fs::create_dir_all(proj.join(".svc")).expect("project");
+    std::fs::write(proj.join(".svc/workspace.json"), r#"{"version":1}"#).expect("json");
+    git(&proj, &["init", "-q", "-b", "main"]);
+    std::fs::remove_file(proj.join(".git/config")).expect("rm config");
+    std::fs::remove_dir_all(proj.join(".git/hooks")).expect("rm hooks");
+    chown_r(&proj, b.uid, API_GID);
+    let (p2, t2) = (proj.clone(), repo.join(".git"));
+    let racer = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(200);
+        while Instant::now() < deadline {
+            if std::fs::symlink_metadata(p2.join(".git/hooks")).is_ok() {
+                std::fs::rename(p2.join(".git"), p2.join(".git-aside")).expect("rename");
+                std::os::unix::fs::symlink(&t2, p2.join(".git")).expect("link");
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    });
+    let pdir = proj.to_str().expect("utf-8");
+    let out = as_user(
+        &w,
+        &b,
+        &[
+            "workspace",
+            "up",
+            "--trust",
+            pdir,
+            "--name",
+            "cws",
+            "--backend",
+            "container",
+        ],
+    );
+    let swapped = racer.join().expect("racer");
+    println!("B's up (swapped: {swapped}): {}", text(&out));
+    assert!(swapped, "the racer never saw .git/hooks made");
+    if !out.status.success() {
+        // Refused: svcd opened what it binds with no link followed and found one.
+        assert!(
+            text(&out).contains("symbolic link"),
+            "B's up failed for another reason: {}",
+            text(&out)
+        );
+        return;
+    }
+    let out = as_user(
+        &w,
+        &b,
+        &[
+            "sandbox",
+            "exec",
+            "cws",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && git --git-dir=/workspace/.git log --oneline 2>&1; \
+             git --git-dir=/workspace/.git show HEAD:secret.txt 2>&1; \
+             python3 -c \"import zlib,glob; [print(zlib.decompress(open(f,'rb').read())[:120]) for f in glob.glob('/workspace/.git/objects/??/*')]\"",
+        ],
+    );
+    let said = text(&out);
+    println!("B's guest: {said}");
+    assert!(
+        !said.contains("A-PRIVATE-CONTENT-42"),
+        "member B read member A's repository behind a 0700 home"
+    );
+}
