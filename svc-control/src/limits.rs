@@ -26,6 +26,7 @@ use crate::config::limits::LimitsConfig;
 pub enum Channel {
     DnsTcp,
     Proxy,
+    ProxyRequests,
     Exec,
     Spotlight,
     GitSsh,
@@ -39,6 +40,7 @@ impl Channel {
         match self {
             Self::DnsTcp => "dns_tcp_connections",
             Self::Proxy => "proxy_connections",
+            Self::ProxyRequests => "proxy_requests",
             Self::Exec => "exec_streams",
             Self::Spotlight => "spotlight_streams",
             Self::GitSsh => "git_ssh_sessions",
@@ -51,6 +53,7 @@ impl Channel {
         match self {
             Self::DnsTcp => "DNS-over-TCP connections",
             Self::Proxy => "proxy connections",
+            Self::ProxyRequests => "requests being read by the proxy",
             Self::Exec => "exec streams",
             Self::Spotlight => "Spotlight streams",
             Self::GitSsh => "git SSH sessions",
@@ -152,6 +155,7 @@ impl GuestLimits {
         match channel {
             Channel::DnsTcp => self.config.dns_tcp_connections,
             Channel::Proxy => self.config.proxy_connections,
+            Channel::ProxyRequests => self.config.proxy_requests,
             Channel::Exec => self.config.exec_streams,
             Channel::Spotlight => self.config.spotlight_streams,
             Channel::GitSsh => self.config.git_ssh_sessions,

@@ -12,6 +12,9 @@ pub struct LimitsFile {
     pub dns_tcp_connections: Option<u32>,
     /// Guest connections to the proxy (TLS and plain HTTP), upgraded WebSockets included.
     pub proxy_connections: Option<u32>,
+    /// Requests the proxy reads and decides at once for one sandbox (each may hold a body
+    /// prefix of up to 64 KiB while it does; HTTP/2 multiplexes many on one connection).
+    pub proxy_requests: Option<u32>,
     /// Exec streams (`svc sandbox exec`, the API's exec).
     pub exec_streams: Option<u32>,
     /// Spotlight (forwarded port) connections.
@@ -31,6 +34,7 @@ pub struct LimitsFile {
 pub mod defaults {
     pub const DNS_TCP_CONNECTIONS: u32 = 16;
     pub const PROXY_CONNECTIONS: u32 = 192;
+    pub const PROXY_REQUESTS: u32 = 128;
     pub const EXEC_STREAMS: u32 = 32;
     pub const SPOTLIGHT_STREAMS: u32 = 16;
     pub const GIT_SSH_SESSIONS: u32 = 8;
@@ -44,6 +48,7 @@ pub mod defaults {
 pub struct LimitsConfig {
     pub dns_tcp_connections: u32,
     pub proxy_connections: u32,
+    pub proxy_requests: u32,
     pub exec_streams: u32,
     pub spotlight_streams: u32,
     pub git_ssh_sessions: u32,
@@ -57,6 +62,7 @@ impl Default for LimitsConfig {
         Self {
             dns_tcp_connections: defaults::DNS_TCP_CONNECTIONS,
             proxy_connections: defaults::PROXY_CONNECTIONS,
+            proxy_requests: defaults::PROXY_REQUESTS,
             exec_streams: defaults::EXEC_STREAMS,
             spotlight_streams: defaults::SPOTLIGHT_STREAMS,
             git_ssh_sessions: defaults::GIT_SSH_SESSIONS,
@@ -116,6 +122,12 @@ pub(super) fn validate(
             "limits.proxy_connections",
             f.proxy_connections,
             defaults::PROXY_CONNECTIONS,
+            MAX_CAP,
+        ),
+        proxy_requests: cap(
+            "limits.proxy_requests",
+            f.proxy_requests,
+            defaults::PROXY_REQUESTS,
             MAX_CAP,
         ),
         exec_streams: cap(

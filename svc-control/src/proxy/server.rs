@@ -693,7 +693,48 @@ impl Proxy {
         } else {
             parts.uri.to_string()
         };
-        let (prefix, rest, complete) = match read_prefix(body, self.config.body_prefix).await {
+        // The body's prefix is read and decided on under one of the sandbox's
+        // `limits.proxy_requests` (its memory is bounded by theirs), and within the head's time.
+        let _reading = match self
+            .config
+            .limits
+            .acquire(sandbox.id, Channel::ProxyRequests)
+        {
+            Ok(slot) => slot,
+            Err(hit) => {
+                return self.refuse(
+                    sandbox,
+                    &parts.method,
+                    None,
+                    None,
+                    429,
+                    "limit",
+                    &hit.to_string(),
+                    started,
+                );
+            }
+        };
+        let prefix_read = tokio::time::timeout(
+            self.config.header_timeout,
+            read_prefix(body, self.config.body_prefix),
+        )
+        .await;
+        let Ok(prefix_read) = prefix_read else {
+            return self.refuse(
+                sandbox,
+                &parts.method,
+                None,
+                None,
+                408,
+                "request-body",
+                &format!(
+                    "the request body's first {} bytes (or its end) did not come within {:?}",
+                    self.config.body_prefix, self.config.header_timeout
+                ),
+                started,
+            );
+        };
+        let (prefix, rest, complete) = match prefix_read {
             Ok(x) => x,
             Err(_) => {
                 return self.refuse(
