@@ -32,6 +32,8 @@ pub enum Channel {
     GitSsh,
     /// Audit records a second (a rate, not a count held: see [`audit::Budget`]).
     AuditRecords,
+    /// Service events a second from the guest's service supervisor (a built-in rate).
+    ServiceEvents,
 }
 
 impl Channel {
@@ -45,6 +47,7 @@ impl Channel {
             Self::Spotlight => "spotlight_streams",
             Self::GitSsh => "git_ssh_sessions",
             Self::AuditRecords => "audit_records_per_sec",
+            Self::ServiceEvents => "service_events",
         }
     }
 
@@ -58,6 +61,7 @@ impl Channel {
             Self::Spotlight => "Spotlight streams",
             Self::GitSsh => "git SSH sessions",
             Self::AuditRecords => "audit records a second",
+            Self::ServiceEvents => "service events a second",
         }
     }
 }
@@ -93,7 +97,14 @@ pub struct GuestLimits {
     /// When each (sandbox, limit) was last logged.
     logged: Mutex<HashMap<(u32, Channel), Instant>>,
     audit: audit::Budget,
+    service_events: audit::Budget,
 }
+
+/// Service events (`workspace.service_*`) one sandbox's supervisor may raise a second, and at
+/// once: its reports come from inside the guest, which can forge them, and events are kept
+/// for the whole host (the last 10,000).
+pub const SERVICE_EVENTS_PER_SEC: u32 = 10;
+pub const SERVICE_EVENTS_BURST: u32 = 200;
 
 impl std::fmt::Debug for GuestLimits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,6 +125,7 @@ impl GuestLimits {
     pub fn new(config: LimitsConfig, report: Arc<dyn Report>) -> Self {
         Self {
             audit: audit::Budget::new(config.audit_records_per_sec, config.audit_burst),
+            service_events: audit::Budget::new(SERVICE_EVENTS_PER_SEC, SERVICE_EVENTS_BURST),
             config,
             report,
             held: Mutex::default(),
@@ -138,6 +150,27 @@ impl GuestLimits {
         }
     }
 
+    /// Whether `sandbox`'s supervisor may raise one more service event now; one that may not is
+    /// a hit (reported; logged as the first past the rate in the interval).
+    pub fn admit_service_event(&self, sandbox: u32) -> bool {
+        let now = Instant::now();
+        match self.service_events.admit(sandbox, "service", now) {
+            audit::Admit::Write => true,
+            audit::Admit::Suppress { first } => {
+                let log = first && self.first_in_interval(sandbox, Channel::ServiceEvents, now);
+                self.report
+                    .limit_hit(sandbox, Channel::ServiceEvents, SERVICE_EVENTS_PER_SEC, log);
+                false
+            }
+        }
+    }
+
+    /// Forget what the service-event rate has counted (svcd's 5 s tick): the next sandbox past
+    /// it is logged again, and buckets full again are dropped.
+    pub fn tick(&self) {
+        let _ = self.service_events.take_suppressed(Instant::now());
+    }
+
     /// Each sandbox's audit records counted and not written since the last call, by layer.
     pub fn take_suppressed_audit(
         &self,
@@ -160,6 +193,7 @@ impl GuestLimits {
             Channel::Spotlight => self.config.spotlight_streams,
             Channel::GitSsh => self.config.git_ssh_sessions,
             Channel::AuditRecords => self.config.audit_records_per_sec,
+            Channel::ServiceEvents => SERVICE_EVENTS_PER_SEC,
         }
     }
 

@@ -366,6 +366,7 @@ impl NamedAudit {
 
     /// One `suppressed` record per sandbox that went past its share since the last call.
     pub fn write_suppressed(&self) {
+        self.limits.tick();
         let (per_sec, burst) = self.limits.audit_budget();
         for (sandbox, counts) in self.limits.take_suppressed_audit() {
             let mut r = AuditRecord {

@@ -213,6 +213,17 @@ impl Supervisor {
             });
             return;
         };
+        // Reports come from inside the guest, which can write its own into the supervisor's
+        // output: one naming no service of the workspace is only logged (as the supervisor's
+        // output), and the events the rest raise are held to a rate.
+        if !run.spec.services.iter().any(|s| s.name == r.service) {
+            run.record(Phase::Services, "output", |rec| {
+                rec.service = Some("svc-supervise".into());
+                rec.stream = Some("stdout".into());
+                rec.text = Some(line.chars().take(1024).collect());
+            });
+            return;
+        }
         if r.event == "output" {
             run.record(Phase::Services, "output", |rec| {
                 rec.service = Some(r.service.clone());
@@ -235,7 +246,10 @@ impl Supervisor {
             "delay_ms": r.delay_ms,
             "reason": r.text,
         });
+        let id = self.live().get(name).map(|l| l.id);
+        let admitted = id.is_none_or(|id| self.config.limits.admit_service_event(id));
         match r.event.as_str() {
+            _ if !admitted => {}
             "started" => self.event("workspace.service_started", Some(name), detail),
             "restarting" => self.event("workspace.service_restarted", Some(name), detail),
             "failed" => self.event("workspace.service_failed", Some(name), detail),
