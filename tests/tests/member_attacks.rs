@@ -285,3 +285,75 @@ fn member_reads_another_members_private_repository_through_the_swap() {
         "member B read member A's repository behind a 0700 home"
     );
 }
+
+/// A member holds idle API connections: before the fix svcd accepted every one (19,995 took
+/// its descriptors to the hard limit and every sandbox's HTTPS and DNS failed). Now a non-root
+/// caller holds at most 64 at once; the rest are answered 429 and closed, and another
+/// sandbox's HTTPS and root's API go on.
+#[test]
+fn a_members_idle_api_connections_are_held_to_its_cap() {
+    require_root();
+    const TRIES: usize = 600;
+    let w = World::start();
+    let tag = format!("{}", std::process::id() % 100_000);
+    let b = User::add(format!("svcatk-d{tag}"));
+    w.svc_ok(&["sandbox", "create", "calm", "--backend", "container"]);
+    let pid = w.svcd_pid().expect("svcd");
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let fds0 = fds();
+    let sock = w.socket.to_str().expect("utf-8").to_owned();
+    // Each connection sends nothing; after a moment, which were answered (429) and closed.
+    let script = format!(
+        "import socket, select, time\n\
+         held = []\n\
+         for i in range({TRIES}):\n    c = socket.socket(socket.AF_UNIX); c.connect('{sock}'); held.append(c)\n\
+         time.sleep(2)\n\
+         p = select.poll()\n\
+         for c in held: p.register(c, select.POLLIN)\n\
+         ready = {{fd for fd, _ in p.poll(0)}}\n\
+         said = b''\n\
+         for c in held:\n    if c.fileno() in ready: said = c.recv(300) or said\n\
+         print('held', len(held) - len(ready), 'answered', len(ready), said.split(b'\\r\\n')[0].decode(), flush=True)\n\
+         time.sleep(6)\n"
+    );
+    let mut holder = Command::new("setpriv")
+        .args(b.ids())
+        .args(["/usr/bin/python3", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("holder");
+    let mut line = String::new();
+    {
+        use std::io::BufRead as _;
+        let out = holder.stdout.as_mut().expect("stdout");
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let fds1 = fds();
+    let calm = w.sh(
+        "calm",
+        "curl -sS -o /dev/null -w '%{http_code}' --max-time 15 https://api.agent.test/",
+    );
+    let listed = w.svc(&["sandbox", "list"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    println!("member: {line}svcd descriptors {fds0} -> {fds1}; calm {calm:?}");
+    let numbers: Vec<usize> = line
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    assert_eq!(numbers[..2], [64, TRIES - 64], "the cap's worth held: {line}");
+    assert!(
+        line.contains("HTTP/1.1 429"),
+        "the rest are answered 429: {line}"
+    );
+    assert!(
+        fds1 <= fds0 + 64 + 32,
+        "svcd's descriptors went {fds0} -> {fds1}"
+    );
+    assert_eq!(
+        (calm.0, calm.1.as_str()),
+        (0, "200"),
+        "another sandbox's HTTPS"
+    );
+    assert!(listed.status.success(), "root's API: {}", text(&listed));
+}

@@ -28,6 +28,55 @@ pub(super) struct Ctx {
     pub(super) api_gid: Option<u32>,
     pub(super) upgrade: watch::Sender<bool>,
     pub(super) exe: PathBuf,
+    /// API connections each non-root caller holds open now.
+    pub(super) callers: Arc<std::sync::Mutex<std::collections::HashMap<u32, u32>>>,
+}
+
+/// API connections one non-root caller may hold open at once (each is a descriptor and a task
+/// of svcd's: a member holding thousands idle would starve every sandbox's guard and proxy).
+pub(super) const API_CONNECTIONS_PER_CALLER: u32 = 64;
+
+/// One of a caller's API connections, given back when dropped.
+pub(super) struct CallerSlot {
+    callers: Arc<std::sync::Mutex<std::collections::HashMap<u32, u32>>>,
+    uid: u32,
+}
+
+impl Ctx {
+    /// One more connection for `uid` (root: always), or `None` at its cap.
+    pub(super) fn hold_connection(&self, uid: u32) -> Option<Option<CallerSlot>> {
+        if uid == 0 {
+            return Some(None);
+        }
+        let mut held = self
+            .callers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = held.entry(uid).or_insert(0);
+        if *n >= API_CONNECTIONS_PER_CALLER {
+            return None;
+        }
+        *n += 1;
+        Some(Some(CallerSlot {
+            callers: self.callers.clone(),
+            uid,
+        }))
+    }
+}
+
+impl Drop for CallerSlot {
+    fn drop(&mut self) {
+        let mut held = self
+            .callers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.uid);
+            }
+        }
+    }
 }
 
 pub(super) fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {

@@ -401,6 +401,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         api_gid,
         upgrade: upgrade_tx,
         exe: opts.exe.clone(),
+        callers: Arc::default(),
     });
     sup.event(
         "supervisor.started",
@@ -527,6 +528,34 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
         warn!(%reason, "refused an API caller");
     }
     let cred = stream.peer_cred().ok();
+    // A caller at its cap of connections is answered 429 at once and the connection closed.
+    let _slot = match cred.map(|c| ctx.hold_connection(c.uid())) {
+        Some(Some(slot)) => slot,
+        Some(None) => {
+            let uid = cred.map_or(0, |c| c.uid());
+            let body = serde_json::json!({
+                "code": "limit",
+                "error": format!(
+                    "uid {uid} already holds {} API connections to svcd: refused (close some)",
+                    routes::API_CONNECTIONS_PER_CALLER
+                ),
+            })
+            .to_string();
+            let answer = format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let mut stream = stream;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                tokio::io::AsyncWriteExt::write_all(&mut stream, answer.as_bytes()),
+            )
+            .await;
+            return;
+        }
+        None => None,
+    };
     let caller = cred.map(|c| routes::Caller(c.uid()));
     let groups = routes::CallerGroups(cred.as_ref().map(peer_groups).unwrap_or_default());
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
