@@ -341,7 +341,11 @@ fn a_members_idle_api_connections_are_held_to_its_cap() {
         .split_whitespace()
         .filter_map(|t| t.parse().ok())
         .collect();
-    assert_eq!(numbers[..2], [64, TRIES - 64], "the cap's worth held: {line}");
+    assert_eq!(
+        numbers[..2],
+        [64, TRIES - 64],
+        "the cap's worth held: {line}"
+    );
     assert!(
         line.contains("HTTP/1.1 429"),
         "the rest are answered 429: {line}"
