@@ -10,7 +10,7 @@
 //! and hands the runtime a plain bind of it (a bind of an idmapped mount keeps the mapping).
 
 use std::{
-    ffi::CString,
+    ffi::{CStr, CString},
     io,
     os::{
         fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
@@ -190,72 +190,78 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
     Ok(())
 }
 
-/// `path` opened as a directory handle (`O_PATH`), with no symbolic link followed on the way.
-pub(crate) fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
-    let p = cstr(path)?;
+/// `openat2(2)` of `path` from the directory descriptor `dir` (`AT_FDCWD`: the working
+/// directory) with `flags` and `resolve`, always `O_CLOEXEC`. Only a system call, no
+/// allocation: safe between fork and exec.
+fn openat2(dir: i32, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain data; zero is every field's "nothing".
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: a valid NUL-terminated path and an open_how of the size passed.
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: a descriptor (or AT_FDCWD), a valid NUL-terminated path and an open_how of the
+    // size passed.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
-            p.as_ptr(),
+            dir,
+            path.as_ptr(),
             &raw const how,
             std::mem::size_of::<libc::open_how>(),
         )
     };
     if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
-            io::Error::other("a symbolic link is in its path: give the path without links")
-        } else {
-            e
-        });
+        return Err(io::Error::last_os_error());
     }
-    let fd = i32::try_from(fd).map_err(io::Error::other)?;
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: openat2 returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Nothing but the path as given: no symbolic or magic link followed.
+const NO_LINKS: u64 = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+
+/// `e`, or for ELOOP (a link in the way) what `said` says instead.
+fn link_refused(e: io::Error, said: impl FnOnce() -> String) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        io::Error::other(said())
+    } else {
+        e
+    }
+}
+
+/// `path` opened as a directory handle (`O_PATH`), with no symbolic link followed on the way.
+pub(crate) fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+    let p = cstr(path)?;
+    openat2(
+        libc::AT_FDCWD,
+        &p,
+        libc::O_PATH | libc::O_DIRECTORY,
+        NO_LINKS,
+    )
+    .map_err(|e| {
+        link_refused(e, || {
+            "a symbolic link is in its path: give the path without links".to_owned()
+        })
+    })
+}
+
 /// A handle (`O_PATH`) on `rel` beneath the directory `dir`, no symbolic link followed in
 /// `rel` and nothing outside `dir` reached: what a guest (or a caller) controls inside a shared
-/// directory can only be opened as itself. A bind made from the handle (through
-/// `/proc/PID/fd/N`) binds what was opened, whatever the path becomes afterwards.
+/// directory can only be opened as itself.
 pub(crate) fn open_beneath(dir: &Path, rel: &Path) -> io::Result<OwnedFd> {
     let base = std::fs::File::open(dir)?;
     let p = cstr(rel)?;
-    // SAFETY: open_how is plain data; zero is every field's "nothing".
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
-    // SAFETY: a directory we hold, a valid NUL-terminated path and an open_how of the size
-    // passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            std::os::fd::AsRawFd::as_raw_fd(&base),
-            p.as_ptr(),
-            &raw const how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
-            io::Error::other(format!(
-                "{} is or passes through a symbolic link",
-                rel.display()
-            ))
-        } else {
-            e
-        });
-    }
-    let fd = i32::try_from(fd).map_err(io::Error::other)?;
-    // SAFETY: openat2 returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    openat2(
+        std::os::fd::AsRawFd::as_raw_fd(&base),
+        &p,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        NO_LINKS | libc::RESOLVE_BENEATH,
+    )
+    .map_err(|e| {
+        link_refused(e, || {
+            format!("{} is or passes through a symbolic link", rel.display())
+        })
+    })
 }
 
 /// A bind source for the runtime, pinned between fork and exec in the runtime's own mount
@@ -286,46 +292,26 @@ impl PinnedSource {
     /// Open it and bind it onto its staging path. Only system calls, no allocation: safe
     /// between fork and exec. ELOOP when `rel` is (or passes through) a symbolic link.
     pub(crate) fn pin(&self) -> io::Result<()> {
-        // SAFETY: a valid NUL-terminated path.
-        let base = unsafe {
-            libc::open(
-                self.dir.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if base < 0 {
+        use std::os::fd::AsRawFd as _;
+        let base = openat2(
+            libc::AT_FDCWD,
+            &self.dir,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        )?;
+        let fd = openat2(
+            base.as_raw_fd(),
+            &self.rel,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            NO_LINKS | libc::RESOLVE_BENEATH,
+        )?;
+        drop(base);
+        // dup2 leaves the new descriptor without close-on-exec, where the bind below finds it.
+        // SAFETY: two descriptors of this process.
+        if unsafe { libc::dup2(fd.as_raw_fd(), self.at) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: open_how is plain data; zero is every field's "nothing".
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-        how.resolve =
-            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
-        // SAFETY: a directory we hold, a valid path, an open_how of the size passed.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                base,
-                self.rel.as_ptr(),
-                &raw const how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        let err = io::Error::last_os_error();
-        // SAFETY: closing the descriptor we opened above.
-        unsafe { libc::close(base) };
-        if fd < 0 {
-            return Err(err);
-        }
-        let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-        // SAFETY: two descriptors of this process.
-        let r = unsafe { libc::dup2(fd, self.at) };
-        let err = io::Error::last_os_error();
-        // SAFETY: closing the descriptor openat2 gave us.
-        unsafe { libc::close(fd) };
-        if r < 0 {
-            return Err(err);
-        }
+        drop(fd);
         // SAFETY: valid NUL-terminated paths; a bind takes no type or data.
         let r = unsafe {
             libc::mount(

@@ -452,21 +452,11 @@ mod tests {
             time: "t".into(),
             sandbox: 1,
             sandbox_name: Some("dev".into()),
-            event: AuditEvent::Http(HttpEvent {
-                host: None,
-                method: "TLS".into(),
-                path: None,
-                status: 0,
-                decision: "deny",
-                rule: "server name evil.test is not allowed for this sandbox".into(),
-                credential: "none",
-                bytes_up: 0,
-                bytes_down: 0,
-                duration_ms: 0,
-                upgrade: None,
-                dialled: None,
-                refs: Vec::new(),
-            }),
+            event: AuditEvent::Http(HttpEvent::decided(
+                "TLS".into(),
+                "deny",
+                "server name evil.test is not allowed for this sandbox".into(),
+            )),
         });
         let text = m.encode(&[], &[]);
         assert!(text.contains(r#"rule="connection-refused""#), "{text}");
