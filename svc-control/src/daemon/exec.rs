@@ -19,7 +19,7 @@ use tokio::{
 use tracing::debug;
 
 use super::{
-    stream::{Body, line, ndjson},
+    http::{Body, line, ndjson},
     supervisor::{Failure, Supervisor},
 };
 use crate::{

@@ -2,11 +2,13 @@
 //! reconciliation after a restart, graceful shutdown, `supervisor-upgrade`.
 
 mod audit_read;
+mod callers;
 mod exec;
 mod failure;
+mod http;
 mod routes;
 mod server;
-mod stream;
+mod streams;
 mod supervisor;
 mod wiring;
 

@@ -401,7 +401,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         api_gid,
         upgrade: upgrade_tx,
         exe: opts.exe.clone(),
-        callers: Arc::default(),
+        callers: super::callers::Callers::default(),
     });
     sup.event(
         "supervisor.started",
@@ -529,7 +529,7 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
     }
     let cred = stream.peer_cred().ok();
     // A caller at its cap of connections is answered 429 at once and the connection closed.
-    let _slot = match cred.map(|c| ctx.hold_connection(c.uid())) {
+    let _slot = match cred.map(|c| ctx.callers.hold(c.uid())) {
         Some(Some(slot)) => slot,
         Some(None) => {
             let uid = cred.map_or(0, |c| c.uid());
@@ -537,7 +537,7 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
                 "code": "limit",
                 "error": format!(
                     "uid {uid} already holds {} API connections to svcd: refused (close some)",
-                    routes::API_CONNECTIONS_PER_CALLER
+                    super::callers::API_CONNECTIONS_PER_CALLER
                 ),
             })
             .to_string();
@@ -556,8 +556,8 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
         }
         None => None,
     };
-    let caller = cred.map(|c| routes::Caller(c.uid()));
-    let groups = routes::CallerGroups(cred.as_ref().map(peer_groups).unwrap_or_default());
+    let caller = cred.map(|c| super::callers::Caller(c.uid()));
+    let groups = super::callers::CallerGroups(cred.as_ref().map(peer_groups).unwrap_or_default());
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let ctx = ctx.clone();
         let denied = denied.clone();
@@ -567,7 +567,7 @@ async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
         req.extensions_mut().insert(groups.clone());
         async move {
             Ok::<_, Infallible>(match denied {
-                Some(reason) => routes::failure(&Failure {
+                Some(reason) => super::http::failure(&Failure {
                     status: 403,
                     code: "forbidden",
                     message: reason,
