@@ -1,6 +1,7 @@
 //! The only place that wires the parts together: start-up, the unix-socket API server,
 //! reconciliation after a restart, graceful shutdown, `supervisor-upgrade`.
 
+mod api_socket;
 mod audit_read;
 mod callers;
 mod exec;
@@ -12,7 +13,8 @@ mod streams;
 mod supervisor;
 mod wiring;
 
-pub use server::{Ended, RunOptions, guardian_once, run};
+pub use api_socket::Ended;
+pub use server::{RunOptions, guardian_once, run};
 pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
 pub use wiring::{
     FenceCommit, IfindexOf, NamedAudit, RecordingCommit, Registered, Registry, UpstreamResolver,

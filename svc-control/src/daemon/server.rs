@@ -8,29 +8,22 @@
 //! `routes`.
 
 use std::{
-    convert::Infallible,
     net::{IpAddr, SocketAddr},
-    os::unix::fs::{DirBuilderExt as _, PermissionsExt as _},
+    os::unix::fs::DirBuilderExt as _,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
 use anyhow::Context as _;
-use http::Request;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
 use nix::fcntl::{Flock, FlockArg};
-use tokio::{
-    net::{TcpListener, UnixListener, UnixStream},
-    sync::watch,
-};
+use tokio::{net::TcpListener, sync::watch};
 use tracing::{info, warn};
 
 use super::{
-    routes::{self, Ctx},
-    supervisor::{Failure, Supervisor, SupervisorConfig},
+    api_socket::Ended,
+    supervisor::{Supervisor, SupervisorConfig},
     wiring::{FenceCommit, NamedAudit, RecordingCommit, Registry, UpstreamResolver},
 };
 use crate::{
@@ -52,15 +45,6 @@ pub struct RunOptions {
     pub exe: PathBuf,
     /// Time in-flight API calls get at shutdown.
     pub grace: Duration,
-}
-
-/// How `run` ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// SIGTERM or SIGINT.
-    Stopped,
-    /// `supervisor-upgrade --force`: the caller re-executes the binary.
-    Upgrade,
 }
 
 /// The addresses of this host's interfaces (never reachable from a sandbox).
@@ -140,8 +124,50 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     );
     let started = SystemTime::now();
     let _one_svcd = instance_lock(&host.state_dir)?;
+    let fenced = fence_up(&host, &opts)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let perimeter = perimeter_up(&host, &fenced, &stop_rx).await?;
+    let sup = supervisor_up(&host, fenced, &perimeter, started).await?;
+    spawn_background(&sup, &perimeter, &host, &stop_rx);
+    if let Some(addr) = host.metrics_listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding metrics.listen {addr}"))?;
+        info!(%addr, "serving /metrics");
+        tokio::spawn(super::api_socket::serve_metrics(
+            listener,
+            sup.clone(),
+            stopped(stop_rx.clone()),
+        ));
+    }
+    let ended = super::api_socket::serve_api(&host, &opts.exe, opts.grace, sup).await?;
+    let _ = stop_tx.send(true);
+    // The guard's and the proxy's threads close their sockets as they end (an upgrade binds
+    // them again).
+    let threads = perimeter.threads;
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
+    Ok(ended)
+}
 
-    // The fence.
+/// Resolves when `rx` says stop.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// The fence loaded (its pinned maps and links reused), the nftables table's configuration,
+/// and the host's network as the destination rule sees it.
+struct Fenced {
+    fence: Arc<Mutex<Fence>>,
+    nft: Nft,
+    net: HostNetwork,
+}
+
+fn fence_up(host: &HostConfig, opts: &RunOptions) -> anyhow::Result<Fenced> {
     dataplane::ensure_bpffs(std::path::Path::new("/sys/fs/bpf"))?;
     let mut fence = Fence::load_with_log(&host.pin_dir, host.fence_log_level)
         .with_context(|| format!("loading the fence under {}", host.pin_dir.display()))?;
@@ -155,7 +181,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         host_addresses: host_addrs.clone(),
         sandbox_pools: vec![host.ipv4_pool.into(), host.ipv6_pool.into()],
         allow_cidrs: host.allow_cidrs.clone(),
-        svcd_ports: svcd_ports(&host),
+        svcd_ports: svcd_ports(host),
     };
     let (deny, operator_allow) = fence_cidrs(&net);
     fence.set_destination_classes(&deny, &operator_allow)?;
@@ -177,14 +203,37 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             .context("enabling IPv4 forwarding (net.ipv4.ip_forward)")?;
         info!("enabled net.ipv4.ip_forward; the nftables table fences what sandboxes forward");
     }
-    let fence = Arc::new(Mutex::new(fence));
+    Ok(Fenced {
+        fence: Arc::new(Mutex::new(fence)),
+        nft,
+        net,
+    })
+}
 
-    // Audit, the guard, the proxy.
+/// What guards the sandboxes' traffic, running: the audit log, the guest limits, the DNS
+/// guard and the proxy (on threads of their own), and what the supervisor shares with them.
+struct Perimeter {
+    named_audit: Arc<NamedAudit>,
+    audit: Arc<dyn AuditSink>,
+    registry: Arc<Registry>,
+    metrics: Arc<crate::metrics::Metrics>,
+    limits: Arc<crate::limits::GuestLimits>,
+    resolver: Arc<dyn crate::proxy::Resolve>,
+    host_client: Arc<dyn crate::creds::oauth::FormPost>,
+    guardian: Option<crate::creds::guardian::Guardian>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+async fn perimeter_up(
+    host: &HostConfig,
+    fenced: &Fenced,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<Perimeter> {
     let audit: Arc<JsonlFile> = Arc::new(
         JsonlFile::open(host.audit_dir.join("audit.jsonl"), 256 * 1024 * 1024)
             .context("opening the audit log")?,
     );
-    let upstream = Upstream::from_host(&host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
+    let upstream = Upstream::from_host(host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // Per-guest caps on every channel a guest can open, shared by the guard, the proxy and the
@@ -211,25 +260,25 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         registry.clone(),
         Arc::new(RecordingCommit {
             inner: FenceCommit {
-                fence: fence.clone(),
+                fence: fenced.fence.clone(),
                 ifindex: registry.ifindex_of(),
                 idle: Duration::from_secs(300),
             },
             registry: registry.clone(),
         }),
         audit.clone(),
-        net.clone(),
+        fenced.net.clone(),
     ));
-    let mut proxy_config = upstream_config(&host)?;
+    let mut proxy_config = upstream_config(host)?;
     // Every address the proxy dials for a guest passes the destination classes.
-    proxy_config.network = net.clone();
+    proxy_config.network = fenced.net.clone();
     proxy_config.limits = limits.clone();
     let resolver: Arc<dyn crate::proxy::Resolve> = Arc::new(UpstreamResolver(upstream));
     // One client for svcd's own token-endpoint requests (the guardian's and OAuth secrets').
     let host_client: Arc<dyn crate::creds::oauth::FormPost> = Arc::new(super::wiring::HostForms(
         crate::proxy::server::host_client(&proxy_config, resolver.clone()),
     ));
-    let guardian = guardian(&host, host_client.clone())?;
+    let guardian = guardian(host, host_client.clone())?;
     let proxy = Arc::new(Proxy::new(
         proxy_config,
         registry.clone(),
@@ -237,16 +286,32 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         resolver.clone(),
         audit.clone(),
     ));
+    let threads = serve_perimeter(host, &guard, &proxy, stop_rx).await?;
+    Ok(Perimeter {
+        named_audit,
+        audit,
+        registry,
+        metrics,
+        limits,
+        resolver,
+        host_client,
+        guardian,
+        threads,
+    })
+}
+
+/// The guard's TCP side on svcd's runtime; its UDP side and the proxy on threads of their own,
+/// one per core (see `per_core`): a question or a request runs start to end on one thread.
+async fn serve_perimeter(
+    host: &HostConfig,
+    guard: &Arc<Guard>,
+    proxy: &Arc<Proxy>,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
     let any = |port| SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port);
     let guard_tcp = TcpListener::bind(any(host.guard_port))
         .await
         .with_context(|| format!("binding the DNS guard to tcp port {}", host.guard_port))?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    // The guard's UDP side and the proxy on threads of their own, one per core (see
-    // `per_core`): a question or a request runs start to end on one thread.
     let mut threads = guard
         .serve_udp_threads(
             any(host.guard_port),
@@ -263,11 +328,13 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             )
             .with_context(|| format!("binding the proxy to tcp port {}", host.proxy_port))?,
     );
-    tokio::spawn(guard.serve_tcp(guard_tcp, stopped(stop_rx.clone())));
+    tokio::spawn(guard.clone().serve_tcp(guard_tcp, stopped(stop_rx.clone())));
+    Ok(threads)
+}
 
-    // The sandboxes.
-    let store = crate::store::Store::open(&host.state_dir)?;
-    let links = Links::connect()?;
+/// The backends: the container backend (always) and the microvm backend (offered when its
+/// images are configured).
+async fn backends_up(host: &HostConfig) -> anyhow::Result<Backends> {
     let backend = {
         let (config, state_dir) = (host.container.clone(), host.state_dir.clone());
         tokio::task::spawn_blocking(move || Container::new(&config, &state_dir))
@@ -294,6 +361,23 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         ),
         Some(reason) => info!("microvm backend not offered: {reason}"),
     }
+    Ok(Backends {
+        container: Arc::new(backend),
+        microvm: Some(microvm),
+    })
+}
+
+/// The supervisor over the store, the fence and the backends, with the store's sandboxes
+/// re-adopted.
+async fn supervisor_up(
+    host: &HostConfig,
+    fenced: Fenced,
+    perimeter: &Perimeter,
+    started: SystemTime,
+) -> anyhow::Result<Arc<Supervisor>> {
+    let store = crate::store::Store::open(&host.state_dir)?;
+    let links = Links::connect()?;
+    let backends = backends_up(host).await?;
     let key = Arc::new(
         crate::creds::HostKey::load_or_create(&host.key_file)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -301,334 +385,80 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
     let sup = Arc::new(Supervisor::new(
         SupervisorConfig {
             host: host.clone(),
-            metrics: metrics.clone(),
-            audit: audit.clone(),
+            metrics: perimeter.metrics.clone(),
+            audit: perimeter.audit.clone(),
             key,
-            guardian,
-            host_client: Some(host_client),
+            guardian: perimeter.guardian.clone(),
+            host_client: Some(perimeter.host_client.clone()),
             // The relay's servers are resolved by svcd and each address checked.
-            resolver,
-            network: net,
-            limits,
+            resolver: perimeter.resolver.clone(),
+            network: fenced.net,
+            limits: perimeter.limits.clone(),
         },
         store,
-        fence,
-        nft,
+        fenced.fence,
+        fenced.nft,
         links,
-        Backends {
-            container: Arc::new(backend),
-            microvm: Some(microvm),
-        },
-        registry,
+        backends,
+        perimeter.registry.clone(),
         started,
     ));
     sup.reconcile()
         .await
         .map_err(|f| anyhow::anyhow!("re-adopting sandboxes: {}", f.message))?;
-
-    // Background work: drop events to the audit log, windows, expired entries.
-    {
-        let sup = sup.clone();
-        let audit = audit.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let mut drops = tokio::time::interval(Duration::from_millis(100));
-            let mut ticks = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tokio::select! {
-                    _ = drops.tick() => {
-                        let events = sup.drain_drops();
-                        if !events.is_empty() {
-                            let (mono, wall) = (clock::monotonic_ns(), SystemTime::now());
-                            for e in &events {
-                                if let Err(err) = audit.record(&AuditRecord::from_drop(e, mono, wall)) {
-                                    warn!(error = %err, "writing a packet audit record");
-                                }
-                            }
-                        }
-                    }
-                    _ = ticks.tick() => {
-                        sup.tick();
-                        named_audit.write_suppressed();
-                    }
-                    _ = stop.wait_for(|s| *s) => break,
-                }
-            }
-        });
-    }
-
-    // Brokered OAuth secrets: refreshed before they expire.
-    {
-        let sup = sup.clone();
-        let mut stop = stop_rx.clone();
-        let mut polls = tokio::time::interval(host.refresh_poll);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = polls.tick() => {}
-                    _ = stop.wait_for(|s| *s) => break,
-                }
-                sup.refresh_grants().await;
-            }
-        });
-    }
-
-    // Metrics, when asked for.
-    if let Some(addr) = host.metrics_listen {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding metrics.listen {addr}"))?;
-        info!(%addr, "serving /metrics");
-        tokio::spawn(serve_metrics(
-            listener,
-            sup.clone(),
-            stopped(stop_rx.clone()),
-        ));
-    }
-
-    // The API socket.
-    let listener = bind_socket(&host).await?;
-    let api_gid = nix::unistd::Group::from_name(&host.api_group)
-        .ok()
-        .flatten()
-        .map(|g| g.gid.as_raw());
-    if let Some(gid) = api_gid {
-        let _ = nix::unistd::chown(&host.socket, None, Some(nix::unistd::Gid::from_raw(gid)));
-    }
-    let (upgrade_tx, mut upgrade_rx) = watch::channel(false);
-    let ctx = Arc::new(Ctx {
-        sup: sup.clone(),
-        api_gid,
-        upgrade: upgrade_tx,
-        exe: opts.exe.clone(),
-        callers: super::callers::Callers::default(),
-    });
-    sup.event(
-        "supervisor.started",
-        None,
-        serde_json::json!({"pid": std::process::id(), "sandboxes": sup.count()}),
-    );
-    info!(
-        socket = %host.socket.display(),
-        sandboxes = sup.count(),
-        guard_port = host.guard_port,
-        proxy_port = host.proxy_port,
-        "svcd ready"
-    );
-
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    // Each API connection holds a clone: the strong count is the number in flight.
-    let connections = Arc::new(());
-    let ended = loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let ctx = ctx.clone();
-                    let token = connections.clone();
-                    tokio::spawn(async move {
-                        let _token = token;
-                        serve_connection(ctx, stream).await;
-                    });
-                }
-                Err(e) => {
-                    warn!(error = %e, "accepting an API connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            _ = term.recv() => break Ended::Stopped,
-            _ = int.recv() => break Ended::Stopped,
-            _ = upgrade_rx.wait_for(|u| *u) => break Ended::Upgrade,
-        }
-    };
-    info!(
-        ?ended,
-        "svcd stopping; sandboxes keep running and their fence stays pinned"
-    );
-    drop(listener);
-    let _ = std::fs::remove_file(&host.socket);
-    // Grace: wait for in-flight API calls (each holds a clone of `connections`).
-    let deadline = tokio::time::Instant::now() + opts.grace;
-    while Arc::strong_count(&connections) > 1 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = stop_tx.send(true);
-    // The guard's and the proxy's threads close their sockets as they end (an upgrade binds
-    // them again).
-    let _ = tokio::task::spawn_blocking(move || {
-        for t in threads {
-            let _ = t.join();
-        }
-    })
-    .await;
-    Ok(ended)
+    Ok(sup)
 }
 
-async fn bind_socket(host: &HostConfig) -> anyhow::Result<UnixListener> {
-    let path = &host.socket;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    if path.exists() {
-        if UnixStream::connect(path).await.is_ok() {
-            anyhow::bail!(
-                "another svcd is already serving {} (stop it first, or use \
-                 `svc supervisor-upgrade --force` to replace it)",
-                path.display()
-            );
-        }
-        std::fs::remove_file(path)
-            .with_context(|| format!("removing the stale socket {}", path.display()))?;
-    }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
-    Ok(listener)
-}
-
-/// Whether the peer may call the API: root, or a member of the API group.
-fn authorised(stream: &UnixStream, api_gid: Option<u32>) -> Result<(), String> {
-    let cred = stream
-        .peer_cred()
-        .map_err(|e| format!("cannot read the caller's credentials: {e}"))?;
-    if cred.uid() == 0 {
-        return Ok(());
-    }
-    let Some(gid) = api_gid else {
-        return Err(format!(
-            "uid {} may not use svcd: only root may (the API group does not exist on this host)",
-            cred.uid()
-        ));
-    };
-    if peer_groups(&cred).contains(&gid) {
-        Ok(())
-    } else {
-        Err(format!(
-            "uid {} may not use svcd: only root and members of the API group (gid {gid}) may",
-            cred.uid()
-        ))
-    }
-}
-
-/// The peer's groups: its primary group and its supplementary groups (as its process has them).
-fn peer_groups(cred: &tokio::net::unix::UCred) -> Vec<u32> {
-    let mut groups = vec![cred.gid()];
-    if let Some(pid) = cred.pid() {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        if let Some(g) = status.lines().find_map(|l| l.strip_prefix("Groups:")) {
-            groups.extend(g.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
-        }
-    }
-    groups
-}
-
-async fn serve_connection(ctx: Arc<Ctx>, stream: UnixStream) {
-    let denied = authorised(&stream, ctx.api_gid).err();
-    if let Some(reason) = &denied {
-        warn!(%reason, "refused an API caller");
-    }
-    let cred = stream.peer_cred().ok();
-    // A caller at its cap of connections is answered 429 at once and the connection closed.
-    let _slot = match cred.map(|c| ctx.callers.hold(c.uid())) {
-        Some(Some(slot)) => slot,
-        Some(None) => {
-            let uid = cred.map_or(0, |c| c.uid());
-            let body = serde_json::json!({
-                "code": "limit",
-                "error": format!(
-                    "uid {uid} already holds {} API connections to svcd: refused (close some)",
-                    super::callers::API_CONNECTIONS_PER_CALLER
-                ),
-            })
-            .to_string();
-            let answer = format!(
-                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
-                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let mut stream = stream;
-            let _ = tokio::time::timeout(
-                Duration::from_secs(1),
-                tokio::io::AsyncWriteExt::write_all(&mut stream, answer.as_bytes()),
-            )
-            .await;
-            return;
-        }
-        None => None,
-    };
-    let caller = cred.map(|c| super::callers::Caller(c.uid()));
-    let groups = super::callers::CallerGroups(cred.as_ref().map(peer_groups).unwrap_or_default());
-    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        let ctx = ctx.clone();
-        let denied = denied.clone();
-        if let Some(c) = caller {
-            req.extensions_mut().insert(c);
-        }
-        req.extensions_mut().insert(groups.clone());
-        async move {
-            Ok::<_, Infallible>(match denied {
-                Some(reason) => super::http::failure(&Failure {
-                    status: 403,
-                    code: "forbidden",
-                    message: reason,
-                }),
-                None => routes::route(ctx, req).await,
-            })
-        }
-    });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades()
-        .await;
-}
-
-/// `GET /metrics` (OpenMetrics text) on `metrics.listen`; anything else is 404.
-async fn serve_metrics(
-    listener: TcpListener,
-    sup: Arc<Supervisor>,
-    shutdown: impl std::future::Future<Output = ()>,
+/// Background work: drop events to the audit log, windows and expired entries, each
+/// sandbox's suppressed audit records, brokered OAuth secrets refreshed before they expire.
+fn spawn_background(
+    sup: &Arc<Supervisor>,
+    perimeter: &Perimeter,
+    host: &HostConfig,
+    stop_rx: &watch::Receiver<bool>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(_) => continue,
-            },
-            () = &mut shutdown => return,
-        };
-        let sup = sup.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let sup = sup.clone();
-                async move {
-                    let ok = req.method() == http::Method::GET && req.uri().path() == "/metrics";
-                    let (status, ctype, body) = if ok {
-                        (
-                            http::StatusCode::OK,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            sup.metrics_text(),
-                        )
-                    } else {
-                        (
-                            http::StatusCode::NOT_FOUND,
-                            "text/plain",
-                            "svcd serves GET /metrics here\n".to_owned(),
-                        )
-                    };
-                    Ok::<_, Infallible>(
-                        http::Response::builder()
-                            .status(status)
-                            .header("content-type", ctype)
-                            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                            .unwrap_or_default(),
-                    )
+    let (sup2, audit) = (sup.clone(), perimeter.audit.clone());
+    let named_audit = perimeter.named_audit.clone();
+    let mut stop = stop_rx.clone();
+    tokio::spawn(async move {
+        let mut drops = tokio::time::interval(Duration::from_millis(100));
+        let mut ticks = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = drops.tick() => audit_drops(&sup2, audit.as_ref()),
+                _ = ticks.tick() => {
+                    sup2.tick();
+                    named_audit.write_suppressed();
                 }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    });
+    let sup = sup.clone();
+    let mut stop = stop_rx.clone();
+    let mut polls = tokio::time::interval(host.refresh_poll);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = polls.tick() => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            sup.refresh_grants().await;
+        }
+    });
+}
+
+/// The fence's drop events since the last call, as packet audit records.
+fn audit_drops(sup: &Supervisor, audit: &dyn AuditSink) {
+    let events = sup.drain_drops();
+    if events.is_empty() {
+        return;
+    }
+    let (mono, wall) = (clock::monotonic_ns(), SystemTime::now());
+    for e in &events {
+        if let Err(err) = audit.record(&AuditRecord::from_drop(e, mono, wall)) {
+            warn!(error = %err, "writing a packet audit record");
+        }
     }
 }
 
