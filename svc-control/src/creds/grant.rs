@@ -21,10 +21,6 @@ use super::Bearer;
 /// The plaintext of a stored OAuth secret starts with this (then its [`GrantState`] as JSON).
 pub const PREFIX: &str = "oauth:v1:";
 
-/// The value a sandbox's variable holds when it was given a grant, not a value: the NUL
-/// cannot be in a real value (`check_value`), so nothing a user stores reads as a reference.
-const REFERENCE: &str = "\0grant:";
-
 /// Everything svcd keeps of one grant (sealed with the host key in the secret store).
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct GrantState {
@@ -140,14 +136,12 @@ impl Grant {
 
     /// The reference a sandbox's variable holds for this grant.
     pub fn reference(&self) -> String {
-        format!("{REFERENCE}{}@v{}", self.name, self.version)
+        crate::policy::credentials::grant_reference(&self.name, self.version)
     }
 
     /// A sandbox variable's value read as a grant reference: (name, version).
     pub fn parse_reference(value: &str) -> Option<(String, u32)> {
-        let rest = value.strip_prefix(REFERENCE)?;
-        let (name, v) = rest.rsplit_once("@v")?;
-        Some((name.to_owned(), v.parse().ok()?))
+        crate::policy::credentials::parse_grant_reference(value)
     }
 
     /// A copy of the state (for a refresh).

@@ -390,7 +390,7 @@ fn check_secrets(policy: &SandboxPolicy, secrets: &[Secret<'_>]) -> Result<(), C
         // A stored OAuth secret is given as a reference to its grant (with a NUL no real value
         // holds); only the store makes those.
         let grant = s.source.starts_with("store:")
-            && crate::creds::grant::Grant::parse_reference(s.value).is_some();
+            && super::credentials::parse_grant_reference(s.value).is_some();
         if !grant && (s.value.is_empty() || s.value.contains(['\r', '\n', '\0'])) {
             return Err(CreationError::BadSecretValue {
                 name: s.name.to_owned(),

@@ -25,6 +25,23 @@ pub const PLACEHOLDER_LEN: usize = 64;
 /// The synthetic far-future expiry the guest sees, so its tools never refresh (SPEC 8).
 pub const SYNTHETIC_EXPIRY: &str = "2099-12-31T23:59:59Z";
 
+/// The value a sandbox's variable holds when it was given a stored OAuth secret's grant, not a
+/// value: the NUL cannot be in a real value (`creds::check_value`), so nothing a user stores
+/// reads as a reference.
+const GRANT_REFERENCE: &str = "\0grant:";
+
+/// The reference to version `version` of grant `name`, as a sandbox's variable holds it.
+pub fn grant_reference(name: &str, version: u32) -> String {
+    format!("{GRANT_REFERENCE}{name}@v{version}")
+}
+
+/// A sandbox variable's value read as a grant reference: (name, version).
+pub fn parse_grant_reference(value: &str) -> Option<(String, u32)> {
+    let rest = value.strip_prefix(GRANT_REFERENCE)?;
+    let (name, v) = rest.rsplit_once("@v")?;
+    Some((name.to_owned(), v.parse().ok()?))
+}
+
 /// A placeholder token. Not the secret it stands for, but still never logged in full.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Placeholder(String);
