@@ -6,10 +6,10 @@ use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
 use clap::Subcommand;
 use svc_control::config::{
     ConfigError,
-    effective::{ApiParams, EffectiveWorkspace, Source},
+    effective::{ApiParams, EffectiveAuth, EffectiveWorkspace, Source},
     env,
     loader::{self, LoadedWorkspace},
-    workspace::WorkspaceFile,
+    workspace::{Check, WorkspaceFile},
 };
 
 #[derive(Debug, Subcommand)]
@@ -176,20 +176,38 @@ fn render(l: &LoadedWorkspace) -> String {
     out
 }
 
+/// The effective configuration, a line (or a few) per section, each with where it came from.
 fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
-    let src = |key: &str| match e.sources.get(key) {
+    render_runtime(out, e);
+    render_services(out, e);
+    render_spotlight(out, e);
+    render_auth(out, &e.auth);
+    render_lifecycle(out, e);
+    render_readiness(out, e);
+    render_doctor(out, e);
+}
+
+/// Which layer `key` came from, as printed.
+fn src(e: &EffectiveWorkspace, key: &str) -> &'static str {
+    match e.sources.get(key) {
         Some(Source::Api) => "api",
         Some(Source::WorkspaceJson) => "workspace.json",
         Some(Source::Compose) => "compose",
         Some(Source::Default) | None => "default",
-    };
-    let list = |items: Vec<String>| {
-        if items.is_empty() {
-            "none".to_owned()
-        } else {
-            items.join(", ")
-        }
-    };
+    }
+}
+
+/// `items` joined with commas, or `none`.
+fn list(items: Vec<String>) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// `runtime` and `capabilities`.
+fn render_runtime(out: &mut String, e: &EffectiveWorkspace) {
     let runtime = if e.runtime.required.is_empty() {
         "automatic".to_owned()
     } else {
@@ -207,26 +225,30 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
     let _ = writeln!(
         out,
         "  runtime       {runtime}  [{}]",
-        src("runtime.required")
+        src(e, "runtime.required")
     );
     let _ = writeln!(
         out,
         "  capabilities  {}  [{}]",
         list(e.capabilities.iter().map(|c| c.name().to_owned()).collect()),
-        src("capabilities")
+        src(e, "capabilities")
     );
+}
+
+/// The restart defaults, then a line per service.
+fn render_services(out: &mut String, e: &EffectiveWorkspace) {
     let s = &e.services;
     let _ = writeln!(
         out,
         "  services      stopTimeoutMs={} [{}] autoRestart={} [{}] maxRestarts={} [{}] restartDelayMs={} [{}]",
         s.stop_timeout_ms,
-        src("services.stopTimeoutMs"),
+        src(e, "services.stopTimeoutMs"),
         s.auto_restart,
-        src("services.autoRestart"),
+        src(e, "services.autoRestart"),
         s.max_restarts,
-        src("services.maxRestarts"),
+        src(e, "services.maxRestarts"),
         s.restart_delay_ms,
-        src("services.restartDelayMs")
+        src(e, "services.restartDelayMs")
     );
     for d in &s.definitions {
         let _ = writeln!(
@@ -245,6 +267,9 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
             }
         );
     }
+}
+
+fn render_spotlight(out: &mut String, e: &EffectiveWorkspace) {
     let forwards: Vec<String> = e
         .spotlight
         .iter()
@@ -259,9 +284,11 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         out,
         "  spotlight     {}  [{}]",
         list(forwards),
-        src("spotlight")
+        src(e, "spotlight")
     );
-    let a = &e.auth;
+}
+
+fn render_auth(out: &mut String, a: &EffectiveAuth) {
     let profiles: Vec<String> = a
         .auth_profiles
         .iter()
@@ -274,6 +301,9 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         list(profiles),
         a.ssh_agent_forward
     );
+}
+
+fn render_lifecycle(out: &mut String, e: &EffectiveWorkspace) {
     let lc = &e.lifecycle;
     let _ = writeln!(
         out,
@@ -282,8 +312,11 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         lc.on_start.len(),
         lc.on_teardown.len(),
         lc.timeout_ms,
-        src("lifecycle")
+        src(e, "lifecycle")
     );
+}
+
+fn render_readiness(out: &mut String, e: &EffectiveWorkspace) {
     let profiles: Vec<String> = e
         .readiness
         .iter()
@@ -296,7 +329,10 @@ fn render_effective(out: &mut String, e: &EffectiveWorkspace) {
         })
         .collect();
     let _ = writeln!(out, "  readiness     {}", list(profiles));
-    let checks = |cs: &[svc_control::config::workspace::Check]| {
+}
+
+fn render_doctor(out: &mut String, e: &EffectiveWorkspace) {
+    let checks = |cs: &[Check]| {
         list(
             cs.iter()
                 .map(|c| format!("{}{}", c.name, if c.required { " (required)" } else { "" }))

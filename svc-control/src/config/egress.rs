@@ -228,9 +228,28 @@ pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors
     let mut err = |path: String, message: String| {
         errors.push(ConfigError::new(file, Location::at(path), message));
     };
+    let policy = policy_entries(e.policy, &mut err);
+    let secrets = secrets(&e.secrets, &mut err);
+    let allow = open_hosts(&e.allow, &policy, &secrets, &mut err);
+    if errors.is_empty() {
+        Ok(EgressConfig {
+            allow,
+            policy,
+            secrets,
+            https_push_branches: e.https_push_branches,
+        })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
 
+/// `egress.policy`, by each host's normalised name: a host listed twice is refused.
+fn policy_entries(
+    entries: UniqueMap<PolicyEntryFile>,
+    err: &mut impl FnMut(String, String),
+) -> BTreeMap<String, PolicyEntry> {
     let mut policy: BTreeMap<String, PolicyEntry> = BTreeMap::new();
-    for (host, entry) in e.policy.0 {
+    for (host, entry) in entries.0 {
         let path = format!("egress.policy.{host}");
         let pattern = match HostPattern::parse(&host) {
             Ok(p) => p,
@@ -239,20 +258,7 @@ pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors
                 continue;
             }
         };
-        let mut paths = Vec::new();
-        for (i, p) in entry.paths.iter().enumerate() {
-            match PathPattern::parse(p) {
-                Ok(p) => paths.push(p),
-                Err(why) => err(format!("{path}.paths[{i}]"), why),
-            }
-        }
-        let mut repos = Vec::new();
-        for (i, r) in entry.repos.iter().enumerate() {
-            match RepoName::parse(r) {
-                Ok(r) => repos.push(r),
-                Err(why) => err(format!("{path}.repos[{i}]"), why),
-            }
-        }
+        let (paths, repos) = entry.validate(&path, err);
         let key = pattern.host_key();
         if policy.contains_key(&key) {
             err(
@@ -272,9 +278,39 @@ pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors
             },
         );
     }
+    policy
+}
 
+impl PolicyEntryFile {
+    /// The entry's path patterns and repositories that parse; an error at `path` for each
+    /// other.
+    fn validate(
+        &self,
+        path: &str,
+        err: &mut impl FnMut(String, String),
+    ) -> (Vec<PathPattern>, Vec<RepoName>) {
+        let mut paths = Vec::new();
+        for (i, p) in self.paths.iter().enumerate() {
+            match PathPattern::parse(p) {
+                Ok(p) => paths.push(p),
+                Err(why) => err(format!("{path}.paths[{i}]"), why),
+            }
+        }
+        let mut repos = Vec::new();
+        for (i, r) in self.repos.iter().enumerate() {
+            match RepoName::parse(r) {
+                Ok(r) => repos.push(r),
+                Err(why) => err(format!("{path}.repos[{i}]"), why),
+            }
+        }
+        (paths, repos)
+    }
+}
+
+/// `egress.secrets`: each name an environment variable name, each host a host pattern.
+fn secrets(written: &[SecretFile], err: &mut impl FnMut(String, String)) -> Vec<Secret> {
     let mut secrets = Vec::new();
-    for (i, s) in e.secrets.iter().enumerate() {
+    for (i, s) in written.iter().enumerate() {
         if !is_env_name(&s.name) {
             err(
                 format!("egress.secrets[{i}].name"),
@@ -296,9 +332,18 @@ pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors
             hosts,
         });
     }
+    secrets
+}
 
-    let mut allow = Vec::new();
-    for (i, h) in e.allow.iter().enumerate() {
+/// `egress.allow`: each a host pattern, none of them policy-gated (SPEC section 7's clash).
+fn open_hosts(
+    allow: &[String],
+    policy: &BTreeMap<String, PolicyEntry>,
+    secrets: &[Secret],
+    err: &mut impl FnMut(String, String),
+) -> Vec<HostPattern> {
+    let mut open = Vec::new();
+    for (i, h) in allow.iter().enumerate() {
         let path = format!("egress.allow[{i}]");
         let pattern = match HostPattern::parse(h) {
             Ok(p) => p,
@@ -316,19 +361,9 @@ pub fn validate(file: &Path, e: EgressFile) -> Result<EgressConfig, ConfigErrors
             err(path, clash_message(h.trim()));
             continue;
         }
-        allow.push(pattern);
+        open.push(pattern);
     }
-
-    if errors.is_empty() {
-        Ok(EgressConfig {
-            allow,
-            policy,
-            secrets,
-            https_push_branches: e.https_push_branches,
-        })
-    } else {
-        Err(ConfigErrors(errors))
-    }
+    open
 }
 
 fn is_env_name(s: &str) -> bool {

@@ -8,13 +8,13 @@ pub mod egress;
 pub mod env;
 pub mod error;
 pub mod host;
-/// `[limits]` of svcd.toml: per-guest caps on every channel a guest can open.
-pub mod limits;
 pub mod loader;
 mod unique_map;
 pub mod workspace;
 
 pub use error::{ConfigError, ConfigErrors, Location};
+/// `[limits]` of svcd.toml: per-guest caps on every channel a guest can open.
+pub use host::limits;
 pub use unique_map::UniqueMap;
 
 use std::path::Path;
