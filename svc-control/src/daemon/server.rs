@@ -40,7 +40,7 @@ use crate::{
     dns::{Guard, GuardConfig, Upstream},
     policy::destination::{HostNetwork, fence_cidrs},
     proxy::{Proxy, ProxyConfig},
-    runtime::{Backends, Container, Microvm},
+    runtime::{Backends, Container, Microvm, registry},
 };
 
 /// How svcd was started, for the parts that are not configuration.
@@ -315,10 +315,7 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
         fence,
         nft,
         links,
-        Backends {
-            container: Arc::new(backend),
-            microvm: Some(microvm),
-        },
+        Backends::new(registry::container(Arc::new(backend))).with(registry::microvm(microvm)),
         registry,
         started,
     ));

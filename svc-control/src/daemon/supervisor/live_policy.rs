@@ -131,8 +131,8 @@ impl Supervisor {
         let fence_generation = if l.ifindex == 0 {
             0
         } else {
-            self.fence()
-                .regenerate(l.ifindex, |a| match open.get(&a) {
+            self.fence
+                .regenerate(l.ifindex, &|a| match open.get(&a) {
                     // Not answered by the guard since svcd started (bindings forgotten
                     // wholesale at their bound): as before, carried.
                     None => Carry::Keep,

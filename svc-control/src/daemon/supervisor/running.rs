@@ -77,10 +77,7 @@ impl Supervisor {
             },
             backend: l.envelope.backend.clone(),
             backend_reason: l.envelope.backend_reason.clone(),
-            accel: (l.envelope.backend == "microvm")
-                .then(|| self.backends.microvm.as_ref().map(|m| m.accel()))
-                .flatten()
-                .map(|(accel, why)| format!("{accel} ({why})")),
+            accel: self.backends.get(&l.envelope.backend).accel(),
             live_mounts: l
                 .envelope
                 .live_mounts
