@@ -9,6 +9,8 @@ mod adopt;
 mod create;
 mod destroy;
 mod effects;
+#[cfg(test)]
+mod fake;
 mod git_ssh;
 mod gitdir;
 mod grants;
@@ -22,6 +24,8 @@ mod secrets;
 mod services_state;
 mod spotlight;
 mod task;
+#[cfg(test)]
+mod tests;
 mod trust;
 mod workspace;
 mod workspace_log;
