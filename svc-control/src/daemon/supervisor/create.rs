@@ -16,8 +16,8 @@ use tracing::{Instrument as _, info, info_span, warn};
 use super::{
     DEFAULT_BRANCHES, Failure, Supervisor, gitdir,
     sandbox::{
-        self, Envelope, Live, Phases, SandboxLinks, StoredPlaceholder, creation_request,
-        creation_secrets, guest_env, link_record, write_guest_files,
+        self, Envelope, Live, Phases, SandboxLinks, creation_request, creation_secrets, guest_env,
+        link_record, stored_placeholders, write_guest_files,
     },
     spotlight, workspace,
 };
@@ -540,20 +540,6 @@ fn ssh_repos(
         .into_iter()
         .map(|(host, repo)| api::SshRepo { host, repo })
         .collect())
-}
-
-/// The policy's placeholders as the envelope stores them.
-pub(super) fn stored_placeholders(policy: &SandboxPolicy) -> Vec<StoredPlaceholder> {
-    policy
-        .placeholders
-        .entries()
-        .iter()
-        .map(|e| StoredPlaceholder {
-            value: e.placeholder.expose().to_owned(),
-            kind: e.kind.name().to_owned(),
-            hosts: e.hosts.iter().map(ToString::to_string).collect(),
-        })
-        .collect()
 }
 
 /// Whether the coding agent's home `dir` goes into a sandbox `who` creates: its owner's and

@@ -188,6 +188,20 @@ pub(super) fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
         .collect()
 }
 
+/// The policy's placeholders as the envelope stores them.
+pub(super) fn stored_placeholders(policy: &SandboxPolicy) -> Vec<StoredPlaceholder> {
+    policy
+        .placeholders
+        .entries()
+        .iter()
+        .map(|e| StoredPlaceholder {
+            value: e.placeholder.expose().to_owned(),
+            kind: e.kind.name().to_owned(),
+            hosts: e.hosts.iter().map(ToString::to_string).collect(),
+        })
+        .collect()
+}
+
 /// Where the images put the git SSH shim.
 pub(super) const GIT_SSH_SHIM: &str = "/usr/local/bin/svc-git-ssh";
 
