@@ -33,7 +33,7 @@ use crate::{
     dns::{Guard, GuardConfig, Upstream},
     policy::destination::{HostNetwork, fence_cidrs},
     proxy::{Proxy, ProxyConfig},
-    runtime::{Backends, Container, Microvm},
+    runtime::{Backends, Container, Microvm, registry},
 };
 
 /// How svcd was started, for the parts that are not configuration.
@@ -361,10 +361,7 @@ async fn backends_up(host: &HostConfig) -> anyhow::Result<Backends> {
         ),
         Some(reason) => info!("microvm backend not offered: {reason}"),
     }
-    Ok(Backends {
-        container: Arc::new(backend),
-        microvm: Some(microvm),
-    })
+    Ok(Backends::new(registry::container(Arc::new(backend))).with(registry::microvm(microvm)))
 }
 
 /// The supervisor over the store, the fence and the backends, with the store's sandboxes

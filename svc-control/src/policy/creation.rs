@@ -210,88 +210,84 @@ pub fn ssh_repos(given: &[(String, String)]) -> Result<Vec<(String, String)>, Cr
     Ok(out)
 }
 
-/// The backend a request gets: the one asked for if this svcd offers it (`netns` is
-/// `container`'s old name), else the first offered.
+/// The backend a request gets: the one asked for if this svcd offers it (`canonical` names
+/// the kind a name stands for: `netns` is `container`'s old name), else the first offered.
 pub fn backend(
     asked: Option<&str>,
-    offered: &[crate::config::workspace::Backend],
-) -> Result<crate::config::workspace::Backend, CreationError> {
-    use crate::config::workspace::Backend;
-    let list = || {
-        offered
-            .iter()
-            .map(|b| b.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    offered: &[&'static str],
+    canonical: impl Fn(&str) -> Option<&'static str>,
+) -> Result<&'static str, CreationError> {
+    let list = || offered.join(", ");
     let Some(asked) = asked else {
         return offered
             .first()
             .copied()
             .ok_or_else(|| CreationError::BackendUnavailable("any", list()));
     };
-    let wanted = Backend::ALL
-        .into_iter()
-        .find(|b| serde_json::to_value(b).is_ok_and(|v| v.as_str() == Some(asked)))
-        .ok_or_else(|| CreationError::UnknownBackend(asked.to_owned()))?
-        .canonical();
-    if offered.iter().any(|o| o.canonical() == wanted) {
+    let wanted = canonical(asked).ok_or_else(|| CreationError::UnknownBackend(asked.to_owned()))?;
+    if offered.contains(&wanted) {
         Ok(wanted)
     } else {
-        Err(CreationError::BackendUnavailable(wanted.name(), list()))
+        Err(CreationError::BackendUnavailable(wanted, list()))
     }
 }
 
 /// The backend a workspace's `runtime` block selects (SPEC 2.5), and why, in words for the
-/// user. `required` empty: automatic — the microvm backend when this svcd offers it (the
-/// boundary for hostile code), else the container backend. Otherwise the first backend of
-/// `required` this svcd offers (`selection: prefer-first`, the only selection); none offered is
-/// an error naming each and why it is not (`why_not`).
+/// user. `required` empty: automatic — the first of `preference` (strongest isolation first)
+/// this svcd offers, saying why each before it is not (`why_not`). Otherwise the first
+/// backend of `required` this svcd offers (`selection: prefer-first`, the only selection);
+/// none offered is an error naming each and why it is not. Names are canonical.
 pub fn select_runtime(
-    required: &[crate::config::workspace::Backend],
-    offered: &[crate::config::workspace::Backend],
-    why_not: impl Fn(crate::config::workspace::Backend) -> String,
-) -> Result<(crate::config::workspace::Backend, String), CreationError> {
-    use crate::config::workspace::Backend;
-    let offers = |b: Backend| offered.iter().any(|o| o.canonical() == b.canonical());
+    required: &[&'static str],
+    preference: &[&'static str],
+    offered: &[&'static str],
+    why_not: impl Fn(&str) -> String,
+) -> Result<(&'static str, String), CreationError> {
     if required.is_empty() {
-        return Ok(if offers(Backend::Microvm) {
-            (
-                Backend::Microvm,
-                "runtime.required is empty: automatic, microvm (the stronger boundary) is offered"
-                    .to_owned(),
-            )
-        } else {
-            (
-                Backend::Container,
-                format!(
-                    "runtime.required is empty: automatic, container ({})",
-                    why_not(Backend::Microvm)
-                ),
-            )
-        });
+        return automatic(preference, offered, why_not);
     }
     let mut skipped = Vec::new();
     for b in required {
-        let b = b.canonical();
-        if offers(b) {
+        if offered.contains(b) {
             let reason = if skipped.is_empty() {
-                format!(
-                    "runtime.required lists {} first and this svcd offers it",
-                    b.name()
-                )
+                format!("runtime.required lists {b} first and this svcd offers it")
             } else {
                 format!(
-                    "runtime.required, prefer-first: {} ({})",
-                    b.name(),
+                    "runtime.required, prefer-first: {b} ({})",
                     skipped.join("; ")
                 )
             };
             return Ok((b, reason));
         }
-        skipped.push(format!("{} is not offered: {}", b.name(), why_not(b)));
+        skipped.push(format!("{b} is not offered: {}", why_not(b)));
     }
     Err(CreationError::RuntimeUnsatisfiable(skipped.join("; ")))
+}
+
+/// `runtime.required` empty: the first offered of `preference`.
+fn automatic(
+    preference: &[&'static str],
+    offered: &[&'static str],
+    why_not: impl Fn(&str) -> String,
+) -> Result<(&'static str, String), CreationError> {
+    let mut passed = Vec::new();
+    for b in preference {
+        if offered.contains(b) {
+            let reason = if passed.is_empty() {
+                format!(
+                    "runtime.required is empty: automatic, {b} (the stronger boundary) is offered"
+                )
+            } else {
+                format!(
+                    "runtime.required is empty: automatic, {b} ({})",
+                    passed.join("; ")
+                )
+            };
+            return Ok((b, reason));
+        }
+        passed.push(why_not(b));
+    }
+    Err(CreationError::RuntimeUnsatisfiable(passed.join("; ")))
 }
 
 /// The mode a request implies: `--file` means AllowAll, else `--egress`, else Curated.

@@ -10,6 +10,9 @@
 pub mod container;
 pub mod ids;
 pub mod microvm;
+/// The backends an svcd has, by kind (`Arc<dyn Backend>` each, with what it is and whether
+/// it can make sandboxes now).
+pub mod registry;
 /// The calls through which a mode reaches a file: the share rules' seccomp form.
 pub(crate) mod share_calls;
 
@@ -17,54 +20,7 @@ use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
 pub use container::Container;
 pub use microvm::Microvm;
-
-/// The backends an svcd has: the container backend (always) and the microvm backend (always
-/// built; it offers sandboxes only when its images are configured).
-#[derive(Clone)]
-pub struct Backends {
-    pub container: Arc<dyn Backend>,
-    pub microvm: Option<Arc<Microvm>>,
-}
-
-impl std::fmt::Debug for Backends {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backends")
-            .field("microvm", &self.microvm)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Backends {
-    /// The backend called `name` (as stored in a sandbox's envelope; `netns` is the container
-    /// backend's old name).
-    pub fn get(&self, name: &str) -> Arc<dyn Backend> {
-        match (name, &self.microvm) {
-            ("microvm", Some(m)) => m.clone(),
-            _ => self.container.clone(),
-        }
-    }
-
-    /// The backends that can make a sandbox now, the default first.
-    pub fn offered(&self) -> Vec<crate::config::workspace::Backend> {
-        let mut v = vec![crate::config::workspace::Backend::Container];
-        if self
-            .microvm
-            .as_ref()
-            .is_some_and(|m| m.unavailable().is_none())
-        {
-            v.push(crate::config::workspace::Backend::Microvm);
-        }
-        v
-    }
-
-    /// Why the microvm backend cannot make sandboxes, if it cannot.
-    pub fn microvm_unavailable(&self) -> Option<String> {
-        match &self.microvm {
-            None => Some("this svcd runs without the microvm backend".into()),
-            Some(m) => m.unavailable().map(str::to_owned),
-        }
-    }
-}
+pub use registry::{Backends, Description, KINDS, Kind};
 
 /// What a backend needs to start a guest.
 #[derive(Debug, Clone)]
@@ -506,6 +462,19 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A sandbox backend.
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
+    /// Whether it can make sandboxes now: `Err` says why not (for creation and doctor).
+    fn availability(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// What it is: kind, one line, what it isolates with, what it can do. (The registry's
+    /// adapters, `registry::Described`, say it for the built-in backends.)
+    fn describe(&self) -> Description {
+        Description::bare(self.name())
+    }
+    /// The accelerator its guests run under and why (`kvm (…)`), if it has one.
+    fn accel(&self) -> Option<String> {
+        None
+    }
     /// Start the guest and plug it into its link through `links`.
     fn start<'a>(
         &'a self,

@@ -126,7 +126,7 @@ impl Supervisor {
             // Keep it listed (state "dead") so the operator sees it and destroys it; its
             // fence record goes, so the link (if any) drops everything.
             if ifindex != 0 {
-                let _ = self.fence().remove_sandbox(ifindex);
+                let _ = self.fence.remove_sandbox(ifindex);
             }
             self.live().insert(row.name.clone(), live);
             return Err(Failure::internal(if alive {
@@ -135,12 +135,7 @@ impl Supervisor {
                 "its processes are gone".to_owned()
             }));
         }
-        let known: Vec<IpAddr> = self
-            .fence()
-            .allow_entries(row.id)
-            .into_iter()
-            .map(|(a, _)| a)
-            .collect();
+        let known: Vec<IpAddr> = self.fence.allow_entries(row.id);
         self.registry.bind_unknown(row.id, known);
         self.enforce(&mut live, to_map(&secrets))?;
         live.guardian = self.start_guardian(&live);

@@ -10,8 +10,12 @@ use crate::{
     runtime::SharedDir,
 };
 
-/// The workspace's project directory as the guest shares it, on backend `backend`.
-pub(super) fn workspace_mount(w: &WorkspaceSpec, backend: &str) -> Result<SharedDir, Failure> {
+/// The workspace's project directory as the guest shares it, on the backend `backend`
+/// describes (whether it can keep paths under the share read-only).
+pub(super) fn workspace_mount(
+    w: &WorkspaceSpec,
+    backend: crate::runtime::Description,
+) -> Result<SharedDir, Failure> {
     let root = Path::new(&w.root);
     let layout = GitLayout {
         git: entry(&root.join(".git")),
@@ -24,7 +28,7 @@ pub(super) fn workspace_mount(w: &WorkspaceSpec, backend: &str) -> Result<Shared
     let p = gitdir::protection(layout, w.auth.git_config_writable)
         .map_err(|e| Failure::bad(format!("workspace {}: {e}", w.root)))?;
     let protected = !p.pinned.is_empty() || !p.read_only.is_empty();
-    if protected && backend == "microvm" {
+    if protected && !backend.read_only_subpaths {
         return Err(Failure::unsupported(format!(
             "workspace {}: the microvm backend cannot keep .git/config and .git/hooks read-only \
              (virtio-fs shares the directory whole, and the guest's kernel is the guest's): use \

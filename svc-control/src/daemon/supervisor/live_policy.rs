@@ -13,7 +13,7 @@ use tracing::info;
 
 use super::{
     Supervisor,
-    sandbox::{StoredPlaceholder, guest_env, to_map},
+    sandbox::{Live, guest_env, stored_placeholders, to_map},
 };
 use crate::{
     api::{self, AllowChange, SandboxView},
@@ -45,6 +45,45 @@ impl Supervisor {
                 creation::CreationError::ChangeInAllowAll.to_string(),
             ));
         }
+        let (policy, after) = self.changed_policy(&l, &change)?;
+        let before: Vec<String> = l.envelope.extra_hosts.clone();
+        let added: Vec<String> = after
+            .iter()
+            .filter(|h| !before.contains(h))
+            .cloned()
+            .collect();
+        let removed: Vec<String> = before
+            .iter()
+            .filter(|h| !after.contains(h))
+            .cloned()
+            .collect();
+        l.envelope.extra_hosts = after;
+        l.envelope.placeholders = stored_placeholders(&policy);
+        l.envelope.policy_generation = l.envelope.policy_generation.wrapping_add(1);
+        l.policy = Arc::new(policy);
+        l.env = guest_env(&l);
+        // Stored first: what is in force is never newer than what a restart would restore.
+        let json =
+            serde_json::to_string(&l.envelope).map_err(|e| Failure::internal(e.to_string()))?;
+        self.store().set_envelope(name, &json)?;
+        // The guard and the proxy switch in one registry update.
+        let secrets = self.sandbox_secrets(name).map(|s| to_map(&s))?;
+        self.reregister(&l, secrets);
+        let (fence_generation, cut) = self.cut_fence(&l)?;
+        self.live().insert(name.to_owned(), l.clone());
+        let generation = l.envelope.policy_generation;
+        info!(sandbox = %name, generation, fence_generation, ?added, ?removed, cut, %by,
+            "allowlist changed");
+        self.report_change(&l, Change { added, removed, by });
+        Ok(self.view(&l))
+    }
+
+    /// The sandbox's policy with `change` made, and its `--allow-host` hosts after it.
+    fn changed_policy(
+        &self,
+        l: &Live,
+        change: &AllowChange,
+    ) -> Result<(SandboxPolicy, Vec<String>), Failure> {
         let host = &self.config.host;
         let agent = crate::policy::host::Allowlist(host.agent_hosts.clone());
         let extra = creation::change_allowlist(
@@ -82,43 +121,15 @@ impl Supervisor {
             })
             .collect();
         policy.placeholders = PlaceholderTable::new(entries);
-        let before: Vec<String> = l.envelope.extra_hosts.clone();
-        let after: Vec<String> = extra.iter().map(ToString::to_string).collect();
-        let added: Vec<String> = after
-            .iter()
-            .filter(|h| !before.contains(h))
-            .cloned()
-            .collect();
-        let removed: Vec<String> = before
-            .iter()
-            .filter(|h| !after.contains(h))
-            .cloned()
-            .collect();
-        l.envelope.extra_hosts = after;
-        l.envelope.placeholders = policy
-            .placeholders
-            .entries()
-            .iter()
-            .map(|e| StoredPlaceholder {
-                value: e.placeholder.expose().to_owned(),
-                kind: e.kind.name().to_owned(),
-                hosts: e.hosts.iter().map(ToString::to_string).collect(),
-            })
-            .collect();
-        l.envelope.policy_generation = l.envelope.policy_generation.wrapping_add(1);
-        l.policy = Arc::new(policy);
-        l.env = guest_env(&l);
-        // Stored first: what is in force is never newer than what a restart would restore.
-        let json =
-            serde_json::to_string(&l.envelope).map_err(|e| Failure::internal(e.to_string()))?;
-        self.store().set_envelope(name, &json)?;
-        // The guard and the proxy switch in one registry update.
-        let secrets = self.sandbox_secrets(name).map(|s| to_map(&s))?;
-        self.reregister(&l, secrets);
-        // Each address the guard answered keeps the ports of its names still allowed: one only
-        // removed names were answered with (or whose names died with a previous svcd) leaves
-        // the fence's next generation, its connections reset; one shared with a kept name
-        // loses the removed names' ports.
+        Ok((policy, extra.iter().map(ToString::to_string).collect()))
+    }
+
+    /// Each address the guard answered keeps the ports of its names still allowed: one only
+    /// removed names were answered with (or whose names died with a previous svcd) leaves
+    /// the fence's next generation, its connections reset; one shared with a kept name
+    /// loses the removed names' ports. The fence's new generation, and how many addresses
+    /// were cut.
+    fn cut_fence(&self, l: &Live) -> Result<(u32, usize), Failure> {
         let allowed = l.policy.allowed.clone();
         let open = self.registry.still_open(l.id, |n| {
             allowed.host_ports(&crate::policy::host::HostKind::Exact(n.to_owned()))
@@ -131,8 +142,8 @@ impl Supervisor {
         let fence_generation = if l.ifindex == 0 {
             0
         } else {
-            self.fence()
-                .regenerate(l.ifindex, |a| match open.get(&a) {
+            self.fence
+                .regenerate(l.ifindex, &|a| match open.get(&a) {
                     // Not answered by the guard since svcd started (bindings forgotten
                     // wholesale at their bound): as before, carried.
                     None => Carry::Keep,
@@ -141,21 +152,24 @@ impl Supervisor {
                 })
                 .map_err(|e| Failure::internal(format!("the fence's new generation: {e}")))?
         };
-        self.registry.revoke(l.id, lost.clone());
-        self.live().insert(name.to_owned(), l.clone());
-        let generation = l.envelope.policy_generation;
-        info!(sandbox = %name, generation, fence_generation, ?added, ?removed, cut = lost.len(), %by,
-            "allowlist changed");
+        let cut = lost.len();
+        self.registry.revoke(l.id, lost);
+        Ok((fence_generation, cut))
+    }
+
+    /// The change's audit record and event.
+    fn report_change(&self, l: &Live, change: Change<'_>) {
+        let (name, generation) = (&l.name, l.envelope.policy_generation);
         if let Err(e) = self.config.audit.record(&AuditRecord {
             time: rfc3339(SystemTime::now()),
             sandbox: l.id,
-            sandbox_name: Some(name.to_owned()),
+            sandbox_name: Some(name.clone()),
             event: AuditEvent::Policy(PolicyEvent {
                 change: "allowlist",
-                added: added.clone(),
-                removed: removed.clone(),
+                added: change.added.clone(),
+                removed: change.removed.clone(),
                 generation,
-                by: by.to_owned(),
+                by: change.by.to_owned(),
             }),
         }) {
             tracing::warn!(sandbox = %name, error = %e, "writing the policy change's audit record");
@@ -165,11 +179,17 @@ impl Supervisor {
             Some(name),
             serde_json::json!({
                 "generation": generation,
-                "added": added,
-                "removed": removed,
-                "by": by,
+                "added": change.added,
+                "removed": change.removed,
+                "by": change.by,
             }),
         );
-        Ok(self.view(&l))
     }
+}
+
+/// One allowlist change, as reported.
+struct Change<'a> {
+    added: Vec<String>,
+    removed: Vec<String>,
+    by: &'a str,
 }

@@ -77,10 +77,7 @@ impl Supervisor {
             },
             backend: l.envelope.backend.clone(),
             backend_reason: l.envelope.backend_reason.clone(),
-            accel: (l.envelope.backend == "microvm")
-                .then(|| self.backends.microvm.as_ref().map(|m| m.accel()))
-                .flatten()
-                .map(|(accel, why)| format!("{accel} ({why})")),
+            accel: self.backends.get(&l.envelope.backend).accel(),
             live_mounts: l
                 .envelope
                 .live_mounts
@@ -248,98 +245,22 @@ impl Supervisor {
         req: api::ForkRequest,
     ) -> Result<api::Forked, Failure> {
         api::check_name(source).map_err(Failure::bad)?;
-        if req.clones.is_empty() {
-            return Err(Failure::bad(
-                "fork needs the names of its clones: svc sandbox fork SOURCE CLONE…",
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for c in &req.clones {
-            api::check_name(c).map_err(Failure::bad)?;
-            if !seen.insert(c) {
-                return Err(Failure::bad(format!("clone name {c:?} is given twice")));
-            }
-            if self.live().contains_key(c) {
-                return Err(crate::store::StoreError::Exists(c.clone()).into());
-            }
-        }
+        self.check_clones(&req.clones)?;
         let (guest, envelope, was_paused, source_owner) = {
             let live = self.live();
             let l = live.get(source).ok_or_else(|| Failure::not_found(source))?;
             (l.guest.clone(), l.envelope.clone(), l.paused, l.owner)
         };
-        let owner = ownership::fork_owner(source_owner);
         let backend = self.backends.get(&envelope.backend);
         let started = std::time::Instant::now();
-        let into = self
-            .config
-            .host
-            .state_dir
-            .join("snapshots")
-            .join(format!("{source}-{}", std::process::id()));
-        let snap = backend.snapshot(&guest, &into).await.map_err(|e| match e {
-            RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
-            other => Failure::internal(other.to_string()),
-        });
-        let snap = match snap {
-            Ok(s) => s,
-            Err(f) => {
-                let _ = std::fs::remove_dir_all(&into);
-                if !was_paused {
-                    let _ = backend.resume(&guest).await;
-                }
-                return Err(f);
-            }
-        };
+        let snap = self.snapshot(source, &backend, &guest, was_paused).await?;
         let snapshot_ms = started.elapsed().as_secs_f64() * 1000.0;
         if let Some(l) = self.live().get_mut(source) {
             l.paused = true;
         }
-        let secrets = self.sandbox_secrets(source).unwrap_or_default();
-        let mut clones = Vec::new();
-        let mut failed = None;
-        for name in &req.clones {
-            let create = api::CreateSandbox {
-                name: name.clone(),
-                allow_hosts: envelope.extra_hosts.clone(),
-                repo: envelope.repo.clone(),
-                egress: Some(envelope.egress),
-                secrets: secrets.clone(),
-                context_path: envelope.context_path.clone(),
-                backend: Some(envelope.backend.clone()),
-                runtime_required: None,
-                ssh_repos: envelope.ssh_repos.clone(),
-                workspace: envelope.workspace.clone(),
-                project: None,
-                https_push_branches: envelope.https_push_branches,
-            };
-            let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
-            let t = std::time::Instant::now();
-            match tracing::Instrument::instrument(
-                self.create_in_span(
-                    create,
-                    Some((snap.clone(), envelope.live_mounts.clone())),
-                    who,
-                    owner,
-                ),
-                span,
-            )
-            .await
-            {
-                Ok(v) => {
-                    // A clone is a new start of the source's guest: onStart, not onSetup.
-                    self.start_workspace(name, &[Phase::Start]);
-                    clones.push(api::ForkedClone {
-                        view: v,
-                        ready_ms: t.elapsed().as_secs_f64() * 1000.0,
-                    });
-                }
-                Err(f) => {
-                    failed = Some(f);
-                    break;
-                }
-            }
-        }
+        let (clones, failed) = self
+            .make_clones(who, source, &req.clones, &envelope, &snap, source_owner)
+            .await;
         let _ = std::fs::remove_dir_all(&snap.dir);
         if !was_paused {
             match backend.resume(&guest).await {
@@ -376,5 +297,101 @@ impl Supervisor {
             snapshot_ms,
             clones,
         })
+    }
+
+    /// A fork's clone names: at least one, each valid, given once and free.
+    fn check_clones(&self, clones: &[String]) -> Result<(), Failure> {
+        if clones.is_empty() {
+            return Err(Failure::bad(
+                "fork needs the names of its clones: svc sandbox fork SOURCE CLONE…",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in clones {
+            api::check_name(c).map_err(Failure::bad)?;
+            if !seen.insert(c) {
+                return Err(Failure::bad(format!("clone name {c:?} is given twice")));
+            }
+            if self.live().contains_key(c) {
+                return Err(crate::store::StoreError::Exists(c.clone()).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Snapshot `source`'s guest for its clones (the backend says whether it can fork); on
+    /// failure the snapshot's directory goes and a guest that was running runs again.
+    async fn snapshot(
+        &self,
+        source: &str,
+        backend: &Arc<dyn crate::runtime::Backend>,
+        guest: &crate::runtime::GuestHandle,
+        was_paused: bool,
+    ) -> Result<crate::runtime::Snapshot, Failure> {
+        let into = self
+            .config
+            .host
+            .state_dir
+            .join("snapshots")
+            .join(format!("{source}-{}", std::process::id()));
+        let snap = backend.snapshot(guest, &into).await.map_err(|e| match e {
+            RuntimeError::Unsupported { .. } => Failure::unsupported(e.to_string()),
+            other => Failure::internal(other.to_string()),
+        });
+        if snap.is_err() {
+            let _ = std::fs::remove_dir_all(&into);
+            if !was_paused {
+                let _ = backend.resume(guest).await;
+            }
+        }
+        snap
+    }
+
+    /// Start each clone from `snap`, in order, until one fails: the clones made, and the
+    /// failure that stopped them.
+    async fn make_clones(
+        self: &Arc<Self>,
+        who: &Principal,
+        source: &str,
+        names: &[String],
+        envelope: &super::sandbox::Envelope,
+        snap: &crate::runtime::Snapshot,
+        source_owner: u32,
+    ) -> (Vec<api::ForkedClone>, Option<Failure>) {
+        let owner = ownership::fork_owner(source_owner);
+        let secrets = self.sandbox_secrets(source).unwrap_or_default();
+        let mut clones = Vec::new();
+        for name in names {
+            let create = api::CreateSandbox {
+                name: name.clone(),
+                allow_hosts: envelope.extra_hosts.clone(),
+                repo: envelope.repo.clone(),
+                egress: Some(envelope.egress),
+                secrets: secrets.clone(),
+                context_path: envelope.context_path.clone(),
+                backend: Some(envelope.backend.clone()),
+                runtime_required: None,
+                ssh_repos: envelope.ssh_repos.clone(),
+                workspace: envelope.workspace.clone(),
+                project: None,
+                https_push_branches: envelope.https_push_branches,
+            };
+            let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
+            let t = std::time::Instant::now();
+            let restore = Some((snap.clone(), envelope.live_mounts.clone()));
+            let made = self.create_in_span(create, restore, who, owner);
+            match tracing::Instrument::instrument(made, span).await {
+                Ok(v) => {
+                    // A clone is a new start of the source's guest: onStart, not onSetup.
+                    self.start_workspace(name, &[Phase::Start]);
+                    clones.push(api::ForkedClone {
+                        view: v,
+                        ready_ms: t.elapsed().as_secs_f64() * 1000.0,
+                    });
+                }
+                Err(f) => return (clones, Some(f)),
+            }
+        }
+        (clones, None)
     }
 }

@@ -5,17 +5,18 @@ use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::SystemTime,
 };
 
 use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 
+use super::effects::{HostLinks, SandboxFence};
 use crate::{
     api::{CreateSandbox, EgressChoice, SecretValue},
     daemon::failure::Failure,
-    dataplane::{self, Fence, Links, SandboxLink},
+    dataplane::{self, SandboxLink},
     policy::{creation, mode::EgressMode, request::SandboxPolicy},
     proxy::{ca::SandboxCa, guest_trust},
     runtime::{BoxFuture, GuestHandle, GuestLinks, GuestNet, HostEnd, RuntimeError},
@@ -187,6 +188,20 @@ pub(super) fn to_map(secrets: &[SecretValue]) -> HashMap<String, String> {
         .collect()
 }
 
+/// The policy's placeholders as the envelope stores them.
+pub(super) fn stored_placeholders(policy: &SandboxPolicy) -> Vec<StoredPlaceholder> {
+    policy
+        .placeholders
+        .entries()
+        .iter()
+        .map(|e| StoredPlaceholder {
+            value: e.placeholder.expose().to_owned(),
+            kind: e.kind.name().to_owned(),
+            hosts: e.hosts.iter().map(ToString::to_string).collect(),
+        })
+        .collect()
+}
+
 /// Where the images put the git SSH shim.
 pub(super) const GIT_SSH_SHIM: &str = "/usr/local/bin/svc-git-ssh";
 
@@ -315,8 +330,8 @@ pub(super) fn write_guest_files(
 /// fence, its guest end moved into the guest's network namespace as `eth0`. The host end is
 /// made and fenced first (while the runtime creates the guest), the guest end moved in after.
 pub(super) struct SandboxLinks<'a> {
-    pub(super) links: &'a Links,
-    pub(super) fence: &'a Arc<Mutex<Fence>>,
+    pub(super) links: &'a Arc<dyn HostLinks>,
+    pub(super) fence: &'a Arc<dyn SandboxFence>,
     pub(super) link: &'a str,
     /// The fence's record for the link (its ifindex is filled in once the link exists).
     pub(super) record: SandboxLink,
@@ -374,7 +389,7 @@ impl GuestLinks for SandboxLinks<'_> {
                     .map_err(net)?
                     .ok_or_else(|| self.err(format!("no tap {}: make_tap first", self.link)))?,
             };
-            dataplane::disable_ipv6(self.link).map_err(net)?;
+            self.links.disable_ipv6(self.link).map_err(net)?;
             let gw_net = IpNet::V4(
                 Ipv4Net::new(self.record.gateway_v4, 30).map_err(|e| self.err(e.to_string()))?,
             );
@@ -386,7 +401,7 @@ impl GuestLinks for SandboxLinks<'_> {
                 ..self.record
             };
             let (fence, link) = (self.fence.clone(), self.link.to_owned());
-            tokio::task::spawn_blocking(move || fence_link(&fence, &record, &link))
+            tokio::task::spawn_blocking(move || fence_link(fence.as_ref(), &record, &link))
                 .await
                 .map_err(|e| self.err(e.to_string()))?
                 .map_err(|f| self.err(f.message))?;
@@ -415,8 +430,9 @@ impl GuestLinks for SandboxLinks<'_> {
             );
             let netns = netns.to_path_buf();
             let gateway = self.record.gateway_v4;
+            let links = self.links.clone();
             tokio::task::spawn_blocking(move || {
-                dataplane::configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
+                links.configure_guest(&netns, &peer, "eth0", guest_net, IpAddr::V4(gateway))
             })
             .await
             .map_err(|e| self.err(e.to_string()))?
@@ -449,19 +465,11 @@ pub(super) fn link_record(
 /// in force (after a restart) is kept with the entries the guard wrote, which the guest may
 /// still use.
 pub(super) fn fence_link(
-    fence: &Mutex<Fence>,
+    fence: &dyn SandboxFence,
     record: &SandboxLink,
     link: &str,
 ) -> Result<(), Failure> {
-    let mut fence = fence
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !fence.record_in_force(record) {
-        fence
-            .install_sandbox(record, &[], &[])
-            .map_err(|e| Failure::internal(e.to_string()))?;
-    }
     fence
-        .attach(link)
+        .put(record, link)
         .map_err(|e| Failure::internal(e.to_string()))
 }

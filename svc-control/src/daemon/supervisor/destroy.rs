@@ -1,0 +1,116 @@
+//! Destruction: `destroy` (the API's), and `teardown`, which removes everything of a sandbox
+//! in the order that keeps its fence closed — also what a failed creation's rollback and
+//! start-up's clean-up of a half-built sandbox call.
+
+use tracing::{Instrument as _, info, info_span, warn};
+
+use super::{Failure, Supervisor, row_backend};
+use crate::{
+    api::{self, Destroyed},
+    dataplane,
+};
+
+impl Supervisor {
+    /// `DELETE /v1/sandboxes/{name}`. Logged in a span `sandbox{name}`.
+    pub async fn destroy(&self, name: &str) -> Result<Destroyed, Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let span = info_span!("sandbox", name = %name);
+        let started = std::time::Instant::now();
+        let result = self.destroy_in_span(name).instrument(span).await;
+        if result.is_ok() {
+            self.config.metrics.destroyed(started.elapsed());
+            self.config.metrics.forget(name);
+        }
+        result
+    }
+
+    async fn destroy_in_span(&self, name: &str) -> Result<Destroyed, Failure> {
+        let row = self
+            .store()
+            .list()?
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| Failure::not_found(name))?;
+        self.store().set_destroying(name)?;
+        // The workspace's onTeardown hooks, while everything is still up.
+        self.teardown_workspace(name).await;
+        let removed = self
+            .teardown(name, row.id, &format!("svc{}", row.id), &row_backend(&row))
+            .await;
+        self.store().delete(name)?;
+        info!(sandbox = %name, "sandbox destroyed");
+        self.event_owned(
+            "sandbox.destroyed",
+            Some(name),
+            Some(row.owner_uid),
+            serde_json::json!({}),
+        );
+        Ok(Destroyed {
+            name: name.to_owned(),
+            removed,
+        })
+    }
+
+    /// Remove everything of a sandbox, best effort, in the order that keeps the fence closed:
+    /// registry (no more DNS answers, no proxy), fence record (the link drops everything),
+    /// processes, link, nftables, files. Returns what was removed.
+    pub(super) async fn teardown(
+        &self,
+        name: &str,
+        id: u32,
+        link: &str,
+        backend: &str,
+    ) -> Vec<String> {
+        let mut removed = Vec::new();
+        self.registry.remove(id);
+        self.registry.unbind(id);
+        self.dead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
+        let live = self.live().remove(name);
+        let ifindex = match live.as_ref().map(|l| l.ifindex).filter(|i| *i != 0) {
+            Some(i) => Some(i),
+            None => self.links.ifindex(link).await.ok().flatten(),
+        };
+        if let Some(ifindex) = ifindex
+            && self.fence.remove_sandbox(ifindex).is_ok()
+        {
+            removed.push("fence map entries".to_owned());
+        }
+        match self.fence.detach(link) {
+            Ok(()) => removed.push(format!("fence on {link}")),
+            Err(dataplane::DataplaneError::NotAttached { .. }) => {}
+            Err(e) => warn!(sandbox = %name, error = %e, "detaching the fence"),
+        }
+        match self
+            .backends
+            .get(backend)
+            .stop(name, &self.sandbox_dir(name))
+            .await
+        {
+            Ok(parts) => removed.extend(parts),
+            Err(e) => warn!(sandbox = %name, error = %e, "stopping the guest"),
+        }
+        if let Some(ifindex) = self.links.ifindex(link).await.ok().flatten() {
+            match self.links.delete(ifindex).await {
+                Ok(()) => removed.push(format!("link {link}")),
+                Err(e) => warn!(sandbox = %name, error = %e, "deleting the link"),
+            }
+        }
+        if self.sync_nft(Some((link, false))).await.is_ok() {
+            removed.push("nftables link set entry".to_owned());
+        }
+        let dir = self.sandbox_dir(name);
+        if dir.exists() {
+            // However deep the guest made its tree (std's remove_dir_all recurses on svcd's
+            // stack with a descriptor per level).
+            match crate::runtime::container::rootfs::remove_tree(&dir).await {
+                Ok(()) => removed.push(format!("files {}", dir.display())),
+                Err(e) => warn!(sandbox = %name, error = %e, "removing the sandbox's files"),
+            }
+        }
+        removed.push("state row".to_owned());
+        removed
+    }
+}

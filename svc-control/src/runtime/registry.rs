@@ -1,0 +1,298 @@
+//! The backends an svcd has, as a registry: a map from backend kind to `Arc<dyn Backend>`,
+//! each saying whether it can make sandboxes now ([`Backend::availability`]) and what it is
+//! ([`Backend::describe`]). Adding a backend is one module under `runtime/` plus its entry
+//! here ([`KINDS`], and its adapter below); nothing else compares a backend's name.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use super::{
+    Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService, GuestSpec,
+    RuntimeError, Snapshot, Started,
+};
+
+/// A kind of backend: its name as a sandbox's envelope stores it and `--backend` takes it,
+/// and the older names it still answers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Kind {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+}
+
+impl Kind {
+    /// Whether `name` stands for this kind (its name or an old one).
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.name == name || self.aliases.contains(&name)
+    }
+}
+
+/// A microVM guest (QEMU `-M microvm`).
+pub const MICROVM: Kind = Kind {
+    name: "microvm",
+    aliases: &[],
+};
+
+/// An unprivileged OCI container; `netns` is its old name.
+pub const CONTAINER: Kind = Kind {
+    name: "container",
+    aliases: &["netns"],
+};
+
+/// Every kind the registry can hold, strongest isolation first: the order a workspace with
+/// no `runtime.required` gets (`policy::creation::select_runtime`). The CLI's `--backend`
+/// choices and the schema's enum are these names and aliases.
+pub const KINDS: &[Kind] = &[MICROVM, CONTAINER];
+
+/// What a backend is, for `svc`, doctor and creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Description {
+    pub kind: Kind,
+    /// One line for people.
+    pub summary: &'static str,
+    /// What separates the guest from the host.
+    pub isolates_with: &'static str,
+    /// Whether it can fork a running sandbox (snapshot its memory for clones).
+    pub can_fork: bool,
+    /// Whether it can keep paths under a shared directory read-only in the guest (a
+    /// workspace's `.git/config` and `.git/hooks`).
+    pub read_only_subpaths: bool,
+}
+
+impl Description {
+    /// A backend that says nothing of itself: its name, no capabilities.
+    pub const fn bare(name: &'static str) -> Self {
+        Self {
+            kind: Kind { name, aliases: &[] },
+            summary: "",
+            isolates_with: "",
+            can_fork: false,
+            read_only_subpaths: false,
+        }
+    }
+}
+
+/// The container backend's description.
+pub const CONTAINER_ABOUT: Description = Description {
+    kind: CONTAINER,
+    summary: "an unprivileged OCI container: the embedded default; shares the host's kernel",
+    isolates_with: "a user namespace, its own root file system, seccomp and cgroup limits",
+    can_fork: false,
+    read_only_subpaths: true,
+};
+
+/// The microvm backend's description.
+pub const MICROVM_ABOUT: Description = Description {
+    kind: MICROVM,
+    summary: "a microVM guest (QEMU -M microvm): the isolation boundary for hostile code",
+    isolates_with: "a guest kernel of its own under KVM (or TCG)",
+    can_fork: true,
+    read_only_subpaths: false,
+};
+
+/// The backends an svcd has, by kind; `default` makes a sandbox nobody chose a backend for.
+#[derive(Clone)]
+pub struct Backends {
+    by_name: BTreeMap<&'static str, Arc<dyn Backend>>,
+    default: Arc<dyn Backend>,
+}
+
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backends")
+            .field("kinds", &self.by_name.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backends {
+    /// A registry holding `default` (the embedded backend, always offered).
+    pub fn new(default: Arc<dyn Backend>) -> Self {
+        let mut by_name = BTreeMap::new();
+        by_name.insert(default.describe().kind.name, default.clone());
+        Self { by_name, default }
+    }
+
+    /// The registry with `backend` added (replacing one of its kind).
+    #[must_use]
+    pub fn with(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.by_name.insert(backend.describe().kind.name, backend);
+        self
+    }
+
+    /// The backend `name` stands for (as stored in a sandbox's envelope; old names included);
+    /// the default for a name no registered backend answers to, as before kinds were recorded.
+    pub fn get(&self, name: &str) -> Arc<dyn Backend> {
+        self.registered(name)
+            .unwrap_or_else(|| self.default.clone())
+    }
+
+    /// The registered backend `name` stands for.
+    fn registered(&self, name: &str) -> Option<Arc<dyn Backend>> {
+        self.by_name
+            .values()
+            .find(|b| b.describe().kind.answers_to(name))
+            .cloned()
+    }
+
+    /// The kind `name` stands for, registered here or not: its canonical name.
+    pub fn canonical(&self, name: &str) -> Option<&'static str> {
+        self.registered(name)
+            .map(|b| b.describe().kind)
+            .or_else(|| KINDS.iter().copied().find(|k| k.answers_to(name)))
+            .map(|k| k.name)
+    }
+
+    /// The default backend's kind name.
+    pub fn default_name(&self) -> &'static str {
+        self.default.describe().kind.name
+    }
+
+    /// The kinds that can make a sandbox now, the default first.
+    pub fn offered(&self) -> Vec<&'static str> {
+        let mut v = vec![self.default_name()];
+        v.extend(
+            self.by_name
+                .iter()
+                .filter(|(n, b)| **n != self.default_name() && b.availability().is_ok())
+                .map(|(n, _)| *n),
+        );
+        v
+    }
+
+    /// Every kind, strongest isolation first ([`KINDS`]), then any other registered here.
+    pub fn preference(&self) -> Vec<&'static str> {
+        let known: Vec<&'static str> = KINDS.iter().map(|k| k.name).collect();
+        let others = self.by_name.keys().filter(|n| !known.contains(n));
+        let others: Vec<&'static str> = others.copied().collect();
+        [known, others].concat()
+    }
+
+    /// Why kind `name` cannot make a sandbox here; `None` when it can.
+    pub fn why_not(&self, name: &str) -> Option<String> {
+        match self.registered(name) {
+            None => Some(format!("this svcd runs without the {name} backend")),
+            Some(b) => b.availability().err(),
+        }
+    }
+
+    /// What each registered backend is, with why it cannot make sandboxes if it cannot.
+    pub fn describe_all(&self) -> Vec<(Description, Result<(), String>)> {
+        self.by_name
+            .values()
+            .map(|b| (b.describe(), b.availability()))
+            .collect()
+    }
+}
+
+/// A backend with what the registry asks of it beside its own trait methods: its
+/// description, and how to read its availability and accelerator from its public methods.
+/// (The backend's module keeps its internals; this forwards everything else to it.)
+pub struct Described<B> {
+    inner: Arc<B>,
+    about: Description,
+    availability: fn(&B) -> Result<(), String>,
+    accel: fn(&B) -> Option<String>,
+}
+
+impl<B: Backend> Described<B> {
+    /// `inner` described as `about`, always available, with no accelerator.
+    pub fn new(inner: Arc<B>, about: Description) -> Self {
+        Self {
+            inner,
+            about,
+            availability: |_| Ok(()),
+            accel: |_| None,
+        }
+    }
+
+    /// Availability read with `f`.
+    #[must_use]
+    pub fn availability(mut self, f: fn(&B) -> Result<(), String>) -> Self {
+        self.availability = f;
+        self
+    }
+
+    /// The accelerator read with `f`.
+    #[must_use]
+    pub fn accel(mut self, f: fn(&B) -> Option<String>) -> Self {
+        self.accel = f;
+        self
+    }
+}
+
+/// The container backend, described.
+pub fn container(c: Arc<super::Container>) -> Arc<dyn Backend> {
+    Arc::new(Described::new(c, CONTAINER_ABOUT))
+}
+
+/// The microvm backend, described: available when its images are configured, its
+/// accelerator and why it was chosen.
+pub fn microvm(m: Arc<super::Microvm>) -> Arc<dyn Backend> {
+    Arc::new(
+        Described::new(m, MICROVM_ABOUT)
+            .availability(|m| m.unavailable().map_or(Ok(()), |why| Err(why.to_owned())))
+            .accel(|m| {
+                let (accel, why) = m.accel();
+                Some(format!("{accel} ({why})"))
+            }),
+    )
+}
+
+impl<B: Backend> Backend for Described<B> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn availability(&self) -> Result<(), String> {
+        (self.availability)(&self.inner)
+    }
+    fn describe(&self) -> Description {
+        self.about
+    }
+    fn accel(&self) -> Option<String> {
+        (self.accel)(&self.inner)
+    }
+    fn start<'a>(
+        &'a self,
+        spec: &'a GuestSpec,
+        links: &'a dyn GuestLinks,
+    ) -> BoxFuture<'a, Result<Started, RuntimeError>> {
+        self.inner.start(spec, links)
+    }
+    fn alive(&self, guest: &GuestHandle) -> bool {
+        self.inner.alive(guest)
+    }
+    fn stop<'a>(
+        &'a self,
+        name: &'a str,
+        dir: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>> {
+        self.inner.stop(name, dir)
+    }
+    fn serve_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        dir: &'a std::path::Path,
+        service: GuestService,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.serve_guest(guest, dir, service)
+    }
+    fn exec<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        cmd: &'a GuestCommand,
+    ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>> {
+        self.inner.exec(guest, cmd)
+    }
+    fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.pause(guest)
+    }
+    fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.resume(guest)
+    }
+    fn snapshot<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        into: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<Snapshot, RuntimeError>> {
+        self.inner.snapshot(guest, into)
+    }
+}
