@@ -73,7 +73,7 @@ impl Container {
             disk::root_file_system(&spec.dir, &self.lower, self.ids, self.disk_mib).await?;
         let (shared, sub_binds, sources) = self.mount_shared(spec)?;
         let bundle = spec.dir.join("bundle");
-        self.write_bundle(spec, &bundle, &files, (&shared, &sub_binds))?;
+        self.write_bundle(spec, &bundle, &files, &shared, &sub_binds)?;
         let pid_file = spec.dir.join("init.pid");
         let runc_log = spec.dir.join("runc.log");
         let mut c = self.create_command(spec, &bundle, &pid_file, &runc_log)?;
@@ -101,14 +101,15 @@ impl Container {
         self.created(spec, status, &pid_file, &runc_log)
     }
 
-    /// The bundle's `config.json` for `spec`: its read-only `files`, its shared directories
-    /// and the binds inside them (`shared`: see `oci::SandboxBundle`).
+    /// The bundle's `config.json` for `spec`: its read-only `files`, its `shared` directories
+    /// and the `sub_binds` inside them (see `oci::SandboxBundle`).
     fn write_bundle(
         &self,
         spec: &GuestSpec,
         bundle: &Path,
         files: &[(PathBuf, PathBuf)],
-        shared: (&[(PathBuf, PathBuf)], &[(PathBuf, PathBuf, bool)]),
+        shared: &[(PathBuf, PathBuf)],
+        sub_binds: &[(PathBuf, PathBuf, bool)],
     ) -> Result<(), String> {
         let uid_map = oci::IdMapping {
             container_id: 0,
@@ -123,8 +124,8 @@ impl Container {
                 ..uid_map
             },
             files,
-            shared: shared.0,
-            sub_binds: shared.1,
+            shared,
+            sub_binds,
             init: INIT.iter().map(|s| (*s).to_owned()).collect(),
             cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
             limits: self.limits,
