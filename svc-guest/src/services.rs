@@ -139,6 +139,8 @@ fn kill_group(pgid: u32, signal: rustix::process::Signal) {
     }
 }
 
+/// Run service `s` (and restart it, as its policy says) until it fails for good or `stop`
+/// turns true; its reports to `out`, its process groups recorded under `groups`.
 async fn run_service(
     s: ServiceSpec,
     out: mpsc::UnboundedSender<Report>,
@@ -153,115 +155,29 @@ async fn run_service(
         if *stop.borrow() {
             return;
         }
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(&s.command)
-            .current_dir(s.cwd.as_deref().unwrap_or("/workspace"))
-            .envs(&s.env)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
+        let mut running = match Running::start(&s, &out, &groups, restarts) {
+            Ok(r) => r,
+            Err(why) => {
                 let mut r = Report::new(&s.name, "failed");
                 r.restarts = Some(restarts);
-                r.text = Some(format!("could not start /bin/sh -c {:?}: {e}", s.command));
-                send(r);
-                return;
+                r.text = Some(why);
+                return send(r);
             }
         };
-        let pid = child.id().unwrap_or(0);
-        let group_file = groups.join(pid.to_string());
-        let _ = std::fs::create_dir_all(&groups).and_then(|()| std::fs::write(&group_file, b""));
-        let mut r = Report::new(&s.name, "started");
-        r.pid = Some(pid);
-        r.restarts = Some(restarts);
-        send(r);
-        let mut pumps = Vec::new();
-        for (stream, reader) in [
-            ("stdout", child.stdout.take().map(|r| Box::pin(r) as Reader)),
-            ("stderr", child.stderr.take().map(|r| Box::pin(r) as Reader)),
-        ] {
-            if let Some(reader) = reader {
-                let (out, name) = (out.clone(), s.name.clone());
-                pumps.push(tokio::spawn(pump(reader, move |text| {
-                    let mut r = Report::new(&name, "output");
-                    r.stream = Some(stream.to_owned());
-                    r.text = Some(text);
-                    let _ = out.send(r);
-                })));
-            }
-        }
-        let health = s.health_check.clone().map(|h| {
-            let cwd = s.cwd.clone().unwrap_or_else(|| "/workspace".into());
-            tokio::spawn(check_health(s.name.clone(), h, cwd, out.clone()))
-        });
-        // Without a health check, a service is `running` once it has stayed up SETTLE.
-        let settle = tokio::time::sleep(SETTLE);
-        tokio::pin!(settle);
-        let mut settled = s.health_check.is_some();
-        let status = loop {
-            tokio::select! {
-                st = child.wait() => break st.ok(),
-                _ = stop.wait_for(|v| *v) => break None,
-                () = &mut settle, if !settled => {
-                    settled = true;
-                    send(Report::new(&s.name, "running"));
-                }
-            }
-        };
-        if let Some(h) = &health {
+        let status = running.wait_or_stop(&s, &mut stop, &send).await;
+        if let Some(h) = &running.health {
             h.abort();
         }
         let Some(status) = status else {
-            // Stop: SIGTERM to the group, SIGKILL after the stop timeout.
-            kill_group(pid, rustix::process::Signal::TERM);
-            let graceful =
-                tokio::time::timeout(Duration::from_millis(s.stop_timeout_ms), child.wait())
-                    .await
-                    .is_ok();
-            kill_group(pid, rustix::process::Signal::KILL);
-            let _ = child.wait().await;
-            let _ = std::fs::remove_file(&group_file);
-            let mut r = Report::new(&s.name, "stopped");
-            if !graceful {
-                r.text = Some(format!(
-                    "killed: still running {} ms after SIGTERM (stopTimeoutMs)",
-                    s.stop_timeout_ms
-                ));
-            }
-            send(r);
-            return;
+            return send(running.stop(&s).await);
         };
-        // What it started in its group goes with it (a port it held is free again).
-        kill_group(pid, rustix::process::Signal::KILL);
-        let _ = std::fs::remove_file(&group_file);
-        for p in pumps {
-            let _ = tokio::time::timeout(Duration::from_millis(500), p).await;
-        }
-        let code = status.code().unwrap_or_else(|| {
-            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-        });
+        let code = running.reap(status).await;
         let mut r = Report::new(&s.name, "exited");
         r.code = Some(code);
         r.restarts = Some(restarts);
         send(r);
         if !s.auto_restart || restarts >= s.max_restarts {
-            let mut r = Report::new(&s.name, "failed");
-            r.code = Some(code);
-            r.restarts = Some(restarts);
-            r.text = Some(if s.auto_restart {
-                format!(
-                    "exited with {code} after {restarts} restart(s) (maxRestarts {})",
-                    s.max_restarts
-                )
-            } else {
-                format!("exited with {code} (autoRestart is off)")
-            });
-            send(r);
-            return;
+            return send(failed(&s, code, restarts));
         }
         restarts += 1;
         let mut r = Report::new(&s.name, "restarting");
@@ -277,6 +193,157 @@ async fn run_service(
             }
         }
     }
+}
+
+/// The report of a service that exited with `code` and is not restarted again.
+fn failed(s: &ServiceSpec, code: i32, restarts: u32) -> Report {
+    let mut r = Report::new(&s.name, "failed");
+    r.code = Some(code);
+    r.restarts = Some(restarts);
+    r.text = Some(if s.auto_restart {
+        format!(
+            "exited with {code} after {restarts} restart(s) (maxRestarts {})",
+            s.max_restarts
+        )
+    } else {
+        format!("exited with {code} (autoRestart is off)")
+    });
+    r
+}
+
+/// One run of a service: its process (leading its own group, recorded in `group_file`), the
+/// tasks reporting its output and its health.
+struct Running {
+    child: tokio::process::Child,
+    pid: u32,
+    group_file: std::path::PathBuf,
+    pumps: Vec<tokio::task::JoinHandle<()>>,
+    health: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Start `s` (its `restarts`-th restart): `started` reported, its output and health
+    /// checked from now on. Why not, if it cannot start.
+    fn start(
+        s: &ServiceSpec,
+        out: &mpsc::UnboundedSender<Report>,
+        groups: &std::path::Path,
+        restarts: u32,
+    ) -> Result<Self, String> {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(&s.command)
+            .current_dir(s.cwd.as_deref().unwrap_or("/workspace"))
+            .envs(&s.env)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("could not start /bin/sh -c {:?}: {e}", s.command))?;
+        let pid = child.id().unwrap_or(0);
+        let group_file = groups.join(pid.to_string());
+        let _ = std::fs::create_dir_all(groups).and_then(|()| std::fs::write(&group_file, b""));
+        let mut r = Report::new(&s.name, "started");
+        r.pid = Some(pid);
+        r.restarts = Some(restarts);
+        let _ = out.send(r);
+        let pumps = report_output(&mut child, &s.name, out);
+        let health = s.health_check.clone().map(|h| {
+            let cwd = s.cwd.clone().unwrap_or_else(|| "/workspace".into());
+            tokio::spawn(check_health(s.name.clone(), h, cwd, out.clone()))
+        });
+        Ok(Self {
+            child,
+            pid,
+            group_file,
+            pumps,
+            health,
+        })
+    }
+
+    /// Wait for the service to exit (its status) or for `stop` (`None`). Without a health
+    /// check, a service is `running` once it has stayed up [`SETTLE`].
+    async fn wait_or_stop(
+        &mut self,
+        s: &ServiceSpec,
+        stop: &mut watch::Receiver<bool>,
+        send: &impl Fn(Report),
+    ) -> Option<std::process::ExitStatus> {
+        let settle = tokio::time::sleep(SETTLE);
+        tokio::pin!(settle);
+        let mut settled = s.health_check.is_some();
+        loop {
+            tokio::select! {
+                st = self.child.wait() => break st.ok(),
+                _ = stop.wait_for(|v| *v) => break None,
+                () = &mut settle, if !settled => {
+                    settled = true;
+                    send(Report::new(&s.name, "running"));
+                }
+            }
+        }
+    }
+
+    /// Stop the service: SIGTERM to its group, SIGKILL after the stop timeout. Its `stopped`
+    /// report.
+    async fn stop(mut self, s: &ServiceSpec) -> Report {
+        kill_group(self.pid, rustix::process::Signal::TERM);
+        let graceful =
+            tokio::time::timeout(Duration::from_millis(s.stop_timeout_ms), self.child.wait())
+                .await
+                .is_ok();
+        kill_group(self.pid, rustix::process::Signal::KILL);
+        let _ = self.child.wait().await;
+        let _ = std::fs::remove_file(&self.group_file);
+        let mut r = Report::new(&s.name, "stopped");
+        if !graceful {
+            r.text = Some(format!(
+                "killed: still running {} ms after SIGTERM (stopTimeoutMs)",
+                s.stop_timeout_ms
+            ));
+        }
+        r
+    }
+
+    /// What is left of a service that exited with `status` ended, its output read to its
+    /// end (briefly); its exit code (128 + signal when a signal ended it).
+    async fn reap(self, status: std::process::ExitStatus) -> i32 {
+        // What it started in its group goes with it (a port it held is free again).
+        kill_group(self.pid, rustix::process::Signal::KILL);
+        let _ = std::fs::remove_file(&self.group_file);
+        for p in self.pumps {
+            let _ = tokio::time::timeout(Duration::from_millis(500), p).await;
+        }
+        status.code().unwrap_or_else(|| {
+            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+        })
+    }
+}
+
+/// Report each line `child` writes on its standard output and error as `output`.
+fn report_output(
+    child: &mut tokio::process::Child,
+    name: &str,
+    out: &mpsc::UnboundedSender<Report>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut pumps = Vec::new();
+    for (stream, reader) in [
+        ("stdout", child.stdout.take().map(|r| Box::pin(r) as Reader)),
+        ("stderr", child.stderr.take().map(|r| Box::pin(r) as Reader)),
+    ] {
+        if let Some(reader) = reader {
+            let (out, name) = (out.clone(), name.to_owned());
+            pumps.push(tokio::spawn(pump(reader, move |text| {
+                let mut r = Report::new(&name, "output");
+                r.stream = Some(stream.to_owned());
+                r.text = Some(text);
+                let _ = out.send(r);
+            })));
+        }
+    }
+    pumps
 }
 
 type Reader = std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>;

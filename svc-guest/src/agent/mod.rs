@@ -7,32 +7,28 @@
 //! (end of file on the port: svcd restarting, the VM forked) the commands it started are
 //! killed — their output has nowhere to go — and the agent waits for the next host.
 
-use std::{
-    collections::HashMap,
-    os::fd::OwnedFd,
-    process::Stdio,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
 };
 
 use tokio::{
-    io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
-    sync::{Semaphore, mpsc, watch},
+    io::{AsyncRead, AsyncWrite, AsyncWriteExt as _},
+    sync::{Semaphore, mpsc},
 };
 
-use crate::proto::{self, Exec, Frame, GUEST_STREAM, Kind, ProtoError, Request, Setup, WINDOW};
+use self::{
+    command::run,
+    streams::{Out, StreamIn, Streams, error, lock},
+};
+use crate::proto::{self, Frame, GUEST_STREAM, Kind, ProtoError, Request, Setup, WINDOW};
 
+mod command;
 pub mod relay;
+mod streams;
 
 /// Largest file the host may write with one request.
 pub const MAX_FILE: usize = 16 << 20;
-
-/// How long output may keep coming after a command exited before its stream is closed (a
-/// background process that kept the command's stdout open would hold it forever).
-const DRAIN_IDLE: Duration = Duration::from_millis(500);
 
 /// What the agent changes in the guest outside the processes it runs: the network, the host
 /// name, the entropy pool. The guest's implementation is in the agent binary.
@@ -40,24 +36,6 @@ pub trait System: Send + Sync {
     fn setup(&self, setup: &Setup) -> Result<(), String>;
     /// Mount the virtio-fs file system `tag` at `path`.
     fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
-}
-
-/// What the agent knows of one open stream, for the frames that follow its `Open`.
-struct StreamIn {
-    /// Standard input or file content (`None` = end of file).
-    input: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
-    /// Credit for what the agent sends on this stream.
-    credit: Arc<Semaphore>,
-    /// The command's process (for signals, and to kill it when the host goes away).
-    pid: Option<i32>,
-    /// The command's terminal (for resizes).
-    tty: Option<Arc<OwnedFd>>,
-}
-
-type Streams = Arc<Mutex<HashMap<u32, StreamIn>>>;
-
-fn lock(s: &Streams) -> std::sync::MutexGuard<'_, HashMap<u32, StreamIn>> {
-    s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Serve one host connection until it ends. `Ok` at a clean end of file. The guest's
@@ -118,32 +96,6 @@ fn end_all(streams: &Streams) {
         if let Some(pid) = s.pid.and_then(rustix::process::Pid::from_raw) {
             // Each command leads its own process group (or session, on a terminal).
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-/// Where a stream's frames go: to the host it was opened by, and nowhere once another host
-/// took over the channel.
-#[derive(Clone)]
-struct Out {
-    tx: mpsc::UnboundedSender<(u64, Frame)>,
-    /// The host this sender is for.
-    epoch: u64,
-    /// The host being served now.
-    current: Arc<AtomicU64>,
-}
-
-impl Out {
-    fn send(&self, frame: Frame) -> Result<(), ()> {
-        self.tx.send((self.epoch, frame)).map_err(|_| ())
-    }
-
-    fn next_host(&self) -> Self {
-        let epoch = self.current.fetch_add(1, Ordering::AcqRel) + 1;
-        Self {
-            tx: self.tx.clone(),
-            epoch,
-            current: self.current.clone(),
         }
     }
 }
@@ -235,10 +187,6 @@ fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) 
         // Only the agent sends these; a host that does is ignored.
         Kind::Stdout | Kind::Stderr | Kind::Exit | Kind::Error => {}
     }
-}
-
-fn error(id: u32, message: String) -> Frame {
-    Frame::new(id, Kind::Error, message)
 }
 
 fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn System>) {
@@ -357,210 +305,4 @@ fn replace_file(path: &std::path::Path, content: &[u8], mode: u32) -> Result<(),
     std::io::Write::write_all(&mut f, content).map_err(said)?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(said)?;
     std::fs::rename(&tmp, path).map_err(said)
-}
-
-/// Run a command; its output on the stream, then its exit code.
-async fn run(
-    id: u32,
-    exec: Exec,
-    input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    out: &Out,
-    streams: &Streams,
-    credit: Arc<Semaphore>,
-) -> Frame {
-    let Some(program) = exec.argv.first() else {
-        return error(id, "exec needs a command".into());
-    };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&exec.argv[1..])
-        .env_clear()
-        .envs(exec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(exec.cwd.as_deref().unwrap_or("/"));
-    let tty = match exec.tty {
-        Some((rows, cols)) => match terminal(&mut cmd, rows, cols) {
-            Ok(master) => Some(Arc::new(master)),
-            Err(e) => return error(id, format!("opening a terminal: {e}")),
-        },
-        None => {
-            cmd.stdin(if exec.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-            None
-        }
-    };
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            // As a shell says it: 127 not found, 126 found but not runnable.
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            let _ = out.send(Frame::new(
-                id,
-                Kind::Stderr,
-                format!("svc-microvm-agent: {program}: {e}\n"),
-            ));
-            return Frame::i32(id, Kind::Exit, code);
-        }
-    };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
-    if let Some(s) = lock(streams).get_mut(&id) {
-        s.pid = pid;
-        s.tty = tty.clone();
-    }
-    let (exited_tx, exited) = watch::channel(false);
-    let mut pumps = Vec::new();
-    match &tty {
-        Some(master) => {
-            let file = |m: &OwnedFd| m.try_clone().map(|fd| tokio::fs::File::from_std(fd.into()));
-            match (file(master), file(master)) {
-                (Ok(r), Ok(w)) => {
-                    pumps.push(tokio::spawn(pump(
-                        id,
-                        Kind::Stdout,
-                        r,
-                        out.clone(),
-                        credit.clone(),
-                        exited.clone(),
-                    )));
-                    tokio::spawn(feed(id, w, input, out.clone()));
-                }
-                (Err(e), _) | (_, Err(e)) => {
-                    let _ = child.start_kill();
-                    return error(id, format!("the terminal: {e}"));
-                }
-            }
-        }
-        None => {
-            if let Some(stdout) = child.stdout.take() {
-                pumps.push(tokio::spawn(pump(
-                    id,
-                    Kind::Stdout,
-                    stdout,
-                    out.clone(),
-                    credit.clone(),
-                    exited.clone(),
-                )));
-            }
-            if let Some(stderr) = child.stderr.take() {
-                pumps.push(tokio::spawn(pump(
-                    id,
-                    Kind::Stderr,
-                    stderr,
-                    out.clone(),
-                    credit.clone(),
-                    exited.clone(),
-                )));
-            }
-            if let Some(stdin) = child.stdin.take() {
-                tokio::spawn(feed(id, stdin, input, out.clone()));
-            }
-        }
-    }
-    let code = match child.wait().await {
-        Ok(status) => status.code().unwrap_or_else(|| {
-            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-        }),
-        Err(e) => return error(id, format!("waiting for {program}: {e}")),
-    };
-    let _ = exited_tx.send(true);
-    for p in pumps {
-        let _ = p.await;
-    }
-    Frame::i32(id, Kind::Exit, code)
-}
-
-/// Give `cmd` a new terminal of `rows`×`cols` as its controlling terminal and all of its
-/// standard streams; the terminal's master end.
-fn terminal(cmd: &mut tokio::process::Command, rows: u16, cols: u16) -> std::io::Result<OwnedFd> {
-    let pty = nix::pty::openpty(
-        Some(&nix::pty::Winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        }),
-        None,
-    )
-    .map_err(std::io::Error::from)?;
-    cmd.stdin(Stdio::from(pty.slave.try_clone()?))
-        .stdout(Stdio::from(pty.slave.try_clone()?))
-        .stderr(Stdio::from(pty.slave));
-    #[expect(
-        unsafe_code,
-        reason = "pre_exec: a new session whose controlling terminal is the command's stdin"
-    )]
-    // SAFETY: between fork and exec the closure only makes two system calls (setsid and the
-    // TIOCSCTTY ioctl on fd 0, which the stdio set-up above made the terminal); it allocates
-    // nothing and takes no locks.
-    unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::setsid()?;
-            rustix::process::ioctl_tiocsctty(std::os::fd::BorrowedFd::borrow_raw(0))?;
-            Ok(())
-        });
-    }
-    Ok(pty.master)
-}
-
-/// Copy a command's output to the host as `kind` frames, within the stream's credit. Ends at
-/// end of file (a terminal says EIO when its last writer closed) or once the command exited
-/// and nothing came for [`DRAIN_IDLE`].
-async fn pump<R: AsyncRead + Unpin>(
-    id: u32,
-    kind: Kind,
-    mut r: R,
-    out: Out,
-    credit: Arc<Semaphore>,
-    mut exited: watch::Receiver<bool>,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let read = tokio::select! {
-            r = r.read(&mut buf) => r,
-            () = idle_after_exit(&mut exited) => return,
-        };
-        let n = match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        match credit.acquire_many(n as u32).await {
-            Ok(p) => p.forget(),
-            Err(_) => return,
-        }
-        if out.send(Frame::new(id, kind, &buf[..n])).is_err() {
-            return;
-        }
-    }
-}
-
-async fn idle_after_exit(exited: &mut watch::Receiver<bool>) {
-    if exited.wait_for(|e| *e).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-    tokio::time::sleep(DRAIN_IDLE).await;
-}
-
-/// Copy the host's input to the command, returning credit as it is written.
-async fn feed<W: AsyncWrite + Unpin>(
-    id: u32,
-    mut w: W,
-    mut input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    out: Out,
-) {
-    while let Some(Some(chunk)) = input.recv().await {
-        if w.write_all(&chunk).await.is_err() || w.flush().await.is_err() {
-            return;
-        }
-        let _ = out.send(Frame::u32(id, Kind::Credit, chunk.len() as u32));
-    }
-    // End of input: on a terminal, say it the way a terminal does (^D at line start).
-    let _ = w.shutdown().await;
 }

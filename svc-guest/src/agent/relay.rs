@@ -19,7 +19,7 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::Out;
+use super::streams::Out;
 use crate::proto::{self, Frame, GUEST_STREAM, Kind};
 
 /// Where the git SSH relay is reached inside a sandbox (both backends).

@@ -88,8 +88,71 @@ pub struct SandboxBundle<'a> {
 
 /// The whole configuration of one sandbox's bundle (root file system at `rootfs/`).
 pub fn sandbox(b: &SandboxBundle<'_>) -> Spec {
+    Spec {
+        oci_version: "1.0.2",
+        process: process(b.init.clone()),
+        root: Root {
+            path: "rootfs".into(),
+            readonly: false,
+        },
+        hostname: b.hostname.to_owned(),
+        mounts: mounts(b),
+        linux: linux(b),
+    }
+}
+
+/// The guest's init: root of its user namespace, no new privileges, [`CAPABILITIES`] only.
+fn process(init: Vec<String>) -> Process {
     let caps: Vec<String> = CAPABILITIES.iter().map(|c| (*c).to_owned()).collect();
-    let mut mounts = vec![
+    Process {
+        terminal: false,
+        user: User { uid: 0, gid: 0 },
+        args: init,
+        env: vec![
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            "HOME=/root".into(),
+            "LANG=C.UTF-8".into(),
+        ],
+        cwd: "/".into(),
+        no_new_privileges: true,
+        capabilities: Capabilities {
+            bounding: caps.clone(),
+            effective: caps.clone(),
+            permitted: caps,
+            inheritable: Vec::new(),
+            ambient: Vec::new(),
+        },
+    }
+}
+
+/// The guest's mounts: its own /proc, /dev, /sys and /tmp, then the host's read-only files,
+/// the shared directories and the binds inside them, in that order.
+fn mounts(b: &SandboxBundle<'_>) -> Vec<Mount> {
+    let mut mounts = system_mounts();
+    for (host, guest) in b.files {
+        mounts.push(Mount::bind(
+            host,
+            guest,
+            &["rbind", "ro", "nosuid", "nodev", "noexec"],
+        ));
+    }
+    for (host, guest) in b.shared {
+        mounts.push(Mount::bind(host, guest, &["rbind", "nosuid", "nodev"]));
+    }
+    for (host, guest, read_only) in b.sub_binds {
+        let options: &[&str] = if *read_only {
+            &["bind", "ro", "nosuid", "nodev"]
+        } else {
+            &["bind", "nosuid", "nodev"]
+        };
+        mounts.push(Mount::bind(host, guest, options));
+    }
+    mounts
+}
+
+/// The guest's own /proc, /dev (with pts, shm and mqueue), /sys and /tmp.
+fn system_mounts() -> Vec<Mount> {
+    vec![
         Mount::new("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
         Mount::new(
             "/dev",
@@ -132,89 +195,34 @@ pub fn sandbox(b: &SandboxBundle<'_>) -> Spec {
             &["ro", "nosuid", "noexec", "nodev", "size=4k", "mode=555"],
         ),
         Mount::new("/tmp", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=1777"]),
-    ];
-    for (host, guest) in b.files {
-        mounts.push(Mount {
-            destination: guest.display().to_string(),
-            kind: "bind".into(),
-            source: host.display().to_string(),
-            options: ["rbind", "ro", "nosuid", "nodev", "noexec"]
-                .map(String::from)
-                .to_vec(),
-        });
-    }
-    for (host, guest) in b.shared {
-        mounts.push(Mount {
-            destination: guest.display().to_string(),
-            kind: "bind".into(),
-            source: host.display().to_string(),
-            options: ["rbind", "nosuid", "nodev"].map(String::from).to_vec(),
-        });
-    }
-    for (host, guest, read_only) in b.sub_binds {
-        let options: &[&str] = if *read_only {
-            &["bind", "ro", "nosuid", "nodev"]
-        } else {
-            &["bind", "nosuid", "nodev"]
-        };
-        mounts.push(Mount {
-            destination: guest.display().to_string(),
-            kind: "bind".into(),
-            source: host.display().to_string(),
-            options: options.iter().map(|o| (*o).to_owned()).collect(),
-        });
-    }
+    ]
+}
+
+/// The guest's namespaces, id maps, cgroup limits, hidden paths and seccomp filter.
+fn linux(b: &SandboxBundle<'_>) -> Linux {
     let l = b.limits;
-    Spec {
-        oci_version: "1.0.2",
-        process: Process {
-            terminal: false,
-            user: User { uid: 0, gid: 0 },
-            args: b.init.clone(),
-            env: vec![
-                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-                "HOME=/root".into(),
-                "LANG=C.UTF-8".into(),
-            ],
-            cwd: "/".into(),
-            no_new_privileges: true,
-            capabilities: Capabilities {
-                bounding: caps.clone(),
-                effective: caps.clone(),
-                permitted: caps,
-                inheritable: Vec::new(),
-                ambient: Vec::new(),
-            },
+    Linux {
+        uid_mappings: vec![b.uid_map],
+        gid_mappings: vec![b.gid_map],
+        namespaces: ["pid", "ipc", "uts", "mount", "user", "cgroup", "network"]
+            .iter()
+            .map(|k| Namespace { kind: k })
+            .collect(),
+        cgroups_path: b.cgroups_path.clone(),
+        resources: Resources {
+            memory: (l.memory_bytes > 0).then_some(Memory {
+                limit: l.memory_bytes,
+            }),
+            pids: (l.pids_max > 0).then_some(Pids { limit: l.pids_max }),
+            cpu: (l.cpu_millis > 0).then_some(Cpu {
+                quota: l.cpu_millis * 100,
+                period: 100_000,
+            }),
         },
-        root: Root {
-            path: "rootfs".into(),
-            readonly: false,
-        },
-        hostname: b.hostname.to_owned(),
-        mounts,
-        linux: Linux {
-            uid_mappings: vec![b.uid_map],
-            gid_mappings: vec![b.gid_map],
-            namespaces: ["pid", "ipc", "uts", "mount", "user", "cgroup", "network"]
-                .iter()
-                .map(|k| Namespace { kind: k })
-                .collect(),
-            cgroups_path: b.cgroups_path.clone(),
-            resources: Resources {
-                memory: (l.memory_bytes > 0).then_some(Memory {
-                    limit: l.memory_bytes,
-                }),
-                pids: (l.pids_max > 0).then_some(Pids { limit: l.pids_max }),
-                cpu: (l.cpu_millis > 0).then_some(Cpu {
-                    quota: l.cpu_millis * 100,
-                    period: 100_000,
-                }),
-            },
-            masked_paths: MASKED_PATHS.iter().map(|p| (*p).to_owned()).collect(),
-            readonly_paths: READONLY_PATHS.iter().map(|p| (*p).to_owned()).collect(),
-            seccomp: seccomp::profile(),
-            rootfs_propagation: "rprivate",
-        },
+        masked_paths: MASKED_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+        readonly_paths: READONLY_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+        seccomp: seccomp::profile(),
+        rootfs_propagation: "rprivate",
     }
 }
 
@@ -277,6 +285,16 @@ impl Mount {
             destination: destination.into(),
             kind: kind.into(),
             source: source.into(),
+            options: options.iter().map(|o| (*o).to_owned()).collect(),
+        }
+    }
+
+    /// A bind of host path `host` at guest path `guest`.
+    fn bind(host: &std::path::Path, guest: &std::path::Path, options: &[&str]) -> Self {
+        Self {
+            destination: guest.display().to_string(),
+            kind: "bind".into(),
+            source: host.display().to_string(),
             options: options.iter().map(|o| (*o).to_owned()).collect(),
         }
     }

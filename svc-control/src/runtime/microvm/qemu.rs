@@ -1,5 +1,5 @@
-//! The monitor the microvm backend drives: QEMU `-M microvm`, behind the [`Monitor`] trait so
-//! that a Firecracker driver can follow on hosts that have it.
+//! The monitor the microvm backend drives today: QEMU `-M microvm`, one implementation of
+//! [`Monitor`] (a Firecracker or cloud-hypervisor driver would be another module beside it).
 //!
 //! Each VM gets: the kernel (and initramfs) and a copy-on-write overlay of the root file
 //! system (qcow2 over the raw ext4 image); one virtio-net device on a tap named after the
@@ -17,184 +17,12 @@ use std::{
 };
 
 use super::qmp::Qmp;
-use crate::runtime::BoxFuture;
-
-/// The files of a VM, in its sandbox's directory.
-#[derive(Debug, Clone)]
-pub struct VmDir(pub PathBuf);
-
-impl VmDir {
-    pub fn disk(&self) -> PathBuf {
-        self.0.join("disk.qcow2")
-    }
-    pub fn qmp(&self) -> PathBuf {
-        self.0.join("qmp.sock")
-    }
-    pub fn agent(&self) -> PathBuf {
-        self.0.join("agent.sock")
-    }
-    pub fn pidfile(&self) -> PathBuf {
-        self.0.join("qemu.pid")
-    }
-    pub fn log(&self) -> PathBuf {
-        self.0.join("qemu.log")
-    }
-    /// vhost-device-vsock's vhost-user socket (QEMU's side).
-    pub fn vsock_device(&self) -> PathBuf {
-        self.0.join("vhu-vsock.sock")
-    }
-    /// The hybrid vsock socket svcd connects to (`CONNECT <port>`).
-    pub fn vsock(&self) -> PathBuf {
-        self.0.join("vsock.sock")
-    }
-    pub fn vsock_pidfile(&self) -> PathBuf {
-        self.0.join("vsock.pid")
-    }
-    /// virtiofsd's socket for shared directory `i`.
-    pub fn fs_socket(&self, i: usize) -> PathBuf {
-        self.0.join(format!("fs{i}.sock"))
-    }
-    /// virtiofsd's pid for shared directory `i`.
-    pub fn fs_pidfile(&self, i: usize) -> PathBuf {
-        self.0.join(format!("fs{i}.pid"))
-    }
-}
-
-/// The kernel, initramfs and root file system images (SPEC 2.8).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Images {
-    pub kernel: PathBuf,
-    /// Our addition: Debian's kernels build virtio as modules, loaded by an initramfs.
-    pub initrd: Option<PathBuf>,
-    pub rootfs: PathBuf,
-}
-
-impl Images {
-    /// The images named by `SVC_MICROVM_KERNEL`, `SVC_MICROVM_ROOTFS` and (optional)
-    /// `SVC_MICROVM_INITRD` in `env`; an error naming the variable that is missing or wrong.
-    pub fn from_env(env: impl Fn(&str) -> Option<OsString>) -> Result<Self, String> {
-        let path = |var: &str, what: &str, required: bool| -> Result<Option<PathBuf>, String> {
-            let Some(v) = env(var).filter(|v| !v.is_empty()) else {
-                return if required {
-                    Err(format!(
-                        "the microvm backend needs {var} (the path to {what}) in svcd's environment"
-                    ))
-                } else {
-                    Ok(None)
-                };
-            };
-            let p = PathBuf::from(v);
-            if !p.is_absolute() {
-                return Err(format!("{var}={}: expected an absolute path", p.display()));
-            }
-            match std::fs::metadata(&p) {
-                Ok(m) if m.is_file() => Ok(Some(p)),
-                Ok(_) => Err(format!("{var}={}: not a file", p.display())),
-                Err(e) => Err(format!("{var}={}: {e}", p.display())),
-            }
-        };
-        let kernel = path("SVC_MICROVM_KERNEL", "the microvm kernel image", true)?;
-        let rootfs = path(
-            "SVC_MICROVM_ROOTFS",
-            "the microvm rootfs image (ext4)",
-            true,
-        )?;
-        let initrd = path("SVC_MICROVM_INITRD", "the microvm initramfs", false)?;
-        match (kernel, rootfs) {
-            (Some(kernel), Some(rootfs)) => Ok(Self {
-                kernel,
-                initrd,
-                rootfs,
-            }),
-            _ => Err("the microvm images are not set".into()),
-        }
-    }
-}
-
-/// How guest code runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accel {
-    /// Hardware virtualisation.
-    Kvm,
-    /// QEMU's emulator: slower by an order of magnitude, but it runs anywhere.
-    Tcg,
-}
-
-impl Accel {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Kvm => "kvm",
-            Self::Tcg => "tcg",
-        }
-    }
-
-    /// `auto`: KVM where `/dev/kvm` opens and the CPU shows vmx or svm (a nested machine
-    /// without them has `/dev/kvm` but cannot run a guest), else TCG.
-    pub fn choose(asked: &str) -> (Self, String) {
-        match asked {
-            "kvm" => (Self::Kvm, "microvm.accel = \"kvm\"".into()),
-            "tcg" => (Self::Tcg, "microvm.accel = \"tcg\"".into()),
-            _ => {
-                let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-                let flags = cpu
-                    .lines()
-                    .filter(|l| l.starts_with("flags"))
-                    .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
-                let kvm = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/kvm");
-                match (flags, kvm) {
-                    (true, Ok(_)) => (Self::Kvm, "/dev/kvm opens and the CPU has vmx/svm".into()),
-                    (false, _) => (
-                        Self::Tcg,
-                        "the CPU shows no vmx/svm (nested without virtualisation?)".into(),
-                    ),
-                    (true, Err(e)) => (Self::Tcg, format!("/dev/kvm: {e}")),
-                }
-            }
-        }
-    }
-}
-
-/// One VM to launch.
-#[derive(Debug, Clone)]
-pub struct Launch<'a> {
-    pub dir: &'a VmDir,
-    pub images: &'a Images,
-    /// The tap (the sandbox's link) the monitor makes and plugs the guest's NIC into.
-    pub tap: &'a str,
-    pub memory_mib: u64,
-    pub cpus: u32,
-    /// Restore from this snapshot instead of booting (a fork's clone). Given on the command
-    /// line, so QEMU opens it before it drops to `run_as` (the snapshot is its source VM's).
-    pub incoming: Option<&'a Path>,
-    /// The uid and gid QEMU runs as once its devices are open: this VM's own.
-    pub run_as: (u32, u32),
-    /// virtio-fs devices: (the virtiofsd socket, the tag the guest mounts).
-    pub shared: &'a [(PathBuf, String)],
-    /// The agent's channel over vsock instead of virtio-serial: the vhost-user socket of its
-    /// vhost-device-vsock.
-    pub vsock: Option<&'a Path>,
-}
-
-/// A VM monitor.
-pub trait Monitor: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// Start a VM, paused, with its devices open (the tap exists once this returns); the
-    /// monitor's pid.
-    fn launch<'a>(&'a self, vm: &'a Launch<'a>) -> BoxFuture<'a, Result<u32, String>>;
-    /// Let the guest run (after launch or a pause).
-    fn resume<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>>;
-    /// Freeze the guest's CPUs.
-    fn pause<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>>;
-    /// Save a paused guest's memory and device state to `file`.
-    fn snapshot<'a>(&'a self, dir: &'a VmDir, file: &'a Path) -> BoxFuture<'a, Result<(), String>>;
-    /// Ask the monitor to exit (the guest ends with it).
-    fn quit<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>>;
-    /// The last of what the guest wrote on its console (for an error that explains a boot).
-    fn console<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<String, String>>;
-}
+pub use super::{
+    images::Images,
+    monitor::{Accel, Launch, Monitor},
+    vm_dir::VmDir,
+};
+use crate::runtime::{BoxFuture, start_time};
 
 /// QEMU.
 #[derive(Debug, Clone)]
@@ -209,129 +37,29 @@ const QMP_TIMEOUT: Duration = Duration::from_secs(30);
 impl Qemu {
     /// QEMU's command line for `vm`.
     pub fn args(&self, vm: &Launch<'_>) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::new();
-        let mut push = |s: &str| a.push(s.into());
-        push("-M");
-        if vm.shared.is_empty() && vm.vsock.is_none() {
-            push("microvm,pit=on,acpi=on");
-        } else {
-            // vhost-user devices (virtiofsd) need the guest's RAM in shared memory, and modern
-            // virtio-mmio.
-            push("microvm,pit=on,acpi=on,memory-backend=mem");
-            push("-object");
-            push(&format!(
-                "memory-backend-memfd,id=mem,size={}M,share=on",
-                vm.memory_mib
-            ));
-            push("-global");
-            push("virtio-mmio.force-legacy=false");
-        }
-        push("-accel");
-        push(match self.accel {
-            Accel::Kvm => "kvm",
-            // A smaller code cache than the 1 GiB default: RSS stays near the guest's size.
-            Accel::Tcg => "tcg,tb-size=64",
-        });
-        if self.accel == Accel::Kvm {
-            push("-cpu");
-            push("host");
-        }
-        for s in [
+        let mut a = Args::default();
+        machine(&mut a, vm, self.accel);
+        a.all(&[
             "-nodefaults",
             "-no-user-config",
             "-display",
             "none",
             "-no-reboot",
             "-S",
-        ] {
-            push(s);
-        }
-        push("-m");
-        push(&vm.memory_mib.to_string());
-        push("-smp");
-        push(&vm.cpus.to_string());
-        push("-chardev");
-        push("ringbuf,id=console,size=1M");
-        push("-serial");
-        push("chardev:console");
-        push("-kernel");
-        a.push(vm.images.kernel.clone().into());
-        if let Some(initrd) = &vm.images.initrd {
-            a.push("-initrd".into());
-            a.push(initrd.clone().into());
-        }
-        a.push("-append".into());
-        a.push(cmdline(self.accel).into());
-        a.push("-drive".into());
-        a.push(
-            format!(
-                "id=root,file={},format=qcow2,if=none",
-                vm.dir.disk().display()
-            )
-            .into(),
-        );
-        a.push("-device".into());
-        a.push("virtio-blk-device,drive=root".into());
-        match vm.vsock {
-            None => {
-                for s in ["-device", "virtio-serial-device", "-chardev"] {
-                    a.push(s.into());
-                }
-                a.push(
-                    format!(
-                        "socket,id=agent,path={},server=on,wait=off",
-                        vm.dir.agent().display()
-                    )
-                    .into(),
-                );
-                a.push("-device".into());
-                a.push(
-                    format!("virtserialport,chardev=agent,name={}", svc_guest::PORT_NAME).into(),
-                );
-            }
-            Some(device) => {
-                a.push("-chardev".into());
-                a.push(format!("socket,id=vsock,path={}", device.display()).into());
-                a.push("-device".into());
-                a.push("vhost-user-vsock-device,chardev=vsock".into());
-            }
-        }
-        a.push("-netdev".into());
-        // No vhost: the kernel's vhost-net is not everywhere, and the fence is on the tap.
-        a.push(
-            format!(
-                "tap,id=net,ifname={},script=no,downscript=no,vhost=off",
-                vm.tap
-            )
-            .into(),
-        );
-        a.push("-device".into());
-        a.push("virtio-net-device,netdev=net,mac=52:54:00:5c:00:02".into());
-        for (i, (socket, tag)) in vm.shared.iter().enumerate() {
-            a.push("-chardev".into());
-            a.push(format!("socket,id=fs{i},path={}", socket.display()).into());
-            a.push("-device".into());
-            a.push(format!("vhost-user-fs-device,chardev=fs{i},tag={tag}").into());
-        }
-        a.push("-qmp".into());
-        a.push(format!("unix:{},server=on,wait=off", vm.dir.qmp().display()).into());
-        a.push("-pidfile".into());
-        a.push(vm.dir.pidfile().into());
-        for s in [
-            "-sandbox",
-            "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
-            "-run-with",
-        ] {
-            a.push(s.into());
-        }
-        a.push(format!("user={}:{}", vm.run_as.0, vm.run_as.1).into());
-        if let Some(snapshot) = vm.incoming {
-            let mut uri = OsString::from("file:");
-            uri.push(snapshot);
-            a.push("-incoming".into());
-            a.push(uri);
-        }
-        a
+        ]);
+        a.push("-m").push(vm.memory_mib.to_string());
+        a.push("-smp").push(vm.cpus.to_string());
+        a.all(&[
+            "-chardev",
+            "ringbuf,id=console,size=1M",
+            "-serial",
+            "chardev:console",
+        ]);
+        boot_disk(&mut a, vm, self.accel);
+        agent_channel(&mut a, vm);
+        devices(&mut a, vm);
+        confinement(&mut a, vm);
+        a.0
     }
 
     async fn qmp(&self, dir: &VmDir) -> Result<Qmp, String> {
@@ -351,6 +79,125 @@ impl Qemu {
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+}
+
+/// A command line being built.
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn push(&mut self, arg: impl Into<OsString>) -> &mut Self {
+        self.0.push(arg.into());
+        self
+    }
+
+    fn all(&mut self, args: &[&str]) -> &mut Self {
+        for arg in args {
+            self.push(*arg);
+        }
+        self
+    }
+}
+
+/// The machine and its accelerator. vhost-user devices (virtiofsd, vhost-device-vsock) need
+/// the guest's RAM in shared memory, and modern virtio-mmio.
+fn machine(a: &mut Args, vm: &Launch<'_>, accel: Accel) {
+    a.push("-M");
+    if vm.shared.is_empty() && vm.vsock.is_none() {
+        a.push("microvm,pit=on,acpi=on");
+    } else {
+        a.push("microvm,pit=on,acpi=on,memory-backend=mem");
+        a.push("-object").push(format!(
+            "memory-backend-memfd,id=mem,size={}M,share=on",
+            vm.memory_mib
+        ));
+        a.all(&["-global", "virtio-mmio.force-legacy=false"]);
+    }
+    a.push("-accel");
+    a.push(match accel {
+        Accel::Kvm => "kvm",
+        // A smaller code cache than the 1 GiB default: RSS stays near the guest's size.
+        Accel::Tcg => "tcg,tb-size=64",
+    });
+    if accel == Accel::Kvm {
+        a.all(&["-cpu", "host"]);
+    }
+}
+
+/// The kernel, its initramfs and command line, and the root disk (the VM's overlay).
+fn boot_disk(a: &mut Args, vm: &Launch<'_>, accel: Accel) {
+    a.push("-kernel").push(&vm.images.kernel);
+    if let Some(initrd) = &vm.images.initrd {
+        a.push("-initrd").push(initrd);
+    }
+    a.push("-append").push(cmdline(accel));
+    a.push("-drive").push(format!(
+        "id=root,file={},format=qcow2,if=none",
+        vm.dir.disk().display()
+    ));
+    a.all(&["-device", "virtio-blk-device,drive=root"]);
+}
+
+/// The agent's channel: a virtio-serial port on a unix socket, or a vhost-user vsock device.
+fn agent_channel(a: &mut Args, vm: &Launch<'_>) {
+    match vm.vsock {
+        None => {
+            a.all(&["-device", "virtio-serial-device", "-chardev"]);
+            a.push(format!(
+                "socket,id=agent,path={},server=on,wait=off",
+                vm.dir.agent().display()
+            ));
+            a.push("-device").push(format!(
+                "virtserialport,chardev=agent,name={}",
+                svc_guest::PORT_NAME
+            ));
+        }
+        Some(device) => {
+            a.push("-chardev")
+                .push(format!("socket,id=vsock,path={}", device.display()));
+            a.all(&["-device", "vhost-user-vsock-device,chardev=vsock"]);
+        }
+    }
+}
+
+/// The NIC on the sandbox's tap and a virtio-fs device per shared directory.
+fn devices(a: &mut Args, vm: &Launch<'_>) {
+    // No vhost: the kernel's vhost-net is not everywhere, and the fence is on the tap.
+    a.push("-netdev").push(format!(
+        "tap,id=net,ifname={},script=no,downscript=no,vhost=off",
+        vm.tap
+    ));
+    a.all(&[
+        "-device",
+        "virtio-net-device,netdev=net,mac=52:54:00:5c:00:02",
+    ]);
+    for (i, (socket, tag)) in vm.shared.iter().enumerate() {
+        a.push("-chardev")
+            .push(format!("socket,id=fs{i},path={}", socket.display()));
+        a.push("-device")
+            .push(format!("vhost-user-fs-device,chardev=fs{i},tag={tag}"));
+    }
+}
+
+/// QMP and the pid file, QEMU's own seccomp filter and unprivileged ids, and the snapshot a
+/// clone restores (last: opened before QEMU drops its ids).
+fn confinement(a: &mut Args, vm: &Launch<'_>) {
+    a.push("-qmp").push(format!(
+        "unix:{},server=on,wait=off",
+        vm.dir.qmp().display()
+    ));
+    a.push("-pidfile").push(vm.dir.pidfile());
+    a.all(&[
+        "-sandbox",
+        "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
+        "-run-with",
+    ]);
+    a.push(format!("user={}:{}", vm.run_as.0, vm.run_as.1));
+    if let Some(snapshot) = vm.incoming {
+        let mut uri = OsString::from("file:");
+        uri.push(snapshot);
+        a.push("-incoming").push(uri);
     }
 }
 
@@ -391,6 +238,27 @@ fn tsc_khz() -> u64 {
 impl Monitor for Qemu {
     fn name(&self) -> &'static str {
         "qemu"
+    }
+
+    fn accel(&self) -> Accel {
+        self.accel
+    }
+
+    /// QEMU's pid from its pidfile, if that process is still this VM's QEMU (its command line
+    /// names the VM's directory).
+    fn running(&self, dir: &VmDir) -> Option<(u32, u64)> {
+        let pid: u32 = std::fs::read_to_string(dir.pidfile())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        // Every QEMU of ours names its QMP socket, whichever channel it has.
+        let mine = dir.qmp().display().to_string();
+        String::from_utf8_lossy(&cmdline)
+            .contains(&mine)
+            .then_some(())?;
+        Some((pid, start_time(pid)?))
     }
 
     fn launch<'a>(&'a self, vm: &'a Launch<'a>) -> BoxFuture<'a, Result<u32, String>> {
@@ -543,57 +411,6 @@ async fn wait_loaded(qmp: &mut Qmp, deadline: Instant) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn missing_or_wrong_images_are_named() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kernel = dir.path().join("vmlinuz");
-        std::fs::write(&kernel, b"k").expect("write");
-        let k = kernel.clone().into_os_string();
-        type Env = Vec<(&'static str, OsString)>;
-        let cases: Vec<(&str, Env, &str)> = vec![
-            (
-                "no kernel",
-                vec![],
-                "the microvm backend needs SVC_MICROVM_KERNEL (the path to the microvm kernel image) in svcd's environment",
-            ),
-            (
-                "no rootfs",
-                vec![("SVC_MICROVM_KERNEL", k.clone())],
-                "the microvm backend needs SVC_MICROVM_ROOTFS (the path to the microvm rootfs image (ext4)) in svcd's environment",
-            ),
-            (
-                "relative",
-                vec![("SVC_MICROVM_KERNEL", "vmlinuz".into())],
-                "SVC_MICROVM_KERNEL=vmlinuz: expected an absolute path",
-            ),
-            (
-                "absent file",
-                vec![
-                    ("SVC_MICROVM_KERNEL", k.clone()),
-                    ("SVC_MICROVM_ROOTFS", "/nonexistent/rootfs.ext4".into()),
-                ],
-                "SVC_MICROVM_ROOTFS=/nonexistent/rootfs.ext4: No such file or directory (os error 2)",
-            ),
-            (
-                "a directory",
-                vec![("SVC_MICROVM_KERNEL", dir.path().as_os_str().to_owned())],
-                "not a file",
-            ),
-        ];
-        for (name, env, want) in cases {
-            let err =
-                Images::from_env(|v| env.iter().find(|(k, _)| *k == v).map(|(_, x)| x.clone()))
-                    .expect_err(name);
-            assert!(err.contains(want), "{name}: {err}");
-        }
-        let ok = Images::from_env(|v| match v {
-            "SVC_MICROVM_KERNEL" | "SVC_MICROVM_ROOTFS" => Some(k.clone()),
-            _ => None,
-        })
-        .expect("both set");
-        assert_eq!(ok.initrd, None, "the initramfs is optional");
-    }
 
     #[test]
     fn the_command_line_fences_what_qemu_may_do() {

@@ -1,0 +1,212 @@
+//! The host's side of the channel to a microvm's agent ([`svc_guest::proto`]): one connection
+//! to the VM's virtio-serial socket, many streams over it.
+//!
+//! The guest is untrusted: every frame it sends is checked. A stream that sends more than its
+//! credit allows, or a frame that does not parse, ends the channel (its commands fail with the
+//! reason; the next exec connects again). Nothing the guest says is buffered beyond a window
+//! per stream.
+
+mod connect;
+mod exec;
+mod frames;
+mod guest;
+mod streams;
+
+use std::{
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+};
+
+use svc_guest::proto::{Exec, Frame, Kind, MAX_PAYLOAD, Request, WINDOW};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    sync::{Semaphore, mpsc, oneshot, watch},
+};
+
+use self::{
+    exec::{Remote, deliver, forward_input, send_input},
+    frames::{read_frames, write_frames},
+    guest::{Guest, lock_guest},
+    streams::{Event, Opened, StreamOut, Streams, lock},
+};
+use crate::runtime::{ExecHandle, GuestService};
+
+/// A connected channel.
+pub struct Channel {
+    out: mpsc::UnboundedSender<Frame>,
+    streams: Streams,
+    guest: Guest,
+    next: AtomicU32,
+    /// Why the channel ended, once it has.
+    ended: watch::Receiver<Option<String>>,
+    /// The tasks that read and write the connection: dropping the channel ends them, which
+    /// closes the connection (the agent then ends what this host started).
+    tasks: [tokio::task::AbortHandle; 2],
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("ended", &*self.ended.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Channel {
+    /// A channel over any byte stream (the tests run the agent over a socket pair); the
+    /// receiver of the agent's hello answers.
+    pub fn over<R, W>(reader: R, writer: W) -> (Arc<Self>, mpsc::UnboundedReceiver<String>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let (ended_tx, ended) = watch::channel(None);
+        let (hello_tx, hello_rx) = mpsc::unbounded_channel();
+        let streams: Streams = Arc::default();
+        let guest: Guest = Arc::default();
+        let ended_tx = Arc::new(ended_tx);
+        let writing = tokio::spawn({
+            let ended_tx = ended_tx.clone();
+            async move {
+                if let Err(e) = write_frames(writer, out_rx).await {
+                    let _ = ended_tx.send(Some(format!("writing to the agent: {e}")));
+                }
+            }
+        });
+        let reading = tokio::spawn({
+            let (streams, guest, out) = (streams.clone(), guest.clone(), out.clone());
+            async move {
+                let why = read_frames(reader, &streams, &hello_tx, &guest, &out).await;
+                let _ = ended_tx.send(Some(why));
+                // Every stream still open learns that the channel ended.
+                lock(&streams).clear();
+                lock_guest(&guest).streams.clear();
+            }
+        });
+        (
+            Arc::new(Self {
+                out,
+                streams,
+                guest,
+                next: AtomicU32::new(1),
+                ended,
+                tasks: [writing.abort_handle(), reading.abort_handle()],
+            }),
+            hello_rx,
+        )
+    }
+
+    /// Hand the streams the guest opens from now on to `service` (until then they are
+    /// refused).
+    pub fn serve_guest(&self, service: GuestService) {
+        lock_guest(&self.guest).service = Some(service);
+    }
+
+    /// Whether the channel still works.
+    pub fn is_open(&self) -> bool {
+        self.ended.borrow().is_none() && !self.out.is_closed()
+    }
+
+    fn ended_reason(&self) -> String {
+        self.ended
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| "the channel to the agent closed".into())
+    }
+
+    /// Open a stream for `request`.
+    fn open(&self, request: &Request) -> Result<Opened, String> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, events) = mpsc::unbounded_channel();
+        let credit = Arc::new(Semaphore::new(WINDOW as usize));
+        let unread = Arc::new(AtomicU32::new(0));
+        lock(&self.streams).insert(
+            id,
+            StreamOut {
+                events: tx,
+                credit: credit.clone(),
+                unread: unread.clone(),
+            },
+        );
+        let json = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        if json.len() > MAX_PAYLOAD {
+            lock(&self.streams).remove(&id);
+            return Err(format!("the request is over {MAX_PAYLOAD} bytes"));
+        }
+        self.out
+            .send(Frame::new(id, Kind::Open, json))
+            .map_err(|_| self.ended_reason())?;
+        Ok(Opened {
+            id,
+            events,
+            credit,
+            unread,
+            ended: self.ended.clone(),
+            out: self.out.clone(),
+        })
+    }
+
+    /// Run a request that takes `input` and answers with success or an error: a file write,
+    /// the guest's setup.
+    pub async fn call(&self, request: &Request, input: &[u8]) -> Result<(), String> {
+        let mut opened = self.open(request)?;
+        let id = opened.id;
+        send_input(&self.out, id, &opened.credit, input).await?;
+        let _ = self.out.send(Frame::new(id, Kind::Eof, Vec::new()));
+        loop {
+            match opened.events.recv().await {
+                Some(Event::Exit(0)) => return Ok(()),
+                Some(Event::Exit(code)) => return Err(format!("the agent ended it with {code}")),
+                Some(Event::Error(e)) => return Err(e),
+                Some(Event::Stdout(_) | Event::Stderr(_)) => {}
+                None => return Err(self.ended_reason()),
+            }
+        }
+    }
+
+    /// Run a command in the guest: its streams and how it ends.
+    pub fn exec(self: &Arc<Self>, exec: Exec) -> Result<ExecHandle, String> {
+        let stdin = exec.stdin;
+        let tty = exec.tty.is_some();
+        let opened = self.open(&Request::Exec(exec))?;
+        let (id, credit) = (opened.id, opened.credit.clone());
+        let (stdout_r, stdout_w) = tokio::io::simplex(64 * 1024);
+        let (stderr_r, stderr_w) = tokio::io::simplex(64 * 1024);
+        let (exit_tx, exit_rx) = oneshot::channel();
+        tokio::spawn(deliver(
+            opened,
+            stdout_w,
+            (!tty).then_some(stderr_w),
+            exit_tx,
+        ));
+        let stdin = stdin.then(|| {
+            let (r, w) = tokio::io::simplex(64 * 1024);
+            tokio::spawn(forward_input(id, r, self.out.clone(), credit));
+            Box::pin(w) as Pin<Box<dyn AsyncWrite + Send>>
+        });
+        Ok(ExecHandle {
+            stdin,
+            stdout: Some(Box::pin(stdout_r)),
+            stderr: (!tty).then(|| Box::pin(stderr_r) as Pin<Box<dyn AsyncRead + Send>>),
+            control: Box::new(Remote {
+                out: self.out.clone(),
+                ended: self.ended.clone(),
+                id,
+                exit: Some(exit_rx),
+                code: None,
+            }),
+        })
+    }
+}

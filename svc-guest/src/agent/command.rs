@@ -1,0 +1,262 @@
+//! Running a command for the host: its process (on pipes, or on a terminal of its own), its
+//! output sent within the stream's credit, the host's input fed to it, then its exit code.
+
+use std::{os::fd::OwnedFd, process::Stdio, sync::Arc, time::Duration};
+
+use tokio::{
+    io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
+    sync::{Semaphore, mpsc, watch},
+};
+
+use super::streams::{Out, Streams, error, lock};
+use crate::proto::{Exec, Frame, Kind};
+
+/// How long output may keep coming after a command exited before its stream is closed (a
+/// background process that kept the command's stdout open would hold it forever).
+const DRAIN_IDLE: Duration = Duration::from_millis(500);
+
+/// Run a command; its output on the stream, then its exit code.
+pub(super) async fn run(
+    id: u32,
+    exec: Exec,
+    input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
+    out: &Out,
+    streams: &Streams,
+    credit: Arc<Semaphore>,
+) -> Frame {
+    let Some(program) = exec.argv.first() else {
+        return error(id, "exec needs a command".into());
+    };
+    let (mut cmd, tty) = match command(program, &exec) {
+        Ok(c) => c,
+        Err(e) => return error(id, format!("opening a terminal: {e}")),
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return not_started(id, program, &e, out),
+    };
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    if let Some(s) = lock(streams).get_mut(&id) {
+        s.pid = pid;
+        s.tty = tty.clone();
+    }
+    let (exited_tx, exited) = watch::channel(false);
+    let io = Io {
+        id,
+        out,
+        credit: &credit,
+        exited: &exited,
+    };
+    let pumps = match &tty {
+        Some(master) => match io.terminal(master, input) {
+            Ok(pumps) => pumps,
+            Err(e) => {
+                let _ = child.start_kill();
+                return error(id, format!("the terminal: {e}"));
+            }
+        },
+        None => io.pipes(&mut child, input),
+    };
+    let code = match child.wait().await {
+        Ok(status) => status.code().unwrap_or_else(|| {
+            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+        }),
+        Err(e) => return error(id, format!("waiting for {program}: {e}")),
+    };
+    let _ = exited_tx.send(true);
+    for p in pumps {
+        let _ = p.await;
+    }
+    Frame::i32(id, Kind::Exit, code)
+}
+
+/// The command `exec` asks for (`program`: its first word), and its terminal's master end if it runs on one.
+fn command(
+    program: &str,
+    exec: &Exec,
+) -> std::io::Result<(tokio::process::Command, Option<Arc<OwnedFd>>)> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&exec.argv[1..])
+        .env_clear()
+        .envs(exec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(exec.cwd.as_deref().unwrap_or("/"));
+    let tty = match exec.tty {
+        Some((rows, cols)) => Some(Arc::new(terminal(&mut cmd, rows, cols)?)),
+        None => {
+            cmd.stdin(if exec.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+            None
+        }
+    };
+    Ok((cmd, tty))
+}
+
+/// A command that did not start: said on its stderr, and its exit code as a shell says it
+/// (127 not found, 126 found but not runnable).
+fn not_started(id: u32, program: &str, e: &std::io::Error, out: &Out) -> Frame {
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    let _ = out.send(Frame::new(
+        id,
+        Kind::Stderr,
+        format!("svc-microvm-agent: {program}: {e}\n"),
+    ));
+    Frame::i32(id, Kind::Exit, code)
+}
+
+/// What a running command's streams are connected with: its stream, the host, the stream's
+/// credit and whether the command has exited.
+struct Io<'a> {
+    id: u32,
+    out: &'a Out,
+    credit: &'a Arc<Semaphore>,
+    exited: &'a watch::Receiver<bool>,
+}
+
+impl Io<'_> {
+    /// Copy a stream of the command's output to the host as `kind` frames.
+    fn pump<R: AsyncRead + Unpin + Send + 'static>(
+        &self,
+        kind: Kind,
+        r: R,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(pump(
+            self.id,
+            kind,
+            r,
+            self.out.clone(),
+            self.credit.clone(),
+            self.exited.clone(),
+        ))
+    }
+
+    /// The command on its terminal `master`: its output from it, the host's input to it.
+    fn terminal(
+        &self,
+        master: &OwnedFd,
+        input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
+    ) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>> {
+        let file = |m: &OwnedFd| m.try_clone().map(|fd| tokio::fs::File::from_std(fd.into()));
+        let (r, w) = (file(master)?, file(master)?);
+        let pumps = vec![self.pump(Kind::Stdout, r)];
+        tokio::spawn(feed(self.id, w, input, self.out.clone()));
+        Ok(pumps)
+    }
+
+    /// The command on pipes: its stdout and stderr to the host, the host's input to its
+    /// stdin (when it has one).
+    fn pipes(
+        &self,
+        child: &mut tokio::process::Child,
+        input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut pumps = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            pumps.push(self.pump(Kind::Stdout, stdout));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            pumps.push(self.pump(Kind::Stderr, stderr));
+        }
+        if let Some(stdin) = child.stdin.take() {
+            tokio::spawn(feed(self.id, stdin, input, self.out.clone()));
+        }
+        pumps
+    }
+}
+
+/// Give `cmd` a new terminal of `rows`×`cols` as its controlling terminal and all of its
+/// standard streams; the terminal's master end.
+fn terminal(cmd: &mut tokio::process::Command, rows: u16, cols: u16) -> std::io::Result<OwnedFd> {
+    let pty = nix::pty::openpty(
+        Some(&nix::pty::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        }),
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    cmd.stdin(Stdio::from(pty.slave.try_clone()?))
+        .stdout(Stdio::from(pty.slave.try_clone()?))
+        .stderr(Stdio::from(pty.slave));
+    #[expect(
+        unsafe_code,
+        reason = "pre_exec: a new session whose controlling terminal is the command's stdin"
+    )]
+    // SAFETY: between fork and exec the closure only makes two system calls (setsid and the
+    // TIOCSCTTY ioctl on fd 0, which the stdio set-up above made the terminal); it allocates
+    // nothing and takes no locks.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            rustix::process::ioctl_tiocsctty(std::os::fd::BorrowedFd::borrow_raw(0))?;
+            Ok(())
+        });
+    }
+    Ok(pty.master)
+}
+
+/// Copy a command's output to the host as `kind` frames, within the stream's credit. Ends at
+/// end of file (a terminal says EIO when its last writer closed) or once the command exited
+/// and nothing came for [`DRAIN_IDLE`].
+async fn pump<R: AsyncRead + Unpin>(
+    id: u32,
+    kind: Kind,
+    mut r: R,
+    out: Out,
+    credit: Arc<Semaphore>,
+    mut exited: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let read = tokio::select! {
+            r = r.read(&mut buf) => r,
+            () = idle_after_exit(&mut exited) => return,
+        };
+        let n = match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        match credit.acquire_many(n as u32).await {
+            Ok(p) => p.forget(),
+            Err(_) => return,
+        }
+        if out.send(Frame::new(id, kind, &buf[..n])).is_err() {
+            return;
+        }
+    }
+}
+
+async fn idle_after_exit(exited: &mut watch::Receiver<bool>) {
+    if exited.wait_for(|e| *e).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(DRAIN_IDLE).await;
+}
+
+/// Copy the host's input to the command, returning credit as it is written.
+async fn feed<W: AsyncWrite + Unpin>(
+    id: u32,
+    mut w: W,
+    mut input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
+    out: Out,
+) {
+    while let Some(Some(chunk)) = input.recv().await {
+        if w.write_all(&chunk).await.is_err() || w.flush().await.is_err() {
+            return;
+        }
+        let _ = out.send(Frame::u32(id, Kind::Credit, chunk.len() as u32));
+    }
+    // End of input: on a terminal, say it the way a terminal does (^D at line start).
+    let _ = w.shutdown().await;
+}
