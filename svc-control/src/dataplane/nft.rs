@@ -375,3 +375,69 @@ fn prefixes(nets: &[IpNet]) -> Vec<Value> {
         .map(|n| json!({ "prefix": { "addr": n.network().to_string(), "len": n.prefix_len() } }))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nft() -> Nft {
+        Nft::new(NftConfig {
+            table: "svc_test".into(),
+            guard_port: 5353,
+            proxy_port: 3128,
+            never: vec!["10.0.0.0/8".parse().expect("net")],
+            deny: vec!["169.254.0.0/16".parse().expect("net")],
+            operator_allow: vec![],
+        })
+    }
+
+    #[test]
+    fn the_rules_go_steering_input_forward_postrouting_in_that_order() {
+        let chains: Vec<String> = nft()
+            .rules()
+            .iter()
+            .map(|r| r["add"]["rule"]["chain"].as_str().unwrap_or("").to_owned())
+            .collect();
+        let want: Vec<&str> = [("prerouting", 3), ("input", 5), ("forward", 10)]
+            .into_iter()
+            .flat_map(|(c, n)| std::iter::repeat_n(c, n))
+            .chain(["postrouting"])
+            .collect();
+        assert_eq!(chains, want);
+        for r in nft().rules() {
+            assert_eq!(r["add"]["rule"]["table"], "svc_test", "{r}");
+            assert_eq!(r["add"]["rule"]["family"], "inet", "{r}");
+        }
+    }
+
+    #[test]
+    fn the_whole_table_fits_the_nftables_schema() {
+        let n = nft();
+        let mut batch = vec![json!({ "add": { "table": n.table_obj() } })];
+        batch.extend(n.sets(&["svc-t0".into()]));
+        batch.extend(n.chains());
+        batch.extend(n.rules());
+        let typed: Result<nftables::schema::Nftables, _> =
+            serde_json::from_value(json!({ "nftables": batch }));
+        assert!(typed.is_ok(), "{typed:?}");
+    }
+
+    #[test]
+    fn only_marked_traffic_is_steered_and_the_last_input_rule_drops() {
+        let rules = nft().rules();
+        let marks: Vec<u64> = rules[..3]
+            .iter()
+            .filter_map(|r| r["add"]["rule"]["expr"][1]["match"]["right"].as_u64())
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                u64::from(mark::DNS),
+                u64::from(mark::DNS),
+                u64::from(mark::PROXY)
+            ]
+        );
+        assert_eq!(rules[7]["add"]["rule"]["expr"][1], json!({ "drop": null }));
+        assert_eq!(rules[17]["add"]["rule"]["expr"][1], json!({ "drop": null }));
+    }
+}

@@ -128,3 +128,79 @@ fn finish(
 fn encode(m: &Message) -> Option<Vec<u8>> {
     m.to_vec().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use hickory_proto::op::MessageType;
+
+    use super::*;
+
+    fn query() -> Message {
+        let mut q = Message::query();
+        q.add_query(Query::query(
+            Name::from_ascii("allowed.example.test.").expect("name"),
+            hickory_proto::rr::RecordType::A,
+        ));
+        q
+    }
+
+    fn rcode(answer: &[u8]) -> ResponseCode {
+        Message::from_vec(answer)
+            .expect("an answer")
+            .metadata
+            .response_code
+    }
+
+    #[test]
+    fn what_is_not_a_query_gets_no_answer_or_an_error() {
+        assert_eq!(read_query(&[0; 11]), Err(None), "shorter than a header");
+        let garbage = [0x12, 0x34, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0xff];
+        let Err(Some(formerr)) = read_query(&garbage) else {
+            panic!("garbage with a header is answered FORMERR");
+        };
+        assert_eq!(rcode(&formerr), ResponseCode::FormErr);
+        let mut response = query();
+        response.metadata.message_type = MessageType::Response;
+        let bytes = response.to_vec().expect("encode");
+        assert_eq!(
+            read_query(&bytes),
+            Err(None),
+            "a response is never answered"
+        );
+        let mut update = query();
+        update.metadata.op_code = OpCode::Update;
+        let bytes = update.to_vec().expect("encode");
+        let Err(Some(notimp)) = read_query(&bytes) else {
+            panic!("another opcode is answered NOTIMP");
+        };
+        assert_eq!(rcode(&notimp), ResponseCode::NotImp);
+    }
+
+    #[test]
+    fn a_query_is_read_with_its_id() {
+        let q = query();
+        let bytes = q.to_vec().expect("encode");
+        let (id, msg) = read_query(&bytes).expect("a query");
+        assert_eq!(id, q.metadata.id);
+        assert_eq!(msg.queries, q.queries);
+    }
+
+    #[test]
+    fn a_udp_answer_past_the_clients_size_is_truncated() {
+        let q = query();
+        let question = q.queries[0].clone();
+        let mut answer = Answer::to(q.metadata.id, &q, &question, Transport::Udp);
+        let record = Record::from_rdata(
+            question.name().clone(),
+            60,
+            RData::A(hickory_proto::rr::rdata::A::new(192, 0, 2, 1)),
+        );
+        answer.reply.add_answers(vec![record; 64]);
+        let bytes = answer.code(ResponseCode::NoError).expect("encoded");
+        let got = Message::from_vec(&bytes).expect("parse");
+        assert!(bytes.len() <= DEFAULT_UDP_PAYLOAD);
+        assert!(got.metadata.truncation);
+        assert!(got.answers.is_empty());
+        assert_eq!(got.queries, q.queries);
+    }
+}

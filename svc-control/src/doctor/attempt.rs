@@ -98,22 +98,7 @@ async fn attempt(check: &Check, cwd: &Path) -> Attempt {
         (output, status)
     };
     match tokio::time::timeout(limit, run).await {
-        Ok((output, status)) => {
-            let tail = tail(&output);
-            match status {
-                Ok(s) if s.success() => (Status::Passed, Some(0), None, tail),
-                Ok(s) => (
-                    Status::Failed,
-                    s.code(),
-                    Some(match s.code() {
-                        Some(c) => format!("exited with {c}"),
-                        None => "killed by a signal".into(),
-                    }),
-                    tail,
-                ),
-                Err(e) => (Status::Failed, None, Some(format!("waiting: {e}")), tail),
-            }
-        }
+        Ok((output, status)) => exited(status, tail(&output)),
         Err(_) => {
             // The whole group: a shell script's children go too.
             if let Some(pg) = pgid {
@@ -129,6 +114,23 @@ async fn attempt(check: &Check, cwd: &Path) -> Attempt {
                 String::new(),
             )
         }
+    }
+}
+
+/// The attempt of a check that ended within its timeout with `status`, `tail` its output.
+fn exited(status: std::io::Result<std::process::ExitStatus>, tail: String) -> Attempt {
+    match status {
+        Ok(s) if s.success() => (Status::Passed, Some(0), None, tail),
+        Ok(s) => (
+            Status::Failed,
+            s.code(),
+            Some(match s.code() {
+                Some(c) => format!("exited with {c}"),
+                None => "killed by a signal".into(),
+            }),
+            tail,
+        ),
+        Err(e) => (Status::Failed, None, Some(format!("waiting: {e}")), tail),
     }
 }
 

@@ -54,3 +54,38 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::ssh;
+
+    #[test]
+    fn a_session_is_denied_with_exit_1_until_the_relay_allows_it() {
+        let blank = Session::asked(None);
+        assert_eq!(
+            (
+                blank.host.as_str(),
+                blank.repo.as_str(),
+                blank.command.as_str()
+            ),
+            ("", "", "")
+        );
+        let args = ["git@github.com", "git-receive-pack '/owner/repo.git'"].map(String::from);
+        let request = ssh::parse_request(&args).expect("a git request");
+        let asked = Session::asked(Some(&request));
+        assert_eq!(
+            (
+                asked.host.as_str(),
+                asked.repo.as_str(),
+                asked.command.as_str()
+            ),
+            ("github.com", "owner/repo", "git-receive-pack")
+        );
+        for s in [blank, asked] {
+            assert_eq!((s.decision, s.exit, s.reason), ("deny", 1, None));
+            assert_eq!((s.bytes_up, s.bytes_down, s.signed), (0, 0, false));
+            assert!(s.refs.is_empty());
+        }
+    }
+}
