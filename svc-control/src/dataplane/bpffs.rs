@@ -2,7 +2,7 @@
 
 use std::{ffi::CString, io, os::unix::ffi::OsStrExt as _, path::Path};
 
-use super::DataplaneError;
+use super::error::DataplaneError;
 
 /// `BPF_FS_MAGIC` from `linux/magic.h`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;

@@ -1,26 +1,24 @@
 //! The fence object: one load of svc's eBPF programs, pinned, attached per guest link.
 
-use std::{
-    io,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, lpm_trie::LpmTrie},
-    programs::{
-        LinkOrder, SchedClassifier, TcAttachType, TestRun as _, TestRunOptions,
-        links::{FdLink, PinnedLink},
-        tc::TcAttachOptions,
+    programs::links::{FdLink, PinnedLink},
+};
+use svc_ebpf_common::{AllowValue, DropEvent, program};
+
+use super::{
+    bpffs::ensure_bpffs,
+    counters::{Counters, sum_counters},
+    diagnostics::LogLevel,
+    error::DataplaneError,
+    maps::Maps,
+    tcx::{
+        Direction, attach_tcx, classifier, detach_pinned, link_err, remove_if_present,
+        remove_pin_dir, validate_link_name,
     },
 };
-use serde::Serialize;
-use svc_ebpf_common::{
-    AllowKey4, AllowKey6, AllowValue, CidrKey4, CidrKey6, Counter, DropEvent, SandboxRecord,
-    capacity, map, program, reason,
-};
-
-use super::DataplaneError;
 
 /// svc's eBPF object, built by `build.rs` from the `svc-ebpf` crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/svc-ebpf"));
@@ -30,7 +28,7 @@ const BPFFS_ROOT: &str = "/sys/fs/bpf";
 
 /// The loaded fence: programs and maps, pinned under `pin_dir`.
 pub struct Fence {
-    ebpf: Ebpf,
+    pub(super) ebpf: Ebpf,
     pin_dir: PathBuf,
     pub(super) maps: Maps,
     /// A copy of the destination-class tries (prefix, verdict), to refuse allow entries in a
@@ -46,111 +44,11 @@ pub struct Fence {
     calibration: Vec<aya::programs::tc::SchedClassifierLinkId>,
 }
 
-/// Typed handles on the fence's maps.
-pub(super) struct Maps {
-    pub counters: PerCpuArray<MapData, Counter>,
-    pub links: Array<MapData, SandboxRecord>,
-    pub sandboxes: HashMap<MapData, u32, SandboxRecord>,
-    pub allow4: HashMap<MapData, AllowKey4, AllowValue>,
-    pub allow6: HashMap<MapData, AllowKey6, AllowValue>,
-    pub cidr4: LpmTrie<MapData, CidrKey4, AllowValue>,
-    pub cidr6: LpmTrie<MapData, CidrKey6, AllowValue>,
-    pub deny4: LpmTrie<MapData, [u8; 4], u32>,
-    pub deny6: LpmTrie<MapData, [u8; 16], u32>,
-    pub events: RingBuf<MapData>,
-    /// Link records as this process last wrote or read them (it is their only writer): the
-    /// DNS guard's write path finds a link's generation without a system call.
-    pub records_seen: std::collections::HashMap<u32, SandboxRecord>,
-}
-
-/// Which direction of a guest link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Guest → host (tc ingress on the host end).
-    Ingress,
-    /// Host → guest (tc egress on the host end).
-    Egress,
-}
-
-impl Direction {
-    const fn program(self) -> &'static str {
-        match self {
-            Self::Ingress => program::TAP_INGRESS,
-            Self::Egress => program::TAP_EGRESS,
-        }
-    }
-    const fn suffix(self) -> &'static str {
-        match self {
-            Self::Ingress => "ingress",
-            Self::Egress => "egress",
-        }
-    }
-    const fn attach_type(self) -> TcAttachType {
-        match self {
-            Self::Ingress => TcAttachType::Ingress,
-            Self::Egress => TcAttachType::Egress,
-        }
-    }
-}
-
 impl std::fmt::Debug for Fence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fence")
             .field("pin_dir", &self.pin_dir)
             .finish_non_exhaustive()
-    }
-}
-
-/// Result of running the ingress classifier once on a crafted frame (`BPF_PROG_TEST_RUN`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TestRunOutcome {
-    /// The tc action the program returned (`TC_ACT_OK` = 0, `TC_ACT_SHOT` = 2).
-    pub action: u32,
-}
-
-impl TestRunOutcome {
-    /// `TC_ACT_SHOT`: the frame was dropped.
-    pub const fn dropped(self) -> bool {
-        self.action == 2
-    }
-    /// `TC_ACT_OK`: the frame passed.
-    pub const fn passed(self) -> bool {
-        self.action == 0
-    }
-}
-
-/// The counters of one verdict reason, summed over CPUs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ReasonCount {
-    pub code: u32,
-    pub reason: &'static str,
-    pub drop: bool,
-    pub packets: u64,
-    pub bytes: u64,
-}
-
-/// All verdict counters of the fence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    pub reasons: Vec<ReasonCount>,
-}
-
-impl Counters {
-    /// Packets counted under `code`.
-    pub fn packets(&self, code: u32) -> u64 {
-        self.reasons
-            .iter()
-            .find(|r| r.code == code)
-            .map_or(0, |r| r.packets)
-    }
-
-    /// Packets dropped for any reason.
-    pub fn dropped(&self) -> u64 {
-        self.reasons
-            .iter()
-            .filter(|r| r.drop)
-            .map(|r| r.packets)
-            .sum()
     }
 }
 
@@ -171,7 +69,7 @@ impl Fence {
     ) -> Result<Self, DataplaneError> {
         let pin_dir = pin_dir.into();
         if pin_dir.starts_with(BPFFS_ROOT) {
-            super::ensure_bpffs(Path::new(BPFFS_ROOT))?;
+            ensure_bpffs(Path::new(BPFFS_ROOT))?;
         }
         for dir in [pin_dir.clone(), pin_dir.join("links")] {
             std::fs::create_dir_all(&dir)
@@ -336,83 +234,6 @@ impl Fence {
         out
     }
 
-    /// Run the ingress classifier once on `frame` with `BPF_PROG_TEST_RUN`. Counters move as
-    /// they would for a real packet.
-    pub fn test_run(&mut self, frame: &[u8]) -> Result<TestRunOutcome, DataplaneError> {
-        self.test_run_dir(Direction::Ingress, frame)
-    }
-
-    /// Run one direction's classifier `repeat` times on `frame`; the kernel's average time per
-    /// run (the program alone, no stack around it). For benchmarks.
-    pub fn test_run_timed(
-        &mut self,
-        direction: Direction,
-        frame: &[u8],
-        repeat: u32,
-    ) -> Result<std::time::Duration, DataplaneError> {
-        self.test_run_program_timed(direction.program(), frame, repeat)
-    }
-
-    /// [`Self::test_run_timed`] of the empty calibration program: the floor any tc program
-    /// pays on this machine.
-    pub fn test_run_calibration(
-        &mut self,
-        frame: &[u8],
-        repeat: u32,
-    ) -> Result<std::time::Duration, DataplaneError> {
-        self.test_run_program_timed(program::CALIBRATE, frame, repeat)
-    }
-
-    fn test_run_program_timed(
-        &mut self,
-        name: &'static str,
-        frame: &[u8],
-        repeat: u32,
-    ) -> Result<std::time::Duration, DataplaneError> {
-        let prog = classifier(&mut self.ebpf, name)?;
-        let mut out = vec![0u8; frame.len().max(64) + 256];
-        let result = prog
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                repeat,
-                ..TestRunOptions::new()
-            })
-            .map_err(|source| DataplaneError::Program {
-                operation: "test-running",
-                program: name,
-                source: Box::new(source),
-            })?;
-        Ok(result.duration)
-    }
-
-    /// Run one direction's classifier once on `frame`. The kernel runs test frames on the
-    /// loopback device, so the sandbox record they see is the one for ifindex 1.
-    pub fn test_run_dir(
-        &mut self,
-        direction: Direction,
-        frame: &[u8],
-    ) -> Result<TestRunOutcome, DataplaneError> {
-        let name = direction.program();
-        let prog = classifier(&mut self.ebpf, name)?;
-        let mut out = vec![0u8; frame.len().max(64) + 256];
-        let result = prog
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ..TestRunOptions::new()
-            })
-            .map_err(|source| DataplaneError::Program {
-                operation: "test-running",
-                program: name,
-                source: Box::new(source),
-            })?;
-        // The mark the program set is not returned by the kernel; callers read counters.
-        Ok(TestRunOutcome {
-            action: result.return_value,
-        })
-    }
-
     /// Remove everything pinned under the pin directory: links (detaching them), the program,
     /// the maps, then the directory. Keeps going past errors and returns all of them.
     pub fn remove_pins(self) -> Result<(), Vec<DataplaneError>> {
@@ -425,323 +246,5 @@ impl Fence {
         drop(maps);
         drop(ebpf);
         remove_pin_dir(&pin_dir)
-    }
-}
-
-/// Read the counters from the pinned map of a fence loaded by another process (svcd, the demo).
-pub fn read_pinned_counters(pin_dir: &Path) -> Result<Counters, DataplaneError> {
-    let path = pin_dir.join(map::COUNTERS);
-    let data = MapData::from_pin(&path).map_err(|source| DataplaneError::OpenMap {
-        path: path.clone(),
-        source: Box::new(source),
-    })?;
-    let map = aya::maps::Map::PerCpuArray(data);
-    let array: PerCpuArray<MapData, Counter> =
-        PerCpuArray::try_from(map).map_err(|source| DataplaneError::OpenMap {
-            path,
-            source: Box::new(source),
-        })?;
-    sum_counters(&array)
-}
-
-/// Remove a pin directory made by [`Fence::load`], whoever loaded it.
-pub fn remove_pin_dir(pin_dir: &Path) -> Result<(), Vec<DataplaneError>> {
-    let mut errors = Vec::new();
-    let links = pin_dir.join("links");
-    if let Ok(entries) = std::fs::read_dir(&links) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Err(e) = detach_pinned(&name, &entry.path()) {
-                errors.push(e);
-            }
-        }
-    }
-    for dir in [links.as_path(), pin_dir] {
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if !path.is_dir()
-                    && let Err(source) = std::fs::remove_file(&path)
-                {
-                    errors.push(DataplaneError::Unpin { path, source });
-                }
-            }
-        }
-        if let Err(source) = std::fs::remove_dir(dir)
-            && source.kind() != io::ErrorKind::NotFound
-        {
-            errors.push(DataplaneError::Unpin {
-                path: dir.to_owned(),
-                source,
-            });
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
-}
-
-impl Maps {
-    /// The record of a link, if it has one.
-    pub fn record(&self, ifindex: u32) -> Option<SandboxRecord> {
-        if ifindex < capacity::LINKS {
-            self.links.get(&ifindex, 0).ok().filter(|r| r.sandbox != 0)
-        } else {
-            self.sandboxes.get(&ifindex, 0).ok()
-        }
-    }
-
-    /// The record of a link as last written or read here, else read from the map.
-    pub fn record_seen(&mut self, ifindex: u32) -> Option<SandboxRecord> {
-        if let Some(r) = self.records_seen.get(&ifindex) {
-            return Some(*r);
-        }
-        let r = self.record(ifindex)?;
-        self.records_seen.insert(ifindex, r);
-        Some(r)
-    }
-
-    /// Write a link's record in one map update.
-    pub fn set_record(
-        &mut self,
-        ifindex: u32,
-        record: SandboxRecord,
-    ) -> Result<(), aya::maps::MapError> {
-        self.records_seen.remove(&ifindex);
-        if ifindex < capacity::LINKS {
-            self.links.set(ifindex, record, 0)
-        } else {
-            self.sandboxes.insert(ifindex, record, 0)
-        }?;
-        self.records_seen.insert(ifindex, record);
-        Ok(())
-    }
-
-    /// Clear a link's record (the link then drops everything).
-    pub fn clear_record(&mut self, ifindex: u32) -> Result<(), aya::maps::MapError> {
-        self.records_seen.remove(&ifindex);
-        if ifindex < capacity::LINKS {
-            self.links.set(ifindex, SandboxRecord::default(), 0)
-        } else {
-            self.sandboxes.remove(&ifindex)
-        }
-    }
-
-    /// The destination classes already pinned (re-adoption after a restart).
-    fn read_classes(&self) -> Vec<(ipnet::IpNet, u32)> {
-        let mut out = Vec::new();
-        for (k, v) in self.deny4.iter().flatten() {
-            if let Ok(n) =
-                ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(k.data()), k.prefix_len() as u8)
-            {
-                out.push((n.into(), v));
-            }
-        }
-        for (k, v) in self.deny6.iter().flatten() {
-            if let Ok(n) =
-                ipnet::Ipv6Net::new(std::net::Ipv6Addr::from(k.data()), k.prefix_len() as u8)
-            {
-                out.push((n.into(), v));
-            }
-        }
-        out
-    }
-
-    fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
-        Ok(Self {
-            counters: take(ebpf, map::COUNTERS)?,
-            links: take(ebpf, map::LINKS)?,
-            sandboxes: take(ebpf, map::SANDBOXES)?,
-            allow4: take(ebpf, map::ALLOW4)?,
-            allow6: take(ebpf, map::ALLOW6)?,
-            cidr4: take(ebpf, map::CIDR4)?,
-            cidr6: take(ebpf, map::CIDR6)?,
-            deny4: take(ebpf, map::DENY4)?,
-            deny6: take(ebpf, map::DENY6)?,
-            events: take(ebpf, map::EVENTS)?,
-            records_seen: std::collections::HashMap::new(),
-        })
-    }
-}
-
-fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, DataplaneError>
-where
-    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let map = ebpf
-        .take_map(name)
-        .ok_or(DataplaneError::MissingMap(name))?;
-    T::try_from(map).map_err(|source| DataplaneError::ReadMap {
-        map: name,
-        source: Box::new(source),
-    })
-}
-
-fn detach_pinned(link: &str, path: &Path) -> Result<(), DataplaneError> {
-    let pinned = PinnedLink::from_pin(path).map_err(|_| DataplaneError::NotAttached {
-        link: link.to_owned(),
-        path: path.to_owned(),
-    })?;
-    // Unpinning drops the last reference once the fd closes: the kernel detaches the program.
-    let fd_link = pinned.unpin().map_err(|source| DataplaneError::Detach {
-        link: link.to_owned(),
-        source,
-    })?;
-    drop(fd_link);
-    Ok(())
-}
-
-fn sum_counters<T: std::borrow::Borrow<MapData>>(
-    array: &PerCpuArray<T, Counter>,
-) -> Result<Counters, DataplaneError> {
-    let mut reasons = Vec::with_capacity(reason::NAMES.len());
-    for (code, name) in (0u32..).zip(reason::NAMES) {
-        let per_cpu = array
-            .get(&code, 0)
-            .map_err(|source| DataplaneError::ReadMap {
-                map: map::COUNTERS,
-                source: Box::new(source),
-            })?;
-        let (packets, bytes) = per_cpu
-            .iter()
-            .fold((0u64, 0u64), |(p, b), c| (p + c.packets, b + c.bytes));
-        reasons.push(ReasonCount {
-            code,
-            reason: name,
-            drop: reason::is_drop(code),
-            packets,
-            bytes,
-        });
-    }
-    Ok(Counters { reasons })
-}
-
-fn classifier<'a>(
-    ebpf: &'a mut Ebpf,
-    name: &'static str,
-) -> Result<&'a mut SchedClassifier, DataplaneError> {
-    let prog = ebpf
-        .program_mut(name)
-        .ok_or(DataplaneError::MissingProgram(name))?;
-    prog.try_into().map_err(|source| DataplaneError::Program {
-        operation: "typing",
-        program: name,
-        source: Box::new(source),
-    })
-}
-
-/// Attach `prog` to one direction of `link` with TCX, after whatever is there.
-fn attach_tcx(
-    prog: &mut SchedClassifier,
-    link: &str,
-    direction: Direction,
-) -> Result<aya::programs::tc::SchedClassifierLinkId, DataplaneError> {
-    prog.attach_with_options(
-        link,
-        direction.attach_type(),
-        TcAttachOptions::TcxOrder(LinkOrder::default()),
-    )
-    .map_err(|source| DataplaneError::Attach {
-        link: link.to_owned(),
-        source: Box::new(source),
-    })
-}
-
-fn link_err(link: &str, source: aya::programs::links::LinkError) -> DataplaneError {
-    DataplaneError::Link {
-        link: link.to_owned(),
-        source: Box::new(source),
-    }
-}
-
-fn remove_if_present(path: &Path) -> Result<(), DataplaneError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(DataplaneError::Unpin {
-            path: path.to_owned(),
-            source,
-        }),
-    }
-}
-
-fn validate_link_name(link: &str) -> Result<(), DataplaneError> {
-    let ok = !link.is_empty()
-        && link.len() < 16
-        && !link.contains(['/', '\0'])
-        && link != "."
-        && link != ".."
-        && !link.chars().any(char::is_whitespace);
-    if ok {
-        Ok(())
-    } else {
-        Err(DataplaneError::BadLinkName(link.to_owned()))
-    }
-}
-
-/// The least severe of the programs' diagnostics that are written (aya-log's levels; the
-/// programs skip the others without writing anything).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[repr(u8)]
-pub enum LogLevel {
-    Off = 0,
-    Error = 1,
-    Warn = 2,
-    Info = 3,
-    Debug = 4,
-    Trace = 5,
-}
-
-/// The programs' diagnostics into svcd's tracing log (target `svc::fence`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TracingLog;
-
-impl log::Log for TracingLog {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        let message = record.args();
-        match record.level() {
-            log::Level::Error => tracing::error!(target: "svc::fence", "{message}"),
-            log::Level::Warn => tracing::warn!(target: "svc::fence", "{message}"),
-            log::Level::Info => tracing::info!(target: "svc::fence", "{message}"),
-            log::Level::Debug => tracing::debug!(target: "svc::fence", "{message}"),
-            log::Level::Trace => tracing::trace!(target: "svc::fence", "{message}"),
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Forward `logger`'s records as they come, until the task is dropped.
-pub async fn tracing_log(logger: aya_log::EbpfLogger<TracingLog>) {
-    // SAFETY: the logger owns its ring buffer's map fd, which stays open and the same for as
-    // long as the logger lives, and the AsyncFd owns the logger.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
-    };
-    let mut fd = match registered {
-        Ok(fd) => fd,
-        Err(e) => {
-            tracing::warn!(error = %e, "the fence's diagnostics cannot be read");
-            return;
-        }
-    };
-    loop {
-        match fd.readable_mut().await {
-            Ok(mut ready) => {
-                ready.get_inner_mut().flush();
-                ready.clear_ready();
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the fence's diagnostics");
-                return;
-            }
-        }
     }
 }

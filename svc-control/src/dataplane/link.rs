@@ -10,7 +10,7 @@ use futures::TryStreamExt as _;
 use ipnet::IpNet;
 use rtnetlink::{LinkUnspec, LinkVeth, RouteMessageBuilder};
 
-use super::DataplaneError;
+use super::error::DataplaneError;
 
 /// A netlink handle bound to one network namespace.
 #[derive(Debug, Clone)]

@@ -23,7 +23,7 @@ use ipnet::IpNet;
 use serde_json::{Value, json};
 use svc_ebpf_common::mark;
 
-use super::DataplaneError;
+use super::error::DataplaneError;
 
 /// Settings of the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,32 +175,24 @@ impl Nft {
         ]
     }
 
+    /// Every rule of the table, in order: steering, input, forward, postrouting.
     fn rules(&self) -> Vec<Value> {
+        let mut out = self.steering();
+        out.extend(self.input());
+        out.extend(self.forward());
+        out.extend(self.postrouting());
+        out
+    }
+
+    fn rule(&self, chain: &str, expr: Vec<Value>) -> Value {
+        json!({ "add": { "rule": { "family": "inet", "table": self.config.table, "chain": chain, "expr": expr } } })
+    }
+
+    /// Steering: DNS to the guard, web to the proxy; only what the fence marked.
+    fn steering(&self) -> Vec<Value> {
         let c = &self.config;
-        let rule = |chain: &str, expr: Vec<Value>| json!({ "add": { "rule": { "family": "inet", "table": c.table, "chain": chain, "expr": expr } } });
-        let from_links = || m("==", meta("iifname"), json!("@links"));
-        let to_links = || m("==", meta("oifname"), json!("@links"));
-        let marked = |v: u32| m("==", meta("mark"), json!(v));
-        let l4 = |p: &str| m("==", meta("l4proto"), json!(p));
-        let daddr = |fam: &str, set: &str| {
-            m(
-                "==",
-                json!({ "payload": { "protocol": fam, "field": "daddr" } }),
-                json!(format!("@{set}")),
-            )
-        };
-        let dport = |p: &str, port: u16| {
-            m(
-                "==",
-                json!({ "payload": { "protocol": p, "field": "dport" } }),
-                json!(port),
-            )
-        };
-        let drop = || json!({ "drop": null });
-        let accept = || json!({ "accept": null });
         vec![
-            // Steering: DNS to the guard, web to the proxy; only what the fence marked.
-            rule(
+            self.rule(
                 "prerouting",
                 vec![
                     from_links(),
@@ -209,7 +201,7 @@ impl Nft {
                     json!({ "redirect": { "port": c.guard_port } }),
                 ],
             ),
-            rule(
+            self.rule(
                 "prerouting",
                 vec![
                     from_links(),
@@ -218,7 +210,7 @@ impl Nft {
                     json!({ "redirect": { "port": c.guard_port } }),
                 ],
             ),
-            rule(
+            self.rule(
                 "prerouting",
                 vec![
                     from_links(),
@@ -227,35 +219,41 @@ impl Nft {
                     json!({ "redirect": { "port": c.proxy_port } }),
                 ],
             ),
-            // Input from guests: the guard, the proxy, neighbour discovery; nothing else.
-            rule(
+        ]
+    }
+
+    /// Input from guests: the guard, the proxy, neighbour discovery; nothing else.
+    fn input(&self) -> Vec<Value> {
+        let c = &self.config;
+        vec![
+            self.rule(
                 "input",
                 vec![
                     from_links(),
                     l4("udp"),
                     dport("udp", c.guard_port),
-                    accept(),
+                    accept_verdict(),
                 ],
             ),
-            rule(
+            self.rule(
                 "input",
                 vec![
                     from_links(),
                     l4("tcp"),
                     dport("tcp", c.guard_port),
-                    accept(),
+                    accept_verdict(),
                 ],
             ),
-            rule(
+            self.rule(
                 "input",
                 vec![
                     from_links(),
                     l4("tcp"),
                     dport("tcp", c.proxy_port),
-                    accept(),
+                    accept_verdict(),
                 ],
             ),
-            rule(
+            self.rule(
                 "input",
                 vec![
                     from_links(),
@@ -265,51 +263,48 @@ impl Nft {
                         json!({ "payload": { "protocol": "icmpv6", "field": "type" } }),
                         json!({ "set": ["nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"] }),
                     ),
-                    accept(),
+                    accept_verdict(),
                 ],
             ),
-            rule("input", vec![from_links(), drop()]),
-            // Forward: the second layer.
-            rule("forward", vec![from_links(), marked(mark::DNS), drop()]),
-            rule("forward", vec![from_links(), marked(mark::PROXY), drop()]),
-            rule("forward", vec![from_links(), daddr("ip", "never4"), drop()]),
-            rule(
-                "forward",
-                vec![from_links(), daddr("ip6", "never6"), drop()],
-            ),
-            rule(
-                "forward",
-                vec![from_links(), daddr("ip", "allow4"), accept()],
-            ),
-            rule(
-                "forward",
-                vec![from_links(), daddr("ip6", "allow6"), accept()],
-            ),
-            rule("forward", vec![from_links(), daddr("ip", "deny4"), drop()]),
-            rule("forward", vec![from_links(), daddr("ip6", "deny6"), drop()]),
-            rule(
-                "forward",
-                vec![
-                    to_links(),
-                    m(
-                        "in",
-                        json!({ "ct": { "key": "state" } }),
-                        json!(["established", "related"]),
-                    ),
-                    accept(),
-                ],
-            ),
-            rule("forward", vec![to_links(), drop()]),
-            // Out of the host: masquerade.
-            rule(
-                "postrouting",
-                vec![
-                    from_links(),
-                    m("!=", meta("oifname"), json!("@links")),
-                    json!({ "masquerade": null }),
-                ],
-            ),
+            self.rule("input", vec![from_links(), drop_verdict()]),
         ]
+    }
+
+    /// Forward: the second layer.
+    fn forward(&self) -> Vec<Value> {
+        let rule = |expr| self.rule("forward", expr);
+        vec![
+            rule(vec![from_links(), marked(mark::DNS), drop_verdict()]),
+            rule(vec![from_links(), marked(mark::PROXY), drop_verdict()]),
+            rule(vec![from_links(), daddr("ip", "never4"), drop_verdict()]),
+            rule(vec![from_links(), daddr("ip6", "never6"), drop_verdict()]),
+            rule(vec![from_links(), daddr("ip", "allow4"), accept_verdict()]),
+            rule(vec![from_links(), daddr("ip6", "allow6"), accept_verdict()]),
+            rule(vec![from_links(), daddr("ip", "deny4"), drop_verdict()]),
+            rule(vec![from_links(), daddr("ip6", "deny6"), drop_verdict()]),
+            rule(vec![
+                to_links(),
+                m(
+                    "in",
+                    json!({ "ct": { "key": "state" } }),
+                    json!(["established", "related"]),
+                ),
+                accept_verdict(),
+            ]),
+            rule(vec![to_links(), drop_verdict()]),
+        ]
+    }
+
+    /// Out of the host: masquerade.
+    fn postrouting(&self) -> Vec<Value> {
+        vec![self.rule(
+            "postrouting",
+            vec![
+                from_links(),
+                m("!=", meta("oifname"), json!("@links")),
+                json!({ "masquerade": null }),
+            ],
+        )]
     }
 
     fn run(&self, batch: Vec<Value>) -> Result<(), DataplaneError> {
@@ -335,8 +330,114 @@ fn meta(key: &str) -> Value {
     json!({ "meta": { "key": key } })
 }
 
+fn from_links() -> Value {
+    m("==", meta("iifname"), json!("@links"))
+}
+
+fn to_links() -> Value {
+    m("==", meta("oifname"), json!("@links"))
+}
+
+fn marked(v: u32) -> Value {
+    m("==", meta("mark"), json!(v))
+}
+
+fn l4(p: &str) -> Value {
+    m("==", meta("l4proto"), json!(p))
+}
+
+fn daddr(fam: &str, set: &str) -> Value {
+    m(
+        "==",
+        json!({ "payload": { "protocol": fam, "field": "daddr" } }),
+        json!(format!("@{set}")),
+    )
+}
+
+fn dport(p: &str, port: u16) -> Value {
+    m(
+        "==",
+        json!({ "payload": { "protocol": p, "field": "dport" } }),
+        json!(port),
+    )
+}
+
+fn drop_verdict() -> Value {
+    json!({ "drop": null })
+}
+
+fn accept_verdict() -> Value {
+    json!({ "accept": null })
+}
+
 fn prefixes(nets: &[IpNet]) -> Vec<Value> {
     nets.iter()
         .map(|n| json!({ "prefix": { "addr": n.network().to_string(), "len": n.prefix_len() } }))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nft() -> Nft {
+        Nft::new(NftConfig {
+            table: "svc_test".into(),
+            guard_port: 5353,
+            proxy_port: 3128,
+            never: vec!["10.0.0.0/8".parse().expect("net")],
+            deny: vec!["169.254.0.0/16".parse().expect("net")],
+            operator_allow: vec![],
+        })
+    }
+
+    #[test]
+    fn the_rules_go_steering_input_forward_postrouting_in_that_order() {
+        let chains: Vec<String> = nft()
+            .rules()
+            .iter()
+            .map(|r| r["add"]["rule"]["chain"].as_str().unwrap_or("").to_owned())
+            .collect();
+        let want: Vec<&str> = [("prerouting", 3), ("input", 5), ("forward", 10)]
+            .into_iter()
+            .flat_map(|(c, n)| std::iter::repeat_n(c, n))
+            .chain(["postrouting"])
+            .collect();
+        assert_eq!(chains, want);
+        for r in nft().rules() {
+            assert_eq!(r["add"]["rule"]["table"], "svc_test", "{r}");
+            assert_eq!(r["add"]["rule"]["family"], "inet", "{r}");
+        }
+    }
+
+    #[test]
+    fn the_whole_table_fits_the_nftables_schema() {
+        let n = nft();
+        let mut batch = vec![json!({ "add": { "table": n.table_obj() } })];
+        batch.extend(n.sets(&["svc-t0".into()]));
+        batch.extend(n.chains());
+        batch.extend(n.rules());
+        let typed: Result<nftables::schema::Nftables, _> =
+            serde_json::from_value(json!({ "nftables": batch }));
+        assert!(typed.is_ok(), "{typed:?}");
+    }
+
+    #[test]
+    fn only_marked_traffic_is_steered_and_the_last_input_rule_drops() {
+        let rules = nft().rules();
+        let marks: Vec<u64> = rules[..3]
+            .iter()
+            .filter_map(|r| r["add"]["rule"]["expr"][1]["match"]["right"].as_u64())
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                u64::from(mark::DNS),
+                u64::from(mark::DNS),
+                u64::from(mark::PROXY)
+            ]
+        );
+        assert_eq!(rules[7]["add"]["rule"]["expr"][1], json!({ "drop": null }));
+        assert_eq!(rules[17]["add"]["rule"]["expr"][1], json!({ "drop": null }));
+    }
 }
