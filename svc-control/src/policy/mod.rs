@@ -1,9 +1,15 @@
 //! Pure decisions, no I/O. Every security rule of the spec lives here once; the config loader,
 //! the fence, the DNS guard, the proxy and the relay ask this module.
 
+/// The proxy's name ↔ dialled-address binding (TLS server names and plain-HTTP `Host`s).
+pub mod binding;
+/// The code-host family's rules of the request decision (SPEC 5.5).
+mod code_host;
 /// Which creation flags combine, the mode they imply, which secrets fit.
 pub mod creation;
 pub mod credentials;
+/// What the request decision reads and answers (its input, outcome, rule).
+mod decision;
 pub mod destination;
 pub mod dns;
 /// What of a project's git directory the sandbox sees read-only; what changes are reported.
@@ -21,9 +27,15 @@ pub mod project;
 /// A push's command list as git's receive-pack reads it (the relay and smart-HTTP both ask).
 pub mod receive_pack;
 pub mod request;
+/// A sandbox's request policy, as svcd builds it at creation.
+mod sandbox_policy;
 /// What a guest may leave on a host file through a shared directory (ids, mode bits, nodes).
 pub mod shares;
+/// The proxy's SNI gate: which ClientHello server names a sandbox's connection may be served.
+pub mod sni;
 pub mod ssh;
 pub mod target;
 /// Whether a project's perimeter (egress, runtime, capabilities) is one its owner approved.
 pub mod trust;
+/// Which protocol upgrades pass the proxy.
+mod upgrade;

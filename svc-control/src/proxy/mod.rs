@@ -1,21 +1,57 @@
 //! The TLS-intercepting HTTPS proxy (issue 6): the per-sandbox CA with cached leaves, a bounded
 //! ClientHello reader, and the connection/request path (SNI binding, HTTP/1.1 and HTTP/2,
 //! per-request policy, credential swap/strip, verified upstream TLS, audit).
+//!
+//! The path is a pipeline of stages, one file each (see `server`): `accept` → `tls` | `plain`
+//! → `exchange` driving `request` → `forward` → `response` | `upgrade`, with `refuse` beside
+//! them. Every decision is `policy`'s (`sni`, `binding`, `request`); the stages do the I/O.
+//! They share their state through `context`, and never import each other in a circle.
 
+/// Stage: a guest connection's slot, ClientHello and SNI gate.
+mod accept;
 mod body;
 pub mod ca;
 pub mod client_hello;
 pub mod config;
+/// The state the stages take: shared, per connection, per request.
+mod context;
 pub mod dial;
+/// One request through the stages, in order.
+mod exchange;
+/// Stage: the upstream request (credential swap, dial, pools).
+mod forward;
 mod git_push;
 pub mod guest_trust;
 pub mod h1_frames;
 mod h1_pool;
+/// Headers of one hop.
+mod headers;
+/// Plain HTTP guest connections (the Host binding).
+mod plain;
 pub mod pools;
+/// Writing the proxy's audit records.
+mod record;
+/// Refusal answers and their audit.
+mod refuse;
+/// Stage: read the request and ask the policy.
+mod request;
 pub mod resolve;
+/// Stage: the upstream's answer to the guest (scrub, the request's record).
+mod response;
+/// Live allowlist changes on open connections.
+mod revoke;
+/// Whom the proxy serves: sandboxes by source address, revocations.
+mod sandboxes;
 mod scrub;
+/// The proxy: its parts, threads and accept loops.
 pub mod server;
+/// Stage: the TLS path (leaf certificates, the handshake, HTTP/1.1 and HTTP/2).
+mod tls;
+/// WebSocket relays.
+mod upgrade;
 pub mod upstream;
+/// The upstream pools and connectors.
+mod upstreams;
 
 /// The proxy's TLS on both legs: ring, with the TLS 1.3 suite AES-128-GCM/SHA-256 first.
 /// The default order leads with AES-256-GCM/SHA-384, whose SHA-384 has no instruction-set

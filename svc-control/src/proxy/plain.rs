@@ -1,0 +1,148 @@
+//! Plain HTTP (the fence redirects TCP 80 to allowed addresses here too): HTTP/1.1 only, each
+//! request's `Host` bound to the address the guest dialled as the TLS path binds the server
+//! name (`policy::binding`), then the same per-request stages with the `http` scheme (which
+//! refuses any placeholder as a leak) and a plain HTTP upstream.
+
+use std::{
+    convert::Infallible,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
+use http::{Request, Response, header};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use super::{
+    body::ProxyBody,
+    context::{Conn, Ctx, Exchange},
+    exchange::exchange,
+    h1_frames::{Tracker, Watched},
+    request::Carried,
+    sandboxes::ProxySandbox,
+    tls::Rewind,
+};
+use crate::policy::{
+    binding::{self, Dialled, Mismatch},
+    credentials::Scheme,
+    host::Authority,
+};
+
+/// Serve a plain-HTTP guest connection whose first bytes (`head`) were read already.
+pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
+    let Conn {
+        ctx,
+        sandbox,
+        source,
+        cut,
+        slot,
+    } = conn;
+    let id = sandbox.id;
+    let dialled_to = ctx.sandboxes.original_destination(&tcp);
+    // The host of the request this connection serves now (Host varies per request).
+    let serving: Arc<Mutex<Option<String>>> = Arc::default();
+    let serving_now = serving.clone();
+    let (tracker, verdicts) = Tracker::new(ctx.config.max_head);
+    let stream = Watched {
+        inner: Rewind::new(head, tcp),
+        tracker: Some(tracker),
+    };
+    let served = ctx.clone();
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(slot.clone());
+        let sandbox = served.current(source, &sandbox);
+        let ctx = served.clone();
+        let both_lengths = verdicts
+            .lock()
+            .ok()
+            .and_then(|mut v| v.pop_front())
+            .unwrap_or(false);
+        if let Ok(mut s) = serving_now.lock() {
+            *s = host_header(&req)
+                .and_then(|h| Authority::parse(h, 80).ok())
+                .map(|a| a.host_str());
+        }
+        async move { Ok::<_, Infallible>(request(&ctx, &sandbox, dialled_to, req, both_lengths).await) }
+    });
+    let serve = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.config.header_timeout)
+        .max_buf_size(ctx.config.max_head.max(8192))
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    let serving_at_cut = serving.clone();
+    let dialled = dialled_to.map(|a| a.ip().to_canonical());
+    let serve = async {
+        let _ = serve.await;
+    };
+    let was_cut = cut
+        .serve(serve, ctx.sandboxes.clone(), id, dialled, move || {
+            serving.lock().ok()?.clone()
+        })
+        .await;
+    if was_cut {
+        let host = serving_at_cut.lock().ok().and_then(|s| s.clone());
+        ctx.audit_cut(id, "HTTP", host);
+    }
+}
+
+/// One plain HTTP request: its Host must be a name the DNS guard answered the dialled
+/// address with, as a TLS server name must.
+async fn request(
+    ctx: &Ctx,
+    sandbox: &ProxySandbox,
+    dialled_to: Option<SocketAddr>,
+    req: Request<Incoming>,
+    both_lengths: bool,
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let dialled = dialled_to.map(|a| a.ip().to_canonical());
+    if let Err(mismatch) = bound(ctx, sandbox, host_header(&req), dialled) {
+        let ex = Exchange {
+            ctx,
+            sandbox,
+            method: req.method().clone(),
+            started,
+        };
+        return *ex.refuse(
+            Some(mismatch.name.clone()),
+            None,
+            Mismatch::STATUS,
+            Mismatch::RULE,
+            &mismatch.host_reason(),
+        );
+    }
+    let carried = Carried {
+        scheme: Scheme::Http,
+        sni: None,
+        both_lengths,
+    };
+    exchange(ctx, sandbox, carried, dialled_to, req).await
+}
+
+/// The request's `Host`, if it is readable text.
+fn host_header(req: &Request<Incoming>) -> Option<&str> {
+    req.headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// The binding of a request's `Host` to the dialled address (a missing or bad Host, or a name
+/// off the list, is the policy's to refuse in `exchange`). The guard is asked only about a
+/// name the binding applies to.
+fn bound(
+    ctx: &Ctx,
+    sandbox: &ProxySandbox,
+    host: Option<&str>,
+    dialled: Option<IpAddr>,
+) -> Result<(), Mismatch> {
+    let Some(name) = binding::host_to_bind(&sandbox.policy.allowed, host) else {
+        return Ok(());
+    };
+    let dialled = Dialled::observe(dialled, |a| {
+        ctx.sandboxes.dialled_matches(sandbox.id, a, &name)
+    });
+    binding::plain_host(&name, dialled)
+}

@@ -1,0 +1,98 @@
+//! Refusals from the perimeter: the answer (a status and a small JSON body naming the rule and
+//! the reason, or git's own form for a refused push) and its audit record.
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, Full};
+use serde::Serialize;
+
+use super::{body::ProxyBody, context::Exchange, git_push, record::ms};
+use crate::{audit::HttpEvent, policy::request::Decision};
+
+/// A refusal answered and audited: the response the guest gets instead (boxed, as it travels
+/// back through the stages as their `Err`).
+pub(super) type Refused = Box<Response<ProxyBody>>;
+
+/// The JSON body of a refusal: enough for an agent to tell the fence from the server.
+#[derive(Debug, Serialize)]
+struct Refusal<'a> {
+    perimeter: &'static str,
+    status: u16,
+    rule: String,
+    reason: &'a str,
+}
+
+impl Exchange<'_> {
+    /// Refuse this request with `status` by `rule` for `reason`, and audit it.
+    pub(super) fn refuse(
+        &self,
+        host: Option<String>,
+        path: Option<String>,
+        status: u16,
+        rule: &str,
+        reason: &str,
+    ) -> Refused {
+        self.ctx.audit_request(
+            self.sandbox.id,
+            HttpEvent {
+                host,
+                path,
+                status,
+                bytes_down: refusal_body(status, rule, reason).len() as u64,
+                duration_ms: ms(self.started),
+                ..HttpEvent::decided(self.method.to_string(), "deny", rule.to_owned())
+            },
+        );
+        Box::new(refusal(status, rule, reason))
+    }
+
+    /// A smart-HTTP push held to AllowedBranches and refused: the answer git shows
+    /// (`git_push`), audited with the decision's status and every ref of the push.
+    pub(super) fn refuse_push(&self, decision: &Decision, status: u16) -> Refused {
+        let answer = git_push::refusal(decision.push.as_ref(), &decision.reason);
+        self.ctx.audit_request(
+            self.sandbox.id,
+            HttpEvent {
+                host: decision.host.clone(),
+                path: decision.path.clone(),
+                status,
+                bytes_down: answer.len() as u64,
+                duration_ms: ms(self.started),
+                refs: git_push::refs(decision.push.as_ref()),
+                ..HttpEvent::decided(self.method.to_string(), "deny", decision.rule.name())
+            },
+        );
+        Box::new(git_push::response(answer))
+    }
+}
+
+/// A refusal from the perimeter: the status and a small JSON body naming the rule and reason.
+pub(super) fn refusal(status: u16, rule: &str, reason: &str) -> Response<ProxyBody> {
+    let body = refusal_body(status, rule, reason);
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        HeaderName::from_static("x-svc-perimeter"),
+        HeaderValue::from_static("refused"),
+    );
+    r
+}
+
+/// The JSON body of [`refusal`].
+pub(super) fn refusal_body(status: u16, rule: &str, reason: &str) -> Vec<u8> {
+    serde_json::to_vec(&Refusal {
+        perimeter: "svc egress perimeter",
+        status,
+        rule: rule.to_owned(),
+        reason,
+    })
+    .unwrap_or_default()
+}

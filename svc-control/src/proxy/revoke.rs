@@ -1,0 +1,126 @@
+//! Live allowlist changes on open connections: until when a connection (or a relayed
+//! WebSocket) may go on, by the address it dialled and by the host it serves, and the reset
+//! (RST) that ends it.
+
+use std::{future::Future, net::IpAddr, os::fd::OwnedFd, sync::Arc};
+
+use tokio::sync::broadcast::{Receiver, error::RecvError};
+
+use super::sandboxes::{Revocation, Sandboxes};
+use crate::policy::host::HostKind;
+
+/// What cuts a served guest connection: revocations of its sandbox, subscribed before anything
+/// was decided (a change after that is not missed), and a duplicate of its socket to reset it.
+pub(super) struct Cut {
+    /// Addresses the sandbox lost.
+    pub(super) revocations: Receiver<Revocation>,
+    /// The same, to see whether the host served is still allowed.
+    pub(super) host_revocations: Receiver<Revocation>,
+    pub(super) fd: Option<OwnedFd>,
+}
+
+impl Cut {
+    /// Serve (`serve`) until it ends, or sandbox `id` loses `dialled` or the host `host()`
+    /// names; then reset the connection. Whether it was cut.
+    pub(super) async fn serve(
+        self,
+        serve: impl Future<Output = ()>,
+        sandboxes: Arc<dyn Sandboxes>,
+        id: u32,
+        dialled: Option<IpAddr>,
+        host: impl Fn() -> Option<String>,
+    ) -> bool {
+        let by_name = served_host_revoked(self.host_revocations, sandboxes, id, host);
+        let by_address = revoked(self.revocations, id, dialled);
+        serve_until_revoked(serve, either_revoked(by_address, by_name), self.fd).await
+    }
+}
+
+/// Until sandbox `id`'s allowlist no longer allows `host` (checked at each change of it).
+pub(super) async fn host_revoked(
+    rx: Receiver<Revocation>,
+    sandboxes: Arc<dyn Sandboxes>,
+    id: u32,
+    host: String,
+) {
+    served_host_revoked(rx, sandboxes, id, move || Some(host.clone())).await;
+}
+
+/// Until sandbox `id`'s allowlist no longer allows the host a connection serves (`host()` at
+/// each change; `None`: none yet). A connection to an address shared with a host still allowed
+/// is not revoked by address: this ends it by name (its open HTTP/2 streams, a response still
+/// streaming).
+async fn served_host_revoked(
+    mut rx: Receiver<Revocation>,
+    sandboxes: Arc<dyn Sandboxes>,
+    id: u32,
+    host: impl Fn() -> Option<String>,
+) {
+    loop {
+        match rx.recv().await {
+            Ok(r) if r.sandbox == id => {
+                let Some(host) = host() else { continue };
+                let kind = HostKind::Exact(host);
+                let allowed = sandboxes
+                    .policy_of(id)
+                    .is_some_and(|p| p.policy.allowed.find_name(&kind).is_some());
+                if !allowed {
+                    return;
+                }
+            }
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Until `sandbox` loses `dialled` (never, for a connection without a dialled address).
+async fn revoked(mut rx: Receiver<Revocation>, sandbox: u32, dialled: Option<IpAddr>) {
+    let Some(dialled) = dialled else {
+        return std::future::pending().await;
+    };
+    loop {
+        match rx.recv().await {
+            Ok(r) if r.sandbox == sandbox && r.addrs.contains(&dialled) => return,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Serve a guest connection until it ends or its address is revoked; then reset it (RST, so
+/// the guest's client sees the cut at once) through `cut`, a duplicate of its socket.
+async fn serve_until_revoked(
+    serve: impl Future<Output = ()>,
+    revoked: impl Future<Output = ()>,
+    cut: Option<OwnedFd>,
+) -> bool {
+    let was_cut = tokio::select! {
+        () = serve => false,
+        () = revoked => {
+            if let Some(fd) = &cut {
+                let _ = nix::sys::socket::setsockopt(
+                    fd,
+                    nix::sys::socket::sockopt::Linger,
+                    &libc::linger { l_onoff: 1, l_linger: 0 },
+                );
+            }
+            true
+        }
+    };
+    // The serve future (and the connection's own descriptor) is gone; the duplicate goes last.
+    drop(cut);
+    was_cut
+}
+
+/// Until either revocation.
+async fn either_revoked(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+    tokio::select! {
+        () = a => {}
+        () = b => {}
+    }
+}
