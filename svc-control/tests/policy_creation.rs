@@ -354,38 +354,45 @@ fn the_mode_and_the_host_code_token_follow_the_flags() {
 #[test]
 fn a_backend_is_given_only_if_this_svcd_offers_it() {
     use svc_control::config::workspace::Backend;
-    let offered = [Backend::Container];
-    assert_eq!(creation::backend(None, &offered), Ok(Backend::Container));
+    let offered = names(&[Backend::Container]);
     assert_eq!(
-        creation::backend(Some("container"), &offered),
-        Ok(Backend::Container)
+        creation::backend(None, &offered, canonical),
+        Ok(Backend::Container.name())
     );
     assert_eq!(
-        creation::backend(Some("netns"), &offered),
-        Ok(Backend::Container),
+        creation::backend(Some("container"), &offered, canonical),
+        Ok(Backend::Container.name())
+    );
+    assert_eq!(
+        creation::backend(Some("netns"), &offered, canonical),
+        Ok(Backend::Container.name()),
         "netns is container's old name"
     );
-    let vm = creation::backend(Some("microvm"), &offered).expect_err("not offered");
+    let vm = creation::backend(Some("microvm"), &offered, canonical).expect_err("not offered");
     assert!(
         matches!(vm, CreationError::BackendUnavailable("microvm", _)),
         "{vm}"
     );
     assert!(vm.to_string().contains("it offers: container"), "{vm}");
-    let bad = creation::backend(Some("docker"), &offered).expect_err("unknown");
+    let bad = creation::backend(Some("docker"), &offered, canonical).expect_err("unknown");
     assert!(
         bad.to_string().contains("expected container or microvm"),
         "{bad}"
     );
     assert_eq!(
-        creation::backend(Some("microvm"), &[Backend::Microvm, Backend::Container]),
-        Ok(Backend::Microvm)
+        creation::backend(
+            Some("microvm"),
+            &names(&[Backend::Microvm, Backend::Container]),
+            canonical
+        ),
+        Ok(Backend::Microvm.name())
     );
 }
 
 #[test]
 fn a_workspace_runtime_block_selects_a_backend_as_spec_2_5_says() {
     use svc_control::config::workspace::Backend::{Container, Microvm, Netns};
-    let why = |b: svc_control::config::workspace::Backend| format!("{} images missing", b.name());
+    let why = |b: &str| format!("{b} images missing");
     struct Case {
         name: &'static str,
         required: Vec<svc_control::config::workspace::Backend>,
@@ -430,16 +437,36 @@ fn a_workspace_runtime_block_selects_a_backend_as_spec_2_5_says() {
             want: Ok((Container, "lists container first")),
         },
     ] {
-        let got = creation::select_runtime(&c.required, &c.offered, why);
+        let got =
+            creation::select_runtime(&names(&c.required), &preference(), &names(&c.offered), why);
         match (got, c.want) {
             (Ok((b, reason)), Ok((want_b, want_reason))) => {
-                assert_eq!(b, want_b, "{}", c.name);
+                assert_eq!(b, want_b.name(), "{}", c.name);
                 assert!(reason.contains(want_reason), "{}: {reason}", c.name);
             }
             (Err(e), Err(want)) => assert!(e.to_string().contains(want), "{}: {e}", c.name),
             (got, want) => panic!("{}: got {got:?}, want {want:?}", c.name),
         }
     }
+}
+
+/// Backends of a workspace file as the registry names them (canonical: `netns` is
+/// `container`).
+fn names(backends: &[svc_control::config::workspace::Backend]) -> Vec<&'static str> {
+    backends.iter().map(|b| b.name()).collect()
+}
+
+/// The kind a name stands for, among every kind the registry can hold.
+fn canonical(name: &str) -> Option<&'static str> {
+    svc_control::runtime::KINDS
+        .iter()
+        .find(|k| k.answers_to(name))
+        .map(|k| k.name)
+}
+
+/// The automatic order: every kind, strongest isolation first.
+fn preference() -> Vec<&'static str> {
+    svc_control::runtime::KINDS.iter().map(|k| k.name).collect()
 }
 
 /// (name, added, removed, the hosts after).

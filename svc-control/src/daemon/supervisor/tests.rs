@@ -62,10 +62,12 @@ fn supervisor(
 }
 
 fn config(dir: &Path) -> SupervisorConfig {
-    let mut host = HostConfig::default();
-    host.state_dir = dir.join("state");
-    host.audit_dir = dir.join("audit");
-    host.agent_home = None;
+    let host = HostConfig {
+        state_dir: dir.join("state"),
+        audit_dir: dir.join("audit"),
+        agent_home: None,
+        ..HostConfig::default()
+    };
     SupervisorConfig {
         host,
         metrics: Arc::new(crate::metrics::Metrics::new()),
