@@ -780,3 +780,134 @@ fn oversized_and_non_utf8_files_are_refused_before_parsing() {
         .0;
     assert!(errors[0].message.contains("UTF-8"), "{errors:#?}");
 }
+
+#[test]
+fn every_section_reports_its_errors_together_in_file_order() {
+    // One bad key or more in every table: all reported at once, in the order svcd has always
+    // given them (svcd's paths first, then each table in turn).
+    let text = r#"
+state_dir = "rel"
+socket = "rel"
+pin_dir = "rel"
+audit_dir = "rel"
+api_group = "a b"
+[network]
+ipv4_pool = "x"
+ipv6_pool = "x"
+allow_cidrs = ["x"]
+[hosts]
+agent = ["bad host"]
+code_host = "bad host"
+[dns]
+resolv_conf = "rel"
+upstreams = ["x"]
+guard_port = 0
+[proxy]
+port = 0
+extra_roots = ["rel"]
+[credentials]
+key_file = "rel"
+refresh_poll_secs = 0
+refresh_lead_secs = 0
+agent_credentials_entry = ""
+agent_token_endpoint = "http://console.test/token"
+agent_home = "rel"
+code_host_token_file = "rel"
+code_host_token_group = "no-such-group-svc-test"
+[git_ssh]
+ssh = "rel"
+agent_socket = "rel"
+known_hosts = "rel"
+max_sessions = 0
+[limits]
+dns_tcp_connections = 0
+log_interval_secs = 0
+[upstream]
+proxy = "https://proxy.test:3128"
+proxy_credentials_file = "rel"
+no_proxy = ["a b"]
+[container]
+image = "rel"
+user = "a b"
+cgroup_parent = "/x"
+memory_mib = 1
+pids_max = 1
+cpus = -1.0
+disk_mib = 1
+[microvm]
+memory_mib = 1
+overhead_mib = 1
+cpus = 0
+accel = "x"
+user = "a b"
+channel = "x"
+[metrics]
+listen = "x"
+"#;
+    let errors = host::parse(Path::new("svcd.toml"), text).unwrap_err().0;
+    let paths: Vec<&str> = errors.iter().map(|e| e.location.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "state_dir",
+            "socket",
+            "pin_dir",
+            "audit_dir",
+            "dns.resolv_conf",
+            "credentials.key_file",
+            "api_group",
+            "network.ipv4_pool",
+            "network.ipv6_pool",
+            "network.allow_cidrs[0]",
+            "hosts.agent[0]",
+            "hosts.code_host",
+            "dns.upstreams[0]",
+            "dns.guard_port",
+            "proxy.port",
+            "proxy.port",
+            "credentials.refresh_poll_secs",
+            "credentials.refresh_lead_secs",
+            "credentials.agent_credentials_entry",
+            "credentials.agent_token_endpoint",
+            "credentials.code_host_token_file",
+            "credentials.code_host_token_group",
+            "credentials.agent_home",
+            "proxy.extra_roots[0]",
+            "git_ssh.ssh",
+            "git_ssh.agent_socket",
+            "git_ssh.known_hosts",
+            "git_ssh.max_sessions",
+            "limits.dns_tcp_connections",
+            "limits.log_interval_secs",
+            "upstream.proxy",
+            "upstream.proxy_credentials_file",
+            "upstream.no_proxy[0]",
+            "container.image",
+            "container.user",
+            "container.cgroup_parent",
+            "container.memory_mib",
+            "container.pids_max",
+            "container.cpus",
+            "container.disk_mib",
+            "microvm.memory_mib",
+            "microvm.overhead_mib",
+            "microvm.cpus",
+            "microvm.accel",
+            "microvm.user",
+            "microvm.channel",
+            "metrics.listen",
+        ],
+        "{errors:#?}"
+    );
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages[0], "expected an absolute path, got rel");
+    assert_eq!(messages[6], "expected a group name, got \"a b\"");
+    assert_eq!(
+        messages[15],
+        "the proxy and the DNS guard cannot share port 0"
+    );
+    assert_eq!(
+        messages[22],
+        "expected an absolute path without `..`, got rel"
+    );
+}

@@ -499,3 +499,44 @@ fn registry_names_round_trip_through_serde() {
     let old: Backend = serde_json::from_value(serde_json::json!("netns")).unwrap();
     assert_eq!(old.canonical(), Backend::Container);
 }
+
+#[test]
+fn every_section_reports_its_errors_together_in_file_order() {
+    // Rules the schema cannot say, broken in every section: all reported at once, in the
+    // order of the sections' checks.
+    let text = r#"{
+        "$schema": "/abs/workspace.v1.json",
+        "version": 1,
+        "services": {"definitions": {"web": {"command": " ", "cwd": "rel", "env": {"A=B": "x"}}}},
+        "readiness": {"profiles": {"p": [{"name": "n", "type": "service", "serviceName": "db"}]}},
+        "spotlight": {"defaults": [{"service": " ", "remotePort": 1, "localPort": 2}]},
+        "lifecycle": {"onSetup": [" "]},
+        "runtime": {"required": ["container", "netns"]},
+        "doctor": {"tests": [{"name": "t", "command": "true"}, {"name": "t", "command": "true"}]}
+    }"#;
+    let errors = parse(text).unwrap_err().0;
+    let paths: Vec<&str> = errors.iter().map(|e| e.location.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/$schema",
+            "/services/definitions/web/command",
+            "/services/definitions/web/cwd",
+            "/services/definitions/web/env",
+            "/readiness/profiles/p/0/serviceName",
+            "/spotlight/defaults/0/service",
+            "/lifecycle/onSetup/0",
+            "/runtime/required/1",
+            "/doctor/tests/1/name",
+        ],
+        "{errors:#?}"
+    );
+    assert_eq!(
+        errors[4].message,
+        "no service \"db\" in services.definitions (defined: web)"
+    );
+    assert_eq!(
+        errors[8].message,
+        "check name \"t\" is already used at /doctor/tests/0/name; names must be unique across probes and tests"
+    );
+}
