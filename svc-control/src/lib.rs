@@ -16,11 +16,12 @@ pub mod dns;
 /// `svc doctor`'s workspace checks and their report.
 pub mod doctor;
 pub mod git_relay;
+/// Sandbox names.
+pub mod hosts;
 /// Per-guest budgets: how many of each channel one sandbox holds open in svcd.
 pub mod limits;
 /// svcd's Prometheus metrics.
 pub mod metrics;
-/// Sandbox names.
 pub mod names;
 pub mod per_core;
 /// Pure decisions: every security rule of the spec, once.

@@ -24,7 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ConfigErrors, Location, UniqueMap};
-use crate::policy::host::HostPattern;
+use crate::hosts::HostPattern;
 
 /// The whole `.svc/config.yaml` as written. Only the egress section is defined.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -42,7 +42,7 @@ pub const DEFAULT_POLL: Duration = Duration::from_secs(60);
 /// How long before expiry a guardian refreshes (SPEC 8).
 pub const DEFAULT_LEAD: Duration = Duration::from_secs(30 * 60);
 /// The key of the OAuth object in the credentials file, by default.
-pub const DEFAULT_ENTRY: &str = "claudeAiOauth";
+pub use crate::config::host::DEFAULT_ENTRY;
 
 /// Where "now" comes from.
 pub trait Clock: Send + Sync {

@@ -53,18 +53,7 @@ impl std::fmt::Debug for TokenEndpoint {
     }
 }
 
-/// Parse a token endpoint's URL: `https://HOST[:PORT]/PATH`.
-pub fn parse_url(s: &str) -> Result<Uri, String> {
-    let u: Uri = s
-        .parse()
-        .map_err(|e| format!("token endpoint {s:?}: {e}"))?;
-    if u.scheme_str() != Some("https") || u.host().is_none_or(str::is_empty) {
-        return Err(format!(
-            "token endpoint {s:?}: expected an https:// URL with a host"
-        ));
-    }
-    Ok(u)
-}
+pub use crate::config::host::parse_token_endpoint as parse_url;
 
 /// The endpoint's JSON answer.
 #[derive(serde::Deserialize)]
@@ -136,23 +125,5 @@ impl Refresher for TokenEndpoint {
         refresh_token: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Refreshed, String>> + Send + 'a>> {
         Box::pin(self.refresh_grant(refresh_token))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_https_endpoints_with_a_host_are_taken() {
-        assert!(parse_url("https://console.agent.test/v1/oauth/token").is_ok());
-        for bad in [
-            "http://console.agent.test/token",
-            "https:///token",
-            "console.agent.test",
-            "",
-        ] {
-            assert!(parse_url(bad).is_err(), "{bad:?}");
-        }
     }
 }

@@ -1,21 +1,7 @@
 //! The programs' diagnostics (aya-log): the level they write at, and svcd's reader that
 //! forwards them into its tracing log.
 
-use serde::Serialize;
-
-/// The least severe of the programs' diagnostics that are written (aya-log's levels; the
-/// programs skip the others without writing anything).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[repr(u8)]
-pub enum LogLevel {
-    Off = 0,
-    Error = 1,
-    Warn = 2,
-    Info = 3,
-    Debug = 4,
-    Trace = 5,
-}
+pub use crate::config::host::LogLevel;
 
 /// The programs' diagnostics into svcd's tracing log (target `svc::fence`).
 #[derive(Debug, Clone, Copy, Default)]

@@ -246,7 +246,7 @@ impl Asked<'_> {
         kept.iter()
             .filter_map(|r| {
                 address(r).map(|addr| CommitEntry {
-                    name: crate::policy::host::normalize_name(name)
+                    name: crate::hosts::normalize_name(name)
                         .unwrap_or_else(|_| name.trim_end_matches('.').to_ascii_lowercase()),
                     addr,
                     tcp_ports: self.ports.clone(),

@@ -98,7 +98,7 @@ impl Mismatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::host::HostPattern;
+    use crate::hosts::HostPattern;
 
     fn allow() -> Allowlist {
         Allowlist(

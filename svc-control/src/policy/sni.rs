@@ -65,7 +65,7 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::policy::host::HostPattern;
+    use crate::hosts::HostPattern;
 
     fn allow() -> Allowlist {
         Allowlist(

@@ -23,7 +23,7 @@ use hyper_util::{
 };
 
 use super::config::ProxyConfig;
-use crate::policy::host::normalize_name;
+use crate::hosts::normalize_name;
 
 /// Name resolution for upstream connections (the host's resolver in production).
 pub trait Resolve: Send + Sync {

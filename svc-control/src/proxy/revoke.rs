@@ -7,7 +7,7 @@ use std::{future::Future, net::IpAddr, os::fd::OwnedFd, sync::Arc};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
 use super::sandboxes::{Revocation, Sandboxes};
-use crate::policy::host::HostKind;
+use crate::hosts::HostKind;
 
 /// What cuts a served guest connection: revocations of its sandbox, subscribed before anything
 /// was decided (a change after that is not missed), and a duplicate of its socket to reset it.

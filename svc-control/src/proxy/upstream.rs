@@ -12,7 +12,7 @@
 use std::{
     error::Error as StdError,
     future::Future,
-    net::{IpAddr, SocketAddr},
+    net::SocketAddr,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
@@ -23,20 +23,12 @@ use hyper_util::{
     client::legacy::connect::{Connected, Connection, HttpConnector, proxy::Tunnel},
     rt::TokioIo,
 };
-use ipnet::IpNet;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// The forward proxy's settings, validated (the credentials are read when svcd starts).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct UpstreamProxyConfig {
-    /// `http://host:port`.
-    pub url: String,
-    pub credentials_file: Option<std::path::PathBuf>,
-    pub no_proxy: Vec<String>,
-}
+pub use crate::config::host::{NoProxy, UpstreamProxyConfig};
 
 /// The operator's forward proxy, as the proxy uses it.
 #[derive(Clone)]
@@ -56,59 +48,6 @@ impl std::fmt::Debug for ForwardProxy {
             .field("auth", &self.auth.as_ref().map(|_| "(set)"))
             .field("no_proxy", &self.no_proxy)
             .finish()
-    }
-}
-
-/// One `no_proxy` entry, as curl and most tools read them: `*` (everything), a domain
-/// (`example.com` or `.example.com`: the name and every name below it), an IP address or a
-/// CIDR (hosts written as addresses in it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoProxy {
-    All,
-    Domain(String),
-    Net(IpNet),
-}
-
-impl NoProxy {
-    /// Parse one entry; what is wrong with it.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        if t == "*" {
-            return Ok(Self::All);
-        }
-        if let Ok(n) = t.parse::<IpNet>() {
-            return Ok(Self::Net(n));
-        }
-        if let Ok(ip) = t.parse::<IpAddr>() {
-            return Ok(Self::Net(IpNet::from(ip)));
-        }
-        let d = t
-            .trim_start_matches('.')
-            .trim_end_matches('.')
-            .to_ascii_lowercase();
-        if d.is_empty()
-            || !d
-                .split('.')
-                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-        {
-            return Err(format!(
-                "no_proxy entry {s:?}: expected *, a domain (example.com, .example.com), an IP address or a CIDR"
-            ));
-        }
-        Ok(Self::Domain(d))
-    }
-
-    /// Whether `host` (a name or an address, as in a URI) is dialled directly.
-    pub fn matches(&self, host: &str) -> bool {
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        match self {
-            Self::All => true,
-            Self::Net(n) => host.parse::<IpAddr>().is_ok_and(|ip| n.contains(&ip)),
-            Self::Domain(d) => {
-                let h = host.trim_end_matches('.').to_ascii_lowercase();
-                h == *d || h.ends_with(&format!(".{d}"))
-            }
-        }
     }
 }
 

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{checks, defaults};
 
+/// The key of the OAuth object in the coding agent's credentials file, by default.
+pub const DEFAULT_ENTRY: &str = "claudeAiOauth";
+
 /// `[credentials]` as written.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -123,12 +126,12 @@ impl CredentialsFile {
         let entry = self
             .agent_credentials_entry
             .clone()
-            .unwrap_or_else(|| crate::creds::guardian::DEFAULT_ENTRY.to_owned());
+            .unwrap_or_else(|| DEFAULT_ENTRY.to_owned());
         if entry.is_empty() {
             err("credentials.agent_credentials_entry", "is empty".into());
         }
         let endpoint = self.agent_token_endpoint.clone()?;
-        if let Err(e) = crate::creds::oauth::parse_url(&endpoint) {
+        if let Err(e) = parse_token_endpoint(&endpoint) {
             err("credentials.agent_token_endpoint", e);
         }
         if self.agent_home.is_none() {
@@ -195,5 +198,36 @@ fn code_host_cli(value: Option<PathBuf>) -> Option<PathBuf> {
         Some(p) if p.as_os_str().is_empty() => None,
         Some(p) => Some(p),
         None => Some(PathBuf::from(defaults::CODE_HOST_CLI)),
+    }
+}
+
+/// Parse a token endpoint's URL: `https://HOST[:PORT]/PATH`.
+pub fn parse_token_endpoint(s: &str) -> Result<http::Uri, String> {
+    let u: http::Uri = s
+        .parse()
+        .map_err(|e| format!("token endpoint {s:?}: {e}"))?;
+    if u.scheme_str() != Some("https") || u.host().is_none_or(str::is_empty) {
+        return Err(format!(
+            "token endpoint {s:?}: expected an https:// URL with a host"
+        ));
+    }
+    Ok(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_https_endpoints_with_a_host_are_taken() {
+        assert!(parse_token_endpoint("https://console.agent.test/v1/oauth/token").is_ok());
+        for bad in [
+            "http://console.agent.test/token",
+            "https:///token",
+            "console.agent.test",
+            "",
+        ] {
+            assert!(parse_token_endpoint(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::defaults;
-use crate::policy::host::{HostKind, HostPattern};
+use crate::hosts::{HostKind, HostPattern};
 
 /// `[hosts]` as written.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

@@ -13,6 +13,7 @@ mod container;
 mod credentials;
 pub mod defaults;
 mod dns;
+mod fence;
 mod git_ssh;
 mod hosts;
 /// `[limits]` of svcd.toml: per-guest caps on every channel a guest can open.
@@ -32,8 +33,9 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 pub use container::{ContainerConfig, ContainerFile};
-pub use credentials::{CredentialsFile, GuardianConfig};
+pub use credentials::{CredentialsFile, DEFAULT_ENTRY, GuardianConfig, parse_token_endpoint};
 pub use dns::{DnsFile, parse_upstream, resolv_conf_nameservers};
+pub use fence::LogLevel;
 pub use git_ssh::{GitSshConfig, GitSshFile};
 pub use hosts::{CodeHostFamily, HostsFile};
 use limits::{LimitsConfig, LimitsFile};
@@ -41,10 +43,10 @@ pub use metrics::MetricsFile;
 pub use microvm::{MicrovmConfig, MicrovmFile};
 pub use network::NetworkFile;
 pub use proxy::ProxyFile;
-pub use upstream::{UpstreamFile, UpstreamProxyConfig};
+pub use upstream::{NoProxy, UpstreamFile, UpstreamProxyConfig};
 
 use super::{ConfigError, ConfigErrors, Location};
-use crate::policy::host::HostPattern;
+use crate::hosts::HostPattern;
 
 /// Where svcd looks for its configuration when not told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/svc/svcd.toml";
@@ -61,7 +63,7 @@ pub struct HostConfigFile {
     pub api_group: Option<String>,
     /// The least severe diagnostic of the eBPF programs svcd logs (`off`, `error`, `warn`,
     /// `info`, `debug`, `trace`; default `warn`).
-    pub fence_log_level: Option<crate::dataplane::LogLevel>,
+    pub fence_log_level: Option<LogLevel>,
     #[serde(default)]
     pub network: NetworkFile,
     #[serde(default)]
@@ -120,7 +122,7 @@ pub struct HostConfig {
     /// The coding agent's credential guardian, if on.
     pub guardian: Option<GuardianConfig>,
     /// The eBPF programs' diagnostics svcd logs (`fence_log_level`).
-    pub fence_log_level: crate::dataplane::LogLevel,
+    pub fence_log_level: LogLevel,
     /// How often svcd looks at the tokens it refreshes, and how long before expiry it
     /// refreshes them (`credentials.refresh_poll_secs`, `credentials.refresh_lead_secs`).
     pub refresh_poll: std::time::Duration,
@@ -251,9 +253,7 @@ fn check_sections(f: HostConfigFile, err: &mut impl FnMut(&str, String)) -> Host
         key_file,
         code_host_cli: credentials.code_host_cli,
         guardian: credentials.guardian,
-        fence_log_level: f
-            .fence_log_level
-            .unwrap_or(crate::dataplane::LogLevel::Warn),
+        fence_log_level: f.fence_log_level.unwrap_or(LogLevel::Warn),
         refresh_poll: credentials.refresh_poll,
         refresh_lead: credentials.refresh_lead,
         container,

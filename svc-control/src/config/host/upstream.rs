@@ -1,12 +1,11 @@
 //! `[upstream]`: how svcd's proxy reaches the internet (directly unless `proxy` is set).
 
-use std::path::PathBuf;
+use std::{net::IpAddr, path::PathBuf};
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::checks;
-/// The forward proxy's settings, validated (defined with the connector that uses them).
-pub use crate::proxy::upstream::UpstreamProxyConfig;
 
 /// `[upstream]`: how svcd's proxy reaches the internet (directly unless `proxy` is set).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -50,7 +49,7 @@ impl UpstreamFile {
         }
         let no_proxy = self.no_proxy.unwrap_or_default();
         for (i, n) in no_proxy.iter().enumerate() {
-            if let Err(e) = crate::proxy::upstream::NoProxy::parse(n) {
+            if let Err(e) = NoProxy::parse(n) {
                 err(&format!("upstream.no_proxy[{i}]"), e);
             }
         }
@@ -71,4 +70,66 @@ fn is_plain_http_proxy(url: &str) -> bool {
             && u.path_and_query().is_none_or(|p| p.as_str() == "/")
             && !u.authority().is_some_and(|a| a.as_str().contains('@'))
     })
+}
+
+/// The forward proxy's settings, validated (the credentials are read when svcd starts).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UpstreamProxyConfig {
+    /// `http://host:port`.
+    pub url: String,
+    pub credentials_file: Option<std::path::PathBuf>,
+    pub no_proxy: Vec<String>,
+}
+
+/// One `no_proxy` entry, as curl and most tools read them: `*` (everything), a domain
+/// (`example.com` or `.example.com`: the name and every name below it), an IP address or a
+/// CIDR (hosts written as addresses in it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoProxy {
+    All,
+    Domain(String),
+    Net(IpNet),
+}
+
+impl NoProxy {
+    /// Parse one entry; what is wrong with it.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t == "*" {
+            return Ok(Self::All);
+        }
+        if let Ok(n) = t.parse::<IpNet>() {
+            return Ok(Self::Net(n));
+        }
+        if let Ok(ip) = t.parse::<IpAddr>() {
+            return Ok(Self::Net(IpNet::from(ip)));
+        }
+        let d = t
+            .trim_start_matches('.')
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        if d.is_empty()
+            || !d
+                .split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        {
+            return Err(format!(
+                "no_proxy entry {s:?}: expected *, a domain (example.com, .example.com), an IP address or a CIDR"
+            ));
+        }
+        Ok(Self::Domain(d))
+    }
+
+    /// Whether `host` (a name or an address, as in a URI) is dialled directly.
+    pub fn matches(&self, host: &str) -> bool {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match self {
+            Self::All => true,
+            Self::Net(n) => host.parse::<IpAddr>().is_ok_and(|ip| n.contains(&ip)),
+            Self::Domain(d) => {
+                let h = host.trim_end_matches('.').to_ascii_lowercase();
+                h == *d || h.ends_with(&format!(".{d}"))
+            }
+        }
+    }
 }

@@ -85,7 +85,7 @@ impl Supervisor {
         change: &AllowChange,
     ) -> Result<(SandboxPolicy, Vec<String>), Failure> {
         let host = &self.config.host;
-        let agent = crate::policy::host::Allowlist(host.agent_hosts.clone());
+        let agent = crate::hosts::Allowlist(host.agent_hosts.clone());
         let extra = creation::change_allowlist(
             &l.envelope.extra_hosts,
             &change.add,
@@ -132,7 +132,7 @@ impl Supervisor {
     fn cut_fence(&self, l: &Live) -> Result<(u32, usize), Failure> {
         let allowed = l.policy.allowed.clone();
         let open = self.registry.still_open(l.id, |n| {
-            allowed.host_ports(&crate::policy::host::HostKind::Exact(n.to_owned()))
+            allowed.host_ports(&crate::hosts::HostKind::Exact(n.to_owned()))
         });
         let lost: Vec<IpAddr> = open
             .iter()
