@@ -7,7 +7,7 @@
 //! proxy resets its connections to the addresses that left. Stored before it is applied, so
 //! it survives an svcd restart.
 
-use std::{net::IpAddr, sync::Arc, time::SystemTime};
+use std::{net::IpAddr, sync::Arc};
 
 use tracing::info;
 
@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     api::{self, AllowChange, SandboxView},
-    audit::{AuditEvent, AuditRecord, PolicyEvent, rfc3339},
+    audit::{AuditEvent, PolicyEvent},
     config::egress::RepoName,
     daemon::failure::Failure,
     dataplane::{Carry, PortRule},
@@ -146,18 +146,14 @@ impl Supervisor {
         let generation = l.envelope.policy_generation;
         info!(sandbox = %name, generation, fence_generation, ?added, ?removed, cut = lost.len(), %by,
             "allowlist changed");
-        if let Err(e) = self.config.audit.record(&AuditRecord {
-            time: rfc3339(SystemTime::now()),
-            sandbox: l.id,
-            sandbox_name: Some(name.to_owned()),
-            event: AuditEvent::Policy(PolicyEvent {
-                change: "allowlist",
-                added: added.clone(),
-                removed: removed.clone(),
-                generation,
-                by: by.to_owned(),
-            }),
-        }) {
+        let change = AuditEvent::Policy(PolicyEvent {
+            change: "allowlist",
+            added: added.clone(),
+            removed: removed.clone(),
+            generation,
+            by: by.to_owned(),
+        });
+        if let Err(e) = self.config.audit.emit_named(l.id, name, change) {
             tracing::warn!(sandbox = %name, error = %e, "writing the policy change's audit record");
         }
         self.event(
