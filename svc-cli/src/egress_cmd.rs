@@ -223,48 +223,10 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
     let (Some(method), Some(url)) = (&a.method, &a.url) else {
         bail!("give METHOD and URL, or --ssh");
     };
-    let host =
-        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let egress = load_egress(a.config.as_deref())?;
-    let extra = a
-        .allow_hosts
-        .iter()
-        .map(|h| HostPattern::parse(h).with_context(|| format!("--allow-host {h:?}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let repo = a
-        .repo
-        .as_deref()
-        .map(|r| RepoName::parse(r).map_err(|e| anyhow::anyhow!("--repo: {e}")))
-        .transpose()?;
-    let policy = SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?;
-
+    let policy = described_policy(&a)?;
     let (scheme, authority, target) = split_url(&substitute(&policy, url)?)?;
-    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
-    for h in &a.headers {
-        let (n, v) = h
-            .split_once(':')
-            .with_context(|| format!("header {h:?} is not `Name: value`"))?;
-        headers.push((
-            n.trim().to_owned(),
-            substitute(&policy, v.trim())?.into_bytes(),
-        ));
-    }
-    if let Some(b) = &a.bearer {
-        headers.push((
-            "Authorization".into(),
-            format!("Bearer {}", placeholder_of(&policy, b)?).into_bytes(),
-        ));
-    }
-    let body = match &a.body_file {
-        None => Vec::new(),
-        Some(p) if p.as_os_str() == "-" => {
-            let mut v = Vec::new();
-            std::io::stdin().read_to_end(&mut v)?;
-            v
-        }
-        Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
-    };
-    let body = substitute(&policy, &String::from_utf8_lossy(&body))?.into_bytes();
+    let headers = request_headers(&a, &policy)?;
+    let body = request_body(&a, &policy)?;
     let header_refs: Vec<(&str, &[u8])> = headers
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_slice()))
@@ -288,61 +250,129 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             head_had_both_lengths: false,
         },
     );
-
-    let mode = mode_for(policy.allowed.is_empty());
     if a.json {
-        let doc = serde_json::json!({
-            "decision": decision,
-            "sandbox": {
-                "mode": mode,
-                "allowedHosts": policy.allowed,
-                "repo": policy.bound_repo,
-            },
-        });
-        outln!("{}", serde_json::to_string_pretty(&doc)?);
+        print_decision_json(&decision, &policy)?;
     } else {
-        match &decision.outcome {
-            Outcome::Allow { credential } => {
-                let what = match credential {
-                    CredentialAction::Passthrough => "forwarded as is".to_owned(),
-                    CredentialAction::Swap { kind, .. } => format!(
-                        "placeholder swapped for the real {} credential",
-                        kind.name()
-                    ),
-                    CredentialAction::Strip => "Authorization stripped".to_owned(),
-                };
-                outln!("ALLOW ({what})");
-            }
-            Outcome::Deny { status } => outln!("DENY {status}"),
-        }
-        outln!("  rule:    {}", decision.rule.name());
-        outln!("  reason:  {}", decision.reason);
-        if let Some(h) = &decision.host {
-            outln!("  host:    {h}");
-        }
-        if let Some(p) = &decision.path {
-            outln!("  path:    {p}");
-        }
-        let hosts: Vec<String> = policy.allowed.0.iter().map(ToString::to_string).collect();
-        outln!(
-            "  sandbox: {} mode, {} allowed host(s): {}",
-            if mode == EgressMode::Curated {
-                "Curated"
-            } else {
-                "AllowAll"
-            },
-            hosts.len(),
-            hosts.join(", ")
-        );
-        if let Some(r) = &policy.bound_repo {
-            outln!("           bound repository {}", r.as_str());
-        }
+        print_decision(&decision, &policy);
     }
     Ok(if decision.allowed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The sandbox as `svc sandbox create` would make it from the arguments: the host config,
+/// the workspace's egress section, `--allow-host`s and `--repo`.
+fn described_policy(a: &ExplainArgs) -> anyhow::Result<SandboxPolicy> {
+    let host =
+        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let egress = load_egress(a.config.as_deref())?;
+    let extra = a
+        .allow_hosts
+        .iter()
+        .map(|h| HostPattern::parse(h).with_context(|| format!("--allow-host {h:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let repo = a
+        .repo
+        .as_deref()
+        .map(|r| RepoName::parse(r).map_err(|e| anyhow::anyhow!("--repo: {e}")))
+        .transpose()?;
+    Ok(SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?)
+}
+
+/// The `--header`s (placeholders substituted) and the `--bearer` header.
+fn request_headers(
+    a: &ExplainArgs,
+    policy: &SandboxPolicy,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .with_context(|| format!("header {h:?} is not `Name: value`"))?;
+        headers.push((
+            n.trim().to_owned(),
+            substitute(policy, v.trim())?.into_bytes(),
+        ));
+    }
+    if let Some(b) = &a.bearer {
+        headers.push((
+            "Authorization".into(),
+            format!("Bearer {}", placeholder_of(policy, b)?).into_bytes(),
+        ));
+    }
+    Ok(headers)
+}
+
+/// The `--body-file` (`-`: standard input), placeholders substituted; empty without one.
+fn request_body(a: &ExplainArgs, policy: &SandboxPolicy) -> anyhow::Result<Vec<u8>> {
+    let body = match &a.body_file {
+        None => Vec::new(),
+        Some(p) if p.as_os_str() == "-" => {
+            let mut v = Vec::new();
+            std::io::stdin().read_to_end(&mut v)?;
+            v
+        }
+        Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+    };
+    Ok(substitute(policy, &String::from_utf8_lossy(&body))?.into_bytes())
+}
+
+/// The decision and the sandbox it was made for, as one JSON document (`--json`).
+fn print_decision_json(decision: &request::Decision, policy: &SandboxPolicy) -> anyhow::Result<()> {
+    let mode = mode_for(policy.allowed.is_empty());
+    let doc = serde_json::json!({
+        "decision": decision,
+        "sandbox": {
+            "mode": mode,
+            "allowedHosts": policy.allowed,
+            "repo": policy.bound_repo,
+        },
+    });
+    outln!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
+/// The decision for people: the verdict, the rule and why, then the sandbox.
+fn print_decision(decision: &request::Decision, policy: &SandboxPolicy) {
+    match &decision.outcome {
+        Outcome::Allow { credential } => {
+            let what = match credential {
+                CredentialAction::Passthrough => "forwarded as is".to_owned(),
+                CredentialAction::Swap { kind, .. } => format!(
+                    "placeholder swapped for the real {} credential",
+                    kind.name()
+                ),
+                CredentialAction::Strip => "Authorization stripped".to_owned(),
+            };
+            outln!("ALLOW ({what})");
+        }
+        Outcome::Deny { status } => outln!("DENY {status}"),
+    }
+    outln!("  rule:    {}", decision.rule.name());
+    outln!("  reason:  {}", decision.reason);
+    if let Some(h) = &decision.host {
+        outln!("  host:    {h}");
+    }
+    if let Some(p) = &decision.path {
+        outln!("  path:    {p}");
+    }
+    let mode = mode_for(policy.allowed.is_empty());
+    let hosts: Vec<String> = policy.allowed.0.iter().map(ToString::to_string).collect();
+    outln!(
+        "  sandbox: {} mode, {} allowed host(s): {}",
+        if mode == EgressMode::Curated {
+            "Curated"
+        } else {
+            "AllowAll"
+        },
+        hosts.len(),
+        hosts.join(", ")
+    );
+    if let Some(r) = &policy.bound_repo {
+        outln!("           bound repository {}", r.as_str());
+    }
 }
 
 /// `scheme://authority/target` → (scheme, authority, origin-form target).

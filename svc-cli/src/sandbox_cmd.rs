@@ -5,11 +5,12 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use http::Method;
-use svc_control::api::{
-    self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView, SecretValue,
-};
+use svc_control::api::{self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView};
 
-use crate::client::{Client, SocketArg, runtime};
+use crate::{
+    client::{Client, SocketArg, runtime},
+    secret_cmd::read_secret,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -148,87 +149,13 @@ fn parse_egress(s: &str) -> Result<EgressChoice, String> {
     EgressChoice::parse(s)
 }
 
-/// Read a `VAR@SOURCE` secret.
-pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
-    let (name, source) = spec.split_once('@').with_context(|| {
-        format!("--secret {spec:?}: expected VAR@SOURCE, e.g. CODE_HOST_TOKEN@env:GH_TOKEN")
-    })?;
-    anyhow::ensure!(
-        !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
-        "--secret {spec:?}: {name:?} is not a credential variable name (A-Z, 0-9, _)"
-    );
-    let value = match source.split_once(':') {
-        Some(("env", var)) => std::env::var(var).with_context(|| {
-            format!("--secret {name}@{source}: environment variable {var} is not set")
-        })?,
-        Some(("file", path)) => {
-            let mut v = std::fs::read_to_string(path)
-                .with_context(|| format!("--secret {name}@{source}: reading {path}"))?;
-            if v.ends_with('\n') {
-                v.pop();
-                if v.ends_with('\r') {
-                    v.pop();
-                }
-            }
-            v
-        }
-        // svcd reads it from its store at creation (svc secret set NAME).
-        Some(("store", _)) => String::new(),
-        _ => anyhow::bail!(
-            "--secret {name}@{source}: unknown source; use env:VAR, file:PATH or store:NAME"
-        ),
-    };
-    Ok(SecretValue {
-        name: name.to_owned(),
-        source: source.to_owned(),
-        value,
-    })
-}
-
 pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
     let rt = runtime()?;
     let result = rt.block_on(async move {
         match cmd {
             SandboxCommand::Create(a) => create(&client, a).await,
-            SandboxCommand::List { json } => {
-                let all: Vec<SandboxView> = client
-                    .call::<(), _>(Method::GET, "/v1/sandboxes", None)
-                    .await?;
-                if json {
-                    outln!("{}", serde_json::to_string_pretty(&all)?);
-                } else if all.is_empty() {
-                    outln!("no sandboxes (create one: svc sandbox create NAME)");
-                } else {
-                    outln!(
-                        "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} OWNER",
-                        "NAME",
-                        "ID",
-                        "STATE",
-                        "MODE",
-                        "GUEST",
-                        "LINK",
-                        "HOSTS"
-                    );
-                    for s in all {
-                        outln!(
-                            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} {}",
-                            s.name,
-                            s.id,
-                            s.state,
-                            s.mode,
-                            s.guest_v4,
-                            s.link,
-                            s.allowed_hosts.len(),
-                            crate::out::owner_text(s.owner_uid, s.owner.as_deref())
-                        );
-                    }
-                }
-                Ok(ExitCode::SUCCESS)
-            }
+            SandboxCommand::List { json } => list(&client, json).await,
             SandboxCommand::Show { name, json } => {
                 let s: SandboxView = client
                     .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
@@ -250,55 +177,108 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                 add,
                 remove,
                 json,
-            } => {
-                anyhow::ensure!(
-                    !add.is_empty() || !remove.is_empty(),
-                    "give --add-host or --remove-host (see svc sandbox allow --help)"
-                );
-                let s: SandboxView = client
-                    .call(
-                        Method::POST,
-                        &format!("/v1/sandboxes/{name}/allow"),
-                        Some(&api::AllowChange { add, remove }),
-                    )
-                    .await?;
-                emit(json, &s, |s| {
-                    outln!(
-                        "{}: allowlist generation {}: {}",
-                        s.name,
-                        s.policy_generation,
-                        s.allowed_hosts.join(", ")
-                    );
-                })
-            }
+            } => allow(&client, &name, api::AllowChange { add, remove }, json).await,
             SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
-            SandboxCommand::Fork { name, clones, json } => {
-                let f: api::Forked = client
-                    .call(
-                        Method::POST,
-                        &format!("/v1/sandboxes/{name}/fork"),
-                        Some(&api::ForkRequest { clones }),
-                    )
-                    .await?;
-                emit(json, &f, |f| {
-                    outln!("snapshot of {}: {:.0} ms", f.source, f.snapshot_ms);
-                    for c in &f.clones {
-                        outln!(
-                            "fork: {} is {} ({}, guest {}) in {:.0} ms",
-                            c.view.name,
-                            c.view.state,
-                            c.view.link,
-                            c.view.guest_v4,
-                            c.ready_ms
-                        );
-                    }
-                })
-            }
+            SandboxCommand::Fork { name, clones, json } => fork(&client, &name, clones, json).await,
         }
     });
     // A read of our standard input may still be waiting (exec -i): do not wait for it.
     rt.shutdown_background();
     result
+}
+
+/// `svc sandbox list`: one line per sandbox, or all of them as JSON.
+async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
+    let all: Vec<SandboxView> = client
+        .call::<(), _>(Method::GET, "/v1/sandboxes", None)
+        .await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&all)?);
+    } else if all.is_empty() {
+        outln!("no sandboxes (create one: svc sandbox create NAME)");
+    } else {
+        outln!(
+            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} OWNER",
+            "NAME",
+            "ID",
+            "STATE",
+            "MODE",
+            "GUEST",
+            "LINK",
+            "HOSTS"
+        );
+        for s in all {
+            outln!(
+                "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} {}",
+                s.name,
+                s.id,
+                s.state,
+                s.mode,
+                s.guest_v4,
+                s.link,
+                s.allowed_hosts.len(),
+                crate::out::owner_text(s.owner_uid, s.owner.as_deref())
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `svc sandbox allow`: one live allowlist change.
+async fn allow(
+    client: &Client,
+    name: &str,
+    change: api::AllowChange,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !change.add.is_empty() || !change.remove.is_empty(),
+        "give --add-host or --remove-host (see svc sandbox allow --help)"
+    );
+    let s: SandboxView = client
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{name}/allow"),
+            Some(&change),
+        )
+        .await?;
+    emit(json, &s, |s| {
+        outln!(
+            "{}: allowlist generation {}: {}",
+            s.name,
+            s.policy_generation,
+            s.allowed_hosts.join(", ")
+        );
+    })
+}
+
+/// `svc sandbox fork`: a snapshot of the sandbox and its clones.
+async fn fork(
+    client: &Client,
+    name: &str,
+    clones: Vec<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let f: api::Forked = client
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{name}/fork"),
+            Some(&api::ForkRequest { clones }),
+        )
+        .await?;
+    emit(json, &f, |f| {
+        outln!("snapshot of {}: {:.0} ms", f.source, f.snapshot_ms);
+        for c in &f.clones {
+            outln!(
+                "fork: {} is {} ({}, guest {}) in {:.0} ms",
+                c.view.name,
+                c.view.state,
+                c.view.link,
+                c.view.guest_v4,
+                c.ready_ms
+            );
+        }
+    })
 }
 
 async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
