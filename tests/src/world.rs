@@ -11,11 +11,14 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use crate::{NetNs, PinDir, run, unique};
+
+/// The `svc` command line against this world's svcd.
+mod cli;
 
 /// The names the outside world serves, and their addresses.
 pub const NAMES: &[(&str, &str)] = &[
@@ -587,68 +590,6 @@ listen = "127.0.0.1:{METRICS_PORT}"
         std::fs::read_to_string(self.dir.join("svcd.log")).unwrap_or_default()
     }
 
-    /// Run `svc` against this svcd (for at most [`CLI_LIMIT`]: a command that hangs fails
-    /// its test with svcd's log).
-    pub fn svc(&self, args: &[&str]) -> Output {
-        self.svc_env(args, &[])
-    }
-
-    pub fn svc_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut c = Command::new(workspace_bin("svc"));
-        c.args(args).env("SVC_SOCKET", &self.socket);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        crate::output_within(&mut c, CLI_LIMIT)
-            .unwrap_or_else(|e| panic!("{e}\nsvcd log:\n{}", self.svcd_log()))
-    }
-
-    /// `svc …` run by another user: `ids` are setpriv's (`--reuid=65534`, `--regid=…`,
-    /// `--clear-groups`). The binary is copied (once) where any user may run it.
-    pub fn svc_as(&self, ids: &[&str], args: &[&str]) -> Output {
-        use std::os::unix::fs::PermissionsExt as _;
-        let bin_dir = self.dir.join("bin");
-        let svc = bin_dir.join("svc");
-        if !svc.exists() {
-            std::fs::create_dir_all(&bin_dir).expect("bin dir");
-            std::fs::copy(workspace_bin("svc"), &svc).expect("copy svc");
-        }
-        for p in [&self.dir, &bin_dir, &svc] {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
-        let mut c = Command::new("setpriv");
-        c.args(ids)
-            .arg(&svc)
-            .args(args)
-            .env("SVC_SOCKET", &self.socket);
-        crate::output_within(&mut c, CLI_LIMIT)
-            .unwrap_or_else(|e| panic!("{e}\nsvcd log:\n{}", self.svcd_log()))
-    }
-
-    /// `svc …`, asserting success; its stdout.
-    pub fn svc_ok(&self, args: &[&str]) -> String {
-        let out = self.svc(args);
-        assert!(
-            out.status.success(),
-            "svc {args:?} failed ({}):\n{}{}\nsvcd log:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            self.svcd_log()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `svc sandbox exec NAME -- sh -c SCRIPT`: (exit code, stdout, stderr).
-    pub fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
-        let out = self.svc(&["sandbox", "exec", name, "--", "sh", "-c", script]);
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
     /// svcd's /metrics, scraped from inside its namespace.
     pub fn metrics(&self) -> String {
         let out = self.host.exec(
@@ -657,11 +598,6 @@ listen = "127.0.0.1:{METRICS_PORT}"
         );
         assert!(out.status.success(), "scraping /metrics: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `svc sandbox show NAME --json`.
-    pub fn show(&self, name: &str) -> serde_json::Value {
-        serde_json::from_str(&self.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
     }
 
     /// What reached the outside world (DNS questions and HTTP requests), one JSON object each.
