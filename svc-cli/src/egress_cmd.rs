@@ -117,7 +117,7 @@ fn load_egress(config: Option<&std::path::Path>) -> anyhow::Result<egress::Egres
 
 /// `--ssh`: the relay's decision on one git request.
 fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
-    use svc_control::policy::ssh::{self, RefUpdate, SshRule};
+    use svc_control::policy::ssh::{self, RefUpdate};
     let egress = load_egress(a.config.as_deref())?;
     let repos: Vec<(String, String)> = egress
         .policy
@@ -154,34 +154,80 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
             r.service.command()
         );
     }
-    let (allowed, rule, message) = match &result {
-        Ok((_, rule)) => (true, *rule, None),
-        Err((rule, line)) => (false, *rule, Some(line.clone())),
-    };
-    let rule_name = match rule {
-        SshRule::Request => "request",
-        SshRule::EgressPolicy => "egress-policy",
-        SshRule::AllowedBranches => "allowed-branches",
+    let explained = SshExplained {
+        result: &result,
+        refs: &a.refs,
+        repos: &repos,
+        branches: &branches,
     };
     if a.json {
-        let request = result.as_ref().ok().map(|(r, _)| {
+        outln!("{}", serde_json::to_string_pretty(&explained.json())?);
+    } else {
+        explained.print();
+    }
+    Ok(if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The relay's decision on one git request, with what it was decided against.
+struct SshExplained<'a> {
+    result: &'a SshResult,
+    refs: &'a [String],
+    repos: &'a [(String, String)],
+    branches: &'a [String],
+}
+
+/// What `policy::ssh::explain` answers.
+type SshResult = Result<
+    (
+        svc_control::policy::ssh::SshRequest,
+        svc_control::policy::ssh::SshRule,
+    ),
+    (svc_control::policy::ssh::SshRule, String),
+>;
+
+impl SshExplained<'_> {
+    /// The rule that decided, and git's line for a refusal.
+    fn rule_and_message(&self) -> (svc_control::policy::ssh::SshRule, Option<String>) {
+        match self.result {
+            Ok((_, rule)) => (*rule, None),
+            Err((rule, line)) => (*rule, Some(line.clone())),
+        }
+    }
+
+    /// `--json`: one document.
+    fn json(&self) -> serde_json::Value {
+        let (rule, message) = self.rule_and_message();
+        let request = self.result.as_ref().ok().map(|(r, _)| {
             serde_json::json!({
                 "host": r.host, "repo": r.repo, "command": r.service.command(), "port": r.port,
             })
         });
-        let doc = serde_json::json!({
-            "decision": if allowed { "allow" } else { "deny" },
+        serde_json::json!({
+            "decision": if self.result.is_ok() { "allow" } else { "deny" },
             "rule": rule,
             "message": message,
             "request": request,
-            "refs": a.refs,
+            "refs": self.refs,
             "policy": {
-                "repos": repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
-                "allowedBranches": branches,
+                "repos": self.repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
+                "allowedBranches": self.branches,
             },
-        });
-        outln!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
+        })
+    }
+
+    /// For people: the verdict, what git sees, the rule, the request and the policy.
+    fn print(&self) {
+        use svc_control::policy::ssh::SshRule;
+        let (rule, message) = self.rule_and_message();
+        let rule_name = match rule {
+            SshRule::Request => "request",
+            SshRule::EgressPolicy => "egress-policy",
+            SshRule::AllowedBranches => "allowed-branches",
+        };
         match &message {
             None => outln!("ALLOW"),
             Some(line) => {
@@ -190,7 +236,7 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
             }
         }
         outln!("  rule:     {rule_name}");
-        if let Ok((r, _)) = &result {
+        if let Ok((r, _)) = self.result {
             outln!(
                 "  request:  {} {} on {}",
                 r.service.command(),
@@ -198,22 +244,17 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
                 r.host
             );
         }
-        for name in &a.refs {
+        for name in self.refs {
             outln!("  ref:      {name}");
         }
-        if repos.is_empty() {
+        if self.repos.is_empty() {
             outln!("  policy:   no repositories (.svc/config.yaml egress.policy.<host>.repos)");
         } else {
-            let shown: Vec<String> = repos.iter().map(|(h, r)| format!("{h} {r}")).collect();
+            let shown: Vec<String> = self.repos.iter().map(|(h, r)| format!("{h} {r}")).collect();
             outln!("  policy:   {}", shown.join(", "));
         }
-        outln!("  branches: {}", branches.join(", "));
+        outln!("  branches: {}", self.branches.join(", "));
     }
-    Ok(if allowed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {

@@ -281,6 +281,64 @@ async fn fork(
     })
 }
 
+/// What `--workspace DIR` adds to a created sandbox.
+#[derive(Default)]
+struct FromWorkspace {
+    runtime_required: Option<Vec<svc_control::config::workspace::Backend>>,
+    /// The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
+    ssh_repos: Vec<svc_control::api::SshRepo>,
+    project: Option<svc_control::api::ProjectPerimeter>,
+    /// The egress section asks for smart-HTTP pushes held to AllowedBranches.
+    https_push_branches: bool,
+}
+
+/// Load the workspace in `dir` and have its perimeter approved (`--trust`, or already);
+/// the exit code when it is not.
+async fn from_workspace(
+    client: &Client,
+    dir: &std::path::Path,
+    trust: bool,
+) -> anyhow::Result<Result<FromWorkspace, ExitCode>> {
+    let root =
+        std::fs::canonicalize(dir).with_context(|| format!("--workspace {}", dir.display()))?;
+    let loaded = svc_control::config::loader::load_workspace(
+        &root,
+        &svc_control::config::effective::ApiParams::default(),
+        std::env::vars(),
+    )
+    .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
+    let https_push_branches = loaded
+        .egress
+        .as_ref()
+        .is_some_and(|e| e.https_push_branches);
+    let ssh_repos = loaded
+        .egress
+        .iter()
+        .flat_map(|e| e.policy.values())
+        .flat_map(|p| {
+            p.repos.iter().map(|r| svc_control::api::SshRepo {
+                host: p.host.to_string(),
+                repo: r.as_str().to_owned(),
+            })
+        })
+        .collect();
+    let perimeter = crate::trust::perimeter(&loaded);
+    let trust = match crate::trust::ensure(client, &root, &perimeter, trust).await? {
+        Ok(t) => t,
+        Err(code) => return Ok(Err(code)),
+    };
+    Ok(Ok(FromWorkspace {
+        runtime_required: Some(loaded.effective.runtime.required),
+        ssh_repos,
+        project: Some(svc_control::api::ProjectPerimeter {
+            root: root.display().to_string(),
+            perimeter,
+            trust,
+        }),
+        https_push_branches,
+    }))
+}
+
 async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
     api::check_name(&a.name).map_err(|e| anyhow::anyhow!(e))?;
     let secrets = a
@@ -297,51 +355,20 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let mut https_push_branches = a.https_push_branches;
-    let (runtime_required, ssh_repos, project) = match &a.workspace {
-        None => (None, Vec::new(), None),
-        Some(dir) => {
-            let root = std::fs::canonicalize(dir)
-                .with_context(|| format!("--workspace {}", dir.display()))?;
-            let loaded = svc_control::config::loader::load_workspace(
-                &root,
-                &svc_control::config::effective::ApiParams::default(),
-                std::env::vars(),
-            )
-            .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
-            https_push_branches |= loaded
-                .egress
-                .as_ref()
-                .is_some_and(|e| e.https_push_branches);
-            // The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
-            let repos = loaded
-                .egress
-                .iter()
-                .flat_map(|e| e.policy.values())
-                .flat_map(|p| {
-                    p.repos.iter().map(|r| svc_control::api::SshRepo {
-                        host: p.host.to_string(),
-                        repo: r.as_str().to_owned(),
-                    })
-                })
-                .collect();
-            let perimeter = crate::trust::perimeter(&loaded);
-            let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
-                Ok(t) => t,
-                Err(code) => return Ok(code),
-            };
-            let project = svc_control::api::ProjectPerimeter {
-                root: root.display().to_string(),
-                perimeter,
-                trust,
-            };
-            (
-                Some(loaded.effective.runtime.required),
-                repos,
-                Some(project),
-            )
-        }
+    let from_workspace = match &a.workspace {
+        None => FromWorkspace::default(),
+        Some(dir) => match from_workspace(client, dir, a.trust).await? {
+            Ok(w) => w,
+            Err(code) => return Ok(code),
+        },
     };
+    let https_push_branches = a.https_push_branches || from_workspace.https_push_branches;
+    let FromWorkspace {
+        runtime_required,
+        ssh_repos,
+        project,
+        ..
+    } = from_workspace;
     let req = CreateSandbox {
         name: a.name,
         allow_hosts: a.allow_host,
@@ -443,6 +470,14 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
         "  owner:             uid {}",
         crate::out::owner_text(s.owner_uid, s.owner.as_deref())
     );
+    print_credentials(s);
+    if let Some(w) = &s.workspace {
+        print_workspace(w, &s.name);
+    }
+}
+
+/// The sandbox's credential placeholders and the secrets it was given.
+fn print_credentials(s: &SandboxView) {
     for p in &s.placeholders {
         outln!(
             "  credential:        {} ({}; {}) {}",
@@ -459,21 +494,23 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
     for sec in &s.secrets {
         outln!("  secret:            {sec}");
     }
-    if let Some(w) = &s.workspace {
-        outln!("  workspace:         {} -> {}", w.root, w.guest_dir);
-        let phase = w
-            .phase
-            .as_deref()
-            .map_or(String::new(), |p| format!(" ({p})"));
-        outln!("  workspace state:   {}{phase}", w.state);
-        if let Some(f) = &w.failure {
-            outln!("  workspace failure: {f}");
-        }
-        for f in &w.forwards {
-            outln!("  forward:           {f}");
-        }
-        outln!("  workspace log:     svc workspace logs {}", s.name);
+}
+
+/// The workspace of sandbox `name`: where, in which state, its forwards and log.
+fn print_workspace(w: &api::WorkspaceView, name: &str) {
+    outln!("  workspace:         {} -> {}", w.root, w.guest_dir);
+    let phase = w
+        .phase
+        .as_deref()
+        .map_or(String::new(), |p| format!(" ({p})"));
+    outln!("  workspace state:   {}{phase}", w.state);
+    if let Some(f) = &w.failure {
+        outln!("  workspace failure: {f}");
     }
+    for f in &w.forwards {
+        outln!("  forward:           {f}");
+    }
+    outln!("  workspace log:     svc workspace logs {name}");
 }
 
 async fn lifecycle(client: &Client, name: &str, op: &str) -> anyhow::Result<ExitCode> {
