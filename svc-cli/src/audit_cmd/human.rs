@@ -65,6 +65,16 @@ fn because(reason: Option<&str>) -> String {
     reason.map_or(String::new(), |why| format!(": {why}"))
 }
 
+/// `PREFIXa,b,c`, or nothing for no items.
+fn listed(prefix: &str, items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}{}", items.join(","))
+    }
+}
+
 fn packet(p: &PacketEvent) -> String {
     let end = |addr: Option<std::net::IpAddr>, port: Option<u16>| {
         let addr = addr.map(|a| a.to_string()).unwrap_or_default();
@@ -88,12 +98,7 @@ fn packet(p: &PacketEvent) -> String {
 }
 
 fn dns(d: &DnsEvent) -> String {
-    let answers: Vec<String> = d.answers.iter().map(ToString::to_string).collect();
-    let answers = if answers.is_empty() {
-        String::new()
-    } else {
-        format!(" {}", answers.join(","))
-    };
+    let answers = listed(" ", d.answers.iter().map(ToString::to_string));
     format!(
         "{} {} {}{answers}{}",
         d.name,
@@ -119,12 +124,7 @@ fn http(h: &HttpEvent) -> String {
 }
 
 fn ssh(s: &SshEvent) -> String {
-    let refs = if s.refs.is_empty() {
-        String::new()
-    } else {
-        let names: Vec<&str> = s.refs.iter().map(|r| r.name.as_str()).collect();
-        format!(" refs={}", names.join(","))
-    };
+    let refs = listed(" refs=", s.refs.iter().map(|r| r.name.clone()));
     format!(
         "{} {} {}{refs} exit={} up={}B down={}B {}ms{}",
         s.command,
