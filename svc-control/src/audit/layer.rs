@@ -1,6 +1,6 @@
 //! The audit layers: one enum, from which the record's `layer` tag, the filter's choices and
 //! the CLI's `--layer` values all come (a new layer is a new line here and a new
-//! [`AuditEvent`](super::record::AuditEvent) variant; the compiler points at the rest).
+//! `AuditEvent` variant; the compiler points at the rest).
 
 use serde::{Deserialize, Serialize};
 

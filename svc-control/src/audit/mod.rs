@@ -2,10 +2,9 @@
 //! SSH sessions, policy changes, credential refreshes), written as JSON lines. A record never
 //! holds a secret value: no payloads, no header values, no tokens.
 //!
-//! The rooms: [`layer`] names the layers, [`events`] holds each layer's record and [`record`]
-//! the line around it (with the schema); [`sink`] is where records go, [`jsonl`] the file on
-//! disk and [`batched`] a serving thread's batch in front of it; [`query`] and [`strict`] are
-//! for readers.
+//! The rooms: `layer` names the layers, `events` holds each layer's record and `record` the
+//! line around it (with the schema); `sink` is where records go, `jsonl` the file on disk and
+//! `batched` a serving thread's batch in front of it; [`query`] and `strict` are for readers.
 
 /// Which records a reader asked for.
 pub mod query;

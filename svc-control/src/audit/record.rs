@@ -216,6 +216,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_layer_is_the_tag_of_an_event() {
+        for name in AuditLayer::NAMES {
+            let err = serde_json::from_value::<AuditEvent>(serde_json::json!({ "layer": name }))
+                .expect_err("no fields");
+            assert!(
+                err.to_string().contains("missing field"),
+                "{name}: not an event's tag: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_record_reads_back_as_written_with_its_layer_as_the_tag() {
         let mut packet = AuditRecord::from_drop(
             &DropEvent {
