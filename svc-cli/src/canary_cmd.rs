@@ -130,20 +130,7 @@ async fn sequence(
         .call(
             Method::POST,
             "/v1/sandboxes",
-            Some(&CreateSandbox {
-                name: source.to_owned(),
-                allow_hosts: Vec::new(),
-                repo: None,
-                egress: None,
-                secrets: Vec::new(),
-                context_path: None,
-                backend: Some(a.backend.clone()),
-                runtime_required: None,
-                ssh_repos: Vec::new(),
-                workspace: None,
-                project: None,
-                https_push_branches: false,
-            }),
+            Some(&bare_sandbox(source, &a.backend)),
         )
         .await
         .context("create")?;
@@ -166,6 +153,52 @@ async fn sequence(
         detail: None,
     });
 
+    fork(client, source, clone, steps).await?;
+
+    let t = Instant::now();
+    let v: SandboxView = client
+        .call::<(), _>(
+            Method::POST,
+            &format!("/v1/sandboxes/{source}/resume"),
+            None,
+        )
+        .await
+        .context("resume")?;
+    anyhow::ensure!(v.state == "running", "resume: the sandbox is {}", v.state);
+    steps.push(Step {
+        step: "resume",
+        ms: ms(t),
+        detail: None,
+    });
+    answers(client, source).await.context("resume: exec")?;
+    Ok(())
+}
+
+/// A sandbox of `backend` with nothing added: no hosts, repository, secrets or workspace.
+fn bare_sandbox(name: &str, backend: &str) -> CreateSandbox {
+    CreateSandbox {
+        name: name.to_owned(),
+        allow_hosts: Vec::new(),
+        repo: None,
+        egress: None,
+        secrets: Vec::new(),
+        context_path: None,
+        backend: Some(backend.to_owned()),
+        runtime_required: None,
+        ssh_repos: Vec::new(),
+        workspace: None,
+        project: None,
+        https_push_branches: false,
+    }
+}
+
+/// The fork step: one clone of the paused `source`, which must then answer.
+async fn fork(
+    client: &Client,
+    source: &str,
+    clone: &str,
+    steps: &mut Vec<Step>,
+) -> anyhow::Result<()> {
     let t = Instant::now();
     let f: Forked = client
         .call(
@@ -188,25 +221,7 @@ async fn sequence(
     });
     answers(client, clone)
         .await
-        .context("fork: exec in the clone")?;
-
-    let t = Instant::now();
-    let v: SandboxView = client
-        .call::<(), _>(
-            Method::POST,
-            &format!("/v1/sandboxes/{source}/resume"),
-            None,
-        )
-        .await
-        .context("resume")?;
-    anyhow::ensure!(v.state == "running", "resume: the sandbox is {}", v.state);
-    steps.push(Step {
-        step: "resume",
-        ms: ms(t),
-        detail: None,
-    });
-    answers(client, source).await.context("resume: exec")?;
-    Ok(())
+        .context("fork: exec in the clone")
 }
 
 /// The sandbox runs a command and says its name.

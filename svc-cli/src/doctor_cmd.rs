@@ -287,36 +287,45 @@ pub fn run(socket: &crate::client::SocketArg, a: DoctorArgs) -> anyhow::Result<E
     });
     let text = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &a.report_json {
-        // Whole or not at all: a temporary file beside it, then a rename.
-        let tmp = path.with_extension("json.tmp");
-        std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .with_context(|| format!("writing the report to {}", path.display()))?;
+        write_whole(path, &text)?;
     }
     if json {
         outln!("{text}");
     } else {
-        let failed = report.results.iter().filter(|r| r.failed()).count();
-        let skipped = report
-            .results
-            .iter()
-            .filter(|r| r.status == Status::Skipped)
-            .count();
-        outln!(
-            "{} checks: {} passed, {failed} failed, {skipped} skipped{}",
-            report.results.len(),
-            report.results.len() - failed - skipped,
-            if report.required_failed {
-                " — a required check failed"
-            } else {
-                ""
-            }
-        );
+        outln!("{}", summary(&report));
     }
     Ok(if report.required_failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Write `text` to `path` whole or not at all: a temporary file beside it, then a rename.
+fn write_whole(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("writing the report to {}", path.display()))
+}
+
+/// The last line: how many checks passed, failed and were skipped.
+fn summary(report: &svc_control::doctor::Report) -> String {
+    let failed = report.results.iter().filter(|r| r.failed()).count();
+    let skipped = report
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Skipped)
+        .count();
+    format!(
+        "{} checks: {} passed, {failed} failed, {skipped} skipped{}",
+        report.results.len(),
+        report.results.len() - failed - skipped,
+        if report.required_failed {
+            " — a required check failed"
+        } else {
+            ""
+        }
+    )
 }

@@ -117,7 +117,7 @@ fn load_egress(config: Option<&std::path::Path>) -> anyhow::Result<egress::Egres
 
 /// `--ssh`: the relay's decision on one git request.
 fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
-    use svc_control::policy::ssh::{self, RefUpdate, SshRule};
+    use svc_control::policy::ssh::{self, RefUpdate};
     let egress = load_egress(a.config.as_deref())?;
     let repos: Vec<(String, String)> = egress
         .policy
@@ -154,34 +154,80 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
             r.service.command()
         );
     }
-    let (allowed, rule, message) = match &result {
-        Ok((_, rule)) => (true, *rule, None),
-        Err((rule, line)) => (false, *rule, Some(line.clone())),
-    };
-    let rule_name = match rule {
-        SshRule::Request => "request",
-        SshRule::EgressPolicy => "egress-policy",
-        SshRule::AllowedBranches => "allowed-branches",
+    let explained = SshExplained {
+        result: &result,
+        refs: &a.refs,
+        repos: &repos,
+        branches: &branches,
     };
     if a.json {
-        let request = result.as_ref().ok().map(|(r, _)| {
+        outln!("{}", serde_json::to_string_pretty(&explained.json())?);
+    } else {
+        explained.print();
+    }
+    Ok(if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The relay's decision on one git request, with what it was decided against.
+struct SshExplained<'a> {
+    result: &'a SshResult,
+    refs: &'a [String],
+    repos: &'a [(String, String)],
+    branches: &'a [String],
+}
+
+/// What `policy::ssh::explain` answers.
+type SshResult = Result<
+    (
+        svc_control::policy::ssh::SshRequest,
+        svc_control::policy::ssh::SshRule,
+    ),
+    (svc_control::policy::ssh::SshRule, String),
+>;
+
+impl SshExplained<'_> {
+    /// The rule that decided, and git's line for a refusal.
+    fn rule_and_message(&self) -> (svc_control::policy::ssh::SshRule, Option<String>) {
+        match self.result {
+            Ok((_, rule)) => (*rule, None),
+            Err((rule, line)) => (*rule, Some(line.clone())),
+        }
+    }
+
+    /// `--json`: one document.
+    fn json(&self) -> serde_json::Value {
+        let (rule, message) = self.rule_and_message();
+        let request = self.result.as_ref().ok().map(|(r, _)| {
             serde_json::json!({
                 "host": r.host, "repo": r.repo, "command": r.service.command(), "port": r.port,
             })
         });
-        let doc = serde_json::json!({
-            "decision": if allowed { "allow" } else { "deny" },
+        serde_json::json!({
+            "decision": if self.result.is_ok() { "allow" } else { "deny" },
             "rule": rule,
             "message": message,
             "request": request,
-            "refs": a.refs,
+            "refs": self.refs,
             "policy": {
-                "repos": repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
-                "allowedBranches": branches,
+                "repos": self.repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
+                "allowedBranches": self.branches,
             },
-        });
-        outln!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
+        })
+    }
+
+    /// For people: the verdict, what git sees, the rule, the request and the policy.
+    fn print(&self) {
+        use svc_control::policy::ssh::SshRule;
+        let (rule, message) = self.rule_and_message();
+        let rule_name = match rule {
+            SshRule::Request => "request",
+            SshRule::EgressPolicy => "egress-policy",
+            SshRule::AllowedBranches => "allowed-branches",
+        };
         match &message {
             None => outln!("ALLOW"),
             Some(line) => {
@@ -190,7 +236,7 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
             }
         }
         outln!("  rule:     {rule_name}");
-        if let Ok((r, _)) = &result {
+        if let Ok((r, _)) = self.result {
             outln!(
                 "  request:  {} {} on {}",
                 r.service.command(),
@@ -198,22 +244,17 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
                 r.host
             );
         }
-        for name in &a.refs {
+        for name in self.refs {
             outln!("  ref:      {name}");
         }
-        if repos.is_empty() {
+        if self.repos.is_empty() {
             outln!("  policy:   no repositories (.svc/config.yaml egress.policy.<host>.repos)");
         } else {
-            let shown: Vec<String> = repos.iter().map(|(h, r)| format!("{h} {r}")).collect();
+            let shown: Vec<String> = self.repos.iter().map(|(h, r)| format!("{h} {r}")).collect();
             outln!("  policy:   {}", shown.join(", "));
         }
-        outln!("  branches: {}", branches.join(", "));
+        outln!("  branches: {}", self.branches.join(", "));
     }
-    Ok(if allowed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
@@ -223,48 +264,10 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
     let (Some(method), Some(url)) = (&a.method, &a.url) else {
         bail!("give METHOD and URL, or --ssh");
     };
-    let host =
-        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let egress = load_egress(a.config.as_deref())?;
-    let extra = a
-        .allow_hosts
-        .iter()
-        .map(|h| HostPattern::parse(h).with_context(|| format!("--allow-host {h:?}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let repo = a
-        .repo
-        .as_deref()
-        .map(|r| RepoName::parse(r).map_err(|e| anyhow::anyhow!("--repo: {e}")))
-        .transpose()?;
-    let policy = SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?;
-
+    let policy = described_policy(&a)?;
     let (scheme, authority, target) = split_url(&substitute(&policy, url)?)?;
-    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
-    for h in &a.headers {
-        let (n, v) = h
-            .split_once(':')
-            .with_context(|| format!("header {h:?} is not `Name: value`"))?;
-        headers.push((
-            n.trim().to_owned(),
-            substitute(&policy, v.trim())?.into_bytes(),
-        ));
-    }
-    if let Some(b) = &a.bearer {
-        headers.push((
-            "Authorization".into(),
-            format!("Bearer {}", placeholder_of(&policy, b)?).into_bytes(),
-        ));
-    }
-    let body = match &a.body_file {
-        None => Vec::new(),
-        Some(p) if p.as_os_str() == "-" => {
-            let mut v = Vec::new();
-            std::io::stdin().read_to_end(&mut v)?;
-            v
-        }
-        Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
-    };
-    let body = substitute(&policy, &String::from_utf8_lossy(&body))?.into_bytes();
+    let headers = request_headers(&a, &policy)?;
+    let body = request_body(&a, &policy)?;
     let header_refs: Vec<(&str, &[u8])> = headers
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_slice()))
@@ -288,61 +291,129 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             head_had_both_lengths: false,
         },
     );
-
-    let mode = mode_for(policy.allowed.is_empty());
     if a.json {
-        let doc = serde_json::json!({
-            "decision": decision,
-            "sandbox": {
-                "mode": mode,
-                "allowedHosts": policy.allowed,
-                "repo": policy.bound_repo,
-            },
-        });
-        outln!("{}", serde_json::to_string_pretty(&doc)?);
+        print_decision_json(&decision, &policy)?;
     } else {
-        match &decision.outcome {
-            Outcome::Allow { credential } => {
-                let what = match credential {
-                    CredentialAction::Passthrough => "forwarded as is".to_owned(),
-                    CredentialAction::Swap { kind, .. } => format!(
-                        "placeholder swapped for the real {} credential",
-                        kind.name()
-                    ),
-                    CredentialAction::Strip => "Authorization stripped".to_owned(),
-                };
-                outln!("ALLOW ({what})");
-            }
-            Outcome::Deny { status } => outln!("DENY {status}"),
-        }
-        outln!("  rule:    {}", decision.rule.name());
-        outln!("  reason:  {}", decision.reason);
-        if let Some(h) = &decision.host {
-            outln!("  host:    {h}");
-        }
-        if let Some(p) = &decision.path {
-            outln!("  path:    {p}");
-        }
-        let hosts: Vec<String> = policy.allowed.0.iter().map(ToString::to_string).collect();
-        outln!(
-            "  sandbox: {} mode, {} allowed host(s): {}",
-            if mode == EgressMode::Curated {
-                "Curated"
-            } else {
-                "AllowAll"
-            },
-            hosts.len(),
-            hosts.join(", ")
-        );
-        if let Some(r) = &policy.bound_repo {
-            outln!("           bound repository {}", r.as_str());
-        }
+        print_decision(&decision, &policy);
     }
     Ok(if decision.allowed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The sandbox as `svc sandbox create` would make it from the arguments: the host config,
+/// the workspace's egress section, `--allow-host`s and `--repo`.
+fn described_policy(a: &ExplainArgs) -> anyhow::Result<SandboxPolicy> {
+    let host =
+        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let egress = load_egress(a.config.as_deref())?;
+    let extra = a
+        .allow_hosts
+        .iter()
+        .map(|h| HostPattern::parse(h).with_context(|| format!("--allow-host {h:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let repo = a
+        .repo
+        .as_deref()
+        .map(|r| RepoName::parse(r).map_err(|e| anyhow::anyhow!("--repo: {e}")))
+        .transpose()?;
+    Ok(SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?)
+}
+
+/// The `--header`s (placeholders substituted) and the `--bearer` header.
+fn request_headers(
+    a: &ExplainArgs,
+    policy: &SandboxPolicy,
+) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .with_context(|| format!("header {h:?} is not `Name: value`"))?;
+        headers.push((
+            n.trim().to_owned(),
+            substitute(policy, v.trim())?.into_bytes(),
+        ));
+    }
+    if let Some(b) = &a.bearer {
+        headers.push((
+            "Authorization".into(),
+            format!("Bearer {}", placeholder_of(policy, b)?).into_bytes(),
+        ));
+    }
+    Ok(headers)
+}
+
+/// The `--body-file` (`-`: standard input), placeholders substituted; empty without one.
+fn request_body(a: &ExplainArgs, policy: &SandboxPolicy) -> anyhow::Result<Vec<u8>> {
+    let body = match &a.body_file {
+        None => Vec::new(),
+        Some(p) if p.as_os_str() == "-" => {
+            let mut v = Vec::new();
+            std::io::stdin().read_to_end(&mut v)?;
+            v
+        }
+        Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+    };
+    Ok(substitute(policy, &String::from_utf8_lossy(&body))?.into_bytes())
+}
+
+/// The decision and the sandbox it was made for, as one JSON document (`--json`).
+fn print_decision_json(decision: &request::Decision, policy: &SandboxPolicy) -> anyhow::Result<()> {
+    let mode = mode_for(policy.allowed.is_empty());
+    let doc = serde_json::json!({
+        "decision": decision,
+        "sandbox": {
+            "mode": mode,
+            "allowedHosts": policy.allowed,
+            "repo": policy.bound_repo,
+        },
+    });
+    outln!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
+/// The decision for people: the verdict, the rule and why, then the sandbox.
+fn print_decision(decision: &request::Decision, policy: &SandboxPolicy) {
+    match &decision.outcome {
+        Outcome::Allow { credential } => {
+            let what = match credential {
+                CredentialAction::Passthrough => "forwarded as is".to_owned(),
+                CredentialAction::Swap { kind, .. } => format!(
+                    "placeholder swapped for the real {} credential",
+                    kind.name()
+                ),
+                CredentialAction::Strip => "Authorization stripped".to_owned(),
+            };
+            outln!("ALLOW ({what})");
+        }
+        Outcome::Deny { status } => outln!("DENY {status}"),
+    }
+    outln!("  rule:    {}", decision.rule.name());
+    outln!("  reason:  {}", decision.reason);
+    if let Some(h) = &decision.host {
+        outln!("  host:    {h}");
+    }
+    if let Some(p) = &decision.path {
+        outln!("  path:    {p}");
+    }
+    let mode = mode_for(policy.allowed.is_empty());
+    let hosts: Vec<String> = policy.allowed.0.iter().map(ToString::to_string).collect();
+    outln!(
+        "  sandbox: {} mode, {} allowed host(s): {}",
+        if mode == EgressMode::Curated {
+            "Curated"
+        } else {
+            "AllowAll"
+        },
+        hosts.len(),
+        hosts.join(", ")
+    );
+    if let Some(r) = &policy.bound_repo {
+        outln!("           bound repository {}", r.as_str());
+    }
 }
 
 /// `scheme://authority/target` → (scheme, authority, origin-form target).

@@ -5,11 +5,12 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use http::Method;
-use svc_control::api::{
-    self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView, SecretValue,
-};
+use svc_control::api::{self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView};
 
-use crate::client::{Client, SocketArg, runtime};
+use crate::{
+    client::{Client, SocketArg, runtime},
+    secret_cmd::read_secret,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -148,87 +149,13 @@ fn parse_egress(s: &str) -> Result<EgressChoice, String> {
     EgressChoice::parse(s)
 }
 
-/// Read a `VAR@SOURCE` secret.
-pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
-    let (name, source) = spec.split_once('@').with_context(|| {
-        format!("--secret {spec:?}: expected VAR@SOURCE, e.g. CODE_HOST_TOKEN@env:GH_TOKEN")
-    })?;
-    anyhow::ensure!(
-        !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
-        "--secret {spec:?}: {name:?} is not a credential variable name (A-Z, 0-9, _)"
-    );
-    let value = match source.split_once(':') {
-        Some(("env", var)) => std::env::var(var).with_context(|| {
-            format!("--secret {name}@{source}: environment variable {var} is not set")
-        })?,
-        Some(("file", path)) => {
-            let mut v = std::fs::read_to_string(path)
-                .with_context(|| format!("--secret {name}@{source}: reading {path}"))?;
-            if v.ends_with('\n') {
-                v.pop();
-                if v.ends_with('\r') {
-                    v.pop();
-                }
-            }
-            v
-        }
-        // svcd reads it from its store at creation (svc secret set NAME).
-        Some(("store", _)) => String::new(),
-        _ => anyhow::bail!(
-            "--secret {name}@{source}: unknown source; use env:VAR, file:PATH or store:NAME"
-        ),
-    };
-    Ok(SecretValue {
-        name: name.to_owned(),
-        source: source.to_owned(),
-        value,
-    })
-}
-
 pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
     let rt = runtime()?;
     let result = rt.block_on(async move {
         match cmd {
             SandboxCommand::Create(a) => create(&client, a).await,
-            SandboxCommand::List { json } => {
-                let all: Vec<SandboxView> = client
-                    .call::<(), _>(Method::GET, "/v1/sandboxes", None)
-                    .await?;
-                if json {
-                    outln!("{}", serde_json::to_string_pretty(&all)?);
-                } else if all.is_empty() {
-                    outln!("no sandboxes (create one: svc sandbox create NAME)");
-                } else {
-                    outln!(
-                        "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} OWNER",
-                        "NAME",
-                        "ID",
-                        "STATE",
-                        "MODE",
-                        "GUEST",
-                        "LINK",
-                        "HOSTS"
-                    );
-                    for s in all {
-                        outln!(
-                            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} {}",
-                            s.name,
-                            s.id,
-                            s.state,
-                            s.mode,
-                            s.guest_v4,
-                            s.link,
-                            s.allowed_hosts.len(),
-                            crate::out::owner_text(s.owner_uid, s.owner.as_deref())
-                        );
-                    }
-                }
-                Ok(ExitCode::SUCCESS)
-            }
+            SandboxCommand::List { json } => list(&client, json).await,
             SandboxCommand::Show { name, json } => {
                 let s: SandboxView = client
                     .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
@@ -250,55 +177,166 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                 add,
                 remove,
                 json,
-            } => {
-                anyhow::ensure!(
-                    !add.is_empty() || !remove.is_empty(),
-                    "give --add-host or --remove-host (see svc sandbox allow --help)"
-                );
-                let s: SandboxView = client
-                    .call(
-                        Method::POST,
-                        &format!("/v1/sandboxes/{name}/allow"),
-                        Some(&api::AllowChange { add, remove }),
-                    )
-                    .await?;
-                emit(json, &s, |s| {
-                    outln!(
-                        "{}: allowlist generation {}: {}",
-                        s.name,
-                        s.policy_generation,
-                        s.allowed_hosts.join(", ")
-                    );
-                })
-            }
+            } => allow(&client, &name, api::AllowChange { add, remove }, json).await,
             SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
-            SandboxCommand::Fork { name, clones, json } => {
-                let f: api::Forked = client
-                    .call(
-                        Method::POST,
-                        &format!("/v1/sandboxes/{name}/fork"),
-                        Some(&api::ForkRequest { clones }),
-                    )
-                    .await?;
-                emit(json, &f, |f| {
-                    outln!("snapshot of {}: {:.0} ms", f.source, f.snapshot_ms);
-                    for c in &f.clones {
-                        outln!(
-                            "fork: {} is {} ({}, guest {}) in {:.0} ms",
-                            c.view.name,
-                            c.view.state,
-                            c.view.link,
-                            c.view.guest_v4,
-                            c.ready_ms
-                        );
-                    }
-                })
-            }
+            SandboxCommand::Fork { name, clones, json } => fork(&client, &name, clones, json).await,
         }
     });
     // A read of our standard input may still be waiting (exec -i): do not wait for it.
     rt.shutdown_background();
     result
+}
+
+/// `svc sandbox list`: one line per sandbox, or all of them as JSON.
+async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
+    let all: Vec<SandboxView> = client
+        .call::<(), _>(Method::GET, "/v1/sandboxes", None)
+        .await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&all)?);
+    } else if all.is_empty() {
+        outln!("no sandboxes (create one: svc sandbox create NAME)");
+    } else {
+        outln!(
+            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} OWNER",
+            "NAME",
+            "ID",
+            "STATE",
+            "MODE",
+            "GUEST",
+            "LINK",
+            "HOSTS"
+        );
+        for s in all {
+            outln!(
+                "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} {}",
+                s.name,
+                s.id,
+                s.state,
+                s.mode,
+                s.guest_v4,
+                s.link,
+                s.allowed_hosts.len(),
+                crate::out::owner_text(s.owner_uid, s.owner.as_deref())
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `svc sandbox allow`: one live allowlist change.
+async fn allow(
+    client: &Client,
+    name: &str,
+    change: api::AllowChange,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !change.add.is_empty() || !change.remove.is_empty(),
+        "give --add-host or --remove-host (see svc sandbox allow --help)"
+    );
+    let s: SandboxView = client
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{name}/allow"),
+            Some(&change),
+        )
+        .await?;
+    emit(json, &s, |s| {
+        outln!(
+            "{}: allowlist generation {}: {}",
+            s.name,
+            s.policy_generation,
+            s.allowed_hosts.join(", ")
+        );
+    })
+}
+
+/// `svc sandbox fork`: a snapshot of the sandbox and its clones.
+async fn fork(
+    client: &Client,
+    name: &str,
+    clones: Vec<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let f: api::Forked = client
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{name}/fork"),
+            Some(&api::ForkRequest { clones }),
+        )
+        .await?;
+    emit(json, &f, |f| {
+        outln!("snapshot of {}: {:.0} ms", f.source, f.snapshot_ms);
+        for c in &f.clones {
+            outln!(
+                "fork: {} is {} ({}, guest {}) in {:.0} ms",
+                c.view.name,
+                c.view.state,
+                c.view.link,
+                c.view.guest_v4,
+                c.ready_ms
+            );
+        }
+    })
+}
+
+/// What `--workspace DIR` adds to a created sandbox.
+#[derive(Default)]
+struct FromWorkspace {
+    runtime_required: Option<Vec<svc_control::config::workspace::Backend>>,
+    /// The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
+    ssh_repos: Vec<svc_control::api::SshRepo>,
+    project: Option<svc_control::api::ProjectPerimeter>,
+    /// The egress section asks for smart-HTTP pushes held to AllowedBranches.
+    https_push_branches: bool,
+}
+
+/// Load the workspace in `dir` and have its perimeter approved (`--trust`, or already);
+/// the exit code when it is not.
+async fn from_workspace(
+    client: &Client,
+    dir: &std::path::Path,
+    trust: bool,
+) -> anyhow::Result<Result<FromWorkspace, ExitCode>> {
+    let root =
+        std::fs::canonicalize(dir).with_context(|| format!("--workspace {}", dir.display()))?;
+    let loaded = svc_control::config::loader::load_workspace(
+        &root,
+        &svc_control::config::effective::ApiParams::default(),
+        std::env::vars(),
+    )
+    .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
+    let https_push_branches = loaded
+        .egress
+        .as_ref()
+        .is_some_and(|e| e.https_push_branches);
+    let ssh_repos = loaded
+        .egress
+        .iter()
+        .flat_map(|e| e.policy.values())
+        .flat_map(|p| {
+            p.repos.iter().map(|r| svc_control::api::SshRepo {
+                host: p.host.to_string(),
+                repo: r.as_str().to_owned(),
+            })
+        })
+        .collect();
+    let perimeter = crate::trust::perimeter(&loaded);
+    let trust = match crate::trust::ensure(client, &root, &perimeter, trust).await? {
+        Ok(t) => t,
+        Err(code) => return Ok(Err(code)),
+    };
+    Ok(Ok(FromWorkspace {
+        runtime_required: Some(loaded.effective.runtime.required),
+        ssh_repos,
+        project: Some(svc_control::api::ProjectPerimeter {
+            root: root.display().to_string(),
+            perimeter,
+            trust,
+        }),
+        https_push_branches,
+    }))
 }
 
 async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
@@ -317,51 +355,20 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let mut https_push_branches = a.https_push_branches;
-    let (runtime_required, ssh_repos, project) = match &a.workspace {
-        None => (None, Vec::new(), None),
-        Some(dir) => {
-            let root = std::fs::canonicalize(dir)
-                .with_context(|| format!("--workspace {}", dir.display()))?;
-            let loaded = svc_control::config::loader::load_workspace(
-                &root,
-                &svc_control::config::effective::ApiParams::default(),
-                std::env::vars(),
-            )
-            .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
-            https_push_branches |= loaded
-                .egress
-                .as_ref()
-                .is_some_and(|e| e.https_push_branches);
-            // The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
-            let repos = loaded
-                .egress
-                .iter()
-                .flat_map(|e| e.policy.values())
-                .flat_map(|p| {
-                    p.repos.iter().map(|r| svc_control::api::SshRepo {
-                        host: p.host.to_string(),
-                        repo: r.as_str().to_owned(),
-                    })
-                })
-                .collect();
-            let perimeter = crate::trust::perimeter(&loaded);
-            let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
-                Ok(t) => t,
-                Err(code) => return Ok(code),
-            };
-            let project = svc_control::api::ProjectPerimeter {
-                root: root.display().to_string(),
-                perimeter,
-                trust,
-            };
-            (
-                Some(loaded.effective.runtime.required),
-                repos,
-                Some(project),
-            )
-        }
+    let from_workspace = match &a.workspace {
+        None => FromWorkspace::default(),
+        Some(dir) => match from_workspace(client, dir, a.trust).await? {
+            Ok(w) => w,
+            Err(code) => return Ok(code),
+        },
     };
+    let https_push_branches = a.https_push_branches || from_workspace.https_push_branches;
+    let FromWorkspace {
+        runtime_required,
+        ssh_repos,
+        project,
+        ..
+    } = from_workspace;
     let req = CreateSandbox {
         name: a.name,
         allow_hosts: a.allow_host,
@@ -463,6 +470,14 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
         "  owner:             uid {}",
         crate::out::owner_text(s.owner_uid, s.owner.as_deref())
     );
+    print_credentials(s);
+    if let Some(w) = &s.workspace {
+        print_workspace(w, &s.name);
+    }
+}
+
+/// The sandbox's credential placeholders and the secrets it was given.
+fn print_credentials(s: &SandboxView) {
     for p in &s.placeholders {
         outln!(
             "  credential:        {} ({}; {}) {}",
@@ -479,21 +494,23 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
     for sec in &s.secrets {
         outln!("  secret:            {sec}");
     }
-    if let Some(w) = &s.workspace {
-        outln!("  workspace:         {} -> {}", w.root, w.guest_dir);
-        let phase = w
-            .phase
-            .as_deref()
-            .map_or(String::new(), |p| format!(" ({p})"));
-        outln!("  workspace state:   {}{phase}", w.state);
-        if let Some(f) = &w.failure {
-            outln!("  workspace failure: {f}");
-        }
-        for f in &w.forwards {
-            outln!("  forward:           {f}");
-        }
-        outln!("  workspace log:     svc workspace logs {}", s.name);
+}
+
+/// The workspace of sandbox `name`: where, in which state, its forwards and log.
+fn print_workspace(w: &api::WorkspaceView, name: &str) {
+    outln!("  workspace:         {} -> {}", w.root, w.guest_dir);
+    let phase = w
+        .phase
+        .as_deref()
+        .map_or(String::new(), |p| format!(" ({p})"));
+    outln!("  workspace state:   {}{phase}", w.state);
+    if let Some(f) = &w.failure {
+        outln!("  workspace failure: {f}");
     }
+    for f in &w.forwards {
+        outln!("  forward:           {f}");
+    }
+    outln!("  workspace log:     svc workspace logs {name}");
 }
 
 async fn lifecycle(client: &Client, name: &str, op: &str) -> anyhow::Result<ExitCode> {

@@ -9,7 +9,7 @@ use std::{io::Read as _, path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use clap::Subcommand;
 use http::Method;
-use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SetSecret, ShareSecret};
+use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SecretValue, SetSecret, ShareSecret};
 
 use crate::{
     client::{Client, SocketArg},
@@ -109,6 +109,46 @@ fn read_value(file: Option<&PathBuf>) -> anyhow::Result<String> {
     Ok(v)
 }
 
+/// Read a `VAR@SOURCE` secret.
+pub fn read_secret(spec: &str) -> anyhow::Result<SecretValue> {
+    let (name, source) = spec.split_once('@').with_context(|| {
+        format!("--secret {spec:?}: expected VAR@SOURCE, e.g. CODE_HOST_TOKEN@env:GH_TOKEN")
+    })?;
+    anyhow::ensure!(
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+        "--secret {spec:?}: {name:?} is not a credential variable name (A-Z, 0-9, _)"
+    );
+    let value = match source.split_once(':') {
+        Some(("env", var)) => std::env::var(var).with_context(|| {
+            format!("--secret {name}@{source}: environment variable {var} is not set")
+        })?,
+        Some(("file", path)) => {
+            let mut v = std::fs::read_to_string(path)
+                .with_context(|| format!("--secret {name}@{source}: reading {path}"))?;
+            if v.ends_with('\n') {
+                v.pop();
+                if v.ends_with('\r') {
+                    v.pop();
+                }
+            }
+            v
+        }
+        // svcd reads it from its store at creation (svc secret set NAME).
+        Some(("store", _)) => String::new(),
+        _ => anyhow::bail!(
+            "--secret {name}@{source}: unknown source; use env:VAR, file:PATH or store:NAME"
+        ),
+    };
+    Ok(SecretValue {
+        name: name.to_owned(),
+        source: source.to_owned(),
+        value,
+    })
+}
+
 fn show(json: bool, what: &str, s: &SecretInfo) -> anyhow::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(s)?);
@@ -164,59 +204,12 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                     .await?;
                 show(json, "rotated", &s)?;
             }
-            SecretCommand::List { json } => {
-                let all: Vec<SecretInfo> = client
-                    .call::<(), _>(Method::GET, "/v1/secrets", None)
-                    .await?;
-                if json {
-                    outln!("{}", serde_json::to_string_pretty(&all)?);
-                } else if all.is_empty() {
-                    outln!("no secrets (store one: svc secret set NAME < value)");
-                } else {
-                    outln!(
-                        "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  OWNER",
-                        "NAME",
-                        "VERSION",
-                        "KIND",
-                        "CREATED",
-                        "UPDATED",
-                        "EXPIRES",
-                        "SHARED"
-                    );
-                    for s in &all {
-                        outln!(
-                            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {}",
-                            s.name,
-                            s.version,
-                            s.kind,
-                            s.created_at,
-                            s.updated_at,
-                            s.expires_at.as_deref().unwrap_or("-"),
-                            s.shared_group.as_deref().unwrap_or("-"),
-                            owner_text(s.owner_uid, s.owner.as_deref())
-                        );
-                    }
-                }
-            }
+            SecretCommand::List { json } => list(&client, json).await?,
             SecretCommand::Share { name, group, json } => {
-                let s: SecretInfo = client
-                    .call(
-                        Method::POST,
-                        &format!("/v1/secrets/{name}/share"),
-                        Some(&ShareSecret { group: Some(group) }),
-                    )
-                    .await?;
-                show(json, "shared", &s)?;
+                share(&client, &name, Some(group), json, "shared").await?;
             }
             SecretCommand::Unshare { name, json } => {
-                let s: SecretInfo = client
-                    .call(
-                        Method::POST,
-                        &format!("/v1/secrets/{name}/share"),
-                        Some(&ShareSecret { group: None }),
-                    )
-                    .await?;
-                show(json, "unshared", &s)?;
+                share(&client, &name, None, json, "unshared").await?;
             }
             SecretCommand::Rm { name, json } => {
                 let s: SecretInfo = client
@@ -227,4 +220,59 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `svc secret list`: one line per secret, or all of them as JSON.
+async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
+    let all: Vec<SecretInfo> = client
+        .call::<(), _>(Method::GET, "/v1/secrets", None)
+        .await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&all)?);
+    } else if all.is_empty() {
+        outln!("no secrets (store one: svc secret set NAME < value)");
+    } else {
+        outln!(
+            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  OWNER",
+            "NAME",
+            "VERSION",
+            "KIND",
+            "CREATED",
+            "UPDATED",
+            "EXPIRES",
+            "SHARED"
+        );
+        for s in &all {
+            outln!(
+                "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {}",
+                s.name,
+                s.version,
+                s.kind,
+                s.created_at,
+                s.updated_at,
+                s.expires_at.as_deref().unwrap_or("-"),
+                s.shared_group.as_deref().unwrap_or("-"),
+                owner_text(s.owner_uid, s.owner.as_deref())
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Share the secret `name` with `group`, or with no group any more.
+async fn share(
+    client: &Client,
+    name: &str,
+    group: Option<String>,
+    json: bool,
+    what: &str,
+) -> anyhow::Result<()> {
+    let s: SecretInfo = client
+        .call(
+            Method::POST,
+            &format!("/v1/secrets/{name}/share"),
+            Some(&ShareSecret { group }),
+        )
+        .await?;
+    show(json, what, &s)
 }

@@ -11,7 +11,8 @@ use svc_control::api::{self, CreateSandbox, SandboxView, WorkspaceLogRecord, Wor
 use crate::{
     client::Client,
     client::{SocketArg, runtime},
-    sandbox_cmd::{print_sandbox, read_secret},
+    sandbox_cmd::print_sandbox,
+    secret_cmd::read_secret,
 };
 
 #[derive(Debug, Subcommand)]
@@ -201,7 +202,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let name = a.name.unwrap_or_else(|| default_name(&root));
+    let name = a.name.clone().unwrap_or_else(|| default_name(&root));
     api::check_name(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     let perimeter = crate::trust::perimeter(&loaded);
     let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
@@ -227,16 +228,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             .then(|| loaded.effective.runtime.required.clone()),
         backend: a.backend,
         ssh_repos: Vec::new(),
-        workspace: Some(WorkspaceSpec {
-            root: root.display().to_string(),
-            egress: loaded.egress.as_ref().map(|e| e.to_file()),
-            lifecycle: loaded.effective.lifecycle.clone(),
-            services: loaded.effective.services.definitions.clone(),
-            readiness,
-            forwards: loaded.effective.spotlight.clone(),
-            auth: workspace_auth(&root, &loaded.effective.auth),
-            git_snapshot,
-        }),
+        workspace: Some(workspace_spec(&root, &loaded, readiness, git_snapshot)),
         project: Some(api::ProjectPerimeter {
             root: root.display().to_string(),
             perimeter,
@@ -248,10 +240,42 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
     if !a.json {
         outln!("creating sandbox {name} for {} …", root.display());
     }
+    create_and_follow(client, &req, a.json, a.detach).await
+}
+
+/// What svcd gets of the workspace: its root, egress, hooks, services, readiness profile,
+/// forwards, auth defaults and the git snapshot taken at `up`.
+fn workspace_spec(
+    root: &std::path::Path,
+    loaded: &svc_control::config::loader::LoadedWorkspace,
+    readiness: Option<api::ReadinessProfile>,
+    git_snapshot: Option<svc_control::policy::gitdir::Snapshot>,
+) -> WorkspaceSpec {
+    WorkspaceSpec {
+        root: root.display().to_string(),
+        egress: loaded.egress.as_ref().map(|e| e.to_file()),
+        lifecycle: loaded.effective.lifecycle.clone(),
+        services: loaded.effective.services.definitions.clone(),
+        readiness,
+        forwards: loaded.effective.spotlight.clone(),
+        auth: workspace_auth(root, &loaded.effective.auth),
+        git_snapshot,
+    }
+}
+
+/// Create the sandbox; unless detached, follow its hooks' log until the workspace is ready
+/// or a hook failed, and say which.
+async fn create_and_follow(
+    client: &Client,
+    req: &CreateSandbox,
+    json: bool,
+    detach: bool,
+) -> anyhow::Result<ExitCode> {
+    let name = &req.name;
     let s: SandboxView = client
-        .call(Method::POST, "/v1/sandboxes", Some(&req))
+        .call(Method::POST, "/v1/sandboxes", Some(req))
         .await?;
-    if !a.json {
+    if !json {
         outln!(
             "sandbox {} is {} on {} ({})",
             s.name,
@@ -260,8 +284,8 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             s.backend_reason
         );
     }
-    if a.detach {
-        if a.json {
+    if detach {
+        if json {
             outln!("{}", serde_json::to_string(&s)?);
         } else {
             print_sandbox(&s);
@@ -269,11 +293,26 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    // Follow the log until the workspace is ready or a hook failed.
+    let ready = follow_until_settled(client, name, json).await?;
+    let s: SandboxView = client
+        .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
+        .await?;
+    if json {
+        outln!("{}", serde_json::to_string(&s)?);
+    }
+    Ok(settled(&s, name, ready, json))
+}
+
+/// Follow the log until the workspace is ready (`Some(true)`) or a hook failed.
+async fn follow_until_settled(
+    client: &Client,
+    name: &str,
+    json: bool,
+) -> anyhow::Result<Option<bool>> {
     let mut outcome: Option<bool> = None;
     let follow = client
-        .get_lines(&log_path(&name, true), |l| {
-            show_line(l, a.json);
+        .get_lines(&log_path(name, true), |l| {
+            show_line(l, json);
             match serde_json::from_slice::<WorkspaceLogRecord>(l) {
                 Ok(r) if r.kind == "ready" => outcome = Some(true),
                 Ok(r) if r.kind == "workspace_failed" => outcome = Some(false),
@@ -283,34 +322,33 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         })
         .await;
     match follow {
-        Err(e) if e.is::<StopFollowing>() => {}
-        Err(e) => return Err(e),
+        Err(e) if e.is::<StopFollowing>() => Ok(outcome),
+        Err(e) => Err(e),
         Ok(()) => anyhow::bail!("the sandbox {name} went away while its hooks ran"),
     }
-    let s: SandboxView = client
-        .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
-        .await?;
-    if a.json {
-        outln!("{}", serde_json::to_string(&s)?);
-    }
-    if outcome == Some(true) {
-        if !a.json {
+}
+
+/// What `up` says once the hooks settled: the forwards and how to get in, or why not.
+fn settled(s: &SandboxView, name: &str, ready: Option<bool>, json: bool) -> ExitCode {
+    if ready == Some(true) {
+        if !json {
             for f in s.workspace.iter().flat_map(|w| &w.forwards) {
                 outln!("forward: {f}");
             }
             outln!("workspace {name} is ready: svc sandbox exec {name} -- sh");
         }
-        Ok(ExitCode::SUCCESS)
+        ExitCode::SUCCESS
     } else {
         let why = s
             .workspace
-            .and_then(|w| w.failure)
+            .as_ref()
+            .and_then(|w| w.failure.clone())
             .unwrap_or_else(|| "a hook failed".into());
         eprintln!(
             "✗ {why}\n  the sandbox stays up to look into: svc sandbox exec {name} -- sh; \
              svc workspace logs {name}; svc workspace down {name}"
         );
-        Ok(ExitCode::from(1))
+        ExitCode::from(1)
     }
 }
 

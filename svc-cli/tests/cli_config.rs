@@ -5,24 +5,21 @@
     reason = "test code: a broken fixture should panic"
 )]
 
-use std::{fs, path::Path, process::Command};
+mod common;
 
+use std::fs;
+
+use common::{output, repo, svc_command};
+
+/// `svc ARGS` without the doctor's microvm overrides of the caller's environment.
 fn svc(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_svc"))
-        .args(args)
-        .env_remove("SVC_DOCTOR_MICROVM_EXEC_MODE")
-        .env_remove("SVC_DOCTOR_MICROVM_INSTANCE")
-        .env_remove("SVC_DOCTOR_MICROVM_DOCKER_MODE")
-        .output()
-        .expect("run svc")
-}
-
-fn repo(rel: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(rel)
-        .display()
-        .to_string()
+    output(
+        svc_command()
+            .args(args)
+            .env_remove("SVC_DOCTOR_MICROVM_EXEC_MODE")
+            .env_remove("SVC_DOCTOR_MICROVM_INSTANCE")
+            .env_remove("SVC_DOCTOR_MICROVM_DOCKER_MODE"),
+    )
 }
 
 #[test]
@@ -94,11 +91,11 @@ fn check_refuses_the_allow_policy_clash_with_the_spec_message_and_exit_1() {
 
 #[test]
 fn check_reports_a_removed_environment_variable() {
-    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .args(["config", "check", &repo("examples/workspace")])
-        .env("SVC_DOCTOR_MICROVM_INSTANCE", "x")
-        .output()
-        .unwrap();
+    let out = output(
+        svc_command()
+            .args(["config", "check", &repo("examples/workspace")])
+            .env("SVC_DOCTOR_MICROVM_INSTANCE", "x"),
+    );
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

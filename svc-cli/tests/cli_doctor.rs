@@ -6,7 +6,11 @@
     reason = "test code: a broken fixture should panic"
 )]
 
-use std::{fs, path::PathBuf, process::Command};
+mod common;
+
+use std::{fs, path::PathBuf};
+
+use common::svc;
 
 fn workspace(doctor: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -22,13 +26,6 @@ fn workspace(doctor: &str) -> PathBuf {
     )
     .unwrap();
     dir
-}
-
-fn svc(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_svc"))
-        .args(args)
-        .output()
-        .expect("run svc")
 }
 
 #[test]
@@ -105,16 +102,13 @@ fn a_failed_required_probe_skips_the_tests_and_fails_the_doctor() {
 #[test]
 fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
     let dir = workspace(r#"{"tests": [{"name": "unit", "command": "true"}]}"#);
-    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .args([
-            "--socket",
-            "/nonexistent/svcd.sock",
-            "doctor",
-            dir.to_str().unwrap(),
-            "--json",
-        ])
-        .output()
-        .expect("svc");
+    let out = svc(&[
+        "--socket",
+        "/nonexistent/svcd.sock",
+        "doctor",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["results"]

@@ -5,16 +5,20 @@
     reason = "test code: a broken fixture should panic"
 )]
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
+
+use common::{output, svc_command};
 
 fn explain(args: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_svc"))
-        .current_dir(dir.path())
-        .args(["egress", "explain", "--host-config", "/dev/null"])
-        .args(args)
-        .output()
-        .unwrap()
+    output(
+        svc_command()
+            .current_dir(dir.path())
+            .args(["egress", "explain", "--host-config", "/dev/null"])
+            .args(args),
+    )
 }
 
 fn json(args: &[&str]) -> (Option<i32>, serde_json::Value) {

@@ -5,14 +5,9 @@
     reason = "test code: a helper that cannot run svc should panic"
 )]
 
-use std::process::Command;
+mod common;
 
-fn svc(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_svc"))
-        .args(args)
-        .output()
-        .expect("run svc")
-}
+use common::svc;
 
 #[test]
 fn completions_name_every_command_in_each_shell() {

@@ -12,18 +12,7 @@ use svc_tests::{
 fn an_echoing_host_shows_the_guest_its_placeholder_never_the_real_token() {
     require_root();
     let w = World::start();
-    let created = w.svc_env(
-        &[
-            "sandbox",
-            "create",
-            "echo",
-            "--allow-host",
-            "allowed.example.test",
-            "--secret",
-            "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:EXAMPLE",
-        ],
-        &[("EXAMPLE", EXAMPLE_TOKEN)],
-    );
+    let created = w.sandbox_with_example_secret("echo", "env:EXAMPLE");
     assert!(
         created.status.success(),
         "{}{}",

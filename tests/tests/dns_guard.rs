@@ -68,6 +68,32 @@ struct World {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
+/// A guard configuration asking `server`, waiting `timeout` for it.
+fn upstream(server: SocketAddr, timeout: Duration) -> GuardConfig {
+    GuardConfig::with_upstream(Upstream {
+        servers: vec![server],
+        timeout,
+    })
+}
+
+/// A fresh guard with `config` for one sandbox at 127.0.0.1 allowed `api.example.test`,
+/// committing and auditing into `w`'s recorders.
+fn one_sandbox_guard(w: &World, config: GuardConfig) -> Guard {
+    Guard::new(
+        config,
+        Arc::new(Dir(HashMap::from([(
+            "127.0.0.1".parse().unwrap(),
+            Arc::new(SandboxDns::curated(
+                1,
+                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
+            )),
+        )]))),
+        w.commits.clone(),
+        w.audit.clone(),
+        HostNetwork::default(),
+    )
+}
+
 async fn world(ttl: u32, rate: u32) -> World {
     let mut records: Vec<(String, String)> = vec![
         ("api.example.test".into(), "192.0.2.10".into()),
@@ -109,10 +135,7 @@ async fn world(ttl: u32, rate: u32) -> World {
             Arc::new(SandboxDns::curated(2, allowed)),
         ),
     ]));
-    let mut config = GuardConfig::with_upstream(Upstream {
-        servers: vec![upstream.addr],
-        timeout: Duration::from_millis(800),
-    });
+    let mut config = self::upstream(upstream.addr, Duration::from_millis(800));
     config.rate_per_second = rate;
     config.burst = rate;
     let commits = Arc::new(Recorder::default());
@@ -371,22 +394,7 @@ async fn upstream_timeout_is_servfail() {
     // Point a fresh guard at a port where nobody answers.
     let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let dead_addr = dead.local_addr().unwrap();
-    let guard = Guard::new(
-        GuardConfig::with_upstream(Upstream {
-            servers: vec![dead_addr],
-            timeout: Duration::from_millis(300),
-        }),
-        Arc::new(Dir(HashMap::from([(
-            "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns::curated(
-                1,
-                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
-            )),
-        )]))),
-        w.commits.clone(),
-        w.audit.clone(),
-        HostNetwork::default(),
-    );
+    let guard = one_sandbox_guard(&w, upstream(dead_addr, Duration::from_millis(300)));
     let started = std::time::Instant::now();
     let bytes = guard
         .handle(
@@ -577,22 +585,7 @@ async fn the_cache_answers_repeats_without_the_upstream() {
 #[tokio::test]
 async fn ipv4_clients_on_a_dual_stack_socket_are_recognised() {
     let w = world(300, 1000).await;
-    let guard = Guard::new(
-        GuardConfig::with_upstream(Upstream {
-            servers: vec![w.upstream.addr],
-            timeout: Duration::from_secs(1),
-        }),
-        Arc::new(Dir(HashMap::from([(
-            "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns::curated(
-                1,
-                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
-            )),
-        )]))),
-        w.commits.clone(),
-        w.audit.clone(),
-        HostNetwork::default(),
-    );
+    let guard = one_sandbox_guard(&w, upstream(w.upstream.addr, Duration::from_secs(1)));
     let q = query("api.example.test", RecordType::A).to_vec().unwrap();
     let bytes = guard
         .handle(
@@ -612,27 +605,10 @@ async fn ipv4_clients_on_a_dual_stack_socket_are_recognised() {
 #[tokio::test]
 async fn the_cache_honours_the_clamped_ttl() {
     let w = world(1, 1000).await;
-    let guard = Guard::new(
-        {
-            let mut c = GuardConfig::with_upstream(Upstream {
-                servers: vec![w.upstream.addr],
-                timeout: Duration::from_secs(1),
-            });
-            c.ttl_min = Duration::from_secs(1);
-            c.ttl_max = Duration::from_secs(1);
-            c
-        },
-        Arc::new(Dir(HashMap::from([(
-            "127.0.0.1".parse().unwrap(),
-            Arc::new(SandboxDns::curated(
-                1,
-                Allowlist(vec![HostPattern::parse("api.example.test").unwrap()]),
-            )),
-        )]))),
-        w.commits.clone(),
-        w.audit.clone(),
-        HostNetwork::default(),
-    );
+    let mut config = upstream(w.upstream.addr, Duration::from_secs(1));
+    config.ttl_min = Duration::from_secs(1);
+    config.ttl_max = Duration::from_secs(1);
+    let guard = one_sandbox_guard(&w, config);
     let q = query("api.example.test", RecordType::A).to_vec().unwrap();
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     guard

@@ -442,13 +442,7 @@ fn every_code_host_rule_holds_through_the_live_perimeter() {
 fn the_server_name_must_be_one_the_dialled_address_was_resolved_for() {
     require_root();
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "sni",
-    ]);
+    w.sandbox_allowing("sni", &["allowed.example.test"]);
     // Both names resolved through the guard: both addresses are open in the fence.
     let (code, _, _) = w.sh(
         "sni",
@@ -619,13 +613,7 @@ fn bad_requests_are_refused_with_clear_errors() {
 fn svcd_killed_mid_traffic_never_opens_the_fence_and_readopts_on_restart() {
     require_root();
     let mut w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "k",
-    ]);
+    w.sandbox_allowing("k", &["allowed.example.test"]);
     let s = w.show("k");
     // Resolved before the crash: the guard commits 192.0.2.20 to the fence.
     let (code, _, _) = w.sh("k", "getent hosts allowed.example.test");
@@ -708,20 +696,7 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
     std::thread::scope(|scope| {
         for name in &names {
             let w = &w;
-            scope.spawn(move || {
-                w.svc_env(
-                    &[
-                        "sandbox",
-                        "create",
-                        "--allow-host",
-                        "allowed.example.test",
-                        "--secret",
-                        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:EX",
-                        name,
-                    ],
-                    &[("EX", EXAMPLE_TOKEN)],
-                )
-            });
+            scope.spawn(move || w.sandbox_with_example_secret(name, "env:EXAMPLE"));
         }
     });
     let list: Vec<Value> =
@@ -835,18 +810,7 @@ fn fifty_concurrent_sandboxes_are_audited_and_share_nothing() {
 fn plain_http_to_an_allowed_host_is_served_with_the_same_rules_never_a_silent_close() {
     require_root();
     let w = World::start();
-    let created = w.svc_env(
-        &[
-            "sandbox",
-            "create",
-            "--allow-host",
-            "allowed.example.test",
-            "--secret",
-            "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@env:EXAMPLE",
-            "plain",
-        ],
-        &[("EXAMPLE", EXAMPLE_TOKEN)],
-    );
+    let created = w.sandbox_with_example_secret("plain", "env:EXAMPLE");
     assert!(created.status.success(), "{created:?}");
     // Served: through the proxy to the upstream's port 80, audited.
     let (code, out, err) = w.sh(
@@ -942,13 +906,7 @@ fn an_idle_sandbox_writes_no_packet_records_of_its_own_ipv6_housekeeping() {
 fn svc_audit_reads_filters_and_follows_the_audit_log() {
     require_root();
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "dev",
-    ]);
+    w.sandbox_allowing("dev", &["allowed.example.test"]);
     w.svc_ok(&["sandbox", "create", "other"]);
     // A rotated file is read first.
     let rotated = w.audit_path().with_extension("jsonl.1");
@@ -1080,13 +1038,7 @@ fn metrics_move_when_traffic_flows() {
         before.contains("# TYPE svc_fence_packets counter"),
         "{before}"
     );
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "dev",
-    ]);
+    w.sandbox_allowing("dev", &["allowed.example.test"]);
     let _ = w.sh("dev", "getent hosts forbidden.example.test");
     let _ = w.sh("dev", "curl -sS https://allowed.example.test/metered");
     let _ = w.sh("dev", "curl -sS --connect-timeout 1 -k https://192.0.2.66/");

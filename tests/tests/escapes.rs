@@ -48,13 +48,7 @@ fn fence_state(w: &World, id: u32) -> (Vec<String>, Vec<String>) {
 fn no_escape_from_a_container_sandbox_reaches_the_host_the_fence_or_svcd() {
     require_root();
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "jail",
-    ]);
+    w.sandbox_allowing("jail", &["allowed.example.test"]);
     let s = w.show("jail");
     let id = u32::try_from(s["id"].as_u64().expect("id")).expect("id fits");
     let pid = s["pid"].as_u64().expect("pid");

@@ -47,16 +47,7 @@ fn forged_service_reports_are_held_to_the_workspaces_services_and_a_rate() {
     )
     .expect("json");
     let d = dir.to_str().expect("utf-8");
-    w.svc_ok(&[
-        "workspace",
-        "up",
-        "--trust",
-        d,
-        "--name",
-        "forger",
-        "--backend",
-        "container",
-    ]);
+    w.workspace_up_ok(d, "forger");
     let events = |w: &World| -> Vec<serde_json::Value> {
         w.svc_ok(&["events", "--json"])
             .lines()

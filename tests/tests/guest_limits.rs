@@ -614,16 +614,7 @@ fn a_spotlight_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
         format!("services:\n  web:\n    image: example/web\n    ports: [\"{PORT}:8001\"]\n"),
     )
     .expect("compose file");
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        dir.to_str().expect("utf-8"),
-        "--name",
-        "flood",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(dir.to_str().expect("utf-8"), "flood");
     assert!(
         up.status.success(),
         "{}",

@@ -58,16 +58,7 @@ fn a_guest_gives_no_file_capability_to_a_root_owned_share() {
     std::fs::create_dir_all(dir.join(".svc")).expect("dir");
     std::fs::write(dir.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
     let ws = dir.to_str().expect("utf-8");
-    w.svc_ok(&[
-        "workspace",
-        "up",
-        "--trust",
-        ws,
-        "--name",
-        "fcap",
-        "--backend",
-        "container",
-    ]);
+    w.workspace_up_ok(ws, "fcap");
     let out = w.svc(&[
         "sandbox",
         "exec",
@@ -139,16 +130,7 @@ fn a_guest_link_in_dot_git_is_named_at_down() {
     std::fs::write(&rc, "# the owner's ~/.bashrc\n").expect("rc");
     run(&format!("chown -R 1234:1234 {}", base.display()));
     let ws = dir.to_str().expect("utf-8");
-    w.svc_ok(&[
-        "workspace",
-        "up",
-        "--trust",
-        ws,
-        "--name",
-        "fhs",
-        "--backend",
-        "container",
-    ]);
+    w.workspace_up_ok(ws, "fhs");
     let (code, o, e) = w.sh(
         "fhs",
         &format!("ln -sf {} /workspace/.git/FETCH_HEAD", rc.display()),

@@ -68,13 +68,7 @@ except Exception as e:
 fn a_running_sandboxs_allowlist_changes_live() {
     require_root();
     let mut w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "live",
-        "--allow-host",
-        "allowed.example.test",
-    ]);
+    w.sandbox_allowing("live", &["allowed.example.test"]);
     assert_eq!(curl(&w, "https://allowed.example.test/"), 0);
     assert_ne!(curl(&w, "https://forbidden.example.test/"), 0);
 
@@ -303,15 +297,7 @@ fn names_sharing_an_address_keep_each_others_ports_and_a_removal_closes_only_its
             let _ = std::io::Write::write_all(&mut &conn, b"db\n");
         }
     });
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "shared",
-        "--allow-host",
-        "allowed.example.test",
-        "--allow-host",
-        "db.example.test:5432",
-    ]);
+    w.sandbox_allowing("shared", &["allowed.example.test", "db.example.test:5432"]);
     let db = |target: &str| {
         w.sh(
             "shared",
@@ -412,15 +398,7 @@ print("ws", n, how, flush=True)
 fn a_removal_cuts_every_stream_and_tunnel_to_the_removed_host() {
     require_root();
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "held",
-        "--allow-host",
-        "allowed.example.test",
-        "--allow-host",
-        "db.example.test:5432",
-    ]);
+    w.sandbox_allowing("held", &["allowed.example.test", "db.example.test:5432"]);
     // Both names answered with 192.0.2.20.
     let (code, _, err) = w.sh(
         "held",

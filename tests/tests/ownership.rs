@@ -553,22 +553,7 @@ fn a_member_cannot_share_a_directory_owned_by_another() {
     }
     std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let dir = project.to_str().expect("utf-8");
-    let up = |u: &User, name: &str| {
-        as_user(
-            &w,
-            u,
-            &[
-                "workspace",
-                "up",
-                "--trust",
-                dir,
-                "--name",
-                name,
-                "--backend",
-                "container",
-            ],
-        )
-    };
+    let up = |u: &User, name: &str| as_user(&w, u, &World::workspace_up_args(dir, name));
     let out = up(b, "b-in-a");
     assert!(!out.status.success(), "{}", text(&out));
     assert!(

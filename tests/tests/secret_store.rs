@@ -57,15 +57,7 @@ fn request(w: &World, sandbox: &str, path: &str) {
 }
 
 fn create(w: &World, name: &str) {
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        name,
-        "--allow-host",
-        "allowed.example.test",
-        "--secret",
-        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:example",
-    ]);
+    w.sandbox_with_example_secret_ok(name, "store:example");
 }
 
 #[test]
@@ -138,15 +130,7 @@ fn stored_secrets_are_brokered_rotated_and_never_shown() {
     }
 
     // A missing secret is refused at creation, by name; removal leaves running sandboxes be.
-    let out = w.svc(&[
-        "sandbox",
-        "create",
-        "missing",
-        "--allow-host",
-        "allowed.example.test",
-        "--secret",
-        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:nope",
-    ]);
+    let out = w.sandbox_with_example_secret("missing", "store:nope");
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no secret nope in the store"),
@@ -252,15 +236,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
     assert!(!list.contains("\"bad\""), "{list}");
     assert_eq!(w.token_grants(), (1, 1));
 
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "o1",
-        "--allow-host",
-        "allowed.example.test",
-        "--secret",
-        "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN@store:mcp",
-    ]);
+    w.sandbox_with_example_secret_ok("o1", "store:mcp");
     let (_, placeholder, _) = w.sh("o1", "printf %s \"$SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\"");
     assert_eq!(placeholder.len(), 64, "{placeholder}");
     request(&w, "o1", "/oauth-1");

@@ -175,13 +175,7 @@ fn allow_all_is_open_for_its_window_and_a_restart_restarts_the_window() {
 fn supervisor_upgrade_re_executes_and_keeps_every_sandbox() {
     require_root();
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "u",
-    ]);
+    w.sandbox_allowing("u", &["allowed.example.test"]);
     let before: Value = serde_json::from_str(&{
         let mut s = UnixStream::connect(&w.socket).expect("connect");
         s.write_all(b"GET /v1/health HTTP/1.1\r\nhost: svcd\r\nconnection: close\r\n\r\n")
@@ -223,13 +217,7 @@ fn supervisor_upgrade_re_executes_and_keeps_every_sandbox() {
 fn a_second_svcd_on_the_same_state_stops_before_touching_anything() {
     require_root();
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "--allow-host",
-        "allowed.example.test",
-        "one",
-    ]);
+    w.sandbox_allowing("one", &["allowed.example.test"]);
     let first = w.svcd_pid().expect("svcd's pid");
     let second = svc_tests::output_within(
         w.svcd_command().env("NO_COLOR", "1"),

@@ -48,13 +48,7 @@ fn upstreams_are_reached_through_the_operators_forward_proxy() {
         "{}",
         w.svcd_log()
     );
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "up",
-        "--allow-host",
-        "allowed.example.test",
-    ]);
+    w.sandbox_allowing("up", &["allowed.example.test"]);
 
     // HTTPS: a CONNECT tunnel through the proxy, TLS end to end with the real host.
     let (code, out, err) = w.sh(

@@ -72,16 +72,7 @@ fn workspace_up_shares_the_project_applies_its_egress_and_runs_its_hooks() {
             "onTeardown":["echo bye > /workspace/teardown-ran"]}}"#,
         Some("egress:\n  policy:\n    allowed.example.test:\n      paths: [\"/v1/**\"]\n"),
     );
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "ws",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(p(&dir), "ws");
     let out = text(&up);
     assert!(
         up.status.success(),
@@ -235,16 +226,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
             "onStart":["touch /workspace/never-start"]}}"#,
         None,
     );
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "failing",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(p(&dir), "failing");
     let out = text(&up);
     assert_eq!(up.status.code(), Some(1), "{out}");
     assert!(
@@ -278,16 +260,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
             "onSetup":["sleep 301 & sleep 302; echo never"]}}"#,
         None,
     );
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "slow",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(p(&dir), "slow");
     let out = text(&up);
     assert_eq!(up.status.code(), Some(1), "{out}");
     assert!(out.contains("timed out after 1500 ms"), "{out}");
@@ -318,16 +291,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
 
     // Directories nobody may share, whoever asks.
     for (bad, says) in [("/etc", "system directory"), ("/", "system directory")] {
-        let up = w.svc(&[
-            "workspace",
-            "up",
-            "--trust",
-            bad,
-            "--name",
-            "bad",
-            "--backend",
-            "container",
-        ]);
+        let up = w.workspace_up(bad, "bad");
         assert_eq!(up.status.code(), Some(1), "{bad}: {}", text(&up));
         assert!(text(&up).contains(says), "{bad}: {}", text(&up));
     }
@@ -445,16 +409,7 @@ fn services_are_supervised_restarted_and_waited_for() {
               "broken":[{"name":"c","type":"service","serviceName":"crash"}]}}}"#,
         None,
     );
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "svcs",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(p(&dir), "svcs");
     let out = text(&up);
     assert!(up.status.success(), "{out}\nsvcd:\n{}", w.svcd_log());
     assert!(
@@ -616,16 +571,7 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
         "services:\n  web:\n    image: example/web\n    ports:\n      - \"18081:8001\"\n      - target: 8002\n        published: \"18082\"\n        host_ip: 127.0.0.1\n      - \"127.0.0.1:18083:8003/tcp\"\n    expose: [\"8004\"]\n  debug:\n    image: example/debug\n    profiles: [debug]\n    ports: [\"18085:8005\"]\n",
     )
     .expect("compose file");
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "spot",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(p(&dir), "spot");
     let out = text(&up);
     assert!(up.status.success(), "{out}\nsvcd:\n{}", w.svcd_log());
     for f in [
@@ -738,16 +684,7 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
         r#"{"version":1,"spotlight":{"defaults":[{"service":"web","remotePort":8000,"localPort":18090}]}}"#,
         None,
     );
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&busy),
-        "--name",
-        "busy",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(p(&busy), "busy");
     let _ = holder.kill();
     let _ = holder.wait();
     let out = text(&up);
@@ -864,16 +801,7 @@ fn doctor_runs_the_workspaces_checks_inside_its_sandbox() {
               {"name":"slow","command":"sh","args":["-c","sleep 301 & sleep 302"],"timeoutMs":1500,"required":true}]}}"#,
         None,
     );
-    w.svc_ok(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "doc",
-        "--backend",
-        "container",
-    ]);
+    w.workspace_up_ok(p(&dir), "doc");
     let report = w.dir.join("doctor.json");
     let out = w.svc(&[
         "doctor",

@@ -38,16 +38,7 @@ fn a_huge_workspace_log_stays_under_its_cap_and_follow_streams_it_then_new_recor
     )
     .expect("workspace.json");
     let dir_s = dir.to_str().expect("utf-8");
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        dir_s,
-        "--name",
-        "big",
-        "--backend",
-        "container",
-    ]);
+    let up = w.workspace_up(dir_s, "big");
     let text = String::from_utf8_lossy(&up.stdout);
     assert!(
         up.status.success(),

@@ -6,7 +6,10 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{AuditError, AuditRecord, AuditSink};
+use super::{
+    record::{AuditEvent, AuditRecord},
+    sink::{AuditError, AuditSink},
+};
 
 /// Records waiting before they are written at once, without waiting for the turn to end.
 pub const FLUSH_AT: usize = 64;
@@ -77,6 +80,15 @@ pub fn record_here(sink: &Arc<dyn AuditSink>, r: AuditRecord) -> Result<(), Audi
     }
 }
 
+/// `event` of `sandbox`, stamped now, into `sink` the way [`record_here`] sends a record.
+pub fn emit_here(
+    sink: &Arc<dyn AuditSink>,
+    sandbox: u32,
+    event: AuditEvent,
+) -> Result<(), AuditError> {
+    record_here(sink, AuditRecord::now(sandbox, event))
+}
+
 impl AuditSink for Batched {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
         self.record_owned(r.clone())
@@ -110,10 +122,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::audit::JsonlFile;
+    use crate::audit::jsonl::JsonlFile;
 
     fn record(n: u32) -> AuditRecord {
-        crate::audit::tests::http_record(n, &format!("/{n}"))
+        crate::audit::record::tests::http_record(n, &format!("/{n}"))
     }
 
     /// The sandbox of every line in the file, in order.

@@ -4,13 +4,15 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::layer::AuditLayer;
+
 /// A reader's filter. Every field that is set must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// The sandbox's name (or its id, as digits).
     pub sandbox: Option<String>,
-    /// `packet`, `dns`, `http`, `ssh`, `policy`.
-    pub layer: Option<String>,
+    /// `packet`, `dns`, `http`, `ssh`, `policy`, … (every [`AuditLayer`]).
+    pub layer: Option<AuditLayer>,
     /// `allow` or `deny`.
     pub verdict: Option<Verdict>,
     /// Records at or after this time.
@@ -28,16 +30,16 @@ pub enum Verdict {
     Deny,
 }
 
-/// The layers a filter may name.
-pub const LAYERS: [&str; 7] = [
-    "packet",
-    "dns",
-    "http",
-    "ssh",
-    "policy",
-    "credential",
-    "suppressed",
-];
+impl Verdict {
+    /// The verdict a layer's own word for its outcome means: a packet's `pass`, a question
+    /// `answered` (or answered `empty`) and an `allow` are allowed; anything else is refused.
+    pub fn of_word(word: &str) -> Self {
+        match word {
+            "allow" | "answered" | "empty" | "pass" => Self::Allow,
+            _ => Self::Deny,
+        }
+    }
+}
 
 /// A record's `time`.
 fn record_time(record: &serde_json::Value) -> Option<SystemTime> {
@@ -54,13 +56,7 @@ impl Filter {
         for (k, v) in pairs {
             match k.as_str() {
                 "sandbox" => f.sandbox = Some(v.clone()),
-                "layer" if LAYERS.contains(&v.as_str()) => f.layer = Some(v.clone()),
-                "layer" => {
-                    return Err(format!(
-                        "layer {v:?}: expected one of {}",
-                        LAYERS.join(", ")
-                    ));
-                }
+                "layer" => f.layer = Some(parse_layer(v)?),
                 "verdict" => {
                     f.verdict = Some(match v.as_str() {
                         "allow" => Verdict::Allow,
@@ -102,7 +98,7 @@ impl Filter {
                 return false;
             }
         }
-        if let Some(l) = &self.layer
+        if let Some(l) = self.layer
             && record["layer"].as_str() != Some(l.as_str())
         {
             return false;
@@ -129,9 +125,16 @@ pub fn verdict(record: &serde_json::Value) -> Option<Verdict> {
         "packet" => record["verdict"].as_str()?,
         _ => record["decision"].as_str()?,
     };
-    Some(match word {
-        "allow" | "answered" | "empty" | "pass" => Verdict::Allow,
-        _ => Verdict::Deny,
+    Some(Verdict::of_word(word))
+}
+
+/// A layer's name, or what is wrong with it.
+fn parse_layer(v: &str) -> Result<AuditLayer, String> {
+    AuditLayer::from_name(v).ok_or_else(|| {
+        format!(
+            "layer {v:?}: expected one of {}",
+            AuditLayer::NAMES.join(", ")
+        )
     })
 }
 

@@ -346,7 +346,7 @@ impl NamedAudit {
     fn admitted(&self, r: &AuditRecord) -> bool {
         if r.sandbox == 0
             || !r.event.guest_driven()
-            || self.limits.admit_audit(r.sandbox, r.event.layer())
+            || self.limits.admit_audit(r.sandbox, r.event.layer().as_str())
         {
             return true;
         }
@@ -369,19 +369,15 @@ impl NamedAudit {
         self.limits.tick();
         let (per_sec, burst) = self.limits.audit_budget();
         for (sandbox, counts) in self.limits.take_suppressed_audit() {
-            let mut r = AuditRecord {
-                time: crate::audit::rfc3339(std::time::SystemTime::now()),
-                sandbox,
-                sandbox_name: None,
-                event: crate::audit::AuditEvent::Suppressed(crate::audit::SuppressedEvent {
-                    records: counts
-                        .into_iter()
-                        .map(|(layer, n)| (layer.to_owned(), n))
-                        .collect(),
-                    per_sec,
-                    burst,
-                }),
-            };
+            let event = crate::audit::AuditEvent::Suppressed(crate::audit::SuppressedEvent {
+                records: counts
+                    .into_iter()
+                    .map(|(layer, n)| (layer.to_owned(), n))
+                    .collect(),
+                per_sec,
+                burst,
+            });
+            let mut r = AuditRecord::now(sandbox, event);
             self.name(&mut r);
             let result = self.inner.record(&r);
             self.count(std::slice::from_ref(&r), &result);

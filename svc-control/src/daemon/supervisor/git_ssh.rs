@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use super::{Supervisor, sandbox::Live};
 use crate::{
-    audit::{AuditEvent, AuditRecord, SshEvent, SshRef, rfc3339},
+    audit::{AuditEvent, SshEvent, SshRef},
     git_relay::{self, RelayPolicy, Session, SshClient},
     limits::{Channel, GuestLimits},
     runtime::{GuestConn, GuestService},
@@ -101,7 +101,7 @@ fn relay_service(
                         decision = s.decision, reason = s.reason.as_deref().unwrap_or(""),
                         refs = s.refs.len(), exit = s.exit,
                         "git SSH session");
-                    if let Err(e) = audit.record(&record(id, name, &s)) {
+                    if let Err(e) = audit.emit_named(id, name, event(&s)) {
                         warn!(sandbox = %name, error = %e, "writing a git SSH audit record");
                     }
                 }
@@ -113,33 +113,28 @@ fn relay_service(
     })
 }
 
-fn record(id: u32, name: &str, s: &Session) -> AuditRecord {
-    AuditRecord {
-        time: rfc3339(std::time::SystemTime::now()),
-        sandbox: id,
-        sandbox_name: Some(name.to_owned()),
-        event: AuditEvent::Ssh(SshEvent {
-            host: s.host.clone(),
-            repo: s.repo.clone(),
-            command: s.command.clone(),
-            refs: s
-                .refs
-                .iter()
-                .map(|r| SshRef {
-                    name: r.name.clone(),
-                    old: r.old.clone(),
-                    new: r.new.clone(),
-                })
-                .collect(),
-            signed: s.signed,
-            decision: s.decision,
-            reason: s.reason.clone(),
-            bytes_up: s.bytes_up,
-            bytes_down: s.bytes_down,
-            duration_ms: u64::try_from(s.duration.as_millis()).unwrap_or(u64::MAX),
-            exit: s.exit,
-        }),
-    }
+fn event(s: &Session) -> AuditEvent {
+    AuditEvent::Ssh(SshEvent {
+        host: s.host.clone(),
+        repo: s.repo.clone(),
+        command: s.command.clone(),
+        refs: s
+            .refs
+            .iter()
+            .map(|r| SshRef {
+                name: r.name.clone(),
+                old: r.old.clone(),
+                new: r.new.clone(),
+            })
+            .collect(),
+        signed: s.signed,
+        decision: s.decision,
+        reason: s.reason.clone(),
+        bytes_up: s.bytes_up,
+        bytes_down: s.bytes_down,
+        duration_ms: u64::try_from(s.duration.as_millis()).unwrap_or(u64::MAX),
+        exit: s.exit,
+    })
 }
 
 #[cfg(test)]
@@ -167,7 +162,12 @@ mod tests {
             duration: Duration::from_millis(1500),
             exit: 1,
         };
-        let v = serde_json::to_value(record(7, "demo", &s)).expect("json");
+        // What `emit_named(7, "demo", …)` writes.
+        let record = crate::audit::AuditRecord {
+            sandbox_name: Some("demo".into()),
+            ..crate::audit::AuditRecord::now(7, event(&s))
+        };
+        let v = serde_json::to_value(record).expect("json");
         assert_eq!(v["layer"], "ssh");
         assert_eq!(v["sandbox"], 7);
         assert_eq!(v["sandbox_name"], "demo");

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use super::{Supervisor, now_text};
 use crate::{
     api,
-    audit::{AuditEvent, AuditRecord, CredentialEvent, rfc3339},
+    audit::{AuditEvent, CredentialEvent, rfc3339},
     creds::{
         self,
         grant::{Grant, GrantState, ms},
@@ -182,18 +182,13 @@ impl Supervisor {
                 .credential_refresh(&g.credential, outcome);
             let expires_at =
                 rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires));
-            let record = AuditRecord {
-                time: rfc3339(std::time::SystemTime::now()),
-                sandbox: 0,
-                sandbox_name: None,
-                event: AuditEvent::Credential(CredentialEvent {
-                    credential: g.credential.clone(),
-                    outcome,
-                    reason: reason.clone(),
-                    expires_at: expires_at.clone(),
-                }),
-            };
-            if let Err(e) = self.config.audit.record(&record) {
+            let event = AuditEvent::Credential(CredentialEvent {
+                credential: g.credential.clone(),
+                outcome,
+                reason: reason.clone(),
+                expires_at: expires_at.clone(),
+            });
+            if let Err(e) = self.config.audit.emit(0, event) {
                 warn!(credential = %g.credential, error = %e, "writing a credential audit record");
             }
             // The secret's owner's event (root's when it is gone meanwhile).

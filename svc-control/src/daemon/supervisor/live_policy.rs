@@ -7,7 +7,7 @@
 //! proxy resets its connections to the addresses that left. Stored before it is applied, so
 //! it survives an svcd restart.
 
-use std::{net::IpAddr, sync::Arc, time::SystemTime};
+use std::{net::IpAddr, sync::Arc};
 
 use tracing::info;
 
@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     api::{self, AllowChange, SandboxView},
-    audit::{AuditEvent, AuditRecord, PolicyEvent, rfc3339},
+    audit::{AuditEvent, PolicyEvent},
     config::egress::RepoName,
     daemon::failure::Failure,
     dataplane::{Carry, PortRule},
@@ -160,18 +160,14 @@ impl Supervisor {
     /// The change's audit record and event.
     fn report_change(&self, l: &Live, change: Change<'_>) {
         let (name, generation) = (&l.name, l.envelope.policy_generation);
-        if let Err(e) = self.config.audit.record(&AuditRecord {
-            time: rfc3339(SystemTime::now()),
-            sandbox: l.id,
-            sandbox_name: Some(name.clone()),
-            event: AuditEvent::Policy(PolicyEvent {
-                change: "allowlist",
-                added: change.added.clone(),
-                removed: change.removed.clone(),
-                generation,
-                by: change.by.to_owned(),
-            }),
-        }) {
+        let event = AuditEvent::Policy(PolicyEvent {
+            change: "allowlist",
+            added: change.added.clone(),
+            removed: change.removed.clone(),
+            generation,
+            by: change.by.to_owned(),
+        });
+        if let Err(e) = self.config.audit.emit_named(l.id, name, event) {
             tracing::warn!(sandbox = %name, error = %e, "writing the policy change's audit record");
         }
         self.event(
