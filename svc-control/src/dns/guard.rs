@@ -2,11 +2,7 @@
 //! read, the sandbox asking admitted, the name decided by `policy::dns`, resolved, its
 //! addresses committed to the fence, and only then the answer.
 
-use std::{
-    net::IpAddr,
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{net::IpAddr, sync::Arc, time::Duration};
 
 use hickory_proto::{
     op::{Query, ResponseCode},
@@ -21,7 +17,7 @@ use super::{
     wire::{self, Answer, address},
 };
 use crate::{
-    audit::{AuditEvent, AuditRecord, AuditSink, DnsEvent, rfc3339},
+    audit::{AuditEvent, AuditSink, DnsEvent},
     policy::{
         destination::{self, HostNetwork},
         dns::{self, DnsDecision},
@@ -218,15 +214,7 @@ impl Guard {
 
     fn record(&self, sandbox: u32, event: DnsEvent) {
         // On a serving thread, gathered with the rest of its turn (see `serve_udp_threads`).
-        let _ = crate::audit::record_here(
-            &self.audit,
-            AuditRecord {
-                time: rfc3339(SystemTime::now()),
-                sandbox_name: None,
-                sandbox,
-                event: AuditEvent::Dns(event),
-            },
-        );
+        let _ = crate::audit::emit_here(&self.audit, sandbox, AuditEvent::Dns(event));
     }
 }
 

@@ -1,12 +1,9 @@
 //! Writing the proxy's audit records: one `HttpEvent` each, through the thread's batch.
 
-use std::{
-    sync::Arc,
-    time::{Instant, SystemTime},
-};
+use std::{sync::Arc, time::Instant};
 
 use super::context::Ctx;
-use crate::audit::{AuditError, AuditEvent, AuditRecord, AuditSink, HttpEvent, rfc3339};
+use crate::audit::{AuditError, AuditEvent, AuditSink, HttpEvent};
 
 /// Write `event` for `sandbox` now.
 pub(super) fn write(
@@ -14,15 +11,7 @@ pub(super) fn write(
     sandbox: u32,
     event: HttpEvent,
 ) -> Result<(), AuditError> {
-    crate::audit::record_here(
-        audit,
-        AuditRecord {
-            time: rfc3339(SystemTime::now()),
-            sandbox_name: None,
-            sandbox,
-            event: AuditEvent::Http(event),
-        },
-    )
+    crate::audit::emit_here(audit, sandbox, AuditEvent::Http(event))
 }
 
 /// Milliseconds since `started`.
