@@ -126,7 +126,7 @@ pub struct CreateArgs {
     pub file: Option<PathBuf>,
     /// The backend: container (the default; netns is its old name) or microvm. Overrides the
     /// workspace's runtime block.
-    #[arg(long, value_parser = ["container", "netns", "microvm"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(svc_control::runtime::choices()))]
     pub backend: Option<String>,
     /// Take the backend from the workspace in DIR (its .svc/workspace.json `runtime` block:
     /// the first of `required` this svcd offers; empty or absent: automatic) and the

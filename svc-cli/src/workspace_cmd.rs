@@ -101,7 +101,7 @@ pub struct UpArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// The backend (container or microvm), instead of the workspace's runtime block.
-    #[arg(long, value_parser = ["container", "netns", "microvm"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(svc_control::runtime::choices()))]
     pub backend: Option<String>,
     /// Also allow this host (repeatable).
     #[arg(long)]

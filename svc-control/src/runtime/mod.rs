@@ -20,7 +20,7 @@ use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
 pub use container::Container;
 pub use microvm::Microvm;
-pub use registry::{Backends, Description, KINDS, Kind};
+pub use registry::{Backends, Description, KINDS, Kind, choices};
 
 /// What a backend needs to start a guest.
 #[derive(Debug, Clone)]

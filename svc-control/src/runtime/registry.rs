@@ -42,6 +42,18 @@ pub const CONTAINER: Kind = Kind {
 /// choices and the schema's enum are these names and aliases.
 pub const KINDS: &[Kind] = &[MICROVM, CONTAINER];
 
+/// The names `--backend` takes, as the CLI lists them: the embedded default (the container
+/// backend) and its old names first, then the other kinds of [`KINDS`].
+pub fn choices() -> Vec<&'static str> {
+    let (default, others): (Vec<Kind>, Vec<Kind>) =
+        KINDS.iter().copied().partition(|k| *k == CONTAINER);
+    default
+        .iter()
+        .chain(&others)
+        .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
+        .collect()
+}
+
 /// What a backend is, for `svc`, doctor and creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Description {
@@ -294,5 +306,36 @@ impl<B: Backend> Backend for Described<B> {
         into: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<Snapshot, RuntimeError>> {
         self.inner.snapshot(guest, into)
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    /// The workspace file's `runtime` names (and so its schema's enum) are the registry's
+    /// kinds and their old names, and the CLI offers exactly those.
+    #[test]
+    fn the_workspace_schema_and_the_cli_name_the_registrys_kinds() {
+        let mut schema: Vec<String> = crate::config::workspace::Backend::ALL
+            .iter()
+            .map(|b| {
+                serde_json::to_value(b)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+            })
+            .map(|n| n.unwrap_or_default())
+            .collect();
+        let mut cli: Vec<String> = choices().into_iter().map(str::to_owned).collect();
+        assert_eq!(cli[..2], ["container", "netns"], "the default first");
+        schema.sort();
+        cli.sort();
+        assert_eq!(schema, cli);
+        for b in crate::config::workspace::Backend::ALL {
+            assert!(
+                KINDS.iter().any(|k| k.name == b.name()),
+                "{b:?} is no registry kind"
+            );
+        }
     }
 }
