@@ -144,17 +144,7 @@ fn tail(output: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn check(name: &str, script: &str, timeout_ms: u64, retries: u32, required: bool) -> Check {
-        Check {
-            name: name.into(),
-            command: "/bin/sh".into(),
-            args: vec!["-c".into(), script.into()],
-            timeout_ms,
-            retries,
-            required,
-        }
-    }
+    use crate::doctor::tests::check;
 
     #[test]
     fn results_read_from_timeouts_exit_code() {

@@ -98,7 +98,14 @@ mod tests {
 
     use super::*;
 
-    fn check(name: &str, script: &str, timeout_ms: u64, retries: u32, required: bool) -> Check {
+    /// A shell check (also for `attempt`'s tests).
+    pub(super) fn check(
+        name: &str,
+        script: &str,
+        timeout_ms: u64,
+        retries: u32,
+        required: bool,
+    ) -> Check {
         Check {
             name: name.into(),
             command: "/bin/sh".into(),
