@@ -10,7 +10,7 @@ use base64::Engine as _;
 use http::Method;
 use serde::Serialize;
 use svc_control::api::{
-    self, CreateSandbox, Destroyed, ExecFrame, ExecRequest, ForkRequest, Forked, SandboxView,
+    CreateSandbox, Destroyed, ExecFrame, ExecRequest, ForkRequest, Forked, SandboxName, SandboxView,
 };
 
 use crate::client::{Client, SocketArg};
@@ -51,8 +51,8 @@ pub fn run(socket: &SocketArg, a: CanaryArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
     let source = a.name.clone();
     let clone = format!("{}-fork", a.name);
-    api::check_name(&source).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-    api::check_name(&clone).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    let checked = |n: String| SandboxName::new(n).map_err(|e| anyhow::anyhow!("--name: {e}"));
+    let (source, clone) = (checked(source)?, checked(clone)?);
     crate::client::runtime()?.block_on(async move {
         let started = Instant::now();
         let mut steps = Vec::new();
@@ -121,8 +121,8 @@ fn ms(since: Instant) -> f64 {
 async fn sequence(
     client: &Client,
     a: &CanaryArgs,
-    source: &str,
-    clone: &str,
+    source: &SandboxName,
+    clone: &SandboxName,
     steps: &mut Vec<Step>,
 ) -> anyhow::Result<()> {
     let t = Instant::now();
@@ -175,9 +175,9 @@ async fn sequence(
 }
 
 /// A sandbox of `backend` with nothing added: no hosts, repository, secrets or workspace.
-fn bare_sandbox(name: &str, backend: &str) -> CreateSandbox {
+fn bare_sandbox(name: &SandboxName, backend: &str) -> CreateSandbox {
     CreateSandbox {
-        name: name.to_owned(),
+        name: name.clone(),
         allow_hosts: Vec::new(),
         repo: None,
         egress: None,
@@ -196,7 +196,7 @@ fn bare_sandbox(name: &str, backend: &str) -> CreateSandbox {
 async fn fork(
     client: &Client,
     source: &str,
-    clone: &str,
+    clone: &SandboxName,
     steps: &mut Vec<Step>,
 ) -> anyhow::Result<()> {
     let t = Instant::now();
@@ -205,7 +205,7 @@ async fn fork(
             Method::POST,
             &format!("/v1/sandboxes/{source}/fork"),
             Some(&ForkRequest {
-                clones: vec![clone.to_owned()],
+                clones: vec![clone.clone()],
             }),
         )
         .await

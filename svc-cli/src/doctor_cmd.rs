@@ -250,7 +250,7 @@ pub fn run(socket: &crate::client::SocketArg, a: DoctorArgs) -> anyhow::Result<E
             .effective
             .runtime
             .required
-            .contains(&svc_control::config::workspace::Backend::Microvm);
+            .contains(&svc_control::config::workspace::Backend::MICROVM);
     let rt = crate::client::runtime()?;
     let report = rt.block_on(async {
         let mut host = Vec::new();

@@ -10,9 +10,9 @@ use svc_control::{
         egress::{self, RepoName},
         loader,
     },
+    hosts::{Authority, HostPattern},
     policy::{
         credentials::Scheme,
-        host::{Authority, HostPattern},
         mode::{EgressMode, mode_for},
         request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
     },

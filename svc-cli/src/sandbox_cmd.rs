@@ -263,7 +263,12 @@ async fn fork(
         .call(
             Method::POST,
             &format!("/v1/sandboxes/{name}/fork"),
-            Some(&api::ForkRequest { clones }),
+            Some(&api::ForkRequest {
+                clones: (clones.into_iter())
+                    .map(api::SandboxName::new)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!(e))?,
+            }),
         )
         .await?;
     emit(json, &f, |f| {
@@ -340,7 +345,7 @@ async fn from_workspace(
 }
 
 async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
-    api::check_name(&a.name).map_err(|e| anyhow::anyhow!(e))?;
+    let name = api::SandboxName::new(a.name).map_err(|e| anyhow::anyhow!(e))?;
     let secrets = a
         .secret
         .iter()
@@ -370,7 +375,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         ..
     } = from_workspace;
     let req = CreateSandbox {
-        name: a.name,
+        name,
         allow_hosts: a.allow_host,
         repo: a.repo,
         egress: a.egress,

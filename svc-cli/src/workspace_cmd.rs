@@ -203,7 +203,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let name = a.name.clone().unwrap_or_else(|| default_name(&root));
-    api::check_name(&name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    let name = api::SandboxName::new(name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     let perimeter = crate::trust::perimeter(&loaded);
     let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
         Ok(t) => t,
@@ -578,7 +578,7 @@ mod tests {
         ] {
             let got = default_name(std::path::Path::new(dir));
             assert_eq!(got, want, "{dir}");
-            api::check_name(&got).unwrap_or_else(|e| panic!("{dir}: {e}"));
+            api::SandboxName::check(&got).unwrap_or_else(|e| panic!("{dir}: {e}"));
         }
     }
 }

@@ -6,9 +6,9 @@ use std::{hint::black_box, path::Path};
 use criterion::{Criterion, criterion_group, criterion_main};
 use svc_control::{
     config::{egress, host::HostConfig},
+    hosts::HostPattern,
     policy::{
         credentials::Scheme,
-        host::HostPattern,
         request::{self, HttpRequest, SandboxPolicy},
         target,
     },

@@ -27,7 +27,7 @@ pub use trust::{ProjectPerimeter, TrustCheck, TrustRequest};
 /// Version prefix of every path.
 pub const PREFIX: &str = "/v1";
 
-pub use crate::names::{MAX_NAME, check_name};
+pub use crate::names::{MAX_NAME, SandboxName};
 
 /// The egress mode asked for at creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,10 +77,11 @@ impl std::fmt::Debug for SecretValue {
 }
 
 /// `POST /v1/sandboxes`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
-    pub name: String,
+    /// Checked as the body is read: a bad name refuses the request.
+    pub name: SandboxName,
     #[serde(default)]
     pub allow_hosts: Vec<String>,
     /// `owner/repo` on the code host.
@@ -392,8 +393,8 @@ pub struct AllowChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
-    /// The names of the clones to start from one snapshot.
-    pub clones: Vec<String>,
+    /// The names of the clones to start from one snapshot (checked as the body is read).
+    pub clones: Vec<SandboxName>,
 }
 
 /// The answer to a fork.
@@ -616,11 +617,34 @@ mod tests {
             ("a\0", false),
         ];
         for (name, ok) in cases {
-            assert_eq!(check_name(name).is_ok(), *ok, "{name:?}");
+            assert_eq!(SandboxName::check(name).is_ok(), *ok, "{name:?}");
         }
-        assert!(check_name(&"a".repeat(MAX_NAME)).is_ok());
-        let long = check_name(&"a".repeat(MAX_NAME + 1)).unwrap_err();
+        assert!(SandboxName::check(&"a".repeat(MAX_NAME)).is_ok());
+        let long = SandboxName::check(&"a".repeat(MAX_NAME + 1)).unwrap_err();
         assert!(long.contains("limit is 48"), "{long}");
+    }
+
+    #[test]
+    fn a_request_naming_a_bad_sandbox_is_refused_as_it_is_read() {
+        let create = |name: &str| {
+            serde_json::from_value::<CreateSandbox>(serde_json::json!({ "name": name }))
+                .map(|c| c.name)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(create("dev").map(String::from), Ok("dev".to_owned()));
+        assert_eq!(
+            create("../x"),
+            Err("sandbox name \"../x\" contains '.'; use lowercase letters, digits and '-'".into())
+        );
+        let fork = serde_json::from_value::<ForkRequest>(serde_json::json!({
+            "clones": ["ok", "Not-ok"]
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            fork.starts_with("sandbox name \"Not-ok\" contains 'N'"),
+            "{fork}"
+        );
     }
 
     #[test]

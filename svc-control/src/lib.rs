@@ -16,12 +16,15 @@ pub mod dns;
 /// `svc doctor`'s workspace checks and their report.
 pub mod doctor;
 pub mod git_relay;
-/// Sandbox names.
+/// Host names and patterns in one normal form.
 pub mod hosts;
+/// The kinds of sandbox backend: the one list the registry, the CLI and the schema read.
+pub mod kinds;
 /// Per-guest budgets: how many of each channel one sandbox holds open in svcd.
 pub mod limits;
 /// svcd's Prometheus metrics.
 pub mod metrics;
+/// Sandbox names.
 pub mod names;
 pub mod per_core;
 /// Pure decisions: every security rule of the spec, once.

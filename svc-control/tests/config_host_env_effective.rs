@@ -549,7 +549,7 @@ fn precedence_table() {
             on_setup: Some(vec!["api".into()]),
             ..Default::default()
         }),
-        runtime_required: Some(vec![Backend::Netns]),
+        runtime_required: Some(vec![Backend::named("netns").expect("container's old name")]),
         runtime_selection: None,
         capabilities: Some(vec![]),
     };
@@ -594,7 +594,7 @@ fn precedence_table() {
                 );
                 assert!(e.auth.ssh_agent_forward);
                 assert_eq!(e.lifecycle.on_start, ["file"]);
-                assert_eq!(e.runtime.required, [Backend::Microvm]);
+                assert_eq!(e.runtime.required, [Backend::MICROVM]);
                 assert_eq!(e.capabilities, [Capability::SpotlightTunnel]);
                 assert_eq!(e.sources["services.maxRestarts"], Source::WorkspaceJson);
             },
@@ -629,7 +629,10 @@ fn precedence_table() {
                     e.lifecycle.on_start.is_empty(),
                     "lifecycle is replaced as a block"
                 );
-                assert_eq!(e.runtime.required, [Backend::Netns]);
+                assert_eq!(
+                    e.runtime.required,
+                    [Backend::named("netns").expect("container's old name")]
+                );
                 assert!(
                     e.capabilities.is_empty(),
                     "an explicit empty list is a value"

@@ -110,7 +110,7 @@ fn example_parses_to_the_expected_values() {
     let w = parse(FULL_EXAMPLE).unwrap();
     let f: &WorkspaceFile = w.file();
     assert_eq!(f.version, 1);
-    assert_eq!(f.runtime.as_ref().unwrap().required, vec![Backend::Microvm]);
+    assert_eq!(f.runtime.as_ref().unwrap().required, vec![Backend::MICROVM]);
     assert_eq!(
         f.capabilities.as_ref().unwrap().required,
         vec![Capability::SpotlightTunnel]
@@ -477,7 +477,7 @@ fn schema_lists_every_registered_capability_and_backend() {
             c.name()
         );
     }
-    for b in Backend::ALL {
+    for b in Backend::all() {
         assert!(
             schema.contains(&format!("\"{}\"", b.name())),
             "backend {} missing from schema",
@@ -492,12 +492,14 @@ fn registry_names_round_trip_through_serde() {
         let v: Capability = serde_json::from_value(serde_json::json!(c.name())).unwrap();
         assert_eq!(v, c);
     }
-    for b in Backend::ALL {
+    for b in Backend::all() {
         let v: Backend = serde_json::from_value(serde_json::json!(b.name())).unwrap();
         assert_eq!(v, b.canonical(), "{b:?} round-trips to its canonical name");
+        let as_written: Backend = serde_json::from_value(serde_json::json!(b.written())).unwrap();
+        assert_eq!(as_written, b, "{b:?} reads back as written");
     }
     let old: Backend = serde_json::from_value(serde_json::json!("netns")).unwrap();
-    assert_eq!(old.canonical(), Backend::Container);
+    assert_eq!(old.canonical(), Backend::CONTAINER);
 }
 
 #[test]

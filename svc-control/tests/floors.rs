@@ -17,6 +17,7 @@ use std::{
 const FLOORS: &[(&str, u8)] = &[
     ("names", 0),
     ("hosts", 0),
+    ("kinds", 0),
     ("config", 1),
     ("policy", 2),
     ("api", 2),
@@ -150,7 +151,7 @@ fn no_module_imports_from_a_higher_floor() {
 
 #[test]
 fn the_reader_sees_plain_and_grouped_imports() {
-    let text = "use crate::config::host::X;\nuse crate::{\n    audit::{A, B},\n    policy::{self, host::H},\n    names,\n};\nlet x = crate::proxy::y();";
+    let text = "use crate::config::host::X;\nuse crate::{\n    audit::{A, B},\n    policy::{self, mode::M},\n    names,\n};\nlet x = crate::proxy::y();";
     let got: Vec<String> = imported(text).into_iter().collect();
     assert_eq!(got, ["audit", "config", "names", "policy", "proxy"]);
 }

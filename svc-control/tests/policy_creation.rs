@@ -354,18 +354,18 @@ fn the_mode_and_the_host_code_token_follow_the_flags() {
 #[test]
 fn a_backend_is_given_only_if_this_svcd_offers_it() {
     use svc_control::config::workspace::Backend;
-    let offered = names(&[Backend::Container]);
+    let offered = names(&[Backend::CONTAINER]);
     assert_eq!(
         creation::backend(None, &offered, canonical),
-        Ok(Backend::Container.name())
+        Ok(Backend::CONTAINER.name())
     );
     assert_eq!(
         creation::backend(Some("container"), &offered, canonical),
-        Ok(Backend::Container.name())
+        Ok(Backend::CONTAINER.name())
     );
     assert_eq!(
         creation::backend(Some("netns"), &offered, canonical),
-        Ok(Backend::Container.name()),
+        Ok(Backend::CONTAINER.name()),
         "netns is container's old name"
     );
     let vm = creation::backend(Some("microvm"), &offered, canonical).expect_err("not offered");
@@ -382,16 +382,18 @@ fn a_backend_is_given_only_if_this_svcd_offers_it() {
     assert_eq!(
         creation::backend(
             Some("microvm"),
-            &names(&[Backend::Microvm, Backend::Container]),
+            &names(&[Backend::MICROVM, Backend::CONTAINER]),
             canonical
         ),
-        Ok(Backend::Microvm.name())
+        Ok(Backend::MICROVM.name())
     );
 }
 
 #[test]
 fn a_workspace_runtime_block_selects_a_backend_as_spec_2_5_says() {
-    use svc_control::config::workspace::Backend::{Container, Microvm, Netns};
+    use svc_control::config::workspace::Backend;
+    let (container, microvm) = (Backend::CONTAINER, Backend::MICROVM);
+    let netns = Backend::named("netns").expect("container's old name");
     let why = |b: &str| format!("{b} images missing");
     struct Case {
         name: &'static str,
@@ -403,38 +405,38 @@ fn a_workspace_runtime_block_selects_a_backend_as_spec_2_5_says() {
         Case {
             name: "empty, microvm offered: automatic picks the stronger boundary",
             required: vec![],
-            offered: vec![Container, Microvm],
-            want: Ok((Microvm, "automatic, microvm")),
+            offered: vec![container, microvm],
+            want: Ok((microvm, "automatic, microvm")),
         },
         Case {
             name: "empty, microvm not offered: container, and why",
             required: vec![],
-            offered: vec![Container],
-            want: Ok((Container, "automatic, container (microvm images missing)")),
+            offered: vec![container],
+            want: Ok((container, "automatic, container (microvm images missing)")),
         },
         Case {
             name: "microvm required and offered",
-            required: vec![Microvm],
-            offered: vec![Container, Microvm],
-            want: Ok((Microvm, "lists microvm first and this svcd offers it")),
+            required: vec![microvm],
+            offered: vec![container, microvm],
+            want: Ok((microvm, "lists microvm first and this svcd offers it")),
         },
         Case {
             name: "microvm required, not offered: unsatisfiable",
-            required: vec![Microvm],
-            offered: vec![Container],
+            required: vec![microvm],
+            offered: vec![container],
             want: Err("cannot be met here: microvm is not offered: microvm images missing"),
         },
         Case {
             name: "prefer-first falls back to the next listed",
-            required: vec![Microvm, Container],
-            offered: vec![Container],
-            want: Ok((Container, "prefer-first: container (microvm is not offered")),
+            required: vec![microvm, container],
+            offered: vec![container],
+            want: Ok((container, "prefer-first: container (microvm is not offered")),
         },
         Case {
             name: "the old name netns is container",
-            required: vec![Netns],
-            offered: vec![Container],
-            want: Ok((Container, "lists container first")),
+            required: vec![netns],
+            offered: vec![container],
+            want: Ok((container, "lists container first")),
         },
     ] {
         let got =
@@ -488,7 +490,7 @@ type ChangeRefusal = (
 #[test]
 fn a_live_allowlist_change_touches_only_the_hosts_given_to_the_sandbox() {
     let host = HostConfig::default();
-    let agent = svc_control::policy::host::Allowlist(host.agent_hosts.clone());
+    let agent = svc_control::hosts::Allowlist(host.agent_hosts.clone());
     let current = vec!["allowed.example.com".to_owned(), "*.pkg.example".to_owned()];
     let change = |add: &[&str], remove: &[&str], repo: bool| {
         creation::change_allowlist(

@@ -18,11 +18,8 @@ use svc_control::{
     daemon::FenceCommit,
     dataplane::{Fence, Nft, NftConfig, SandboxLink},
     dns::{Directory, Guard, GuardConfig, SandboxDns, Upstream},
-    policy::{
-        destination,
-        host::{Allowlist, HostPattern},
-        mode::EgressMode,
-    },
+    hosts::{Allowlist, HostPattern},
+    policy::{destination, mode::EgressMode},
 };
 use svc_ebpf_common::reason;
 use svc_tests::{

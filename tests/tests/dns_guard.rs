@@ -16,10 +16,8 @@ use hickory_proto::{
 use svc_control::{
     audit::{AuditError, AuditEvent, AuditRecord, AuditSink},
     dns::{Commit, CommitEntry, Directory, Guard, GuardConfig, SandboxDns, Sockets, Upstream},
-    policy::{
-        destination::HostNetwork,
-        host::{Allowlist, HostPattern},
-    },
+    hosts::{Allowlist, HostPattern},
+    policy::destination::HostNetwork,
 };
 use svc_tests::dns::Dnsmasq;
 use tokio::net::{TcpListener, UdpSocket};

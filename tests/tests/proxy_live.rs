@@ -17,8 +17,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use svc_control::{
     audit::{AuditError, AuditEvent, AuditRecord, AuditSink},
     config::{egress, host::HostConfig, limits::LimitsConfig},
+    hosts::HostPattern,
     limits::{GuestLimits, Unreported},
-    policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
+    policy::{credentials::CredentialKind, request::SandboxPolicy},
     proxy::{
         Broker, HttpEvent, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa,
     },

@@ -90,7 +90,7 @@ pub fn bearers_by_placeholder(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{credentials::PlaceholderEntry, host::HostPattern};
+    use crate::{hosts::HostPattern, policy::credentials::PlaceholderEntry};
 
     #[test]
     fn bearers_are_keyed_by_placeholder_and_never_shown() {

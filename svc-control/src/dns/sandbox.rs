@@ -3,7 +3,7 @@
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 
-use crate::policy::{destination::HostNetwork, host::Allowlist};
+use crate::{hosts::Allowlist, policy::destination::HostNetwork};
 
 /// What the guard knows about one sandbox.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use super::host::{Allowlist, Authority};
+use crate::hosts::{Allowlist, Authority};
 
 /// Where the guest's connection was going, and whether the DNS guard answered the name in
 /// question with that address (or the name is the address itself).

@@ -4,13 +4,12 @@
 
 use super::{
     decision::{CredentialAction, Deciding, Decision, HttpRequest, Rule},
-    graphql,
-    host::Authority,
-    paths,
+    graphql, paths,
     sandbox_policy::SandboxPolicy,
     target::Target,
 };
 use crate::config::egress::RepoName;
+use crate::hosts::Authority;
 
 /// One request to a host of the code-host family, with what the decision read of it so far.
 pub(super) struct CodeHostAsk<'a> {

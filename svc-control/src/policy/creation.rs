@@ -2,13 +2,12 @@
 //! the credential variables a sandbox gets and whether each secret fits one, and when `--repo`
 //! brokers the host's own code-host token. Pure: svcd asks, and so can a test or a tool.
 
-use super::{
-    credentials::PlaceholderEntry, host::HostPattern, mode::EgressMode, request::SandboxPolicy,
-};
+use super::{credentials::PlaceholderEntry, mode::EgressMode, request::SandboxPolicy};
 use crate::config::{
     egress::{EgressConfig, RepoName},
     host::HostConfig,
 };
+use crate::hosts::HostPattern;
 
 /// The variable `--repo` brokers.
 pub const CODE_HOST_TOKEN: &str = "CODE_HOST_TOKEN";
@@ -123,7 +122,7 @@ pub fn change_allowlist(
     current: &[String],
     add: &[String],
     remove: &[String],
-    agent: &super::host::Allowlist,
+    agent: &crate::hosts::Allowlist,
     code: &crate::config::host::CodeHostFamily,
     bound_repo: bool,
 ) -> Result<Vec<HostPattern>, CreationError> {
@@ -191,8 +190,8 @@ pub fn ssh_repos(given: &[(String, String)]) -> Result<Vec<(String, String)>, Cr
         };
         let pattern = HostPattern::parse(host).map_err(|e| bad(e.to_string()))?;
         let name = match (&pattern.kind, pattern.port) {
-            (super::host::HostKind::Exact(name), None) => name.clone(),
-            (super::host::HostKind::Ip(ip), None) => ip.to_string(),
+            (crate::hosts::HostKind::Exact(name), None) => name.clone(),
+            (crate::hosts::HostKind::Ip(ip), None) => ip.to_string(),
             (_, Some(_)) => {
                 return Err(bad(
                     "give the host without a port (git's remote URL says the port)".into(),

@@ -18,7 +18,7 @@ use std::{collections::HashMap, fmt};
 use base64::Engine as _;
 use serde::Serialize;
 
-use super::host::{Authority, HostKind, HostPattern};
+use crate::hosts::{Authority, HostKind, HostPattern};
 
 /// Length of a placeholder in hex characters.
 pub const PLACEHOLDER_LEN: usize = 64;

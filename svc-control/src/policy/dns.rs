@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 
-use super::host::{Allowlist, HostKind, HostPattern, normalize_name};
+use crate::hosts::{Allowlist, HostKind, HostPattern, normalize_name};
 
 /// The guard's decision on a question.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

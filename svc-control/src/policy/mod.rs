@@ -15,7 +15,6 @@ pub mod dns;
 /// What of a project's git directory the sandbox sees read-only; what changes are reported.
 pub mod gitdir;
 pub mod graphql;
-pub mod host;
 /// AllowedBranches on smart-HTTP pushes, when a sandbox asks (the SSH relay's reader and line).
 pub mod http_push;
 pub mod mode;

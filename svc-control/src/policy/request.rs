@@ -23,7 +23,6 @@ use super::{
     code_host::CodeHostAsk,
     credentials::{self, CredentialFinding, CredentialView, Scheme},
     decision::Deciding,
-    host::Authority,
     paths,
     target::{self, Target},
 };
@@ -32,7 +31,7 @@ pub use super::{
     sandbox_policy::SandboxPolicy,
     upgrade::{UpgradeAsk, upgrade},
 };
-use crate::config::egress::RepoName;
+use crate::{config::egress::RepoName, hosts::Authority};
 
 /// One step of the decision: on to the next with what it read, or the decision made.
 type Step<T> = ControlFlow<Decision, T>;

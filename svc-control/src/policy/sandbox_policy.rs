@@ -2,14 +2,12 @@
 //! the bound repository, the code-host family, `.svc/config.yaml`'s egress and the
 //! placeholders (what `request::decide` reads).
 
-use super::{
-    credentials::{self, PlaceholderTable},
-    host::{Allowlist, HostPattern},
-};
+use super::credentials::{self, PlaceholderTable};
 use crate::config::{
     egress::{EgressConfig, RepoName},
     host::CodeHostFamily,
 };
+use crate::hosts::{Allowlist, HostPattern};
 
 /// Everything the decision needs to know about one sandbox.
 #[derive(Debug, Clone)]

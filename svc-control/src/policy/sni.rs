@@ -6,10 +6,8 @@
 //! Pure: the proxy reads the ClientHello (`proxy::client_hello`) and asks the DNS guard's view,
 //! and passes both in as values.
 
-use super::{
-    binding::{self, Dialled},
-    host::{Allowlist, Authority},
-};
+use super::binding::{self, Dialled};
+use crate::hosts::{Allowlist, Authority};
 
 /// What the gate reads of a ClientHello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

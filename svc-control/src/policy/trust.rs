@@ -238,7 +238,7 @@ mod tests {
                 secrets: Vec::new(),
                 https_push_branches: false,
             }),
-            runtime: vec![Backend::Container],
+            runtime: vec![Backend::CONTAINER],
             capabilities: vec![Capability::CredentialsBroker],
             ssh_agent_forward: false,
             git_host_helper: false,
@@ -321,7 +321,7 @@ mod tests {
             changed(
                 "guest_asks_for_the_container_backend_instead",
                 Perimeter {
-                    runtime: vec![Backend::Microvm, Backend::Container],
+                    runtime: vec![Backend::MICROVM, Backend::CONTAINER],
                     ..base.clone()
                 },
                 "+ - microvm",

@@ -30,9 +30,9 @@ use super::{
 };
 use crate::{
     audit::HttpEvent,
+    hosts::Authority,
     policy::{
         credentials::{EchoGuard, Scheme},
-        host::Authority,
         request::{CredentialAction, Decision},
     },
 };

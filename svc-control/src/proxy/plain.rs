@@ -24,10 +24,12 @@ use super::{
     sandboxes::ProxySandbox,
     tls::Rewind,
 };
-use crate::policy::{
-    binding::{self, Dialled, Mismatch},
-    credentials::Scheme,
-    host::Authority,
+use crate::{
+    hosts::Authority,
+    policy::{
+        binding::{self, Dialled, Mismatch},
+        credentials::Scheme,
+    },
 };
 
 /// Serve a plain-HTTP guest connection whose first bytes (`head`) were read already.

@@ -1,7 +1,7 @@
 //! The backends an svcd has, as a registry: a map from backend kind to `Arc<dyn Backend>`,
 //! each saying whether it can make sandboxes now ([`Backend::availability`]) and what it is
-//! ([`Backend::describe`]). Adding a backend is one module under `runtime/` plus its entry
-//! here ([`KINDS`], and its adapter below); nothing else compares a backend's name.
+//! ([`Backend::describe`]). Adding a backend is one module under `runtime/`, its kind in
+//! [`crate::kinds`], and its adapter below; nothing else compares a backend's name.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -10,49 +10,7 @@ use super::{
     RuntimeError, Snapshot, Started,
 };
 
-/// A kind of backend: its name as a sandbox's envelope stores it and `--backend` takes it,
-/// and the older names it still answers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Kind {
-    pub name: &'static str,
-    pub aliases: &'static [&'static str],
-}
-
-impl Kind {
-    /// Whether `name` stands for this kind (its name or an old one).
-    pub fn answers_to(&self, name: &str) -> bool {
-        self.name == name || self.aliases.contains(&name)
-    }
-}
-
-/// A microVM guest (QEMU `-M microvm`).
-pub const MICROVM: Kind = Kind {
-    name: "microvm",
-    aliases: &[],
-};
-
-/// An unprivileged OCI container; `netns` is its old name.
-pub const CONTAINER: Kind = Kind {
-    name: "container",
-    aliases: &["netns"],
-};
-
-/// Every kind the registry can hold, strongest isolation first: the order a workspace with
-/// no `runtime.required` gets (`policy::creation::select_runtime`). The CLI's `--backend`
-/// choices and the schema's enum are these names and aliases.
-pub const KINDS: &[Kind] = &[MICROVM, CONTAINER];
-
-/// The names `--backend` takes, as the CLI lists them: the embedded default (the container
-/// backend) and its old names first, then the other kinds of [`KINDS`].
-pub fn choices() -> Vec<&'static str> {
-    let (default, others): (Vec<Kind>, Vec<Kind>) =
-        KINDS.iter().copied().partition(|k| *k == CONTAINER);
-    default
-        .iter()
-        .chain(&others)
-        .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
-        .collect()
-}
+pub use crate::kinds::{CONTAINER, KINDS, Kind, MICROVM, choices};
 
 /// What a backend is, for `svc`, doctor and creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +31,11 @@ impl Description {
     /// A backend that says nothing of itself: its name, no capabilities.
     pub const fn bare(name: &'static str) -> Self {
         Self {
-            kind: Kind { name, aliases: &[] },
+            kind: Kind {
+                name,
+                aliases: &[],
+                about: "",
+            },
             summary: "",
             isolates_with: "",
             can_fork: false,
@@ -184,6 +146,29 @@ impl Backends {
             None => Some(format!("this svcd runs without the {name} backend")),
             Some(b) => b.availability().err(),
         }
+    }
+
+    /// Why a sandbox of kind `name` cannot be forked here (its backend cannot snapshot a
+    /// guest's memory), naming the registered kinds that can; `None` when it can.
+    pub fn why_no_fork(&self, name: &str) -> Option<String> {
+        let about = self.get(name).describe();
+        if about.can_fork {
+            return None;
+        }
+        let can: Vec<&str> = (self.by_name.values())
+            .map(|b| b.describe())
+            .filter(|d| d.can_fork)
+            .map(|d| d.kind.name)
+            .collect();
+        let hint = if can.is_empty() {
+            String::new()
+        } else {
+            format!(": use --backend {}", can.join(" or "))
+        };
+        Some(format!(
+            "the {} backend cannot fork a sandbox (it cannot snapshot a guest's memory{hint})",
+            about.kind.name
+        ))
     }
 
     /// What each registered backend is, with why it cannot make sandboxes if it cannot.
@@ -312,30 +297,27 @@ impl<B: Backend> Backend for Described<B> {
 #[cfg(test)]
 mod kind_tests {
     use super::*;
+    use crate::config::workspace::{Backend, Runtime, json_schema};
 
-    /// The workspace file's `runtime` names (and so its schema's enum) are the registry's
-    /// kinds and their old names, and the CLI offers exactly those.
+    /// The CLI's `--backend` choices, the workspace schema's `runtime.required` enum and the
+    /// names the registry answers to are one list: every kind's name and old names.
     #[test]
-    fn the_workspace_schema_and_the_cli_name_the_registrys_kinds() {
-        let mut schema: Vec<String> = crate::config::workspace::Backend::ALL
-            .iter()
-            .map(|b| {
-                serde_json::to_value(b)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-            })
-            .map(|n| n.unwrap_or_default())
-            .collect();
-        let mut cli: Vec<String> = choices().into_iter().map(str::to_owned).collect();
+    fn the_cli_the_schema_and_the_registry_name_the_same_kinds() {
+        let schema = json_schema::<Runtime>();
+        let mut in_schema: Vec<&str> = schema["$defs"]["Backend"]["oneOf"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v["const"].as_str()).collect())
+            .unwrap_or_default();
+        let mut cli = choices();
         assert_eq!(cli[..2], ["container", "netns"], "the default first");
-        schema.sort();
-        cli.sort();
-        assert_eq!(schema, cli);
-        for b in crate::config::workspace::Backend::ALL {
-            assert!(
-                KINDS.iter().any(|k| k.name == b.name()),
-                "{b:?} is no registry kind"
-            );
+        let mut answered: Vec<&str> = KINDS.iter().flat_map(Kind::names).collect();
+        for n in &answered {
+            assert!(Backend::named(n).is_some(), "a workspace may name {n}");
         }
+        in_schema.sort_unstable();
+        cli.sort_unstable();
+        answered.sort_unstable();
+        assert_eq!(in_schema, cli);
+        assert_eq!(cli, answered);
     }
 }

@@ -10,9 +10,9 @@ use std::path::Path;
 
 use svc_control::{
     config::{egress, host::HostConfig},
+    hosts::HostPattern,
     policy::{
         credentials::Scheme,
-        host::HostPattern,
         request::{self, Decision, HttpRequest, SandboxPolicy},
     },
 };
@@ -53,7 +53,7 @@ impl Fixture {
 
     /// The placeholder of a kind/host, as the guest would send it.
     pub fn placeholder_for(&self, host: &str) -> String {
-        let a = svc_control::policy::host::Authority::parse(host, 443).unwrap();
+        let a = svc_control::hosts::Authority::parse(host, 443).unwrap();
         self.policy
             .placeholders
             .entries()

@@ -34,11 +34,8 @@ use svc_control::{
     daemon::FenceCommit,
     dataplane::{Fence, SandboxLink},
     dns::{Directory, Guard, GuardConfig, SandboxDns, Transport, Upstream},
-    policy::{
-        destination::HostNetwork,
-        host::{Allowlist, HostPattern},
-        mode::EgressMode,
-    },
+    hosts::{Allowlist, HostPattern},
+    policy::{destination::HostNetwork, mode::EgressMode},
 };
 use svc_tests::{PinDir, require_root};
 

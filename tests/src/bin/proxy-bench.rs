@@ -32,7 +32,8 @@ use rustls::pki_types::ServerName;
 use svc_control::{
     audit::JsonlFile,
     config::{egress, host::HostConfig},
-    policy::{credentials::CredentialKind, host::HostPattern, request::SandboxPolicy},
+    hosts::HostPattern,
+    policy::{credentials::CredentialKind, request::SandboxPolicy},
     proxy::{Broker, Proxy, ProxyConfig, ProxySandbox, Resolve, Sandboxes, ca::SandboxCa},
 };
 

@@ -1,7 +1,11 @@
 //! `runtime`: which sandbox backends the workspace needs, in order of preference (SPEC 2.5).
 
+use std::sync::LazyLock;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::kinds::{self, KINDS, Kind};
 
 /// `runtime` (SPEC 2.5).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -14,33 +18,108 @@ pub struct Runtime {
     pub selection: Option<Selection>,
 }
 
-/// Registered sandbox backends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backend {
-    /// A microVM guest (QEMU `-M microvm`): the isolation boundary for hostile code.
-    Microvm,
-    /// An unprivileged OCI container (user namespace, own root file system, seccomp, cgroup
-    /// limits): the embedded default; shares the host's kernel.
-    Container,
-    /// The former name of `container`, still accepted.
-    Netns,
+/// A backend as a workspace file names it: a kind of [`crate::kinds::KINDS`], by its name or
+/// one of its old names (kept as written, so the file reads back as it was).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Backend {
+    kind: Kind,
+    written: &'static str,
 }
 
 impl Backend {
-    pub const ALL: [Self; 3] = [Self::Microvm, Self::Container, Self::Netns];
-    /// The backend a name stands for (`netns` is `container`).
-    pub const fn canonical(self) -> Self {
-        match self {
-            Self::Netns => Self::Container,
-            other => other,
+    /// The microvm backend, by its name.
+    pub const MICROVM: Self = Self::of(kinds::MICROVM);
+    /// The container backend, by its name.
+    pub const CONTAINER: Self = Self::of(kinds::CONTAINER);
+
+    const fn of(kind: Kind) -> Self {
+        Self {
+            kind,
+            written: kind.name,
         }
     }
+
+    /// Every name a workspace may give, in the schema's order: each kind of
+    /// [`crate::kinds::KINDS`], then its old names.
+    pub fn all() -> impl Iterator<Item = Self> {
+        KINDS
+            .iter()
+            .flat_map(|k| k.names().map(|written| Self { kind: *k, written }))
+    }
+
+    /// The backend `name` stands for, as written.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::all().find(|b| b.written == name)
+    }
+
+    /// The backend a name stands for, by its own name (`netns` is `container`).
+    #[must_use]
+    pub const fn canonical(self) -> Self {
+        Self::of(self.kind)
+    }
+
+    /// Its kind's name (`container` for `netns` too).
     pub const fn name(self) -> &'static str {
-        match self {
-            Self::Microvm => "microvm",
-            Self::Container | Self::Netns => "container",
+        self.kind.name
+    }
+
+    /// The name as the file gives it.
+    pub const fn written(self) -> &'static str {
+        self.written
+    }
+
+    /// What the schema says of the name as written.
+    fn about(self) -> std::borrow::Cow<'static, str> {
+        if self.written == self.kind.name {
+            self.kind.about.into()
+        } else {
+            self.kind.alias_about().into()
         }
+    }
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Backend").field(&self.written).finish()
+    }
+}
+
+impl Serialize for Backend {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.written)
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// Every name, for the error naming them (serde wants a `'static` list).
+        static NAMES: LazyLock<Vec<&'static str>> =
+            LazyLock::new(|| Backend::all().map(Backend::written).collect());
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Backend;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("enum Backend")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Backend, E> {
+                Backend::named(v).ok_or_else(|| E::unknown_variant(v, NAMES.as_slice()))
+            }
+        }
+        d.deserialize_str(Name)
+    }
+}
+
+/// The schema's enum of every name ([`Backend::all`]), each with what it stands for.
+impl JsonSchema for Backend {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Backend".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<serde_json::Value> = Self::all()
+            .map(|b| serde_json::json!({"description": b.about(), "type": "string", "const": b.written}))
+            .collect();
+        schemars::json_schema!({"description": "Registered sandbox backends.", "oneOf": names})
     }
 }
 

@@ -87,7 +87,7 @@ impl Services {
     pub(super) fn validate(&self, err: &mut impl FnMut(String, String)) {
         for (name, d) in self.definitions.iter().flat_map(|d| &d.0) {
             let base = format!("/services/definitions/{}", escape(name));
-            if let Err(why) = crate::names::check_name(name) {
+            if let Err(why) = crate::names::SandboxName::check(name) {
                 err(base.clone(), format!("service name: {why}"));
             }
             d.validate(&base, err);

@@ -13,9 +13,9 @@ use super::{
 use crate::{
     config::egress::RepoName,
     daemon::failure::Failure,
+    hosts::{Allowlist, HostPattern},
     policy::{
         credentials::{CredentialKind, Placeholder, PlaceholderEntry, PlaceholderTable},
-        host::{Allowlist, HostPattern},
         mode::EgressMode,
         request::SandboxPolicy,
     },

@@ -48,7 +48,6 @@ impl Supervisor {
         req: CreateSandbox,
         who: &Principal,
     ) -> Result<SandboxView, Failure> {
-        api::check_name(&req.name).map_err(Failure::bad)?;
         let mut listeners = Vec::new();
         self.check_project_trust(&req, Some(who.uid))?;
         if let Some(w) = &req.workspace {
@@ -61,7 +60,7 @@ impl Supervisor {
         }
         let span = info_span!("sandbox", name = %req.name);
         let started = Instant::now();
-        let name = req.name.clone();
+        let name = req.name.to_string();
         let result = self
             .create_in_span(req, None, who, who.uid)
             .instrument(span)
@@ -345,7 +344,7 @@ impl Supervisor {
         restore: Option<Snapshot>,
         owner: u32,
     ) -> Result<SandboxView, Failure> {
-        let name = req.name.clone();
+        let name = req.name.to_string();
         let (gateway, guest) = self.addresses(id);
         let mut envelope = plan.envelope;
         envelope.link = format!("svc{id}");

@@ -6,14 +6,14 @@ use tracing::{Instrument as _, info, info_span, warn};
 
 use super::{Failure, Supervisor, row_backend};
 use crate::{
-    api::{self, Destroyed},
+    api::{Destroyed, SandboxName},
     dataplane,
 };
 
 impl Supervisor {
     /// `DELETE /v1/sandboxes/{name}`. Logged in a span `sandbox{name}`.
     pub async fn destroy(&self, name: &str) -> Result<Destroyed, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
+        SandboxName::check(name).map_err(Failure::bad)?;
         let span = info_span!("sandbox", name = %name);
         let started = std::time::Instant::now();
         let result = self.destroy_in_span(name).instrument(span).await;

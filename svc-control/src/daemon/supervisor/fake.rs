@@ -295,6 +295,7 @@ pub(super) struct FakeBackend {
 pub(super) const FAKE: Kind = Kind {
     name: "fake",
     aliases: &["pretend"],
+    about: "A test-only backend.",
 };
 
 impl FakeBackend {

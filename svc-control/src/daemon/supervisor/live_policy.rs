@@ -16,7 +16,7 @@ use super::{
     sandbox::{Live, guest_env, stored_placeholders, to_map},
 };
 use crate::{
-    api::{self, AllowChange, SandboxView},
+    api::{AllowChange, SandboxName, SandboxView},
     audit::{AuditEvent, PolicyEvent},
     config::egress::RepoName,
     daemon::failure::Failure,
@@ -33,7 +33,7 @@ impl Supervisor {
         change: AllowChange,
         by: &str,
     ) -> Result<SandboxView, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
+        SandboxName::check(name).map_err(Failure::bad)?;
         let _one_at_a_time = self.policy_lock.lock().await;
         let mut l = self
             .live()

@@ -9,9 +9,7 @@ use super::{
     sandbox::{Live, fence_link, link_record},
 };
 use crate::{
-    daemon::wiring::Registered,
-    dns::SandboxDns,
-    policy::{host::Allowlist, mode::EgressMode},
+    daemon::wiring::Registered, dns::SandboxDns, hosts::Allowlist, policy::mode::EgressMode,
     proxy::ProxySandbox,
 };
 

@@ -9,6 +9,7 @@ use crate::{
     audit::rfc3339,
     daemon::failure::Failure,
     limits::Channel,
+    names::SandboxName,
     policy::{
         mode::EgressMode,
         ownership::{self, Principal},
@@ -34,7 +35,7 @@ impl Supervisor {
     }
 
     pub fn show(&self, name: &str) -> Result<SandboxView, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
+        SandboxName::check(name).map_err(Failure::bad)?;
         let live = self.live();
         live.get(name)
             .map(|l| self.view(l))
@@ -133,7 +134,7 @@ impl Supervisor {
         interactive: bool,
         channel: Channel,
     ) -> Result<ExecHandle, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
+        SandboxName::check(name).map_err(Failure::bad)?;
         if !interactive && (req.stdin || req.tty.is_some()) {
             return Err(Failure::bad(format!(
                 "stdin and tty need an upgraded connection (Connection: Upgrade, Upgrade: {})",
@@ -203,7 +204,7 @@ impl Supervisor {
 
     /// pause / resume: the backend says whether it can.
     pub async fn lifecycle(self: &Arc<Self>, name: &str, op: &str) -> Result<SandboxView, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
+        SandboxName::check(name).map_err(Failure::bad)?;
         let (guest, backend) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
@@ -244,13 +245,16 @@ impl Supervisor {
         source: &str,
         req: api::ForkRequest,
     ) -> Result<api::Forked, Failure> {
-        api::check_name(source).map_err(Failure::bad)?;
+        SandboxName::check(source).map_err(Failure::bad)?;
         self.check_clones(&req.clones)?;
         let (guest, envelope, was_paused, source_owner) = {
             let live = self.live();
             let l = live.get(source).ok_or_else(|| Failure::not_found(source))?;
             (l.guest.clone(), l.envelope.clone(), l.paused, l.owner)
         };
+        if let Some(why) = self.backends.why_no_fork(&envelope.backend) {
+            return Err(Failure::unsupported(why));
+        }
         let backend = self.backends.get(&envelope.backend);
         let started = std::time::Instant::now();
         let snap = self.snapshot(source, &backend, &guest, was_paused).await?;
@@ -300,7 +304,7 @@ impl Supervisor {
     }
 
     /// A fork's clone names: at least one, each valid, given once and free.
-    fn check_clones(&self, clones: &[String]) -> Result<(), Failure> {
+    fn check_clones(&self, clones: &[SandboxName]) -> Result<(), Failure> {
         if clones.is_empty() {
             return Err(Failure::bad(
                 "fork needs the names of its clones: svc sandbox fork SOURCE CLONE…",
@@ -308,12 +312,11 @@ impl Supervisor {
         }
         let mut seen = std::collections::HashSet::new();
         for c in clones {
-            api::check_name(c).map_err(Failure::bad)?;
             if !seen.insert(c) {
                 return Err(Failure::bad(format!("clone name {c:?} is given twice")));
             }
-            if self.live().contains_key(c) {
-                return Err(crate::store::StoreError::Exists(c.clone()).into());
+            if self.live().contains_key(c.as_str()) {
+                return Err(crate::store::StoreError::Exists(c.to_string()).into());
             }
         }
         Ok(())
@@ -353,7 +356,7 @@ impl Supervisor {
         self: &Arc<Self>,
         who: &Principal,
         source: &str,
-        names: &[String],
+        names: &[SandboxName],
         envelope: &super::sandbox::Envelope,
         snap: &crate::runtime::Snapshot,
         source_owner: u32,

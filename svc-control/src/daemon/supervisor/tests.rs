@@ -19,6 +19,9 @@ use crate::{
     store::Store,
 };
 
+/// Forking on the fake backend.
+mod fork;
+
 struct NoAudit;
 impl AuditSink for NoAudit {
     fn record(&self, _r: &AuditRecord) -> Result<(), AuditError> {
@@ -255,7 +258,7 @@ async fn a_workspace_runtime_falls_back_along_the_preference_list() {
     );
     let mut req = request("required");
     req.backend = None;
-    req.runtime_required = Some(vec![crate::config::workspace::Backend::Microvm]);
+    req.runtime_required = Some(vec![crate::config::workspace::Backend::MICROVM]);
     let f = w
         .sup
         .create(req, &Principal::ROOT)

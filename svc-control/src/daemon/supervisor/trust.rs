@@ -273,7 +273,7 @@ mod tests {
                 secrets: Vec::new(),
                 https_push_branches: false,
             }),
-            runtime: vec![Backend::Container],
+            runtime: vec![Backend::CONTAINER],
             ..Perimeter::default()
         }
     }
@@ -341,7 +341,7 @@ mod tests {
             ),
             (
                 "another_runtime",
-                Box::new(|r| r.runtime_required = Some(vec![Backend::Microvm])),
+                Box::new(|r| r.runtime_required = Some(vec![Backend::MICROVM])),
                 Some("runtime_required"),
             ),
             (

@@ -230,7 +230,7 @@ pub type LogFollow = (LogPast, Option<broadcast::Receiver<Bytes>>);
 impl Supervisor {
     /// `name`'s workspace log; see [`LogFollow`].
     pub fn workspace_log_follow(&self, name: &str, follow: bool) -> Result<LogFollow, Failure> {
-        api::check_name(name).map_err(Failure::bad)?;
+        api::SandboxName::check(name).map_err(Failure::bad)?;
         let live = self.live();
         let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
         let run = l.workspace.as_ref().ok_or_else(|| {
