@@ -263,12 +263,7 @@ async fn fork(
         .call(
             Method::POST,
             &format!("/v1/sandboxes/{name}/fork"),
-            Some(&api::ForkRequest {
-                clones: (clones.into_iter())
-                    .map(api::SandboxName::new)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| anyhow::anyhow!(e))?,
-            }),
+            Some(&api::ForkRequest::new(clones).map_err(anyhow::Error::msg)?),
         )
         .await?;
     emit(json, &f, |f| {

@@ -397,6 +397,16 @@ pub struct ForkRequest {
     pub clones: Vec<SandboxName>,
 }
 
+impl ForkRequest {
+    /// A fork into `clones`, each name checked (the first bad one's reason if one is bad).
+    pub fn new(clones: impl IntoIterator<Item = String>) -> Result<Self, String> {
+        let clones = clones.into_iter().map(SandboxName::new);
+        Ok(Self {
+            clones: clones.collect::<Result<_, _>>()?,
+        })
+    }
+}
+
 /// The answer to a fork.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forked {
