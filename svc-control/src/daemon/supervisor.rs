@@ -11,6 +11,8 @@ mod destroy;
 mod effects;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod fake_store;
 mod git_ssh;
 mod gitdir;
 mod grants;
@@ -23,6 +25,7 @@ mod sandbox;
 mod secrets;
 mod services_state;
 mod spotlight;
+mod state;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -45,6 +48,7 @@ use tracing::{info, warn};
 use self::{
     effects::{HostLinks, LinkSet, SandboxFence},
     sandbox::{Envelope, Live, to_map},
+    state::StateStore,
 };
 pub use super::failure::Failure;
 use super::wiring::Registry;
@@ -92,7 +96,8 @@ pub struct SupervisorConfig {
 /// The supervisor. Share it with `Arc`.
 pub struct Supervisor {
     config: SupervisorConfig,
-    store: Mutex<Store>,
+    /// The state store (production: the SQLite [`Store`]; tests: a fake over one).
+    store: Arc<dyn StateStore>,
     fence: Arc<dyn SandboxFence>,
     nft: Arc<dyn LinkSet>,
     /// Serialises changes of the nftables table; whether it has been written whole.
@@ -144,7 +149,7 @@ impl Supervisor {
     ) -> Self {
         Self::with_effects(
             config,
-            store,
+            Arc::new(Mutex::new(store)),
             Effects {
                 fence,
                 nft: Arc::new(nft),
@@ -156,10 +161,11 @@ impl Supervisor {
         )
     }
 
-    /// A supervisor whose kernel effects go through `effects` (the tests' fakes).
+    /// A supervisor whose state goes to `store` and kernel effects through `effects` (the
+    /// tests' fakes).
     fn with_effects(
         config: SupervisorConfig,
-        store: Store,
+        store: Arc<dyn StateStore>,
         effects: Effects,
         backends: Backends,
         registry: Arc<Registry>,
@@ -168,7 +174,7 @@ impl Supervisor {
         let (events, _) = broadcast::channel(1024);
         Self {
             config,
-            store: Mutex::new(store),
+            store,
             fence: effects.fence,
             nft: effects.nft,
             nft_lock: tokio::sync::Mutex::new(false),
@@ -184,10 +190,8 @@ impl Supervisor {
         }
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn store(&self) -> &dyn StateStore {
+        self.store.as_ref()
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Live>> {
