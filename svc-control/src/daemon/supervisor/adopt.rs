@@ -49,6 +49,8 @@ impl Supervisor {
                     self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
                 }
                 Err(f) => {
+                    // Whatever failed, its link drops everything until it is destroyed.
+                    self.close_fence(row.id).await;
                     self.dead
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -63,6 +65,14 @@ impl Supervisor {
             }
         }
         self.sync_nft(None).await
+    }
+
+    /// Remove the fence record of sandbox `id`'s link, if the link is there: it then drops
+    /// everything.
+    async fn close_fence(&self, id: u32) {
+        if let Some(ifindex) = self.links.ifindex(&format!("svc{id}")).await.ok().flatten() {
+            let _ = self.fence.remove_sandbox(ifindex);
+        }
     }
 
     /// Re-adopt the running sandbox of `row`: its record again on its link, its registry
@@ -91,10 +101,7 @@ impl Supervisor {
         let mut live = self.restored(row, envelope, guest, ifindex, &secrets)?;
         if !alive || ifindex == 0 {
             // Keep it listed (state "dead") so the operator sees it and destroys it; its
-            // fence record goes, so the link (if any) drops everything.
-            if ifindex != 0 {
-                let _ = self.fence.remove_sandbox(ifindex);
-            }
+            // fence record goes (`reconcile`), so the link (if any) drops everything.
             self.live().insert(row.name.clone(), live);
             return Err(Failure::internal(if alive {
                 "its link is gone".to_owned()

@@ -146,6 +146,20 @@ async fn a_restart_that_cannot_list_the_rows_adopts_nothing_and_says_so() {
 }
 
 #[tokio::test]
+async fn a_restart_that_cannot_read_a_sandboxs_secrets_keeps_its_fence_closed() {
+    let mut w = World::new();
+    let view = w.create("sealed").await.expect("created");
+    w.restart();
+    w.calls.fail_on("store.secrets");
+    w.sup.reconcile().await.expect("reconciled");
+    assert!(w.registry.by_id(view.id).is_none(), "not registered");
+    assert!(lock(&w.fence.records).is_empty(), "its fence record goes");
+    assert_eq!(w.rows(), ["sealed"]);
+    w.sup.destroy("sealed").await.expect("destroyed");
+    w.assert_empty();
+}
+
+#[tokio::test]
 async fn a_restart_that_cannot_delete_a_half_built_row_tries_again_at_the_next() {
     let mut w = World::new();
     w.store
