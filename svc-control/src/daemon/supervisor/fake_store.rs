@@ -52,111 +52,48 @@ impl FakeStore {
     }
 }
 
-impl SandboxRows for FakeStore {
-    fn reserve_for(
-        &self,
-        name: &str,
-        envelope: &str,
-        created_at: &str,
-        max_id: u32,
-        owner_uid: u32,
-    ) -> Result<u32, StoreError> {
-        self.step("store.reserve_for", name)?;
-        self.inner
-            .reserve_for(name, envelope, created_at, max_id, owner_uid)
-    }
-    fn set_running(
-        &self,
-        name: &str,
-        row: RunningRow<'_>,
-        secrets: &[SecretValue],
-    ) -> Result<(), StoreError> {
-        self.step("store.set_running", name)?;
-        self.inner.set_running(name, row, secrets)
-    }
-    fn set_envelope(&self, name: &str, envelope: &str) -> Result<(), StoreError> {
-        self.step("store.set_envelope", name)?;
-        self.inner.set_envelope(name, envelope)
-    }
-    fn set_destroying(&self, name: &str) -> Result<(), StoreError> {
-        self.step("store.set_destroying", name)?;
-        self.inner.set_destroying(name)
-    }
-    fn delete(&self, name: &str) -> Result<(), StoreError> {
-        self.step("store.delete", name)?;
-        SandboxRows::delete(&self.inner, name)
-    }
-    fn list(&self) -> Result<Vec<SandboxRow>, StoreError> {
-        self.step("store.list", "")?;
-        self.inner.list()
-    }
-    fn secrets(&self, sandbox: &str) -> Result<Vec<SecretValue>, StoreError> {
-        self.step("store.secrets", sandbox)?;
-        self.inner.secrets(sandbox)
-    }
-    fn sandbox_owner(&self, name: &str) -> Result<Option<u32>, StoreError> {
-        self.step("store.sandbox_owner", name)?;
-        self.inner.sandbox_owner(name)
-    }
+/// The store's traits for [`FakeStore`]: each call logged as `store.<method>` with a detail,
+/// failed if it is the chosen one, else made on the real store.
+macro_rules! logged {
+    ($($trait:ident { $(fn $m:ident($($a:ident: $t:ty),*) -> $r:ty, $detail:expr;)* })*) => {
+        $(impl $trait for FakeStore {
+            $(fn $m(&self, $($a: $t),*) -> Result<$r, StoreError> {
+                self.step(concat!("store.", stringify!($m)), $detail)?;
+                $trait::$m(&self.inner, $($a),*)
+            })*
+        })*
+    };
 }
 
-impl SecretRows for FakeStore {
-    fn secret_put(
-        &self,
-        name: &str,
-        sealed: &[u8],
-        now: &str,
-        owner_uid: u32,
-    ) -> Result<SecretRow, StoreError> {
-        self.step("store.secret_put", name)?;
-        self.inner.secret_put(name, sealed, now, owner_uid)
+logged! {
+    SandboxRows {
+        fn reserve_for(name: &str, envelope: &str, created_at: &str, max_id: u32, owner_uid: u32)
+            -> u32, name;
+        fn set_running(name: &str, row: RunningRow<'_>, secrets: &[SecretValue]) -> (), name;
+        fn set_envelope(name: &str, envelope: &str) -> (), name;
+        fn set_destroying(name: &str) -> (), name;
+        fn delete(name: &str) -> (), name;
+        fn list() -> Vec<SandboxRow>, "";
+        fn secrets(sandbox: &str) -> Vec<SecretValue>, sandbox;
+        fn sandbox_owner(name: &str) -> Option<u32>, name;
     }
-    fn secret_rotate(&self, name: &str, sealed: &[u8], now: &str) -> Result<SecretRow, StoreError> {
-        self.step("store.secret_rotate", name)?;
-        self.inner.secret_rotate(name, sealed, now)
+    SecretRows {
+        fn secret_put(name: &str, sealed: &[u8], now: &str, owner_uid: u32) -> SecretRow, name;
+        fn secret_rotate(name: &str, sealed: &[u8], now: &str) -> SecretRow, name;
+        fn secret_refresh(name: &str, version: u32, sealed: &[u8], now: &str) -> bool, name;
+        fn secret_share(name: &str, gid: Option<u32>) -> SecretRow, name;
+        fn secret_get(name: &str) -> Option<(SecretRow, Vec<u8>)>, name;
+        fn secret_list() -> Vec<SecretRow>, "";
+        fn secret_delete(name: &str) -> SecretRow, name;
     }
-    fn secret_refresh(
-        &self,
-        name: &str,
-        version: u32,
-        sealed: &[u8],
-        now: &str,
-    ) -> Result<bool, StoreError> {
-        self.step("store.secret_refresh", name)?;
-        self.inner.secret_refresh(name, version, sealed, now)
-    }
-    fn secret_share(&self, name: &str, gid: Option<u32>) -> Result<SecretRow, StoreError> {
-        self.step("store.secret_share", name)?;
-        self.inner.secret_share(name, gid)
-    }
-    fn secret_get(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
-        self.step("store.secret_get", name)?;
-        self.inner.secret_get(name)
-    }
-    fn secret_list(&self) -> Result<Vec<SecretRow>, StoreError> {
-        self.step("store.secret_list", "")?;
-        self.inner.secret_list()
-    }
-    fn secret_delete(&self, name: &str) -> Result<SecretRow, StoreError> {
-        self.step("store.secret_delete", name)?;
-        self.inner.secret_delete(name)
-    }
-}
-
-impl EventLog for FakeStore {
-    fn add_event(
-        &self,
-        time: &str,
-        kind: &str,
-        sandbox: Option<&str>,
-        owner: Option<u32>,
-        detail: &serde_json::Value,
-    ) -> Result<Event, StoreError> {
-        self.step("store.add_event", kind)?;
-        self.inner.add_event(time, kind, sandbox, owner, detail)
-    }
-    fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Event>, StoreError> {
-        self.step("store.events_after", "")?;
-        self.inner.events_after(after, limit)
+    EventLog {
+        fn add_event(
+            time: &str,
+            kind: &str,
+            sandbox: Option<&str>,
+            owner: Option<u32>,
+            detail: &serde_json::Value
+        ) -> Event, kind;
+        fn events_after(after: i64, limit: usize) -> Vec<Event>, "";
     }
 }

@@ -119,6 +119,17 @@ impl World {
         }
     }
 
+    /// A world whose store holds a row `name` left `creating` by a crash, restarted.
+    fn with_half_built(name: &str) -> Self {
+        let mut w = Self::new();
+        w.store
+            .inner
+            .reserve_for(name, "{}", "2026-01-01T00:00:00Z", 16, 0)
+            .expect("reserved");
+        w.restart();
+        w
+    }
+
     /// A new supervisor over the same store (opened again) and the same kernel state, with a
     /// new registry: an svcd restart.
     fn restart(&mut self) {
@@ -405,12 +416,7 @@ async fn a_restart_finds_a_dead_guest_and_closes_its_fence() {
 
 #[tokio::test]
 async fn a_restart_removes_a_half_built_sandbox() {
-    let mut w = World::new();
-    w.store
-        .inner
-        .reserve_for("half", "{}", "2026-01-01T00:00:00Z", 16, 0)
-        .expect("reserved");
-    w.restart();
+    let w = World::with_half_built("half");
     w.sup.reconcile().await.expect("reconciled");
     assert!(w.sup.show("half").is_err());
     assert!(w.calls.steps().contains(&"guest.stop".to_owned()));

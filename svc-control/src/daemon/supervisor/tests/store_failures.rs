@@ -2,7 +2,7 @@
 //! what was built is rolled back, the error is reported, and what is left is what a retry or
 //! the next start finishes.
 
-use super::super::state::{EventLog as _, SandboxRows as _};
+use super::super::state::EventLog as _;
 use super::{World, fails_and_rolls_back, lock, request};
 use crate::api::CreateSandbox;
 
@@ -161,12 +161,7 @@ async fn a_restart_that_cannot_read_a_sandboxs_secrets_keeps_its_fence_closed() 
 
 #[tokio::test]
 async fn a_restart_that_cannot_delete_a_half_built_row_tries_again_at_the_next() {
-    let mut w = World::new();
-    w.store
-        .inner
-        .reserve_for("half", "{}", "2026-01-01T00:00:00Z", 16, 0)
-        .expect("reserved");
-    w.restart();
+    let mut w = World::with_half_built("half");
     w.calls.fail_on("store.delete");
     w.sup.reconcile().await.expect("reconciled");
     assert_eq!(w.row_states(), [("half".into(), "creating".into())]);
