@@ -3,7 +3,8 @@
 //! proxy and the broker read. Creation is in `create` (plan, build, rollback), destruction in
 //! `destroy`, re-adoption after a restart in `adopt`, the data path's entries in `register`,
 //! the sandbox's records and what its guest gets in `sandbox`; the creation rules are
-//! `policy::creation`'s.
+//! `policy::creation`'s. The state store and the kernel effects are behind narrow traits
+//! (`state`, `effects`), so the unit tests (`tests`) run all of it over fakes.
 
 mod adopt;
 mod create;
