@@ -3,7 +3,8 @@
 //! proxy and the broker read. Creation is in `create` (plan, build, rollback), destruction in
 //! `destroy`, re-adoption after a restart in `adopt`, the data path's entries in `register`,
 //! the sandbox's records and what its guest gets in `sandbox`; the creation rules are
-//! `policy::creation`'s.
+//! `policy::creation`'s. The state store and the kernel effects are behind narrow traits
+//! (`state`, `effects`), so the unit tests (`tests`) run all of it over fakes.
 
 mod adopt;
 mod create;
@@ -11,6 +12,8 @@ mod destroy;
 mod effects;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod fake_store;
 mod git_ssh;
 mod gitdir;
 mod grants;
@@ -23,6 +26,7 @@ mod sandbox;
 mod secrets;
 mod services_state;
 mod spotlight;
+mod state;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -45,6 +49,7 @@ use tracing::{info, warn};
 use self::{
     effects::{HostLinks, LinkSet, SandboxFence},
     sandbox::{Envelope, Live, to_map},
+    state::StateStore,
 };
 pub use super::failure::Failure;
 use super::wiring::Registry;
@@ -92,7 +97,8 @@ pub struct SupervisorConfig {
 /// The supervisor. Share it with `Arc`.
 pub struct Supervisor {
     config: SupervisorConfig,
-    store: Mutex<Store>,
+    /// The state store (production: the SQLite [`Store`]; tests: a fake over one).
+    store: Arc<dyn StateStore>,
     fence: Arc<dyn SandboxFence>,
     nft: Arc<dyn LinkSet>,
     /// Serialises changes of the nftables table; whether it has been written whole.
@@ -144,7 +150,7 @@ impl Supervisor {
     ) -> Self {
         Self::with_effects(
             config,
-            store,
+            Arc::new(Mutex::new(store)),
             Effects {
                 fence,
                 nft: Arc::new(nft),
@@ -156,10 +162,11 @@ impl Supervisor {
         )
     }
 
-    /// A supervisor whose kernel effects go through `effects` (the tests' fakes).
+    /// A supervisor whose state goes to `store` and kernel effects through `effects` (the
+    /// tests' fakes).
     fn with_effects(
         config: SupervisorConfig,
-        store: Store,
+        store: Arc<dyn StateStore>,
         effects: Effects,
         backends: Backends,
         registry: Arc<Registry>,
@@ -168,7 +175,7 @@ impl Supervisor {
         let (events, _) = broadcast::channel(1024);
         Self {
             config,
-            store: Mutex::new(store),
+            store,
             fence: effects.fence,
             nft: effects.nft,
             nft_lock: tokio::sync::Mutex::new(false),
@@ -184,10 +191,8 @@ impl Supervisor {
         }
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
-        self.store
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn store(&self) -> &dyn StateStore {
+        self.store.as_ref()
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Live>> {

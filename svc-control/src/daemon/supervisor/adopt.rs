@@ -11,6 +11,7 @@ use super::{
     workspace::WorkspaceRun,
 };
 use crate::{
+    api::SecretValue,
     config::egress::RepoName,
     daemon::failure::Failure,
     hosts::{Allowlist, HostPattern},
@@ -21,6 +22,7 @@ use crate::{
     },
     proxy::ca::SandboxCa,
     runtime::GuestHandle,
+    store::SandboxRow,
 };
 
 impl Supervisor {
@@ -47,6 +49,8 @@ impl Supervisor {
                     self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
                 }
                 Err(f) => {
+                    // Whatever failed, its link drops everything until it is destroyed.
+                    self.close_fence(row.id).await;
                     self.dead
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -63,7 +67,17 @@ impl Supervisor {
         self.sync_nft(None).await
     }
 
-    async fn adopt(&self, row: &crate::store::SandboxRow) -> Result<(), Failure> {
+    /// Remove the fence record of sandbox `id`'s link, if the link is there: it then drops
+    /// everything.
+    async fn close_fence(&self, id: u32) {
+        if let Some(ifindex) = self.links.ifindex(&format!("svc{id}")).await.ok().flatten() {
+            let _ = self.fence.remove_sandbox(ifindex);
+        }
+    }
+
+    /// Re-adopt the running sandbox of `row`: its record again on its link, its registry
+    /// entry, guardian and relay. A guest or link that is gone leaves it listed as dead.
+    async fn adopt(&self, row: &SandboxRow) -> Result<(), Failure> {
         let envelope: Envelope = serde_json::from_str(&row.envelope)
             .map_err(|e| Failure::internal(format!("stored envelope: {e}")))?;
         let guest = row
@@ -75,15 +89,6 @@ impl Supervisor {
                 start,
             })
             .ok_or_else(|| Failure::internal("no guest recorded"))?;
-        let (Some(cert), Some(key)) = (&row.ca_cert, &row.ca_key) else {
-            return Err(Failure::internal("no CA recorded"));
-        };
-        let ca = Arc::new(
-            SandboxCa::restore(&row.name, cert, key)
-                .map_err(|e| Failure::internal(format!("CA: {e}")))?,
-        );
-        let policy = self.policy_from(&envelope)?;
-        let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
         let alive = self.backends.get(&super::row_backend(row)).alive(&guest);
         let ifindex = self
             .links
@@ -93,6 +98,47 @@ impl Supervisor {
             .flatten()
             .unwrap_or(0);
         let secrets = self.sandbox_secrets(&row.name)?;
+        let mut live = self.restored(row, envelope, guest, ifindex, &secrets)?;
+        if !alive || ifindex == 0 {
+            // Keep it listed (state "dead") so the operator sees it and destroys it; its
+            // fence record goes (`reconcile`), so the link (if any) drops everything.
+            self.live().insert(row.name.clone(), live);
+            return Err(Failure::internal(if alive {
+                "its link is gone".to_owned()
+            } else {
+                "its processes are gone".to_owned()
+            }));
+        }
+        let known: Vec<IpAddr> = self.fence.allow_entries(row.id);
+        self.registry.bind_unknown(row.id, known);
+        self.enforce(&mut live, to_map(&secrets))?;
+        live.guardian = self.start_guardian(&live);
+        if let Err(e) = self.serve_git_ssh(&live).await {
+            warn!(sandbox = %row.name, error = %e, "git over SSH will not work in this sandbox until it is recreated");
+        }
+        self.live().insert(row.name.clone(), live);
+        Ok(())
+    }
+
+    /// The sandbox of `row` as it was (its CA, policy, secrets' sources, workspace run and
+    /// guest environment), on link `ifindex`, not yet enforced.
+    fn restored(
+        &self,
+        row: &SandboxRow,
+        envelope: Envelope,
+        guest: GuestHandle,
+        ifindex: u32,
+        secrets: &[SecretValue],
+    ) -> Result<Live, Failure> {
+        let (Some(cert), Some(key)) = (&row.ca_cert, &row.ca_key) else {
+            return Err(Failure::internal("no CA recorded"));
+        };
+        let ca = Arc::new(
+            SandboxCa::restore(&row.name, cert, key)
+                .map_err(|e| Failure::internal(format!("CA: {e}")))?,
+        );
+        let policy = self.policy_from(&envelope)?;
+        let created = humantime::parse_rfc3339_weak(&row.created_at).unwrap_or(SystemTime::now());
         let mut live = Live {
             name: row.name.clone(),
             id: row.id,
@@ -122,28 +168,7 @@ impl Supervisor {
             ))
         });
         live.env = guest_env(&live);
-        if !alive || ifindex == 0 {
-            // Keep it listed (state "dead") so the operator sees it and destroys it; its
-            // fence record goes, so the link (if any) drops everything.
-            if ifindex != 0 {
-                let _ = self.fence.remove_sandbox(ifindex);
-            }
-            self.live().insert(row.name.clone(), live);
-            return Err(Failure::internal(if alive {
-                "its link is gone".to_owned()
-            } else {
-                "its processes are gone".to_owned()
-            }));
-        }
-        let known: Vec<IpAddr> = self.fence.allow_entries(row.id);
-        self.registry.bind_unknown(row.id, known);
-        self.enforce(&mut live, to_map(&secrets))?;
-        live.guardian = self.start_guardian(&live);
-        if let Err(e) = self.serve_git_ssh(&live).await {
-            warn!(sandbox = %row.name, error = %e, "git over SSH will not work in this sandbox until it is recreated");
-        }
-        self.live().insert(row.name.clone(), live);
-        Ok(())
+        Ok(live)
     }
 
     fn policy_from(&self, envelope: &Envelope) -> Result<SandboxPolicy, Failure> {

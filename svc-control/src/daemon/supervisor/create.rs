@@ -19,7 +19,9 @@ use super::{
         self, Envelope, Live, Phases, SandboxLinks, creation_request, creation_secrets, guest_env,
         link_record, stored_placeholders, write_guest_files,
     },
-    spotlight, workspace,
+    spotlight,
+    state::RunningRow,
+    workspace,
 };
 use crate::{
     api::{self, CreateSandbox, EgressChoice, SandboxView, SecretValue},
@@ -468,15 +470,14 @@ impl Supervisor {
         let envelope_json =
             serde_json::to_string(&live.envelope).map_err(|e| Failure::internal(e.to_string()))?;
         let sealed = self.sealed_for(&name, secrets)?;
-        self.store().set_running(
-            &name,
-            &envelope_json,
-            &live.ca.ca_pem(),
-            &live.ca.ca_key_pem(),
-            live.guest.pid,
-            live.guest.start,
-            &sealed,
-        )?;
+        let row = RunningRow {
+            envelope: &envelope_json,
+            ca_cert: &live.ca.ca_pem(),
+            ca_key: &live.ca.ca_key_pem(),
+            pid: live.guest.pid,
+            pid_start: live.guest.start,
+        };
+        self.store().set_running(&name, row, &sealed)?;
         phases.mark("state");
         Ok(())
     }

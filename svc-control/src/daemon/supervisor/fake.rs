@@ -1,7 +1,7 @@
 //! Fakes of the supervisor's kernel effects and of a backend, for unit tests (aya's
 //! `sys/fake.rs`): each records its calls in one shared log, in order, keeps the state a real
-//! one would (fence records, links, the nftables set, running guests) and fails the first call
-//! of a chosen step.
+//! one would (fence records, links, the nftables set, running guests) and fails the chosen
+//! call of a chosen step (the state store's fake, `fake_store`, logs and fails in the same log).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -21,17 +21,23 @@ use crate::{
     },
 };
 
-/// The calls made, in order, and the step to fail (once).
+/// The calls made, in order, and the steps to fail (each once).
 #[derive(Debug, Default)]
 pub(super) struct Calls {
     log: Mutex<Vec<String>>,
-    fail: Mutex<Option<&'static str>>,
+    /// Each step to fail, and how many of its calls to come that is (1: the next).
+    fail: Mutex<Vec<(&'static str, usize)>>,
 }
 
 impl Calls {
     /// Fail the next call of `step` (`"fence.put"`, `"links.create_veth"`, …).
     pub(super) fn fail_on(&self, step: &'static str) {
-        *lock(&self.fail) = Some(step);
+        self.fail_nth(step, 1);
+    }
+
+    /// Fail the `n`th call of `step` from now (1: the next).
+    pub(super) fn fail_nth(&self, step: &'static str, n: usize) {
+        lock(&self.fail).push((step, n.max(1)));
     }
 
     /// The steps called so far (without their arguments).
@@ -48,14 +54,18 @@ impl Calls {
     }
 
     /// Record `step` with `detail`; whether it is the one to fail.
-    fn call(&self, step: &'static str, detail: &str) -> bool {
+    pub(super) fn call(&self, step: &'static str, detail: &str) -> bool {
         lock(&self.log).push(format!("{step} {detail}"));
         let mut fail = lock(&self.fail);
-        if *fail == Some(step) {
-            *fail = None;
-            return true;
+        let Some(at) = fail.iter().position(|(s, _)| *s == step) else {
+            return false;
+        };
+        fail[at].1 -= 1;
+        if fail[at].1 > 0 {
+            return false;
         }
-        false
+        fail.remove(at);
+        true
     }
 
     fn check(&self, step: &'static str, detail: &str) -> Result<(), DataplaneError> {

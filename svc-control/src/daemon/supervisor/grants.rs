@@ -139,75 +139,98 @@ impl Supervisor {
             if g.is_retired() || !state.due(now, lead) {
                 continue;
             }
-            let result = match self.endpoint(&state.token_endpoint, state.client_id.clone()) {
-                Ok(e) => e.refresh_grant(&state.refresh_token).await,
-                Err(e) => Err(e),
-            };
-            let (outcome, reason, expires) = match result {
-                Ok(new) => {
-                    let fresh = state.refreshed(&new, ms(std::time::SystemTime::now()));
-                    let kept = self
-                        .config
-                        .key
-                        .seal(&creds::store_aad(&g.name), &fresh.to_plaintext())
-                        .map_err(|e| e.to_string())
-                        .and_then(|sealed| {
-                            self.store()
-                                .secret_refresh(&g.name, g.version, &sealed, &now_text())
-                                .map_err(|e| e.to_string())
-                        });
-                    let not_kept = match kept {
-                        Ok(true) => None,
-                        Ok(false) => Some("the secret was rotated or removed meanwhile".to_owned()),
-                        Err(e) => Some(e),
-                    };
-                    if let Some(e) = not_kept {
-                        warn!(credential = %g.credential, error = %e,
-                            "the refreshed grant was not stored; it serves until svcd restarts");
-                    }
-                    let expires = fresh.expires_at_ms;
-                    g.set_state(fresh);
-                    info!(credential = %g.credential, expires_at_ms = expires, "OAuth secret refreshed");
-                    ("refreshed", None, expires)
-                }
-                Err(why) => {
-                    warn!(credential = %g.credential, reason = %why,
-                        "OAuth secret refresh failed; its token serves until it expires");
-                    g.failed(why.clone());
-                    ("failed", Some(why), state.expires_at_ms)
-                }
-            };
-            self.config
-                .metrics
-                .credential_refresh(&g.credential, outcome);
-            let expires_at =
-                rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires));
-            let event = AuditEvent::Credential(CredentialEvent {
-                credential: g.credential.clone(),
-                outcome,
-                reason: reason.clone(),
-                expires_at: expires_at.clone(),
-            });
-            if let Err(e) = self.config.audit.emit(0, event) {
-                warn!(credential = %g.credential, error = %e, "writing a credential audit record");
-            }
-            // The secret's owner's event (root's when it is gone meanwhile).
-            let owner = self
-                .store()
-                .secret_get(&g.name)
-                .ok()
-                .flatten()
-                .map_or(0, |(r, _)| r.owner_uid);
-            self.event_owned(
-                if reason.is_some() {
-                    "secret.refresh_failed"
-                } else {
-                    "secret.refreshed"
-                },
-                None,
-                Some(owner),
-                serde_json::json!({"name": g.name, "version": g.version, "expires_at": expires_at, "reason": reason}),
-            );
+            let (outcome, reason, expires) = self.refresh_one(&g, state).await;
+            self.report_refresh(&g, outcome, reason, expires);
         }
+    }
+
+    /// Refresh `g` (now in `state`) at its token endpoint and keep what it gets: the outcome,
+    /// why it failed, and when its token expires now.
+    async fn refresh_one(
+        &self,
+        g: &Grant,
+        state: GrantState,
+    ) -> (&'static str, Option<String>, u64) {
+        let result = match self.endpoint(&state.token_endpoint, state.client_id.clone()) {
+            Ok(e) => e.refresh_grant(&state.refresh_token).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(new) => {
+                let fresh = state.refreshed(&new, ms(std::time::SystemTime::now()));
+                if let Err(e) = self.keep_refreshed(g, &fresh) {
+                    warn!(credential = %g.credential, error = %e,
+                        "the refreshed grant was not stored; it serves until svcd restarts");
+                }
+                let expires = fresh.expires_at_ms;
+                g.set_state(fresh);
+                info!(credential = %g.credential, expires_at_ms = expires, "OAuth secret refreshed");
+                ("refreshed", None, expires)
+            }
+            Err(why) => {
+                warn!(credential = %g.credential, reason = %why,
+                    "OAuth secret refresh failed; its token serves until it expires");
+                g.failed(why.clone());
+                ("failed", Some(why), state.expires_at_ms)
+            }
+        }
+    }
+
+    /// Seal `fresh` into `g`'s stored secret, if it is still the version `g` holds.
+    fn keep_refreshed(&self, g: &Grant, fresh: &GrantState) -> Result<(), String> {
+        let sealed = self
+            .config
+            .key
+            .seal(&creds::store_aad(&g.name), &fresh.to_plaintext())
+            .map_err(|e| e.to_string())?;
+        let kept = self
+            .store()
+            .secret_refresh(&g.name, g.version, &sealed, &now_text())
+            .map_err(|e| e.to_string())?;
+        if kept {
+            Ok(())
+        } else {
+            Err("the secret was rotated or removed meanwhile".to_owned())
+        }
+    }
+
+    /// A refresh of `g` counted, audited and told to its secret's owner.
+    fn report_refresh(
+        &self,
+        g: &Grant,
+        outcome: &'static str,
+        reason: Option<String>,
+        expires: u64,
+    ) {
+        self.config
+            .metrics
+            .credential_refresh(&g.credential, outcome);
+        let expires_at = rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires));
+        let event = AuditEvent::Credential(CredentialEvent {
+            credential: g.credential.clone(),
+            outcome,
+            reason: reason.clone(),
+            expires_at: expires_at.clone(),
+        });
+        if let Err(e) = self.config.audit.emit(0, event) {
+            warn!(credential = %g.credential, error = %e, "writing a credential audit record");
+        }
+        // The secret's owner's event (root's when it is gone meanwhile).
+        let owner = self
+            .store()
+            .secret_get(&g.name)
+            .ok()
+            .flatten()
+            .map_or(0, |(r, _)| r.owner_uid);
+        self.event_owned(
+            if reason.is_some() {
+                "secret.refresh_failed"
+            } else {
+                "secret.refreshed"
+            },
+            None,
+            Some(owner),
+            serde_json::json!({"name": g.name, "version": g.version, "expires_at": expires_at, "reason": reason}),
+        );
     }
 }

@@ -1,12 +1,14 @@
 //! Creation, rollback, destruction and adoption with the kernel effects faked (`fake`), on a
 //! test-only backend added through the registry; the state store is a real one in a
-//! temporary directory.
+//! temporary directory behind a fake that can fail any of its calls (`fake_store`).
 
 use std::{path::Path, sync::Arc, time::SystemTime};
 
 use super::{
     Effects, Supervisor, SupervisorConfig,
     fake::{Calls, FAKE, FakeBackend, FakeFence, FakeLinks, FakeNft},
+    fake_store::FakeStore,
+    state::SandboxRows as _,
 };
 use crate::{
     api::CreateSandbox,
@@ -16,11 +18,11 @@ use crate::{
     limits::{Channel, GuestLimits, Report},
     policy::{destination::HostNetwork, ownership::Principal},
     runtime::{Backend, Backends},
-    store::Store,
 };
 
 /// Forking on the fake backend.
 mod fork;
+mod store_failures;
 
 struct NoAudit;
 impl AuditSink for NoAudit {
@@ -43,12 +45,14 @@ struct World {
     links: Arc<FakeLinks>,
     backend: Arc<FakeBackend>,
     registry: Arc<Registry>,
+    store: Arc<FakeStore>,
     sup: Arc<Supervisor>,
 }
 
-/// A supervisor over the fakes, its store in `dir`, the fake backend its registry's only one.
+/// A supervisor over the fakes and `store`, the fake backend its registry's only one.
 fn supervisor(
     dir: &Path,
+    store: Arc<FakeStore>,
     (fence, nft, links): (Arc<FakeFence>, Arc<FakeNft>, Arc<FakeLinks>),
     backend: Arc<FakeBackend>,
     registry: Arc<Registry>,
@@ -56,7 +60,7 @@ fn supervisor(
     let backend: Arc<dyn Backend> = backend;
     Arc::new(Supervisor::with_effects(
         config(dir),
-        Store::open(&dir.join("store")).expect("store"),
+        store,
         Effects { fence, nft, links },
         Backends::new(backend),
         registry,
@@ -96,8 +100,10 @@ impl World {
         let nft = Arc::new(FakeNft::new(calls.clone()));
         let links = Arc::new(FakeLinks::new(calls.clone()));
         let backend = Arc::new(FakeBackend::new(calls.clone()));
+        let store = Arc::new(FakeStore::open(&dir.path().join("store"), calls.clone()));
         let sup = supervisor(
             dir.path(),
+            store.clone(),
             (fence.clone(), nft.clone(), links.clone()),
             backend.clone(),
             registry.clone(),
@@ -110,16 +116,31 @@ impl World {
             links,
             backend,
             registry,
+            store,
             sup,
         }
     }
 
-    /// A new supervisor over the same store and the same kernel state, with a new registry:
-    /// an svcd restart.
+    /// A world whose store holds a row `name` left `creating` by a crash, restarted.
+    fn with_half_built(name: &str) -> Self {
+        let mut w = Self::new();
+        w.store
+            .inner
+            .reserve_for(name, "{}", "2026-01-01T00:00:00Z", 16, 0)
+            .expect("reserved");
+        w.restart();
+        w
+    }
+
+    /// A new supervisor over the same store (opened again) and the same kernel state, with a
+    /// new registry: an svcd restart.
     fn restart(&mut self) {
         self.registry = Arc::new(Registry::default());
+        let store = FakeStore::open(&self.dir.path().join("store"), self.calls.clone());
+        self.store = Arc::new(store);
         self.sup = supervisor(
             self.dir.path(),
+            self.store.clone(),
             (self.fence.clone(), self.nft.clone(), self.links.clone()),
             self.backend.clone(),
             self.registry.clone(),
@@ -130,18 +151,46 @@ impl World {
         self.sup.create(request(name), &Principal::ROOT).await
     }
 
-    fn rows(&self) -> Vec<String> {
+    /// `req` made, as root.
+    async fn created(&self, req: CreateSandbox) -> crate::api::SandboxView {
         self.sup
-            .store()
+            .create(req, &Principal::ROOT)
+            .await
+            .expect("created")
+    }
+
+    /// `req` refused, as root: the failure.
+    async fn refused(&self, req: CreateSandbox) -> super::Failure {
+        self.sup
+            .create(req, &Principal::ROOT)
+            .await
+            .expect_err("refused")
+    }
+
+    /// The state rows, as (name, state), read past the fake.
+    fn row_states(&self) -> Vec<(String, String)> {
+        self.store
+            .inner
             .list()
             .expect("rows")
             .into_iter()
-            .map(|r| r.name)
+            .map(|r| (r.name, r.state))
             .collect()
+    }
+
+    /// The names of the state rows.
+    fn rows(&self) -> Vec<String> {
+        self.row_states().into_iter().map(|(n, _)| n).collect()
     }
 
     /// Nothing of any sandbox is left anywhere.
     fn assert_empty(&self) {
+        self.assert_nothing_built();
+        assert!(self.rows().is_empty(), "state rows left");
+    }
+
+    /// Nothing of any sandbox is left but its state row, if any.
+    fn assert_nothing_built(&self) {
         assert!(lock(&self.fence.records).is_empty(), "fence records left");
         assert!(
             lock(&self.fence.attached).is_empty(),
@@ -150,7 +199,6 @@ impl World {
         assert!(lock(&self.links.by_name).is_empty(), "links left");
         assert!(lock(&self.nft.links).is_empty(), "nftables links left");
         assert!(lock(&self.backend.running).is_empty(), "guests left");
-        assert!(self.rows().is_empty(), "state rows left");
         assert!(self.registry.by_id(1).is_none(), "registry entry left");
         assert_eq!(self.sup.count(), 0, "live sandboxes left");
     }
@@ -161,11 +209,20 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn request(name: &str) -> CreateSandbox {
-    serde_json::from_value(serde_json::json!({"name": name, "backend": "fake"})).expect("request")
+    request_on(name, Some(FAKE.name))
+}
+
+/// A request for sandbox `name` on `backend` (`None`: without `--backend`).
+fn request_on(name: &str, backend: Option<&str>) -> CreateSandbox {
+    let mut req: CreateSandbox =
+        serde_json::from_value(serde_json::json!({ "name": name })).expect("request");
+    req.backend = backend.map(str::to_owned);
+    req
 }
 
 /// The steps of a creation that succeeds, in order.
 const CREATION: &[&str] = &[
+    "store.reserve_for",
     "links.create_veth",
     "links.disable_ipv6",
     "links.add_address",
@@ -177,6 +234,10 @@ const CREATION: &[&str] = &[
     "links.configure_guest",
     "guest.serve",
     "nft.apply",
+    "store.set_running",
+    // sandbox.created, workspace.ready
+    "store.add_event",
+    "store.add_event",
 ];
 
 #[tokio::test]
@@ -197,13 +258,9 @@ async fn creation_calls_each_step_in_order() {
 #[tokio::test]
 async fn a_backend_added_through_the_registry_is_the_default_and_answers_to_its_alias() {
     let w = World::new();
-    let mut req = request("aliased");
-    req.backend = Some("pretend".into());
-    let view = w.sup.create(req, &Principal::ROOT).await.expect("created");
+    let view = w.created(request_on("aliased", Some("pretend"))).await;
     assert_eq!(view.backend, FAKE.name);
-    let mut req = request("unasked");
-    req.backend = None;
-    let view = w.sup.create(req, &Principal::ROOT).await.expect("created");
+    let view = w.created(request_on("unasked", None)).await;
     assert_eq!(view.backend, FAKE.name);
     assert_eq!(view.backend_reason, "the default (svcd's embedded backend)");
 }
@@ -211,26 +268,14 @@ async fn a_backend_added_through_the_registry_is_the_default_and_answers_to_its_
 #[tokio::test]
 async fn an_unknown_or_absent_backend_is_refused_before_anything_is_built() {
     let w = World::new();
-    let mut req = request("nope");
-    req.backend = Some("firecracker".into());
-    let f = w
-        .sup
-        .create(req, &Principal::ROOT)
-        .await
-        .expect_err("refused");
+    let f = w.refused(request_on("nope", Some("firecracker"))).await;
     assert_eq!(f.status, 400);
     assert!(
         f.message.contains("--backend \"firecracker\""),
         "{}",
         f.message
     );
-    let mut req = request("nope");
-    req.backend = Some("microvm".into());
-    let f = w
-        .sup
-        .create(req, &Principal::ROOT)
-        .await
-        .expect_err("refused");
+    let f = w.refused(request_on("nope", Some("microvm"))).await;
     assert_eq!(f.status, 409);
     assert_eq!(
         f.message,
@@ -244,10 +289,9 @@ async fn an_unknown_or_absent_backend_is_refused_before_anything_is_built() {
 #[tokio::test]
 async fn a_workspace_runtime_falls_back_along_the_preference_list() {
     let w = World::new();
-    let mut req = request("auto");
-    req.backend = None;
+    let mut req = request_on("auto", None);
     req.runtime_required = Some(Vec::new());
-    let view = w.sup.create(req, &Principal::ROOT).await.expect("created");
+    let view = w.created(req).await;
     // The registry holds the fake alone: each kind of `runtime::KINDS` says why it is not
     // offered, and the fake (registered, after them) is taken.
     assert_eq!(view.backend, FAKE.name);
@@ -256,14 +300,9 @@ async fn a_workspace_runtime_falls_back_along_the_preference_list() {
         "runtime.required is empty: automatic, fake (this svcd runs without the microvm \
          backend; this svcd runs without the container backend)"
     );
-    let mut req = request("required");
-    req.backend = None;
+    let mut req = request_on("required", None);
     req.runtime_required = Some(vec![crate::config::workspace::Backend::MICROVM]);
-    let f = w
-        .sup
-        .create(req, &Principal::ROOT)
-        .await
-        .expect_err("refused");
+    let f = w.refused(req).await;
     assert_eq!(f.status, 409);
     assert_eq!(
         f.message,
@@ -379,12 +418,7 @@ async fn a_restart_finds_a_dead_guest_and_closes_its_fence() {
 
 #[tokio::test]
 async fn a_restart_removes_a_half_built_sandbox() {
-    let mut w = World::new();
-    w.sup
-        .store()
-        .reserve_for("half", "{}", "2026-01-01T00:00:00Z", 16, 0)
-        .expect("reserved");
-    w.restart();
+    let w = World::with_half_built("half");
     w.sup.reconcile().await.expect("reconciled");
     assert!(w.sup.show("half").is_err());
     assert!(w.calls.steps().contains(&"guest.stop".to_owned()));

@@ -412,19 +412,7 @@ impl Supervisor {
         command: &str,
     ) -> Result<(), HookFailure> {
         let timeout_ms = run.spec.lifecycle.timeout_ms.max(1);
-        let req = api::ExecRequest {
-            argv: crate::workspace::under_guest_timeout(
-                timeout_ms,
-                ["/bin/sh".into(), "-c".into(), command.to_owned()],
-            ),
-            env: vec![
-                ("SVC_WORKSPACE".into(), api::WORKSPACE_GUEST_DIR.into()),
-                ("SVC_HOOK_PHASE".into(), phase.name().into()),
-            ],
-            cwd: Some(api::WORKSPACE_GUEST_DIR.into()),
-            stdin: false,
-            tty: None,
-        };
+        let req = hook_request(phase, command, timeout_ms);
         let mut handle = self
             .exec(name, &req, false)
             .await
@@ -463,30 +451,55 @@ impl Supervisor {
         if !output_done {
             let _ = tokio::time::timeout(OUTPUT_GRACE, &mut output).await;
         }
-        let timed_out = || HookFailure {
-            exit_code: None,
-            reason: format!(
-                "timed out after {timeout_ms} ms (lifecycle.timeoutMs); its processes were killed"
-            ),
-        };
-        match waited {
-            Err(_) => {
-                handle.kill().await;
-                Err(timed_out())
-            }
-            Ok(Err(e)) => Err(HookFailure {
-                exit_code: None,
-                reason: format!("could not be waited for: {e}"),
-            }),
-            Ok(Ok(0)) => Ok(()),
-            Ok(Ok(code)) if crate::workspace::timed_out(code, t0.elapsed(), timeout_ms) => {
-                Err(timed_out())
-            }
-            Ok(Ok(code)) => Err(HookFailure {
-                exit_code: Some(code),
-                reason: format!("exited with {code}"),
-            }),
+        if waited.is_err() {
+            handle.kill().await;
         }
+        hook_verdict(waited, t0.elapsed(), timeout_ms)
+    }
+}
+
+/// The exec request of a hook: `command` under the guest's timeout, in the workspace.
+fn hook_request(phase: Phase, command: &str, timeout_ms: u64) -> api::ExecRequest {
+    api::ExecRequest {
+        argv: crate::workspace::under_guest_timeout(
+            timeout_ms,
+            ["/bin/sh".into(), "-c".into(), command.to_owned()],
+        ),
+        env: vec![
+            ("SVC_WORKSPACE".into(), api::WORKSPACE_GUEST_DIR.into()),
+            ("SVC_HOOK_PHASE".into(), phase.name().into()),
+        ],
+        cwd: Some(api::WORKSPACE_GUEST_DIR.into()),
+        stdin: false,
+        tty: None,
+    }
+}
+
+/// How a hook that was waited for (`waited`, `Err`: svcd's own limit passed; its processes
+/// were killed) after `elapsed` ended.
+fn hook_verdict(
+    waited: Result<Result<i32, crate::runtime::RuntimeError>, tokio::time::error::Elapsed>,
+    elapsed: Duration,
+    timeout_ms: u64,
+) -> Result<(), HookFailure> {
+    let timed_out = || HookFailure {
+        exit_code: None,
+        reason: format!(
+            "timed out after {timeout_ms} ms (lifecycle.timeoutMs); its processes were killed"
+        ),
+    };
+    match waited {
+        Err(_) => Err(timed_out()),
+        Ok(Err(e)) => Err(HookFailure {
+            exit_code: None,
+            reason: format!("could not be waited for: {e}"),
+        }),
+        Ok(Ok(0)) => Ok(()),
+        Ok(Ok(code)) if crate::workspace::timed_out(code, elapsed, timeout_ms) => Err(timed_out()),
+        Ok(Ok(code)) => Err(HookFailure {
+            exit_code: Some(code),
+            reason: format!("exited with {code}"),
+        }),
     }
 }
 

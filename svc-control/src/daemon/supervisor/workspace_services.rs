@@ -206,22 +206,14 @@ impl Supervisor {
     /// One line of the supervisor's report.
     fn on_report(&self, name: &str, run: &WorkspaceRun, line: &str) {
         let Ok(r) = serde_json::from_str::<Report>(line) else {
-            run.record(Phase::Services, "output", |rec| {
-                rec.service = Some("svc-supervise".into());
-                rec.stream = Some("stdout".into());
-                rec.text = Some(line.to_owned());
-            });
+            supervisor_output(run, line.to_owned());
             return;
         };
         // Reports come from inside the guest, which can write its own into the supervisor's
         // output: one naming no service of the workspace is only logged (as the supervisor's
         // output), and the events the rest raise are held to a rate.
         if !run.spec.services.iter().any(|s| s.name == r.service) {
-            run.record(Phase::Services, "output", |rec| {
-                rec.service = Some("svc-supervise".into());
-                rec.stream = Some("stdout".into());
-                rec.text = Some(line.chars().take(1024).collect());
-            });
+            supervisor_output(run, line.chars().take(1024).collect());
             return;
         }
         if r.event == "output" {
@@ -238,47 +230,7 @@ impl Supervisor {
             rec.restarts = r.restarts;
             rec.text = r.text.clone();
         });
-        let detail = serde_json::json!({
-            "service": r.service,
-            "pid": r.pid,
-            "exit_code": r.code,
-            "restarts": r.restarts,
-            "delay_ms": r.delay_ms,
-            "reason": r.text,
-        });
-        let id = self.live().get(name).map(|l| l.id);
-        let admitted = id.is_none_or(|id| self.config.limits.admit_service_event(id));
-        match r.event.as_str() {
-            _ if !admitted => {}
-            "started" => self.event("workspace.service_started", Some(name), detail),
-            "restarting" => self.event("workspace.service_restarted", Some(name), detail),
-            "failed" => self.event("workspace.service_failed", Some(name), detail),
-            "healthy" => self.event("workspace.service_healthy", Some(name), detail),
-            "unhealthy" => self.event("workspace.service_unhealthy", Some(name), detail),
-            _ => {}
-        }
-        let failed_before_ready = {
-            let mut st = run
-                .services
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let s = st.states.entry(r.service.clone()).or_default();
-            match r.event.as_str() {
-                "started" => *s = ServiceState::default(),
-                "running" | "healthy" => s.up = true,
-                "exited" | "stopped" | "unhealthy" | "failed" => s.up = false,
-                _ => {}
-            }
-            let failed = r.event == "failed" && needed(&run.spec).contains(&r.service);
-            if failed && st.pending.is_some() {
-                st.pending = None;
-                Some(true)
-            } else if failed {
-                Some(false)
-            } else {
-                None
-            }
-        };
+        self.service_event(name, &r);
         let why = || {
             format!(
                 "service {} failed: {}",
@@ -286,7 +238,7 @@ impl Supervisor {
                 r.text.clone().unwrap_or_default()
             )
         };
-        match failed_before_ready {
+        match track(run, &r) {
             Some(true) => {
                 run.set("failed", Some(Phase::Services), Some(why()));
                 self.workspace_failed(name, run, Phase::Services);
@@ -298,5 +250,65 @@ impl Supervisor {
             }
             None => self.check_ready(name, run),
         }
+    }
+
+    /// The event a service's report raises, if any, when the sandbox's rate admits it (every
+    /// report counts against the rate).
+    fn service_event(&self, name: &str, r: &Report) {
+        let id = self.live().get(name).map(|l| l.id);
+        if !id.is_none_or(|id| self.config.limits.admit_service_event(id)) {
+            return;
+        }
+        let kind = match r.event.as_str() {
+            "started" => "workspace.service_started",
+            "restarting" => "workspace.service_restarted",
+            "failed" => "workspace.service_failed",
+            "healthy" => "workspace.service_healthy",
+            "unhealthy" => "workspace.service_unhealthy",
+            _ => return,
+        };
+        let detail = serde_json::json!({
+            "service": r.service,
+            "pid": r.pid,
+            "exit_code": r.code,
+            "restarts": r.restarts,
+            "delay_ms": r.delay_ms,
+            "reason": r.text,
+        });
+        self.event(kind, Some(name), detail);
+    }
+}
+
+/// A line of the supervisor's own output, in the workspace's log.
+fn supervisor_output(run: &WorkspaceRun, text: String) {
+    run.record(Phase::Services, "output", |rec| {
+        rec.service = Some("svc-supervise".into());
+        rec.stream = Some("stdout".into());
+        rec.text = Some(text);
+    });
+}
+
+/// The service's state after report `r`; whether a needed service failed: before the
+/// workspace was ready (`Some(true)`: the workspace fails), after (`Some(false)`), or not.
+fn track(run: &WorkspaceRun, r: &Report) -> Option<bool> {
+    let mut st = run
+        .services
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let s = st.states.entry(r.service.clone()).or_default();
+    match r.event.as_str() {
+        "started" => *s = ServiceState::default(),
+        "running" | "healthy" => s.up = true,
+        "exited" | "stopped" | "unhealthy" | "failed" => s.up = false,
+        _ => {}
+    }
+    let failed = r.event == "failed" && needed(&run.spec).contains(&r.service);
+    if failed && st.pending.is_some() {
+        st.pending = None;
+        Some(true)
+    } else if failed {
+        Some(false)
+    } else {
+        None
     }
 }
