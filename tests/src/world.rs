@@ -116,7 +116,9 @@ pub struct World {
     outside_world: Child,
 }
 
-fn git(dir: &Path, args: &[&str]) {
+/// `git ARGS…` in `dir` (its own `HOME`, no system config, the tests' author), which must
+/// succeed; its standard output.
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
         .args(args)
@@ -133,6 +135,7 @@ fn git(dir: &Path, args: &[&str]) {
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A bare repository `owner/repo.git` under `root` with one commit on main, accepting pushes.
