@@ -9,7 +9,6 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-/// Fail (never skip) when the test cannot do what it must, saying why.
 /// A process's resident memory in KiB (`VmRSS`), 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -41,6 +40,7 @@ pub fn loop_devices_under(dir: &std::path::Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Fail (never skip) when the test cannot do what it must, saying why.
 pub fn require_root() {
     let uid = Command::new("id")
         .arg("-u")
