@@ -9,7 +9,6 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-/// Fail (never skip) when the test cannot do what it must, saying why.
 /// A process's resident memory in KiB (`VmRSS`), 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -41,6 +40,7 @@ pub fn loop_devices_under(dir: &std::path::Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Fail (never skip) when the test cannot do what it must, saying why.
 pub fn require_root() {
     let uid = Command::new("id")
         .arg("-u")
@@ -219,6 +219,20 @@ impl NetNs {
         )
         .unwrap_or_else(|e| panic!("ip netns exec {} {program}: {e}", self.name))
     }
+
+    /// `ip -n <this namespace> ARGS…`, which must succeed.
+    pub fn ip(&self, args: &[&str]) -> Output {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+
+    /// `sysctl -qw SETTINGS…` inside this namespace, which must succeed.
+    pub fn sysctl(&self, settings: &[&str]) {
+        let mut full = vec!["netns", "exec", self.name.as_str(), "sysctl", "-qw"];
+        full.extend_from_slice(settings);
+        run("ip", &full);
+    }
 }
 
 impl Default for NetNs {
@@ -233,6 +247,20 @@ impl Drop for NetNs {
             .args(["netns", "del", &self.name])
             .status();
     }
+}
+
+/// A veth pair between two namespaces: `a_name` in `a` (made under a unique name first, so two
+/// worlds never collide while it is created, then renamed) and `b_name` in `b`.
+pub fn veth(a: &NetNs, a_name: &str, b: &NetNs, b_name: &str) {
+    let tmp = unique("svv");
+    run(
+        "ip",
+        &[
+            "link", "add", &tmp, "netns", &a.name, "type", "veth", "peer", "name", b_name, "netns",
+            &b.name,
+        ],
+    );
+    a.ip(&["link", "set", &tmp, "name", a_name]);
 }
 
 /// A veth pair: `host` stays in the root namespace with `host_addr`, `guest` moves into `ns`

@@ -72,31 +72,7 @@ impl SshHost {
                 .arg(dir.join(key)));
         }
         std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).expect("keys");
-        // The code host: git's own commands under one root, whatever path is asked.
-        let wrapper = dir.join("git-serve");
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nset -f\ncmd=${{SSH_ORIGINAL_COMMAND%% *}}\npath=${{SSH_ORIGINAL_COMMAND#* }}\npath=$(printf %s \"$path\" | tr -d \"'\")\ncase \"$cmd\" in git-upload-pack|git-receive-pack) ;; *) echo \"not served: $cmd\" >&2; exit 1;; esac\nexec \"$cmd\" \"{}/${{path#/}}\"\n",
-                root.display()
-            ),
-        )
-        .expect("wrapper");
-        run(Command::new("chmod").arg("755").arg(&wrapper));
-        std::fs::write(
-            dir.join("sshd_config"),
-            format!(
-                "Port {port}\nListenAddress {addr}\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
-                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
-                 PidFile {pid}\nForceCommand {wrapper}\nAcceptEnv GIT_PROTOCOL\nLogLevel ERROR\n",
-                hk = dir.join("host_key").display(),
-                ak = dir.join("authorized_keys").display(),
-                pid = dir.join("sshd.pid").display(),
-                wrapper = wrapper.display(),
-            ),
-        )
-        .expect("sshd_config");
+        write_sshd_config(dir, root, addr, port);
         std::fs::create_dir_all("/run/sshd").expect("/run/sshd");
         let mut cmd = match netns {
             Some(ns) => {
@@ -114,38 +90,8 @@ impl SshHost {
             .arg(dir.join("sshd.log"))
             .spawn()
             .expect("sshd (openssh-server; cargo xtask setup --tests installs it)");
-        let host_pub = std::fs::read_to_string(dir.join("host_key.pub")).expect("host pub");
-        let mut fields = host_pub.split_whitespace();
-        let known_hosts = dir.join("known_hosts");
-        let name = if port == 22 {
-            addr.to_owned()
-        } else {
-            format!("[{addr}]:{port}")
-        };
-        std::fs::write(
-            &known_hosts,
-            format!(
-                "{name} {} {}\n",
-                fields.next().expect("type"),
-                fields.next().expect("key")
-            ),
-        )
-        .expect("known_hosts");
-        // The host's agent: the only place the key is used from.
-        let agent_sock = dir.join("agent.sock");
-        let _ = std::fs::remove_file(&agent_sock);
-        let agent = Command::new("ssh-agent")
-            .arg("-D")
-            .arg("-a")
-            .arg(&agent_sock)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("ssh-agent");
-        wait_for(&agent_sock);
-        run(Command::new("ssh-add")
-            .env("SSH_AUTH_SOCK", &agent_sock)
-            .arg("-q")
-            .arg(dir.join("client_key")));
+        let known_hosts = write_known_hosts(dir, addr, port);
+        let (agent_sock, agent) = start_agent(dir);
         let host = Self {
             dir: dir.to_owned(),
             root: root.to_owned(),
@@ -188,4 +134,76 @@ impl SshHost {
             .collect::<Vec<_>>()
             .join(" ")
     }
+}
+
+/// The code host's forced command (git's own commands under `root`, whatever path is asked)
+/// and its sshd_config, under `dir`.
+fn write_sshd_config(dir: &Path, root: &Path, addr: &str, port: u16) {
+    // The code host: git's own commands under one root, whatever path is asked.
+    let wrapper = dir.join("git-serve");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nset -f\ncmd=${{SSH_ORIGINAL_COMMAND%% *}}\npath=${{SSH_ORIGINAL_COMMAND#* }}\npath=$(printf %s \"$path\" | tr -d \"'\")\ncase \"$cmd\" in git-upload-pack|git-receive-pack) ;; *) echo \"not served: $cmd\" >&2; exit 1;; esac\nexec \"$cmd\" \"{}/${{path#/}}\"\n",
+            root.display()
+        ),
+    )
+    .expect("wrapper");
+    run(Command::new("chmod").arg("755").arg(&wrapper));
+    std::fs::write(
+        dir.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress {addr}\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
+             PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
+             PidFile {pid}\nForceCommand {wrapper}\nAcceptEnv GIT_PROTOCOL\nLogLevel ERROR\n",
+            hk = dir.join("host_key").display(),
+            ak = dir.join("authorized_keys").display(),
+            pid = dir.join("sshd.pid").display(),
+            wrapper = wrapper.display(),
+        ),
+    )
+    .expect("sshd_config");
+}
+
+/// A known_hosts file under `dir` naming the host key for `addr:port`.
+fn write_known_hosts(dir: &Path, addr: &str, port: u16) -> PathBuf {
+    let host_pub = std::fs::read_to_string(dir.join("host_key.pub")).expect("host pub");
+    let mut fields = host_pub.split_whitespace();
+    let known_hosts = dir.join("known_hosts");
+    let name = if port == 22 {
+        addr.to_owned()
+    } else {
+        format!("[{addr}]:{port}")
+    };
+    std::fs::write(
+        &known_hosts,
+        format!(
+            "{name} {} {}\n",
+            fields.next().expect("type"),
+            fields.next().expect("key")
+        ),
+    )
+    .expect("known_hosts");
+    known_hosts
+}
+
+/// The host's agent holding the client key (its socket under `dir`).
+fn start_agent(dir: &Path) -> (PathBuf, Child) {
+    // The host's agent: the only place the key is used from.
+    let agent_sock = dir.join("agent.sock");
+    let _ = std::fs::remove_file(&agent_sock);
+    let agent = Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&agent_sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("ssh-agent");
+    wait_for(&agent_sock);
+    run(Command::new("ssh-add")
+        .env("SSH_AUTH_SOCK", &agent_sock)
+        .arg("-q")
+        .arg(dir.join("client_key")));
+    (agent_sock, agent)
 }

@@ -10,7 +10,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::{NetNs, run, unique};
+use crate::{NetNs, unique, veth};
 
 /// Addresses the outside namespace answers on.
 pub const ALLOWED_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
@@ -37,210 +37,27 @@ pub struct Topology {
 impl Topology {
     /// Build the world; `n` (1–250) picks the guest subnet.
     pub fn new(n: u8) -> Self {
-        let guest = NetNs::new();
-        let host = NetNs::new();
-        let outside = NetNs::new();
+        let (guest, host, outside) = (NetNs::new(), NetNs::new(), NetNs::new());
         for ns in [&guest, &host, &outside] {
-            run(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &ns.name,
-                    "sysctl",
-                    "-qw",
-                    "net.ipv6.conf.all.accept_dad=0",
-                    "net.ipv6.conf.default.accept_dad=0",
-                ],
-            );
+            ns.sysctl(&[
+                "net.ipv6.conf.all.accept_dad=0",
+                "net.ipv6.conf.default.accept_dad=0",
+            ]);
         }
         let host_link = unique("svh");
-        let (g, hl, ho, oh) = ("g0", host_link.as_str(), "ho", "oh");
-        let tmp_g = unique("svg");
-        let tmp_o = unique("svo");
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &tmp_g,
-                "netns",
-                &guest.name,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                hl,
-                "netns",
-                &host.name,
-            ],
-        );
-        run("ip", &["-n", &guest.name, "link", "set", &tmp_g, "name", g]);
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &tmp_o,
-                "netns",
-                &outside.name,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                ho,
-                "netns",
-                &host.name,
-            ],
-        );
-        run(
-            "ip",
-            &["-n", &outside.name, "link", "set", &tmp_o, "name", oh],
-        );
-
+        veth(&guest, GUEST_LINK, &host, &host_link);
+        veth(&outside, "oh", &host, "ho");
         let guest_v4 = Ipv4Addr::new(10, 213, n, 2);
         let gateway_v4 = Ipv4Addr::new(10, 213, n, 1);
         let guest_v6: Ipv6Addr = format!("fd53:{n:x}::2").parse().expect("v6");
         let gateway_v6: Ipv6Addr = format!("fd53:{n:x}::1").parse().expect("v6");
-        let ip = |ns: &NetNs, args: &[&str]| {
-            let mut full = vec!["-n", ns.name.as_str()];
-            full.extend_from_slice(args);
-            run("ip", &full);
-        };
-        ip(
-            &guest,
-            &["addr", "add", &format!("{guest_v4}/30"), "dev", g],
-        );
-        ip(
-            &guest,
-            &[
-                "-6",
-                "addr",
-                "add",
-                &format!("{guest_v6}/64"),
-                "dev",
-                g,
-                "nodad",
-            ],
-        );
-        ip(&guest, &["link", "set", g, "up"]);
-        ip(
-            &guest,
-            &["route", "add", "default", "via", &gateway_v4.to_string()],
-        );
-        ip(
-            &guest,
-            &[
-                "-6",
-                "route",
-                "add",
-                "default",
-                "via",
-                &gateway_v6.to_string(),
-            ],
-        );
-        ip(
-            &host,
-            &["addr", "add", &format!("{gateway_v4}/30"), "dev", hl],
-        );
-        ip(
-            &host,
-            &[
-                "-6",
-                "addr",
-                "add",
-                &format!("{gateway_v6}/64"),
-                "dev",
-                hl,
-                "nodad",
-            ],
-        );
-        ip(&host, &["link", "set", hl, "up"]);
-        ip(&host, &["addr", "add", "192.0.2.1/24", "dev", ho]);
-        ip(&host, &["addr", "add", "198.51.100.1/24", "dev", ho]);
-        ip(
-            &host,
-            &["-6", "addr", "add", "2001:db8::1/64", "dev", ho, "nodad"],
-        );
-        ip(&host, &["link", "set", ho, "up"]);
-        for a in ["192.0.2.10/24", "192.0.2.20/24", "198.51.100.7/24"] {
-            ip(&outside, &["addr", "add", a, "dev", oh]);
-        }
-        for a in ["2001:db8::10/64", "2001:db8::20/64"] {
-            ip(&outside, &["-6", "addr", "add", a, "dev", oh, "nodad"]);
-        }
-        ip(&outside, &["link", "set", oh, "up"]);
-        ip(
-            &outside,
-            &["route", "add", "10.213.0.0/16", "via", "192.0.2.1"],
-        );
-        ip(
-            &outside,
-            &["-6", "route", "add", "fd53::/16", "via", "2001:db8::1"],
-        );
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &host.name,
-                "sysctl",
-                "-qw",
-                "net.ipv4.ip_forward=1",
-            ],
-        );
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &host.name,
-                "sysctl",
-                "-qw",
-                "net.ipv6.conf.all.forwarding=1",
-            ],
-        );
-
-        // IPv6 needs a moment after link-up before neighbour discovery works on a new veth.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
-        let v6_ready = |ns: &NetNs, to: &str| {
-            ns.exec("ping", &["-6", "-c", "1", "-W", "1", to])
-                .status
-                .success()
-        };
-        while !(v6_ready(&guest, &gateway_v6.to_string()) && v6_ready(&outside, "2001:db8::1")) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "IPv6 did not come up in the test topology"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        let ll = String::from_utf8_lossy(
-            &run(
-                "ip",
-                &[
-                    "-n",
-                    &guest.name,
-                    "-6",
-                    "-o",
-                    "addr",
-                    "show",
-                    "dev",
-                    g,
-                    "scope",
-                    "link",
-                ],
-            )
-            .stdout,
-        )
-        .into_owned();
-        let guest_v6_ll = ll
-            .split_whitespace()
-            .skip_while(|w| *w != "inet6")
-            .nth(1)
-            .and_then(|a| a.split('/').next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(Ipv6Addr::UNSPECIFIED);
+        address_guest(&guest, (guest_v4, gateway_v4), (guest_v6, gateway_v6));
+        address_host(&host, &host_link, gateway_v4, gateway_v6);
+        address_outside(&outside);
+        host.sysctl(&["net.ipv4.ip_forward=1"]);
+        host.sysctl(&["net.ipv6.conf.all.forwarding=1"]);
+        wait_v6(&guest, &outside, gateway_v6);
+        let guest_v6_ll = link_local(&guest, GUEST_LINK);
         Self {
             guest,
             host,
@@ -278,4 +95,88 @@ impl Topology {
         self.host
             .run(move || nix::net::if_::if_nametoindex(name.as_str()).expect("ifindex"))
     }
+}
+
+/// The guest's end of its link, in `guest`.
+const GUEST_LINK: &str = "g0";
+
+/// The guest's addresses (`(own, gateway)` for each family) on its link, up, routed through
+/// the host end.
+fn address_guest(guest: &NetNs, v4: (Ipv4Addr, Ipv4Addr), v6: (Ipv6Addr, Ipv6Addr)) {
+    let g = GUEST_LINK;
+    guest.ip(&["addr", "add", &format!("{}/30", v4.0), "dev", g]);
+    guest.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{}/64", v6.0),
+        "dev",
+        g,
+        "nodad",
+    ]);
+    guest.ip(&["link", "set", g, "up"]);
+    guest.ip(&["route", "add", "default", "via", &v4.1.to_string()]);
+    guest.ip(&["-6", "route", "add", "default", "via", &v6.1.to_string()]);
+}
+
+/// The host's gateway addresses on the guest link `hl`, and its outside addresses on `ho`.
+fn address_host(host: &NetNs, hl: &str, gateway_v4: Ipv4Addr, gateway_v6: Ipv6Addr) {
+    host.ip(&["addr", "add", &format!("{gateway_v4}/30"), "dev", hl]);
+    host.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{gateway_v6}/64"),
+        "dev",
+        hl,
+        "nodad",
+    ]);
+    host.ip(&["link", "set", hl, "up"]);
+    host.ip(&["addr", "add", "192.0.2.1/24", "dev", "ho"]);
+    host.ip(&["addr", "add", "198.51.100.1/24", "dev", "ho"]);
+    host.ip(&["-6", "addr", "add", "2001:db8::1/64", "dev", "ho", "nodad"]);
+    host.ip(&["link", "set", "ho", "up"]);
+}
+
+/// The outside world's addresses on `oh`, and its routes back to the guest pools.
+fn address_outside(outside: &NetNs) {
+    for a in ["192.0.2.10/24", "192.0.2.20/24", "198.51.100.7/24"] {
+        outside.ip(&["addr", "add", a, "dev", "oh"]);
+    }
+    for a in ["2001:db8::10/64", "2001:db8::20/64"] {
+        outside.ip(&["-6", "addr", "add", a, "dev", "oh", "nodad"]);
+    }
+    outside.ip(&["link", "set", "oh", "up"]);
+    outside.ip(&["route", "add", "10.213.0.0/16", "via", "192.0.2.1"]);
+    outside.ip(&["-6", "route", "add", "fd53::/16", "via", "2001:db8::1"]);
+}
+
+/// IPv6 needs a moment after link-up before neighbour discovery works on a new veth: wait
+/// (up to eight seconds) until the guest reaches its gateway and the outside the host.
+fn wait_v6(guest: &NetNs, outside: &NetNs, gateway_v6: Ipv6Addr) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    let v6_ready = |ns: &NetNs, to: &str| {
+        ns.exec("ping", &["-6", "-c", "1", "-W", "1", to])
+            .status
+            .success()
+    };
+    while !(v6_ready(guest, &gateway_v6.to_string()) && v6_ready(outside, "2001:db8::1")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "IPv6 did not come up in the test topology"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The link-local address of `dev` in `ns` (unspecified when it has none).
+fn link_local(ns: &NetNs, dev: &str) -> Ipv6Addr {
+    let out = ns.ip(&["-6", "-o", "addr", "show", "dev", dev, "scope", "link"]);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet6")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(Ipv6Addr::UNSPECIFIED)
 }

@@ -116,7 +116,9 @@ pub struct World {
     outside_world: Child,
 }
 
-fn git(dir: &Path, args: &[&str]) {
+/// `git ARGS…` in `dir` (its own `HOME`, no system config, the tests' author), which must
+/// succeed; its standard output.
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
         .args(args)
@@ -133,6 +135,7 @@ fn git(dir: &Path, args: &[&str]) {
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A bare repository `owner/repo.git` under `root` with one commit on main, accepting pushes.
@@ -297,6 +300,14 @@ impl World {
 
     /// Everything svcd made for sandbox `id` (link `link`, init `pid`) is gone.
     pub fn assert_gone(&self, id: u32, link: &str, pid: u32, name: &str) {
+        self.assert_host_clean(link, pid, name);
+        self.assert_fence_clean(id, link);
+        self.assert_state_clean(name);
+    }
+
+    /// The host keeps nothing of sandbox `name`: its link, its init, its mounts, its cgroups,
+    /// its container.
+    fn assert_host_clean(&self, link: &str, pid: u32, name: &str) {
         let w = self;
         let links = w.host.exec("ip", &["-o", "link", "show"]);
         let links = String::from_utf8_lossy(&links.stdout);
@@ -339,6 +350,11 @@ impl World {
                 .any(|l| l == name),
             "the runtime still knows container {name}"
         );
+    }
+
+    /// The fence keeps nothing of sandbox `id` on link `link`: no pins, entries or set element.
+    fn assert_fence_clean(&self, id: u32, link: &str) {
+        let w = self;
         let pinned: Vec<String> = std::fs::read_dir(w.pins.path.join("links"))
             .map(|d| {
                 d.filter_map(|e| e.ok())
@@ -364,6 +380,12 @@ impl World {
             !set.contains(&format!("\"{link}\"")),
             "{link} is left in the nftables link set: {set}"
         );
+    }
+
+    /// svcd's state keeps nothing of sandbox `name`: no files, loop devices or row.
+    fn assert_state_clean(&self, name: &str) {
+        let w = self;
+        let sandbox_dir = w.dir.join("state/sandboxes").join(name);
         assert!(
             !w.dir.join("state/sandboxes").join(name).exists(),
             "the sandbox's files are left"

@@ -33,24 +33,9 @@ struct Repo {
     empty_pack: Vec<u8>,
 }
 
+/// `git ARGS…` in `cwd`, which must succeed; its output, trimmed.
 fn git(cwd: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(cwd)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", cwd)
-        .env("GIT_AUTHOR_NAME", "a")
-        .env("GIT_AUTHOR_EMAIL", "a@svc.invalid")
-        .env("GIT_COMMITTER_NAME", "a")
-        .env("GIT_COMMITTER_EMAIL", "a@svc.invalid")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    svc_tests::world::git(cwd, args).trim().to_owned()
 }
 
 impl Repo {

@@ -14,9 +14,12 @@
 //!    svcd works through a handle on `.git` opened with no link followed, so the race makes
 //!    `up` fail, never create `hooks` in root's repository.
 
-use std::{os::unix::fs::MetadataExt as _, path::Path, process::Command};
+use std::{os::unix::fs::MetadataExt as _, process::Command};
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{
+    require_root,
+    world::{World, git},
+};
 
 fn run(cmd: &str) -> String {
     let o = Command::new("sh").arg("-c").arg(cmd).output().expect("sh");
@@ -25,21 +28,6 @@ fn run(cmd: &str) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@x")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@x")
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "{out:?}");
 }
 
 const SETCAP: &str = r#"

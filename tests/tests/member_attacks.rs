@@ -19,7 +19,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{
+    require_root,
+    world::{World, git},
+};
 
 const API_GID: u32 = 65534;
 
@@ -73,17 +76,6 @@ fn text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
 fn chown_r(dir: &Path, uid: u32, gid: u32) {

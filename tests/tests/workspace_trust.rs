@@ -17,7 +17,10 @@ use std::{
     process::{Command, Output},
 };
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{
+    require_root,
+    world::{World, git},
+};
 
 fn text(o: &Output) -> String {
     format!(
@@ -49,22 +52,6 @@ fn chown(dir: &Path, uid: u32) {
         .output()
         .expect("chown");
     assert!(out.status.success(), "chown: {out:?}");
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "svc test")
-        .env("GIT_AUTHOR_EMAIL", "test@svc.invalid")
-        .env("GIT_COMMITTER_NAME", "svc test")
-        .env("GIT_COMMITTER_EMAIL", "test@svc.invalid")
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];

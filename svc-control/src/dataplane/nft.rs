@@ -191,82 +191,51 @@ impl Nft {
     /// Steering: DNS to the guard, web to the proxy; only what the fence marked.
     fn steering(&self) -> Vec<Value> {
         let c = &self.config;
+        let steer = |mark: u32, proto: &str, port: u16| {
+            self.rule(
+                "prerouting",
+                vec![
+                    from_links(),
+                    marked(mark),
+                    l4(proto),
+                    json!({ "redirect": { "port": port } }),
+                ],
+            )
+        };
         vec![
-            self.rule(
-                "prerouting",
-                vec![
-                    from_links(),
-                    marked(mark::DNS),
-                    l4("udp"),
-                    json!({ "redirect": { "port": c.guard_port } }),
-                ],
-            ),
-            self.rule(
-                "prerouting",
-                vec![
-                    from_links(),
-                    marked(mark::DNS),
-                    l4("tcp"),
-                    json!({ "redirect": { "port": c.guard_port } }),
-                ],
-            ),
-            self.rule(
-                "prerouting",
-                vec![
-                    from_links(),
-                    marked(mark::PROXY),
-                    l4("tcp"),
-                    json!({ "redirect": { "port": c.proxy_port } }),
-                ],
-            ),
+            steer(mark::DNS, "udp", c.guard_port),
+            steer(mark::DNS, "tcp", c.guard_port),
+            steer(mark::PROXY, "tcp", c.proxy_port),
         ]
     }
 
     /// Input from guests: the guard, the proxy, neighbour discovery; nothing else.
     fn input(&self) -> Vec<Value> {
         let c = &self.config;
+        let rule = |expr| self.rule("input", expr);
+        let open = |proto: &str, port: u16| {
+            rule(vec![
+                from_links(),
+                l4(proto),
+                dport(proto, port),
+                accept_verdict(),
+            ])
+        };
         vec![
-            self.rule(
-                "input",
-                vec![
-                    from_links(),
-                    l4("udp"),
-                    dport("udp", c.guard_port),
-                    accept_verdict(),
-                ],
-            ),
-            self.rule(
-                "input",
-                vec![
-                    from_links(),
-                    l4("tcp"),
-                    dport("tcp", c.guard_port),
-                    accept_verdict(),
-                ],
-            ),
-            self.rule(
-                "input",
-                vec![
-                    from_links(),
-                    l4("tcp"),
-                    dport("tcp", c.proxy_port),
-                    accept_verdict(),
-                ],
-            ),
-            self.rule(
-                "input",
-                vec![
-                    from_links(),
-                    l4("ipv6-icmp"),
-                    m(
-                        "==",
-                        json!({ "payload": { "protocol": "icmpv6", "field": "type" } }),
-                        json!({ "set": ["nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"] }),
-                    ),
-                    accept_verdict(),
-                ],
-            ),
-            self.rule("input", vec![from_links(), drop_verdict()]),
+            open("udp", c.guard_port),
+            open("tcp", c.guard_port),
+            open("tcp", c.proxy_port),
+            rule(vec![
+                from_links(),
+                l4("ipv6-icmp"),
+                m(
+                    "==",
+                    json!({ "payload": { "protocol": "icmpv6", "field": "type" } }),
+                    json!({ "set": ["nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"] }),
+                ),
+                accept_verdict(),
+            ]),
+            rule(vec![from_links(), drop_verdict()]),
         ]
     }
 

@@ -136,46 +136,19 @@ impl Fence {
         generation: Option<u32>,
     ) -> Result<(), DataplaneError> {
         let hit = |s: u32, g: u32| s == sandbox && generation.is_none_or(|want| want == g);
-        let k4: Vec<AllowKey4> = self
-            .maps
-            .allow4
-            .keys()
-            .flatten()
-            .filter(|k| hit(k.sandbox, k.generation))
-            .collect();
-        let k6: Vec<AllowKey6> = self
-            .maps
-            .allow6
-            .keys()
-            .flatten()
-            .filter(|k| hit(k.sandbox, k.generation))
-            .collect();
-        let c4: Vec<Key<CidrKey4>> = self
-            .maps
-            .cidr4
-            .keys()
-            .flatten()
-            .filter(|k| {
-                let d = k.data();
-                hit(
-                    u32::from_be_bytes(d.sandbox),
-                    u32::from_be_bytes(d.generation),
-                )
-            })
-            .collect();
-        let c6: Vec<Key<CidrKey6>> = self
-            .maps
-            .cidr6
-            .keys()
-            .flatten()
-            .filter(|k| {
-                let d = k.data();
-                hit(
-                    u32::from_be_bytes(d.sandbox),
-                    u32::from_be_bytes(d.generation),
-                )
-            })
-            .collect();
+        let be = |s: [u8; 4], g: [u8; 4]| (u32::from_be_bytes(s), u32::from_be_bytes(g));
+        let k4 = doomed(self.maps.allow4.keys(), |k| (k.sandbox, k.generation), hit);
+        let k6 = doomed(self.maps.allow6.keys(), |k| (k.sandbox, k.generation), hit);
+        let c4 = doomed(
+            self.maps.cidr4.keys(),
+            |k: &Key<CidrKey4>| be(k.data().sandbox, k.data().generation),
+            hit,
+        );
+        let c6 = doomed(
+            self.maps.cidr6.keys(),
+            |k: &Key<CidrKey6>| be(k.data().sandbox, k.data().generation),
+            hit,
+        );
         for k in k4 {
             let _ = self.maps.allow4.remove(&k);
         }
@@ -191,6 +164,20 @@ impl Fence {
         }
         Ok(())
     }
+}
+
+/// The keys `keys` yields whose `(sandbox, generation)`, as `owner` reads it, `hit` takes.
+fn doomed<K, E>(
+    keys: impl Iterator<Item = Result<K, E>>,
+    owner: impl Fn(&K) -> (u32, u32),
+    hit: impl Fn(u32, u32) -> bool,
+) -> Vec<K> {
+    keys.flatten()
+        .filter(|k| {
+            let (s, g) = owner(k);
+            hit(s, g)
+        })
+        .collect()
 }
 
 fn record(link: &SandboxLink, generation: u32) -> SandboxRecord {

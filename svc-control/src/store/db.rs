@@ -58,6 +58,18 @@ impl Store {
         }
     }
 
+    /// Every row `sql` selects with `params`, each made by `row`.
+    pub(super) fn all<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut stmt = self.conn.prepare(sql).map_err(self.sql_err())?;
+        let rows = stmt.query_map(params, row).map_err(self.sql_err())?;
+        rows.collect::<Result<_, _>>().map_err(self.sql_err())
+    }
+
     fn setup(&mut self) -> Result<(), StoreError> {
         self.conn
             .execute_batch(

@@ -53,15 +53,11 @@ impl Store {
 
     /// Events with `seq > after`, oldest first, at most `limit`.
     pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Event>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT seq, time, kind, sandbox, detail, owner_uid FROM events WHERE seq > ?1 \
-                 ORDER BY seq LIMIT ?2",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![after, limit as i64], |r| {
+        self.all(
+            "SELECT seq, time, kind, sandbox, detail, owner_uid FROM events WHERE seq > ?1 \
+             ORDER BY seq LIMIT ?2",
+            params![after, limit as i64],
+            |r| {
                 let detail: String = r.get(4)?;
                 Ok(Event {
                     seq: r.get(0)?,
@@ -71,9 +67,8 @@ impl Store {
                     detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
                     owner_uid: r.get(5)?,
                 })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+            },
+        )
     }
 }
 

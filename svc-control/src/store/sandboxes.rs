@@ -172,15 +172,11 @@ impl Store {
 
     /// Every sandbox row, by id.
     pub fn list(&self) -> Result<Vec<SandboxRow>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT name, id, state, created_at, envelope, ca_cert, ca_key, pid, pid_start, \
-                 owner_uid FROM sandboxes ORDER BY id",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
+        self.all(
+            "SELECT name, id, state, created_at, envelope, ca_cert, ca_key, pid, pid_start, \
+             owner_uid FROM sandboxes ORDER BY id",
+            [],
+            |r| {
                 Ok(SandboxRow {
                     name: r.get(0)?,
                     id: r.get(1)?,
@@ -193,27 +189,23 @@ impl Store {
                     pid_start: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
                     owner_uid: r.get(9)?,
                 })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+            },
+        )
     }
 
     /// A sandbox's brokered secrets.
     pub fn secrets(&self, sandbox: &str) -> Result<Vec<SecretValue>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT name, source, value FROM secrets WHERE sandbox = ?1 ORDER BY name")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![sandbox], |r| {
+        self.all(
+            "SELECT name, source, value FROM secrets WHERE sandbox = ?1 ORDER BY name",
+            params![sandbox],
+            |r| {
                 Ok(SecretValue {
                     name: r.get(0)?,
                     source: r.get(1)?,
                     value: r.get(2)?,
                 })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+            },
+        )
     }
 
     /// The uid that owns sandbox `name`, if there is one.

@@ -18,29 +18,53 @@ pub struct SecretRow {
     pub shared_gid: Option<u32>,
 }
 
+/// The columns a [`SecretRow`] is read from, in [`from_row`]'s order.
+const COLUMNS: &str = "name, version, created_at, updated_at, owner_uid, shared_gid";
+
+/// A [`SecretRow`] from a row whose first columns are [`COLUMNS`].
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SecretRow> {
+    Ok(SecretRow {
+        name: r.get(0)?,
+        version: r.get(1)?,
+        created_at: r.get(2)?,
+        updated_at: r.get(3)?,
+        owner_uid: r.get(4)?,
+        shared_gid: r.get(5)?,
+    })
+}
+
 impl Store {
     fn secret_row(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
         self.conn
             .query_row(
-                "SELECT name, version, created_at, updated_at, sealed, owner_uid, shared_gid \
-                 FROM secret_store WHERE name = ?1",
+                &format!("SELECT {COLUMNS}, sealed FROM secret_store WHERE name = ?1"),
                 params![name],
-                |r| {
-                    Ok((
-                        SecretRow {
-                            name: r.get(0)?,
-                            version: r.get(1)?,
-                            created_at: r.get(2)?,
-                            updated_at: r.get(3)?,
-                            owner_uid: r.get(5)?,
-                            shared_gid: r.get(6)?,
-                        },
-                        r.get::<_, Vec<u8>>(4)?,
-                    ))
-                },
+                |r| Ok((from_row(r)?, r.get::<_, Vec<u8>>(6)?)),
             )
             .optional()
             .map_err(self.sql_err())
+    }
+
+    /// The secret `name` without its value, or [`StoreError::SecretNotFound`].
+    fn secret_found(&self, name: &str) -> Result<SecretRow, StoreError> {
+        self.secret_row(name)?
+            .map(|(r, _)| r)
+            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+    }
+
+    /// `sql` with `params` on the secret `name`, then the secret; [`StoreError::SecretNotFound`]
+    /// when it changed no row.
+    fn secret_update(
+        &self,
+        name: &str,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<SecretRow, StoreError> {
+        let n = self.conn.execute(sql, params).map_err(self.sql_err())?;
+        if n == 0 {
+            return Err(StoreError::SecretNotFound(name.to_owned()));
+        }
+        self.secret_found(name)
     }
 
     /// Store a new secret (sealed) owned by `owner_uid`; refused if the name is taken.
@@ -63,9 +87,7 @@ impl Store {
         if n == 0 {
             return Err(StoreError::SecretExists(name.to_owned()));
         }
-        self.secret_row(name)?
-            .map(|(r, _)| r)
-            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+        self.secret_found(name)
     }
 
     /// Give a secret a new (sealed) value: its next version.
@@ -75,20 +97,12 @@ impl Store {
         sealed: &[u8],
         now: &str,
     ) -> Result<SecretRow, StoreError> {
-        let n = self
-            .conn
-            .execute(
-                "UPDATE secret_store SET sealed = ?2, version = version + 1, updated_at = ?3 \
-                 WHERE name = ?1",
-                params![name, sealed, now],
-            )
-            .map_err(self.sql_err())?;
-        if n == 0 {
-            return Err(StoreError::SecretNotFound(name.to_owned()));
-        }
-        self.secret_row(name)?
-            .map(|(r, _)| r)
-            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+        self.secret_update(
+            name,
+            "UPDATE secret_store SET sealed = ?2, version = version + 1, updated_at = ?3 \
+             WHERE name = ?1",
+            params![name, sealed, now],
+        )
     }
 
     /// Replace the sealed value of `name` at `version` in place (a refreshed OAuth grant: the
@@ -112,19 +126,11 @@ impl Store {
 
     /// Share a secret with the members of group `gid` (`None`: with nobody but its owner).
     pub fn secret_share(&self, name: &str, gid: Option<u32>) -> Result<SecretRow, StoreError> {
-        let n = self
-            .conn
-            .execute(
-                "UPDATE secret_store SET shared_gid = ?2 WHERE name = ?1",
-                params![name, gid],
-            )
-            .map_err(self.sql_err())?;
-        if n == 0 {
-            return Err(StoreError::SecretNotFound(name.to_owned()));
-        }
-        self.secret_row(name)?
-            .map(|(r, _)| r)
-            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))
+        self.secret_update(
+            name,
+            "UPDATE secret_store SET shared_gid = ?2 WHERE name = ?1",
+            params![name, gid],
+        )
     }
 
     /// A secret and its sealed value.
@@ -134,34 +140,16 @@ impl Store {
 
     /// Every stored secret, by name, without values.
     pub fn secret_list(&self) -> Result<Vec<SecretRow>, StoreError> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT name, version, created_at, updated_at, owner_uid, shared_gid \
-                 FROM secret_store ORDER BY name",
-            )
-            .map_err(self.sql_err())?;
-        let rows = st
-            .query_map([], |r| {
-                Ok(SecretRow {
-                    name: r.get(0)?,
-                    version: r.get(1)?,
-                    created_at: r.get(2)?,
-                    updated_at: r.get(3)?,
-                    owner_uid: r.get(4)?,
-                    shared_gid: r.get(5)?,
-                })
-            })
-            .map_err(self.sql_err())?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(self.sql_err())
+        self.all(
+            &format!("SELECT {COLUMNS} FROM secret_store ORDER BY name"),
+            [],
+            from_row,
+        )
     }
 
     /// Remove a secret; what it was.
     pub fn secret_delete(&self, name: &str) -> Result<SecretRow, StoreError> {
-        let row = self
-            .secret_row(name)?
-            .map(|(r, _)| r)
-            .ok_or_else(|| StoreError::SecretNotFound(name.to_owned()))?;
+        let row = self.secret_found(name)?;
         self.conn
             .execute("DELETE FROM secret_store WHERE name = ?1", params![name])
             .map_err(self.sql_err())?;

@@ -7,31 +7,12 @@
 //! where git runs (inside the sandbox: `date` around the clone, so `svc sandbox exec` is not
 //! in it); median and range over the rounds.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
-use svc_tests::world::{CODE_SSH_ADDR, World, bare_repo};
+use svc_tests::world::{CODE_SSH_ADDR, World, bare_repo, git};
 
 const ROUNDS: usize = 7;
 const BIG_MIB: usize = 16;
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@svc.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@svc.invalid")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// `acme/big`: one commit holding BIG_MIB of random bytes.
 fn big_repo(root: &std::path::Path) {

@@ -10,7 +10,7 @@ use super::{
     CODE_SSH_ADDR, CODE_TOKEN, DNS, EXAMPLE_TOKEN, FORWARD_PROXY, METRICS_PORT, NAMES,
     SHARED_NAMES, World, bare_repo, image_dir, tool, wait_for, workspace_bin,
 };
-use crate::{NetNs, PinDir, run, unique};
+use crate::{NetNs, PinDir, run, unique, veth};
 
 /// What a world is started with besides the defaults.
 #[derive(Default, Clone, Copy)]
@@ -164,109 +164,19 @@ impl World {
     }
 
     fn start_full(o: &Options<'_>) -> Self {
-        let Options {
-            container,
-            credentials,
-            microvm,
-            git_ssh,
-            upstream_proxy,
-            no_code_token,
-            served,
-            names,
-        } = *o;
         // Checked before anything is started: a panic past this point would leave the outside
         // world's processes running (holding whatever descriptors the test runner gave them).
         let image = image_dir();
         let host = NetNs::new();
         let outside = NetNs::new();
-        let tmp_o = unique("svo");
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &tmp_o,
-                "netns",
-                &outside.name,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "ho",
-                "netns",
-                &host.name,
-            ],
-        );
-        run(
-            "ip",
-            &["-n", &outside.name, "link", "set", &tmp_o, "name", "oh"],
-        );
-        run(
-            "ip",
-            &["-n", &host.name, "addr", "add", "192.0.2.1/24", "dev", "ho"],
-        );
-        run("ip", &["-n", &host.name, "link", "set", "ho", "up"]);
-        let mut addrs: Vec<&str> = NAMES.iter().chain(served).map(|(_, a)| *a).collect();
-        addrs.push(DNS);
-        if upstream_proxy {
-            addrs.push(FORWARD_PROXY);
-        }
-        for a in addrs {
-            run(
-                "ip",
-                &[
-                    "-n",
-                    &outside.name,
-                    "addr",
-                    "add",
-                    &format!("{a}/24"),
-                    "dev",
-                    "oh",
-                ],
-            );
-        }
-        run("ip", &["-n", &outside.name, "link", "set", "oh", "up"]);
-        run(
-            "ip",
-            &[
-                "-n",
-                &outside.name,
-                "route",
-                "add",
-                "10.203.0.0/16",
-                "via",
-                "192.0.2.1",
-            ],
-        );
-
+        link_outside(&host, &outside, o);
         let dir = std::env::temp_dir().join(unique("svw"));
         std::fs::create_dir_all(&dir).expect("world dir");
         let git_root = dir.join("git");
         bare_repo(&git_root, "acme", "widget");
         bare_repo(&git_root, "evil", "exfil");
-        let out_dir = dir.join("outside");
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &outside.name])
-            .arg(workspace_bin("outside-world"))
-            .arg("--dir")
-            .arg(&out_dir)
-            .args(["--dns", DNS, "--git-root"])
-            .arg(&git_root)
-            .args(["--token", CODE_TOKEN, "--token", EXAMPLE_TOKEN]);
-        for (name, addr) in NAMES.iter().chain(served) {
-            cmd.args(["--serve", &format!("{name}={addr}")]);
-        }
-        for (name, addr) in SHARED_NAMES.iter().chain(names) {
-            cmd.args(["--name", &format!("{name}={addr}")]);
-        }
-        let outside_world = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("outside-world");
-        wait_for(&out_dir.join("ready"), "the outside world");
-
-        let ssh = git_ssh.then(|| {
+        let outside_world = start_outside_world(&outside, &dir.join("outside"), &git_root, o);
+        let ssh = o.git_ssh.then(|| {
             crate::ssh_host::SshHost::start(
                 &dir.join("ssh"),
                 &git_root,
@@ -282,7 +192,7 @@ impl World {
                 h.agent_sock.display()
             )
         });
-        let (upstream_lines, forward_proxy) = if upstream_proxy {
+        let (upstream_lines, forward_proxy) = if o.upstream_proxy {
             let (lines, child) = start_forward_proxy(&dir, &outside, &host);
             (lines, Some(child))
         } else {
@@ -291,13 +201,97 @@ impl World {
         let pins = PinDir::new();
         // The host's own code-host token, brokered by `--repo` without `--secret`.
         std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
-        let socket = dir.join("svcd.sock");
         let config = dir.join("svcd.toml");
         let cgroup_parent = format!("svc-test/{}", unique("w"));
-        std::fs::write(
-            &config,
-            format!(
-                r#"state_dir = "{state}"
+        let toml = svcd_toml(&dir, &image, &pins.path, &cgroup_parent, o)
+            + &format!("{git_ssh_lines}\n{upstream_lines}\n");
+        std::fs::write(&config, toml).expect("svcd.toml");
+        let mut world = Self {
+            host,
+            outside,
+            pins,
+            socket: dir.join("svcd.sock"),
+            dir,
+            config,
+            cgroup_parent,
+            ssh,
+            forward_proxy,
+            svcd: None,
+            outside_world,
+        };
+        world.start_svcd();
+        world
+    }
+}
+
+/// The host's link to the outside world (`ho` 192.0.2.1/24), and the outside world's
+/// addresses on `oh`: every served name's, the DNS server's, the forward proxy's.
+fn link_outside(host: &NetNs, outside: &NetNs, o: &Options<'_>) {
+    veth(outside, "oh", host, "ho");
+    host.ip(&["addr", "add", "192.0.2.1/24", "dev", "ho"]);
+    host.ip(&["link", "set", "ho", "up"]);
+    let mut addrs: Vec<&str> = NAMES.iter().chain(o.served).map(|(_, a)| *a).collect();
+    addrs.push(DNS);
+    if o.upstream_proxy {
+        addrs.push(FORWARD_PROXY);
+    }
+    for a in addrs {
+        outside.ip(&["addr", "add", &format!("{a}/24"), "dev", "oh"]);
+    }
+    outside.ip(&["link", "set", "oh", "up"]);
+    outside.ip(&["route", "add", "10.203.0.0/16", "via", "192.0.2.1"]);
+}
+
+/// Start the outside world's servers (`outside-world`, state in `out_dir`, repositories
+/// under `git_root`) and wait until they are ready.
+fn start_outside_world(outside: &NetNs, out_dir: &Path, git_root: &Path, o: &Options<'_>) -> Child {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &outside.name])
+        .arg(workspace_bin("outside-world"))
+        .arg("--dir")
+        .arg(out_dir)
+        .args(["--dns", DNS, "--git-root"])
+        .arg(git_root)
+        .args(["--token", CODE_TOKEN, "--token", EXAMPLE_TOKEN]);
+    for (name, addr) in NAMES.iter().chain(o.served) {
+        cmd.args(["--serve", &format!("{name}={addr}")]);
+    }
+    for (name, addr) in SHARED_NAMES.iter().chain(o.names) {
+        cmd.args(["--name", &format!("{name}={addr}")]);
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("outside-world");
+    wait_for(&out_dir.join("ready"), "the outside world");
+    child
+}
+
+/// `KEY = "PATH"` for a tool the tests' images directory holds, empty when it holds none.
+fn tool_line(key: &str, name: &str) -> String {
+    tool(name).map_or(String::new(), |p| format!("{key} = \"{}\"", p.display()))
+}
+
+/// svcd.toml of a world in `dir` (up to its `[metrics]` table; the optional `[git_ssh]` and
+/// `[upstream]` tables follow).
+fn svcd_toml(
+    dir: &Path,
+    image: &Path,
+    pins: &Path,
+    cgroup_parent: &str,
+    o: &Options<'_>,
+) -> String {
+    let token_line = if o.no_code_token {
+        String::new()
+    } else {
+        format!(
+            "code_host_token_file = \"{}\"",
+            dir.join("code-host-token").display()
+        )
+    };
+    format!(
+        r#"state_dir = "{state}"
 socket = "{socket}"
 pin_dir = "{pins}"
 audit_dir = "{audit}"
@@ -326,49 +320,18 @@ cgroup_parent = "{cgroup_parent}"
 {container}
 [metrics]
 listen = "127.0.0.1:{METRICS_PORT}"
-{git_ssh_lines}
-{upstream_lines}
 "#,
-                image = image.display(),
-                virtiofsd = tool("virtiofsd").map_or(String::new(), |p| format!(
-                    "virtiofsd = \"{}\"",
-                    p.display()
-                )),
-                vhost_vsock = tool("vhost-device-vsock").map_or(String::new(), |p| format!(
-                    "vhost_vsock = \"{}\"",
-                    p.display()
-                )),
-                state = dir.join("state").display(),
-                socket = socket.display(),
-                pins = pins.path.display(),
-                audit = dir.join("audit").display(),
-                ca = out_dir.join("ca.pem").display(),
-                token_line = if no_code_token {
-                    String::new()
-                } else {
-                    format!(
-                        "code_host_token_file = \"{}\"",
-                        dir.join("code-host-token").display()
-                    )
-                },
-                key = dir.join("secrets.key").display(),
-            ),
-        )
-        .expect("svcd.toml");
-        let mut world = Self {
-            host,
-            outside,
-            pins,
-            dir,
-            socket,
-            config,
-            cgroup_parent,
-            ssh,
-            forward_proxy,
-            svcd: None,
-            outside_world,
-        };
-        world.start_svcd();
-        world
-    }
+        image = image.display(),
+        virtiofsd = tool_line("virtiofsd", "virtiofsd"),
+        vhost_vsock = tool_line("vhost_vsock", "vhost-device-vsock"),
+        state = dir.join("state").display(),
+        socket = dir.join("svcd.sock").display(),
+        pins = pins.display(),
+        audit = dir.join("audit").display(),
+        ca = dir.join("outside").join("ca.pem").display(),
+        key = dir.join("secrets.key").display(),
+        credentials = o.credentials,
+        microvm = o.microvm,
+        container = o.container,
+    )
 }
