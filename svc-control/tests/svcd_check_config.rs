@@ -47,8 +47,8 @@ fn every_error_is_reported_at_once_with_its_line() {
     let f = file.display();
     let want = [
         format!("{f}:1:13: at state_dir: expected an absolute path, got relative"),
-        format!("{f}:4:9: at microvm.accel: expected \"auto\", \"kvm\" or \"tcg\", got \"fast\""),
         format!("{f}:5:10: at microvm.rootfs: expected an absolute path, got rootfs.ext4"),
+        format!("{f}:4:9: at microvm.accel: expected \"auto\", \"kvm\" or \"tcg\", got \"fast\""),
         format!(
             "{f}:8:11: at audit.max_mib: expected 1 to 1048576 (MiB the audit file may grow to), got 0"
         ),

@@ -159,7 +159,8 @@ impl Default for HostConfig {
 }
 
 /// Parse and validate the text of a host configuration file. Every error is returned, in
-/// file order, each naming its line when its key is written in the file.
+/// the order svcd has always reported them (table by table), each naming its line when its key
+/// is written in the file.
 pub fn parse(file: &Path, text: &str) -> Result<HostConfig, ConfigErrors> {
     let parsed: HostConfigFile = {
         let de = toml::Deserializer::parse(text).map_err(|e| toml_error(file, text, &e))?;
@@ -173,10 +174,6 @@ pub fn parse(file: &Path, text: &str) -> Result<HostConfig, ConfigErrors> {
         for e in &mut errors.0 {
             locate(text, e);
         }
-        // In file order; those of keys not written (defaults in conflict) last.
-        errors
-            .0
-            .sort_by_key(|e| e.location.line.unwrap_or(usize::MAX));
         errors
     })
 }
