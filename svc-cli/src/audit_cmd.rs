@@ -24,6 +24,8 @@ refused are `deny`; a DNS question answered and an HTTP request allowed are `all
 
 Examples:
   svc audit --sandbox dev --since 10m
+  svc audit -n 20 --verdict deny
+  svc audit --since 2026-11-26T09:00:00Z --until 2026-11-26T10:00:00Z
   svc audit --verdict deny --follow
   svc audit --layer http --json | jq .path")]
 pub struct AuditArgs {
@@ -42,6 +44,12 @@ pub struct AuditArgs {
     /// Only records this recent (10s, 10m, 2h, 3d) or from this time (RFC 3339).
     #[arg(long)]
     pub since: Option<String>,
+    /// Only records at least this old (10s, 10m, 2h, 3d) or up to this time (RFC 3339).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only the last N matching records written so far (with --follow, new ones follow).
+    #[arg(long = "tail", short = 'n', value_name = "N")]
+    pub tail: Option<usize>,
     /// The records as svcd wrote them, one JSON object per line (schema/audit.v1.json).
     #[arg(long)]
     pub json: bool,
@@ -55,6 +63,8 @@ pub fn run(socket: &SocketArg, a: AuditArgs) -> anyhow::Result<ExitCode> {
         ("layer", &a.layer),
         ("verdict", &a.verdict),
         ("since", &a.since),
+        ("until", &a.until),
+        ("tail", &a.tail.map(|n| n.to_string())),
     ] {
         if let Some(v) = v {
             query.push(format!(

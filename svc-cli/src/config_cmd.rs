@@ -21,7 +21,8 @@ pub enum ConfigCommand {
     /// docker-compose.yaml: the first found) gives the Spotlight forwards. Every error is
     /// reported with its file, location and reason. Then svcd is asked whether you approved
     /// the workspace's perimeter as it is now (`svc workspace trust DIR`); its answer is shown,
-    /// and does not change the exit code. Exits 0 when valid, 1 when not.
+    /// and does not change the exit code. Exits 0 when valid, 1 when not, 78 when DIR is
+    /// not a directory.
     Check {
         /// The workspace root.
         #[arg(default_value = ".")]
@@ -64,17 +65,42 @@ fn approval(
         .map_err(|e| format!("{e:#}"))
 }
 
+/// The exit code of a workspace directory that is not there (sysexits' EX_CONFIG).
+const EXIT_NO_DIRECTORY: u8 = 78;
+
+/// Why `dir` cannot be a workspace, if it cannot: it is missing or no directory.
+fn not_a_directory(dir: &std::path::Path) -> Option<ConfigError> {
+    let why = match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => return None,
+        Ok(_) => "not a directory".to_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    Some(ConfigError::new(
+        dir,
+        svc_control::config::Location::default(),
+        format!("{why}: svc config check takes a workspace directory (the one holding .svc/)"),
+    ))
+}
+
 fn check(dir: &std::path::Path, json: bool, socket: &crate::client::SocketArg) -> ExitCode {
     let mut errors: Vec<ConfigError> = Vec::new();
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         errors.extend(e.0);
     }
-    let loaded = match loader::load_workspace(dir, &ApiParams::default(), std::env::vars()) {
-        Ok(l) => Some(l),
-        Err(e) => {
-            errors.extend(e.0);
+    let missing = not_a_directory(dir);
+    let loaded = match &missing {
+        Some(e) => {
+            errors.push(e.clone());
             None
         }
+        None => match loader::load_workspace(dir, &ApiParams::default(), std::env::vars()) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                errors.extend(e.0);
+                None
+            }
+        },
     };
     let ok = errors.is_empty();
     let approval = loaded.as_ref().filter(|_| ok).map(|l| approval(l, socket));
@@ -118,6 +144,8 @@ fn check(dir: &std::path::Path, json: bool, socket: &crate::client::SocketArg) -
     }
     if ok {
         ExitCode::SUCCESS
+    } else if missing.is_some() {
+        ExitCode::from(EXIT_NO_DIRECTORY)
     } else {
         ExitCode::from(1)
     }

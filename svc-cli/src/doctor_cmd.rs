@@ -36,8 +36,8 @@ pub struct DoctorArgs {
     /// only.
     #[arg(long)]
     no_host: bool,
-    /// Also probe the microvm backend (its images, /dev/kvm, QEMU); automatic when the
-    /// workspace's runtime.required names microvm.
+    /// Also probe the microvm backend (the images the running svcd uses, /dev/kvm, QEMU);
+    /// automatic when the workspace's runtime.required names microvm.
     #[arg(long)]
     microvm: bool,
     /// Run the workspace's checks inside this sandbox (in /workspace, through svcd) instead
@@ -164,17 +164,48 @@ fn line(r: &CheckResult) -> String {
 }
 
 /// The built-in host probes, read with svcd.toml's `microvm.user`, `container.runtime` and
-/// audit and state directories when this caller may read the file (else their defaults).
-fn host_probes(microvm: bool) -> Vec<CheckResult> {
+/// audit and state directories when this caller may read the file (else their defaults); with
+/// `microvm`, the microvm images the running svcd uses (or, when it does not answer, those
+/// this environment and svcd.toml name).
+async fn host_probes(socket: &crate::client::SocketArg, microvm: bool) -> Vec<CheckResult> {
     let h = svc_control::config::loader::load_host_config(None).unwrap_or_default();
-    let mut host =
-        svc_control::doctor::host_probes(microvm, &h.microvm.user, |v| std::env::var(v).ok());
+    let source = match microvm {
+        true => Some(microvm_source(socket, &h).await),
+        false => None,
+    };
+    let mut host = svc_control::doctor::host_probes(source.as_ref(), &h.microvm.user, |v| {
+        std::env::var(v).ok()
+    });
     host.push(svc_control::doctor::runtime_probe(&h.container.runtime));
     host.extend(svc_control::doctor::free_space_probes(&[
         ("audit", &h.audit_dir),
         ("state", &h.state_dir),
     ]));
     host
+}
+
+/// Where the microvm images are: the running svcd's (`GET /v1/backends`), else this
+/// environment's and `h`'s (svcd.toml's), saying why.
+async fn microvm_source(
+    socket: &crate::client::SocketArg,
+    h: &svc_control::config::host::HostConfig,
+) -> svc_control::doctor::ImageSource {
+    use svc_control::doctor::ImageSource;
+    let client = crate::client::Client::new(&socket.socket);
+    let at = socket.socket.display();
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        client.call::<(), svc_control::api::Backends>(http::Method::GET, "/v1/backends", None),
+    )
+    .await;
+    match answer {
+        Ok(Ok(b)) => ImageSource::Svcd(
+            b.backends.into_iter().find(|b| b.kind == "microvm"),
+            at.to_string(),
+        ),
+        Ok(Err(e)) => ImageSource::Local(h.microvm.images.clone(), format!("on {at}: {e:#}")),
+        Err(_) => ImageSource::Local(h.microvm.images.clone(), format!("on {at} within 5 s")),
+    }
 }
 
 /// Whether svcd answers on its socket (`host:svcd`).
@@ -255,7 +286,7 @@ pub fn run(socket: &crate::client::SocketArg, a: DoctorArgs) -> anyhow::Result<E
     let report = rt.block_on(async {
         let mut host = Vec::new();
         if !a.no_host {
-            host = host_probes(microvm);
+            host = host_probes(socket, microvm).await;
             host.push(svcd_probe(socket).await);
         }
         let progress = |r: &CheckResult| {

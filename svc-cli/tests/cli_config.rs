@@ -150,3 +150,27 @@ fn help_is_there_for_every_command() {
         );
     }
 }
+
+#[test]
+fn check_refuses_a_directory_that_is_not_there() {
+    let out = svc(&["config", "check", "/nonexistent/project"]);
+    assert_eq!(out.status.code(), Some(78));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "no defaults printed"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "✗ /nonexistent/project: no such directory: svc config check takes a workspace directory (the one holding .svc/)\n"
+        ),
+        "{stderr}"
+    );
+    let file = svc(&["config", "check", &repo("README.md")]);
+    assert_eq!(file.status.code(), Some(78));
+    assert!(
+        String::from_utf8_lossy(&file.stderr).contains("README.md: not a directory"),
+        "{file:?}"
+    );
+}

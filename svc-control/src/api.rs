@@ -13,6 +13,7 @@
 //! | `GET /v1/events[?follow=1&after=N]`    |                     | JSON lines of [`Event`]    |
 //! | `POST /v1/supervisor/upgrade`          | [`Upgrade`]         | [`Health`] of the new one  |
 //! | `POST /v1/trust/check`, `POST /v1/trust` | [`TrustRequest`]  | [`TrustCheck`]             |
+//! | `GET /v1/backends`                     |                     | [`Backends`]               |
 //!
 //! Every error is an [`ApiError`] with a non-2xx status.
 
@@ -20,6 +21,9 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
+/// What the running svcd's backends are and use.
+mod backends;
+pub use backends::{BackendInfo, Backends, Used};
 /// The approval of a project's perimeter, per API caller.
 mod trust;
 pub use trust::{ProjectPerimeter, TrustCheck, TrustRequest};

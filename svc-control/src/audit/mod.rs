@@ -31,7 +31,7 @@ pub use events::{
     CredentialEvent, DnsEvent, HttpEvent, PacketEvent, PolicyEvent, SshEvent, SshRef,
     SuppressedEvent,
 };
-pub use jsonl::JsonlFile;
+pub use jsonl::{JsonlFile, rotated};
 pub use layer::AuditLayer;
 pub use record::{AuditEvent, AuditRecord, rfc3339, schema};
 pub use sink::{AuditError, AuditSink};

@@ -1,5 +1,5 @@
 //! Which audit records a reader asked for (`svc audit --sandbox … --layer … --verdict …
-//! --since …`), decided on the records as written (JSON), so rotated files and records of
+//! --since … --until … -n N`), decided on the records as written (JSON), so rotated files and records of
 //! older versions are read the same way.
 
 use std::time::{Duration, SystemTime};
@@ -17,6 +17,11 @@ pub struct Filter {
     pub verdict: Option<Verdict>,
     /// Records at or after this time.
     pub since: Option<SystemTime>,
+    /// Records at or before this time.
+    pub until: Option<SystemTime>,
+    /// Only the last this many of the matching records written so far (those written later
+    /// still follow).
+    pub tail: Option<usize>,
     /// Only records of these sandboxes (by name), each made at or after the time it was
     /// created (so a same-named sandbox of someone else before it stays hidden): a non-root
     /// reader's own sandboxes (`policy::ownership`). `None`: every record.
@@ -49,8 +54,8 @@ fn record_time(record: &serde_json::Value) -> Option<SystemTime> {
 }
 
 impl Filter {
-    /// Build a filter from query values (`sandbox`, `layer`, `verdict`, `since` as `10m`,
-    /// `2h`, … or an RFC 3339 time), naming what is wrong.
+    /// Build a filter from query values (`sandbox`, `layer`, `verdict`, `since` and `until`
+    /// as `10m`, `2h`, … ago or an RFC 3339 time, `tail` as a number), naming what is wrong.
     pub fn parse(pairs: &[(String, String)], now: SystemTime) -> Result<Self, String> {
         let mut f = Self::default();
         for (k, v) in pairs {
@@ -64,7 +69,13 @@ impl Filter {
                         _ => return Err(format!("verdict {v:?}: expected allow or deny")),
                     });
                 }
-                "since" => f.since = Some(parse_since(v, now)?),
+                "since" => f.since = Some(parse_time("since", v, now)?),
+                "until" => f.until = Some(parse_time("until", v, now)?),
+                "tail" => {
+                    f.tail = Some(v.parse().map_err(|_| {
+                        format!("tail {v:?}: expected a number of records, such as 20")
+                    })?);
+                }
                 "follow" => {}
                 other => return Err(format!("unknown query parameter {other:?}")),
             }
@@ -108,9 +119,13 @@ impl Filter {
         {
             return false;
         }
-        if let Some(since) = self.since {
-            let at = record_time(record);
-            if at.is_none_or(|at| at < since) {
+        if self.since.is_some() || self.until.is_some() {
+            let Some(at) = record_time(record) else {
+                return false;
+            };
+            if self.since.is_some_and(|since| at < since)
+                || self.until.is_some_and(|until| at > until)
+            {
                 return false;
             }
         }
@@ -138,16 +153,16 @@ fn parse_layer(v: &str) -> Result<AuditLayer, String> {
     })
 }
 
-/// `10s`, `10m`, `2h`, `3d` ago, or an RFC 3339 time.
-fn parse_since(v: &str, now: SystemTime) -> Result<SystemTime, String> {
+/// `10s`, `10m`, `2h`, `3d` ago, or an RFC 3339 time (`key`: the parameter, for errors).
+fn parse_time(key: &str, v: &str, now: SystemTime) -> Result<SystemTime, String> {
     if let Ok(t) = humantime::parse_rfc3339_weak(v.trim_end_matches('Z')) {
         return Ok(t);
     }
     let ago: Duration = humantime::parse_duration(v).map_err(|_| {
-        format!("since {v:?}: expected a duration such as 10m or 2h, or an RFC 3339 time")
+        format!("{key} {v:?}: expected a duration such as 10m or 2h, or an RFC 3339 time")
     })?;
     now.checked_sub(ago)
-        .ok_or_else(|| format!("since {v:?}: too far back"))
+        .ok_or_else(|| format!("{key} {v:?}: too far back"))
 }
 
 #[cfg(test)]
@@ -177,7 +192,7 @@ mod tests {
             "sandbox_name":"ci","layer":"http","decision":"allow"});
         let drop = serde_json::json!({"time":"2026-11-22T11:59:00.000Z","sandbox":3,
             "sandbox_name":"dev","layer":"packet","verdict":"drop"});
-        let cases: [Case; 7] = [
+        let cases: [Case; 10] = [
             ("everything", &[], [true, true, true]),
             ("by_name", &[("sandbox", "dev")], [true, false, true]),
             ("by_id", &[("sandbox", "4")], [false, true, false]),
@@ -185,6 +200,24 @@ mod tests {
             ("denials", &[("verdict", "deny")], [true, false, true]),
             ("allowed", &[("verdict", "allow")], [false, true, false]),
             ("last_ten_minutes", &[("since", "10m")], [true, false, true]),
+            (
+                "until_ten_minutes_ago",
+                &[("until", "10m")],
+                [false, true, false],
+            ),
+            (
+                "a window",
+                &[
+                    ("since", "2026-11-22T11:50:00Z"),
+                    ("until", "2026-11-22T11:58:00Z"),
+                ],
+                [true, false, false],
+            ),
+            (
+                "tail_filters_nothing_alone",
+                &[("tail", "1")],
+                [true, true, true],
+            ),
         ];
         for (name, q, want) in cases {
             let f = Filter::parse(&pairs(q), now()).expect(name);
@@ -202,6 +235,14 @@ mod tests {
             ),
             (&[("verdict", "maybe")][..], "expected allow or deny"),
             (&[("since", "yesterday-ish")][..], "expected a duration"),
+            (
+                &[("until", "later")][..],
+                "until \"later\": expected a duration such as 10m or 2h, or an RFC 3339 time",
+            ),
+            (
+                &[("tail", "-3")][..],
+                "tail \"-3\": expected a number of records, such as 20",
+            ),
             (&[("colour", "red")][..], "unknown query parameter"),
         ] {
             let err = Filter::parse(&pairs(q), now()).expect_err("refused");

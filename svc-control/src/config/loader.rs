@@ -133,16 +133,44 @@ fn parse_optional<T>(
 /// Load svcd's host configuration: `path` if given (it must exist), else
 /// [`host::DEFAULT_PATH`] if it exists, else every default.
 pub fn load_host_config(path: Option<&Path>) -> Result<HostConfig, ConfigErrors> {
+    check_host_config(path).map(|c| c.config)
+}
+
+/// A host configuration as [`check_host_config`] found it.
+#[derive(Debug, Clone)]
+pub struct HostChecked {
+    /// The file read, or the one that would have been (the default path, absent).
+    pub file: PathBuf,
+    /// Whether the file exists (when it does not, every default applies).
+    pub present: bool,
+    pub config: HostConfig,
+    /// What is valid but likely not meant, each at its key's line.
+    pub warnings: Vec<ConfigError>,
+}
+
+/// Load and validate svcd's configuration exactly as [`load_host_config`] does, with the
+/// warnings beside it (`svcd check-config`).
+pub fn check_host_config(path: Option<&Path>) -> Result<HostChecked, ConfigErrors> {
     let (path, required) = match path {
         Some(p) => (p.to_owned(), true),
         None => (PathBuf::from(host::DEFAULT_PATH), false),
     };
     match read_optional(&path)? {
-        Some(text) => host::parse(&path, &text),
+        Some(text) => host::check(&path, &text).map(|(config, warnings)| HostChecked {
+            file: path,
+            present: true,
+            config,
+            warnings,
+        }),
         None if required => {
             Err(ConfigError::new(&path, Location::default(), "file not found").into())
         }
-        None => Ok(HostConfig::default()),
+        None => Ok(HostChecked {
+            file: path,
+            present: false,
+            config: HostConfig::default(),
+            warnings: Vec::new(),
+        }),
     }
 }
 

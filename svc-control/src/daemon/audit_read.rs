@@ -1,8 +1,9 @@
-//! Reading the audit log for `GET /v1/audit`: the rotated file, then the current one, line by
-//! line; then, when following, new lines as they are written, across a rotation (the file
-//! shrinks or is replaced).
+//! Reading the audit log for `GET /v1/audit`: the rotated files, oldest first, then the
+//! current one, line by line (only the last N matching with `tail`); then, when following, new
+//! lines as they are written, across a rotation (the file shrinks or is replaced).
 
 use std::{
+    collections::VecDeque,
     io::{BufRead as _, BufReader, Seek as _, SeekFrom},
     os::unix::fs::MetadataExt as _,
     path::Path,
@@ -12,34 +13,87 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::audit::query::Filter;
+use crate::audit::{query::Filter, rotated};
 
 /// How often a follower looks for new lines.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Send every matching line to `tx` (blocking; run it on a blocking thread). Returns when the
-/// reader goes away, or at the end of the files when not following.
+/// Send every matching line to `tx` (blocking; run it on a blocking thread): with the
+/// filter's `tail`, only the last that many of those written so far. Returns when the reader
+/// goes away, or at the end of the files when not following.
 pub(super) fn stream(path: &Path, filter: &Filter, follow: bool, tx: &mpsc::Sender<Bytes>) {
-    let rotated = path.with_extension("jsonl.1");
-    if let Ok(f) = std::fs::File::open(&rotated)
-        && !send_lines(BufReader::new(f), filter, tx)
-    {
-        return;
-    }
-    let Ok(mut file) = std::fs::File::open(path) else {
-        if !follow {
+    let mut out = Out {
+        filter,
+        tx,
+        tail: filter
+            .tail
+            .map(|n| (n, VecDeque::with_capacity(n.min(4096)))),
+    };
+    let oldest = (1..).take_while(|n| rotated(path, *n).exists()).last();
+    for n in (1..=oldest.unwrap_or(0)).rev() {
+        if let Ok(f) = std::fs::File::open(rotated(path, n))
+            && !out.lines(BufReader::new(f))
+        {
             return;
         }
-        return follow_from(path, None, filter, tx);
+    }
+    let Ok(mut file) = std::fs::File::open(path) else {
+        if out.flush() && follow {
+            follow_from(path, None, filter, tx);
+        }
+        return;
     };
     let ino = file.metadata().map(|m| m.ino()).ok();
     let mut reader = BufReader::new(&mut file);
-    if !send_lines(&mut reader, filter, tx) || !follow {
+    if !out.lines(&mut reader) || !out.flush() || !follow {
         return;
     }
     let pos = reader.stream_position().ok();
     drop(reader);
     follow_from(path, ino.zip(pos), filter, tx);
+}
+
+/// Where the matching lines of the files written so far go: straight to the reader, or the
+/// last `tail` of them kept until the end.
+struct Out<'a> {
+    filter: &'a Filter,
+    tx: &'a mpsc::Sender<Bytes>,
+    tail: Option<(usize, VecDeque<String>)>,
+}
+
+impl Out<'_> {
+    /// The matching lines of `reader`; false once the reader has gone away.
+    fn lines(&mut self, reader: impl std::io::BufRead) -> bool {
+        for line in reader.lines() {
+            let Ok(line) = line else {
+                return true;
+            };
+            match &mut self.tail {
+                None => {
+                    if !send_line(&line, self.filter, self.tx) {
+                        return false;
+                    }
+                }
+                Some((n, kept)) => {
+                    if *n > 0 && wanted(&line, self.filter) {
+                        if kept.len() == *n {
+                            kept.pop_front();
+                        }
+                        kept.push_back(line);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Send the kept lines; false once the reader has gone away.
+    fn flush(&mut self) -> bool {
+        let Some((_, kept)) = &mut self.tail else {
+            return true;
+        };
+        kept.drain(..).all(|line| send(&line, self.tx))
+    }
 }
 
 /// Follow `path` from (inode, offset); a new inode or a shorter file starts over at 0.
@@ -89,26 +143,18 @@ fn follow_from(path: &Path, mut at: Option<(u64, u64)>, filter: &Filter, tx: &mp
     }
 }
 
-/// Send the matching lines of `reader`; false once the reader has gone away.
-fn send_lines(reader: impl std::io::BufRead, filter: &Filter, tx: &mpsc::Sender<Bytes>) -> bool {
-    for line in reader.lines() {
-        let Ok(line) = line else {
-            return true;
-        };
-        if !send_line(&line, filter, tx) {
-            return false;
-        }
-    }
-    true
+/// Whether `line` is a record the reader asked for.
+fn wanted(line: &str, filter: &Filter) -> bool {
+    serde_json::from_str::<serde_json::Value>(line).is_ok_and(|record| filter.matches(&record))
 }
 
+/// Send `line` if it is wanted; false once the reader has gone away.
 fn send_line(line: &str, filter: &Filter, tx: &mpsc::Sender<Bytes>) -> bool {
-    let Ok(record) = serde_json::from_str::<serde_json::Value>(line) else {
-        return true;
-    };
-    if !filter.matches(&record) {
-        return true;
-    }
+    !wanted(line, filter) || send(line, tx)
+}
+
+/// Send `line`; false once the reader has gone away.
+fn send(line: &str, tx: &mpsc::Sender<Bytes>) -> bool {
     let mut out = line.as_bytes().to_vec();
     out.push(b'\n');
     tx.blocking_send(Bytes::from(out)).is_ok()

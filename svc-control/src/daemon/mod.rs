@@ -3,6 +3,7 @@
 
 mod api_socket;
 mod audit_read;
+mod backends_route;
 mod callers;
 mod exec;
 mod failure;

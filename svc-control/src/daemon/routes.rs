@@ -139,6 +139,12 @@ impl Call<'_> {
             ["events"] if self.method == Method::GET => {
                 streams::events_stream(&self.ctx.sup, &self.who, &self.query)
             }
+            ["backends"] if self.method == Method::GET => Ok(json(
+                StatusCode::OK,
+                &super::backends_route::describe(self.ctx.sup.backends(), |v| {
+                    std::env::var(v).ok()
+                }),
+            )),
             ["audit"] if self.method == Method::GET => {
                 streams::audit_stream(&self.ctx.sup, &self.who, &self.query)
             }

@@ -230,9 +230,11 @@ async fn perimeter_up(
     stop_rx: &watch::Receiver<bool>,
 ) -> anyhow::Result<Perimeter> {
     let audit: Arc<JsonlFile> = Arc::new(
-        JsonlFile::open(host.audit_dir.join("audit.jsonl"), 256 * 1024 * 1024)
-            .context("opening the audit log")?,
+        JsonlFile::open(host.audit_dir.join("audit.jsonl"), host.audit.max_bytes)
+            .context("opening the audit log")?
+            .keeping(host.audit.keep),
     );
+    reopen_on_hangup(audit.clone())?;
     let upstream = Upstream::from_host(host).map_err(|e| anyhow::anyhow!("DNS upstreams: {e}"))?;
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(crate::metrics::Metrics::new());
@@ -330,6 +332,22 @@ async fn serve_perimeter(
     );
     tokio::spawn(guard.clone().serve_tcp(guard_tcp, stopped(stop_rx.clone())));
     Ok(threads)
+}
+
+/// SIGHUP reopens the audit log: after logrotate renamed it (`create`), the next record lands
+/// in a new file at its path.
+fn reopen_on_hangup(audit: Arc<JsonlFile>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match audit.reopen() {
+                Ok(()) => info!(path = %audit.path().display(), "SIGHUP: reopened the audit log"),
+                Err(e) => warn!(error = %e, "SIGHUP: reopening the audit log"),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The backends: the container backend (always) and the microvm backend (offered when its

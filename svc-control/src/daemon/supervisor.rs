@@ -210,6 +210,11 @@ impl Supervisor {
     }
 
     /// The coding agent's home, (host directory, guest path), if svcd.toml sets one.
+    /// The backends this svcd has (`GET /v1/backends`).
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
     pub fn agent_home(&self) -> Option<&(PathBuf, PathBuf)> {
         self.config.host.agent_home.as_ref()
     }

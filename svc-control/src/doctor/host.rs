@@ -3,12 +3,17 @@
 
 use std::{path::Path, time::Instant};
 
-use super::report::{CheckResult, HostOutcome, host_result};
+use super::{
+    images::{self, ImageSource},
+    report::{CheckResult, HostOutcome, host_result},
+};
 
-/// What the probes read: svcd.toml's `microvm.user` and the environment.
+/// What the probes read: svcd.toml's `microvm.user`, the environment, and where the microvm
+/// images are found.
 struct Host<'a> {
     microvm_user: &'a str,
     env: &'a dyn Fn(&str) -> Option<String>,
+    images: &'a ImageSource,
 }
 
 /// A built-in probe: its name (`host:NAME`), whether it is required, and its check.
@@ -36,26 +41,33 @@ const MICROVM: &[Probe] = &[
 ];
 
 /// The built-in host probes svcd's perimeter needs, each named with a fix hint; with
-/// `microvm`, also the microvm backend's (SPEC 2.8), `microvm_user` being svcd.toml's
-/// `microvm.user` (whose id range the QEMUs run in). `env` reads the environment.
+/// `microvm` (where its images are found), also the microvm backend's (SPEC 2.8),
+/// `microvm_user` being svcd.toml's `microvm.user` (whose id range the QEMUs run in). `env`
+/// reads the environment.
 pub fn host_probes(
-    microvm: bool,
+    microvm: Option<&ImageSource>,
     microvm_user: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Vec<CheckResult> {
+    let local = ImageSource::Local(Default::default(), String::new());
     let host = Host {
         microvm_user,
         env: &env,
+        images: microvm.unwrap_or(&local),
     };
-    let microvm_probes = if microvm { MICROVM } else { &[] };
-    PERIMETER
+    let microvm_probes = if microvm.is_some() { MICROVM } else { &[] };
+    let mut results: Vec<CheckResult> = PERIMETER
         .iter()
         .chain(microvm_probes)
         .map(|(name, required, probe)| {
             let t0 = Instant::now();
             host_result(name, *required, t0, probe(&host))
         })
-        .collect()
+        .collect();
+    if let Some(source) = microvm {
+        results.push(images::source_result(source));
+    }
+    results
 }
 
 fn removed_variables(host: &Host<'_>) -> HostOutcome {
@@ -156,34 +168,21 @@ fn ip_forward(_: &Host<'_>) -> HostOutcome {
 }
 
 fn microvm_kernel(host: &Host<'_>) -> HostOutcome {
-    image_variable(host, "SVC_MICROVM_KERNEL")
+    images::probe(host.images, host.env, "kernel", "SVC_MICROVM_KERNEL")
 }
 
 fn microvm_rootfs(host: &Host<'_>) -> HostOutcome {
-    image_variable(host, "SVC_MICROVM_ROOTFS")
-}
-
-/// The image `var` names is set and readable.
-fn image_variable(host: &Host<'_>, var: &str) -> HostOutcome {
-    match (host.env)(var) {
-        None => Err((
-            format!("{var} is not set"),
-            "set it to the microvm image (cargo xtask images builds them)",
-        )),
-        Some(p) => match std::fs::File::open(&p) {
-            Ok(_) => Ok(p),
-            Err(e) => Err((format!("{var}={p}: {e}"), "point it at a readable file")),
-        },
-    }
+    images::probe(host.images, host.env, "rootfs", "SVC_MICROVM_ROOTFS")
 }
 
 fn microvm_agent(host: &Host<'_>) -> HostOutcome {
-    match (host.env)("SVC_MICROVM_ROOTFS") {
-        None => Err((
+    match images::image(host.images, host.env, "rootfs", "SVC_MICROVM_ROOTFS") {
+        Ok(image) => agent_in_image(&image),
+        Err(_) if matches!(host.images, ImageSource::Local(..)) => Err((
             "no SVC_MICROVM_ROOTFS to look in".into(),
             "set SVC_MICROVM_ROOTFS (cargo xtask images builds the image)",
         )),
-        Some(image) => agent_in_image(&image),
+        Err(e) => Err(e),
     }
 }
 
@@ -293,7 +292,8 @@ mod tests {
     #[test]
     fn host_probes_name_what_is_wrong_and_how_to_fix_it() {
         let removed = |v: &str| (v == "SVC_DOCTOR_MICROVM_INSTANCE").then(|| "x".to_owned());
-        let r = host_probes(true, "svc-no-such-user", removed);
+        let local = ImageSource::Local(Default::default(), "not asked".into());
+        let r = host_probes(Some(&local), "svc-no-such-user", removed);
         let by = |n: &str| {
             r.iter()
                 .find(|c| c.name == n)
@@ -325,7 +325,7 @@ mod tests {
             "{no_range:?}"
         );
         // This machine has what the perimeter needs (`cargo xtask setup --tests` made svc-vm).
-        let vm = host_probes(true, "svc-vm", |_| None);
+        let vm = host_probes(Some(&local), "svc-vm", |_| None);
         assert!(
             vm.iter()
                 .any(|c| c.name == "host:microvm-user" && c.status == Status::Passed),
@@ -335,7 +335,7 @@ mod tests {
             assert_eq!(by(ok).status, Status::Passed, "{:?}", by(ok));
         }
         assert!(
-            host_probes(false, "svc-vm", |_| None)
+            host_probes(None, "svc-vm", |_| None)
                 .iter()
                 .all(|c| !c.name.contains("microvm"))
         );

@@ -475,6 +475,11 @@ pub trait Backend: Send + Sync {
     fn accel(&self) -> Option<String> {
         None
     }
+    /// What else it uses that an operator may ask after, as (name, value): the microvm
+    /// backend's image paths.
+    fn details(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
     /// Start the guest and plug it into its link through `links`.
     fn start<'a>(
         &'a self,

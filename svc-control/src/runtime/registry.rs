@@ -171,6 +171,11 @@ impl Backends {
         ))
     }
 
+    /// Every registered backend, by kind name.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
+        self.by_name.values()
+    }
+
     /// What each registered backend is, with why it cannot make sandboxes if it cannot.
     pub fn describe_all(&self) -> Vec<(Description, Result<(), String>)> {
         self.by_name
@@ -188,6 +193,7 @@ pub struct Described<B> {
     about: Description,
     availability: fn(&B) -> Result<(), String>,
     accel: fn(&B) -> Option<String>,
+    details: fn(&B) -> Vec<(&'static str, String)>,
 }
 
 impl<B: Backend> Described<B> {
@@ -198,6 +204,7 @@ impl<B: Backend> Described<B> {
             about,
             availability: |_| Ok(()),
             accel: |_| None,
+            details: |_| Vec::new(),
         }
     }
 
@@ -214,6 +221,13 @@ impl<B: Backend> Described<B> {
         self.accel = f;
         self
     }
+
+    /// The details read with `f`.
+    #[must_use]
+    pub fn details(mut self, f: fn(&B) -> Vec<(&'static str, String)>) -> Self {
+        self.details = f;
+        self
+    }
 }
 
 /// The container backend, described.
@@ -222,7 +236,7 @@ pub fn container(c: Arc<super::Container>) -> Arc<dyn Backend> {
 }
 
 /// The microvm backend, described: available when its images are configured, its
-/// accelerator and why it was chosen.
+/// accelerator and why it was chosen, and the images it boots.
 pub fn microvm(m: Arc<super::Microvm>) -> Arc<dyn Backend> {
     Arc::new(
         Described::new(m, MICROVM_ABOUT)
@@ -230,6 +244,18 @@ pub fn microvm(m: Arc<super::Microvm>) -> Arc<dyn Backend> {
             .accel(|m| {
                 let (accel, why) = m.accel();
                 Some(format!("{accel} ({why})"))
+            })
+            .details(|m| {
+                let Some(images) = m.images() else {
+                    return Vec::new();
+                };
+                let shown = |p: &std::path::Path| p.display().to_string();
+                let mut v = vec![
+                    ("kernel", shown(&images.kernel)),
+                    ("rootfs", shown(&images.rootfs)),
+                ];
+                v.extend(images.initrd.as_deref().map(|p| ("initrd", shown(p))));
+                v
             }),
     )
 }
@@ -246,6 +272,9 @@ impl<B: Backend> Backend for Described<B> {
     }
     fn accel(&self) -> Option<String> {
         (self.accel)(&self.inner)
+    }
+    fn details(&self) -> Vec<(&'static str, String)> {
+        (self.details)(&self.inner)
     }
     fn start<'a>(
         &'a self,

@@ -49,6 +49,11 @@ enum Command {
     /// Inspect and operate the eBPF fence directly (operator diagnostics).
     #[command(subcommand)]
     Fence(FenceCommand),
+    /// Check the host configuration as `svcd run` would load it, without running: every
+    /// error at once with its file and line, warnings for settings that are valid but likely
+    /// not meant. Exits 0 when it is valid, 78 when it is not.
+    #[command(alias = "configtest")]
+    CheckConfig,
     /// Print the JSON Schema of one audit line (schema/audit.v1.json).
     AuditSchema,
     /// Check the coding agent's credentials once, as a running svcd's guardian does, and
@@ -112,14 +117,20 @@ struct PinArgs {
     pin_dir: Option<PathBuf>,
 }
 
+/// svcd's exit code for an invalid configuration (sysexits' EX_CONFIG).
+const EXIT_CONFIG: u8 = 78;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::CheckConfig) {
+        return check_config(cli.config.as_deref());
+    }
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
         return ExitCode::from(64);
     }
-    let host = match loader::load_host_config(cli.config.as_deref()) {
-        Ok(h) => h,
+    let host = match loader::check_host_config(cli.config.as_deref()) {
+        Ok(checked) => run_warnings(&cli.command, checked),
         Err(e) => {
             eprintln!("svcd: invalid configuration:\n{e}");
             return ExitCode::from(64);
@@ -131,6 +142,7 @@ fn main() -> ExitCode {
             .map(|s| println!("{s}"))
             .map_err(anyhow::Error::from),
         Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
+        Command::CheckConfig => Ok(()),
         Command::Guardian { now } => return guardian(&host, now),
     };
     match result {
@@ -140,6 +152,63 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The checked configuration, its warnings printed first when svcd is to run with it.
+fn run_warnings(
+    command: &Command,
+    checked: loader::HostChecked,
+) -> svc_control::config::host::HostConfig {
+    if matches!(command, Command::Run { .. }) {
+        for w in &checked.warnings {
+            eprintln!("svcd: warning: {w}");
+        }
+    }
+    checked.config
+}
+
+/// `svcd check-config`: the file's errors (each on a line of its own, file:line first) and
+/// warnings on stderr, `FILE: ok` on stdout when it is valid.
+fn check_config(path: Option<&std::path::Path>) -> ExitCode {
+    match loader::check_host_config(path) {
+        Ok(checked) => {
+            for w in &checked.warnings {
+                eprintln!("warning: {w}");
+            }
+            if checked.present {
+                println!("{}: ok", checked.file.display());
+            } else {
+                println!(
+                    "{}: absent, every default applies: ok",
+                    checked.file.display()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            let file = errors.0.first().map_or_else(
+                || config_path(path).display().to_string(),
+                |e| e.file.display().to_string(),
+            );
+            let n = errors.0.len();
+            eprintln!(
+                "svcd: {file}: invalid configuration ({n} error{})",
+                if n == 1 { "" } else { "s" }
+            );
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+/// The configuration file svcd reads: `--config`, else the default path.
+fn config_path(path: Option<&std::path::Path>) -> PathBuf {
+    path.map_or_else(
+        || PathBuf::from(svc_control::config::host::DEFAULT_PATH),
+        std::path::Path::to_owned,
+    )
 }
 
 fn guardian(host: &svc_control::config::host::HostConfig, now: Option<u64>) -> ExitCode {

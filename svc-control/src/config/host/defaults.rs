@@ -35,3 +35,7 @@ pub const REFRESH_POLL_SECS: u64 = 60;
 pub const REFRESH_LEAD_SECS: u64 = 1800;
 pub const GIT_SSH: &str = "/usr/bin/ssh";
 pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";
+/// The audit file's size at which it is rotated, in MiB.
+pub const AUDIT_MAX_MIB: u64 = 256;
+/// Rotated audit files kept beside it.
+pub const AUDIT_KEEP: u32 = 1;

@@ -68,6 +68,44 @@ impl HostsFile {
     }
 }
 
+impl CodeHostFamily {
+    /// What is valid but likely not meant, as (key, message): the code host or its API set
+    /// to a site that is not GitHub while the upload and archive hosts are still GitHub's
+    /// defaults, which guests may then still reach.
+    pub fn warnings(&self) -> Vec<(&'static str, String)> {
+        let github = |h: &HostPattern| {
+            let name = h.to_string();
+            name == defaults::CODE_HOST || name.ends_with(".github.com")
+        };
+        let moved = [
+            ("hosts.code_host", &self.code_host),
+            ("hosts.code_api_host", &self.api_host),
+        ]
+        .into_iter()
+        .find(|(_, h)| !github(h));
+        let Some((key, host)) = moved else {
+            return Vec::new();
+        };
+        [
+            ("code_uploads_host", &self.uploads_host),
+            ("code_archive_host", &self.archive_host),
+        ]
+        .into_iter()
+        .filter(|(_, h)| github(h))
+        .map(|(left, h)| {
+            (
+                key,
+                format!(
+                    "{key} is {host}, not GitHub, but hosts.{left} is still {h}: guests may still \
+                     reach it; set hosts.{left} to {host}'s own host (the code host family is \
+                     code_host, code_api_host, code_uploads_host and code_archive_host)"
+                ),
+            )
+        })
+        .collect()
+    }
+}
+
 /// `value` (or `default`) as a host pattern; on error, an empty exact name.
 fn host(
     key: &str,
@@ -83,4 +121,59 @@ fn host(
             port: None,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn family(code: &str, api: &str, uploads: Option<&str>, archive: Option<&str>) -> HostsFile {
+        HostsFile {
+            agent: None,
+            code_host: Some(code.into()),
+            code_api_host: Some(api.into()),
+            code_uploads_host: uploads.map(Into::into),
+            code_archive_host: archive.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_mixed_code_host_family_is_warned_of_by_key() {
+        let gitlab = "gitlab.example.org";
+        let api = "gitlab.example.org";
+        let cases: [(&str, HostsFile, &[&str]); 4] = [
+            ("github", HostsFile::default(), &[]),
+            (
+                "gitlab, defaults left",
+                family(gitlab, api, None, None),
+                &["code_uploads_host", "code_archive_host"],
+            ),
+            (
+                "gitlab, archive set",
+                family(gitlab, api, None, Some("gitlab.example.org")),
+                &["code_uploads_host"],
+            ),
+            (
+                "gitlab, all set",
+                family(gitlab, api, Some(gitlab), Some(gitlab)),
+                &[],
+            ),
+        ];
+        for (name, file, keys) in cases {
+            let mut errors = Vec::new();
+            let hosts = file.validate(&mut |k: &str, m: String| errors.push(format!("{k}: {m}")));
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+            let warnings = hosts.code.warnings();
+            assert_eq!(warnings.len(), keys.len(), "{name}: {warnings:?}");
+            for ((key, message), left) in warnings.iter().zip(keys) {
+                assert_eq!(*key, "hosts.code_host", "{name}");
+                assert!(
+                    message.starts_with(&format!(
+                        "hosts.code_host is gitlab.example.org, not GitHub, but hosts.{left} is still "
+                    )) && message.contains(&format!("set hosts.{left} to")),
+                    "{name}: {message}"
+                );
+            }
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! `[microvm]`: the microvm backend (QEMU `-M microvm`): its binaries, guest size,
+//! `[microvm]`: the microvm backend (QEMU `-M microvm`): its images, binaries, guest size,
 //! accelerator, user range and agent channel.
 
 use std::path::PathBuf;
@@ -7,12 +7,19 @@ use serde::{Deserialize, Serialize};
 
 use super::{checks, defaults};
 
-/// `[microvm]`: the microvm backend (QEMU `-M microvm`). The kernel and root file system come
-/// from `SVC_MICROVM_KERNEL` / `SVC_MICROVM_ROOTFS` (and `SVC_MICROVM_INITRD`) in svcd's
-/// environment, not from this file.
+/// `[microvm]`: the microvm backend (QEMU `-M microvm`). The kernel, root file system and
+/// initramfs come from `kernel`, `rootfs` and `initrd` here, or from `SVC_MICROVM_KERNEL`,
+/// `SVC_MICROVM_ROOTFS` and `SVC_MICROVM_INITRD` in svcd's environment, which win over the
+/// file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MicrovmFile {
+    /// The guest kernel image (absolute path).
+    pub kernel: Option<PathBuf>,
+    /// The guest's root file system image, ext4 with the agent (absolute path).
+    pub rootfs: Option<PathBuf>,
+    /// The initramfs the kernel needs, if any (absolute path).
+    pub initrd: Option<PathBuf>,
     /// The QEMU system emulator (a name is looked up on PATH).
     pub qemu: Option<PathBuf>,
     /// Guest memory in MiB (the guest's RAM; the ceiling on the QEMU process adds
@@ -36,9 +43,20 @@ pub struct MicrovmFile {
     pub vhost_vsock: Option<PathBuf>,
 }
 
+/// The images `[microvm]` names (each absolute when set); the environment's
+/// `SVC_MICROVM_*` win over them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImagePaths {
+    pub kernel: Option<PathBuf>,
+    pub rootfs: Option<PathBuf>,
+    pub initrd: Option<PathBuf>,
+}
+
 /// The microvm backend's settings, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MicrovmConfig {
+    /// The images the file names (`kernel`, `rootfs`, `initrd`).
+    pub images: ImagePaths,
     pub qemu: PathBuf,
     pub memory_mib: u64,
     pub overhead_mib: u64,
@@ -59,6 +77,15 @@ impl MicrovmFile {
     /// `[container] disk_mib`, set by the caller.
     pub(super) fn validate(self, err: &mut impl FnMut(&str, String)) -> MicrovmConfig {
         let (memory_mib, overhead_mib, cpus) = self.size(err);
+        for (key, path) in [
+            ("microvm.kernel", &self.kernel),
+            ("microvm.rootfs", &self.rootfs),
+            ("microvm.initrd", &self.initrd),
+        ] {
+            if let Some(p) = path {
+                checks::check_absolute(key, p, err);
+            }
+        }
         let accel = self.accel.unwrap_or_else(|| "auto".to_owned());
         if !["auto", "kvm", "tcg"].contains(&accel.as_str()) {
             err(
@@ -83,6 +110,11 @@ impl MicrovmFile {
             );
         }
         MicrovmConfig {
+            images: ImagePaths {
+                kernel: self.kernel,
+                rootfs: self.rootfs,
+                initrd: self.initrd,
+            },
             qemu: self
                 .qemu
                 .unwrap_or_else(|| PathBuf::from("qemu-system-x86_64")),

@@ -8,6 +8,7 @@
 //! turns it into its validated type. This file holds the whole: the file type, the validated
 //! [`HostConfig`], [`parse`], and the check that calls each section in turn.
 
+mod audit;
 mod checks;
 mod container;
 mod credentials;
@@ -22,6 +23,7 @@ mod metrics;
 mod microvm;
 mod network;
 mod proxy;
+mod spans;
 mod upstream;
 
 use std::{
@@ -32,6 +34,7 @@ use std::{
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
+pub use audit::{AuditConfig, AuditFile};
 pub use container::{ContainerConfig, ContainerFile};
 pub use credentials::{CredentialsFile, DEFAULT_ENTRY, GuardianConfig, parse_token_endpoint};
 pub use dns::{DnsFile, parse_upstream, resolv_conf_nameservers};
@@ -40,7 +43,7 @@ pub use git_ssh::{GitSshConfig, GitSshFile};
 pub use hosts::{CodeHostFamily, HostsFile};
 use limits::{LimitsConfig, LimitsFile};
 pub use metrics::MetricsFile;
-pub use microvm::{MicrovmConfig, MicrovmFile};
+pub use microvm::{ImagePaths, MicrovmConfig, MicrovmFile};
 pub use network::NetworkFile;
 pub use proxy::ProxyFile;
 pub use upstream::{NoProxy, UpstreamFile, UpstreamProxyConfig};
@@ -87,6 +90,9 @@ pub struct HostConfigFile {
     /// `[limits]`: what one sandbox may hold open in svcd (see [`limits`]).
     #[serde(default)]
     pub limits: LimitsFile,
+    /// `[audit]`: the audit log's size cap and rotated files kept.
+    #[serde(default)]
+    pub audit: AuditFile,
 }
 
 /// Validated host configuration with every default applied.
@@ -136,6 +142,8 @@ pub struct HostConfig {
     pub upstream_proxy: Option<UpstreamProxyConfig>,
     /// What one sandbox may hold open in svcd, per channel (`[limits]`).
     pub limits: LimitsConfig,
+    /// The audit log's retention (`[audit]`).
+    pub audit: AuditConfig,
 }
 
 impl Default for HostConfig {
@@ -150,7 +158,9 @@ impl Default for HostConfig {
     }
 }
 
-/// Parse and validate the text of a host configuration file.
+/// Parse and validate the text of a host configuration file. Every error is returned, in
+/// the order svcd has always reported them (table by table), each naming its line when its key
+/// is written in the file.
 pub fn parse(file: &Path, text: &str) -> Result<HostConfig, ConfigErrors> {
     let parsed: HostConfigFile = {
         let de = toml::Deserializer::parse(text).map_err(|e| toml_error(file, text, &e))?;
@@ -160,17 +170,44 @@ pub fn parse(file: &Path, text: &str) -> Result<HostConfig, ConfigErrors> {
             err
         })?
     };
-    validate(file, parsed)
+    validate(file, parsed).map_err(|mut errors| {
+        for e in &mut errors.0 {
+            locate(text, e);
+        }
+        errors
+    })
+}
+
+/// Parse and validate as [`parse`] does, and also say what is valid but likely not meant
+/// (warnings, each at its key's line).
+pub fn check(file: &Path, text: &str) -> Result<(HostConfig, Vec<ConfigError>), ConfigErrors> {
+    let config = parse(file, text)?;
+    let warnings = config
+        .code
+        .warnings()
+        .into_iter()
+        .map(|(key, message)| {
+            let mut w = ConfigError::new(file, Location::at(key), message);
+            locate(text, &mut w);
+            w
+        })
+        .collect();
+    Ok((config, warnings))
+}
+
+/// Fill in the line and column of `e`'s key from where it is written in `text`.
+fn locate(text: &str, e: &mut ConfigError) {
+    if e.location.line.is_none()
+        && let Some((line, column)) = spans::position(text, &e.location.path)
+    {
+        e.location.line = Some(line);
+        e.location.column = Some(column);
+    }
 }
 
 fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
     let (line, column) = e.span().map_or((None, None), |span| {
-        let before = &text[..span.start.min(text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before
-            .rfind('\n')
-            .map_or(before.len(), |i| before.len() - i - 1)
-            + 1;
+        let (line, column) = spans::line_column(text, span.start);
         (Some(line), Some(column))
     });
     ConfigError::new(
@@ -231,6 +268,7 @@ fn check_sections(f: HostConfigFile, err: &mut impl FnMut(&str, String)) -> Host
     let mut microvm = f.microvm.validate(err);
     microvm.disk_mib = container.disk_mib;
     let metrics_listen = f.metrics.validate(err);
+    let audit = f.audit.validate(err);
     HostConfig {
         state_dir,
         socket,
@@ -262,6 +300,7 @@ fn check_sections(f: HostConfigFile, err: &mut impl FnMut(&str, String)) -> Host
         git_ssh,
         upstream_proxy,
         limits,
+        audit,
     }
 }
 

@@ -107,6 +107,7 @@ impl Monitor for FakeMonitor {
 /// that does not exist (so stop finds no cgroup to remove).
 pub(super) fn microvm(monitor: Arc<FakeMonitor>, state: &Path) -> Microvm {
     let config = MicrovmConfig {
+        images: crate::config::host::ImagePaths::default(),
         qemu: PathBuf::from("/nonexistent/qemu"),
         memory_mib: 256,
         overhead_mib: 64,

@@ -83,7 +83,8 @@ impl std::fmt::Debug for Microvm {
 }
 
 impl Microvm {
-    /// The backend as svcd's configuration and environment make it. It always exists; when
+    /// The backend as svcd's configuration and environment make it (the environment's
+    /// `SVC_MICROVM_*` images win over `[microvm]`'s). It always exists; when
     /// the images are missing, [`Microvm::unavailable`] says why and creation is refused.
     pub fn new(
         config: &MicrovmConfig,
@@ -102,7 +103,7 @@ impl Microvm {
             config,
             state_dir.join("sandboxes"),
             cgroup_parent,
-            Images::from_env(env),
+            Images::resolve(&config.images, env),
         )
     }
 
@@ -131,6 +132,11 @@ impl Microvm {
     /// Why a sandbox cannot be made with this backend, if it cannot.
     pub fn unavailable(&self) -> Option<&str> {
         self.images.as_ref().err().map(String::as_str)
+    }
+
+    /// The images its guests boot from, when they are usable.
+    pub fn images(&self) -> Option<&Images> {
+        self.images.as_ref().ok()
     }
 
     /// The accelerator and why it was chosen.
