@@ -119,7 +119,7 @@ fn check(dir: &std::path::Path, json: bool, socket: &crate::client::SocketArg) -
     if ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::CONFIG)
     }
 }
 

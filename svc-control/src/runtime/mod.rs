@@ -302,15 +302,35 @@ struct HostProcess {
 }
 
 /// Which guest process a runtime's exec started: the pid the runtime writes to `pid_file`
-/// once the command runs, in the pid namespace of the guest whose init is `init`. The file
-/// is removed with it.
+/// once the command runs, in the pid namespace of the guest whose init is `init`; `log`: where
+/// the runtime writes its own errors (`--log-format json`). The files are removed with it.
 #[derive(Debug)]
 pub struct GuestProcess {
     pub pid_file: std::path::PathBuf,
     pub init: u32,
+    pub log: std::path::PathBuf,
 }
 
 impl GuestProcess {
+    /// When the runtime's exec ended with `code` without starting the command (no pid file),
+    /// the status that says why, as a shell says it: 127 the command was not found, 126 it
+    /// cannot be run (not executable, permission denied, no such working directory), 125 the
+    /// runtime failed otherwise. `None`: the command ran, and `code` is its own.
+    fn not_started(&self, code: i32) -> Option<i32> {
+        if code != RUNTIME_FAILED || self.pid_file.exists() {
+            return None;
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let message = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["level"] == "error" || v["level"] == "fatal")
+            .filter_map(|v| v["msg"].as_str().map(str::to_owned))
+            .next_back()
+            .unwrap_or_default();
+        Some(start_failure_status(&message))
+    }
+
     /// SIGKILL the command's process if it is still in the guest's pid namespace (a pid reused
     /// by a host process is never signalled: the process is held by a pidfd before its
     /// namespace is checked). `Ok(false)`: the runtime has not said which process it is yet.
@@ -343,6 +363,29 @@ impl GuestProcess {
 impl Drop for GuestProcess {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// The status the OCI runtime's `exec` ends with when it could not start the command.
+const RUNTIME_FAILED: i32 = 255;
+
+/// The exit status for an exec the runtime could not start, from its error `message`
+/// (runc: `exec failed: unable to start container process: exec: "NAME": executable file not
+/// found in $PATH`): 127 not found, 126 found but not runnable, 125 anything else.
+fn start_failure_status(message: &str) -> i32 {
+    let Some(why) = message
+        .split_once("unable to start container process: ")
+        .map(|(_, w)| w)
+    else {
+        return 125;
+    };
+    let not_found =
+        why.contains("executable file not found") || why.contains("no such file or directory");
+    if why.starts_with("exec: ") && not_found {
+        127
+    } else {
+        126
     }
 }
 
@@ -380,9 +423,14 @@ impl ExecControl for HostProcess {
                 .wait()
                 .await
                 .map_err(|e| RuntimeError::Exec(format!("waiting for the command: {e}")))?;
-            Ok(status.code().unwrap_or_else(|| {
+            let code = status.code().unwrap_or_else(|| {
                 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-            }))
+            });
+            Ok(self
+                .guest
+                .as_ref()
+                .and_then(|g| g.not_started(code))
+                .unwrap_or(code))
         })
     }
 
@@ -554,4 +602,37 @@ pub(crate) async fn gone_within(pid: u32, start: u64, limit: std::time::Duration
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_failure_status;
+
+    #[test]
+    fn a_runtime_that_could_not_start_the_command_says_not_found_or_cannot_run() {
+        let start = "exec failed: unable to start container process: ";
+        for (why, code) in [
+            (r#"exec: "nope": executable file not found in $PATH"#, 127),
+            (
+                r#"exec: "/nope/x": stat /nope/x: no such file or directory"#,
+                127,
+            ),
+            (r#"exec: "/etc/passwd": permission denied"#, 126),
+            (
+                r#"chdir to cwd ("/nope") set in config.json failed: no such file or directory"#,
+                126,
+            ),
+        ] {
+            assert_eq!(
+                start_failure_status(&format!("{start}{why}")),
+                code,
+                "{why}"
+            );
+        }
+        assert_eq!(
+            start_failure_status("exec failed: container does not exist"),
+            125
+        );
+        assert_eq!(start_failure_status(""), 125);
+    }
 }

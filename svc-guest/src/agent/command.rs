@@ -33,7 +33,7 @@ pub(super) async fn run(
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, &e, out),
+        Err(e) => return not_started(id, program, exec.cwd.as_deref(), &e, out),
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {
@@ -98,17 +98,20 @@ fn command(
 }
 
 /// A command that did not start: said on its stderr, and its exit code as a shell says it
-/// (127 not found, 126 found but not runnable).
-fn not_started(id: u32, program: &str, e: &std::io::Error, out: &Out) -> Frame {
-    let code = if e.kind() == std::io::ErrorKind::NotFound {
-        127
+/// (127 not found, 126 found but not runnable, or no such working directory `cwd`).
+fn not_started(id: u32, program: &str, cwd: Option<&str>, e: &std::io::Error, out: &Out) -> Frame {
+    let cwd = cwd.unwrap_or("/");
+    let (code, what) = if !std::path::Path::new(cwd).is_dir() {
+        (126, format!("working directory {cwd}"))
+    } else if e.kind() == std::io::ErrorKind::NotFound {
+        (127, program.to_owned())
     } else {
-        126
+        (126, program.to_owned())
     };
     let _ = out.send(Frame::new(
         id,
         Kind::Stderr,
-        format!("svc-microvm-agent: {program}: {e}\n"),
+        format!("svc-microvm-agent: {what}: {e}\n"),
     ));
     Frame::i32(id, Kind::Exit, code)
 }

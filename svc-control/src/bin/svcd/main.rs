@@ -112,17 +112,21 @@ struct PinArgs {
     pin_dir: Option<PathBuf>,
 }
 
+/// svcd's exit status for an invalid configuration: `EX_CONFIG` of sysexits.h, as `svc` says
+/// it (svc.service's `RestartPreventExitStatus` keeps systemd from restarting into it).
+const EXIT_CONFIG: u8 = 78;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
-        return ExitCode::from(64);
+        return ExitCode::from(EXIT_CONFIG);
     }
     let host = match loader::load_host_config(cli.config.as_deref()) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("svcd: invalid configuration:\n{e}");
-            return ExitCode::from(64);
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
     let result = match cli.command {
