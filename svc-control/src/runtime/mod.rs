@@ -10,10 +10,11 @@
 pub mod container;
 pub mod ids;
 pub mod microvm;
+/// The calls through which a mode reaches a file: the share rules' seccomp form.
+mod not_started;
 /// The backends an svcd has, by kind (`Arc<dyn Backend>` each, with what it is and whether
 /// it can make sandboxes now).
 pub mod registry;
-/// The calls through which a mode reaches a file: the share rules' seccomp form.
 pub(crate) mod share_calls;
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
@@ -312,25 +313,6 @@ pub struct GuestProcess {
 }
 
 impl GuestProcess {
-    /// When the runtime's exec ended with `code` without starting the command (no pid file),
-    /// the status that says why, as a shell says it: 127 the command was not found, 126 it
-    /// cannot be run (not executable, permission denied, no such working directory), 125 the
-    /// runtime failed otherwise. `None`: the command ran, and `code` is its own.
-    fn not_started(&self, code: i32) -> Option<i32> {
-        if code != RUNTIME_FAILED || self.pid_file.exists() {
-            return None;
-        }
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let message = log
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["level"] == "error" || v["level"] == "fatal")
-            .filter_map(|v| v["msg"].as_str().map(str::to_owned))
-            .next_back()
-            .unwrap_or_default();
-        Some(start_failure_status(&message))
-    }
-
     /// SIGKILL the command's process if it is still in the guest's pid namespace (a pid reused
     /// by a host process is never signalled: the process is held by a pidfd before its
     /// namespace is checked). `Ok(false)`: the runtime has not said which process it is yet.
@@ -364,28 +346,6 @@ impl Drop for GuestProcess {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
         let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// The status the OCI runtime's `exec` ends with when it could not start the command.
-const RUNTIME_FAILED: i32 = 255;
-
-/// The exit status for an exec the runtime could not start, from its error `message`
-/// (runc: `exec failed: unable to start container process: exec: "NAME": executable file not
-/// found in $PATH`): 127 not found, 126 found but not runnable, 125 anything else.
-fn start_failure_status(message: &str) -> i32 {
-    let Some(why) = message
-        .split_once("unable to start container process: ")
-        .map(|(_, w)| w)
-    else {
-        return 125;
-    };
-    let not_found =
-        why.contains("executable file not found") || why.contains("no such file or directory");
-    if why.starts_with("exec: ") && not_found {
-        127
-    } else {
-        126
     }
 }
 
@@ -429,7 +389,7 @@ impl ExecControl for HostProcess {
             Ok(self
                 .guest
                 .as_ref()
-                .and_then(|g| g.not_started(code))
+                .and_then(|g| not_started::status(&g.pid_file, &g.log, code))
                 .unwrap_or(code))
         })
     }
@@ -602,37 +562,4 @@ pub(crate) async fn gone_within(pid: u32, start: u64, limit: std::time::Duration
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::start_failure_status;
-
-    #[test]
-    fn a_runtime_that_could_not_start_the_command_says_not_found_or_cannot_run() {
-        let start = "exec failed: unable to start container process: ";
-        for (why, code) in [
-            (r#"exec: "nope": executable file not found in $PATH"#, 127),
-            (
-                r#"exec: "/nope/x": stat /nope/x: no such file or directory"#,
-                127,
-            ),
-            (r#"exec: "/etc/passwd": permission denied"#, 126),
-            (
-                r#"chdir to cwd ("/nope") set in config.json failed: no such file or directory"#,
-                126,
-            ),
-        ] {
-            assert_eq!(
-                start_failure_status(&format!("{start}{why}")),
-                code,
-                "{why}"
-            );
-        }
-        assert_eq!(
-            start_failure_status("exec failed: container does not exist"),
-            125
-        );
-        assert_eq!(start_failure_status(""), 125);
-    }
 }
