@@ -144,14 +144,14 @@ fn exec_reads_like_docker_exec_and_its_status_says_who_failed() {
     std::fs::write(project.join(".svc/workspace.json"), r#"{"version": 1}"#).expect("write");
     let project = project.to_str().expect("utf-8");
     w.svc_ok(&[
-        "sandbox",
-        "create",
+        "workspace",
+        "up",
+        "--trust",
+        project,
+        "--name",
         "ws",
         "--backend",
         "container",
-        "--workspace",
-        project,
-        "--trust",
     ]);
     assert_eq!(w.svc_ok(&["sandbox", "exec", "ws", "pwd"]), "/workspace\n");
     assert_eq!(
