@@ -263,3 +263,47 @@ async fn feed<W: AsyncWrite + Unpin>(
     // End of input: on a terminal, say it the way a terminal does (^D at line start).
     let _ = w.shutdown().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, atomic::AtomicU64};
+
+    use super::*;
+
+    /// What `not_started` answers for `program` run in `cwd`, spawned for real: its exit code
+    /// and what it said on stderr.
+    fn refused(program: &str, cwd: &str) -> (i32, String) {
+        let e = std::process::Command::new(program)
+            .current_dir(cwd)
+            .spawn()
+            .expect_err("the command must not start");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let out = Out {
+            tx,
+            epoch: 0,
+            current: Arc::new(AtomicU64::new(0)),
+        };
+        let exit = not_started(7, program, Some(cwd), &e, &out);
+        let (_, said) = rx.try_recv().expect("a stderr frame");
+        let code = i32::from_be_bytes(exit.payload.try_into().expect("an i32"));
+        (code, String::from_utf8_lossy(&said.payload).into_owned())
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_gets_the_shells_status() {
+        let (code, said) = refused("no-such-program-of-svc", "/");
+        assert_eq!(code, 127, "{said}");
+        assert!(said.contains("no-such-program-of-svc"), "{said}");
+        let (code, said) = refused("/etc/passwd", "/");
+        assert_eq!(code, 126, "{said}");
+        let (code, said) = refused("true", "/no/such/dir/of/svc");
+        assert_eq!(
+            code, 126,
+            "a missing working directory is not a missing command: {said}"
+        );
+        assert!(
+            said.contains("working directory /no/such/dir/of/svc"),
+            "{said}"
+        );
+    }
+}
