@@ -109,7 +109,7 @@ pub fn run(socket: &SocketArg, a: CanaryArgs) -> anyhow::Result<ExitCode> {
         Ok(if report.passed {
             ExitCode::SUCCESS
         } else {
-            ExitCode::from(1)
+            ExitCode::from(crate::exit::FAILURE)
         })
     })
 }

@@ -57,17 +57,20 @@ impl Client {
         }
     }
 
-    /// A connection to svcd's socket.
+    /// A connection to svcd's socket. A caller the socket's permissions keep out is told
+    /// which group may use svcd and how to join it; otherwise, whether svcd runs.
     pub async fn connect(&self) -> anyhow::Result<tokio::net::UnixStream> {
-        tokio::net::UnixStream::connect(&self.socket)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot reach svcd at {} (is it running? `svcd run` as root, or `systemctl \
-                     start svcd`; another socket: --socket or SVC_SOCKET)",
-                    self.socket.display()
-                )
-            })
+        match tokio::net::UnixStream::connect(&self.socket).await {
+            Ok(s) => Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(anyhow::anyhow!("{}", permission_denied(&self.socket)))
+            }
+            Err(e) => Err(anyhow::Error::new(e).context(format!(
+                "cannot reach svcd at {} (is it running? `svcd run` as root, or `systemctl \
+                 start svcd`; another socket: --socket or SVC_SOCKET)",
+                self.socket.display()
+            ))),
+        }
     }
 
     /// Send a request; the response (any status) with its streaming body.
@@ -144,6 +147,33 @@ impl Client {
             return Err(refused(status, &body).into());
         }
         for_each_line(resp.into_body(), each).await
+    }
+}
+
+/// What a caller who may not open `socket` is told: the group that may (the socket's own, as
+/// svcd's `api_group` made it) and how to join it.
+fn permission_denied(socket: &Path) -> String {
+    format!(
+        "permission denied on {}: your user is not in the group '{}' that may use svcd; ask an \
+         administrator to run: usermod -aG {1} $USER (then log in again)",
+        socket.display(),
+        socket_group(socket)
+    )
+}
+
+/// The name of the group owning `socket` (or, when it cannot be read, its directory's); the
+/// default API group when neither can be read.
+fn socket_group(socket: &Path) -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    let gid = std::fs::metadata(socket)
+        .or_else(|_| std::fs::metadata(socket.parent().unwrap_or(Path::new("/"))))
+        .map(|m| m.gid());
+    match gid {
+        Ok(gid) => match nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)) {
+            Ok(Some(g)) => g.name,
+            _ => gid.to_string(),
+        },
+        Err(_) => svc_control::config::host::defaults::API_GROUP.to_owned(),
     }
 }
 

@@ -147,7 +147,7 @@ fn check(dir: &std::path::Path, json: bool, socket: &crate::client::SocketArg) -
     } else if missing.is_some() {
         ExitCode::from(EXIT_NO_DIRECTORY)
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::CONFIG)
     }
 }
 

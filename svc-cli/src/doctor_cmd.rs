@@ -326,7 +326,7 @@ pub fn run(socket: &crate::client::SocketArg, a: DoctorArgs) -> anyhow::Result<E
         outln!("{}", summary(&report));
     }
     Ok(if report.required_failed {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::FAILURE)
     } else {
         ExitCode::SUCCESS
     })

@@ -93,7 +93,7 @@ pub fn run(cmd: EgressCommand) -> anyhow::Result<ExitCode> {
         // Exit 1 means refused: a request that cannot be explained is a usage error (2).
         EgressCommand::Explain(a) => Ok(explain(*a).unwrap_or_else(|e| {
             eprintln!("svc: error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(crate::exit::USAGE)
         })),
     }
 }
@@ -168,7 +168,7 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
     Ok(if result.is_ok() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::FAILURE)
     })
 }
 
@@ -299,7 +299,7 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
     Ok(if decision.allowed() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::FAILURE)
     })
 }
 

@@ -18,27 +18,34 @@ use hyper_util::rt::TokioIo;
 use svc_control::api::{EXEC_UPGRADE, ExecFrame, ExecInput, ExecRequest, TermSize};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::client::{Client, refused};
+use crate::{
+    client::{Client, refused},
+    exit,
+};
 
 /// `svc sandbox exec` arguments.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-The command runs as root in the sandbox with the sandbox's environment (placeholders, CA
-variables, SVC_SANDBOX) plus --env; its output streams here and its exit code is svc's (128 +
-N when signal N ended it).
+Everything after NAME is the command and its arguments, flags included (`svc sandbox exec dev \
+ls -la`); `--` before the command works too. The command runs as root in the sandbox with the \
+sandbox's environment (placeholders, CA variables, SVC_SANDBOX) plus --env, in /workspace in a \
+workspace's sandbox and in / otherwise (--workdir to choose); its output streams here.
 
-Standard input is forwarded when it is not a terminal (a pipe or a file, as with ssh), or
-always with -i. -t runs the command on a terminal of this terminal's size (resized with it);
-then Ctrl-C and the other control keys act inside the sandbox. Without -t, SIGINT, SIGTERM and
+Exit status: the command's own (128 + N when signal N ended it); 125 when svc or svcd could not \
+run it (svcd unreachable, no such sandbox, refused), 126 when it cannot be run (permission \
+denied, not an executable), 127 when it was not found.
+
+Standard input is forwarded when it is not a terminal (a pipe or a file, as with ssh), or \
+always with -i. -t runs the command on a terminal of this terminal's size (resized with it); \
+then Ctrl-C and the other control keys act inside the sandbox. Without -t, SIGINT, SIGTERM and \
 SIGHUP that svc receives are passed on to the command.
 
 Examples:
-  svc sandbox exec dev -- curl -sS https://api.github.com/
-  echo hi | svc sandbox exec dev -- cat
-  svc sandbox exec -it dev -- bash
-  svc sandbox exec -w /root -e DEBUG=1 dev -- make test")]
+  svc sandbox exec dev curl -sS https://api.github.com/
+  echo hi | svc sandbox exec dev cat
+  svc sandbox exec -it dev bash
+  svc sandbox exec -w /root -e DEBUG=1 dev make test")]
 pub struct ExecArgs {
-    pub name: String,
     /// Keep standard input open and forward it, even when it is a terminal.
     #[arg(short = 'i', long)]
     pub interactive: bool,
@@ -48,15 +55,30 @@ pub struct ExecArgs {
     /// Extra environment, KEY=VALUE (repeatable).
     #[arg(long = "env", short = 'e')]
     pub env: Vec<String>,
-    /// Working directory in the sandbox (default /).
+    /// Working directory in the sandbox (default: /workspace in a workspace's sandbox, else /).
     #[arg(long = "workdir", short = 'w', visible_alias = "cwd")]
     pub workdir: Option<String>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true)]
+    /// The sandbox to run the command in.
+    pub name: String,
+    /// The command and its arguments (flags after CMD are the command's).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
+/// Run the command; svc's own failures end it with [`exit::EXEC_FAILED`] (125), so that they
+/// are not mistaken for the command's status.
 pub async fn run(client: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
+    attach(client, a)
+        .await
+        .map_err(|e| exit::coded(exit::EXEC_FAILED, e))
+}
+
+async fn attach(client: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
     let env = a
         .env
         .iter()
@@ -100,7 +122,7 @@ pub async fn run(client: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
     }
     sender.abort();
     let code = code?;
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE)))
 }
 
 /// Make the upgraded call; the raw connection after `101 Switching Protocols`.

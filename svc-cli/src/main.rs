@@ -10,6 +10,7 @@ mod config_cmd;
 mod doctor_cmd;
 mod egress_cmd;
 mod exec_cmd;
+mod exit;
 mod git_snapshot;
 mod sandbox_cmd;
 mod secret_cmd;
@@ -22,7 +23,14 @@ use clap::{Parser, Subcommand};
 
 /// svc runs isolated sandboxes for coding agents and fences everything they can reach.
 #[derive(Debug, Parser)]
-#[command(name = "svc", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "svc",
+    version,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = exit::AFTER_HELP
+)]
 struct Cli {
     #[command(flatten)]
     socket: client::SocketArg,
@@ -156,7 +164,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("svc: error: {e:#}");
-            ExitCode::from(1)
+            exit::status_of(&e)
         }
     }
 }

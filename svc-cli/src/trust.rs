@@ -69,7 +69,7 @@ pub async fn ensure(
              --trust)"
         );
     }
-    Ok(Err(ExitCode::from(2)))
+    Ok(Err(ExitCode::from(crate::exit::FAILURE)))
 }
 
 /// svcd's answer for the caller: is the project's perimeter approved as it is now?
@@ -187,7 +187,7 @@ pub(crate) fn load_valid(
                 "the workspace's configuration is invalid: svc config check {}",
                 root.display()
             );
-            Ok(Err(ExitCode::from(2)))
+            Ok(Err(ExitCode::from(crate::exit::CONFIG)))
         }
     }
 }

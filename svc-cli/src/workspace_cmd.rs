@@ -199,7 +199,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         Ok(p) => p,
         Err(e) => {
             eprintln!("✗ {e}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(crate::exit::USAGE));
         }
     };
     let name = a.name.clone().unwrap_or_else(|| default_name(&root));
@@ -348,7 +348,7 @@ fn settled(s: &SandboxView, name: &str, ready: Option<bool>, json: bool) -> Exit
             "✗ {why}\n  the sandbox stays up to look into: svc sandbox exec {name} -- sh; \
              svc workspace logs {name}; svc workspace down {name}"
         );
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::FAILURE)
     }
 }
 

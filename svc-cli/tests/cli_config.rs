@@ -65,7 +65,7 @@ fn check_json_is_one_document_for_scripts() {
 }
 
 #[test]
-fn check_refuses_the_allow_policy_clash_with_the_spec_message_and_exit_1() {
+fn check_refuses_the_allow_policy_clash_with_the_spec_message_and_exit_78() {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir_all(dir.path().join(".svc")).unwrap();
     fs::write(
@@ -74,7 +74,7 @@ fn check_refuses_the_allow_policy_clash_with_the_spec_message_and_exit_1() {
     )
     .unwrap();
     let out = svc(&["config", "check", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("at egress.allow[0]: svc config: host \"API.example.com\" is listed under egress.allow and egress.policy; a host can be open (allow) or policy-gated (policy/secrets), not both \u{2014} remove it from egress.allow."),
@@ -83,7 +83,7 @@ fn check_refuses_the_allow_policy_clash_with_the_spec_message_and_exit_1() {
     assert!(stderr.contains("1 error in"), "{stderr}");
 
     let out = svc(&["config", "check", "--json", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["ok"], false);
     assert_eq!(doc["errors"][0]["path"], "egress.allow[0]");
@@ -96,7 +96,7 @@ fn check_reports_a_removed_environment_variable() {
             .args(["config", "check", &repo("examples/workspace")])
             .env("SVC_DOCTOR_MICROVM_INSTANCE", "x"),
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("SVC_DOCTOR_MICROVM_INSTANCE is set, but it was removed"),
@@ -114,7 +114,7 @@ fn check_reports_errors_with_file_line_and_pointer() {
     )
     .unwrap();
     let out = svc(&["config", "check", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(".svc/workspace.json:3:"), "{stderr}");
     assert!(

@@ -88,7 +88,7 @@ fn a_failed_required_probe_skips_the_tests_and_fails_the_doctor() {
     )
     .unwrap();
     let out = svc(&["doctor", dir.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(78));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("command"),
         "{}",

@@ -514,7 +514,8 @@ pub struct ExecRequest {
     /// Extra environment (`KEY=VALUE` pairs as two strings), after the sandbox's own.
     #[serde(default)]
     pub env: Vec<(String, String)>,
-    /// Working directory inside the sandbox (default `/`).
+    /// Working directory inside the sandbox (default: [`WORKSPACE_GUEST_DIR`] in a workspace's
+    /// sandbox, else `/`; svcd decides it).
     #[serde(default)]
     pub cwd: Option<String>,
     /// Give the command a standard input fed by [`ExecInput::Stdin`] (upgraded calls only).

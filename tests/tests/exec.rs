@@ -1,6 +1,8 @@
 //! `svc sandbox exec` like `docker exec`, and pause/resume, against the real svcd and runc:
-//! standard input forwarded, exit codes kept, --workdir and --env, signals passed on, a
-//! terminal of the caller's size with Ctrl-C acting inside, and the runtime's freezer.
+//! the command without `--`, standard input forwarded, exit codes kept (125, 126, 127 when it
+//! did not run), --workdir (default /workspace in a workspace's sandbox) and --env, signals
+//! passed on, a terminal of the caller's size with Ctrl-C acting inside, and the runtime's
+//! freezer.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -84,12 +86,79 @@ fn exec_forwards_stdin_keeps_exit_codes_and_takes_workdir_and_env() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected KEY=VALUE"));
     // A missing program is the program's error, with the shell's code.
     let out = w.svc(&["sandbox", "exec", "dev", "--", "no-such-program"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(127));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no-such-program"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn exec_reads_like_docker_exec_and_its_status_says_who_failed() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "dev"]);
+    // No `--`: everything after the name is the command, its flags included.
+    let out = w.svc_ok(&[
+        "sandbox",
+        "exec",
+        "dev",
+        "sh",
+        "-c",
+        "echo $0 $1; pwd",
+        "-x",
+        "--y",
+    ]);
+    assert_eq!(out, "-x --y\n/\n");
+    assert_eq!(
+        w.svc_ok(&["sandbox", "exec", "dev", "--", "ls", "-d", "/tmp"]),
+        "/tmp\n"
+    );
+
+    // The command's own status, and the codes docker exec reserves for not running it.
+    let run = |args: &[&str]| {
+        let out = w.svc(args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, code, said) in [
+        (&["dev", "sh", "-c", "exit 1"][..], 1, ""),
+        (&["dev", "sh", "-c", "exit 255"], 255, ""),
+        (&["dev", "no-such-program", "-x"], 127, "no-such-program"),
+        (&["dev", "/no/such/file"], 127, "/no/such/file"),
+        (&["dev", "/etc/passwd"], 126, "permission denied"),
+        (&["-w", "/no/such/dir", "dev", "true"], 126, "/no/such/dir"),
+        (&["nope", "true"], 125, "nope"),
+    ] {
+        let (got, stderr) = run(&[&["sandbox", "exec"][..], args].concat());
+        assert_eq!(got, Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+
+    // A workspace's sandbox starts commands in its project, /workspace, unless told otherwise.
+    let project = w.dir.join("project");
+    std::fs::create_dir_all(project.join(".svc")).expect("project");
+    std::fs::write(project.join(".svc/workspace.json"), r#"{"version": 1}"#).expect("write");
+    let project = project.to_str().expect("utf-8");
+    w.svc_ok(&[
+        "workspace",
+        "up",
+        "--trust",
+        project,
+        "--name",
+        "ws",
+        "--backend",
+        "container",
+    ]);
+    assert_eq!(w.svc_ok(&["sandbox", "exec", "ws", "pwd"]), "/workspace\n");
+    assert_eq!(
+        w.svc_ok(&["sandbox", "exec", "-w", "/tmp", "ws", "pwd"]),
+        "/tmp\n"
+    );
+    assert_eq!(w.svc_ok(&["sandbox", "exec", "dev", "pwd"]), "/\n");
 }
 
 #[test]

@@ -114,6 +114,11 @@ fn a_microvm_sandbox_runs_commands_behind_the_same_fence() {
         &[],
     );
     assert_eq!(out.status.code(), Some(7), "{out:?}");
+    // A command the agent cannot start: 127 not found, 126 not runnable, as the container's.
+    for (argv, code) in [(&["no-such-program"][..], 127), (&["/etc/passwd"], 126)] {
+        let out = w.svc(&[&["sandbox", "exec", "vm"][..], argv].concat());
+        assert_eq!(out.status.code(), Some(code), "{argv:?}: {out:?}");
+    }
 
     w.destroy_checked("vm");
 }

@@ -18,7 +18,7 @@ use svc_tests::{
 };
 
 #[test]
-fn bad_configuration_exits_64_before_binding_anything() {
+fn bad_configuration_exits_78_before_binding_anything() {
     let dir = tempfile_dir();
     let config = dir.join("svcd.toml");
     let socket = dir.join("svcd.sock");
@@ -38,7 +38,7 @@ fn bad_configuration_exits_64_before_binding_anything() {
         .output()
         .expect("svcd");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("extra"), "names the unknown key: {err}");
     assert!(!socket.exists(), "nothing was bound");
     assert!(!dir.join("state").exists(), "no state was created");

@@ -272,7 +272,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     );
     w.svc_ok(&["workspace", "down", "slow"]);
 
-    // Configuration: an unknown capability (exit 2, nothing made).
+    // Configuration: an unknown capability (exit 78, nothing made).
     let dir = project(
         &w,
         "caps",
@@ -281,7 +281,7 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
         None,
     );
     let up = w.svc(&["workspace", "up", "--trust", p(&dir), "--name", "caps"]);
-    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
+    assert_eq!(up.status.code(), Some(78), "{}", text(&up));
     assert!(text(&up).contains("gpu.cuda"), "{}", text(&up));
     assert_eq!(
         w.svc_ok(&["sandbox", "list", "--json"]).trim(),

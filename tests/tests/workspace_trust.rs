@@ -90,7 +90,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     let said = text(&out);
     assert_eq!(
         out.status.code(),
-        Some(2),
+        Some(1),
         "{said}\nsvcd:\n{}",
         w.svcd_log()
     );
@@ -148,7 +148,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     // The owner's next up refuses it, with the change as a diff.
     let out = up("t2", &[]);
     let said = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
         said.contains("changed since you (uid 65534) approved it"),
         "{said}"
@@ -179,7 +179,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
         "--backend",
         "container",
     ]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("not approved by you (uid 0)"),
         "{}",
@@ -200,7 +200,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     w.svc_ok(&["workspace", "down", "t3"]);
     // … which changes nothing for uid 65534.
     let out = up("t4", &[]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("changed since you (uid 65534)"),
         "{}",
@@ -213,7 +213,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
         &NOBODY,
         &["sandbox", "create", "--workspace", p(&dir), "t5"],
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("changed since you"), "{}", text(&out));
     none_made();
 

@@ -23,7 +23,7 @@ use super::{
     supervisor::{Failure, Supervisor},
 };
 use crate::{
-    api::{EXEC_UPGRADE, ExecFrame, ExecInput, ExecRequest},
+    api::{EXEC_UPGRADE, ExecFrame, ExecInput, ExecRequest, WORKSPACE_GUEST_DIR},
     runtime::ExecHandle,
 };
 
@@ -36,7 +36,7 @@ pub(super) async fn plain(
     name: &str,
     req: &ExecRequest,
 ) -> Result<Response<Body>, Failure> {
-    let child = sup.exec(name, req, false).await?;
+    let child = sup.exec(name, &in_workdir(sup, name, req), false).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(run(child, tx, None));
     Ok(ndjson(rx))
@@ -50,7 +50,7 @@ pub(super) async fn upgraded(
     req: &ExecRequest,
     on_upgrade: hyper::upgrade::OnUpgrade,
 ) -> Result<Response<Body>, Failure> {
-    let child = sup.exec(name, req, true).await?;
+    let child = sup.exec(name, &in_workdir(&sup, name, req), true).await?;
     tokio::spawn(async move {
         let mut child = child;
         let io = match on_upgrade.await {
@@ -128,6 +128,23 @@ pub(super) async fn upgraded(
         .header("upgrade", EXEC_UPGRADE)
         .body(Full::new(Bytes::new()).boxed())
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+}
+
+/// `req` with its working directory decided here, for every client alike: the caller's, else
+/// [`WORKSPACE_GUEST_DIR`] in a workspace's sandbox (where its project is shared, as
+/// devcontainers do), else `/`. A sandbox that does not exist is left to the exec to refuse.
+fn in_workdir(sup: &Supervisor, name: &str, req: &ExecRequest) -> ExecRequest {
+    let mut req = req.clone();
+    if req.cwd.is_none() {
+        let workspace = sup.show(name).is_ok_and(|v| {
+            v.live_mounts.iter().any(|m| {
+                m.rsplit_once(" -> ")
+                    .is_some_and(|(_, guest)| guest == WORKSPACE_GUEST_DIR)
+            })
+        });
+        req.cwd = Some(if workspace { WORKSPACE_GUEST_DIR } else { "/" }.to_owned());
+    }
+    req
 }
 
 /// Run the command to its end: its output as frames on `tx`, the caller's `input` (if any)

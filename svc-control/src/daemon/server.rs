@@ -1,6 +1,6 @@
 //! svcd's start-up, its API on a unix socket, its background work and its shutdown.
 //!
-//! Start-up order: the configuration was validated before this runs (bad config exits 64
+//! Start-up order: the configuration was validated before this runs (bad config exits 78
 //! without binding anything); then svcd takes its state directory's lock (one svcd per state
 //! directory); then the fence is loaded (pinned maps and links are reused),
 //! the nftables table is written, the DNS guard and the proxy bind, the sandboxes of the store

@@ -10,10 +10,11 @@
 pub mod container;
 pub mod ids;
 pub mod microvm;
+/// The calls through which a mode reaches a file: the share rules' seccomp form.
+mod not_started;
 /// The backends an svcd has, by kind (`Arc<dyn Backend>` each, with what it is and whether
 /// it can make sandboxes now).
 pub mod registry;
-/// The calls through which a mode reaches a file: the share rules' seccomp form.
 pub(crate) mod share_calls;
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
@@ -302,12 +303,13 @@ struct HostProcess {
 }
 
 /// Which guest process a runtime's exec started: the pid the runtime writes to `pid_file`
-/// once the command runs, in the pid namespace of the guest whose init is `init`. The file
-/// is removed with it.
+/// once the command runs, in the pid namespace of the guest whose init is `init`; `log`: where
+/// the runtime writes its own errors (`--log-format json`). The files are removed with it.
 #[derive(Debug)]
 pub struct GuestProcess {
     pub pid_file: std::path::PathBuf,
     pub init: u32,
+    pub log: std::path::PathBuf,
 }
 
 impl GuestProcess {
@@ -343,6 +345,7 @@ impl GuestProcess {
 impl Drop for GuestProcess {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -380,9 +383,14 @@ impl ExecControl for HostProcess {
                 .wait()
                 .await
                 .map_err(|e| RuntimeError::Exec(format!("waiting for the command: {e}")))?;
-            Ok(status.code().unwrap_or_else(|| {
+            let code = status.code().unwrap_or_else(|| {
                 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-            }))
+            });
+            Ok(self
+                .guest
+                .as_ref()
+                .and_then(|g| not_started::status(&g.pid_file, &g.log, code))
+                .unwrap_or(code))
         })
     }
 

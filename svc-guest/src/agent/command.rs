@@ -33,7 +33,7 @@ pub(super) async fn run(
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, &e, out),
+        Err(e) => return not_started(id, program, exec.cwd.as_deref(), &e, out),
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {
@@ -98,17 +98,20 @@ fn command(
 }
 
 /// A command that did not start: said on its stderr, and its exit code as a shell says it
-/// (127 not found, 126 found but not runnable).
-fn not_started(id: u32, program: &str, e: &std::io::Error, out: &Out) -> Frame {
-    let code = if e.kind() == std::io::ErrorKind::NotFound {
-        127
+/// (127 not found, 126 found but not runnable, or no such working directory `cwd`).
+fn not_started(id: u32, program: &str, cwd: Option<&str>, e: &std::io::Error, out: &Out) -> Frame {
+    let cwd = cwd.unwrap_or("/");
+    let (code, what) = if !std::path::Path::new(cwd).is_dir() {
+        (126, format!("working directory {cwd}"))
+    } else if e.kind() == std::io::ErrorKind::NotFound {
+        (127, program.to_owned())
     } else {
-        126
+        (126, program.to_owned())
     };
     let _ = out.send(Frame::new(
         id,
         Kind::Stderr,
-        format!("svc-microvm-agent: {program}: {e}\n"),
+        format!("svc-microvm-agent: {what}: {e}\n"),
     ));
     Frame::i32(id, Kind::Exit, code)
 }
@@ -259,4 +262,48 @@ async fn feed<W: AsyncWrite + Unpin>(
     }
     // End of input: on a terminal, say it the way a terminal does (^D at line start).
     let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, atomic::AtomicU64};
+
+    use super::*;
+
+    /// What `not_started` answers for `program` run in `cwd`, spawned for real: its exit code
+    /// and what it said on stderr.
+    fn refused(program: &str, cwd: &str) -> (i32, String) {
+        let e = std::process::Command::new(program)
+            .current_dir(cwd)
+            .spawn()
+            .expect_err("the command must not start");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let out = Out {
+            tx,
+            epoch: 0,
+            current: Arc::new(AtomicU64::new(0)),
+        };
+        let exit = not_started(7, program, Some(cwd), &e, &out);
+        let (_, said) = rx.try_recv().expect("a stderr frame");
+        let code = i32::from_be_bytes(exit.payload.try_into().expect("an i32"));
+        (code, String::from_utf8_lossy(&said.payload).into_owned())
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_gets_the_shells_status() {
+        let (code, said) = refused("no-such-program-of-svc", "/");
+        assert_eq!(code, 127, "{said}");
+        assert!(said.contains("no-such-program-of-svc"), "{said}");
+        let (code, said) = refused("/etc/passwd", "/");
+        assert_eq!(code, 126, "{said}");
+        let (code, said) = refused("true", "/no/such/dir/of/svc");
+        assert_eq!(
+            code, 126,
+            "a missing working directory is not a missing command: {said}"
+        );
+        assert!(
+            said.contains("working directory /no/such/dir/of/svc"),
+            "{said}"
+        );
+    }
 }

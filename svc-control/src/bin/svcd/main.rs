@@ -117,7 +117,8 @@ struct PinArgs {
     pin_dir: Option<PathBuf>,
 }
 
-/// svcd's exit code for an invalid configuration (sysexits' EX_CONFIG).
+/// svcd's exit status for an invalid configuration: `EX_CONFIG` of sysexits.h, as `svc` says
+/// it (svc.service's `RestartPreventExitStatus` keeps systemd from restarting into it).
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
@@ -127,13 +128,13 @@ fn main() -> ExitCode {
     }
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
-        return ExitCode::from(64);
+        return ExitCode::from(EXIT_CONFIG);
     }
     let host = match loader::check_host_config(cli.config.as_deref()) {
         Ok(checked) => run_warnings(&cli.command, checked),
         Err(e) => {
             eprintln!("svcd: invalid configuration:\n{e}");
-            return ExitCode::from(64);
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
     let result = match cli.command {

@@ -19,8 +19,22 @@ impl Container {
         if first.is_empty() {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
+        // Which guest process the command is, so that ending it kills the command and not
+        // only the runtime's exec; and the runtime's own errors, to tell a command it could not
+        // start (127, 126) from one that ran.
+        static EXECS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = EXECS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let process = GuestProcess {
+            pid_file: self.execs.join(format!("{}.{n}.pid", guest.name)),
+            init: guest.pid,
+            log: self.execs.join(format!("{}.{n}.log", guest.name)),
+        };
         let mut c = self.runc();
-        c.arg("exec")
+        c.arg("--log")
+            .arg(&process.log)
+            .arg("--log-format")
+            .arg("json")
+            .arg("exec")
             .arg("--cwd")
             .arg(cmd.cwd.as_deref().unwrap_or("/"));
         for (k, v) in &cmd.env {
@@ -29,14 +43,6 @@ impl Container {
         if cmd.tty.is_some() {
             c.arg("--tty");
         }
-        // Which guest process the command is, so that ending it kills the command and not
-        // only the runtime's exec.
-        static EXECS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = EXECS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let process = GuestProcess {
-            pid_file: self.execs.join(format!("{}.{n}.pid", guest.name)),
-            init: guest.pid,
-        };
         c.arg("--pid-file").arg(&process.pid_file);
         c.arg(&guest.name).args(&cmd.argv).env_clear();
         match cmd.tty {
