@@ -39,7 +39,8 @@ pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
     let profile = if o.debug { "debug" } else { "release" };
     build(o.debug)?;
     let guest = crate::microvm_images::guest_bins()?;
-    let stage = o.out.join(format!("svc_{version}_amd64"));
+    std::fs::create_dir_all(&o.out)?;
+    let stage = std::path::absolute(&o.out)?.join(format!("svc_{version}_amd64"));
     if stage.exists() {
         std::fs::remove_dir_all(&stage)?;
     }
@@ -122,8 +123,8 @@ fn strip(stage: &Path) -> anyhow::Result<()> {
     )
 }
 
-fn gzip(path: &Path) -> anyhow::Result<()> {
-    ui::run(Command::new("gzip").args(["-9nf"]).arg(path))
+fn gzip(paths: &[PathBuf]) -> anyhow::Result<()> {
+    ui::run(Command::new("gzip").args(["-9nf"]).args(paths))
 }
 
 /// Man pages and completions from the built `svc`, the copyright, the changelog and
@@ -131,9 +132,10 @@ fn gzip(path: &Path) -> anyhow::Result<()> {
 fn docs(stage: &Path, svc: &Path, version: &str) -> anyhow::Result<()> {
     let man1 = stage.join("usr/share/man/man1");
     ui::run(Command::new(svc).arg("man").arg(&man1))?;
-    for entry in std::fs::read_dir(&man1)? {
-        gzip(&entry?.path())?;
-    }
+    let pages: Vec<PathBuf> = std::fs::read_dir(&man1)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    gzip(&pages)?;
     for (shell, path) in [
         ("bash", "usr/share/bash-completion/completions/svc"),
         ("zsh", "usr/share/zsh/vendor-completions/_svc"),
@@ -153,7 +155,7 @@ fn docs(stage: &Path, svc: &Path, version: &str) -> anyhow::Result<()> {
         changelog(version)?.as_bytes(),
         0o644,
     )?;
-    gzip(&doc.join("changelog"))?;
+    gzip(&[doc.join("changelog")])?;
     install(
         Path::new("packaging/debian/lintian-overrides"),
         &stage.join("usr/share/lintian/overrides/svc"),
