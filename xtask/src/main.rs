@@ -45,7 +45,8 @@ enum Command {
         #[arg(long)]
         base_only: bool,
     },
-    /// Set up, then run every gate (fmt, clippy, deny) and every test, as CI does.
+    /// Set up, then run every gate (fmt, clippy, deny, lintian on the Debian package) and every
+    /// test, as CI does.
     Test {
         /// Extra arguments passed to `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -199,7 +200,16 @@ fn main() -> ExitCode {
         }
         Command::Test { cargo_test_args } => setup::for_tests()
             .and_then(|()| images::build_all(&images::default_dir()))
-            .and_then(|()| test::run(&cargo_test_args)),
+            // The package test installs the debug build's package; lintian checks it here.
+            .and_then(|()| {
+                package::run(&package::Options {
+                    version: None,
+                    debug: true,
+                    out: "target/package".into(),
+                    lint: true,
+                })
+            })
+            .and_then(|_| test::run(&cargo_test_args)),
         Command::Demo { backend } => {
             let microvm = backend == "microvm";
             (if microvm {
