@@ -1,6 +1,10 @@
 //! The Debian package's default `/etc/svc/svcd.toml` (packaging/svcd.toml): every key at its
 //! default, commented out, so the shipped file changes nothing; uncommented, it is still the
 //! defaults; and it names every key docs/host-config.md documents, no more, no fewer.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a missing packaging file should panic"
+)]
 
 use std::{collections::BTreeSet, path::Path};
 
