@@ -7,6 +7,7 @@
 mod demo;
 mod images;
 mod microvm_images;
+mod package;
 mod setup;
 mod test;
 mod ui;
@@ -44,7 +45,8 @@ enum Command {
         #[arg(long)]
         base_only: bool,
     },
-    /// Set up, then run every gate (fmt, clippy, deny) and every test, as CI does.
+    /// Set up, then run every gate (fmt, clippy, deny, lintian on the Debian package) and every
+    /// test, as CI does.
     Test {
         /// Extra arguments passed to `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -80,6 +82,23 @@ enum Command {
         /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
         /// with nginx, default 5, or `--quick`).
         args: Vec<String>,
+    },
+    /// Build the Debian package `svc_<version>_amd64.deb` (svcd, svc, the guest binaries, man
+    /// pages, completions, the systemd unit, the default /etc/svc/svcd.toml, the maintainer
+    /// scripts) with dpkg-deb, then check it with lintian.
+    Package {
+        /// The package's version (default: the workspace's, from Cargo.toml).
+        #[arg(long)]
+        version: Option<String>,
+        /// Package the debug build instead of the release build (what the tests install).
+        #[arg(long)]
+        debug: bool,
+        /// Where the package goes.
+        #[arg(long, default_value = "target/package")]
+        out: std::path::PathBuf,
+        /// Skip lintian.
+        #[arg(long)]
+        no_lint: bool,
     },
 }
 
@@ -181,7 +200,16 @@ fn main() -> ExitCode {
         }
         Command::Test { cargo_test_args } => setup::for_tests()
             .and_then(|()| images::build_all(&images::default_dir()))
-            .and_then(|()| test::run(&cargo_test_args)),
+            // The package test installs the debug build's package; lintian checks it here.
+            .and_then(|()| {
+                package::run(&package::Options {
+                    version: None,
+                    debug: true,
+                    out: "target/package".into(),
+                    lint: true,
+                })
+            })
+            .and_then(|_| test::run(&cargo_test_args)),
         Command::Demo { backend } => {
             let microvm = backend == "microvm";
             (if microvm {
@@ -207,6 +235,20 @@ fn main() -> ExitCode {
             }
         }),
         Command::Bench { which, args } => setup::run().and_then(|()| bench(&which, &args)),
+        Command::Package {
+            version,
+            debug,
+            out,
+            no_lint,
+        } => setup::run().and_then(|()| {
+            package::run(&package::Options {
+                version,
+                debug,
+                out,
+                lint: !no_lint,
+            })
+            .map(|_| ())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

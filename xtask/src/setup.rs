@@ -356,6 +356,11 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "gh",
         "the code-host CLI whose login --repo falls back to (the tests log it in locally)",
     ),
+    ("lintian", "checks the Debian package (cargo xtask package)"),
+    (
+        "dpkg-dev",
+        "dpkg-shlibdeps: the Debian package's library dependencies",
+    ),
 ];
 
 fn test_packages() -> anyhow::Result<()> {

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod fence_run;
+mod setup_host;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -64,6 +65,14 @@ enum Command {
         /// Take this instant as now (milliseconds since the Unix epoch) instead of the clock.
         #[arg(long, value_name = "UNIX_MS")]
         now: Option<u64>,
+    },
+    /// Make the host accounts svcd needs if they are missing: the API group (api_group) and
+    /// the backends' system users (container.user, microvm.user), each with a free range of
+    /// 65536 ids in /etc/subuid and /etc/subgid. Idempotent; the Debian package runs it.
+    SetupHost {
+        /// Only say what would be made.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -145,6 +154,7 @@ fn main() -> ExitCode {
         Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
         Command::CheckConfig => Ok(()),
         Command::Guardian { now } => return guardian(&host, now),
+        Command::SetupHost { dry_run } => setup_host::run(&host, dry_run),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
