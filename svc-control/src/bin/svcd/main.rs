@@ -127,7 +127,7 @@ struct PinArgs {
 }
 
 /// svcd's exit status for an invalid configuration: `EX_CONFIG` of sysexits.h, as `svc` says
-/// it (svc.service's `RestartPreventExitStatus` keeps systemd from restarting into it).
+/// it (svcd.service's `RestartPreventExitStatus` keeps systemd from restarting into it).
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
