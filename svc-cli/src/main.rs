@@ -11,6 +11,7 @@ mod doctor_cmd;
 mod egress_cmd;
 mod exec_cmd;
 mod git_snapshot;
+mod project;
 mod sandbox_cmd;
 mod secret_cmd;
 mod trust;
