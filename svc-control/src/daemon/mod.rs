@@ -5,6 +5,7 @@ mod api_socket;
 mod audit_read;
 mod callers;
 mod exec;
+mod explain;
 mod failure;
 mod http;
 mod routes;

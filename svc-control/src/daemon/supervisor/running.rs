@@ -10,6 +10,7 @@ use crate::{
     daemon::failure::Failure,
     limits::Channel,
     policy::{
+        explain::{self, Described},
         mode::EgressMode,
         ownership::{self, Principal},
     },
@@ -39,6 +40,25 @@ impl Supervisor {
         live.get(name)
             .map(|l| self.view(l))
             .ok_or_else(|| Failure::not_found(name))
+    }
+
+    /// What `svc egress explain --sandbox` decides against: the sandbox's policy as the
+    /// proxy holds it now, and the sandbox it is (name, mode on its link, generation).
+    pub fn policy_now(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<crate::policy::request::SandboxPolicy>, Described), Failure> {
+        api::check_name(name).map_err(Failure::bad)?;
+        let live = self.live();
+        let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+        let mut described = Described::of(&l.policy);
+        described.mode = explain::mode_name(l.mode).to_owned();
+        described.name = Some(l.name.clone());
+        described.policy_generation = Some(l.envelope.policy_generation);
+        described.window_ends = (l.mode == EgressMode::AllowAll)
+            .then(|| self.mode_now(l).window_ends.map(rfc3339))
+            .flatten();
+        Ok((l.policy.clone(), described))
     }
 
     pub(super) fn view(&self, l: &Live) -> SandboxView {
