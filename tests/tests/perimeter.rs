@@ -7,7 +7,8 @@
 //!   does not list is not, from either.
 //! - `svc egress explain --sandbox NAME` says ALLOW for the first and refuses the second, as
 //!   the sandbox did, naming the sandbox and its allowlist generation; after a live `svc
-//!   sandbox allow`, the new generation and the new answer (the project's host still allowed).
+//!   sandbox allow`, the new generation and the new answer (the project's host still allowed),
+//!   and the same after an svcd restart re-adopts the sandbox.
 //! - Another API user cannot explain against root's sandbox: refused, naming the owner.
 
 use std::{path::PathBuf, process::Output};
@@ -71,7 +72,7 @@ fn agrees(w: &World, name: &str, generation: u32) {
 #[test]
 fn a_projects_allow_host_is_open_whichever_command_made_the_sandbox_and_explain_agrees() {
     require_root();
-    let w = World::start();
+    let mut w = World::start();
     let dir = project(&w);
     let d = dir.to_str().expect("utf-8");
     w.svc_ok(&[
@@ -122,6 +123,10 @@ fn a_projects_allow_host_is_open_whichever_command_made_the_sandbox_and_explain_
         human.contains("sandbox: made, allowlist generation 1, Curated mode"),
         "{human}"
     );
+    // svcd restarts: the re-adopted sandbox keeps the project's perimeter and its change.
+    w.kill_svcd();
+    w.start_svcd();
+    agrees(&w, "made", 1);
 
     // Another API user may not explain against root's sandbox.
     let nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];

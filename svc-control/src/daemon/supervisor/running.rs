@@ -393,7 +393,19 @@ impl Supervisor {
                 runtime_required: None,
                 ssh_repos: envelope.ssh_repos.clone(),
                 workspace: envelope.workspace.clone(),
-                project: None,
+                // The source's project egress section (`sandbox create --workspace`), approved
+                // and checked when the source was made: a clone's request is svcd's own.
+                project: envelope
+                    .egress_section
+                    .clone()
+                    .map(|egress| api::ProjectPerimeter {
+                        root: String::new(),
+                        perimeter: crate::policy::trust::Perimeter {
+                            egress: Some(egress),
+                            ..Default::default()
+                        },
+                        trust: false,
+                    }),
                 https_push_branches: envelope.https_push_branches,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
