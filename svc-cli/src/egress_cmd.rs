@@ -157,7 +157,7 @@ fn load_host(
 /// `--ssh`: the relay's decision on one git request.
 fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
     use svc_control::policy::ssh::{self, RefUpdate};
-    let (egress, _) = load_egress(a.config.as_deref())?;
+    let (egress, project) = load_egress(a.config.as_deref())?;
     let repos: Vec<(String, String)> = egress
         .policy
         .values()
@@ -194,6 +194,10 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
         );
     }
     let explained = SshExplained {
+        read: FilesRead {
+            project,
+            host: None,
+        },
         result: &result,
         refs: &a.refs,
         repos: &repos,
@@ -213,6 +217,8 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
 
 /// The relay's decision on one git request, with what it was decided against.
 struct SshExplained<'a> {
+    /// The project configuration read (the relay's decision reads no host configuration).
+    read: FilesRead,
     result: &'a SshResult,
     refs: &'a [String],
     repos: &'a [(String, String)],
@@ -251,6 +257,7 @@ impl SshExplained<'_> {
             "message": message,
             "request": request,
             "refs": self.refs,
+            "read": self.read,
             "policy": {
                 "repos": self.repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
                 "allowedBranches": self.branches,

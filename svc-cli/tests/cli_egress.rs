@@ -379,6 +379,18 @@ fn offline_explain_says_which_files_it_read() {
         serde_json::json!({"project": ".svc/config.yaml", "host": "/dev/null"})
     );
     assert_eq!(doc["decision"]["verdict"], "allow");
+
+    // --ssh reads the project's configuration alone, and says so too.
+    let out = output(
+        svc_command()
+            .current_dir(dir.path())
+            .args(["egress", "explain", "--json", "--ssh"])
+            .arg("git@github.com git-upload-pack 'acme/widget.git'"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reading .svc/config.yaml"), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["read"]["project"], ".svc/config.yaml", "{doc}");
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //!   sandbox allow`, the new generation and the new answer (the project's host still allowed),
 //!   and the same after an svcd restart re-adopts the sandbox.
 //! - Another API user cannot explain against root's sandbox: refused, naming the owner.
+//! - `svc sandbox create --context-path` warns on stderr (not a terminal here) that the
+//!   sandbox is allow-all for 72 hours, and until when; explain against it says allow-all.
 
 use std::{path::PathBuf, process::Output};
 
@@ -148,4 +150,35 @@ fn a_projects_allow_host_is_open_whichever_command_made_the_sandbox_and_explain_
             && t.contains("only its owner or root may explain requests against its policy"),
         "{t}"
     );
+}
+
+#[test]
+fn a_context_path_sandbox_is_announced_as_allow_all_until_its_window_ends() {
+    require_root();
+    let w = World::start();
+    let dir = project(&w);
+    let out = w.svc(&[
+        "sandbox",
+        "create",
+        "--context-path",
+        dir.to_str().expect("utf-8"),
+        "ctx",
+    ]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}\nsvcd:\n{}", w.svcd_log());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let window_ends = w.show("ctx")["window_ends"]
+        .as_str()
+        .expect("an allow-all window")
+        .to_owned();
+    assert!(
+        err.contains(&format!(
+            "warning: sandbox ctx is allow-all for 72 hours (until {window_ends}"
+        )),
+        "{err}"
+    );
+    let (code, doc) = explain(&w, "ctx", "https://forbidden.example.test/");
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(doc["decision"]["rule"], "allow-all", "{doc}");
+    assert_eq!(doc["sandbox"]["mode"], "allow-all", "{doc}");
 }
