@@ -1,22 +1,25 @@
-//! `svc egress explain`: how the perimeter decides one HTTP request for a sandbox description.
-//! It is how a user debugs a 403, and how the rules are tested from outside.
+//! `svc egress explain`: how the perimeter decides one HTTP request for a sandbox description,
+//! or for a running sandbox as svcd holds it now (`--sandbox NAME`). It is how a user debugs a
+//! 403, and how the rules are tested from outside.
 
 use std::{io::Read as _, path::PathBuf, process::ExitCode};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
+use http::Method;
 use svc_control::{
     config::{
         egress::{self, RepoName},
         loader,
     },
-    hosts::{Authority, HostPattern},
+    hosts::HostPattern,
     policy::{
-        credentials::Scheme,
-        mode::{EgressMode, mode_for},
-        request::{self, CredentialAction, HttpRequest, Outcome, SandboxPolicy},
+        explain::{self, Described, ExplainRequest, Explained, Verdict},
+        request::SandboxPolicy,
     },
 };
+
+use crate::client::{Client, SocketArg, runtime};
 
 #[derive(Debug, Subcommand)]
 pub enum EgressCommand {
@@ -24,10 +27,14 @@ pub enum EgressCommand {
     /// the status), the rule that decided and why.
     ///
     /// The sandbox is described as `svc sandbox create` would make it: the built-in agent
-    /// hosts, `--allow-host`s, `--repo`, and the egress section of `.svc/config.yaml`. Its
+    /// hosts, `--allow-host`s, `--repo`, and the egress section of `.svc/config.yaml`; which
+    /// files were read (or that none was, and the defaults hold) is said on stderr. Its
     /// placeholders are minted fresh; write `{placeholder:HOST}` in the URL, a header or the body to
     /// send the placeholder of HOST's credential (`{placeholder:code-host}` for
     /// CODE_HOST_TOKEN), or use `--bearer HOST`.
+    ///
+    /// With --sandbox NAME, svcd decides against that running sandbox's policy as it is now
+    /// (its allowlist generation is shown), with the sandbox's own placeholders.
     ///
     /// With --ssh, explain a git-over-SSH request the relay would get instead: the host and
     /// repository against `.svc/config.yaml` egress.policy, and with --ref the refs a push
@@ -38,6 +45,7 @@ pub enum EgressCommand {
         verbatim_doc_comment,
         after_help = "Examples:
   svc egress explain GET https://api.github.com/repos/acme/widget --repo acme/widget
+  svc egress explain --sandbox dev GET https://pypi.org/simple/
   svc egress explain --ssh \"git@github.com git-receive-pack 'acme/widget.git'\" --ref refs/heads/main"
     )]
     Explain(Box<ExplainArgs>),
@@ -58,13 +66,19 @@ pub struct ExplainArgs {
     /// A ref the push updates (repeatable; with --ssh), e.g. refs/heads/main.
     #[arg(long = "ref", value_name = "REFNAME", requires = "ssh")]
     pub refs: Vec<String>,
+    /// Decide against this running sandbox's policy as svcd holds it now (after live
+    /// `svc sandbox allow` changes; its generation is shown), with its own placeholders,
+    /// instead of a sandbox described by the other arguments. Yours, or any as root.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["ssh", "allow_hosts", "repo", "config", "host_config"])]
+    pub sandbox: Option<String>,
     /// A host the sandbox may reach (repeatable), as `svc sandbox create --allow-host`.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
     /// The bound repository, as `svc sandbox create --repo`.
     #[arg(long, value_name = "OWNER/REPO")]
     pub repo: Option<String>,
-    /// The project's .svc/config.yaml (default: ./.svc/config.yaml when it exists).
+    /// The project's .svc/config.yaml (default: ./.svc/config.yaml when it exists). Which
+    /// files were read is said on stderr (and in --json as `read`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// svcd's host configuration (default: /etc/svc/svcd.toml when it exists).
@@ -88,37 +102,62 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
-pub fn run(cmd: EgressCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: EgressCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     match cmd {
         // Exit 1 means refused: a request that cannot be explained is a usage error (2).
-        EgressCommand::Explain(a) => Ok(explain(*a).unwrap_or_else(|e| {
+        EgressCommand::Explain(a) => Ok(explain(*a, socket).unwrap_or_else(|e| {
             eprintln!("svc: error: {e:#}");
             ExitCode::from(crate::exit::USAGE)
         })),
     }
 }
 
-/// The project's egress section: `--config`, else ./.svc/config.yaml when it exists.
-fn load_egress(config: Option<&std::path::Path>) -> anyhow::Result<egress::EgressConfig> {
+/// The project's egress section: `--config`, else ./.svc/config.yaml when it exists; and
+/// the file it was read from (said on stderr).
+fn load_egress(
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<(egress::EgressConfig, Option<PathBuf>)> {
     let config_path = config.map(ToOwned::to_owned).or_else(|| {
         let p = PathBuf::from(loader::CONFIG_YAML);
         p.exists().then_some(p)
     });
-    Ok(match &config_path {
+    let egress = match &config_path {
         Some(p) => {
+            eprintln!("reading {}", p.display());
             let text = loader::read_optional(p)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .with_context(|| format!("{} not found", p.display()))?;
             egress::parse(p, &text).map_err(|e| anyhow::anyhow!("{e}"))?
         }
-        None => Default::default(),
-    })
+        None => {
+            eprintln!("no {} found, using defaults", loader::CONFIG_YAML);
+            Default::default()
+        }
+    };
+    Ok((egress, config_path))
+}
+
+/// svcd's host configuration: `--host-config`, else /etc/svc/svcd.toml when it exists; and
+/// the file it was read from (said on stderr).
+fn load_host(
+    host_config: Option<&std::path::Path>,
+) -> anyhow::Result<(svc_control::config::host::HostConfig, Option<PathBuf>)> {
+    let default = std::path::Path::new(svc_control::config::host::DEFAULT_PATH);
+    let path = host_config
+        .map(ToOwned::to_owned)
+        .or_else(|| default.exists().then(|| default.to_owned()));
+    match &path {
+        Some(p) => eprintln!("reading {}", p.display()),
+        None => eprintln!("no {} found, using defaults", default.display()),
+    }
+    let host = loader::load_host_config(path.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((host, path))
 }
 
 /// `--ssh`: the relay's decision on one git request.
 fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
     use svc_control::policy::ssh::{self, RefUpdate};
-    let egress = load_egress(a.config.as_deref())?;
+    let (egress, project) = load_egress(a.config.as_deref())?;
     let repos: Vec<(String, String)> = egress
         .policy
         .values()
@@ -155,6 +194,10 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
         );
     }
     let explained = SshExplained {
+        read: FilesRead {
+            project,
+            host: None,
+        },
         result: &result,
         refs: &a.refs,
         repos: &repos,
@@ -174,6 +217,8 @@ fn explain_ssh(a: &ExplainArgs, line: &str) -> anyhow::Result<ExitCode> {
 
 /// The relay's decision on one git request, with what it was decided against.
 struct SshExplained<'a> {
+    /// The project configuration read (the relay's decision reads no host configuration).
+    read: FilesRead,
     result: &'a SshResult,
     refs: &'a [String],
     repos: &'a [(String, String)],
@@ -212,6 +257,7 @@ impl SshExplained<'_> {
             "message": message,
             "request": request,
             "refs": self.refs,
+            "read": self.read,
             "policy": {
                 "repos": self.repos.iter().map(|(h, r)| format!("{h} {r}")).collect::<Vec<_>>(),
                 "allowedBranches": self.branches,
@@ -257,58 +303,75 @@ impl SshExplained<'_> {
     }
 }
 
-fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
+fn explain(a: ExplainArgs, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     if let Some(line) = &a.ssh {
         return explain_ssh(&a, line);
     }
     let (Some(method), Some(url)) = (&a.method, &a.url) else {
         bail!("give METHOD and URL, or --ssh");
     };
-    let policy = described_policy(&a)?;
-    let (scheme, authority, target) = split_url(&substitute(&policy, url)?)?;
-    let headers = request_headers(&a, &policy)?;
-    let body = request_body(&a, &policy)?;
-    let header_refs: Vec<(&str, &[u8])> = headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_slice()))
-        .collect();
-    let sni = a
-        .sni
-        .clone()
-        .or_else(|| (scheme == Scheme::Https).then(|| authority.clone()));
-    let decision = request::decide(
-        &policy,
-        &HttpRequest {
-            scheme,
-            method,
-            target: &target,
-            authority: Some(&authority),
-            sni: sni.as_deref(),
-            alt_authority: None,
-            headers: &header_refs,
-            body_prefix: &body,
-            body_complete: true,
-            head_had_both_lengths: false,
-        },
-    );
+    let req = ExplainRequest {
+        method: method.clone(),
+        url: url.clone(),
+        headers: a.headers.clone(),
+        bearer: a.bearer.clone(),
+        body: request_body(&a)?,
+        sni: a.sni.clone(),
+    };
+    let (explained, read) = match &a.sandbox {
+        Some(name) => (live(socket, name, &req)?, None),
+        None => {
+            let (policy, read) = described_policy(&a)?;
+            let decision = explain::explain(&policy, &req)?;
+            let explained = Explained {
+                decision: Verdict::from(&decision),
+                sandbox: Described::of(&policy),
+            };
+            (explained, Some(read))
+        }
+    };
     if a.json {
-        print_decision_json(&decision, &policy)?;
+        let mut doc = serde_json::to_value(&explained)?;
+        if let (Some(read), Some(o)) = (read, doc.as_object_mut()) {
+            o.insert("read".into(), serde_json::to_value(read)?);
+        }
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print_decision(&decision, &policy);
+        print_decision(&explained);
     }
-    Ok(if decision.allowed() {
+    Ok(if explained.decision.allowed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(crate::exit::FAILURE)
     })
 }
 
+/// `--sandbox NAME`: svcd decides against the running sandbox's policy as it is now.
+fn live(socket: &SocketArg, name: &str, req: &ExplainRequest) -> anyhow::Result<Explained> {
+    let client = Client::new(&socket.socket);
+    runtime()?.block_on(async move {
+        client
+            .call(
+                Method::POST,
+                &format!("/v1/sandboxes/{name}/explain"),
+                Some(req),
+            )
+            .await
+    })
+}
+
+/// The files an offline explanation was read from (`null`: none, the defaults).
+#[derive(serde::Serialize)]
+struct FilesRead {
+    project: Option<PathBuf>,
+    host: Option<PathBuf>,
+}
+
 /// The sandbox as `svc sandbox create` would make it from the arguments: the host config,
-/// the workspace's egress section, `--allow-host`s and `--repo`.
-fn described_policy(a: &ExplainArgs) -> anyhow::Result<SandboxPolicy> {
-    let host =
-        loader::load_host_config(a.host_config.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let egress = load_egress(a.config.as_deref())?;
+/// the workspace's egress section, `--allow-host`s and `--repo`; and the files read.
+fn described_policy(a: &ExplainArgs) -> anyhow::Result<(SandboxPolicy, FilesRead)> {
+    let (host, host_path) = load_host(a.host_config.as_deref())?;
+    let (egress, project_path) = load_egress(a.config.as_deref())?;
     let extra = a
         .allow_hosts
         .iter()
@@ -319,35 +382,18 @@ fn described_policy(a: &ExplainArgs) -> anyhow::Result<SandboxPolicy> {
         .as_deref()
         .map(|r| RepoName::parse(r).map_err(|e| anyhow::anyhow!("--repo: {e}")))
         .transpose()?;
-    Ok(SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?)
+    let read = FilesRead {
+        project: project_path,
+        host: host_path,
+    };
+    Ok((
+        SandboxPolicy::for_sandbox(&host, &extra, repo, egress)?,
+        read,
+    ))
 }
 
-/// The `--header`s (placeholders substituted) and the `--bearer` header.
-fn request_headers(
-    a: &ExplainArgs,
-    policy: &SandboxPolicy,
-) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
-    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
-    for h in &a.headers {
-        let (n, v) = h
-            .split_once(':')
-            .with_context(|| format!("header {h:?} is not `Name: value`"))?;
-        headers.push((
-            n.trim().to_owned(),
-            substitute(policy, v.trim())?.into_bytes(),
-        ));
-    }
-    if let Some(b) = &a.bearer {
-        headers.push((
-            "Authorization".into(),
-            format!("Bearer {}", placeholder_of(policy, b)?).into_bytes(),
-        ));
-    }
-    Ok(headers)
-}
-
-/// The `--body-file` (`-`: standard input), placeholders substituted; empty without one.
-fn request_body(a: &ExplainArgs, policy: &SandboxPolicy) -> anyhow::Result<Vec<u8>> {
+/// The `--body-file` (`-`: standard input), as text; empty without one.
+fn request_body(a: &ExplainArgs) -> anyhow::Result<String> {
     let body = match &a.body_file {
         None => Vec::new(),
         Some(p) if p.as_os_str() == "-" => {
@@ -357,118 +403,51 @@ fn request_body(a: &ExplainArgs, policy: &SandboxPolicy) -> anyhow::Result<Vec<u
         }
         Some(p) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
     };
-    Ok(substitute(policy, &String::from_utf8_lossy(&body))?.into_bytes())
-}
-
-/// The decision and the sandbox it was made for, as one JSON document (`--json`).
-fn print_decision_json(decision: &request::Decision, policy: &SandboxPolicy) -> anyhow::Result<()> {
-    let mode = mode_for(policy.allowed.is_empty());
-    let doc = serde_json::json!({
-        "decision": decision,
-        "sandbox": {
-            "mode": mode,
-            "allowedHosts": policy.allowed,
-            "repo": policy.bound_repo,
-        },
-    });
-    outln!("{}", serde_json::to_string_pretty(&doc)?);
-    Ok(())
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The decision for people: the verdict, the rule and why, then the sandbox.
-fn print_decision(decision: &request::Decision, policy: &SandboxPolicy) {
-    match &decision.outcome {
-        Outcome::Allow { credential } => {
-            let what = match credential {
-                CredentialAction::Passthrough => "forwarded as is".to_owned(),
-                CredentialAction::Swap { kind, .. } => format!(
+fn print_decision(e: &Explained) {
+    let d = &e.decision;
+    match (&d.credential, d.status) {
+        (_, Some(status)) => outln!("DENY {status}"),
+        (c, None) => {
+            let what = match c.as_ref().map(|c| (c.action.as_str(), c.kind.as_deref())) {
+                Some(("swap", kind)) => format!(
                     "placeholder swapped for the real {} credential",
-                    kind.name()
+                    kind.unwrap_or("?")
                 ),
-                CredentialAction::Strip => "Authorization stripped".to_owned(),
+                Some(("strip", _)) => "Authorization stripped".to_owned(),
+                _ => "forwarded as is".to_owned(),
             };
             outln!("ALLOW ({what})");
         }
-        Outcome::Deny { status } => outln!("DENY {status}"),
     }
-    outln!("  rule:    {}", decision.rule.name());
-    outln!("  reason:  {}", decision.reason);
-    if let Some(h) = &decision.host {
+    outln!("  rule:    {}", d.rule);
+    outln!("  reason:  {}", d.reason);
+    if let Some(h) = &d.host {
         outln!("  host:    {h}");
     }
-    if let Some(p) = &decision.path {
+    if let Some(p) = &d.path {
         outln!("  path:    {p}");
     }
-    let mode = mode_for(policy.allowed.is_empty());
-    let hosts: Vec<String> = policy.allowed.0.iter().map(ToString::to_string).collect();
+    let s = &e.sandbox;
+    let mode = if s.is_curated() {
+        "Curated"
+    } else {
+        "AllowAll"
+    };
+    let which = match (&s.name, s.policy_generation) {
+        (Some(n), Some(g)) => format!("{n}, allowlist generation {g}, "),
+        (Some(n), None) => format!("{n}, "),
+        _ => String::new(),
+    };
     outln!(
-        "  sandbox: {} mode, {} allowed host(s): {}",
-        if mode == EgressMode::Curated {
-            "Curated"
-        } else {
-            "AllowAll"
-        },
-        hosts.len(),
-        hosts.join(", ")
+        "  sandbox: {which}{mode} mode, {} allowed host(s): {}",
+        s.allowed_hosts.len(),
+        s.allowed_hosts.join(", ")
     );
-    if let Some(r) = &policy.bound_repo {
-        outln!("           bound repository {}", r.as_str());
+    if let Some(r) = &s.repo {
+        outln!("           bound repository {r}");
     }
-}
-
-/// `scheme://authority/target` → (scheme, authority, origin-form target).
-fn split_url(url: &str) -> anyhow::Result<(Scheme, String, String)> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .with_context(|| format!("URL {url:?} has no scheme (https://…)"))?;
-    let scheme = match scheme.to_ascii_lowercase().as_str() {
-        "https" => Scheme::Https,
-        "http" => Scheme::Http,
-        other => bail!("URL scheme {other:?} is not http or https"),
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, target) = rest.split_at(end);
-    if authority.is_empty() {
-        bail!("URL {url:?} has no host");
-    }
-    let target = match target {
-        "" => "/".to_owned(),
-        t if t.starts_with('?') => format!("/{t}"),
-        t => t.to_owned(),
-    };
-    Ok((scheme, authority.to_owned(), target))
-}
-
-fn placeholder_of(policy: &SandboxPolicy, which: &str) -> anyhow::Result<String> {
-    use svc_control::policy::credentials::CredentialKind;
-    let entries = policy.placeholders.entries();
-    let found = match which {
-        "code-host" => entries.iter().find(|e| e.kind == CredentialKind::CodeHost),
-        "agent" => entries.iter().find(|e| e.kind == CredentialKind::AgentApi),
-        host => {
-            let a = Authority::parse(host, 443)
-                .with_context(|| format!("placeholder host {host:?}"))?;
-            entries
-                .iter()
-                .find(|e| e.kind == CredentialKind::Host && e.hosts.iter().any(|h| h.matches(&a)))
-        }
-    };
-    found
-        .map(|e| e.placeholder.expose().to_owned())
-        .with_context(|| format!("the sandbox has no placeholder for {which:?}"))
-}
-
-/// Replace every `{placeholder:WHICH}` in `s`.
-fn substitute(policy: &SandboxPolicy, s: &str) -> anyhow::Result<String> {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find("{placeholder:") {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + "{placeholder:".len()..];
-        let end = after.find('}').context("unterminated {placeholder:…}")?;
-        out.push_str(&placeholder_of(policy, &after[..end])?);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }

@@ -12,6 +12,7 @@ mod egress_cmd;
 mod exec_cmd;
 mod exit;
 mod git_snapshot;
+mod project;
 mod sandbox_cmd;
 mod secret_cmd;
 mod trust;
@@ -133,7 +134,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Config(cmd) => config_cmd::run(cmd, &cli.socket),
-        Command::Egress(cmd) => egress_cmd::run(cmd),
+        Command::Egress(cmd) => egress_cmd::run(cmd, &cli.socket),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd, &cli.socket),
         Command::Secret(cmd) => secret_cmd::run(cmd, &cli.socket),
         Command::Workspace(cmd) => workspace_cmd::run(cmd, &cli.socket),

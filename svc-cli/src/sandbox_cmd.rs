@@ -25,7 +25,10 @@ Egress modes (--egress):
              other sandboxes), no proxy, no credentials; for 24 hours from creation or svcd's
              last start, then curated with the agent hosts
 
---file PATH (alias --context-path) creates an allow-all sandbox for 72 hours.
+--context-path PATH creates an allow-all sandbox for 72 hours (no allowlist, no proxy, no
+credentials); svc says so on stderr, with when the window ends, every time (on a terminal or
+not). It is not a configuration file: for a project's configuration use --workspace DIR or
+`svc workspace up DIR`. (-f/--file, its old name, is refused.)
 
 Secrets (--secret VAR@SOURCE, repeatable): VAR is a credential variable the sandbox gets
 (CODE_HOST_TOKEN with --repo, AGENT_AUTH_TOKEN, SVC_CRED_<HOST>_TOKEN per --allow-host); the
@@ -41,7 +44,7 @@ Examples:
   svc sandbox create dev
   svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@env:GH_TOKEN dev
   svc sandbox create --allow-host pypi.org --allow-host files.pythonhosted.org build
-  svc sandbox create --file ./project scratch")]
+  svc sandbox create --context-path ./project scratch")]
     Create(CreateArgs),
     /// List sandboxes.
     List {
@@ -121,16 +124,25 @@ pub struct CreateArgs {
     /// Broker a credential: VAR@SOURCE (repeatable; see below).
     #[arg(long)]
     pub secret: Vec<String>,
-    /// Create an allow-all sandbox for 72 hours for this context path.
-    #[arg(long = "file", visible_alias = "context-path")]
+    /// Create an allow-all sandbox for 72 hours for this context path: every host except the
+    /// refused destination classes, no proxy, no credentials. A warning on stderr says until
+    /// when, every time (on a terminal or not).
+    #[arg(long = "context-path", value_name = "PATH")]
+    pub context_path: Option<PathBuf>,
+    /// The old name of --context-path, refused: to kubectl and compose users `-f` names a
+    /// configuration file, and this made an allow-all sandbox instead.
+    #[arg(short = 'f', long = "file", hide = true, value_name = "PATH", value_parser = refuse_file)]
     pub file: Option<PathBuf>,
     /// The backend: container (the default; netns is its old name) or microvm. Overrides the
     /// workspace's runtime block.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(svc_control::runtime::choices()))]
     pub backend: Option<String>,
-    /// Take the backend from the workspace in DIR (its .svc/workspace.json `runtime` block:
-    /// the first of `required` this svcd offers; empty or absent: automatic) and the
-    /// repositories git may reach over SSH (its .svc/config.yaml `egress.policy` repos).
+    /// Make the sandbox with the perimeter of the project in DIR, the same as `svc workspace
+    /// up DIR` makes: its .svc/config.yaml egress section (the `allow` hosts, the
+    /// `egress.policy` path rules and the repositories git may reach over SSH, the `secrets`
+    /// hosts, `httpsPushBranches`) and the backend from its .svc/workspace.json `runtime`
+    /// block (the first of `required` this svcd offers; empty or absent: automatic). Unlike
+    /// `workspace up`, DIR is not shared into the sandbox and no hooks or services run.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// With --workspace: approve the project's perimeter as it is now without asking.
@@ -148,6 +160,16 @@ pub struct CreateArgs {
 fn parse_egress(s: &str) -> Result<EgressChoice, String> {
     EgressChoice::parse(s)
 }
+
+/// `-f`/`--file`: refused, naming what it did and what to use instead.
+fn refuse_file(_: &str) -> Result<PathBuf, String> {
+    Err(FILE_RENAMED.to_owned())
+}
+
+/// Why `-f`/`--file` is refused.
+const FILE_RENAMED: &str = "-f/--file is no longer accepted: it did not read a configuration \
+     file, it made an allow-all sandbox for 72 hours; say --context-path PATH if you mean that, \
+     or --workspace DIR (or svc workspace up DIR) for a project's configuration";
 
 pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
@@ -281,64 +303,6 @@ async fn fork(
     })
 }
 
-/// What `--workspace DIR` adds to a created sandbox.
-#[derive(Default)]
-struct FromWorkspace {
-    runtime_required: Option<Vec<svc_control::config::workspace::Backend>>,
-    /// The SSH relay's repositories: `.svc/config.yaml` egress.policy.<host>.repos.
-    ssh_repos: Vec<svc_control::api::SshRepo>,
-    project: Option<svc_control::api::ProjectPerimeter>,
-    /// The egress section asks for smart-HTTP pushes held to AllowedBranches.
-    https_push_branches: bool,
-}
-
-/// Load the workspace in `dir` and have its perimeter approved (`--trust`, or already);
-/// the exit code when it is not.
-async fn from_workspace(
-    client: &Client,
-    dir: &std::path::Path,
-    trust: bool,
-) -> anyhow::Result<Result<FromWorkspace, ExitCode>> {
-    let root =
-        std::fs::canonicalize(dir).with_context(|| format!("--workspace {}", dir.display()))?;
-    let loaded = svc_control::config::loader::load_workspace(
-        &root,
-        &svc_control::config::effective::ApiParams::default(),
-        std::env::vars(),
-    )
-    .map_err(|e| anyhow::anyhow!("--workspace {}: {e}", dir.display()))?;
-    let https_push_branches = loaded
-        .egress
-        .as_ref()
-        .is_some_and(|e| e.https_push_branches);
-    let ssh_repos = loaded
-        .egress
-        .iter()
-        .flat_map(|e| e.policy.values())
-        .flat_map(|p| {
-            p.repos.iter().map(|r| svc_control::api::SshRepo {
-                host: p.host.to_string(),
-                repo: r.as_str().to_owned(),
-            })
-        })
-        .collect();
-    let perimeter = crate::trust::perimeter(&loaded);
-    let trust = match crate::trust::ensure(client, &root, &perimeter, trust).await? {
-        Ok(t) => t,
-        Err(code) => return Ok(Err(code)),
-    };
-    Ok(Ok(FromWorkspace {
-        runtime_required: Some(loaded.effective.runtime.required),
-        ssh_repos,
-        project: Some(svc_control::api::ProjectPerimeter {
-            root: root.display().to_string(),
-            perimeter,
-            trust,
-        }),
-        https_push_branches,
-    }))
-}
-
 async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let name = api::SandboxName::new(a.name).map_err(|e| anyhow::anyhow!(e))?;
     let secrets = a
@@ -346,30 +310,29 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|s| read_secret(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let context_path = match &a.file {
+    let context_path = match &a.context_path {
         Some(p) => Some(
             std::fs::canonicalize(p)
-                .with_context(|| format!("--file {}", p.display()))?
+                .with_context(|| format!("--context-path {}", p.display()))?
                 .display()
                 .to_string(),
         ),
         None => None,
     };
-    let from_workspace = match &a.workspace {
-        None => FromWorkspace::default(),
-        Some(dir) => match from_workspace(client, dir, a.trust).await? {
-            Ok(w) => w,
-            Err(code) => return Ok(code),
-        },
+    let project = match &a.workspace {
+        None => None,
+        Some(dir) => {
+            let project = match crate::project::Project::load(dir)? {
+                Ok(p) => p,
+                Err(code) => return Ok(code),
+            };
+            match project.approve(client, a.trust).await? {
+                Ok(approved) => Some((project, approved)),
+                Err(code) => return Ok(code),
+            }
+        }
     };
-    let https_push_branches = a.https_push_branches || from_workspace.https_push_branches;
-    let FromWorkspace {
-        runtime_required,
-        ssh_repos,
-        project,
-        ..
-    } = from_workspace;
-    let req = CreateSandbox {
+    let mut req = CreateSandbox {
         name,
         allow_hosts: a.allow_host,
         repo: a.repo,
@@ -377,15 +340,21 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         secrets,
         context_path,
         backend: a.backend,
-        runtime_required,
-        ssh_repos,
+        runtime_required: None,
+        ssh_repos: Vec::new(),
         workspace: None,
-        project,
-        https_push_branches,
+        project: None,
+        https_push_branches: a.https_push_branches,
     };
+    if let Some((project, approved)) = project {
+        project.apply(approved, &mut req);
+    }
     let s: SandboxView = client
         .call(Method::POST, "/v1/sandboxes", Some(&req))
         .await?;
+    if s.context_path.is_some() {
+        warn_allow_all(&s);
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
@@ -398,6 +367,21 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--context-path`: the sandbox is open to every host for 72 hours, said on stderr whether
+/// or not it is a terminal (a script's log keeps it too).
+fn warn_allow_all(s: &SandboxView) {
+    let until = s
+        .window_ends
+        .as_deref()
+        .map_or_else(|| "72 hours from now".to_owned(), |w| format!("until {w}"));
+    eprintln!(
+        "warning: sandbox {} is allow-all for 72 hours ({until}; --context-path): every host \
+         except the refused destination classes, no proxy, no credentials; then curated with \
+         the agent hosts",
+        s.name
+    );
 }
 
 /// Print `value` as JSON for scripts, or for people with `human`.

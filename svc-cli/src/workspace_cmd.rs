@@ -11,6 +11,7 @@ use svc_control::api::{self, CreateSandbox, SandboxView, WorkspaceLogRecord, Wor
 use crate::{
     client::Client,
     client::{SocketArg, runtime},
+    project::Project,
     sandbox_cmd::print_sandbox,
     secret_cmd::read_secret,
 };
@@ -185,13 +186,11 @@ fn log_path(name: &str, follow: bool) -> String {
 }
 
 async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
-    let (root, loaded) = match crate::trust::load_valid(&a.dir)? {
-        Ok(l) => l,
+    let project = match Project::load(&a.dir)? {
+        Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    for w in &loaded.warnings {
-        eprintln!("warning: {w}");
-    }
+    let (root, loaded) = (&project.root, &project.loaded);
     let readiness = match svc_control::workspace::readiness::pick_profile(
         &loaded.effective.readiness,
         a.profile.as_deref(),
@@ -202,11 +201,10 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(crate::exit::USAGE));
         }
     };
-    let name = a.name.clone().unwrap_or_else(|| default_name(&root));
+    let name = a.name.clone().unwrap_or_else(|| default_name(root));
     let name = api::SandboxName::new(name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-    let perimeter = crate::trust::perimeter(&loaded);
-    let trust = match crate::trust::ensure(client, &root, &perimeter, a.trust).await? {
-        Ok(t) => t,
+    let approved = match project.approve(client, a.trust).await? {
+        Ok(p) => p,
         Err(code) => return Ok(code),
     };
     let secrets = a
@@ -214,29 +212,23 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|s| read_secret(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let git_snapshot = git_snapshot_reported(&root);
-    let req = CreateSandbox {
+    let git_snapshot = git_snapshot_reported(root);
+    let mut req = CreateSandbox {
         name: name.clone(),
         allow_hosts: a.allow_host,
         repo: a.repo,
         egress: None,
         secrets,
         context_path: None,
-        runtime_required: a
-            .backend
-            .is_none()
-            .then(|| loaded.effective.runtime.required.clone()),
+        runtime_required: None,
         backend: a.backend,
         ssh_repos: Vec::new(),
-        workspace: Some(workspace_spec(&root, &loaded, readiness, git_snapshot)),
-        project: Some(api::ProjectPerimeter {
-            root: root.display().to_string(),
-            perimeter,
-            trust,
-        }),
+        workspace: Some(workspace_spec(root, loaded, readiness, git_snapshot)),
+        project: None,
         // The egress section carries its own `httpsPushBranches` to svcd.
         https_push_branches: false,
     };
+    project.apply(approved, &mut req);
     if !a.json {
         outln!("creating sandbox {name} for {} …", root.display());
     }

@@ -344,3 +344,71 @@ fn ssh_requests_are_explained_with_the_relays_exact_lines() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn offline_explain_says_which_files_it_read() {
+    // No project configuration here: the defaults, said so.
+    let out = explain(&["GET", "https://api.example.com/"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no .svc/config.yaml found, using defaults"),
+        "{err}"
+    );
+    assert!(err.contains("reading /dev/null"), "{err}");
+
+    // A project's .svc/config.yaml in the current directory is read, and said to be.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".svc")).unwrap();
+    std::fs::write(
+        dir.path().join(".svc/config.yaml"),
+        "egress:\n  allow: [api.example.org]\n",
+    )
+    .unwrap();
+    let out = output(
+        svc_command()
+            .current_dir(dir.path())
+            .args(["egress", "explain", "--host-config", "/dev/null", "--json"])
+            .args(["GET", "https://api.example.org/"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reading .svc/config.yaml"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["read"],
+        serde_json::json!({"project": ".svc/config.yaml", "host": "/dev/null"})
+    );
+    assert_eq!(doc["decision"]["verdict"], "allow");
+
+    // --ssh reads the project's configuration alone, and says so too.
+    let out = output(
+        svc_command()
+            .current_dir(dir.path())
+            .args(["egress", "explain", "--json", "--ssh"])
+            .arg("git@github.com git-upload-pack 'acme/widget.git'"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reading .svc/config.yaml"), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["read"]["project"], ".svc/config.yaml", "{doc}");
+}
+
+#[test]
+fn explain_against_a_sandbox_takes_no_description_of_one() {
+    for extra in [
+        &["--repo", "acme/widget"][..],
+        &["--allow-host", "pypi.org"],
+        &["--config", "x.yaml"],
+        &["--host-config", "/dev/null"],
+    ] {
+        let out = output(
+            svc_command()
+                .args(["egress", "explain", "--sandbox", "dev"])
+                .args(extra)
+                .args(["GET", "https://pypi.org/"]),
+        );
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
+}

@@ -6,6 +6,7 @@ mod audit_read;
 mod backends_route;
 mod callers;
 mod exec;
+mod explain;
 mod failure;
 mod http;
 mod routes;

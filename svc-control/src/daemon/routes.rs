@@ -46,6 +46,7 @@ fn sandbox_action(method: &Method, rest: &[&str]) -> SandboxAction {
         (&Method::GET, []) => SandboxAction::Show,
         (&Method::DELETE, []) => SandboxAction::Destroy,
         (&Method::POST, ["exec"]) => SandboxAction::Exec,
+        (&Method::POST, ["explain"]) => SandboxAction::Explain,
         (&Method::POST, ["fork"]) => SandboxAction::Fork,
         (&Method::POST, ["pause"]) => SandboxAction::Pause,
         (&Method::POST, ["resume"]) => SandboxAction::Resume,
@@ -177,6 +178,7 @@ impl Call<'_> {
             (&Method::GET, [name]) => sup.show(name).map(|v| json(StatusCode::OK, &v)),
             (&Method::DELETE, [name]) => sup.destroy(name).await.map(|v| json(StatusCode::OK, &v)),
             (&Method::POST, [name, "exec"]) => self.exec(name, req).await,
+            (&Method::POST, [name, "explain"]) => super::explain::explain(sup, name, req).await,
             (&Method::POST, [name, "fork"]) => {
                 let f = read_json::<api::ForkRequest>(req).await?;
                 sup.fork(&self.who, name, f)
@@ -320,6 +322,7 @@ mod tests {
             (Method::GET, &[], SandboxAction::Show),
             (Method::DELETE, &[], SandboxAction::Destroy),
             (Method::POST, &["exec"], SandboxAction::Exec),
+            (Method::POST, &["explain"], SandboxAction::Explain),
             (Method::POST, &["fork"], SandboxAction::Fork),
             (Method::POST, &["pause"], SandboxAction::Pause),
             (Method::POST, &["resume"], SandboxAction::Resume),

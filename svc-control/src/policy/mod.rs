@@ -12,6 +12,8 @@ pub mod credentials;
 mod decision;
 pub mod destination;
 pub mod dns;
+/// `svc egress explain`: one request as a person writes it, decided as the proxy decides it.
+pub mod explain;
 /// What of a project's git directory the sandbox sees read-only; what changes are reported.
 pub mod gitdir;
 pub mod graphql;

@@ -3,9 +3,10 @@
 //!
 //! The rules, as people know them from files:
 //!
-//! - A sandbox is its owner's alone: a non-root caller may show, exec in, fork, pause, resume,
-//!   change (`allow`), read the workspace log of and destroy only its own sandboxes, sees only
-//!   those in `list`, and reads only their events and audit records. Root acts on every one.
+//! - A sandbox is its owner's alone: a non-root caller may show, explain requests against, exec
+//!   in, fork, pause, resume, change (`allow`), read the workspace log of and destroy only its
+//!   own sandboxes, sees only those in `list`, and reads only their events and audit records.
+//!   Root acts on every one.
 //! - A stored secret is its owner's: only the owner (or root) may rotate, remove, share or
 //!   unshare it. The owner may share it with one unix group (`svc secret share NAME --group G`,
 //!   like a file's group read bit): a caller in that group may then bind it into its own
@@ -66,6 +67,8 @@ impl std::fmt::Display for Owner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxAction {
     Show,
+    /// `svc egress explain --sandbox`: a read of its live policy.
+    Explain,
     Exec,
     Destroy,
     Fork,
@@ -81,6 +84,7 @@ impl SandboxAction {
     fn verb(self) -> &'static str {
         match self {
             Self::Show => "show it",
+            Self::Explain => "explain requests against its policy",
             Self::Exec => "exec in it",
             Self::Destroy => "destroy it",
             Self::Fork => "fork it",

@@ -277,6 +277,11 @@ impl Supervisor {
             https_push_branches: req.https_push_branches,
             ssh_repos,
             workspace: req.workspace.clone(),
+            egress_section: req
+                .workspace
+                .is_none()
+                .then(|| project_egress_file(req))
+                .flatten(),
             policy_generation: 0,
             link: String::new(),
             guest_v4: Ipv4Addr::UNSPECIFIED,
@@ -502,12 +507,23 @@ impl Supervisor {
     }
 }
 
-/// The workspace's `.svc/config.yaml` egress section, checked again here: the request is the
-/// caller's word for what the file says.
+/// The project's `.svc/config.yaml` egress section as the request carries it: its workspace's
+/// (`svc workspace up`), else its approved perimeter's (`svc sandbox create --workspace`), so
+/// both make the same perimeter.
+fn project_egress_file(req: &CreateSandbox) -> Option<crate::config::egress::EgressFile> {
+    match &req.workspace {
+        Some(w) => w.egress.clone(),
+        None => req
+            .project
+            .as_ref()
+            .and_then(|p| p.perimeter.egress.clone()),
+    }
+}
+
+/// The project's egress section, checked again here: the request is the caller's word for
+/// what the file says.
 fn project_egress(req: &CreateSandbox) -> Result<Option<EgressConfig>, Failure> {
-    req.workspace
-        .as_ref()
-        .and_then(|w| w.egress.clone())
+    project_egress_file(req)
         .map(|f| {
             crate::config::egress::validate(
                 std::path::Path::new(crate::config::loader::CONFIG_YAML),

@@ -11,6 +11,7 @@ use crate::{
     limits::Channel,
     names::SandboxName,
     policy::{
+        explain::{self, Described},
         mode::EgressMode,
         ownership::{self, Principal},
     },
@@ -40,6 +41,25 @@ impl Supervisor {
         live.get(name)
             .map(|l| self.view(l))
             .ok_or_else(|| Failure::not_found(name))
+    }
+
+    /// What `svc egress explain --sandbox` decides against: the sandbox's policy as the
+    /// proxy holds it now, and the sandbox it is (name, mode on its link, generation).
+    pub fn policy_now(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<crate::policy::request::SandboxPolicy>, Described), Failure> {
+        SandboxName::check(name).map_err(Failure::bad)?;
+        let live = self.live();
+        let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+        let mut described = Described::of(&l.policy);
+        described.mode = explain::mode_name(l.mode).to_owned();
+        described.name = Some(l.name.clone());
+        described.policy_generation = Some(l.envelope.policy_generation);
+        described.window_ends = (l.mode == EgressMode::AllowAll)
+            .then(|| self.mode_now(l).window_ends.map(rfc3339))
+            .flatten();
+        Ok((l.policy.clone(), described))
     }
 
     pub(super) fn view(&self, l: &Live) -> SandboxView {
@@ -376,7 +396,19 @@ impl Supervisor {
                 runtime_required: None,
                 ssh_repos: envelope.ssh_repos.clone(),
                 workspace: envelope.workspace.clone(),
-                project: None,
+                // The source's project egress section (`sandbox create --workspace`), approved
+                // and checked when the source was made: a clone's request is svcd's own.
+                project: envelope
+                    .egress_section
+                    .clone()
+                    .map(|egress| api::ProjectPerimeter {
+                        root: String::new(),
+                        perimeter: crate::policy::trust::Perimeter {
+                            egress: Some(egress),
+                            ..Default::default()
+                        },
+                        trust: false,
+                    }),
                 https_push_branches: envelope.https_push_branches,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);

@@ -56,6 +56,10 @@ pub struct Envelope {
     /// Its workspace (`svc workspace up`): project directory, egress section, hooks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) workspace: Option<crate::api::WorkspaceSpec>,
+    /// The egress section of the project it was made from without a workspace (`svc sandbox
+    /// create --workspace DIR`): the approved perimeter's, the same one a workspace carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) egress_section: Option<crate::config::egress::EgressFile>,
     /// Bumped by each live change of `extra_hosts` (`svc sandbox allow`).
     #[serde(default)]
     pub(super) policy_generation: u32,
@@ -76,10 +80,14 @@ impl Envelope {
             .then(|| self.allowed_branches.clone())
     }
 
-    /// The workspace's `.svc/config.yaml` egress section (checked when the sandbox was made),
-    /// or none.
+    /// The project's `.svc/config.yaml` egress section (checked when the sandbox was made):
+    /// its workspace's, or the one it was made with, or none.
     pub(super) fn project_egress(&self) -> Result<crate::config::egress::EgressConfig, Failure> {
-        match self.workspace.as_ref().and_then(|w| w.egress.clone()) {
+        let file = match &self.workspace {
+            Some(w) => w.egress.clone(),
+            None => self.egress_section.clone(),
+        };
+        match file {
             None => Ok(crate::config::egress::EgressConfig::default()),
             Some(file) => crate::config::egress::validate(
                 std::path::Path::new(crate::config::loader::CONFIG_YAML),
