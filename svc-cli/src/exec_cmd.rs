@@ -38,6 +38,7 @@ Examples:
   svc sandbox exec -it dev -- bash
   svc sandbox exec -w /root -e DEBUG=1 dev -- make test")]
 pub struct ExecArgs {
+    /// The sandbox to run it in.
     pub name: String,
     /// Keep standard input open and forward it, even when it is a terminal.
     #[arg(short = 'i', long)]

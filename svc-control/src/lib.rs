@@ -20,6 +20,8 @@ pub mod git_relay;
 pub mod hosts;
 /// Per-guest budgets: how many of each channel one sandbox holds open in svcd.
 pub mod limits;
+/// Man pages from a command tree, with the sections beyond `--help`.
+pub mod manual;
 /// svcd's Prometheus metrics.
 pub mod metrics;
 pub mod names;

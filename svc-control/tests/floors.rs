@@ -17,6 +17,7 @@ use std::{
 const FLOORS: &[(&str, u8)] = &[
     ("names", 0),
     ("hosts", 0),
+    ("manual", 0),
     ("config", 1),
     ("policy", 2),
     ("api", 2),

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod fence_run;
+mod man;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -60,6 +61,12 @@ enum Command {
         #[arg(long, value_name = "UNIX_MS")]
         now: Option<u64>,
     },
+    /// Write the man pages into DIR/man8 (svcd.8, one per subcommand) and DIR/man5
+    /// (svcd.toml.5, every configuration key).
+    Man {
+        /// The man directory's root, e.g. /usr/local/share/man.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +83,7 @@ enum FenceCommand {
     },
     /// Detach the fence from a link.
     Detach {
+        /// The host-side interface name, e.g. svc3.
         link: String,
         #[command(flatten)]
         pins: PinArgs,
@@ -114,6 +122,16 @@ struct PinArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Man { dir } = &cli.command {
+        // No configuration needed (nor read) to write the pages.
+        return match man::write(<Cli as clap::CommandFactory>::command(), dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("svcd: error: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
         return ExitCode::from(64);
@@ -132,6 +150,7 @@ fn main() -> ExitCode {
             .map_err(anyhow::Error::from),
         Command::Run { nft_table, grace } => supervise(host, nft_table, grace),
         Command::Guardian { now } => return guardian(&host, now),
+        Command::Man { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
