@@ -7,6 +7,7 @@ mod callers;
 mod exec;
 mod failure;
 mod http;
+mod notify;
 mod routes;
 mod server;
 mod streams;
