@@ -26,7 +26,7 @@ pub mod manual;
 pub mod metrics;
 pub mod names;
 pub mod per_core;
-/// Pure decisions: every security rule of the spec, once.
+/// Pure decisions: every security rule of the perimeter, once.
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.
 pub mod proxy;

@@ -1,5 +1,5 @@
-//! Host configuration (svcd.toml), environment variables, the effective-config precedence of
-//! SPEC 9.3, and the loader's file discovery.
+//! Host configuration (svcd.toml), environment variables, the effective-config precedence
+//! (API request, then workspace.json, then defaults), and the loader's file discovery.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -514,7 +514,7 @@ fn microvm_images_need_both_variables() {
     assert_eq!(vars, ["SVC_MICROVM_KERNEL", "SVC_MICROVM_ROOTFS"]);
 }
 
-// ---------- precedence (SPEC 9.3) ----------
+// ---------- precedence ----------
 
 fn file(text: &str) -> workspace::Workspace {
     workspace::parse(Path::new("w.json"), text).unwrap()

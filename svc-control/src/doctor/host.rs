@@ -25,7 +25,7 @@ const PERIMETER: &[Probe] = &[
     ("ip-forward", false, ip_forward),
 ];
 
-/// The microvm backend's probes (SPEC 2.8), after the others.
+/// The microvm backend's probes, after the others.
 const MICROVM: &[Probe] = &[
     ("svc-microvm-kernel", true, microvm_kernel),
     ("svc-microvm-rootfs", true, microvm_rootfs),
@@ -36,7 +36,7 @@ const MICROVM: &[Probe] = &[
 ];
 
 /// The built-in host probes svcd's perimeter needs, each named with a fix hint; with
-/// `microvm`, also the microvm backend's (SPEC 2.8), `microvm_user` being svcd.toml's
+/// `microvm`, also the microvm backend's, `microvm_user` being svcd.toml's
 /// `microvm.user` (whose id range the QEMUs run in). `env` reads the environment.
 pub fn host_probes(
     microvm: bool,

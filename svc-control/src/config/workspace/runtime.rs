@@ -1,9 +1,9 @@
-//! `runtime`: which sandbox backends the workspace needs, in order of preference (SPEC 2.5).
+//! `runtime`: which sandbox backends the workspace needs, in order of preference.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// `runtime` (SPEC 2.5).
+/// `runtime`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Runtime {
