@@ -63,8 +63,6 @@ fn names_of(path: &[&str], arg: &str) -> Option<Names> {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::expect_used, reason = "test code")]
-
     use clap_complete::engine::ArgValueCandidates;
 
     use super::*;

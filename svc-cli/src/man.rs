@@ -66,8 +66,6 @@ fn render_all() -> std::io::Result<Vec<(String, Vec<u8>)>> {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::expect_used, reason = "test code")]
-
     use super::*;
 
     #[test]

@@ -166,8 +166,6 @@ fn without_help_subcommands(cmd: clap::Command) -> clap::Command {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::expect_used, reason = "test code")]
-
     use super::*;
 
     fn toy() -> clap::Command {

@@ -44,8 +44,6 @@ fn send(socket: &OsStr, state: &str) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::expect_used, reason = "test code")]
-
     use super::*;
 
     fn received(sock: &UnixDatagram) -> String {

@@ -142,8 +142,6 @@ fn unmark(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![expect(clippy::expect_used, reason = "test code")]
-
     use super::*;
 
     #[test]
