@@ -1,4 +1,4 @@
-//! `svc canary`: the lifecycle canary (SPEC 3, 8): create a microvm sandbox, pause it, fork
+//! `svc canary`: the lifecycle canary: create a microvm sandbox, pause it, fork
 //! it, resume it, destroy both, and say how long each step took. Each sandbox is checked to
 //! answer a command where it should. Whatever the canary made is destroyed even when a step
 //! fails; the exit code says whether it passed.

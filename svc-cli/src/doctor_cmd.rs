@@ -1,6 +1,6 @@
 //! `svc doctor [DIR]`: the built-in host probes (kernel, BTF, bpffs, nftables, tun, forwarding,
 //! svcd; the microvm backend's when wanted), the workspace's `doctor.probes`, then — only if
-//! every required probe passed — its `doctor.tests` (SPEC 2.7, 4.2), run on this host in the
+//! every required probe passed — its `doctor.tests`, run on this host in the
 //! workspace directory (or, `--sandbox NAME`, inside that sandbox in /workspace),
 //! one line per check; `--report-json PATH` writes the structured report
 //! (`schema/doctor-report.v1.json`). Exit code 1 iff a required check failed, 2 when the

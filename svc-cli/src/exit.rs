@@ -25,13 +25,6 @@ pub const NOT_FOUND: u8 = 127;
 pub const CONFIG: u8 = 78;
 
 /// The table, in order, for the documentation and the man pages' EXIT STATUS section.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "for the man pages' EXIT STATUS section; docs/cli.md is tested against it"
-    )
-)]
 pub const EXIT_STATUS: &[(u8, &str)] = &[
     (OK, "success"),
     (

@@ -6,21 +6,27 @@ mod out;
 mod audit_cmd;
 mod canary_cmd;
 mod client;
+mod command;
+mod complete;
 mod config_cmd;
 mod doctor_cmd;
 mod egress_cmd;
+mod events_cmd;
 mod exec_cmd;
 mod exit;
 mod git_snapshot;
+mod man;
+mod output;
 mod project;
 mod sandbox_cmd;
+mod sandbox_table;
 mod secret_cmd;
 mod trust;
 mod workspace_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{FromArgMatches as _, Parser, Subcommand};
 
 /// svc runs isolated sandboxes for coding agents and fences everything they can reach.
 #[derive(Debug, Parser)]
@@ -65,7 +71,11 @@ enum Command {
     /// its tests; exit 1 if a required check failed.
     Doctor(doctor_cmd::DoctorArgs),
     /// Print a shell completion script: `svc completions bash > /etc/bash_completion.d/svc`.
+    ///
+    /// The script asks svc at each tab, so sandbox and secret names come from the running
+    /// svcd (nothing is offered, quietly, when it does not answer within half a second).
     Completions {
+        /// The shell the script is for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -78,17 +88,7 @@ enum Command {
     /// step's time, and whether each sandbox answered. Run it regularly on a host.
     Canary(canary_cmd::CanaryArgs),
     /// Print svcd's events (sandbox.created, workspace.ready, sandbox.destroyed, …).
-    Events {
-        /// Keep printing new events as they happen.
-        #[arg(long, short)]
-        follow: bool,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-        /// Only events after this sequence number.
-        #[arg(long, default_value_t = 0)]
-        after: i64,
-    },
+    Events(events_cmd::EventsArgs),
     /// Replace the running svcd with the binary now installed at its path (re-exec). Running
     /// sandboxes keep running and are re-adopted; their mounts and credential model cannot
     /// change (recreate a sandbox for that).
@@ -99,39 +99,15 @@ enum Command {
     },
 }
 
-/// `svc.1`, then `svc-<sub>.1`, `svc-<sub>-<subsub>.1`, … for every visible subcommand.
-fn man_pages(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    use anyhow::Context as _;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut written = 0;
-    let mut stack = vec![(
-        "svc".to_owned(),
-        "svc".to_owned(),
-        <Cli as clap::CommandFactory>::command(),
-    )];
-    while let Some((file, words, cmd)) = stack.pop() {
-        for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
-            stack.push((
-                format!("{file}-{}", sub.get_name()),
-                format!("{words} {}", sub.get_name()),
-                sub.clone(),
-            ));
-        }
-        let cmd = cmd.name(file.clone()).bin_name(words);
-        let path = dir.join(format!("{file}.1"));
-        let mut page = Vec::new();
-        clap_mangen::Man::new(cmd)
-            .render(&mut page)
-            .with_context(|| format!("rendering {file}.1"))?;
-        std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
-        written += 1;
-    }
-    outln!("wrote {written} man pages to {}", dir.display());
-    Ok(ExitCode::SUCCESS)
+/// The arguments as the command tree (`command::command`) parses them.
+fn parse() -> Cli {
+    let matches = command::command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    complete::answer_if_asked(command::command);
+    let cli = parse();
     let result = match cli.command {
         Command::Config(cmd) => config_cmd::run(cmd, &cli.socket),
         Command::Egress(cmd) => egress_cmd::run(cmd, &cli.socket),
@@ -140,25 +116,10 @@ fn main() -> ExitCode {
         Command::Workspace(cmd) => workspace_cmd::run(cmd, &cli.socket),
         Command::Audit(a) => audit_cmd::run(&cli.socket, a),
         Command::Doctor(a) => doctor_cmd::run(&cli.socket, a),
-        Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "svc", &mut script);
-            // A closed pipe (`| head`) is the reader's choice, not an error.
-            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    Err(anyhow::anyhow!("writing the completion script: {e}"))
-                }
-                _ => Ok(ExitCode::SUCCESS),
-            }
-        }
-        Command::Man { dir } => man_pages(&dir),
+        Command::Completions { shell } => complete::script(shell),
+        Command::Man { dir } => man::pages(&dir),
         Command::Canary(a) => canary_cmd::run(&cli.socket, a),
-        Command::Events {
-            follow,
-            json,
-            after,
-        } => sandbox_cmd::events(&cli.socket, follow, json, after),
+        Command::Events(a) => events_cmd::run(&cli.socket, a),
         Command::SupervisorUpgrade { force } => sandbox_cmd::upgrade(&cli.socket, force),
     };
     match result {

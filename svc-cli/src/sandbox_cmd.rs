@@ -1,11 +1,11 @@
-//! `svc sandbox …`, `svc events`, `svc supervisor-upgrade`: the commands that talk to svcd.
+//! `svc sandbox …`, `svc supervisor-upgrade`: the commands that talk to svcd.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use http::Method;
-use svc_control::api::{self, CreateSandbox, Destroyed, EgressChoice, Event, Health, SandboxView};
+use svc_control::api::{self, CreateSandbox, Destroyed, EgressChoice, Health, SandboxView};
 
 use crate::{
     client::{Client, SocketArg, runtime},
@@ -47,28 +47,37 @@ Examples:
   svc sandbox create --context-path ./project scratch")]
     Create(CreateArgs),
     /// List sandboxes.
+    #[command(visible_alias = "ls")]
     List {
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: crate::output::OutputArgs,
     },
     /// Show one sandbox: its envelope, addresses, placeholders (never values).
+    #[command(visible_alias = "inspect")]
     Show {
+        /// The sandbox's name.
         name: String,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: crate::output::OutputArgs,
     },
     /// Run a command in a sandbox, like `docker exec`: output streams here, stdin and signals
     /// go there, the exit code is svc's.
     Exec(crate::exec_cmd::ExecArgs),
     /// Destroy a sandbox: its processes, link, fence entries, nftables entry, files and state.
+    #[command(visible_aliases = ["rm", "delete"])]
     Destroy {
+        /// The sandbox's name.
         name: String,
+        /// Print what was removed as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Pause a sandbox: freeze every process in it (the container runtime's freezer, or the
     /// VM's CPUs); its network entries stay.
-    Pause { name: String },
+    Pause {
+        /// The sandbox's name.
+        name: String,
+    },
     /// Change a running Curated sandbox's allowlist without restarting it: the DNS guard, the
     /// proxy and the fence switch together. A removed host stops working at once (its fence
     /// entries go, connections to it are reset, kept-alive ones refused from the next
@@ -79,6 +88,7 @@ Examples:
         after_help = "Examples:\n  svc sandbox allow dev --add-host pypi.org --add-host files.pythonhosted.org\n  svc sandbox allow dev --remove-host allowed.example.com --json"
     )]
     Allow {
+        /// The sandbox's name.
         name: String,
         /// A host to add (repeatable): NAME, NAME:PORT, *.NAME, or an IP literal.
         #[arg(long = "add-host", value_name = "HOST")]
@@ -86,11 +96,15 @@ Examples:
         /// A host to remove (repeatable): one given with --allow-host or an earlier --add-host.
         #[arg(long = "remove-host", value_name = "HOST")]
         remove: Vec<String>,
+        /// Print the sandbox after the change as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Resume a paused sandbox.
-    Resume { name: String },
+    Resume {
+        /// The sandbox's name.
+        name: String,
+    },
     /// Fork a microvm sandbox: snapshot it and start each CLONE from the snapshot, each a new
     /// sandbox with the source's allowlist, mode and secrets but its own link, addresses, CA,
     /// placeholders and host name. The source is paused while it is saved and resumed after
@@ -103,6 +117,7 @@ Examples:
         /// Names of the clones (one or more).
         #[arg(required = true)]
         clones: Vec<String>,
+        /// Print the snapshot and its clones as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -110,6 +125,7 @@ Examples:
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
+    /// The new sandbox's name (letters, digits and '-').
     pub name: String,
     /// Add a host to the allowlist (repeatable): NAME, NAME:PORT, *.NAME, or an IP literal.
     #[arg(long = "allow-host")]
@@ -177,12 +193,12 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
     let result = rt.block_on(async move {
         match cmd {
             SandboxCommand::Create(a) => create(&client, a).await,
-            SandboxCommand::List { json } => list(&client, json).await,
-            SandboxCommand::Show { name, json } => {
+            SandboxCommand::List { output } => list(&client, output.format()).await,
+            SandboxCommand::Show { name, output } => {
                 let s: SandboxView = client
                     .call::<(), _>(Method::GET, &format!("/v1/sandboxes/{name}"), None)
                     .await?;
-                emit(json, &s, print_sandbox)
+                crate::output::one(output.format(), &s, print_sandbox)
             }
             SandboxCommand::Destroy { name, json } => {
                 let d: Destroyed = client
@@ -209,41 +225,12 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
     result
 }
 
-/// `svc sandbox list`: one line per sandbox, or all of them as JSON.
-async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
+/// `svc sandbox list`: one line per sandbox, or all of them as `-o` asks.
+async fn list(client: &Client, format: crate::output::Format) -> anyhow::Result<ExitCode> {
     let all: Vec<SandboxView> = client
         .call::<(), _>(Method::GET, "/v1/sandboxes", None)
         .await?;
-    if json {
-        outln!("{}", serde_json::to_string_pretty(&all)?);
-    } else if all.is_empty() {
-        outln!("no sandboxes (create one: svc sandbox create NAME)");
-    } else {
-        outln!(
-            "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} OWNER",
-            "NAME",
-            "ID",
-            "STATE",
-            "MODE",
-            "GUEST",
-            "LINK",
-            "HOSTS"
-        );
-        for s in all {
-            outln!(
-                "{:<20} {:>4} {:<8} {:<10} {:<16} {:<8} {:<5} {}",
-                s.name,
-                s.id,
-                s.state,
-                s.mode,
-                s.guest_v4,
-                s.link,
-                s.allowed_hosts.len(),
-                crate::out::owner_text(s.owner_uid, s.owner.as_deref())
-            );
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    crate::output::list(format, &all, crate::sandbox_table::print)
 }
 
 /// `svc sandbox allow`: one live allowlist change.
@@ -503,45 +490,6 @@ async fn lifecycle(client: &Client, name: &str, op: &str) -> anyhow::Result<Exit
         .await?;
     outln!("{op}: {} is {}", s.name, s.state);
     Ok(ExitCode::SUCCESS)
-}
-
-/// `svc events [--follow] [--json]`.
-pub fn events(
-    socket: &SocketArg,
-    follow: bool,
-    json: bool,
-    after: i64,
-) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&socket.socket);
-    runtime()?.block_on(async move {
-        let path = format!(
-            "/v1/events?after={after}{}",
-            if follow { "&follow=1" } else { "" }
-        );
-        client
-            .get_lines(&path, |line| {
-                if json {
-                    outln!("{}", String::from_utf8_lossy(line));
-                } else {
-                    let e: Event = serde_json::from_slice(line)?;
-                    let detail = if e.detail.as_object().is_some_and(|o| !o.is_empty()) {
-                        format!(" {}", e.detail)
-                    } else {
-                        String::new()
-                    };
-                    outln!(
-                        "{:>6} {} {:<20} {}{detail}",
-                        e.seq,
-                        e.time,
-                        e.kind,
-                        e.sandbox.as_deref().unwrap_or("-")
-                    );
-                }
-                Ok(())
-            })
-            .await?;
-        Ok(ExitCode::SUCCESS)
-    })
 }
 
 /// `svc supervisor-upgrade [--force]`.

@@ -24,6 +24,7 @@ pub enum SecretCommand {
         after_help = "Examples:\n  gh auth token | svc secret set gh\n  svc secret set registry --from-file /root/registry-token\n  svc sandbox create --repo acme/widget --secret CODE_HOST_TOKEN@store:gh dev\n  svc secret set mcp --oauth-token-endpoint https://id.example.com/oauth/token < refresh-token\n\nWith --oauth-token-endpoint the value is an OAuth refresh token: svcd exchanges it at once \n(a refusal stores nothing), then keeps the access token fresh on the host; sandboxes given \nthe secret swap their placeholder for whatever access token is current."
     )]
     Set {
+        /// The new secret's name (sandboxes use it as store:NAME).
         name: String,
         /// Read the value from this file instead of standard input.
         #[arg(long, value_name = "PATH")]
@@ -34,19 +35,22 @@ pub enum SecretCommand {
         /// The client_id sent with the refresh grant.
         #[arg(long, value_name = "ID", requires = "oauth_token_endpoint")]
         oauth_client_id: Option<String>,
+        /// Print the secret's record (never its value) as JSON.
         #[arg(long)]
         json: bool,
     },
     /// List the stored secrets you may use: names, versions, times and owners, never values.
     #[command(visible_alias = "ls")]
     List {
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: crate::output::OutputArgs,
     },
     /// Remove a secret. Sandboxes that were issued its value keep it until destroyed.
     #[command(visible_alias = "remove")]
     Rm {
+        /// The secret's name.
         name: String,
+        /// Print the secret's record (never its value) as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -54,9 +58,12 @@ pub enum SecretCommand {
     /// now on get the new value; running ones keep the value they were issued until they are
     /// destroyed (an svcd restart does not change it).
     Rotate {
+        /// The secret's name.
         name: String,
+        /// Read the new value from this file instead of standard input.
         #[arg(long, value_name = "PATH")]
         from_file: Option<PathBuf>,
+        /// Print the secret's record (never its value) as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -65,17 +72,21 @@ pub enum SecretCommand {
     /// share it. One group at a time: sharing again replaces it.
     #[command(after_help = "Example:\n  svc secret share gh --group devs")]
     Share {
+        /// The secret's name.
         name: String,
         /// The group (name or gid), as the host knows it.
         #[arg(long, value_name = "GROUP")]
         group: String,
+        /// Print the secret's record (never its value) as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Stop sharing a secret: only its owner (and root) may use it again. Sandboxes that were
     /// issued its value keep it until destroyed.
     Unshare {
+        /// The secret's name.
         name: String,
+        /// Print the secret's record (never its value) as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -204,7 +215,7 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                     .await?;
                 show(json, "rotated", &s)?;
             }
-            SecretCommand::List { json } => list(&client, json).await?,
+            SecretCommand::List { output } => list(&client, output.format()).await?,
             SecretCommand::Share { name, group, json } => {
                 share(&client, &name, Some(group), json, "shared").await?;
             }
@@ -222,14 +233,18 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `svc secret list`: one line per secret, or all of them as JSON.
-async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
+/// `svc secret list`: one line per secret, or all of them as `-o` asks.
+async fn list(client: &Client, format: crate::output::Format) -> anyhow::Result<()> {
     let all: Vec<SecretInfo> = client
         .call::<(), _>(Method::GET, "/v1/secrets", None)
         .await?;
-    if json {
-        outln!("{}", serde_json::to_string_pretty(&all)?);
-    } else if all.is_empty() {
+    crate::output::list(format, &all, |all, _wide| print_secrets(all))?;
+    Ok(())
+}
+
+/// The secrets as a table for people (every column fits `-o wide` already).
+fn print_secrets(all: &[SecretInfo]) {
+    if all.is_empty() {
         outln!("no secrets (store one: svc secret set NAME < value)");
     } else {
         outln!(
@@ -242,7 +257,7 @@ async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
             "EXPIRES",
             "SHARED"
         );
-        for s in &all {
+        for s in all {
             outln!(
                 "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {}",
                 s.name,
@@ -256,7 +271,6 @@ async fn list(client: &Client, json: bool) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 /// Share the secret `name` with `group`, or with no group any more.

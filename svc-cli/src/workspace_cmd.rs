@@ -35,6 +35,7 @@ pub enum WorkspaceCommand {
     },
     /// Run the workspace's onTeardown hooks, then destroy its sandbox.
     Down {
+        /// The workspace's sandbox (its name as `up` printed it).
         name: String,
         /// Print the log records and the result as JSON lines.
         #[arg(long)]
@@ -42,6 +43,7 @@ pub enum WorkspaceCommand {
     },
     /// Print the workspace's log: each hook, its output, and how it ended.
     Logs {
+        /// The workspace's sandbox (its name as `up` printed it).
         name: String,
         /// Keep printing new records as they are written (until the sandbox is destroyed).
         #[arg(long, short)]

@@ -95,14 +95,14 @@ pub struct CreateSandbox {
     pub egress: Option<EgressChoice>,
     #[serde(default)]
     pub secrets: Vec<SecretValue>,
-    /// The spec's `--context-path` (`--file`): AllowAll for 72 hours.
+    /// `--context-path` (`--file`): AllowAll for 72 hours.
     #[serde(default)]
     pub context_path: Option<String>,
     /// The backend asked for (`container`, its old name `netns`, `microvm`); default: the
     /// embedded default, `container`.
     #[serde(default)]
     pub backend: Option<String>,
-    /// A workspace's `runtime.required` (SPEC 2.5), used when `backend` is not given: the
+    /// A workspace's `runtime.required`, used when `backend` is not given: the
     /// first of these this svcd offers; empty: automatic.
     #[serde(default)]
     pub runtime_required: Option<Vec<crate::config::workspace::Backend>>,

@@ -22,12 +22,14 @@ pub mod hosts;
 pub mod kinds;
 /// Per-guest budgets: how many of each channel one sandbox holds open in svcd.
 pub mod limits;
+/// Man pages from a command tree, with the sections beyond `--help`.
+pub mod manual;
 /// svcd's Prometheus metrics.
 pub mod metrics;
 /// Sandbox names.
 pub mod names;
 pub mod per_core;
-/// Pure decisions: every security rule of the spec, once.
+/// Pure decisions: every security rule of the perimeter, once.
 pub mod policy;
 /// The TLS-intercepting HTTPS proxy.
 pub mod proxy;

@@ -1,4 +1,4 @@
-//! `.svc/config.yaml` egress section: shapes, the allow/policy clash of SPEC 5.5.7 with its
+//! `.svc/config.yaml` egress section: shapes, the allow/policy clash with its
 //! exact message, and hostile YAML.
 #![allow(
     clippy::unwrap_used,
@@ -14,7 +14,7 @@ fn parse(text: &str) -> Result<egress::EgressConfig, ConfigErrors> {
     egress::parse(Path::new(".svc/config.yaml"), text)
 }
 
-/// The message of SPEC section 7, byte for byte (note the em dash).
+/// The clash's message, byte for byte (note the em dash).
 fn spec_message(host: &str) -> String {
     format!(
         "svc config: host \"{host}\" is listed under egress.allow and egress.policy; a host can be open (allow) or policy-gated (policy/secrets), not both \u{2014} remove it from egress.allow."

@@ -18,6 +18,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("names", 0),
     ("hosts", 0),
     ("kinds", 0),
+    ("manual", 0),
     ("config", 1),
     ("policy", 2),
     ("api", 2),

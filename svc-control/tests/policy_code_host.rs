@@ -1,4 +1,4 @@
-//! SPEC 5.5: the code-host rules through `policy::request::decide`, each attack next to the
+//! The code-host rules through `policy::request::decide`, each attack next to the
 //! legitimate form it imitates.
 #![allow(
     clippy::unwrap_used,
@@ -527,7 +527,7 @@ fn archive_host_is_never_policy_gated() {
 
 #[test]
 fn carve_outs_apply_under_generic_egress_policy_without_repo() {
-    // No --repo: github.com family gated by egress.policy paths alone (SPEC 5.5.6).
+    // No --repo: github.com family gated by egress.policy paths alone.
     let yaml = "egress:\n  policy:\n    github.com:\n      paths: [\"/acme/**\"]\n      repos: [acme/widget]\n    api.github.com:\n      paths: [\"/repos/acme/widget/issues\"]\n";
     let f = Fixture::with(None, yaml);
     check(

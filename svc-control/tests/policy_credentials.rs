@@ -1,4 +1,4 @@
-//! Placeholders (SPEC 2.2, 5.3, 5.4): minting, guest variable names, and every place a
+//! Placeholders: minting, guest variable names, and every place a
 //! placeholder must not be.
 #![allow(
     clippy::unwrap_used,

@@ -1,4 +1,4 @@
-//! The coding agent's credential (SPEC 5.2): its home shared live into container sandboxes
+//! The coding agent's credential: its home shared live into container sandboxes
 //! (an idmapped bind: the owner's files are guest root's), and the guardian that keeps its
 //! OAuth token fresh on the host — racing guardian processes refresh once per expiry window,
 //! svcd's per-sandbox guardians too, and a hostile guest's planted symlink is refused.
@@ -330,7 +330,7 @@ fn container_sandboxes_share_the_agent_home_and_svcd_keeps_its_token_fresh() {
     let _ = std::fs::remove_dir_all(base);
 }
 
-/// R-7: mounts are fixed at creation. A sandbox made before svcd.toml named the agent's home
+/// Mounts are fixed at creation. A sandbox made before svcd.toml named the agent's home
 /// keeps running without it; `supervisor-upgrade --force` says it cannot add it; a new sandbox
 /// gets it.
 #[test]
@@ -366,7 +366,7 @@ fn a_sandbox_made_without_the_live_mount_must_be_recreated_to_get_it() {
     assert!(
         err.contains(
             "note: sandbox before was created without the coding agent's live mount; \
-             supervisor-upgrade cannot add it to a running sandbox (SPEC 5.2.6, R-7): recreate \
+             supervisor-upgrade cannot add it to a running sandbox: recreate \
              it to get the mount"
         ),
         "{err}"

@@ -225,7 +225,7 @@ fn a_sandbox_reaches_exactly_what_it_may_with_credentials_swapped_on_the_wire() 
     );
 }
 
-/// SPEC 5.5 through the live perimeter: svcd, the fence, the guard, the proxy, and the code-host
+/// The code-host rules through the live perimeter: svcd, the fence, the guard, the proxy, and the code-host
 /// family of the outside world. Each case: the request from inside the sandbox (always with the
 /// CODE_HOST_TOKEN placeholder), the status the sandbox sees, and what the upstream received:
 /// `Some("real")` swapped, `Some("none")` stripped, `None` never reached.
@@ -573,7 +573,10 @@ fn bad_requests_are_refused_with_clear_errors() {
     );
     let upgrade = w.svc(&["supervisor-upgrade"]);
     let err = String::from_utf8_lossy(&upgrade.stderr);
-    assert!(err.contains("R-7") && err.contains("--force"), "{err}");
+    assert!(
+        err.contains("mounts or credential model") && err.contains("--force"),
+        "{err}"
+    );
     assert!(
         w.svc(&["sandbox", "list"]).status.success(),
         "svcd still serves after every refusal"

@@ -3,7 +3,7 @@
 //! git server (`git http-backend`). A push to an allowed branch goes through; a push to
 //! `main` is refused with the same line the SSH relay gives, on git's stderr, the server's refs
 //! unchanged, the audit record naming every ref; an svcd restart keeps the choice. Without the
-//! flag a push to `main` goes through, as the spec's default says. A workspace whose
+//! flag a push to `main` goes through, as the default says. A workspace whose
 //! `.svc/config.yaml` says `egress.httpsPushBranches: true` gets the same rule.
 
 use std::process::Command;

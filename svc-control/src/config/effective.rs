@@ -1,4 +1,4 @@
-//! The effective workspace configuration, with the precedence of SPEC 9.3: explicit API request
+//! The effective workspace configuration, in order of precedence: explicit API request
 //! parameters, then `.svc/workspace.json`, then built-in defaults. One function, [`resolve`].
 //!
 //! Merging is per key for `services.defaults` and `auth.defaults` (an API request that sets
@@ -18,8 +18,7 @@ use super::{
     },
 };
 
-/// Built-in defaults (the bottom layer). SPEC 2.4 leaves the service defaults unshown; these
-/// are ours, documented in the README.
+/// Built-in defaults (the bottom layer): svc's own, documented in the README.
 pub mod defaults {
     pub const STOP_TIMEOUT_MS: u64 = 10_000;
     pub const AUTO_RESTART: bool = true;
@@ -144,7 +143,7 @@ impl Eq for ReadinessEntry {}
 type Sources = BTreeMap<&'static str, Source>;
 
 /// Resolve the effective configuration. `compose` is used for Spotlight only when there is no
-/// workspace.json (SPEC 1.6).
+/// workspace.json.
 pub fn resolve(
     api: &ApiParams,
     file: Option<&Workspace>,

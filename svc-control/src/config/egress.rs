@@ -1,4 +1,4 @@
-//! `.svc/config.yaml`, egress section (SPEC 2.3, 5.5.7, 5.6, 7).
+//! `.svc/config.yaml`, egress section.
 //!
 //! ```yaml
 //! egress:
@@ -16,7 +16,7 @@
 //!
 //! A host is open or policy-gated, never both: a host under `allow` that is also under `policy`
 //! or a `secrets[].hosts` list (compared case-insensitively, ignoring a trailing dot and any
-//! port) is refused with the message of SPEC section 7.
+//! port) is refused with one fixed message (`clash_message`).
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -204,7 +204,7 @@ impl RepoName {
     }
 }
 
-/// The message of SPEC section 7 for a host that is both open and policy-gated.
+/// The refusal, word for word, of a host that is both open and policy-gated.
 pub fn clash_message(host: &str) -> String {
     format!(
         "svc config: host \"{host}\" is listed under egress.allow and egress.policy; a host can be open (allow) or policy-gated (policy/secrets), not both — remove it from egress.allow."
@@ -335,7 +335,7 @@ fn secrets(written: &[SecretFile], err: &mut impl FnMut(String, String)) -> Vec<
     secrets
 }
 
-/// `egress.allow`: each a host pattern, none of them policy-gated (SPEC section 7's clash).
+/// `egress.allow`: each a host pattern, none of them policy-gated (a clash is refused).
 fn open_hosts(
     allow: &[String],
     policy: &BTreeMap<String, PolicyEntry>,

@@ -1,4 +1,4 @@
-//! Environment variables svc reads (SPEC 2.8): the microvm backend's images, and the variables
+//! Environment variables svc reads: the microvm backend's images, and the variables
 //! that were removed and must not be silently ignored.
 
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{ConfigError, ConfigErrors, Location};
 
-/// Removed, no longer supported (SPEC 2.8). Setting one is an error, not a no-op.
+/// Removed, no longer supported. Setting one is an error, not a no-op.
 pub const REMOVED_VARIABLES: [&str; 3] = [
     "SVC_DOCTOR_MICROVM_EXEC_MODE",
     "SVC_DOCTOR_MICROVM_INSTANCE",

@@ -36,8 +36,8 @@ pub struct ConfigError {
     pub file: PathBuf,
     #[serde(flatten)]
     pub location: Location,
-    /// What was wrong and what was expected. For the errors SPEC section 7 words, exactly
-    /// that message.
+    /// What was wrong and what was expected. A refusal with fixed wording (the
+    /// allow/policy clash) is exactly that wording.
     pub message: String,
 }
 

@@ -1,4 +1,4 @@
-//! The coding agent's credential guardian (SPEC 5.2.4): keeps the OAuth token in
+//! The coding agent's credential guardian: keeps the OAuth token in
 //! `{agent_home}/.credentials.json` fresh on the host while sandboxes share that directory.
 //!
 //! Each check reads the file; when the token expires within the lead time (30 minutes by
@@ -37,9 +37,9 @@ pub const FILE: &str = ".credentials.json";
 pub const LOCK: &str = ".credentials.json.lock";
 /// Largest credentials file read (a real one is under 1 KiB).
 pub const MAX_FILE: u64 = 1 << 20;
-/// How often a guardian looks (SPEC 8).
+/// How often a guardian looks.
 pub const DEFAULT_POLL: Duration = Duration::from_secs(60);
-/// How long before expiry a guardian refreshes (SPEC 8).
+/// How long before expiry a guardian refreshes.
 pub const DEFAULT_LEAD: Duration = Duration::from_secs(30 * 60);
 /// The key of the OAuth object in the credentials file, by default.
 pub use crate::config::host::DEFAULT_ENTRY;

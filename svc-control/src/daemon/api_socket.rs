@@ -66,6 +66,14 @@ pub(super) async fn serve_api(
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // The socket is bound and listening, the accept loop starts now and SIGTERM is handled:
+    // calls are answered, and a stop from here on is clean.
+    super::notify::notify(&format!(
+        "READY=1\nSTATUS=serving {} sandboxes on {}\nMAINPID={}",
+        sup.count(),
+        host.socket.display(),
+        std::process::id()
+    ));
     // Each API connection holds a clone: the strong count is the number in flight.
     let connections = Arc::new(());
     let ended = loop {
@@ -93,6 +101,11 @@ pub(super) async fn serve_api(
         ?ended,
         "svcd stopping; sandboxes keep running and their fence stays pinned"
     );
+    super::notify::notify(match ended {
+        Ended::Stopped => "STOPPING=1\nSTATUS=stopping",
+        // The same process comes back (re-executed) and says READY=1 again.
+        Ended::Upgrade => "RELOADING=1\nSTATUS=re-executing for an upgrade",
+    });
     drop(listener);
     let _ = std::fs::remove_file(&host.socket);
     // Grace: wait for in-flight API calls (each holds a clone of `connections`).

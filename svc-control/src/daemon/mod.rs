@@ -9,6 +9,7 @@ mod exec;
 mod explain;
 mod failure;
 mod http;
+mod notify;
 mod routes;
 mod server;
 mod streams;

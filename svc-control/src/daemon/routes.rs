@@ -279,21 +279,21 @@ impl Call<'_> {
             return Err(Failure::bad(format!(
                 "supervisor-upgrade replaces the running svcd with {} (re-exec): sandboxes keep \
                  running, their fence stays pinned and closed, and the new svcd re-adopts them. \
-                 It cannot change a running sandbox's mounts or credential model (SPEC 5.2.6, \
-                 R-7): recreate a sandbox for that. Pass --force to proceed.",
+                 It cannot change a running sandbox's mounts or credential model: \
+                 recreate a sandbox for that. Pass --force to proceed.",
                 self.ctx.exe.display()
             )));
         }
         let ctx = &self.ctx;
         let mut h = health(ctx);
         if ctx.sup.agent_home().is_some() {
-            // R-7: mounts are fixed at creation; a re-exec adds none.
+            // Mounts are fixed at creation; a re-exec adds none.
             for v in ctx.sup.list().unwrap_or_default() {
                 if v.live_mounts.is_empty() {
                     h.notes.push(format!(
                         "sandbox {} was created without the coding agent's live mount; \
-                         supervisor-upgrade cannot add it to a running sandbox (SPEC \
-                         5.2.6, R-7): recreate it to get the mount",
+                         supervisor-upgrade cannot add it to a running sandbox: \
+                         recreate it to get the mount",
                         v.name
                     ));
                 }

@@ -84,7 +84,7 @@ pub struct SupervisorConfig {
     /// Seals stored secrets and sandboxes' values in the state.
     pub key: Arc<crate::creds::HostKey>,
     /// The coding agent's credential guardian, one task per running sandbox that shares the
-    /// agent's home (SPEC 5.2.4); `None`: off.
+    /// agent's home; `None`: off.
     pub guardian: Option<crate::creds::guardian::Guardian>,
     /// The host's resolver, for the git relay's servers.
     pub resolver: Arc<dyn crate::proxy::Resolve>,
@@ -288,7 +288,7 @@ impl Supervisor {
         self.config.metrics.encode(&fence, &states)
     }
 
-    /// Every few seconds: AllowAll windows that ended fall back to Curated (SPEC 5.1.1).
+    /// Every few seconds: AllowAll windows that ended fall back to Curated.
     pub fn tick(&self) {
         // Guests whose processes died under us: their fence closes, and it is said once.
         let gone: Vec<(String, u32)> = {
@@ -364,7 +364,7 @@ impl Supervisor {
     }
 
     /// The mode in force for a sandbox now, as `policy::mode` decides it (an AllowAll window
-    /// counts from the later of its creation and svcd's start, SPEC 5.1.1).
+    /// counts from the later of its creation and svcd's start).
     fn mode_now(&self, l: &Live) -> ModeNow {
         self.mode_of(&l.envelope, l.created)
     }

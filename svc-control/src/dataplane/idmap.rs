@@ -1,7 +1,7 @@
 //! Idmapped bind mounts: a host directory shown to a container's root as its own.
 //!
 //! The container backend's guest root is an unprivileged host id (`ids.uid`). The coding
-//! agent's home (SPEC 5.2) belongs to a host user (say uid 1000), so a plain bind mount would
+//! agent's home belongs to a host user (say uid 1000), so a plain bind mount would
 //! show the guest its files as `nobody` and refuse its writes. An idmapped mount
 //! (`mount_setattr(2)` with `MOUNT_ATTR_IDMAP`) translates ids at the mount instead: files owned
 //! by the directory's owner appear owned by the guest's root, and what the guest's root creates

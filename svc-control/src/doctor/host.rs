@@ -30,7 +30,7 @@ const PERIMETER: &[Probe] = &[
     ("ip-forward", false, ip_forward),
 ];
 
-/// The microvm backend's probes (SPEC 2.8), after the others.
+/// The microvm backend's probes, after the others.
 const MICROVM: &[Probe] = &[
     ("svc-microvm-kernel", true, microvm_kernel),
     ("svc-microvm-rootfs", true, microvm_rootfs),
@@ -41,7 +41,7 @@ const MICROVM: &[Probe] = &[
 ];
 
 /// The built-in host probes svcd's perimeter needs, each named with a fix hint; with
-/// `microvm` (where its images are found), also the microvm backend's (SPEC 2.8),
+/// `microvm` (where its images are found), also the microvm backend's,
 /// `microvm_user` being svcd.toml's `microvm.user` (whose id range the QEMUs run in). `env`
 /// reads the environment.
 pub fn host_probes(

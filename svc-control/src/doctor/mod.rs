@@ -1,4 +1,4 @@
-//! `svc doctor`'s workspace checks (SPEC 2.7, 4.2): each `doctor.probes` / `doctor.tests`
+//! `svc doctor`'s workspace checks: each `doctor.probes` / `doctor.tests`
 //! entry is run without a shell (`command` + `args`), in its own process group so a timeout
 //! kills everything it started, retried `retries` times on failure; the tests run only when
 //! every required probe passed, and are reported as skipped (with the probe that failed)
@@ -44,7 +44,7 @@ pub async fn run_check(phase: Phase, check: &Check, runner: &impl Runner) -> Che
 }
 
 /// Probes — `host` (the built-in ones, already run) first — then tests unless a required
-/// probe failed (SPEC 4.2); each result goes to `progress` as soon as it is known.
+/// probe failed; each result goes to `progress` as soon as it is known.
 pub async fn run(
     host: Vec<CheckResult>,
     probes: &[Check],

@@ -1,4 +1,4 @@
-//! The git-over-SSH relay (SPEC 5.6): a sandbox's `svc-git-ssh` shim sends git's SSH request
+//! The git-over-SSH relay: a sandbox's `svc-git-ssh` shim sends git's SSH request
 //! here; the relay decides it with `policy::ssh`, then runs the host's real `ssh` with the
 //! host's agent and pumps the session. A push's command list is read whole, the way git's
 //! receive-pack reads it (`policy::receive_pack`), and every ref git would update checked before

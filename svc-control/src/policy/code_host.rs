@@ -1,4 +1,4 @@
-//! The code-host family's rules (SPEC 5.5): git smart-HTTP and archives on the code host, the
+//! The code-host family's rules: git smart-HTTP and archives on the code host, the
 //! API host's root, viewer-login GraphQL and bound-repository REST, release-asset uploads; an
 //! `egress.policy` path pattern for the host allows the rest, else 403.
 

@@ -231,7 +231,7 @@ pub fn backend(
     }
 }
 
-/// The backend a workspace's `runtime` block selects (SPEC 2.5), and why, in words for the
+/// The backend a workspace's `runtime` block selects, and why, in words for the
 /// user. `required` empty: automatic — the first of `preference` (strongest isolation first)
 /// this svcd offers, saying why each before it is not (`why_not`). Otherwise the first
 /// backend of `required` this svcd offers (`selection: prefer-first`, the only selection);

@@ -1,4 +1,4 @@
-//! Placeholder credentials (SPEC 2.2, 5.3, 5.4, 8): minting, the guest's environment names, and
+//! Placeholder credentials: minting, the guest's environment names, and
 //! what a request may do with a placeholder.
 //!
 //! A placeholder is 64 lowercase hex characters from the OS CSPRNG, minted per allowed
@@ -22,7 +22,7 @@ use crate::hosts::{Authority, HostKind, HostPattern};
 
 /// Length of a placeholder in hex characters.
 pub const PLACEHOLDER_LEN: usize = 64;
-/// The synthetic far-future expiry the guest sees, so its tools never refresh (SPEC 8).
+/// The synthetic far-future expiry the guest sees, so its tools never refresh.
 pub const SYNTHETIC_EXPIRY: &str = "2099-12-31T23:59:59Z";
 
 /// The value a sandbox's variable holds when it was given a stored OAuth secret's grant, not a
@@ -79,7 +79,7 @@ impl fmt::Debug for Placeholder {
     }
 }
 
-/// The credential kinds of SPEC 5.3.
+/// The kinds of credential a placeholder stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CredentialKind {

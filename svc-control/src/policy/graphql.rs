@@ -1,4 +1,4 @@
-//! The one GraphQL document the code-host API carve-out allows (SPEC 5.5.5): a query that
+//! The one GraphQL document the code-host API carve-out allows: a query that
 //! selects exactly `viewer { login }`. The body is parsed as strict JSON and the document with
 //! a real GraphQL parser (apollo-parser, with recursion and token limits), and the syntax tree
 //! is compared, so aliases, extra fields, arguments, directives, fragments, mutations,

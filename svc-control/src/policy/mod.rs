@@ -1,9 +1,9 @@
-//! Pure decisions, no I/O. Every security rule of the spec lives here once; the config loader,
+//! Pure decisions, no I/O. Every security rule of the perimeter lives here once; the config loader,
 //! the fence, the DNS guard, the proxy and the relay ask this module.
 
 /// The proxy's name ↔ dialled-address binding (TLS server names and plain-HTTP `Host`s).
 pub mod binding;
-/// The code-host family's rules of the request decision (SPEC 5.5).
+/// The code-host family's rules of the request decision.
 mod code_host;
 /// Which creation flags combine, the mode they imply, which secrets fit.
 pub mod creation;

@@ -1,9 +1,9 @@
-//! Egress modes and AllowAll windows (SPEC 5.1, 8).
+//! Egress modes and AllowAll windows.
 //!
 //! Curated iff AllowedHosts is non-empty; AllowAll iff empty. AllowAll is time-boxed: 24 hours
 //! for builder VMs, 72 hours for `--file`/`--context-path` sandboxes, counted from the later of
 //! the sandbox's start and the supervisor's start, so a supervisor restart resets the window
-//! (intentional, SPEC 5.1.1). When the window ends the sandbox falls back to Curated with the
+//! (intentional). When the window ends the sandbox falls back to Curated with the
 //! built-in agent hosts only: the fence closes, nothing new is opened. AllowAll has no proxy
 //! and no credential seeding.
 

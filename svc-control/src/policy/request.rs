@@ -2,16 +2,16 @@
 //!
 //! Order: authority binding (Host / `:authority` against the SNI), method, host allowlist,
 //! target canonicalisation, placeholders, then the host's gate: agent host, code-host family
-//! (SPEC 5.5), policy-gated (`egress.policy` / `egress.secrets`), or open.
+//!, policy-gated (`egress.policy` / `egress.secrets`), or open.
 //!
 //! Built-in `--repo` policy (the bound repository, plus any `repos` listed for the host under
 //! `egress.policy`): on the code host, git smart-HTTP for those repos; on the API host, GET and
-//! HEAD under `/repos/<owner>/<repo>` and `POST /repos/<owner>/<repo>/pulls` (SPEC 5.5.9); on
+//! HEAD under `/repos/<owner>/<repo>` and `POST /repos/<owner>/<repo>/pulls`; on
 //! the uploads host, `POST /repos/<owner>/<repo>/releases/<id>/assets`. For any repository:
 //! GET and HEAD of archives and release downloads on the code host, with the placeholder
 //! stripped. On the API host: `GET /` and the viewer-login GraphQL query. Everything else on
-//! these hosts is 403 unless an `egress.policy` path pattern for the host allows it; the
-//! refusals of SPEC 5.5.5 (other GraphQL, a non-GET/HEAD on an archive path, smart-HTTP on a
+//! these hosts is 403 unless an `egress.policy` path pattern for the host allows it; these
+//! refusals (other GraphQL, a non-GET/HEAD on an archive path, smart-HTTP on a
 //! foreign repo) hold even then.
 //!
 //! A host listed only under `egress.secrets[].hosts` is policy-gated with every path allowed:

@@ -20,7 +20,7 @@ pub struct SandboxPolicy {
     pub egress: EgressConfig,
     pub placeholders: PlaceholderTable,
     /// AllowedBranches for smart-HTTP pushes too (`policy::http_push`), when the sandbox
-    /// asked for it; `None`: a push to the bound repository may update any ref (SPEC 5.5).
+    /// asked for it; `None`: a push to the bound repository may update any ref.
     pub https_push_branches: Option<Vec<String>>,
 }
 

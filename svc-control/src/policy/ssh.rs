@@ -1,4 +1,4 @@
-//! The git-over-SSH relay's rules (SPEC 5.6, 7): which SSH requests a sandbox may make, which
+//! The git-over-SSH relay's rules: which SSH requests a sandbox may make, which
 //! refs a push may touch. Pure: the relay (`git_relay`) feeds it what the guest's shim sent and
 //! the push's command list, and enforces what it says before a byte reaches the server.
 //!
@@ -17,15 +17,15 @@ pub use super::receive_pack::{
     MAX_COMMANDS, PushCommands, PushError, RefUpdate, git_reading, parse_push,
 };
 
-/// The default AllowedBranches (SPEC 8).
+/// The default AllowedBranches.
 pub const DEFAULT_BRANCHES: &str = "refs/heads/svc/**";
 
-/// The exact refusal for a repository outside the policy (SPEC 7).
+/// The exact refusal for a repository outside the policy.
 pub fn policy_refusal(host: &str, repo: &str) -> String {
     format!("svc: refused by egress policy: {host} {repo} not in .svc/config.yaml egress.policy")
 }
 
-/// The exact refusal for a ref outside AllowedBranches (SPEC 7).
+/// The exact refusal for a ref outside AllowedBranches.
 pub fn ref_refusal(name: &str) -> String {
     format!("svc: refused: ref {name} not in allowed branches")
 }

@@ -38,7 +38,7 @@ pub struct GuestSpec {
     pub files: Vec<(PathBuf, PathBuf)>,
     /// Start from this snapshot of another guest (a fork's clone) instead of booting.
     pub restore: Option<Snapshot>,
-    /// Host directories the guest sees read-write, live (the coding agent's home, SPEC 5.2).
+    /// Host directories the guest sees read-write, live (the coding agent's home).
     pub shared: Vec<SharedDir>,
 }
 

@@ -6,6 +6,7 @@
 
 mod fence_run;
 mod setup_host;
+mod man;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -74,6 +75,12 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Write the man pages into DIR/man8 (svcd.8, one per subcommand) and DIR/man5
+    /// (svcd.toml.5, every configuration key).
+    Man {
+        /// The man directory's root, e.g. /usr/local/share/man.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +97,7 @@ enum FenceCommand {
     },
     /// Detach the fence from a link.
     Detach {
+        /// The host-side interface name, e.g. svc3.
         link: String,
         #[command(flatten)]
         pins: PinArgs,
@@ -135,6 +143,16 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::CheckConfig) {
         return check_config(cli.config.as_deref());
     }
+    if let Command::Man { dir } = &cli.command {
+        // No configuration needed (nor read) to write the pages.
+        return match man::write(<Cli as clap::CommandFactory>::command(), dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("svcd: error: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if let Err(e) = env::check_removed(|v| std::env::var(v).ok()) {
         eprintln!("svcd: {e}");
         return ExitCode::from(EXIT_CONFIG);
@@ -155,6 +173,7 @@ fn main() -> ExitCode {
         Command::CheckConfig => Ok(()),
         Command::Guardian { now } => return guardian(&host, now),
         Command::SetupHost { dry_run } => setup_host::run(&host, dry_run),
+        Command::Man { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! Compose fallback (SPEC 1.6, 6): with no `.svc/workspace.json`, the workspace's compose file
+//! Compose fallback: with no `.svc/workspace.json`, the workspace's compose file
 //! gives the ports Spotlight forwards on `workspace.ready`.
 //!
 //! Only what that needs is read: `services.*.ports` (short and long syntax), `services.*.profiles`
@@ -25,7 +25,7 @@ use super::{ConfigError, ConfigErrors, Location};
 
 /// Compose file names in the order they are looked for; the first one present wins and the
 /// others are reported as ignored (the order Docker Compose itself uses: the Compose
-/// specification's names first, then SPEC 1.6's).
+/// specification's names first, then the `docker-compose` ones).
 pub const FILE_NAMES: [&str; 4] = [
     "compose.yaml",
     "compose.yml",

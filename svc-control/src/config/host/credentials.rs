@@ -23,7 +23,7 @@ pub struct CredentialsFile {
     /// A group whose members' sandboxes may use the host's code-host token (root's always
     /// may; without it no other caller's may).
     pub code_host_token_group: Option<String>,
-    /// The coding agent's home on the host (SPEC 5.2, e.g. `/home/alice/.claude`): mounted
+    /// The coding agent's home on the host (e.g. `/home/alice/.claude`): mounted
     /// read-write into every sandbox made while this is set (microvm backend: virtiofs).
     pub agent_home: Option<PathBuf>,
     /// Where the guest sees it (default: `/root/` and the host directory's name).
@@ -34,16 +34,16 @@ pub struct CredentialsFile {
     /// The code-host CLI whose login `--repo` falls back to (`gh`; `""` turns it off).
     pub code_host_cli: Option<PathBuf>,
     /// The agent platform's OAuth token endpoint (`https://…`): with `agent_home`, it turns
-    /// the credential guardian on (SPEC 5.2.4).
+    /// the credential guardian on.
     pub agent_token_endpoint: Option<String>,
     /// The `client_id` the guardian sends with its refresh grant, if the platform wants one.
     pub agent_client_id: Option<String>,
     /// The key of the OAuth object in `.credentials.json` (default `claudeAiOauth`).
     pub agent_credentials_entry: Option<String>,
     /// Seconds between looks at tokens svcd refreshes: the guardian's and brokered OAuth
-    /// secrets' (default 60, SPEC 8).
+    /// secrets' (default 60).
     pub refresh_poll_secs: Option<u64>,
-    /// Seconds before expiry a token is refreshed (default 1800, SPEC 8; a brokered OAuth
+    /// Seconds before expiry a token is refreshed (default 1800; a brokered OAuth
     /// token shorter-lived than twice this is refreshed at half its life).
     pub refresh_lead_secs: Option<u64>,
 }

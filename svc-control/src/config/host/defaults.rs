@@ -29,9 +29,9 @@ pub const DISK_MIB: u64 = 10 * 1024;
 pub const CPUS: f64 = 2.0;
 pub const KEY_FILE: &str = "/etc/svc/secrets.key";
 pub const CODE_HOST_CLI: &str = "gh";
-/// The credential guardian's poll interval (SPEC 8: once per minute).
+/// The credential guardian's poll interval (once per minute).
 pub const REFRESH_POLL_SECS: u64 = 60;
-/// The credential guardian's refresh lead time (SPEC 8: 30 minutes before expiry).
+/// The credential guardian's refresh lead time (30 minutes before expiry).
 pub const REFRESH_LEAD_SECS: u64 = 1800;
 pub const GIT_SSH: &str = "/usr/bin/ssh";
 pub const GIT_SSH_KNOWN_HOSTS: &str = "/etc/svc/known_hosts";

@@ -1,4 +1,4 @@
-//! `[hosts]`: the coding agent's built-in hosts and the code-host family (the spec's
+//! `[hosts]`: the coding agent's built-in hosts and the code-host family (the docs'
 //! `{agent_api_host}`, `{code_host}`, …): nothing else in svc names them.
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ pub struct HostsFile {
     pub code_archive_host: Option<String>,
 }
 
-/// The code-hosting site and its API, upload and archive hosts (SPEC 5.5).
+/// The code-hosting site and its API, upload and archive hosts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CodeHostFamily {
     pub code_host: HostPattern,

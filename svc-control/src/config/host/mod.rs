@@ -1,8 +1,8 @@
 //! svcd's host configuration: `/etc/svc/svcd.toml`. Every key is optional; the defaults are
 //! the constants of [`defaults`] and are documented in `docs/host-config.md`.
 //!
-//! The built-in agent hosts and the code-host family (the spec's `{agent_api_host}`,
-//! `{code_host}`, …) are configuration: nothing else in svc names them.
+//! The built-in agent hosts and the code-host family (`{agent_api_host}`,
+//! `{code_host}`, … in the docs) are configuration: nothing else in svc names them.
 //!
 //! One file per table (firecracker's `vmm_config` style): each holds its table as written and
 //! turns it into its validated type. This file holds the whole: the file type, the validated

@@ -1,4 +1,4 @@
-//! `auth`: how the sandbox reaches the user's git credentials (SPEC 2.4).
+//! `auth`: how the sandbox reaches the user's git credentials.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,14 +26,14 @@ pub struct AuthDefaults {
     pub git_config_writable: Option<bool>,
 }
 
-/// Auth profiles. SPEC 2.4 shows `gitconfig`, the only one this build knows.
+/// Auth profiles: `gitconfig`, the only one this build knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AuthProfile {
     Gitconfig,
 }
 
-/// Git credential modes. SPEC 2.4 shows `host-helper`, the only one this build knows.
+/// Git credential modes: `host-helper`, the only one this build knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum GitCredentialMode {

@@ -1,9 +1,9 @@
-//! `capabilities`: what the workspace requires of svc, from a fixed registry (SPEC 2.6).
+//! `capabilities`: what the workspace requires of svc, from a fixed registry.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// `capabilities` (SPEC 2.6).
+/// `capabilities`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
@@ -12,7 +12,7 @@ pub struct Capabilities {
 }
 
 /// The capability registry: every capability a workspace may require. An unknown name fails
-/// workspace creation (SPEC 2.6, 7).
+/// workspace creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 pub enum Capability {
     /// Port forwarding from the sandbox to the host (Spotlight).

@@ -1,12 +1,12 @@
-//! `doctor`: the workspace's own probes and tests, run by `svc doctor` (SPEC 2.7).
+//! `doctor`: the workspace's own probes and tests, run by `svc doctor`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Default per-check timeout of doctor checks, in milliseconds (SPEC 2.7, 8).
+/// Default per-check timeout of doctor checks, in milliseconds.
 pub const DEFAULT_CHECK_TIMEOUT_MS: u64 = 60_000;
 
-/// `doctor` (SPEC 2.7).
+/// `doctor`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Doctor {

@@ -1,4 +1,4 @@
-//! `.svc/workspace.json`, version 1 (SPEC 2.4–2.7, 4.2, 9).
+//! `.svc/workspace.json`, version 1.
 //!
 //! Strict JSON: no comments, no trailing commas, no duplicate keys, no unknown fields. The file
 //! types below are also the source of `schema/workspace.v1.json` (`svc config schema`).

@@ -1,4 +1,4 @@
-//! `readiness`: named profiles of what must be up before the workspace is ready (SPEC 2.4).
+//! `readiness`: named profiles of what must be up before the workspace is ready.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ pub struct ReadinessEntry {
     pub service_name: String,
 }
 
-/// Kinds of readiness entry. SPEC 2.4 shows `service`, the only kind this build knows.
+/// Kinds of readiness entry: `service`, the only kind this build knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReadinessKind {

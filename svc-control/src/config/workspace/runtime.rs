@@ -1,4 +1,4 @@
-//! `runtime`: which sandbox backends the workspace needs, in order of preference (SPEC 2.5).
+//! `runtime`: which sandbox backends the workspace needs, in order of preference.
 
 use std::sync::LazyLock;
 
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::kinds::{self, KINDS, Kind};
 
-/// `runtime` (SPEC 2.5).
+/// `runtime`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Runtime {

@@ -13,8 +13,8 @@ use crate::config::UniqueMap;
 pub struct Services {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<ServiceDefaults>,
-    /// The services to run in the sandbox, by name, once the hooks have run (svc's own key:
-    /// SPEC 2.4 shows only `defaults`).
+    /// The services to run in the sandbox, by name, once the hooks have run (svc's own key
+    /// beside `defaults`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definitions: Option<UniqueMap<ServiceDefinition>>,
 }

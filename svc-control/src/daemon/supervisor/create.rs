@@ -323,7 +323,7 @@ impl Supervisor {
         Ok((b, reason))
     }
 
-    /// The coding agent's live mount (SPEC 5.2), fixed now, and the workspace's: the
+    /// The coding agent's live mount, fixed now (never added later), and the workspace's: the
     /// microvm backend shares them over virtio-fs, the container backend as idmapped binds.
     /// The agent's home goes only into its owner's (and root's) sandboxes: another member's
     /// is made without it (`policy::ownership::shares_agent_home`).

@@ -1,4 +1,4 @@
-//! The coding agent's credential guardian per running sandbox (SPEC 5.2.4): a task that checks
+//! The coding agent's credential guardian per running sandbox: a task that checks
 //! the shared home's `.credentials.json` every poll interval and refreshes the token before it
 //! expires. The tasks of several sandboxes (and of other svcd's or `svcd guardian` runs on the
 //! same home) serialise on the sidecar lock file; see `creds::guardian`.

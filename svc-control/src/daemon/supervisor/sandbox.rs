@@ -30,14 +30,14 @@ pub(super) struct StoredPlaceholder {
     pub(super) hosts: Vec<String>,
 }
 
-/// The sandbox envelope (SPEC 2.1), fixed at creation and stored as JSON.
+/// The sandbox envelope, fixed at creation and stored as JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
     pub(super) backend: String,
     /// Why this backend (absent in sandboxes made before it was recorded).
     #[serde(default)]
     pub(super) backend_reason: String,
-    /// Host directories the guest sees live (fixed at creation: SPEC 5.2, R-7).
+    /// Host directories the guest sees live (fixed at creation).
     #[serde(default)]
     pub(super) live_mounts: Vec<crate::runtime::SharedDir>,
     /// `--allow-host` hosts, as given (validated).

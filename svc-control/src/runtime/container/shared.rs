@@ -1,5 +1,5 @@
-//! The directories a container guest shares with the host (the coding agent's home, SPEC
-//! 5.2): each attached as an idmapped mount under the sandbox's directory, its owner shown as
+//! The directories a container guest shares with the host (the coding agent's
+//! home): each attached as an idmapped mount under the sandbox's directory, its owner shown as
 //! the guest's root, and the paths pinned or made read-only inside it (a project's `.git`),
 //! each opened with no link followed, again in the runtime's own namespace just before it
 //! runs (`PinnedSource`).
@@ -27,8 +27,8 @@ pub(super) type SharedMounts = (
 const FIRST_PINNED_FD: i32 = 500;
 
 impl Container {
-    /// Attach each directory the guest shares with the host (the coding agent's home, SPEC
-    /// 5.2) as an idmapped mount under the sandbox's directory, its owner shown as the guest's
+    /// Attach each directory the guest shares with the host (the coding agent's
+    /// home) as an idmapped mount under the sandbox's directory, its owner shown as the guest's
     /// root: (attachment, guest path) for the bundle, and the binds inside them (pinned, then
     /// read-only: see `SharedDir`). `detach_shared` takes them off again.
     pub(super) fn mount_shared(&self, spec: &GuestSpec) -> Result<SharedMounts, String> {

@@ -5,7 +5,7 @@ use std::{ffi::OsString, path::PathBuf};
 
 use crate::config::host::ImagePaths;
 
-/// The kernel, initramfs and root file system images (SPEC 2.8).
+/// The kernel, initramfs and root file system images.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Images {
     pub kernel: PathBuf,
