@@ -129,7 +129,10 @@ fn precedence_table() {
                     e.lifecycle.on_start.is_empty(),
                     "lifecycle is replaced as a block"
                 );
-                assert_eq!(e.runtime.required, [Backend::named("netns").expect("container's old name")]);
+                assert_eq!(
+                    e.runtime.required,
+                    [Backend::named("netns").expect("container's old name")]
+                );
                 assert!(
                     e.capabilities.is_empty(),
                     "an explicit empty list is a value"

@@ -297,7 +297,7 @@ fn substitute(policy: &SandboxPolicy, s: &str) -> Result<String, ExplainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{config::host::HostConfig, policy::host::HostPattern};
+    use crate::{config::host::HostConfig, hosts::HostPattern};
 
     fn policy(hosts: &[&str]) -> SandboxPolicy {
         let extra: Vec<HostPattern> = hosts

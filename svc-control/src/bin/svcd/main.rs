@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 mod fence_run;
-mod setup_host;
 mod man;
+mod setup_host;
 
 use std::{path::PathBuf, process::ExitCode};
 
