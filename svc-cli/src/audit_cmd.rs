@@ -14,6 +14,7 @@ mod human;
 use crate::{
     client::Client,
     client::{SocketArg, runtime},
+    output::Format,
 };
 
 /// `svc audit` arguments.
@@ -50,9 +51,39 @@ pub struct AuditArgs {
     /// Only the last N matching records written so far (with --follow, new ones follow).
     #[arg(long = "tail", short = 'n', value_name = "N")]
     pub tail: Option<usize>,
-    /// The records as svcd wrote them, one JSON object per line (schema/audit.v1.json).
-    #[arg(long)]
+    /// Output format: table (the default, one line a record for people; wide is the same),
+    /// json (each record as svcd wrote it, one JSON object a line: schema/audit.v1.json), yaml
+    /// (one document a record) or name (the sandbox each record is of, one a line: its name,
+    /// or its id where the record has no name).
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<Format>,
+    /// The records as svcd wrote them, one JSON object per line (the same as -o json).
+    #[arg(long, conflicts_with = "output")]
     pub json: bool,
+}
+
+/// Print one record as written (`line`) in `format`.
+fn print(format: Format, line: &[u8]) -> anyhow::Result<()> {
+    match format {
+        Format::Json => outln!("{}", String::from_utf8_lossy(line)),
+        Format::Table | Format::Wide => {
+            if let Some(text) = human::line(line) {
+                outln!("{text}");
+            }
+        }
+        Format::Yaml | Format::Name => {
+            let record: serde_json::Value = serde_json::from_slice(line)
+                .map_err(|e| anyhow::anyhow!("svcd sent an audit line that is not JSON: {e}"))?;
+            if format == Format::Yaml {
+                outln!("---\n{}", serde_norway::to_string(&record)?.trim_end());
+            } else if let Some(name) = record.get("sandbox_name").and_then(|v| v.as_str()) {
+                outln!("{name}");
+            } else if let Some(id) = record.get("sandbox").and_then(serde_json::Value::as_u64) {
+                outln!("{id}");
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn run(socket: &SocketArg, a: AuditArgs) -> anyhow::Result<ExitCode> {
@@ -77,17 +108,13 @@ pub fn run(socket: &SocketArg, a: AuditArgs) -> anyhow::Result<ExitCode> {
         query.push("follow=1".into());
     }
     let path = format!("/v1/audit?{}", query.join("&"));
+    let format = match (a.json, a.output) {
+        (true, _) => Format::Json,
+        (false, Some(f)) => f,
+        (false, None) => Format::Table,
+    };
     runtime()?.block_on(async move {
-        client
-            .get_lines(&path, |line| {
-                if a.json {
-                    outln!("{}", String::from_utf8_lossy(line));
-                } else if let Some(text) = human::line(line) {
-                    outln!("{text}");
-                }
-                Ok(())
-            })
-            .await?;
+        client.get_lines(&path, |line| print(format, line)).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -123,6 +123,14 @@ fn audit_tail_and_until_pick_the_records() {
         ["h2.example.test"]
     );
     assert!(lines(&["--until", "1h"]).is_empty(), "none an hour old");
+    // -o: the same records as YAML documents, or the sandbox each is of.
+    let yaml = w.svc_ok(&["audit", "-o", "yaml", "--layer", "policy", "-n", "2"]);
+    assert_eq!(yaml.matches("---\n").count(), 2, "{yaml}");
+    assert!(yaml.contains("- h4.example.test"), "{yaml}");
+    let names = w.svc_ok(&["audit", "-o", "name", "--layer", "policy"]);
+    assert_eq!(names.lines().collect::<Vec<_>>(), ["tail"; 4], "{names}");
+    let both = w.svc(&["audit", "-o", "yaml", "--json"]);
+    assert_eq!(both.status.code(), Some(2), "-o and --json conflict: {both:?}");
     let bad = w.svc(&["audit", "--until", "later"]);
     assert!(!bad.status.success());
     assert!(
