@@ -130,7 +130,11 @@ fn audit_tail_and_until_pick_the_records() {
     let names = w.svc_ok(&["audit", "-o", "name", "--layer", "policy"]);
     assert_eq!(names.lines().collect::<Vec<_>>(), ["tail"; 4], "{names}");
     let both = w.svc(&["audit", "-o", "yaml", "--json"]);
-    assert_eq!(both.status.code(), Some(2), "-o and --json conflict: {both:?}");
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "-o and --json conflict: {both:?}"
+    );
     let bad = w.svc(&["audit", "--until", "later"]);
     assert!(!bad.status.success());
     assert!(

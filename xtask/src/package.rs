@@ -127,14 +127,24 @@ fn gzip(paths: &[PathBuf]) -> anyhow::Result<()> {
     ui::run(Command::new("gzip").args(["-9nf"]).args(paths))
 }
 
-/// Man pages and completions from the built `svc`, the copyright, the changelog and
+/// Man pages (svc's, svcd's, svcd.toml's) and completions from the built binaries, the
+/// copyright, the changelog and
 /// lintian's overrides.
 fn docs(stage: &Path, svc: &Path, version: &str) -> anyhow::Result<()> {
-    let man1 = stage.join("usr/share/man/man1");
-    ui::run(Command::new(svc).arg("man").arg(&man1))?;
-    let pages: Vec<PathBuf> = std::fs::read_dir(&man1)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
+    let man = stage.join("usr/share/man");
+    ui::run(Command::new(svc).arg("man").arg(man.join("man1")))?;
+    // svcd(8), its subcommands' pages and svcd.toml(5).
+    ui::run(
+        Command::new(svc.with_file_name("svcd"))
+            .arg("man")
+            .arg(&man),
+    )?;
+    let mut pages = Vec::new();
+    for section in ["man1", "man5", "man8"] {
+        for entry in std::fs::read_dir(man.join(section))? {
+            pages.push(entry?.path());
+        }
+    }
     gzip(&pages)?;
     for (shell, path) in [
         ("bash", "usr/share/bash-completion/completions/svc"),
