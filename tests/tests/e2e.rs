@@ -595,8 +595,14 @@ fn bad_requests_are_refused_with_clear_errors() {
     // Anyone else: the socket's mode (0660, root:nogroup) already keeps them out...
     let outsider = as_user(&["--reuid=1", "--regid=1", "--clear-groups"]);
     assert!(!outsider.status.success(), "uid 1 listed sandboxes");
+    // ...and is told which group would let them in, and how.
     assert!(
-        String::from_utf8_lossy(&outsider.stderr).contains("Permission denied"),
+        String::from_utf8_lossy(&outsider.stderr).contains(
+            "permission denied on {}: your user is not in the group 'nogroup' that may use svcd; \
+             ask an administrator to run: usermod -aG nogroup $USER"
+                .replace("{}", &w.socket.display().to_string())
+                .as_str()
+        ),
         "{}",
         String::from_utf8_lossy(&outsider.stderr)
     );
