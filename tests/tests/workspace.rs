@@ -490,11 +490,18 @@ fn services_are_supervised_restarted_and_waited_for() {
             .map(|r| ms_of(&r["time"]))
             .collect()
     };
+    // The supervisor says it waits restartDelayMs before each restart...
+    for r in &restarted {
+        assert_eq!(r["detail"]["delay_ms"], 400, "{r}");
+    }
+    // ...and it does: svcd stamps each record as its report arrives, so a report delivered
+    // late (a loaded host) shortens the measured gap by its delay; 100 ms is allowed for that,
+    // while a restart without the delay would come within a few milliseconds.
     let (exits, starts) = (times("service_exited"), times("service_started"));
     for i in 0..2 {
         let gap = starts[i + 1] - exits[i];
         assert!(
-            gap >= 390,
+            gap >= 300,
             "restart {} came {gap} ms after the exit (restartDelayMs 400)",
             i + 1
         );
