@@ -25,7 +25,8 @@
 //!
 //! Two paths stream, for tests that hold a connection open: `/drip` answers with `tick N` lines,
 //! one every 100 ms, 300 in all; `/ws-drip` is a WebSocket that sends the same lines as text
-//! frames. `/echo/headers` answers with the request's headers in its body, as httpbin's
+//! frames; `/ws-echo-headers` is a WebSocket whose one frame is the handshake's headers.
+//! `/echo/headers` answers with the request's headers in its body, as httpbin's
 //! `/headers` does (the Authorization a proxy sent among them).
 //!
 //! `DIR/ready` appears when everything listens.
@@ -263,6 +264,10 @@ async fn answer(
                 .body(Full::new(Bytes::new()).boxed_unsync())
                 .unwrap_or_default()
         }
+        "/ws-echo-headers" => {
+            log_request(world, name, scheme, &req);
+            ws_echo_headers(req)
+        }
         "/echo/headers" => {
             log_request(world, name, scheme, &req);
             let headers: serde_json::Map<String, serde_json::Value> = req
@@ -285,6 +290,44 @@ async fn answer(
             .await
             .map(|b| b.boxed_unsync()),
     }
+}
+
+/// `/ws-echo-headers`: a WebSocket whose one text frame is the handshake's headers as JSON (the
+/// Authorization a proxy sent among them), as a debugging endpoint of a real service might.
+fn ws_echo_headers(mut req: Request<Incoming>) -> Response<Body> {
+    let key = req
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
+        .unwrap_or_default();
+    let headers: serde_json::Map<String, serde_json::Value> = req
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into()))
+        .collect();
+    let text = serde_json::json!({ "headers": headers }).to_string();
+    let on = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        use futures::SinkExt as _;
+        let Ok(io) = on.await else { return };
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(io),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        let _ = ws
+            .send(tokio_tungstenite::tungstenite::Message::text(text))
+            .await;
+        let _ = ws.close(None).await;
+    });
+    Response::builder()
+        .status(101)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", key)
+        .body(Full::new(Bytes::new()).boxed_unsync())
+        .unwrap_or_default()
 }
 
 /// The log line of a request the streaming and echoing paths answer.
