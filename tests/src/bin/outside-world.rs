@@ -303,7 +303,12 @@ fn ws_echo_headers(mut req: Request<Incoming>) -> Response<Body> {
     let headers: serde_json::Map<String, serde_json::Value> = req
         .headers()
         .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into()))
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into(),
+            )
+        })
         .collect();
     let text = serde_json::json!({ "headers": headers }).to_string();
     let on = hyper::upgrade::on(&mut req);
