@@ -876,7 +876,7 @@ fn judge(w: &World, cases: &[(Value, Vec<u16>)], results: &[Value]) -> Vec<Strin
 
 /// Every SNI / Host / authority / credential / framing / upgrade form of the brief, over TLS
 /// and plain HTTP, from one hostile guest: the cases of `finding` (`None`: those that held).
-fn hostile_forms(finding: Option<&str>) -> Vec<String> {
+fn hostile_forms(finding: Option<&str>) {
     let w = World::start_with_dns(&[OTHER], &[]);
     let p = hostile_sandbox(&w, "atk");
     let mut cases = https_cases(&p);
@@ -893,20 +893,19 @@ fn hostile_forms(finding: Option<&str>) -> Vec<String> {
         wrong.extend(held_extras(&w));
     }
     w.destroy_checked("atk");
-    wrong
-}
-
-/// The forms that held when this file was written, and the neighbours that must work.
-#[test]
-fn a_hostile_guests_request_forms_are_refused_or_stay_bound() {
-    require_root();
-    let wrong = hostile_forms(None);
     assert!(
         wrong.is_empty(),
         "{} got through:\n{}",
         wrong.len(),
         wrong.join("\n")
     );
+}
+
+/// The forms that held when this file was written, and the neighbours that must work.
+#[test]
+fn a_hostile_guests_request_forms_are_refused_or_stay_bound() {
+    require_root();
+    hostile_forms(None);
 }
 
 /// FINDING: the framing witness (`h1_frames`) stops at a refused upgrade or CONNECT and the
@@ -916,13 +915,7 @@ fn a_hostile_guests_request_forms_are_refused_or_stay_bound() {
 #[ignore = "got through when written (attack report): h1_frames goes Opaque after a refused Upgrade/CONNECT"]
 fn smuggling_shapes_are_refused_after_a_refused_upgrade_or_connect() {
     require_root();
-    let wrong = hostile_forms(Some("framing-witness"));
-    assert!(
-        wrong.is_empty(),
-        "{} got through:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    hostile_forms(Some("framing-witness"));
 }
 
 /// FINDING: heads hyper rejects itself (`Transfer-Encoding: chunked, identity`, `xchunked`,
@@ -932,13 +925,7 @@ fn smuggling_shapes_are_refused_after_a_refused_upgrade_or_connect() {
 #[ignore = "got through when written (attack report): parser-level refusals are hyper's, unaudited"]
 fn every_refusal_is_the_perimeters_answer() {
     require_root();
-    let wrong = hostile_forms(Some("unanswered-refusal"));
-    assert!(
-        wrong.is_empty(),
-        "{} got through:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    hostile_forms(Some("unanswered-refusal"));
 }
 
 /// FINDING: a placeholder in a trailer, or past the body's first 64 KiB, goes to another host
@@ -947,13 +934,7 @@ fn every_refusal_is_the_perimeters_answer() {
 #[ignore = "got through when written (attack report): trailers and the body past body_prefix are not examined"]
 fn a_placeholder_sent_late_to_another_host_is_refused() {
     require_root();
-    let wrong = hostile_forms(Some("late-placeholder"));
-    assert!(
-        wrong.is_empty(),
-        "{} got through:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    hostile_forms(Some("late-placeholder"));
 }
 
 /// HTTP/2 fronting and the gate's audit records (no answer at all, but a record naming why).

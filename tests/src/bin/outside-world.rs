@@ -229,21 +229,8 @@ async fn answer(
         }
         "/ws-drip" => {
             log_request(world, name, scheme, &req);
-            let key = req
-                .headers()
-                .get("sec-websocket-key")
-                .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
-                .unwrap_or_default();
-            let on = hyper::upgrade::on(&mut req);
-            tokio::spawn(async move {
+            websocket(&mut req, move |mut ws| async move {
                 use futures::{SinkExt as _, StreamExt as _};
-                let Ok(io) = on.await else { return };
-                let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-                    TokioIo::new(io),
-                    tokio_tungstenite::tungstenite::protocol::Role::Server,
-                    None,
-                )
-                .await;
                 let mut ticks = std::pin::pin!(ticks());
                 while let Some(t) = ticks.next().await {
                     if ws
@@ -255,14 +242,7 @@ async fn answer(
                     }
                 }
                 let _ = ws.close(None).await;
-            });
-            Response::builder()
-                .status(101)
-                .header("connection", "upgrade")
-                .header("upgrade", "websocket")
-                .header("sec-websocket-accept", key)
-                .body(Full::new(Bytes::new()).boxed_unsync())
-                .unwrap_or_default()
+            })
         }
         "/ws-echo-headers" => {
             log_request(world, name, scheme, &req);
@@ -270,17 +250,7 @@ async fn answer(
         }
         "/echo/headers" => {
             log_request(world, name, scheme, &req);
-            let headers: serde_json::Map<String, serde_json::Value> = req
-                .headers()
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into(),
-                    )
-                })
-                .collect();
-            let body = serde_json::json!({ "headers": headers });
+            let body = headers_json(&req);
             Response::builder()
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(format!("{body}\n"))).boxed_unsync())
@@ -295,11 +265,46 @@ async fn answer(
 /// `/ws-echo-headers`: a WebSocket whose one text frame is the handshake's headers as JSON (the
 /// Authorization a proxy sent among them), as a debugging endpoint of a real service might.
 fn ws_echo_headers(mut req: Request<Incoming>) -> Response<Body> {
+    let text = headers_json(&req).to_string();
+    websocket(&mut req, |mut ws| async move {
+        use futures::SinkExt as _;
+        let _ = ws
+            .send(tokio_tungstenite::tungstenite::Message::text(text))
+            .await;
+        let _ = ws.close(None).await;
+    })
+}
+
+/// The server's side of a WebSocket.
+type Ws = tokio_tungstenite::WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Agree to `req`'s WebSocket handshake (the 101), and `serve` the socket once upgraded.
+fn websocket<F, Fut>(req: &mut Request<Incoming>, serve: F) -> Response<Body>
+where
+    F: FnOnce(Ws) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let key = req
         .headers()
         .get("sec-websocket-key")
         .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
         .unwrap_or_default();
+    let on = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        let Ok(io) = on.await else { return };
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(io),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        serve(ws).await;
+    });
+    switching(&key)
+}
+
+/// `{"headers": {name: value, …}}` of a request, as httpbin's `/headers` answers.
+fn headers_json(req: &Request<Incoming>) -> serde_json::Value {
     let headers: serde_json::Map<String, serde_json::Value> = req
         .headers()
         .iter()
@@ -310,22 +315,11 @@ fn ws_echo_headers(mut req: Request<Incoming>) -> Response<Body> {
             )
         })
         .collect();
-    let text = serde_json::json!({ "headers": headers }).to_string();
-    let on = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        use futures::SinkExt as _;
-        let Ok(io) = on.await else { return };
-        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-            TokioIo::new(io),
-            tokio_tungstenite::tungstenite::protocol::Role::Server,
-            None,
-        )
-        .await;
-        let _ = ws
-            .send(tokio_tungstenite::tungstenite::Message::text(text))
-            .await;
-        let _ = ws.close(None).await;
-    });
+    serde_json::json!({ "headers": headers })
+}
+
+/// The 101 that agrees to a WebSocket handshake whose accept key is `key`.
+fn switching(key: &str) -> Response<Body> {
     Response::builder()
         .status(101)
         .header("connection", "upgrade")
