@@ -779,6 +779,22 @@ fn plain_cases(p: &str) -> Vec<(Value, Vec<u16>)> {
             vec![200],
         ),
         (
+            finding(
+                plain(
+                    "h2c_prior_knowledge_on_plain_http",
+                    ALLOWED,
+                    &["PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned()],
+                ),
+                "unanswered-refusal",
+            ),
+            vec![400, 403],
+        ),
+        (
+            json!({"case": "plain_http_to_port_443", "dial": ALLOWED, "tls": false, "port": 443,
+                   "send": [head("GET", "/any-plain-on-443", ALLOWED, "", false)]}),
+            vec![400, 403, 421, 502],
+        ),
+        (
             plain(
                 "plain_http10_without_host",
                 ALLOWED,
