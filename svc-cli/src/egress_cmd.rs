@@ -289,6 +289,7 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             body_prefix: &body,
             body_complete: true,
             head_had_both_lengths: false,
+            dialled_port: None,
         },
     );
     if a.json {

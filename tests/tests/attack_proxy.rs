@@ -179,7 +179,6 @@ fn a_hostile_guests_request_forms_are_refused_or_stay_bound() {
 /// connection goes on: a later request with both Content-Length and Transfer-Encoding is
 /// forwarded (re-framed by hyper) instead of refused.
 #[test]
-#[ignore = "got through when written (attack report): h1_frames goes Opaque after a refused Upgrade/CONNECT"]
 fn smuggling_shapes_are_refused_after_a_refused_upgrade_or_connect() {
     require_root();
     hostile_forms(Some("framing-witness"));
@@ -243,11 +242,12 @@ fn held_extras(w: &World) -> Vec<String> {
     wrong
 }
 
-/// FINDING. A WebSocket handshake to the secret's own host carries the real token upstream (swapped as
-/// on any request); an upstream that echoes the handshake's headers in a frame must show the
-/// guest its placeholder, never the real token, as an HTTP echo does (`credential_echo`).
+/// FINDING (fixed by refusing). A WebSocket handshake to the secret's own host used to carry the
+/// real token upstream (swapped as on any request), and an upstream echoing the handshake's
+/// headers in a frame showed the guest the real token: the upgraded stream is relayed as raw
+/// (possibly compressed) bytes and cannot be scrubbed. A placeholder on an upgrade is now
+/// refused (403, the perimeter's answer, audited), and nothing reaches the upstream.
 #[test]
-#[ignore = "got through when written (attack report): a WebSocket relay is not scrubbed"]
 fn a_websocket_echo_never_shows_the_guest_the_real_token() {
     require_root();
     let w = World::start();
@@ -268,15 +268,31 @@ fn a_websocket_echo_never_shows_the_guest_the_real_token() {
     let results = attack(&w, "wse", &[case]);
     let got = &results[0];
     eprintln!("{got:#}");
-    assert_eq!(got["status"], 101, "the handshake was not relayed: {got}");
     let answer = got["answer"].as_str().unwrap_or("");
-    assert!(
-        answer.contains("authorization"),
-        "the upstream's frame did not come: {answer}"
-    );
     assert!(
         !answer.contains(EXAMPLE_TOKEN),
         "the real token reached the guest in a WebSocket frame: {answer}"
+    );
+    assert_eq!(got["status"], 403, "the handshake was not refused: {got}");
+    assert!(
+        answer.contains("svc egress perimeter")
+            && answer.contains("credentials are not swapped on protocol upgrades"),
+        "the refusal is not the perimeter's, naming why: {answer}"
+    );
+    let reached: Vec<_> = w
+        .received()
+        .into_iter()
+        .filter(|r| r["path"] == "/ws-echo-headers")
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "the handshake reached the upstream: {reached:#?}"
+    );
+    assert!(
+        w.audit()
+            .iter()
+            .any(|r| r["decision"] == "deny" && r["rule"] == "upgrade-credential"),
+        "no audit record of the refused handshake"
     );
     w.destroy_checked("wse");
 }
@@ -287,7 +303,6 @@ fn a_websocket_echo_never_shows_the_guest_the_real_token() {
 /// allowed.example.test:8443`. The policy reads the port from `Host`; the proxy dials the port
 /// the guest dialled: allowed.example.test's server on 443, which no rule allows.
 #[test]
-#[ignore = "got through when written (attack report): the policy reads Host's port, the proxy dials the dialled port"]
 fn a_name_allowed_on_one_port_is_not_served_on_another_port_of_its_address() {
     require_root();
     let w = World::start();
