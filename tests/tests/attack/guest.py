@@ -208,11 +208,39 @@ def run(case):
     except Exception as e:
         out["error"] = "exchange: %r" % (e,)
     text = answers.decode("latin-1")
-    statuses = [int(m) for m in re.findall(r"(?:^|\n)HTTP/1\.[01] (\d{3}) ", text)]
+    statuses = statuses_of(text)
     out["status"] = statuses[0] if statuses else 0
     out["statuses"] = statuses
     out["answer"] = text[:3000]
     return out
+
+
+STATUS_LINE = re.compile(r"HTTP/1\.[01] (\d{3}) ")
+NEXT_STATUS_LINE = re.compile(r"\nHTTP/1\.[01] \d{3} ")
+
+
+def statuses_of(text):
+    """The status of each response in `text`, walking them by their Content-Length (a
+    response may follow a JSON body with no newline between); one of unknown length is
+    followed by the next status line at the start of a line."""
+    statuses, i = [], 0
+    while i < len(text):
+        m = STATUS_LINE.match(text, i)
+        if not m:
+            n = NEXT_STATUS_LINE.search(text, i)
+            if not n:
+                break
+            i = n.start() + 1
+            continue
+        code = int(m.group(1))
+        statuses.append(code)
+        end = text.find("\r\n\r\n", i)
+        if end < 0:
+            break
+        cl = re.search(r"(?im)^content-length:\s*(\d+)\s*$", text[i:end])
+        has_body = code >= 200 and code not in (204, 304)
+        i = end + 4 + (int(cl.group(1)) if cl and has_body else 0)
+    return statuses
 
 
 def flood(conn, case, out):
