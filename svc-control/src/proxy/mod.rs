@@ -23,7 +23,6 @@ mod forward;
 mod git_push;
 pub mod guest_trust;
 pub mod h1_frames;
-mod h1_head;
 mod h1_pool;
 /// Headers of one hop.
 mod headers;

@@ -19,7 +19,7 @@ use super::{
     body::ProxyBody,
     context::{Conn, Ctx, Exchange},
     exchange::exchange,
-    h1_frames::{Tracker, Verdict, Watched},
+    h1_frames::{Tracker, Watched},
     request::Carried,
     sandboxes::ProxySandbox,
     tls::Rewind,
@@ -45,19 +45,22 @@ pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
     let serving: Arc<Mutex<Option<String>>> = Arc::default();
     let serving_now = serving.clone();
     let (tracker, verdicts) = Tracker::new(ctx.config.max_head);
-    let stream = Watched::new(Rewind::new(head, tcp), Some(tracker));
+    let stream = Watched {
+        inner: Rewind::new(head, tcp),
+        tracker: Some(tracker),
+    };
     let served = ctx.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(slot.clone());
         let sandbox = served.current(source, &sandbox);
         let ctx = served.clone();
-        let framing = verdicts.lock().ok().and_then(|mut v| v.pop_front());
+        let both_lengths = verdicts.lock().ok().and_then(|mut v| v.pop_front());
         if let Ok(mut s) = serving_now.lock() {
             *s = host_header(&req)
                 .and_then(|h| Authority::parse(h, 80).ok())
                 .map(|a| a.host_str());
         }
-        async move { Ok::<_, Infallible>(request(&ctx, &sandbox, dialled_to, req, framing).await) }
+        async move { Ok::<_, Infallible>(request(&ctx, &sandbox, dialled_to, req, both_lengths).await) }
     });
     let serve = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -88,7 +91,7 @@ async fn request(
     sandbox: &ProxySandbox,
     dialled_to: Option<SocketAddr>,
     req: Request<Incoming>,
-    framing: Option<Verdict>,
+    both_lengths: Option<bool>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let dialled = dialled_to.map(|a| a.ip().to_canonical());
@@ -110,7 +113,7 @@ async fn request(
     let carried = Carried {
         scheme: Scheme::Http,
         sni: None,
-        framing,
+        both_lengths,
         dialled_port: dialled_to.map(|a| a.port()),
     };
     exchange(ctx, sandbox, carried, dialled_to, req).await

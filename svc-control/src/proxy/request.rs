@@ -10,7 +10,7 @@ use http::{Request, header, request::Parts};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Frame, Incoming};
 
-use super::{body::BoxError, context::Exchange, h1_frames::Verdict, refuse::Refused};
+use super::{body::BoxError, context::Exchange, refuse::Refused};
 use crate::{
     limits::{Channel, Slot},
     policy::{
@@ -30,11 +30,10 @@ pub(super) struct Carried<'a> {
     pub(super) scheme: Scheme,
     /// The TLS server name the connection was opened for (`None` on plain HTTP).
     pub(super) sni: Option<&'a str>,
-    /// What the framing witness (`h1_frames`) read of the request's head as it arrived: whether
-    /// it carried both Content-Length and Transfer-Encoding, or why hyper would have refused it;
-    /// `None`: the witness lost the connection's framing. Both refusals are the proxy's (400,
-    /// fail closed).
-    pub(super) framing: Option<Verdict>,
+    /// The request head as it arrived carried both Content-Length and Transfer-Encoding (the
+    /// framing witness, `h1_frames`); `None`: the witness lost the connection's framing, and
+    /// the request is refused (fail closed).
+    pub(super) both_lengths: Option<bool>,
     /// The port the guest dialled (`SO_ORIGINAL_DST`), where the request goes.
     pub(super) dialled_port: Option<u16>,
 }
@@ -85,15 +84,9 @@ pub(super) async fn admit(
         let path = Some(req.uri().path().to_owned());
         return Err(ex.refuse(None, path, 400, "upgrade-refused", why));
     }
-    let both_lengths = match carried.framing {
-        Some(Verdict::Framed { both_lengths }) => both_lengths,
-        Some(Verdict::Refused(why)) => {
-            return Err(ex.refuse(None, None, 400, "request-malformed", why));
-        }
-        None => {
-            let path = Some(req.uri().path().to_owned());
-            return Err(ex.refuse(None, path, 400, "request-malformed", FRAMING_LOST));
-        }
+    let Some(both_lengths) = carried.both_lengths else {
+        let path = Some(req.uri().path().to_owned());
+        return Err(ex.refuse(None, path, 400, "request-malformed", FRAMING_LOST));
     };
     let guest_upgrade = (ask == UpgradeAsk::WebSocket).then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();

@@ -27,7 +27,7 @@ use super::{
     config::ProxyConfig,
     context::Conn,
     exchange::exchange,
-    h1_frames::{Tracker, Verdict, Watched},
+    h1_frames::{Tracker, Watched},
     request::Carried,
 };
 use crate::policy::credentials::Scheme;
@@ -56,7 +56,10 @@ pub(super) async fn serve(
     // HTTP/1.1: a witness of the framing, for the one smuggling shape hyper hides from us.
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
     let (tracker, verdicts) = Tracker::new(conn.ctx.config.max_head);
-    let stream = Watched::new(stream, (!h2).then_some(tracker));
+    let stream = Watched {
+        inner: stream,
+        tracker: (!h2).then_some(tracker),
+    };
     let verdicts = (!h2).then_some(verdicts);
     let Conn {
         ctx,
@@ -73,10 +76,8 @@ pub(super) async fn serve(
         let sandbox = served.current(source, &sandbox);
         let (ctx, sni) = (served.clone(), sni.clone());
         // HTTP/2 has no framing to witness; an HTTP/1.1 head with no verdict is refused.
-        let framing = match verdicts.as_ref() {
-            None => Some(Verdict::Framed {
-                both_lengths: false,
-            }),
+        let both_lengths = match verdicts.as_ref() {
+            None => Some(false),
             Some(v) => v.lock().ok().and_then(|mut v| v.pop_front()),
         };
         // Boxed: hyper moves a service's future several times on its way into the task
@@ -85,7 +86,7 @@ pub(super) async fn serve(
             let carried = Carried {
                 scheme: Scheme::Https,
                 sni: Some(&*sni),
-                framing,
+                both_lengths,
                 dialled_port: dialled_to.map(|a| a.port()),
             };
             Ok::<_, Infallible>(exchange(&ctx, &sandbox, carried, dialled_to, req).await)
