@@ -39,4 +39,4 @@ pub mod target;
 /// Whether a project's perimeter (egress, runtime, capabilities) is one its owner approved.
 pub mod trust;
 /// Which protocol upgrades pass the proxy.
-mod upgrade;
+pub mod upgrade;
