@@ -153,7 +153,8 @@ mod tests {
         let (t, p) = table();
         let s = BodyScanner::after_prefix(t, b"");
         let bearer = format!("Bearer {p}");
-        let cases: Vec<(&str, Vec<(&str, &[u8])>, bool)> = vec![
+        type Fields<'a> = Vec<(&'a str, &'a [u8])>;
+        let cases: Vec<(&str, Fields<'_>, bool)> = vec![
             ("none", vec![], false),
             ("plain", vec![("x-checksum", b"abc")], false),
             (
