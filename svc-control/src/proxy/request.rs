@@ -10,7 +10,7 @@ use http::{Request, header, request::Parts};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Frame, Incoming};
 
-use super::{body::BoxError, context::Exchange, refuse::Refused};
+use super::{body::BoxError, context::Exchange, late_leak, refuse::Refused};
 use crate::{
     limits::{Channel, Slot},
     policy::{
@@ -60,6 +60,8 @@ pub(super) struct Outgoing {
     pub(super) prefix: Bytes,
     pub(super) rest: Option<Rest>,
     pub(super) credential: CredentialAction,
+    /// A placeholder found in `rest` (or its trailers) as it went upstream.
+    pub(super) late_leak: late_leak::Seen,
 }
 
 /// Where a request says it goes.
@@ -122,6 +124,9 @@ pub(super) async fn admit(
             why,
         ));
     }
+    let seen = late_leak::Seen::default();
+    let table = &ex.sandbox.policy.placeholders;
+    let rest = rest.map(|rest| late_leak::scanned(rest, table, &prefix, &seen));
     Ok(Allowed {
         outgoing: Outgoing {
             parts,
@@ -131,6 +136,7 @@ pub(super) async fn admit(
             prefix,
             rest,
             credential,
+            late_leak: seen,
         },
         decision,
         guest_upgrade,
