@@ -84,9 +84,9 @@ impl BodyScanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{
-        credentials::{CredentialKind, Placeholder, PlaceholderEntry},
-        host::HostPattern,
+    use crate::{
+        hosts::HostPattern,
+        policy::credentials::{CredentialKind, Placeholder, PlaceholderEntry},
     };
 
     fn table() -> (PlaceholderTable, String) {
