@@ -64,6 +64,7 @@ fn bench(c: &mut Criterion) {
         body_prefix: b"0032want 0123456789abcdef0123456789abcdef01234567\n00000009done\n",
         body_complete: false,
         head_had_both_lengths: false,
+        dialled_port: None,
     };
     let body = br#"{"query":"query { viewer { login } }"}"#;
     let graphql = HttpRequest {
@@ -74,6 +75,7 @@ fn bench(c: &mut Criterion) {
         body_prefix: body,
         body_complete: true,
         head_had_both_lengths: false,
+        dialled_port: None,
         ..plain
     };
     assert!(request::decide(&policy, &plain).allowed());

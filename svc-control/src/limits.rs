@@ -96,7 +96,11 @@ pub struct GuestLimits {
     held: Mutex<HashMap<(u32, Channel), u32>>,
     /// When each (sandbox, limit) was last logged.
     logged: Mutex<HashMap<(u32, Channel), Instant>>,
+    /// Records of what was refused or only seen (every guest-driven record but an allowed one).
     audit: audit::Budget,
+    /// Records of allowed requests, questions and sessions: a budget of their own, so a flood
+    /// of refusals never leaves an allowed (perhaps credential-bearing) request unrecorded.
+    audit_allowed: audit::Budget,
     service_events: audit::Budget,
 }
 
@@ -125,6 +129,7 @@ impl GuestLimits {
     pub fn new(config: LimitsConfig, report: Arc<dyn Report>) -> Self {
         Self {
             audit: audit::Budget::new(config.audit_records_per_sec, config.audit_burst),
+            audit_allowed: audit::Budget::new(config.audit_records_per_sec, config.audit_burst),
             service_events: audit::Budget::new(SERVICE_EVENTS_PER_SEC, SERVICE_EVENTS_BURST),
             config,
             report,
@@ -136,9 +141,16 @@ impl GuestLimits {
     /// Whether `sandbox`'s next audit record of `layer` is written (within its
     /// `audit_records_per_sec`) or only counted; each one counted is a hit, reported (logged
     /// when it is the first since the sandbox was last within its budget and in the interval).
-    pub fn admit_audit(&self, sandbox: u32, layer: &'static str) -> bool {
+    /// Records of allowed traffic (`allowed`) spend a budget of their own, the same size: a
+    /// flood of refusals never starves them, and the log takes at most twice the rate.
+    pub fn admit_audit(&self, sandbox: u32, layer: &'static str, allowed: bool) -> bool {
         let now = Instant::now();
-        match self.audit.admit(sandbox, layer, now) {
+        let budget = if allowed {
+            &self.audit_allowed
+        } else {
+            &self.audit
+        };
+        match budget.admit(sandbox, layer, now) {
             audit::Admit::Write => true,
             audit::Admit::Suppress { first } => {
                 let log = first && self.first_in_interval(sandbox, Channel::AuditRecords, now);
@@ -175,7 +187,11 @@ impl GuestLimits {
     pub fn take_suppressed_audit(
         &self,
     ) -> Vec<(u32, std::collections::BTreeMap<&'static str, u64>)> {
-        self.audit.take_suppressed(Instant::now())
+        let now = Instant::now();
+        audit::merge_suppressed(
+            self.audit.take_suppressed(now),
+            self.audit_allowed.take_suppressed(now),
+        )
     }
 
     /// The audit budget: (records a second, burst).

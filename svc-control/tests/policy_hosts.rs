@@ -47,6 +47,34 @@ fn allowlist_and_authority_binding() {
                 "host-not-allowed",
             ),
             (
+                "dialled_port_is_the_hosts",
+                req("GET", "extra.example.com", "/").dialled_port(443),
+                Pass,
+                "open-host",
+            ),
+            (
+                "explicit_port_is_the_dialled_one",
+                req("GET", "extra.example.com:443", "/")
+                    .sni(Some("extra.example.com"))
+                    .dialled_port(443),
+                Pass,
+                "open-host",
+            ),
+            (
+                "host_port_other_than_the_dialled_one",
+                req("GET", "extra.example.com:8443", "/")
+                    .sni(Some("extra.example.com"))
+                    .dialled_port(443),
+                Deny(421),
+                "authority-mismatch",
+            ),
+            (
+                "default_port_other_than_the_dialled_one",
+                req("GET", "extra.example.com", "/").dialled_port(8443),
+                Deny(421),
+                "authority-mismatch",
+            ),
+            (
                 "wildcard_host",
                 req("GET", "img.cdn.example.net", "/a.png"),
                 Pass,

@@ -341,12 +341,18 @@ impl NamedAudit {
         result
     }
 
-    /// Whether `r` is within its sandbox's share of the log; one that is not is counted in the
-    /// metrics as it happened (not written).
+    /// Whether `r` is within its sandbox's share of the log (allowed requests and sessions
+    /// have a share of their own, refusals and the rest another); one that is not is counted in the metrics as it happened (not
+    /// written).
     fn admitted(&self, r: &AuditRecord) -> bool {
+        use crate::audit::AuditEvent::{Http, Ssh};
+        let allowed =
+            matches!(r.event, Http(_) | Ssh(_)) && r.event.decision_word() == Some("allow");
         if r.sandbox == 0
             || !r.event.guest_driven()
-            || self.limits.admit_audit(r.sandbox, r.event.layer().as_str())
+            || self
+                .limits
+                .admit_audit(r.sandbox, r.event.layer().as_str(), allowed)
         {
             return true;
         }

@@ -82,6 +82,21 @@ impl Budget {
     }
 }
 
+/// Two budgets' suppressed counts as one list: by sandbox, each layer's counts added.
+pub fn merge_suppressed(
+    a: Vec<(u32, BTreeMap<&'static str, u64>)>,
+    b: Vec<(u32, BTreeMap<&'static str, u64>)>,
+) -> Vec<(u32, BTreeMap<&'static str, u64>)> {
+    let mut merged = BTreeMap::<u32, BTreeMap<&'static str, u64>>::new();
+    for (sandbox, counts) in a.into_iter().chain(b) {
+        let into = merged.entry(sandbox).or_default();
+        for (layer, n) in counts {
+            *into.entry(layer).or_insert(0) += n;
+        }
+    }
+    merged.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -110,6 +125,22 @@ mod tests {
         );
         assert_eq!(b.take_suppressed(t1), []);
         assert_eq!(b.admit(1, "dns", t1), Admit::Suppress { first: true });
+    }
+
+    #[test]
+    fn two_budgets_counts_merge_by_sandbox_and_layer() {
+        let a = vec![
+            (1, BTreeMap::from([("http", 2)])),
+            (3, BTreeMap::from([("dns", 1)])),
+        ];
+        let b = vec![(1, BTreeMap::from([("http", 1), ("dns", 4)]))];
+        assert_eq!(
+            merge_suppressed(a, b),
+            [
+                (1, BTreeMap::from([("dns", 4), ("http", 3)])),
+                (3, BTreeMap::from([("dns", 1)]))
+            ]
+        );
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct HttpRequest<'a> {
     /// (an HTTP/1.1 parser drops one of them before `headers` are seen; the proxy's framing
     /// witness saw the raw head).
     pub head_had_both_lengths: bool,
+    /// The port the guest's connection was dialled to (`SO_ORIGINAL_DST`), where the proxy
+    /// sends the request: the authority's port (or its scheme's default) must be it. `None`
+    /// when no connection was dialled (`svc egress explain`).
+    pub dialled_port: Option<u16>,
 }
 
 /// What the proxy does with an allowed request's credential.

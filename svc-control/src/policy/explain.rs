@@ -97,6 +97,8 @@ pub fn explain(policy: &SandboxPolicy, req: &ExplainRequest) -> Result<Decision,
             body_prefix: &body,
             body_complete: true,
             head_had_both_lengths: false,
+            // The URL's own port is the one a guest would dial.
+            dialled_port: None,
         },
     ))
 }

@@ -316,6 +316,7 @@ mod tests {
                     body_prefix: body,
                     body_complete: false,
                     head_had_both_lengths: false,
+                    dialled_port: None,
                 },
             );
             assert_eq!(d.rule, *rule, "{name}: {d:?}");

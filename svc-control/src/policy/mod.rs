@@ -3,6 +3,8 @@
 
 /// The proxy's name ↔ dialled-address binding (TLS server names and plain-HTTP `Host`s).
 pub mod binding;
+/// The request body past its prefix, examined for placeholders as it streams.
+pub mod body_scan;
 /// The code-host family's rules of the request decision.
 mod code_host;
 /// Which creation flags combine, the mode they imply, which secrets fit.
@@ -39,4 +41,4 @@ pub mod target;
 /// Whether a project's perimeter (egress, runtime, capabilities) is one its owner approved.
 pub mod trust;
 /// Which protocol upgrades pass the proxy.
-mod upgrade;
+pub mod upgrade;

@@ -106,6 +106,9 @@ fn bind_authority(req: &HttpRequest<'_>, d: &mut Deciding) -> Step<Authority> {
             return Break(d.deny(421, Rule::AuthorityMismatch, why));
         }
     }
+    if let Some(why) = dialled_port_mismatch(&authority, req.dialled_port) {
+        return Break(d.deny(421, Rule::AuthorityMismatch, why));
+    }
     if let Some(alt) = req.alt_authority {
         match Authority::parse(alt, default_port) {
             Ok(a) if a.host == authority.host => {}
@@ -119,6 +122,20 @@ fn bind_authority(req: &HttpRequest<'_>, d: &mut Deciding) -> Step<Authority> {
         }
     }
     Continue(authority)
+}
+
+/// Why a request's authority does not name the port its connection was dialled to, if it does
+/// not: the proxy sends it to the dialled port, so the allowlist must decide on that one (a
+/// name allowed on 8443 is not served on 443 of the same address).
+fn dialled_port_mismatch(authority: &Authority, dialled_port: Option<u16>) -> Option<String> {
+    let dialled = dialled_port?;
+    (authority.port != dialled).then(|| {
+        format!(
+            "Host {}:{} does not match the port dialled ({dialled})",
+            authority.host_str(),
+            authority.port
+        )
+    })
 }
 
 /// Step 2, method: TRACE, TRACK and CONNECT never pass.

@@ -1,7 +1,8 @@
 //! The proxy's SNI gate: whether a ClientHello's server name may be served for a sandbox at
 //! all, before any TLS is terminated. No ECH, a server name that is a host name, on the
-//! sandbox's allowlist (any port: the port is the request's, checked per request), then bound
-//! to the address the guest dialled ([`bind`], with `policy::binding`).
+//! sandbox's allowlist on the port the guest dialled (the proxy sends its requests there; any
+//! port when the dialled one is unknown), then bound to the address the guest dialled
+//! ([`bind`], with `policy::binding`).
 //!
 //! Pure: the proxy reads the ClientHello (`proxy::client_hello`) and asks the DNS guard's view,
 //! and passes both in as values.
@@ -16,6 +17,8 @@ pub struct Hello<'a> {
     pub server_name: Option<&'a str>,
     /// The ClientHello offers Encrypted Client Hello (its real server name is hidden).
     pub ech: bool,
+    /// The port the guest's connection was dialled to (`SO_ORIGINAL_DST`), if known.
+    pub port: Option<u16>,
 }
 
 /// Why a TLS connection is refused at the gate. Its text is the audit record's rule, as the
@@ -30,6 +33,8 @@ pub enum Refusal {
     NotAHostName(String),
     #[error("server name {0} is not allowed for this sandbox")]
     NotAllowed(String),
+    #[error("server name {0} is not allowed on port {1} for this sandbox")]
+    NotAllowedOnPort(String, u16),
     #[error("{}", .0.server_name_reason())]
     NotDialled(binding::Mismatch),
 }
@@ -48,6 +53,16 @@ pub fn admit(allowed: &Allowlist, hello: Hello<'_>) -> Result<String, Refusal> {
     };
     if allowed.find_name(&authority.host).is_none() {
         return Err(Refusal::NotAllowed(authority.host_str()));
+    }
+    if let Some(port) = hello.port
+        && allowed
+            .find(&Authority {
+                host: authority.host.clone(),
+                port,
+            })
+            .is_none()
+    {
+        return Err(Refusal::NotAllowedOnPort(authority.host_str(), port));
     }
     Ok(authority.host_str())
 }
@@ -79,7 +94,19 @@ mod tests {
     }
 
     fn hello(server_name: Option<&str>, ech: bool) -> Hello<'_> {
-        Hello { server_name, ech }
+        Hello {
+            server_name,
+            ech,
+            port: None,
+        }
+    }
+
+    fn dialled(server_name: &str, port: u16) -> Hello<'_> {
+        Hello {
+            server_name: Some(server_name),
+            ech: false,
+            port: Some(port),
+        }
     }
 
     #[test]
@@ -104,6 +131,31 @@ mod tests {
                 "allowed_on_another_port_only",
                 hello(Some("git.example.org"), false),
                 Ok("git.example.org"),
+            ),
+            (
+                "allowed_on_the_port_dialled",
+                dialled("git.example.org", 8443),
+                Ok("git.example.org"),
+            ),
+            (
+                "allowed_on_443_dialled_on_443",
+                dialled("api.example.com", 443),
+                Ok("api.example.com"),
+            ),
+            (
+                "allowed_on_8443_dialled_on_443",
+                dialled("git.example.org", 443),
+                Err("server name git.example.org is not allowed on port 443 for this sandbox"),
+            ),
+            (
+                "allowed_on_443_dialled_on_8443",
+                dialled("api.example.com", 8443),
+                Err("server name api.example.com is not allowed on port 8443 for this sandbox"),
+            ),
+            (
+                "not_allowed_at_all_says_so_whatever_the_port",
+                dialled("other.example", 443),
+                Err("server name other.example is not allowed for this sandbox"),
             ),
             (
                 "ech_even_for_an_allowed_name",

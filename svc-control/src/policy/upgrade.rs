@@ -1,5 +1,9 @@
 //! Which protocol upgrades pass the proxy: a WebSocket handshake does, every other upgrade is
-//! refused (never silently dropped).
+//! refused (never silently dropped). A handshake that carries a placeholder to swap is refused
+//! too: the upgraded stream is relayed as raw bytes (possibly compressed, permessage-deflate),
+//! so an upstream echoing the real token in it could not be scrubbed.
+
+use super::decision::CredentialAction;
 
 /// What a request's `Upgrade` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,4 +51,73 @@ pub fn upgrade(method: &str, http11: bool, headers: &[(&str, &[u8])]) -> Upgrade
         return UpgradeAsk::Refused("Upgrade: websocket without Connection: upgrade".into());
     }
     UpgradeAsk::WebSocket
+}
+
+/// The audit rule of a handshake refused for its credential.
+pub const CREDENTIAL_RULE: &str = "upgrade-credential";
+
+/// Why an allowed request's upgrade is refused for the credential it carries, if it is: a
+/// placeholder is never swapped on a protocol upgrade, because the upgraded stream cannot be
+/// scrubbed of the real token (refused 403).
+pub fn credential_refused(ask: &UpgradeAsk, credential: &CredentialAction) -> Option<&'static str> {
+    match (ask, credential) {
+        (UpgradeAsk::WebSocket, CredentialAction::Swap { .. }) => Some(
+            "credentials are not swapped on protocol upgrades: the upgraded stream cannot be \
+             scrubbed of the real token",
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::credentials::{CredentialKind, Placeholder};
+
+    #[test]
+    fn credential_on_an_upgrade_cases() {
+        let swap = CredentialAction::Swap {
+            kind: CredentialKind::Host,
+            placeholder: Placeholder::mint().unwrap(),
+        };
+        let cases: &[(&str, UpgradeAsk, CredentialAction, bool)] = &[
+            (
+                "websocket_with_a_swap_is_refused",
+                UpgradeAsk::WebSocket,
+                swap.clone(),
+                true,
+            ),
+            (
+                "websocket_without_credential_passes",
+                UpgradeAsk::WebSocket,
+                CredentialAction::Passthrough,
+                false,
+            ),
+            (
+                "websocket_with_a_stripped_credential_passes",
+                UpgradeAsk::WebSocket,
+                CredentialAction::Strip,
+                false,
+            ),
+            (
+                "no_upgrade_with_a_swap_passes",
+                UpgradeAsk::None,
+                swap.clone(),
+                false,
+            ),
+            (
+                "refused_upgrade_is_refused_before",
+                UpgradeAsk::Refused("h2c".into()),
+                swap,
+                false,
+            ),
+        ];
+        for (name, ask, credential, refused) in cases {
+            assert_eq!(
+                credential_refused(ask, credential).is_some(),
+                *refused,
+                "{name}"
+            );
+        }
+    }
 }

@@ -101,12 +101,13 @@ fn gate(
     tcp: &TcpStream,
     hello: &HelloInfo,
 ) -> Result<(String, Option<SocketAddr>), sni::Refusal> {
+    let dialled_to = conn.ctx.sandboxes.original_destination(tcp);
     let facts = Hello {
         server_name: hello.server_name.as_deref(),
         ech: hello.ech,
+        port: dialled_to.map(|a| a.port()),
     };
     let name = sni::admit(&conn.sandbox.policy.allowed, facts)?;
-    let dialled_to = conn.ctx.sandboxes.original_destination(tcp);
     let dialled = Dialled::observe(dialled_to.map(|a| a.ip().to_canonical()), |a| {
         conn.ctx
             .sandboxes

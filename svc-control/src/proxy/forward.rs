@@ -90,6 +90,7 @@ pub(super) async fn forward(
         prefix,
         rest,
         credential,
+        late_leak,
     } = outgoing;
     let uri = upstream_uri(
         route.scheme,
@@ -126,6 +127,11 @@ pub(super) async fn forward(
     .await
     {
         Ok(Ok(r)) => r,
+        // A placeholder past the body's prefix: the upstream request was aborted mid-body.
+        Ok(Err(_)) if let Some(leak) = late_leak.leak() => {
+            let rule = crate::policy::request::Rule::CredentialLeak.name();
+            return Err(refuse(403, &rule, &leak.to_string()));
+        }
         Ok(Err(e)) => {
             let why = format!("upstream failed: {}", error_chain(&*e));
             return Err(refuse(502, "upstream", &why));

@@ -5,8 +5,11 @@
 //! request reaches us, so the shape cannot be seen in the request. This tracker walks the byte
 //! stream request by request (head, then the body by the framing hyper uses), and records for
 //! each request head whether it carried both headers; the proxy refuses those (request
-//! smuggling). Anything it cannot follow (upgrades, a head over the limit, a framing hyper
-//! itself refuses) ends the tracking, conservatively: hyper closes such connections anyway.
+//! smuggling). A request that asks for an upgrade (or a `CONNECT`) is followed like any other:
+//! if the proxy refuses it, the connection goes on and the next heads still get their verdicts
+//! (once an upgrade is agreed, hyper hands the connection over and asks for no more). Anything
+//! it cannot follow (a head over the limit, a framing hyper itself refuses) ends the tracking;
+//! the requests after that have no verdict and are refused (fail closed).
 
 use std::{
     collections::VecDeque,
@@ -147,7 +150,7 @@ impl Tracker {
             return State::Opaque;
         }
         let mut length: Option<u64> = None;
-        let (mut has_cl, mut te, mut upgrade) = (false, None::<Vec<u8>>, false);
+        let (mut has_cl, mut te) = (false, None::<Vec<u8>>);
         for h in req.headers.iter() {
             if h.name.eq_ignore_ascii_case("content-length") {
                 has_cl = true;
@@ -156,15 +159,10 @@ impl Tracker {
                     .and_then(|v| v.trim().parse().ok());
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                 te = Some(h.value.to_ascii_lowercase());
-            } else if h.name.eq_ignore_ascii_case("upgrade") {
-                upgrade = true;
             }
         }
         if let Ok(mut v) = self.verdicts.lock() {
             v.push_back(has_cl && te.is_some());
-        }
-        if upgrade || req.method == Some("CONNECT") {
-            return State::Opaque;
         }
         match (te, length) {
             (Some(te), _) => {
@@ -320,9 +318,14 @@ mod tests {
                 &[false, true],
             ),
             (
-                "upgrade_stops_tracking",
-                b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                &[false],
+                "a_refused_upgrade_keeps_tracking",
+                b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                &[false, true],
+            ),
+            (
+                "a_refused_connect_keeps_tracking",
+                b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                &[false, true],
             ),
         ];
         for (name, stream, want) in cases {

@@ -26,6 +26,8 @@ pub mod h1_frames;
 mod h1_pool;
 /// Headers of one hop.
 mod headers;
+/// The request body past its prefix, scanned for placeholders as it goes upstream.
+mod late_leak;
 /// Plain HTTP guest connections (the Host binding).
 mod plain;
 pub mod pools;

@@ -56,11 +56,7 @@ pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
         req.extensions_mut().insert(slot.clone());
         let sandbox = served.current(source, &sandbox);
         let ctx = served.clone();
-        let both_lengths = verdicts
-            .lock()
-            .ok()
-            .and_then(|mut v| v.pop_front())
-            .unwrap_or(false);
+        let both_lengths = verdicts.lock().ok().and_then(|mut v| v.pop_front());
         if let Ok(mut s) = serving_now.lock() {
             *s = host_header(&req)
                 .and_then(|h| Authority::parse(h, 80).ok())
@@ -97,7 +93,7 @@ async fn request(
     sandbox: &ProxySandbox,
     dialled_to: Option<SocketAddr>,
     req: Request<Incoming>,
-    both_lengths: bool,
+    both_lengths: Option<bool>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let dialled = dialled_to.map(|a| a.ip().to_canonical());
@@ -120,6 +116,7 @@ async fn request(
         scheme: Scheme::Http,
         sni: None,
         both_lengths,
+        dialled_port: dialled_to.map(|a| a.port()),
     };
     exchange(ctx, sandbox, carried, dialled_to, req).await
 }

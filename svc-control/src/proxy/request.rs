@@ -10,12 +10,13 @@ use http::{Request, header, request::Parts};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Frame, Incoming};
 
-use super::{body::BoxError, context::Exchange, refuse::Refused};
+use super::{body::BoxError, context::Exchange, late_leak, refuse::Refused};
 use crate::{
     limits::{Channel, Slot},
     policy::{
         credentials::Scheme,
         request::{self, CredentialAction, Decision, HttpRequest, Outcome, UpgradeAsk},
+        upgrade,
     },
 };
 
@@ -30,8 +31,11 @@ pub(super) struct Carried<'a> {
     /// The TLS server name the connection was opened for (`None` on plain HTTP).
     pub(super) sni: Option<&'a str>,
     /// The request head as it arrived carried both Content-Length and Transfer-Encoding (the
-    /// framing witness, `h1_frames`).
-    pub(super) both_lengths: bool,
+    /// framing witness, `h1_frames`); `None`: the witness lost the connection's framing, and
+    /// the request is refused (fail closed).
+    pub(super) both_lengths: Option<bool>,
+    /// The port the guest dialled (`SO_ORIGINAL_DST`), where the request goes.
+    pub(super) dialled_port: Option<u16>,
 }
 
 /// A request the policy allowed: what goes upstream, and what the answer's stages need.
@@ -56,6 +60,8 @@ pub(super) struct Outgoing {
     pub(super) prefix: Bytes,
     pub(super) rest: Option<Rest>,
     pub(super) credential: CredentialAction,
+    /// A placeholder found in `rest` (or its trailers) as it went upstream.
+    pub(super) late_leak: late_leak::Seen,
 }
 
 /// Where a request says it goes.
@@ -80,6 +86,10 @@ pub(super) async fn admit(
         let path = Some(req.uri().path().to_owned());
         return Err(ex.refuse(None, path, 400, "upgrade-refused", why));
     }
+    let Some(both_lengths) = carried.both_lengths else {
+        let path = Some(req.uri().path().to_owned());
+        return Err(ex.refuse(None, path, 400, "request-malformed", FRAMING_LOST));
+    };
     let guest_upgrade = (ask == UpgradeAsk::WebSocket).then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let addressed = addressed(&parts);
@@ -95,8 +105,28 @@ pub(super) async fn admit(
         Err(hit) => return Err(ex.refuse(None, None, 429, "limit", &hit.to_string())),
     };
     let (prefix, rest, complete) = body_prefix(ex, body).await?;
-    let decision = ask_policy(ex, carried, &parts, &addressed, &prefix, complete);
+    let decision = ask_policy(
+        ex,
+        carried,
+        both_lengths,
+        &parts,
+        &addressed,
+        &prefix,
+        complete,
+    );
     let credential = allowed(ex, &decision)?;
+    if let Some(why) = upgrade::credential_refused(&ask, &credential) {
+        return Err(ex.refuse(
+            decision.host.clone(),
+            decision.path.clone(),
+            403,
+            upgrade::CREDENTIAL_RULE,
+            why,
+        ));
+    }
+    let seen = late_leak::Seen::default();
+    let table = &ex.sandbox.policy.placeholders;
+    let rest = rest.map(|rest| late_leak::scanned(rest, table, &prefix, &seen));
     Ok(Allowed {
         outgoing: Outgoing {
             parts,
@@ -106,12 +136,17 @@ pub(super) async fn admit(
             prefix,
             rest,
             credential,
+            late_leak: seen,
         },
         decision,
         guest_upgrade,
         reading,
     })
 }
+
+/// Why a request on a connection whose framing the witness lost is refused.
+const FRAMING_LOST: &str =
+    "the connection's request framing could not be followed: refused (request smuggling)";
 
 /// What the request's `Upgrade` asks for (`policy::request::upgrade`).
 fn upgrade_ask(req: &Request<Incoming>) -> UpgradeAsk {
@@ -195,6 +230,7 @@ async fn body_prefix(
 fn ask_policy(
     ex: &Exchange<'_>,
     carried: Carried<'_>,
+    both_lengths: bool,
     parts: &Parts,
     addressed: &Addressed,
     prefix: &[u8],
@@ -217,7 +253,8 @@ fn ask_policy(
             headers: &headers,
             body_prefix: prefix,
             body_complete: complete,
-            head_had_both_lengths: carried.both_lengths,
+            head_had_both_lengths: both_lengths,
+            dialled_port: carried.dialled_port,
         },
     )
 }

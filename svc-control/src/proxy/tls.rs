@@ -75,10 +75,11 @@ pub(super) async fn serve(
         req.extensions_mut().insert(slot.clone());
         let sandbox = served.current(source, &sandbox);
         let (ctx, sni) = (served.clone(), sni.clone());
-        let both_lengths = verdicts
-            .as_ref()
-            .and_then(|v| v.lock().ok()?.pop_front())
-            .unwrap_or(false);
+        // HTTP/2 has no framing to witness; an HTTP/1.1 head with no verdict is refused.
+        let both_lengths = match verdicts.as_ref() {
+            None => Some(false),
+            Some(v) => v.lock().ok().and_then(|mut v| v.pop_front()),
+        };
         // Boxed: hyper moves a service's future several times on its way into the task
         // that runs it (HTTP/2: a task per stream), and a request's is kilobytes.
         Box::pin(async move {
@@ -86,6 +87,7 @@ pub(super) async fn serve(
                 scheme: Scheme::Https,
                 sni: Some(&*sni),
                 both_lengths,
+                dialled_port: dialled_to.map(|a| a.port()),
             };
             Ok::<_, Infallible>(exchange(&ctx, &sandbox, carried, dialled_to, req).await)
         })

@@ -86,6 +86,7 @@ impl Fixture {
                 body_prefix: r.body.as_bytes(),
                 body_complete: r.body_complete,
                 head_had_both_lengths: r.head_had_both_lengths,
+                dialled_port: r.dialled_port,
             },
         )
     }
@@ -104,6 +105,8 @@ pub struct Req {
     pub body_complete: bool,
     /// The raw head carried both lengths (the HTTP parser kept only Transfer-Encoding).
     pub head_had_both_lengths: bool,
+    /// The port the connection was dialled to (`None`: not checked).
+    pub dialled_port: Option<u16>,
 }
 
 pub fn req(method: &str, host: &str, target: &str) -> Req {
@@ -117,10 +120,16 @@ pub fn req(method: &str, host: &str, target: &str) -> Req {
         body: String::new(),
         body_complete: true,
         head_had_both_lengths: false,
+        dialled_port: None,
     }
 }
 
 impl Req {
+    pub fn dialled_port(mut self, port: u16) -> Self {
+        self.dialled_port = Some(port);
+        self
+    }
+
     pub fn both_lengths_in_head(mut self) -> Self {
         self.head_had_both_lengths = true;
         self

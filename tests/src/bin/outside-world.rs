@@ -25,7 +25,8 @@
 //!
 //! Two paths stream, for tests that hold a connection open: `/drip` answers with `tick N` lines,
 //! one every 100 ms, 300 in all; `/ws-drip` is a WebSocket that sends the same lines as text
-//! frames. `/echo/headers` answers with the request's headers in its body, as httpbin's
+//! frames; `/ws-echo-headers` is a WebSocket whose one frame is the handshake's headers.
+//! `/echo/headers` answers with the request's headers in its body, as httpbin's
 //! `/headers` does (the Authorization a proxy sent among them).
 //!
 //! `DIR/ready` appears when everything listens.
@@ -228,21 +229,8 @@ async fn answer(
         }
         "/ws-drip" => {
             log_request(world, name, scheme, &req);
-            let key = req
-                .headers()
-                .get("sec-websocket-key")
-                .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
-                .unwrap_or_default();
-            let on = hyper::upgrade::on(&mut req);
-            tokio::spawn(async move {
+            websocket(&mut req, move |mut ws| async move {
                 use futures::{SinkExt as _, StreamExt as _};
-                let Ok(io) = on.await else { return };
-                let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-                    TokioIo::new(io),
-                    tokio_tungstenite::tungstenite::protocol::Role::Server,
-                    None,
-                )
-                .await;
                 let mut ticks = std::pin::pin!(ticks());
                 while let Some(t) = ticks.next().await {
                     if ws
@@ -254,28 +242,15 @@ async fn answer(
                     }
                 }
                 let _ = ws.close(None).await;
-            });
-            Response::builder()
-                .status(101)
-                .header("connection", "upgrade")
-                .header("upgrade", "websocket")
-                .header("sec-websocket-accept", key)
-                .body(Full::new(Bytes::new()).boxed_unsync())
-                .unwrap_or_default()
+            })
+        }
+        "/ws-echo-headers" => {
+            log_request(world, name, scheme, &req);
+            ws_echo_headers(req)
         }
         "/echo/headers" => {
             log_request(world, name, scheme, &req);
-            let headers: serde_json::Map<String, serde_json::Value> = req
-                .headers()
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into(),
-                    )
-                })
-                .collect();
-            let body = serde_json::json!({ "headers": headers });
+            let body = headers_json(&req);
             Response::builder()
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(format!("{body}\n"))).boxed_unsync())
@@ -285,6 +260,73 @@ async fn answer(
             .await
             .map(|b| b.boxed_unsync()),
     }
+}
+
+/// `/ws-echo-headers`: a WebSocket whose one text frame is the handshake's headers as JSON (the
+/// Authorization a proxy sent among them), as a debugging endpoint of a real service might.
+fn ws_echo_headers(mut req: Request<Incoming>) -> Response<Body> {
+    let text = headers_json(&req).to_string();
+    websocket(&mut req, |mut ws| async move {
+        use futures::SinkExt as _;
+        let _ = ws
+            .send(tokio_tungstenite::tungstenite::Message::text(text))
+            .await;
+        let _ = ws.close(None).await;
+    })
+}
+
+/// The server's side of a WebSocket.
+type Ws = tokio_tungstenite::WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Agree to `req`'s WebSocket handshake (the 101), and `serve` the socket once upgraded.
+fn websocket<F, Fut>(req: &mut Request<Incoming>, serve: F) -> Response<Body>
+where
+    F: FnOnce(Ws) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let key = req
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| tokio_tungstenite::tungstenite::handshake::derive_accept_key(k.as_bytes()))
+        .unwrap_or_default();
+    let on = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        let Ok(io) = on.await else { return };
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(io),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        serve(ws).await;
+    });
+    switching(&key)
+}
+
+/// `{"headers": {name: value, …}}` of a request, as httpbin's `/headers` answers.
+fn headers_json(req: &Request<Incoming>) -> serde_json::Value {
+    let headers: serde_json::Map<String, serde_json::Value> = req
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into(),
+            )
+        })
+        .collect();
+    serde_json::json!({ "headers": headers })
+}
+
+/// The 101 that agrees to a WebSocket handshake whose accept key is `key`.
+fn switching(key: &str) -> Response<Body> {
+    Response::builder()
+        .status(101)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", key)
+        .body(Full::new(Bytes::new()).boxed_unsync())
+        .unwrap_or_default()
 }
 
 /// The log line of a request the streaming and echoing paths answer.
