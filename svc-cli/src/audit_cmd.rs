@@ -108,11 +108,7 @@ pub fn run(socket: &SocketArg, a: AuditArgs) -> anyhow::Result<ExitCode> {
         query.push("follow=1".into());
     }
     let path = format!("/v1/audit?{}", query.join("&"));
-    let format = match (a.json, a.output) {
-        (true, _) => Format::Json,
-        (false, Some(f)) => f,
-        (false, None) => Format::Table,
-    };
+    let format = Format::chosen(a.json, a.output);
     runtime()?.block_on(async move {
         client.get_lines(&path, |line| print(format, line)).await?;
         Ok(ExitCode::SUCCESS)

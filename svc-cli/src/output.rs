@@ -36,7 +36,15 @@ pub struct OutputArgs {
 impl OutputArgs {
     /// The format asked for: `--json` is `-o json`; neither is the table.
     pub fn format(&self) -> Format {
-        match (self.json, self.output) {
+        Format::chosen(self.json, self.output)
+    }
+}
+
+impl Format {
+    /// The format of a command's `--json` and `-o` flags (for commands whose flags say more
+    /// than [`OutputArgs`]' help): `--json` is `-o json`; neither is the table.
+    pub fn chosen(json: bool, output: Option<Format>) -> Format {
+        match (json, output) {
             (true, _) => Format::Json,
             (false, Some(f)) => f,
             (false, None) => Format::Table,

@@ -87,20 +87,22 @@ max_sessions = 3
     assert_eq!(h.limits.git_ssh_sessions, 3);
 }
 
+/// The per-sandbox connection and stream limits, and the log interval in seconds.
+fn limits(h: &host::HostConfig) -> (u32, u32, u32, u32, u32, u64) {
+    (
+        h.limits.dns_tcp_connections,
+        h.limits.proxy_connections,
+        h.limits.exec_streams,
+        h.limits.spotlight_streams,
+        h.limits.git_ssh_sessions,
+        h.limits.log_interval.as_secs(),
+    )
+}
+
 #[test]
 fn limits_take_their_defaults_and_what_the_file_says() {
     let h = host::parse(Path::new("svcd.toml"), "").unwrap();
-    assert_eq!(
-        (
-            h.limits.dns_tcp_connections,
-            h.limits.proxy_connections,
-            h.limits.exec_streams,
-            h.limits.spotlight_streams,
-            h.limits.git_ssh_sessions,
-            h.limits.log_interval.as_secs(),
-        ),
-        (16, 192, 32, 16, 8, 60)
-    );
+    assert_eq!(limits(&h), (16, 192, 32, 16, 8, 60));
     assert_eq!(
         (h.limits.audit_records_per_sec, h.limits.audit_burst),
         (50, 2000)
@@ -109,17 +111,7 @@ fn limits_take_their_defaults_and_what_the_file_says() {
                 spotlight_streams = 3\ngit_ssh_sessions = 5\nlog_interval_secs = 1\n\
                 [git_ssh]\nmax_sessions = 5\n";
     let h = host::parse(Path::new("svcd.toml"), text).unwrap();
-    assert_eq!(
-        (
-            h.limits.dns_tcp_connections,
-            h.limits.proxy_connections,
-            h.limits.exec_streams,
-            h.limits.spotlight_streams,
-            h.limits.git_ssh_sessions,
-            h.limits.log_interval.as_secs(),
-        ),
-        (4, 9, 2, 3, 5, 1)
-    );
+    assert_eq!(limits(&h), (4, 9, 2, 3, 5, 1));
 }
 
 #[test]
