@@ -18,6 +18,8 @@ pub mod doctor;
 pub mod git_relay;
 /// Host names and patterns in one normal form.
 pub mod hosts;
+/// The sandboxes' images, built on the host from Debian packages (`svcd images build`).
+pub mod images;
 /// The kinds of sandbox backend: the one list the registry, the CLI and the schema read.
 pub mod kinds;
 /// Per-guest budgets: how many of each channel one sandbox holds open in svcd.

@@ -35,6 +35,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("runtime", 4),
     ("git_relay", 4),
     ("doctor", 4),
+    ("images", 4),
     ("daemon", 5),
 ];
 

@@ -6,7 +6,6 @@
 
 mod demo;
 mod images;
-mod microvm_images;
 mod package;
 mod setup;
 mod test;
@@ -26,17 +25,18 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Install the prerequisites of the build and the demo: Debian packages, nightly rust-src,
-    /// bpf-linker, the sandbox user; with --tests also what only the tests need (QEMU from
-    /// backports, cargo-deny).
+    /// bpf-linker, the host accounts (`svcd setup-host`: the API group, the backends' users and
+    /// their id ranges); with --tests also what only the tests need (QEMU from backports,
+    /// cargo-deny).
     Setup {
         /// Also the tests' prerequisites.
         #[arg(long)]
         tests: bool,
     },
-    /// Build the sandboxes' images from Debian packages: the base tree (mmdebstrap with this
-    /// machine's apt sources) into OUT/base, and from it the microvm kernel, initramfs and ext4
-    /// root file system into OUT/microvm (default OUT: target/images); each is skipped when
-    /// current.
+    /// Build the sandboxes' images from Debian packages: the guest binaries (cargo), then
+    /// `svcd images build`: the base tree (mmdebstrap with this machine's apt sources) into
+    /// OUT/base, and from it the microvm kernel, initramfs and ext4 root file system into
+    /// OUT/microvm (default OUT: target/images); each is skipped when current.
     Images {
         /// Where to put the images (the container backend's `container.image` is OUT/base).
         #[arg(long)]

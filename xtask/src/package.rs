@@ -38,7 +38,7 @@ pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
     };
     let profile = if o.debug { "debug" } else { "release" };
     build(o.debug)?;
-    let guest = crate::microvm_images::guest_bins()?;
+    crate::images::guest_bins()?;
     std::fs::create_dir_all(&o.out)?;
     let stage = std::path::absolute(&o.out)?.join(format!("svc_{version}_amd64"));
     if stage.exists() {
@@ -47,11 +47,12 @@ pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
     let bins = Path::new("target").join(profile);
     install(&bins.join("svcd"), &stage.join("usr/sbin/svcd"), 0o755)?;
     install(&bins.join("svc"), &stage.join("usr/bin/svc"), 0o755)?;
-    for (name, path) in GUEST_BINS
-        .iter()
-        .zip([&guest.agent, &guest.shim, &guest.supervisor])
-    {
-        install(path, &stage.join(GUEST_DIR).join(name), 0o755)?;
+    for name in GUEST_BINS {
+        install(
+            &Path::new(crate::images::GUEST_DIR).join(name),
+            &stage.join(GUEST_DIR).join(name),
+            0o755,
+        )?;
     }
     strip(&stage)?;
     docs(&stage, &bins.join("svc"), &version)?;

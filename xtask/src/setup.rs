@@ -51,20 +51,13 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("runc", "the OCI runtime of the container backend"),
     (
         "mmdebstrap",
-        "builds the sandboxes' base image from Debian packages (cargo xtask images)",
+        "builds the sandboxes' base image from Debian packages (svcd images build)",
     ),
     (
         "passwd",
         "useradd and usermod: the backends' system users and their id ranges",
     ),
 ];
-
-/// The system user whose subordinate id range the container guests' ids map to.
-pub const SANDBOX_USER: &str = "svc-sandbox";
-/// The system user whose subordinate id range the microvm QEMUs run in (one id per sandbox).
-pub const VM_USER: &str = "svc-vm";
-/// Where its range starts when setup picks one (any free range of 65536 will do).
-const SANDBOX_RANGE_START: u32 = 200_000;
 
 /// bpf-linker release built against Debian's LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -78,17 +71,12 @@ pub fn run() -> anyhow::Result<()> {
     debian_packages()?;
     nightly_rust_src()?;
     bpf_linker()?;
-    system_user(SANDBOX_USER, "container guest ids map to host ids")?;
-    Ok(())
+    host_accounts()
 }
 
 /// What the microvm demo needs besides: QEMU, and the user whose ids the QEMUs run as.
 pub fn for_microvm() -> anyhow::Result<()> {
     run()?;
-    system_user(
-        VM_USER,
-        "microvm sandbox N's QEMU runs as the range's start + N:",
-    )?;
     qemu()?;
     microvm_tools()
 }
@@ -97,10 +85,6 @@ pub fn for_microvm() -> anyhow::Result<()> {
 /// tests.
 pub fn for_tests() -> anyhow::Result<()> {
     run()?;
-    system_user(
-        VM_USER,
-        "microvm sandbox N's QEMU runs as the range's start + N:",
-    )?;
     test_packages()?;
     qemu()?;
     microvm_tools()?;
@@ -238,76 +222,30 @@ pub fn qemu() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A backend's system user (`svc-sandbox`, `svc-vm`) and its own /etc/subuid and /etc/subgid
-/// range of 65536 ids; `what` says what the range is for.
-fn system_user(user: &str, what: &str) -> anyhow::Result<()> {
-    let exists = Command::new("id")
-        .arg(user)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !exists {
-        ui::run(Command::new("useradd").args([
-            "--system",
-            "--no-create-home",
-            "--home-dir",
-            "/nonexistent",
-            "--shell",
-            "/usr/sbin/nologin",
-            user,
-        ]))?;
+/// The host accounts svcd needs — the API group and the backends' system users, each with a
+/// free subordinate id range — made by the freshly built `svcd setup-host` (the code the
+/// Debian package's postinst runs; idempotent).
+fn host_accounts() -> anyhow::Result<()> {
+    let svcd = svcd()?;
+    let out = ui::output(Command::new(&svcd).arg("setup-host"))?;
+    for line in out.lines() {
+        ui::info(line.trim_start_matches("svcd setup-host: "));
     }
-    let owns = |file: &str| {
-        std::fs::read_to_string(file)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                f.len() == 3 && f[0] == user && f[2].parse::<u32>().is_ok_and(|c| c >= 65536)
-            })
-    };
-    if owns("/etc/subuid") && owns("/etc/subgid") {
-        ui::ok(&format!("system user {user} with its id range"));
-        return Ok(());
-    }
-    // usermod refuses to add ranges to files that do not exist yet (a fresh machine).
-    for file in ["/etc/subuid", "/etc/subgid"] {
-        if !Path::new(file).exists() {
-            std::fs::write(file, "").with_context(|| format!("creating {file}"))?;
-        }
-    }
-    let start = free_range()?;
-    let range = format!("{start}-{}", start + 65535);
-    ui::run(Command::new("usermod").args([
-        "--add-subuids",
-        &range,
-        "--add-subgids",
-        &range,
-        user,
-    ]))?;
-    ui::ok(&format!("system user {user}: {what} {range}"));
+    ui::ok("host accounts (svcd setup-host)");
     Ok(())
 }
 
-/// The first 65536 ids from [`SANDBOX_RANGE_START`] that no /etc/subuid or /etc/subgid line
-/// uses.
-fn free_range() -> anyhow::Result<u32> {
-    let mut used: Vec<(u64, u64)> = Vec::new();
-    for file in ["/etc/subuid", "/etc/subgid"] {
-        for l in std::fs::read_to_string(file).unwrap_or_default().lines() {
-            let f: Vec<&str> = l.split(':').collect();
-            if let (Some(s), Some(c)) = (
-                f.get(1).and_then(|s| s.parse::<u64>().ok()),
-                f.get(2).and_then(|c| c.parse::<u64>().ok()),
-            ) {
-                used.push((s, s + c));
-            }
-        }
-    }
-    let mut start = u64::from(SANDBOX_RANGE_START);
-    while let Some(&(_, end)) = used.iter().find(|(s, e)| start < *e && *s < start + 65536) {
-        start = end.div_ceil(65536) * 65536;
-    }
-    u32::try_from(start).context("no free subordinate id range below 2^32")
+/// svcd's debug build, built now (a no-op when current): `target/debug/svcd`.
+pub fn svcd() -> anyhow::Result<std::path::PathBuf> {
+    ui::run(Command::new("cargo").args([
+        "build",
+        "--quiet",
+        "-p",
+        "svc-control",
+        "--bin",
+        "svcd",
+    ]))?;
+    Ok(Path::new("target/debug/svcd").to_path_buf())
 }
 
 fn require_root() -> anyhow::Result<()> {

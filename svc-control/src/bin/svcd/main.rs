@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod fence_run;
+mod images;
 mod man;
 mod setup_host;
 
@@ -75,6 +76,10 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// The sandboxes' images: `build` them from Debian packages on this host (idempotent),
+    /// or see their `status`.
+    #[command(subcommand)]
+    Images(images::ImagesCommand),
     /// Write the man pages into DIR/man8 (svcd.8, one per subcommand) and DIR/man5
     /// (svcd.toml.5, every configuration key).
     Man {
@@ -173,6 +178,7 @@ fn main() -> ExitCode {
         Command::CheckConfig => Ok(()),
         Command::Guardian { now } => return guardian(&host, now),
         Command::SetupHost { dry_run } => setup_host::run(&host, dry_run),
+        Command::Images(cmd) => return images::run(cmd, &host),
         Command::Man { .. } => Ok(()),
     };
     match result {

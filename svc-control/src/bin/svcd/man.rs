@@ -22,9 +22,9 @@ const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (2, "Usage: the command line is wrong."),
     (
-        64,
-        "Configuration invalid: every error in svcd.toml or the environment is printed, with \
-         the file, line and key; nothing was bound or changed.",
+        78,
+        "Configuration invalid (EX_CONFIG): every error in svcd.toml or the environment is \
+         printed, with the file, line and key; nothing was bound or changed.",
     ),
 ];
 
@@ -73,6 +73,15 @@ const FILES: &[(&str, &str)] = &[
         "The audit log, one JSON record a line (audit_dir).",
     ),
     ("/sys/fs/bpf/svc", "The pinned eBPF fence (pin_dir)."),
+    (
+        "/var/lib/svc/images",
+        "The sandboxes' images svcd images build makes: base/ (container.image) and microvm/ \
+         (microvm.kernel, microvm.initrd, microvm.rootfs).",
+    ),
+    (
+        "/usr/lib/svc/guest",
+        "The statically linked guest binaries the images are built with (--guest-bins).",
+    ),
     (
         "/etc/svc/secrets.key",
         "The host key the secret store is sealed with (credentials.key_file).",

@@ -13,7 +13,7 @@ use super::{checks, defaults};
 pub struct ContainerFile {
     /// The OCI runtime binary (runc 1.1 or later; a name is looked up on PATH).
     pub runtime: Option<PathBuf>,
-    /// The base image: a directory holding `rootfs/` (made by `cargo xtask images`).
+    /// The base image: a directory holding `rootfs/` (made by `svcd images build`).
     pub image: Option<PathBuf>,
     /// The system user whose `/etc/subuid` and `/etc/subgid` range the guests' ids map to.
     pub user: Option<String>,

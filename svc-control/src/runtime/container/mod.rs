@@ -178,8 +178,8 @@ fn base_image(config: &ContainerConfig, ids: rootfs::IdRange) -> Result<PathBuf,
     let lower = rootfs::shifted_image(&config.image, ids)?;
     if !lower.join(INIT[0].trim_start_matches('/')).exists() {
         return Err(RuntimeError::Setup(format!(
-            "the base image {} has no {} (the guest's init): rebuild it with `cargo xtask \
-             images`",
+            "the base image {} has no {} (the guest's init): rebuild it with `svcd images \
+             build`",
             config.image.display(),
             INIT[0]
         )));

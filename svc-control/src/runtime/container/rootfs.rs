@@ -18,14 +18,14 @@ pub fn shifted_image(image: &Path, ids: IdRange) -> Result<PathBuf, RuntimeError
     let source = image.join("rootfs");
     let stamp = std::fs::read_to_string(image.join("stamp")).map_err(|e| {
         RuntimeError::Setup(format!(
-            "the base image {} has no stamp ({e}): build it with `cargo xtask images`, or point \
+            "the base image {} has no stamp ({e}): build it with `svcd images build`, or point \
              svcd.toml container.image at a directory made by it",
             image.display()
         ))
     })?;
     if !source.join("bin").exists() && !source.join("usr/bin").exists() {
         return Err(RuntimeError::Setup(format!(
-            "the base image {} holds no root file system: rebuild it with `cargo xtask images`",
+            "the base image {} holds no root file system: rebuild it with `svcd images build`",
             source.display()
         )));
     }
