@@ -28,12 +28,7 @@ impl User {
         if let Some(g) = extra_group {
             c.args(["--groups", g]);
         }
-        let out = c.arg(&name).output().expect("useradd");
-        assert!(
-            out.status.success(),
-            "useradd {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::run_cmd(c.arg(&name));
         let uid = id_of("-u", &name);
         Self { name, uid }
     }
@@ -82,15 +77,7 @@ impl Group {
     /// `groupadd NAME`.
     pub fn add(name: String) -> Self {
         let _ = Command::new("groupdel").arg(&name).output();
-        let out = Command::new("groupadd")
-            .arg(&name)
-            .output()
-            .expect("groupadd");
-        assert!(
-            out.status.success(),
-            "groupadd {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::run_cmd(Command::new("groupadd").arg(&name));
         Self(name)
     }
 }
