@@ -9,7 +9,7 @@ mod common;
 
 use std::fs;
 
-use common::{output, repo, svc_command};
+use common::{output, project, repo, svc_command};
 
 /// `svc ARGS` without the doctor's microvm overrides of the caller's environment.
 fn svc(args: &[&str]) -> std::process::Output {
@@ -66,13 +66,10 @@ fn check_json_is_one_document_for_scripts() {
 
 #[test]
 fn check_refuses_the_allow_policy_clash_with_the_spec_message_and_exit_78() {
-    let dir = tempfile::tempdir().unwrap();
-    fs::create_dir_all(dir.path().join(".svc")).unwrap();
-    fs::write(
-        dir.path().join(".svc/config.yaml"),
+    let dir = project(&[(
+        ".svc/config.yaml",
         "egress:\n  allow: [API.example.com]\n  secrets:\n    - name: TOKEN\n      hosts: [api.example.com]\n",
-    )
-    .unwrap();
+    )]);
     let out = svc(&["config", "check", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -106,13 +103,10 @@ fn check_reports_a_removed_environment_variable() {
 
 #[test]
 fn check_reports_errors_with_file_line_and_pointer() {
-    let dir = tempfile::tempdir().unwrap();
-    fs::create_dir_all(dir.path().join(".svc")).unwrap();
-    fs::write(
-        dir.path().join(".svc/workspace.json"),
+    let dir = project(&[(
+        ".svc/workspace.json",
         "{\n  \"version\": 1,\n  \"capabilities\": {\"required\": [\"teleport\"]}\n}\n",
-    )
-    .unwrap();
+    )]);
     let out = svc(&["config", "check", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -9,7 +9,7 @@ mod common;
 
 use std::process::Output;
 
-use common::{output, svc_command};
+use common::{output, project, svc_command, temp_file};
 
 fn explain(args: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
@@ -147,13 +147,10 @@ fn domain_fronting_and_unlisted_hosts() {
 
 #[test]
 fn config_yaml_policy_paths_apply() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
+    let (_dir, cfg) = temp_file(
+        "config.yaml",
         "egress:\n  policy:\n    api.example.com:\n      paths: [\"/v1/**\"]\n",
-    )
-    .unwrap();
+    );
     let c = cfg.to_str().unwrap();
     let (code, doc) = json(&["--config", c, "GET", "https://api.example.com/v1/models"]);
     assert_eq!(
@@ -172,13 +169,10 @@ fn config_yaml_policy_paths_apply() {
 /// fullwidth `．．` and `／`, which servers that normalise paths read as `..` and `/`.
 #[test]
 fn dot_segments_with_parameters_are_refused_by_explain() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
+    let (_dir, cfg) = temp_file(
+        "config.yaml",
         "egress:\n  policy:\n    api.corp.test:\n      paths: [\"/public/**\"]\n",
-    )
-    .unwrap();
+    );
     let c = cfg.to_str().unwrap();
     for url in [
         "https://api.corp.test/public/..;/admin/",
@@ -234,13 +228,10 @@ fn bad_arguments_are_clear_errors() {
 
 #[test]
 fn ssh_requests_are_explained_with_the_relays_exact_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
+    let (_dir, config) = temp_file(
+        "config.yaml",
         "egress:\n  policy:\n    github.com:\n      repos: [acme/widget]\n",
-    )
-    .unwrap();
+    );
     let config = config.to_str().unwrap();
     let push = "git@github.com git-receive-pack 'acme/widget.git'";
     struct Case {
@@ -357,13 +348,7 @@ fn offline_explain_says_which_files_it_read() {
     assert!(err.contains("reading /dev/null"), "{err}");
 
     // A project's .svc/config.yaml in the current directory is read, and said to be.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join(".svc")).unwrap();
-    std::fs::write(
-        dir.path().join(".svc/config.yaml"),
-        "egress:\n  allow: [api.example.org]\n",
-    )
-    .unwrap();
+    let dir = project(&[(".svc/config.yaml", "egress:\n  allow: [api.example.org]\n")]);
     let out = output(
         svc_command()
             .current_dir(dir.path())

@@ -13,7 +13,7 @@ use std::{
     process::Output,
 };
 
-use common::{output, svc, svc_command};
+use common::{output, project, svc, svc_command};
 
 /// `svc ARGS` against a socket nobody listens on.
 fn unreachable(args: &[&str]) -> Output {
@@ -82,13 +82,10 @@ fn an_unreachable_svcd_is_125_for_exec_and_1_otherwise() {
 
 #[test]
 fn invalid_configuration_exits_78_from_config_check_and_doctor() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir_all(dir.path().join(".svc")).expect("mkdir");
-    std::fs::write(
-        dir.path().join(".svc/workspace.json"),
+    let dir = project(&[(
+        ".svc/workspace.json",
         r#"{"version": 1, "capabilities": {"required": ["teleport"]}}"#,
-    )
-    .expect("write");
+    )]);
     let path = dir.path().to_str().expect("utf-8");
     for args in [&["config", "check", path][..], &["doctor", path]] {
         let out = unreachable(args);

@@ -8,6 +8,20 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// dnsmasq in the foreground on 127.0.0.1 with no configuration, resolv.conf or hosts file
+/// of the machine's, as root, without a pid file: what each test resolver adds its port and
+/// records to.
+pub const DNSMASQ_ON_LOOPBACK: &[&str] = &[
+    "--no-daemon",
+    "--conf-file=/dev/null",
+    "--no-resolv",
+    "--no-hosts",
+    "--bind-interfaces",
+    "--listen-address=127.0.0.1",
+    "--user=root",
+    "--pid-file",
+];
+
 pub struct Dnsmasq {
     child: Child,
     pub addr: SocketAddr,
@@ -44,22 +58,13 @@ impl Dnsmasq {
             }
             None => Command::new("dnsmasq"),
         };
-        cmd.args([
-            "--no-daemon",
-            "--conf-file=/dev/null",
-            "--no-resolv",
-            "--no-hosts",
-            "--bind-interfaces",
-            "--listen-address=127.0.0.1",
-            "--user=root",
-            "--pid-file",
-            "--log-queries",
-        ])
-        .arg(format!("--port={port}"))
-        .arg(format!("--local-ttl={ttl}"))
-        .arg(format!("--log-facility={}", log.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        cmd.args(DNSMASQ_ON_LOOPBACK)
+            .arg("--log-queries")
+            .arg(format!("--port={port}"))
+            .arg(format!("--local-ttl={ttl}"))
+            .arg(format!("--log-facility={}", log.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         for (name, addr) in records {
             cmd.arg(format!("--host-record={name},{addr}"));
         }

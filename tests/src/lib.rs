@@ -104,6 +104,17 @@ pub fn run(program: &str, args: &[&str]) -> Output {
     out
 }
 
+/// Run `cmd` to its end, panicking with its standard error when it fails.
+pub fn run_cmd(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Run `cmd` (standard input empty, output captured) as `Command::output` does, but for at
 /// most `limit`: a command still running then is killed and `Err` carries what it had said,
 /// so a hang fails its test by name instead of holding the whole run.
@@ -350,9 +361,11 @@ impl Drop for PinDir {
 pub mod dns;
 pub mod frames;
 pub mod git;
+pub mod project;
 pub mod servers;
 pub mod ssh_host;
 pub mod topology;
+pub mod users;
 pub mod world;
 
 /// A loaded fence with a standard sandbox, for `BPF_PROG_TEST_RUN` tables.
@@ -389,6 +402,17 @@ pub mod fixture {
         }
     }
 
+    /// A permanent entry (no TTL, no idle grace) opening `rules` on `addr` for host `host_id`.
+    pub fn allow(addr: impl Into<IpAddr>, rules: &[PortRule], host_id: u32) -> AllowEntry {
+        AllowEntry {
+            addr: addr.into(),
+            rules: rules.to_vec(),
+            host_id,
+            ttl: None,
+            idle: Duration::ZERO,
+        }
+    }
+
     /// The standard allow list: web on 192.0.2.10 and 2001:db8::10, UDP 4433 and ICMP on
     /// 192.0.2.30, web on 198.51.100.0/24.
     pub fn entries() -> (Vec<AllowEntry>, Vec<CidrEntry>) {
@@ -402,13 +426,11 @@ pub mod fixture {
         let entries = vec![
             web("192.0.2.10", 1),
             web("2001:db8::10", 1),
-            AllowEntry {
-                addr: "192.0.2.30".parse().expect("ip"),
-                rules: vec![PortRule::Udp(4433), PortRule::Icmp],
-                host_id: 2,
-                ttl: None,
-                idle: Duration::ZERO,
-            },
+            allow(
+                "192.0.2.30".parse::<IpAddr>().expect("ip"),
+                &[PortRule::Udp(4433), PortRule::Icmp],
+                2,
+            ),
         ];
         let cidrs = vec![CidrEntry {
             net: "198.51.100.0/24".parse().expect("net"),

@@ -6,9 +6,11 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+
+use crate::run_cmd;
 
 /// A running SSH code host.
 #[derive(Debug)]
@@ -38,16 +40,6 @@ impl Drop for SshHost {
     }
 }
 
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 fn wait_for(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !path.exists() {
@@ -67,9 +59,11 @@ impl SshHost {
         std::fs::create_dir_all(dir).expect("dir");
         for key in ["host_key", "client_key"] {
             let _ = std::fs::remove_file(dir.join(key));
-            run(Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(dir.join(key)));
+            run_cmd(
+                Command::new("ssh-keygen")
+                    .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                    .arg(dir.join(key)),
+            );
         }
         std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).expect("keys");
         write_sshd_config(dir, root, addr, port);
@@ -115,19 +109,23 @@ impl SshHost {
 
     /// A server repository's refs (`git for-each-ref`), to check a refusal changed nothing.
     pub fn refs(&self, repo: &str) -> String {
-        let out = run(Command::new("git")
-            .arg("-C")
-            .arg(self.root.join(format!("{repo}.git")))
-            .args(["for-each-ref", "--format=%(refname) %(objectname)"]));
+        let out = run_cmd(
+            Command::new("git")
+                .arg("-C")
+                .arg(self.root.join(format!("{repo}.git")))
+                .args(["for-each-ref", "--format=%(refname) %(objectname)"]),
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Its objects' count (`git count-objects -v`), to check a refused push stored nothing.
     pub fn objects(&self, repo: &str) -> String {
-        let out = run(Command::new("git")
-            .arg("-C")
-            .arg(self.root.join(format!("{repo}.git")))
-            .args(["count-objects", "-v"]));
+        let out = run_cmd(
+            Command::new("git")
+                .arg("-C")
+                .arg(self.root.join(format!("{repo}.git")))
+                .args(["count-objects", "-v"]),
+        );
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| l.starts_with("count:") || l.starts_with("in-pack:"))
@@ -149,7 +147,7 @@ fn write_sshd_config(dir: &Path, root: &Path, addr: &str, port: u16) {
         ),
     )
     .expect("wrapper");
-    run(Command::new("chmod").arg("755").arg(&wrapper));
+    run_cmd(Command::new("chmod").arg("755").arg(&wrapper));
     std::fs::write(
         dir.join("sshd_config"),
         format!(
@@ -201,9 +199,11 @@ fn start_agent(dir: &Path) -> (PathBuf, Child) {
         .spawn()
         .expect("ssh-agent");
     wait_for(&agent_sock);
-    run(Command::new("ssh-add")
-        .env("SSH_AUTH_SOCK", &agent_sock)
-        .arg("-q")
-        .arg(dir.join("client_key")));
+    run_cmd(
+        Command::new("ssh-add")
+            .env("SSH_AUTH_SOCK", &agent_sock)
+            .arg("-q")
+            .arg(dir.join("client_key")),
+    );
     (agent_sock, agent)
 }

@@ -10,7 +10,12 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::{NetNs, unique, veth};
+use svc_control::{
+    dataplane::{AllowEntry, Fence, SandboxLink},
+    policy::{destination, mode::EgressMode},
+};
+
+use crate::{NetNs, PinDir, unique, veth};
 
 /// Addresses the outside namespace answers on.
 pub const ALLOWED_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
@@ -87,6 +92,35 @@ impl Topology {
             allow_cidrs: vec![],
             svcd_ports: vec![],
         }
+    }
+
+    /// The fence's record of sandbox `sandbox` on the host end of this topology's guest link
+    /// (both address families), in `mode`, with (`proxy`) or without the proxy's redirect.
+    pub fn sandbox_link(&self, sandbox: u32, mode: EgressMode, proxy: bool) -> SandboxLink {
+        SandboxLink {
+            ifindex: self.host_ifindex(),
+            sandbox,
+            mode,
+            proxy,
+            guest_v4: self.guest_v4,
+            gateway_v4: self.gateway_v4,
+            guest_v6: Some(self.guest_v6),
+            guest_v6_link_local: Some(self.guest_v6_ll),
+            gateway_v6: Some(self.gateway_v6),
+        }
+    }
+
+    /// A fence pinned in `pins`: loaded, its destination classes set from
+    /// [`Topology::host_network`], `link` installed with `entries`, and attached to the host
+    /// end in the host namespace.
+    pub fn fence_up(&self, pins: &PinDir, link: &SandboxLink, entries: &[AllowEntry]) -> Fence {
+        let mut fence = Fence::load(&pins.path).expect("load");
+        let (deny, ok) = destination::fence_cidrs(&self.host_network());
+        fence.set_destination_classes(&deny, &ok).expect("classes");
+        fence.install_sandbox(link, entries, &[]).expect("install");
+        let name = self.host_link.clone();
+        self.host.run(|| fence.attach(&name)).expect("attach");
+        fence
     }
 
     /// ifindex of the host end, in the host namespace.

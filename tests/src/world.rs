@@ -19,6 +19,7 @@ use crate::{NetNs, PinDir};
 
 /// The `svc` command line against this world's svcd.
 mod cli;
+pub use cli::offline_microvm_doctor;
 /// Building a world: namespaces, the outside world, svcd.
 mod start;
 
@@ -260,6 +261,17 @@ impl World {
             .collect();
         let granted = tokens.iter().filter(|r| r["granted"] == true).count();
         (granted, tokens.len() - granted)
+    }
+
+    /// The `Authorization` the outside world last received with a request for `path` (empty
+    /// when none came, or came without one).
+    pub fn received_auth(&self, path: &str) -> String {
+        self.received()
+            .iter()
+            .rev()
+            .find(|r| r["kind"] == "http" && r["path"] == path)
+            .map(|r| r["authorization"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_default()
     }
 
     /// svcd's audit records. Every line must be one JSON object with unique keys that fits

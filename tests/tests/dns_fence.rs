@@ -16,7 +16,7 @@ use hickory_proto::{
 use svc_control::{
     audit::{AuditError, AuditRecord, AuditSink},
     daemon::FenceCommit,
-    dataplane::{Fence, Nft, NftConfig, SandboxLink},
+    dataplane::{Fence, Nft, NftConfig},
     dns::{Directory, Guard, GuardConfig, SandboxDns, Upstream},
     hosts::{Allowlist, HostPattern},
     policy::{destination, mode::EgressMode},
@@ -68,18 +68,8 @@ fn the_first_syn_after_an_answer_always_passes() {
     // The outside world: NAMES servers on their own addresses.
     let addrs: Vec<String> = (0..NAMES).map(|i| format!("192.0.2.{}", 100 + i)).collect();
     for a in &addrs {
-        run(
-            "ip",
-            &[
-                "-n",
-                &t.outside.name,
-                "addr",
-                "add",
-                &format!("{a}/32"),
-                "dev",
-                "oh",
-            ],
-        );
+        t.outside
+            .ip(&["addr", "add", &format!("{a}/32"), "dev", "oh"]);
     }
     let _servers: Vec<TcpServer> = addrs
         .iter()
@@ -102,17 +92,7 @@ fn the_first_syn_after_an_answer_always_passes() {
     let mut fence = Fence::load(&pins.path).expect("load");
     fence.set_destination_classes(&deny, &allow).unwrap();
     let ifindex = t.host_ifindex();
-    let link = SandboxLink {
-        ifindex,
-        sandbox: 61,
-        mode: EgressMode::Curated,
-        proxy: false,
-        guest_v4: t.guest_v4,
-        gateway_v4: t.gateway_v4,
-        guest_v6: Some(t.guest_v6),
-        guest_v6_link_local: Some(t.guest_v6_ll),
-        gateway_v6: Some(t.gateway_v6),
-    };
+    let link = t.sandbox_link(61, EgressMode::Curated, false);
     fence.install_sandbox(&link, &[], &[]).unwrap();
     let hl = t.host_link.clone();
     t.host.run(|| fence.attach(&hl)).unwrap();

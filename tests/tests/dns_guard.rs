@@ -66,12 +66,26 @@ struct World {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-/// A guard configuration asking `server`, waiting `timeout` for it.
-fn upstream(server: SocketAddr, timeout: Duration) -> GuardConfig {
-    GuardConfig::with_upstream(Upstream {
+/// The one upstream `server`, waited for `timeout`.
+fn one_upstream(server: SocketAddr, timeout: Duration) -> Upstream {
+    Upstream {
         servers: vec![server],
         timeout,
-    })
+    }
+}
+
+/// A guard configuration asking `server`, waiting `timeout` for it.
+fn upstream(server: SocketAddr, timeout: Duration) -> GuardConfig {
+    GuardConfig::with_upstream(one_upstream(server, timeout))
+}
+
+/// `guard`'s answer over UDP to the question `q` from `source`.
+async fn handle_udp(guard: &Guard, source: &str, q: &[u8]) -> Vec<u8> {
+    let source: IpAddr = source.parse().unwrap();
+    guard
+        .handle(source, q, svc_control::dns::Transport::Udp)
+        .await
+        .unwrap()
 }
 
 /// A fresh guard with `config` for one sandbox at 127.0.0.1 allowed `api.example.test`,
@@ -394,14 +408,8 @@ async fn upstream_timeout_is_servfail() {
     let dead_addr = dead.local_addr().unwrap();
     let guard = one_sandbox_guard(&w, upstream(dead_addr, Duration::from_millis(300)));
     let started = std::time::Instant::now();
-    let bytes = guard
-        .handle(
-            "127.0.0.1".parse().unwrap(),
-            &query("api.example.test", RecordType::A).to_vec().unwrap(),
-            svc_control::dns::Transport::Udp,
-        )
-        .await
-        .unwrap();
+    let q = query("api.example.test", RecordType::A).to_vec().unwrap();
+    let bytes = handle_udp(&guard, "127.0.0.1", &q).await;
     assert_eq!(
         Message::from_vec(&bytes).unwrap().metadata.response_code,
         ResponseCode::ServFail
@@ -585,14 +593,7 @@ async fn ipv4_clients_on_a_dual_stack_socket_are_recognised() {
     let w = world(300, 1000).await;
     let guard = one_sandbox_guard(&w, upstream(w.upstream.addr, Duration::from_secs(1)));
     let q = query("api.example.test", RecordType::A).to_vec().unwrap();
-    let bytes = guard
-        .handle(
-            "::ffff:127.0.0.1".parse().unwrap(),
-            &q,
-            svc_control::dns::Transport::Udp,
-        )
-        .await
-        .unwrap();
+    let bytes = handle_udp(&guard, "::ffff:127.0.0.1", &q).await;
     assert_eq!(
         addrs(&Message::from_vec(&bytes).unwrap()).len(),
         1,
@@ -608,25 +609,15 @@ async fn the_cache_honours_the_clamped_ttl() {
     config.ttl_max = Duration::from_secs(1);
     let guard = one_sandbox_guard(&w, config);
     let q = query("api.example.test", RecordType::A).to_vec().unwrap();
-    let src: IpAddr = "127.0.0.1".parse().unwrap();
-    guard
-        .handle(src, &q, svc_control::dns::Transport::Udp)
-        .await
-        .unwrap();
-    guard
-        .handle(src, &q, svc_control::dns::Transport::Udp)
-        .await
-        .unwrap();
+    handle_udp(&guard, "127.0.0.1", &q).await;
+    handle_udp(&guard, "127.0.0.1", &q).await;
     assert_eq!(
         w.upstream.queried_names().len(),
         1,
         "the second answer came from the cache"
     );
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    guard
-        .handle(src, &q, svc_control::dns::Transport::Udp)
-        .await
-        .unwrap();
+    handle_udp(&guard, "127.0.0.1", &q).await;
     assert_eq!(
         w.upstream.queried_names().len(),
         2,
@@ -636,7 +627,7 @@ async fn the_cache_honours_the_clamped_ttl() {
 
 #[test]
 fn upstreams_come_from_resolv_conf_when_none_are_configured() {
-    let dir = tempfile_dir();
+    let dir = svc_tests::project::temp_dir("svcrc");
     let rc = dir.join("resolv.conf");
     std::fs::write(&rc, "nameserver 127.0.0.53\nnameserver ::1\n").unwrap();
     let host = svc_control::config::host::parse(
@@ -668,12 +659,6 @@ fn upstreams_come_from_resolv_conf_when_none_are_configured() {
         ["192.0.2.53:53".parse::<SocketAddr>().unwrap()]
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(svc_tests::unique("svcrc"));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// A bare responder on loopback: answers each question (the query echoed back as a response)
@@ -723,10 +708,7 @@ fn question(id: u16) -> Vec<u8> {
 #[tokio::test]
 async fn pooled_upstream_sockets_are_reused_then_retired_so_the_source_port_keeps_changing() {
     let (server, ports) = responder(Duration::ZERO).await;
-    let upstream = Upstream {
-        servers: vec![server],
-        timeout: Duration::from_secs(2),
-    };
+    let upstream = one_upstream(server, Duration::from_secs(2));
     let pool = svc_control::dns::Sockets::default();
     let n = Sockets::MAX_USES as usize * 3;
     for id in 0..n {
@@ -757,10 +739,7 @@ async fn pooled_upstream_sockets_are_reused_then_retired_so_the_source_port_keep
 #[tokio::test]
 async fn a_pooled_socket_that_timed_out_never_carries_the_next_question() {
     let (server, ports) = responder(Duration::from_millis(600)).await;
-    let upstream = Upstream {
-        servers: vec![server],
-        timeout: Duration::from_millis(300),
-    };
+    let upstream = one_upstream(server, Duration::from_millis(300));
     let pool = svc_control::dns::Sockets::default();
     let err = upstream
         .ask_pooled(&pool, &question(1), 1)

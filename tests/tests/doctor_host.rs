@@ -4,22 +4,12 @@
 
 use std::process::Command;
 
-use svc_tests::world::{microvm_images, workspace_bin};
+use svc_tests::world::{microvm_images, offline_microvm_doctor, workspace_bin};
 
 fn doctor(env: &[(&str, &std::path::Path)]) -> serde_json::Value {
     let dir = std::env::temp_dir().join(svc_tests::unique("docws"));
     std::fs::create_dir_all(&dir).expect("workspace");
-    let mut c = Command::new(workspace_bin("svc"));
-    c.args([
-        "--socket",
-        "/nonexistent/svcd.sock",
-        "doctor",
-        "--microvm",
-        "--json",
-    ])
-    .arg(&dir)
-    .env_remove("SVC_MICROVM_KERNEL")
-    .env_remove("SVC_MICROVM_ROOTFS");
+    let mut c = offline_microvm_doctor(&dir);
     for (k, v) in env {
         c.env(k, v);
     }

@@ -21,6 +21,15 @@ fn guest_checks(w: &World, name: &str, script: &str) -> String {
     out
 }
 
+/// `paths` for a shell script: each in single quotes, separated by spaces.
+fn quoted(paths: &[String]) -> String {
+    paths
+        .iter()
+        .map(|p| format!("'{p}'"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// What the host's fence holds for sandbox `id`, and the names under the pin directory.
 fn fence_state(w: &World, id: u32) -> (Vec<String>, Vec<String>) {
     let fence = svc_control::dataplane::Fence::load(&w.pins.path).expect("load the fence");
@@ -189,11 +198,7 @@ refused "write /sys" touch /sys/x
 refused "read /proc/kcore" head -c1 /proc/kcore
 echo "all refused"
 "#,
-        paths = host_paths
-            .iter()
-            .map(|p| format!("'{p}'"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        paths = quoted(&host_paths),
     );
     let out = guest_checks(&w, "jail", &script);
     println!("{out}");
@@ -378,11 +383,7 @@ refused "a host off the list by address" curl -sS --connect-timeout 3 -k https:/
 timeout 3 sh -c 'yes svc-flood > /dev/ttyS0' || true
 echo "all refused"
 "#,
-        paths = host_paths
-            .iter()
-            .map(|p| format!("'{p}'"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        paths = quoted(&host_paths),
     );
     let out = guest_checks(&w, "vmjail", &script);
     println!("{out}");

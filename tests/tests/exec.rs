@@ -14,18 +14,10 @@ use svc_tests::{
     world::{World, workspace_bin},
 };
 
-fn svc_cmd(w: &World, args: &[&str]) -> Command {
-    let mut c = Command::new(workspace_bin("svc"));
-    c.args(args).env("SVC_SOCKET", &w.socket);
-    c
-}
-
 /// `svc sandbox exec dev -- sh -c SCRIPT` running, with `stdin` and piped output.
 fn spawn_sh(w: &World, script: &str, stdin: Stdio) -> std::process::Child {
-    svc_cmd(w, &["sandbox", "exec", "dev", "--", "sh", "-c", script])
+    w.sh_command("dev", script)
         .stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("svc")
 }
@@ -139,20 +131,8 @@ fn exec_reads_like_docker_exec_and_its_status_says_who_failed() {
     }
 
     // A workspace's sandbox starts commands in its project, /workspace, unless told otherwise.
-    let project = w.dir.join("project");
-    std::fs::create_dir_all(project.join(".svc")).expect("project");
-    std::fs::write(project.join(".svc/workspace.json"), r#"{"version": 1}"#).expect("write");
-    let project = project.to_str().expect("utf-8");
-    w.svc_ok(&[
-        "workspace",
-        "up",
-        "--trust",
-        project,
-        "--name",
-        "ws",
-        "--backend",
-        "container",
-    ]);
+    let project = w.project("project", &[(".svc/workspace.json", r#"{"version": 1}"#)]);
+    w.workspace_up_ok(project.to_str().expect("utf-8"), "ws");
     assert_eq!(w.svc_ok(&["sandbox", "exec", "ws", "pwd"]), "/workspace\n");
     assert_eq!(
         w.svc_ok(&["sandbox", "exec", "-w", "/tmp", "ws", "pwd"]),
@@ -232,7 +212,8 @@ fn signals_reach_the_command_and_a_terminal_has_the_callers_size() {
     assert_eq!(out.status.code(), Some(130), "{text}");
 
     // -t without a terminal is refused with a reason.
-    let out = svc_cmd(&w, &["sandbox", "exec", "-t", "dev", "--", "true"])
+    let out = w
+        .svc_command(&["sandbox", "exec", "-t", "dev", "--", "true"])
         .stdin(Stdio::null())
         .output()
         .expect("svc");

@@ -65,7 +65,7 @@ fn sigkill_mid_traffic_never_opens_the_fence() {
     require_root();
     let t = Topology::new(51);
     let pins = PinDir::new();
-    let dir = tempfile_dir();
+    let dir = svc_tests::project::temp_dir("svcfr");
     let audit = dir.join("fence.jsonl");
     let spec = dir.join("spec.json");
     std::fs::write(
@@ -170,10 +170,4 @@ fn sigkill_mid_traffic_never_opens_the_fence() {
         "the denied attempts are in the audit log: {records:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempfile_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(svc_tests::unique("svcfr"));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

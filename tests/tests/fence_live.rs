@@ -5,7 +5,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use svc_control::{
     dataplane::{AllowEntry, Fence, PortRule, SandboxLink, WEB},
-    policy::{destination, mode::EgressMode},
+    policy::mode::EgressMode,
 };
 use svc_ebpf_common::reason;
 use svc_tests::{
@@ -19,41 +19,16 @@ fn sa(ip: impl Into<std::net::IpAddr>, port: u16) -> SocketAddr {
 }
 
 fn sandbox_link(t: &Topology, mode: EgressMode) -> SandboxLink {
-    SandboxLink {
-        ifindex: t.host_ifindex(),
-        sandbox: 11,
-        mode,
-        proxy: false,
-        guest_v4: t.guest_v4,
-        gateway_v4: t.gateway_v4,
-        guest_v6: Some(t.guest_v6),
-        guest_v6_link_local: Some(t.guest_v6_ll),
-        gateway_v6: Some(t.gateway_v6),
-    }
+    t.sandbox_link(11, mode, false)
 }
 
 fn allow(addr: impl Into<std::net::IpAddr>, rules: &[PortRule]) -> AllowEntry {
-    AllowEntry {
-        addr: addr.into(),
-        rules: rules.to_vec(),
-        host_id: 1,
-        ttl: None,
-        idle: Duration::ZERO,
-    }
+    svc_tests::fixture::allow(addr, rules, 1)
 }
 
 /// Load, set classes (the test pools are sandbox pools), install, attach in the host netns.
 fn fence_up(t: &Topology, pins: &PinDir, mode: EgressMode, entries: &[AllowEntry]) -> Fence {
-    let mut fence = Fence::load(&pins.path).expect("load");
-    let net = t.host_network();
-    let (deny, ok) = destination::fence_cidrs(&net);
-    fence.set_destination_classes(&deny, &ok).expect("classes");
-    fence
-        .install_sandbox(&sandbox_link(t, mode), entries, &[])
-        .expect("install");
-    let link = t.host_link.clone();
-    t.host.run(|| fence.attach(&link)).expect("attach");
-    fence
+    t.fence_up(pins, &sandbox_link(t, mode), entries)
 }
 
 #[test]

@@ -2,10 +2,10 @@
 //! allowed addresses ends at the proxy, input from guests reaches nothing else, the forward
 //! layer refuses the destination classes on its own, and traffic out is masqueraded.
 
-use std::{net::SocketAddr, sync::atomic::Ordering, time::Duration};
+use std::{net::SocketAddr, sync::atomic::Ordering};
 
 use svc_control::{
-    dataplane::{AllowEntry, Fence, Nft, NftConfig, SandboxLink, WEB},
+    dataplane::{AllowEntry, Fence, Nft, NftConfig, WEB},
     policy::{destination, mode::EgressMode},
 };
 use svc_ebpf_common::reason;
@@ -72,34 +72,15 @@ impl Drop for Table {
 }
 
 fn fence_up(t: &Topology, pins: &PinDir, entries: &[AllowEntry]) -> Fence {
-    let mut fence = Fence::load(&pins.path).expect("load");
-    let (deny, ok) = destination::fence_cidrs(&t.host_network());
-    fence.set_destination_classes(&deny, &ok).expect("classes");
-    let link = SandboxLink {
-        ifindex: t.host_ifindex(),
-        sandbox: 21,
-        mode: EgressMode::Curated,
-        proxy: true,
-        guest_v4: t.guest_v4,
-        gateway_v4: t.gateway_v4,
-        guest_v6: Some(t.guest_v6),
-        guest_v6_link_local: Some(t.guest_v6_ll),
-        gateway_v6: Some(t.gateway_v6),
-    };
-    fence.install_sandbox(&link, entries, &[]).expect("install");
-    let name = t.host_link.clone();
-    t.host.run(|| fence.attach(&name)).expect("attach");
-    fence
+    t.fence_up(
+        pins,
+        &t.sandbox_link(21, EgressMode::Curated, true),
+        entries,
+    )
 }
 
 fn web(addr: impl Into<std::net::IpAddr>) -> AllowEntry {
-    AllowEntry {
-        addr: addr.into(),
-        rules: WEB.to_vec(),
-        host_id: 1,
-        ttl: None,
-        idle: Duration::ZERO,
-    }
+    svc_tests::fixture::allow(addr, &WEB, 1)
 }
 
 #[test]
@@ -219,30 +200,9 @@ fn forward_layer_refuses_destination_classes_and_masquerades() {
     require_root();
     let t = Topology::new(44);
     // A private address reachable through the host before the table exists.
-    run(
-        "ip",
-        &[
-            "-n",
-            &t.outside.name,
-            "addr",
-            "add",
-            "172.16.5.5/32",
-            "dev",
-            "oh",
-        ],
-    );
-    run(
-        "ip",
-        &[
-            "-n",
-            &t.host.name,
-            "route",
-            "add",
-            "172.16.5.5/32",
-            "via",
-            "192.0.2.10",
-        ],
-    );
+    t.outside.ip(&["addr", "add", "172.16.5.5/32", "dev", "oh"]);
+    t.host
+        .ip(&["route", "add", "172.16.5.5/32", "via", "192.0.2.10"]);
     let private = TcpServer::start(&t.outside, sa("172.16.5.5", 8080), b"private");
     let public = TcpServer::start(
         &t.outside,

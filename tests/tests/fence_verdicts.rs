@@ -22,6 +22,11 @@ fn v6(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
 }
 
+/// A SYN from the guest to `dst` port 443.
+fn syn_443(dst: Ipv4Addr) -> Vec<u8> {
+    ipv4(GUEST, dst, TCP, &tcp(1, 443, SYN))
+}
+
 fn run_table(mode: EgressMode, direction: Direction, cases: &[(&str, Vec<u8>, u32)]) {
     let mut loaded = fixture::load(mode, TEST_RUN_IFINDEX);
     let mut failures = Vec::new();
@@ -558,26 +563,18 @@ fn a_link_without_a_sandbox_record_drops_everything() {
 
 #[test]
 fn a_policy_change_is_atomic_and_removes_the_old_generation() {
-    use std::time::Duration;
-    use svc_control::dataplane::{AllowEntry, WEB};
+    use svc_control::dataplane::WEB;
     require_root();
     let mut loaded = fixture::load(EgressMode::Curated, TEST_RUN_IFINDEX);
-    let syn_to = |dst| ipv4(GUEST, dst, TCP, &tcp(1, 443, SYN));
-    assert!(loaded.fence.test_run(&syn_to(ALLOWED)).unwrap().passed());
-    assert!(loaded.fence.test_run(&syn_to(OTHER)).unwrap().dropped());
+    assert!(loaded.fence.test_run(&syn_443(ALLOWED)).unwrap().passed());
+    assert!(loaded.fence.test_run(&syn_443(OTHER)).unwrap().dropped());
     let first = loaded
         .fence
         .sandbox_record(TEST_RUN_IFINDEX)
         .unwrap()
         .generation;
 
-    let only_other = [AllowEntry {
-        addr: OTHER.into(),
-        rules: WEB.to_vec(),
-        host_id: 9,
-        ttl: None,
-        idle: Duration::ZERO,
-    }];
+    let only_other = [fixture::allow(OTHER, &WEB, 9)];
     let second = loaded
         .fence
         .install_sandbox(
@@ -588,15 +585,15 @@ fn a_policy_change_is_atomic_and_removes_the_old_generation() {
         .unwrap();
     assert_eq!(second, first + 1);
     assert!(
-        loaded.fence.test_run(&syn_to(OTHER)).unwrap().passed(),
+        loaded.fence.test_run(&syn_443(OTHER)).unwrap().passed(),
         "the new policy is in force"
     );
     assert!(
-        loaded.fence.test_run(&syn_to(ALLOWED)).unwrap().dropped(),
+        loaded.fence.test_run(&syn_443(ALLOWED)).unwrap().dropped(),
         "the old policy is gone"
     );
     assert!(
-        loaded.fence.test_run(&syn_to(IN_CIDR)).unwrap().dropped(),
+        loaded.fence.test_run(&syn_443(IN_CIDR)).unwrap().dropped(),
         "the old CIDRs are gone"
     );
     let entries = loaded.fence.allow_entries(fixture::SANDBOX);
@@ -630,23 +627,22 @@ fn an_expired_entry_stops_working_unless_traffic_keeps_it_alive() {
         .fence
         .add_allow(TEST_RUN_IFINDEX, &short(busy_one))
         .unwrap();
-    let syn_to = |dst| ipv4(GUEST, dst, TCP, &tcp(1, 443, SYN));
-    assert!(loaded.fence.test_run(&syn_to(idle_one)).unwrap().passed());
+    assert!(loaded.fence.test_run(&syn_443(idle_one)).unwrap().passed());
     // Keep one entry busy past its TTL; leave the other idle.
     for _ in 0..8 {
         std::thread::sleep(Duration::from_millis(100));
         assert!(
-            loaded.fence.test_run(&syn_to(busy_one)).unwrap().passed(),
+            loaded.fence.test_run(&syn_443(busy_one)).unwrap().passed(),
             "traffic keeps the entry alive"
         );
     }
     assert!(
-        loaded.fence.test_run(&syn_to(idle_one)).unwrap().dropped(),
+        loaded.fence.test_run(&syn_443(idle_one)).unwrap().dropped(),
         "an idle entry dies after its TTL and idle grace"
     );
     std::thread::sleep(Duration::from_millis(900));
     assert!(
-        loaded.fence.test_run(&syn_to(busy_one)).unwrap().dropped(),
+        loaded.fence.test_run(&syn_443(busy_one)).unwrap().dropped(),
         "once traffic stops it dies too"
     );
     assert!(loaded.fence.collect_expired().unwrap() >= 2);
@@ -654,8 +650,7 @@ fn an_expired_entry_stops_working_unless_traffic_keeps_it_alive() {
 
 #[test]
 fn class_denied_addresses_never_enter_the_allow_maps() {
-    use std::time::Duration;
-    use svc_control::dataplane::{AllowEntry, CidrEntry, WEB};
+    use svc_control::dataplane::{CidrEntry, WEB};
     require_root();
     let mut loaded = fixture::load(EgressMode::Curated, TEST_RUN_IFINDEX);
     for addr in [
@@ -665,13 +660,7 @@ fn class_denied_addresses_never_enter_the_allow_maps() {
         "::ffff:192.0.2.10",
         "fd00:ec2::254",
     ] {
-        let e = AllowEntry {
-            addr: addr.parse().unwrap(),
-            rules: WEB.to_vec(),
-            host_id: 1,
-            ttl: None,
-            idle: Duration::ZERO,
-        };
+        let e = fixture::allow(addr.parse::<std::net::IpAddr>().unwrap(), &WEB, 1);
         assert!(
             loaded.fence.add_allow(TEST_RUN_IFINDEX, &e).is_err(),
             "{addr} must be refused"
@@ -692,13 +681,7 @@ fn class_denied_addresses_never_enter_the_allow_maps() {
             )
             .is_err()
     );
-    let public = AllowEntry {
-        addr: "192.0.2.99".parse().unwrap(),
-        rules: WEB.to_vec(),
-        host_id: 1,
-        ttl: None,
-        idle: Duration::ZERO,
-    };
+    let public = fixture::allow(Ipv4Addr::new(192, 0, 2, 99), &WEB, 1);
     assert!(loaded.fence.add_allow(TEST_RUN_IFINDEX, &public).is_ok());
 }
 

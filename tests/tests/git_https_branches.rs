@@ -143,14 +143,13 @@ fn https_pushes_are_held_to_allowed_branches_when_the_sandbox_asks() {
 
     // A workspace asks in its .svc/config.yaml (svcd reads it from the egress section).
     let main = server_ref(&w, "refs/heads/main");
-    let project = w.dir.join("held-project");
-    std::fs::create_dir_all(project.join(".svc")).expect("project");
-    std::fs::write(project.join(".svc/workspace.json"), r#"{"version":1}"#).expect("json");
-    std::fs::write(
-        project.join(".svc/config.yaml"),
-        "egress:\n  httpsPushBranches: true\n",
-    )
-    .expect("yaml");
+    let project = w.project(
+        "held-project",
+        &[
+            (".svc/workspace.json", r#"{"version":1}"#),
+            (".svc/config.yaml", "egress:\n  httpsPushBranches: true\n"),
+        ],
+    );
     let dir = project.to_str().expect("utf-8");
     let up = w.svc(&[
         "workspace",

@@ -13,7 +13,7 @@ use std::{
 
 use svc_control::git_relay::{self, RelayPolicy, Session, SshClient};
 use svc_tests::{
-    require_root,
+    require_root, run_cmd,
     ssh_host::SshHost,
     unique,
     world::{bare_repo, workspace_bin},
@@ -31,16 +31,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn free_port() -> u16 {
@@ -255,10 +245,12 @@ fn git_over_ssh_goes_through_the_relay_with_its_rules() {
         ("receive.advertisePushOptions", "true"),
         ("receive.certNonceSeed", "svc-test"),
     ] {
-        run(Command::new("git")
-            .arg("-C")
-            .arg(&server)
-            .args(["config", k, v]));
+        run_cmd(
+            Command::new("git")
+                .arg("-C")
+                .arg(&server)
+                .args(["config", k, v]),
+        );
     }
     let out = s.git(
         &repo,

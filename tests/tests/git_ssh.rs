@@ -12,31 +12,8 @@ use svc_tests::{
     world::{CODE_SSH_ADDR, World, microvm_images},
 };
 
-/// A workspace whose `.svc/config.yaml` lets git reach acme/widget on the code host over SSH.
-fn workspace(w: &World) -> std::path::PathBuf {
-    let dir = w.dir.join("project");
-    std::fs::create_dir_all(dir.join(".svc")).expect("workspace");
-    std::fs::write(
-        dir.join(".svc/config.yaml"),
-        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n"),
-    )
-    .expect("config.yaml");
-    dir
-}
-
 fn create(w: &World, name: &str, backend: &str) -> serde_json::Value {
-    let ws = workspace(w);
-    let out = w.svc_ok(&[
-        "sandbox",
-        "create",
-        name,
-        "--backend",
-        backend,
-        "--workspace",
-        ws.to_str().expect("utf-8"),
-        "--trust",
-        "--json",
-    ]);
+    let out = w.sandbox_in_project(name, backend, &w.ssh_project(), &["--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(
         v["ssh_repos"],

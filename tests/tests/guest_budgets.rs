@@ -7,7 +7,6 @@
 //! drops every packet (so the host's ssh sits in connect and reads nothing) and sends 64 KiB
 //! `Data` frames as fast as the socket takes them. Each session is cut once it is a window
 //! past its credit, with the line naming why on the client's stderr stream.
-#![expect(clippy::expect_used, reason = "test helpers")]
 
 use std::{
     process::{Command, Stdio},
@@ -16,7 +15,7 @@ use std::{
 
 use svc_tests::{
     require_root, rss_kib,
-    world::{CODE_SSH_ADDR, World, workspace_bin},
+    world::{CODE_SSH_ADDR, World},
 };
 
 /// A port of the code host whose packets the outside world drops.
@@ -67,33 +66,13 @@ for sent, said in results:
     print("sent=%d cut=%s" % (sent, b"the session is cut" in said))
 "#;
 
-fn workspace(w: &World) -> std::path::PathBuf {
-    let dir = w.dir.join("project");
-    std::fs::create_dir_all(dir.join(".svc")).expect("workspace");
-    std::fs::write(
-        dir.join(".svc/config.yaml"),
-        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n"),
-    )
-    .expect("config.yaml");
-    dir
-}
-
 #[test]
 fn a_relay_flood_is_held_to_its_window_and_another_sandbox_keeps_working() {
     require_root();
     let w = World::start_with_git_ssh("");
-    let ws = workspace(&w);
+    let ws = w.ssh_project();
     for name in ["flood", "calm"] {
-        w.svc_ok(&[
-            "sandbox",
-            "create",
-            name,
-            "--backend",
-            "container",
-            "--workspace",
-            ws.to_str().expect("utf-8"),
-            "--trust",
-        ]);
+        w.sandbox_in_project(name, "container", &ws, &[]);
     }
     let drop_rule = Command::new("ip")
         .args(["netns", "exec", &w.outside.name, "nft", "-f", "-"])
@@ -115,13 +94,12 @@ fn a_relay_flood_is_held_to_its_window_and_another_sandbox_keeps_working() {
 
     let pid = w.svcd_pid().expect("svcd runs");
     let before = rss_kib(pid);
-    let mut flood = Command::new(workspace_bin("svc"))
-        .env("SVC_SOCKET", &w.socket)
-        .args(["sandbox", "exec", "flood", "--", "sh", "-c"])
-        .arg(format!(
-            "cat > /tmp/flood.py <<'EOF'\n{FLOOD}\nEOF\npython3 /tmp/flood.py {BLACKHOLE_PORT} \
-             {CODE_SSH_ADDR}"
-        ))
+    let script = format!(
+        "cat > /tmp/flood.py <<'EOF'\n{FLOOD}\nEOF\npython3 /tmp/flood.py {BLACKHOLE_PORT} \
+         {CODE_SSH_ADDR}"
+    );
+    let mut flood = w
+        .svc_command(&["sandbox", "exec", "flood", "--", "sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

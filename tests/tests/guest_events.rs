@@ -39,13 +39,13 @@ fn forged_service_reports_are_held_to_the_workspaces_services_and_a_rate() {
     require_root();
     let w = World::start();
     w.svc_ok(&["sandbox", "create", "calm", "--backend", "container"]);
-    let dir = w.dir.join("forger");
-    std::fs::create_dir_all(dir.join(".svc")).expect("project");
-    std::fs::write(
-        dir.join(".svc/workspace.json"),
-        r#"{"version":1,"services":{"definitions":{"idle":{"command":"exec sleep 100000"}}}}"#,
-    )
-    .expect("json");
+    let dir = w.project(
+        "forger",
+        &[(
+            ".svc/workspace.json",
+            r#"{"version":1,"services":{"definitions":{"idle":{"command":"exec sleep 100000"}}}}"#,
+        )],
+    );
     let d = dir.to_str().expect("utf-8");
     w.workspace_up_ok(d, "forger");
     let events = |w: &World| -> Vec<serde_json::Value> {

@@ -17,10 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use svc_tests::{
-    require_root, rss_kib,
-    world::{World, workspace_bin},
-};
+use svc_tests::{require_root, rss_kib, world::World};
 
 fn fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
@@ -149,26 +146,13 @@ print("end conns %d %s" % (len(conns), " ".join("%s %d" % kv for kv in stats.ite
 
 fn world() -> World {
     let w = World::start();
-    w.svc_ok(&[
-        "sandbox",
-        "create",
-        "flood",
-        "--backend",
-        "container",
-        "--allow-host",
-        "allowed.example.test",
-    ]);
-    w.svc_ok(&["sandbox", "create", "calm", "--backend", "container"]);
+    w.flood_and_calm();
     w
 }
 
 fn exec_command(w: &World, name: &str, script: &str) -> Command {
-    let mut c = Command::new(workspace_bin("svc"));
-    c.env("SVC_SOCKET", &w.socket)
-        .args(["sandbox", "exec", name, "--", "sh", "-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    let mut c = w.sh_command(name, script);
+    c.stderr(Stdio::inherit());
     c
 }
 

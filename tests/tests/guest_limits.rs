@@ -21,7 +21,7 @@ use std::{
 
 use svc_tests::{
     require_root, rss_kib,
-    world::{CODE_SSH_ADDR, World, workspace_bin},
+    world::{CODE_SSH_ADDR, World},
 };
 
 /// The caps these tests run under (DNS over TCP keeps its default, 16).
@@ -242,30 +242,12 @@ impl Sampler {
 fn world() -> World {
     // The `[limits]` table follows the world's `[container]` lines.
     let w = World::start_with(&format!("\n[limits]\n{LIMITS}"));
-    for (name, hosts) in [("flood", "allowed.example.test"), ("calm", "")] {
-        let mut args = vec!["sandbox", "create", name, "--backend", "container"];
-        if !hosts.is_empty() {
-            args.extend(["--allow-host", hosts]);
-        }
-        w.svc_ok(&args);
-    }
+    w.flood_and_calm();
     w
 }
 
-/// `svc sandbox exec NAME -- sh -c SCRIPT`, every stream piped (a piped stdin is forwarded:
-/// the command's input ends when the caller's does).
-fn exec_command(w: &World, name: &str, script: &str) -> Command {
-    let mut c = Command::new(workspace_bin("svc"));
-    c.env("SVC_SOCKET", &w.socket)
-        .args(["sandbox", "exec", name, "--", "sh", "-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
 fn spawn_exec(w: &World, name: &str, script: &str) -> Child {
-    exec_command(w, name, script)
+    w.sh_command(name, script)
         .spawn()
         .expect("svc sandbox exec")
 }
@@ -290,7 +272,7 @@ fn first_line(w: &World, child: &mut Child) -> String {
 
 /// The other sandbox's DNS (UDP, TCP), HTTPS and exec work.
 fn calm_works(w: &World, when: &str) {
-    let out = svc_tests::output_within(&mut exec_command(w, "calm", &python(CALM, "")), STEP)
+    let out = svc_tests::output_within(&mut w.sh_command("calm", &python(CALM, "")), STEP)
         .unwrap_or_else(|e| panic!("another sandbox {when}: {e}; svcd's log:\n{}", w.svcd_log()));
     let said = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -496,24 +478,9 @@ fn an_exec_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
 fn a_relay_session_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
     require_root();
     let w = World::start_with_git_ssh("");
-    let ws = w.dir.join("project");
-    std::fs::create_dir_all(ws.join(".svc")).expect("workspace");
-    std::fs::write(
-        ws.join(".svc/config.yaml"),
-        format!("egress:\n  policy:\n    {CODE_SSH_ADDR}:\n      repos: [acme/widget]\n"),
-    )
-    .expect("config.yaml");
+    let ws = w.ssh_project();
     for name in ["flood", "calm"] {
-        w.svc_ok(&[
-            "sandbox",
-            "create",
-            name,
-            "--backend",
-            "container",
-            "--workspace",
-            ws.to_str().expect("utf-8"),
-            "--trust",
-        ]);
+        w.sandbox_in_project(name, "container", &ws, &[]);
     }
     let ls_remote = format!("git ls-remote root@{CODE_SSH_ADDR}:acme/widget.git");
     let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
@@ -851,21 +818,17 @@ fn a_guest_past_its_audit_share_is_counted_not_written_and_another_sandbox_is_al
     );
     // The `suppressed` record comes within svcd's 5 s tick.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let suppressed = loop {
-        let counted: u64 = w
-            .audit()
+    let suppressed_dns = || -> u64 {
+        w.audit()
             .iter()
             .filter(|r| r["layer"] == "suppressed" && r["sandbox_name"] == "flood")
             .map(|r| r["records"]["dns"].as_u64().unwrap_or(0))
-            .sum();
-        if counted > 0 {
+            .sum()
+    };
+    let suppressed = loop {
+        if suppressed_dns() > 0 {
             std::thread::sleep(Duration::from_secs(6));
-            break w
-                .audit()
-                .iter()
-                .filter(|r| r["layer"] == "suppressed" && r["sandbox_name"] == "flood")
-                .map(|r| r["records"]["dns"].as_u64().unwrap_or(0))
-                .sum::<u64>();
+            break suppressed_dns();
         }
         assert!(
             std::time::Instant::now() < deadline,

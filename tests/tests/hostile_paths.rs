@@ -17,7 +17,9 @@
 use std::{os::unix::fs::MetadataExt as _, process::Command};
 
 use svc_tests::{
+    project::{MINIMAL_WORKSPACE, project_at},
     require_root,
+    users::User,
     world::{World, git},
 };
 
@@ -42,9 +44,10 @@ print("set")
 fn a_guest_gives_no_file_capability_to_a_root_owned_share() {
     require_root();
     let w = World::start();
-    let dir = std::env::temp_dir().join(svc_tests::unique("fcap"));
-    std::fs::create_dir_all(dir.join(".svc")).expect("dir");
-    std::fs::write(dir.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
+    let dir = project_at(
+        &std::env::temp_dir().join(svc_tests::unique("fcap")),
+        &[MINIMAL_WORKSPACE],
+    );
     let ws = dir.to_str().expect("utf-8");
     w.workspace_up_ok(ws, "fcap");
     let out = w.svc(&[
@@ -86,8 +89,7 @@ fn a_guest_link_in_dot_git_is_named_at_down() {
     let base = std::env::temp_dir().join(svc_tests::unique("fhs"));
     let dir = base.join("proj");
     let up = base.join("up.git");
-    std::fs::create_dir_all(dir.join(".svc")).expect("dir");
-    std::fs::write(dir.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
+    project_at(&dir, &[MINIMAL_WORKSPACE]);
     git(
         &base,
         &[
@@ -151,44 +153,18 @@ while time.time() < end:
 fn a_member_cannot_make_svcd_create_a_directory_outside_its_project() {
     require_root();
     let w = World::start();
-    let name = format!("svcatk-{}", std::process::id() % 100_000);
-    let _ = Command::new("userdel").arg(&name).output();
-    let o = Command::new("useradd")
-        .args([
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            "--gid",
-            "65534",
-            &name,
-        ])
-        .output()
-        .expect("useradd");
-    assert!(o.status.success(), "{o:?}");
-    let uid: u32 = String::from_utf8_lossy(
-        &Command::new("id")
-            .args(["-u", &name])
-            .output()
-            .expect("id")
-            .stdout,
-    )
-    .trim()
-    .parse()
-    .expect("uid");
-    let ids = [
-        format!("--reuid={uid}"),
-        "--regid=65534".to_owned(),
-        "--groups=65534".to_owned(),
-    ];
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let member = User::add(format!("svcatk-{}", std::process::id() % 100_000), None);
+    let uid = member.uid;
+    let ids = member.ids();
     // Root's repository without a hooks directory.
     let victim = std::env::temp_dir().join(svc_tests::unique("rr"));
     std::fs::create_dir_all(&victim).expect("victim");
     git(&victim, &["init", "-q", "--template=", "-b", "main"]);
     // The member's project: `.git` without hooks, and a link to root's `.git` beside it.
-    let proj = std::env::temp_dir().join(svc_tests::unique("mp"));
-    std::fs::create_dir_all(proj.join(".svc")).expect("proj");
-    std::fs::write(proj.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
+    let proj = project_at(
+        &std::env::temp_dir().join(svc_tests::unique("mp")),
+        &[MINIMAL_WORKSPACE],
+    );
     git(&proj, &["init", "-q", "--template=", "-b", "main"]);
     std::os::unix::fs::symlink(victim.join(".git"), proj.join("evil")).expect("link");
     run(&format!(
@@ -209,18 +185,9 @@ fn a_member_cannot_make_svcd_create_a_directory_outside_its_project() {
     for i in 0..60 {
         tries = i + 1;
         let n = format!("race{i}");
-        let _ = w.svc_as(
-            &ids,
-            &[
-                "workspace",
-                "up",
-                "--trust",
-                proj.to_str().expect("utf-8"),
-                "--name",
-                &n,
-                "--backend",
-                "container",
-            ],
+        let _ = member.svc(
+            &w,
+            &World::workspace_up_args(proj.to_str().expect("utf-8"), &n),
         );
         let _ = w.svc(&["workspace", "down", &n]);
         if let Ok(m) = std::fs::metadata(&hooks) {
@@ -252,7 +219,7 @@ fn a_member_cannot_make_svcd_create_a_directory_outside_its_project() {
             v = victim.display()
         ));
     }
-    let _ = Command::new("userdel").arg(&name).output();
+    drop(member);
     let _ = std::fs::remove_dir_all(&victim);
     let _ = std::fs::remove_dir_all(&proj);
     assert!(

@@ -13,6 +13,7 @@ use std::{
 };
 
 use svc_tests::{
+    project::text,
     require_root,
     world::{World, workspace_bin},
 };
@@ -26,14 +27,6 @@ fn svc_at(socket: &Path, args: &[&str]) -> Output {
         .expect("svc")
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -42,8 +35,7 @@ fn now_ns() -> u128 {
 }
 
 fn curl(w: &World, url: &str) -> i32 {
-    w.sh("live", &format!("curl -sS -o /dev/null --max-time 5 {url}"))
-        .0
+    w.curl_rc("live", url)
 }
 
 /// A keep-alive connection: one request, then (once `/tmp/go` exists) a second on the same

@@ -10,113 +10,37 @@
 //! - `member_spotlight_binds_a_privileged_host_port`: a member's workspace asks for Spotlight
 //!   `localPort` 81. Before the fix svcd (root) listened on 127.0.0.1:81 for the member's
 //!   guest; now a member may forward only ports it could bind itself.
-#![expect(clippy::expect_used, reason = "test helpers")]
 
 use std::{
     os::unix::fs::PermissionsExt as _,
-    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
 
 use svc_tests::{
+    project::{MINIMAL_WORKSPACE, chown_tree, text},
     require_root,
+    users::{API_GID, User},
     world::{World, git},
 };
-
-const API_GID: u32 = 65534;
-
-struct User {
-    name: String,
-    uid: u32,
-}
-
-impl User {
-    fn add(name: String) -> Self {
-        let _ = Command::new("userdel").arg(&name).output();
-        let out = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/usr/sbin/nologin"])
-            .args(["--gid", &API_GID.to_string()])
-            .arg(&name)
-            .output()
-            .expect("useradd");
-        assert!(out.status.success(), "useradd: {out:?}");
-        let out = Command::new("id").args(["-u", &name]).output().expect("id");
-        let uid = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .expect("uid");
-        Self { name, uid }
-    }
-
-    fn ids(&self) -> Vec<String> {
-        vec![
-            format!("--reuid={}", self.uid),
-            format!("--regid={API_GID}"),
-            format!("--groups={API_GID}"),
-        ]
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
-}
-
-fn as_user(w: &World, u: &User, args: &[&str]) -> std::process::Output {
-    let ids = u.ids();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    w.svc_as(&ids, args)
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn chown_r(dir: &Path, uid: u32, gid: u32) {
-    let out = Command::new("chown")
-        .args(["-R", &format!("{uid}:{gid}")])
-        .arg(dir)
-        .output()
-        .expect("chown");
-    assert!(out.status.success(), "chown: {out:?}");
-}
 
 #[test]
 fn member_spotlight_binds_a_privileged_host_port() {
     require_root();
     let w = World::start();
     let tag = format!("{}", std::process::id() % 100_000);
-    let b = User::add(format!("svcatk-s{tag}"));
+    let b = User::add(format!("svcatk-s{tag}"), None);
     std::fs::set_permissions(&w.dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let proj = w.dir.join("b-spot");
-    std::fs::create_dir_all(proj.join(".svc")).expect("b project");
-    std::fs::write(
-        proj.join(".svc/workspace.json"),
-        r#"{"version":1,"services":{"definitions":{"web":{"command":"mkdir -p /srv && echo served-by-member-guest > /srv/index.html && exec python3 -m http.server 8000 -d /srv"}}},"spotlight":{"defaults":[{"service":"web","remotePort":8000,"localPort":81}]}}"#,
-    )
-    .expect("json");
-    chown_r(&proj, b.uid, API_GID);
-    let pdir = proj.to_str().expect("utf-8");
-    let out = as_user(
-        &w,
-        &b,
-        &[
-            "workspace",
-            "up",
-            "--trust",
-            pdir,
-            "--name",
-            "bspot",
-            "--backend",
-            "container",
-        ],
+    let proj = w.project(
+        "b-spot",
+        &[(
+            ".svc/workspace.json",
+            r#"{"version":1,"services":{"definitions":{"web":{"command":"mkdir -p /srv && echo served-by-member-guest > /srv/index.html && exec python3 -m http.server 8000 -d /srv"}}},"spotlight":{"defaults":[{"service":"web","remotePort":8000,"localPort":81}]}}"#,
+        )],
     );
+    chown_tree(&proj, b.uid, API_GID);
+    let pdir = proj.to_str().expect("utf-8");
+    let out = b.svc(&w, &World::workspace_up_args(pdir, "bspot"));
     println!("B's up: {}", text(&out));
     if !out.status.success() {
         assert!(
@@ -132,10 +56,7 @@ fn member_spotlight_binds_a_privileged_host_port() {
         );
         return;
     }
-    let out = as_user(
-        &w,
-        &b,
-        &[
+    let out = b.svc(&w, &[
             "sandbox",
             "exec",
             "bspot",
@@ -171,8 +92,8 @@ fn member_reads_another_members_private_repository_through_the_swap() {
     require_root();
     let w = World::start();
     let tag = format!("{}", std::process::id() % 100_000);
-    let a = User::add(format!("svcatk-a{tag}"));
-    let b = User::add(format!("svcatk-c{tag}"));
+    let a = User::add(format!("svcatk-a{tag}"), None);
+    let b = User::add(format!("svcatk-c{tag}"), None);
     // A's home, 0700, holding a repository with a secret commit.
     let home = w.dir.join("home-a");
     let repo = home.join("private");
@@ -193,7 +114,7 @@ fn member_reads_another_members_private_repository_through_the_swap() {
             "private",
         ],
     );
-    chown_r(&home, a.uid, API_GID);
+    chown_tree(&home, a.uid, API_GID);
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     std::fs::set_permissions(&w.dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     // B cannot read it on the host.
@@ -208,13 +129,11 @@ fn member_reads_another_members_private_repository_through_the_swap() {
         .expect("setpriv");
     println!("B on the host reading A's repo: {}", text(&direct));
 
-    let proj = w.dir.join("c-project");
-    std::fs::create_dir_all(proj.join(".svc")).expect("project");
-    std::fs::write(proj.join(".svc/workspace.json"), r#"{"version":1}"#).expect("json");
+    let proj = w.project("c-project", &[MINIMAL_WORKSPACE]);
     git(&proj, &["init", "-q", "-b", "main"]);
     std::fs::remove_file(proj.join(".git/config")).expect("rm config");
     std::fs::remove_dir_all(proj.join(".git/hooks")).expect("rm hooks");
-    chown_r(&proj, b.uid, API_GID);
+    chown_tree(&proj, b.uid, API_GID);
     let (p2, t2) = (proj.clone(), repo.join(".git"));
     let racer = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(200);
@@ -229,20 +148,7 @@ fn member_reads_another_members_private_repository_through_the_swap() {
         false
     });
     let pdir = proj.to_str().expect("utf-8");
-    let out = as_user(
-        &w,
-        &b,
-        &[
-            "workspace",
-            "up",
-            "--trust",
-            pdir,
-            "--name",
-            "cws",
-            "--backend",
-            "container",
-        ],
-    );
+    let out = b.svc(&w, &World::workspace_up_args(pdir, "cws"));
     let swapped = racer.join().expect("racer");
     println!("B's up (swapped: {swapped}): {}", text(&out));
     assert!(swapped, "the racer never saw .git/hooks made");
@@ -255,10 +161,7 @@ fn member_reads_another_members_private_repository_through_the_swap() {
         );
         return;
     }
-    let out = as_user(
-        &w,
-        &b,
-        &[
+    let out = b.svc(&w, &[
             "sandbox",
             "exec",
             "cws",
@@ -288,7 +191,7 @@ fn a_members_idle_api_connections_are_held_to_its_cap() {
     const TRIES: usize = 600;
     let w = World::start();
     let tag = format!("{}", std::process::id() % 100_000);
-    let b = User::add(format!("svcatk-d{tag}"));
+    let b = User::add(format!("svcatk-d{tag}"), None);
     w.svc_ok(&["sandbox", "create", "calm", "--backend", "container"]);
     let pid = w.svcd_pid().expect("svcd");
     let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());

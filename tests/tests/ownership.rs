@@ -13,99 +13,14 @@
 //! - Events: B reads neither root's nor A's project approvals, nor A's secrets' events.
 //! - B cannot share a directory owned by A into a sandbox.
 
-use std::{os::unix::fs::PermissionsExt as _, process::Command};
+use std::os::unix::fs::PermissionsExt as _;
 
-use svc_tests::{require_root, world::World};
-
-/// The World's API group (`nogroup`).
-const API_GID: u32 = 65534;
-
-/// A throwaway user of the host (primary group: the API group); removed on drop.
-struct User {
-    name: String,
-    uid: u32,
-}
-
-impl User {
-    fn add(name: String, extra_group: Option<&str>) -> Self {
-        let _ = Command::new("userdel").arg(&name).output();
-        let mut c = Command::new("useradd");
-        c.args(["--no-create-home", "--shell", "/usr/sbin/nologin"])
-            .args(["--gid", &API_GID.to_string()]);
-        if let Some(g) = extra_group {
-            c.args(["--groups", g]);
-        }
-        let out = c.arg(&name).output().expect("useradd");
-        assert!(
-            out.status.success(),
-            "useradd {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let uid = id_of("-u", &name);
-        Self { name, uid }
-    }
-
-    /// setpriv's arguments for running as this user with the groups the host gives it.
-    fn ids(&self) -> Vec<String> {
-        let out = Command::new("id")
-            .args(["-G", &self.name])
-            .output()
-            .expect("id");
-        let groups: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect();
-        vec![
-            format!("--reuid={}", self.uid),
-            format!("--regid={API_GID}"),
-            format!("--groups={}", groups.join(",")),
-        ]
-    }
-
-    /// How svcd names this user as an owner.
-    fn named(&self) -> String {
-        format!("uid {} ({})", self.uid, self.name)
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
-}
-
-/// A throwaway group of the host; removed on drop (after its users: declare it first).
-struct Group(String);
-
-impl Group {
-    fn add(name: String) -> Self {
-        let _ = Command::new("groupdel").arg(&name).output();
-        let out = Command::new("groupadd")
-            .arg(&name)
-            .output()
-            .expect("groupadd");
-        assert!(
-            out.status.success(),
-            "groupadd {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self(name)
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let _ = Command::new("groupdel").arg(&self.0).output();
-    }
-}
-
-fn id_of(flag: &str, name: &str) -> u32 {
-    let out = Command::new("id").args([flag, name]).output().expect("id");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("id {flag} {name}: {out:?}"))
-}
+use svc_tests::{
+    project::{MINIMAL_WORKSPACE, chown_tree, text},
+    require_root,
+    users::{API_GID, Group, User},
+    world::World,
+};
 
 /// Two users A and B in the API group, B also in a group of its own that A may share with.
 struct Two {
@@ -127,22 +42,8 @@ fn two_users() -> Two {
     Two { a, b, group }
 }
 
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn as_user(w: &World, u: &User, args: &[&str]) -> std::process::Output {
-    let ids = u.ids();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    w.svc_as(&ids, args)
-}
-
 fn ok_as(w: &World, u: &User, args: &[&str]) -> String {
-    let out = as_user(w, u, args);
+    let out = u.svc(w, args);
     assert!(
         out.status.success(),
         "{} ran svc {args:?}: {}\nsvcd:\n{}",
@@ -155,7 +56,7 @@ fn ok_as(w: &World, u: &User, args: &[&str]) -> String {
 
 /// `svc …` as `u` is refused with a message that contains every one of `says`.
 fn refused_as(w: &World, u: &User, args: &[&str], says: &[&str]) {
-    let out = as_user(w, u, args);
+    let out = u.svc(w, args);
     let t = text(&out);
     assert!(!out.status.success(), "{} ran svc {args:?}: {t}", u.name);
     for s in says {
@@ -169,7 +70,7 @@ fn refused_as(w: &World, u: &User, args: &[&str], says: &[&str]) {
 
 /// `svc …` as `u` is refused saying `says`, and names nothing of `owner`'s.
 fn hidden_from(w: &World, u: &User, owner: &User, args: &[&str], says: &str) {
-    let out = as_user(w, u, args);
+    let out = u.svc(w, args);
     let t = text(&out);
     assert!(!out.status.success(), "{} ran svc {args:?}: {t}", u.name);
     assert!(
@@ -333,15 +234,6 @@ fn members_act_only_on_their_own_sandboxes() {
 const VALUE: &str = "a-secret-of-alice-7f3e";
 
 /// What the outside world's allowed host last received as Authorization on `path`.
-fn received_auth(w: &World, path: &str) -> String {
-    w.received()
-        .iter()
-        .rev()
-        .find(|r| r["kind"] == "http" && r["path"] == path)
-        .map(|r| r["authorization"].as_str().unwrap_or("").to_owned())
-        .unwrap_or_default()
-}
-
 fn create_with_gh(name: &str) -> Vec<&str> {
     vec![
         "sandbox",
@@ -412,7 +304,7 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
         "the secret name \"gh\" is taken",
     );
     // The same answers as for a name nobody holds.
-    let nobodys = text(&as_user(&w, b, &["secret", "rm", "nosuch"]));
+    let nobodys = text(&b.svc(&w, &["secret", "rm", "nosuch"]));
     assert!(
         nobodys.contains("no secret named \"nosuch\" (svc secret list shows them)"),
         "{nobodys}"
@@ -449,7 +341,7 @@ fn a_stored_secret_is_usable_only_by_its_owner_until_shared_with_a_group() {
             "curl -sS --max-time 10 -H \"Authorization: Bearer $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/b-uses",
         ],
     );
-    assert_eq!(received_auth(&w, "/b-uses"), format!("Bearer {VALUE}"));
+    assert_eq!(w.received_auth("/b-uses"), format!("Bearer {VALUE}"));
     // Still A's: B, who sees it now, may not rotate it and is told whose it is.
     refused_as(
         &w,
@@ -478,19 +370,14 @@ fn approvals_and_secret_events_are_their_owners_alone() {
     let two = two_users();
     let (a, b) = (&two.a, &two.b);
     let project = |name: &str, uid: u32| {
-        let dir = w.dir.join(name);
-        std::fs::create_dir_all(dir.join(".svc")).expect("project");
-        std::fs::write(
-            dir.join(".svc/config.yaml"),
-            "egress:\n  allow: [allowed.example.test]\n",
-        )
-        .expect("config.yaml");
-        let out = Command::new("chown")
-            .args(["-R", &format!("{uid}:{API_GID}")])
-            .arg(&dir)
-            .output()
-            .expect("chown");
-        assert!(out.status.success(), "{out:?}");
+        let dir = w.project(
+            name,
+            &[(
+                ".svc/config.yaml",
+                "egress:\n  allow: [allowed.example.test]\n",
+            )],
+        );
+        chown_tree(&dir, uid, API_GID);
         dir.to_str().expect("utf-8").to_owned()
     };
     let roots = project("roots-project", 0);
@@ -541,9 +428,7 @@ fn a_member_cannot_share_a_directory_owned_by_another() {
     let w = World::start();
     let two = two_users();
     let (a, b) = (&two.a, &two.b);
-    let project = w.dir.join("alice-project");
-    std::fs::create_dir_all(project.join(".svc")).expect("project");
-    std::fs::write(project.join(".svc/workspace.json"), r#"{"version":1}"#).expect("json");
+    let project = w.project("alice-project", &[MINIMAL_WORKSPACE]);
     for p in [
         &project,
         &project.join(".svc"),
@@ -553,7 +438,7 @@ fn a_member_cannot_share_a_directory_owned_by_another() {
     }
     std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let dir = project.to_str().expect("utf-8");
-    let up = |u: &User, name: &str| as_user(&w, u, &World::workspace_up_args(dir, name));
+    let up = |u: &User, name: &str| u.svc(&w, &World::workspace_up_args(dir, name));
     let out = up(b, "b-in-a");
     assert!(!out.status.success(), "{}", text(&out));
     assert!(

@@ -13,36 +13,23 @@
 //! - `svc sandbox create --context-path` warns on stderr (not a terminal here) that the
 //!   sandbox is allow-all for 72 hours, and until when; explain against it says allow-all.
 
-use std::{path::PathBuf, process::Output};
+use std::path::PathBuf;
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{project::text, require_root, world::World};
 
 /// A project under the world's directory: `.svc/workspace.json` (no hooks) and a
 /// `.svc/config.yaml` that allows allowed.example.test.
 fn project(w: &World) -> PathBuf {
-    let dir = w.dir.join("proj");
-    std::fs::create_dir_all(dir.join(".svc")).expect("project dir");
-    std::fs::write(dir.join(".svc/workspace.json"), r#"{"version":1}"#).expect("workspace.json");
-    std::fs::write(
-        dir.join(".svc/config.yaml"),
-        "egress:\n  allow: [allowed.example.test]\n",
+    w.project(
+        "proj",
+        &[
+            (".svc/workspace.json", r#"{"version":1}"#),
+            (
+                ".svc/config.yaml",
+                "egress:\n  allow: [allowed.example.test]\n",
+            ),
+        ],
     )
-    .expect("config.yaml");
-    dir
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// curl's exit code for `url` from inside sandbox `name`.
-fn curl(w: &World, name: &str, url: &str) -> i32 {
-    w.sh(name, &format!("curl -sS -o /dev/null --max-time 5 {url}"))
-        .0
 }
 
 /// `svc egress explain --sandbox NAME --json GET URL`: its exit code and answer.
@@ -57,7 +44,7 @@ fn explain(w: &World, name: &str, url: &str) -> (Option<i32>, serde_json::Value)
 /// against it says the same at allowlist generation `generation`.
 fn agrees(w: &World, name: &str, generation: u32) {
     assert_eq!(
-        curl(w, name, "https://allowed.example.test/"),
+        w.curl_rc(name, "https://allowed.example.test/"),
         0,
         "{name}: the project's allow host\nsvcd:\n{}",
         w.svcd_log()
@@ -91,7 +78,7 @@ fn a_projects_allow_host_is_open_whichever_command_made_the_sandbox_and_explain_
     for name in ["made", "up"] {
         agrees(&w, name, 0);
         assert_ne!(
-            curl(&w, name, "https://forbidden.example.test/"),
+            w.curl_rc(name, "https://forbidden.example.test/"),
             0,
             "{name}"
         );
@@ -112,7 +99,7 @@ fn a_projects_allow_host_is_open_whichever_command_made_the_sandbox_and_explain_
     agrees(&w, "made", 1);
     let (code, doc) = explain(&w, "made", "https://forbidden.example.test/");
     assert_eq!(code, Some(0), "{doc}");
-    assert_eq!(curl(&w, "made", "https://forbidden.example.test/"), 0);
+    assert_eq!(w.curl_rc("made", "https://forbidden.example.test/"), 0);
     let human = w.svc_ok(&[
         "egress",
         "explain",

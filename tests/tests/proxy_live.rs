@@ -1030,6 +1030,35 @@ fn the_guest_trust_store_and_variables_make_curl_trust_the_proxy() {
 }
 
 /// A raw TLS connection to the proxy for `api.example.test`, from the test runtime.
+/// A WebSocket handshake to api.example.test's `/ws` through the proxy (TLS trusting
+/// `ca_pem`): the stream and the handshake's response.
+async fn websocket_to_api(
+    w: &World,
+    ca_pem: &[u8],
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    tokio_tungstenite::tungstenite::handshake::client::Response,
+) {
+    let tls = tls_to_proxy(ca_pem, w.proxy_port)
+        .await
+        .expect("TLS to the proxy");
+    let request = hyper::Request::builder()
+        .uri(format!("wss://api.example.test:{}/ws", w.port))
+        .header("host", format!("api.example.test:{}", w.port))
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header(
+            "sec-websocket-key",
+            tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+        )
+        .body(())
+        .unwrap();
+    tokio_tungstenite::client_async(request, tls)
+        .await
+        .expect("the handshake through the proxy")
+}
+
 async fn tls_to_proxy(
     ca_pem: &[u8],
     port: u16,
@@ -1315,24 +1344,7 @@ fn websockets_are_relayed_after_the_same_checks_and_other_upgrades_refused() {
     let ca = std::fs::read(&w.ca_pem).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let tls = tls_to_proxy(&ca, w.proxy_port)
-            .await
-            .expect("TLS to the proxy");
-        let request = hyper::Request::builder()
-            .uri(format!("wss://api.example.test:{}/ws", w.port))
-            .header("host", format!("api.example.test:{}", w.port))
-            .header("connection", "Upgrade")
-            .header("upgrade", "websocket")
-            .header("sec-websocket-version", "13")
-            .header(
-                "sec-websocket-key",
-                tokio_tungstenite::tungstenite::handshake::client::generate_key(),
-            )
-            .body(())
-            .unwrap();
-        let (mut ws, resp) = tokio_tungstenite::client_async(request, tls)
-            .await
-            .expect("the handshake through the proxy");
+        let (mut ws, resp) = websocket_to_api(&w, &ca).await;
         assert_eq!(resp.status(), 101);
         for text in ["hello", "again"] {
             ws.send(tokio_tungstenite::tungstenite::Message::text(text))
@@ -1421,24 +1433,7 @@ fn a_websocket_is_cut_when_a_live_change_removes_its_host() {
     let ca = std::fs::read(&w.ca_pem).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let tls = tls_to_proxy(&ca, w.proxy_port)
-            .await
-            .expect("TLS to the proxy");
-        let request = hyper::Request::builder()
-            .uri(format!("wss://api.example.test:{}/ws", w.port))
-            .header("host", format!("api.example.test:{}", w.port))
-            .header("connection", "Upgrade")
-            .header("upgrade", "websocket")
-            .header("sec-websocket-version", "13")
-            .header(
-                "sec-websocket-key",
-                tokio_tungstenite::tungstenite::handshake::client::generate_key(),
-            )
-            .body(())
-            .unwrap();
-        let (mut ws, resp) = tokio_tungstenite::client_async(request, tls)
-            .await
-            .expect("the handshake through the proxy");
+        let (mut ws, resp) = websocket_to_api(&w, &ca).await;
         assert_eq!(resp.status(), 101);
         ws.send(tokio_tungstenite::tungstenite::Message::text("one"))
             .await

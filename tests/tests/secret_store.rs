@@ -37,15 +37,6 @@ fn with_stdin(w: &World, args: &[&str], value: &str) -> Output {
 }
 
 /// What the outside world's allowed host last received as Authorization on `path`.
-fn received_auth(w: &World, path: &str) -> String {
-    w.received()
-        .iter()
-        .rev()
-        .find(|r| r["kind"] == "http" && r["path"] == path)
-        .map(|r| r["authorization"].as_str().unwrap_or("").to_owned())
-        .unwrap_or_default()
-}
-
 fn request(w: &World, sandbox: &str, path: &str) {
     let (code, out, err) = w.sh(
         sandbox,
@@ -78,7 +69,7 @@ fn stored_secrets_are_brokered_rotated_and_never_shown() {
 
     create(&w, "old");
     request(&w, "old", "/first");
-    assert_eq!(received_auth(&w, "/first"), format!("Bearer {FIRST}"));
+    assert_eq!(w.received_auth("/first"), format!("Bearer {FIRST}"));
     let show = w.show("old");
     assert!(
         show["secrets"].to_string().contains("store:example@v1"),
@@ -92,10 +83,10 @@ fn stored_secrets_are_brokered_rotated_and_never_shown() {
     assert_eq!(info["version"], 2, "{info}");
     create(&w, "new");
     request(&w, "new", "/new");
-    assert_eq!(received_auth(&w, "/new"), format!("Bearer {SECOND}"));
+    assert_eq!(w.received_auth("/new"), format!("Bearer {SECOND}"));
     request(&w, "old", "/old-after-rotate");
     assert_eq!(
-        received_auth(&w, "/old-after-rotate"),
+        w.received_auth("/old-after-rotate"),
         format!("Bearer {FIRST}")
     );
     // Through an svcd restart too (re-adopted with the value it was issued).
@@ -103,7 +94,7 @@ fn stored_secrets_are_brokered_rotated_and_never_shown() {
     w.start_svcd();
     request(&w, "old", "/old-after-restart");
     assert_eq!(
-        received_auth(&w, "/old-after-restart"),
+        w.received_auth("/old-after-restart"),
         format!("Bearer {FIRST}")
     );
 
@@ -139,10 +130,7 @@ fn stored_secrets_are_brokered_rotated_and_never_shown() {
     w.svc_ok(&["secret", "rm", "example"]);
     assert!(w.svc_ok(&["secret", "list"]).contains("no secrets"));
     request(&w, "new", "/new-after-rm");
-    assert_eq!(
-        received_auth(&w, "/new-after-rm"),
-        format!("Bearer {SECOND}")
-    );
+    assert_eq!(w.received_auth("/new-after-rm"), format!("Bearer {SECOND}"));
     // A value is never taken from a terminal or the command line.
     let out = w.svc(&["secret", "set", "argv", "value-on-the-command-line"]);
     assert!(!out.status.success(), "a value was taken from argv");
@@ -240,12 +228,12 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
     let (_, placeholder, _) = w.sh("o1", "printf %s \"$SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\"");
     assert_eq!(placeholder.len(), 64, "{placeholder}");
     request(&w, "o1", "/oauth-1");
-    assert_eq!(received_auth(&w, "/oauth-1"), "Bearer access-1");
+    assert_eq!(w.received_auth("/oauth-1"), "Bearer access-1");
 
     // svcd refreshes on the host: the same placeholder now carries the new token.
     wait_until("a refresh by svcd", &w, || w.token_grants().0 >= 2);
     request(&w, "o1", "/oauth-2");
-    assert_eq!(received_auth(&w, "/oauth-2"), "Bearer access-2");
+    assert_eq!(w.received_auth("/oauth-2"), "Bearer access-2");
     let (_, again, _) = w.sh("o1", "printf %s \"$SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\"");
     assert_eq!(
         again, placeholder,
@@ -294,7 +282,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
     );
     let expires = record["expires_at"].as_str().expect("expiry").to_owned();
     request(&w, "o1", "/oauth-3");
-    let still = received_auth(&w, "/oauth-3");
+    let still = w.received_auth("/oauth-3");
     // Sent before the token expired (10 s of life were left at the failure).
     assert_eq!(
         still, "Bearer access-2",

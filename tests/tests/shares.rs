@@ -13,6 +13,7 @@ use std::{
 };
 
 use svc_tests::{
+    project::{MINIMAL_WORKSPACE, chown_tree, project_at},
     require_root,
     world::{World, microvm_images},
 };
@@ -75,9 +76,8 @@ fn the_attack_leaves_nothing_on_the_host(backend: &str) {
     let home = base.join(".claude");
     let project = base.join("project");
     std::fs::create_dir_all(&home).expect("agent home");
-    std::fs::create_dir_all(project.join(".svc")).expect("project");
-    std::fs::write(project.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
-    chown_tree(&base, OWNER);
+    project_at(&project, &[MINIMAL_WORKSPACE]);
+    chown_tree(&base, OWNER, OWNER);
     let w = World::start_with_agent_home(&home);
     let ws = project.display().to_string();
     w.svc_ok(&[
@@ -205,13 +205,4 @@ fn offences(dir: &Path) -> Vec<String> {
         }
     }
     bad
-}
-
-fn chown_tree(dir: &Path, uid: u32) {
-    let out = std::process::Command::new("chown")
-        .args(["-R", &format!("{uid}:{uid}")])
-        .arg(dir)
-        .output()
-        .expect("chown");
-    assert!(out.status.success(), "chown: {out:?}");
 }

@@ -10,7 +10,7 @@ use std::{
 use serde_json::Value;
 use svc_tests::{
     require_root,
-    world::{World, microvm_images, workspace_bin},
+    world::{World, microvm_images, offline_microvm_doctor, workspace_bin},
 };
 
 /// `svc sandbox allow NAME --add-host HOST`: one `policy` audit record naming `host`.
@@ -198,19 +198,7 @@ fn doctor_reports_the_images_svcd_uses_from_its_configuration() {
     assert_eq!(source["status"], "passed", "{source:#}");
 
     // Without svcd, the same probes read this environment, and say so.
-    let out = Command::new(workspace_bin("svc"))
-        .args([
-            "--socket",
-            "/nonexistent/svcd.sock",
-            "doctor",
-            "--microvm",
-            "--json",
-        ])
-        .arg(&dir)
-        .env_remove("SVC_MICROVM_KERNEL")
-        .env_remove("SVC_MICROVM_ROOTFS")
-        .output()
-        .expect("svc doctor");
+    let out = offline_microvm_doctor(&dir).output().expect("svc doctor");
     let report: Value = serde_json::from_slice(&out.stdout).expect("the report");
     let source = report["results"]
         .as_array()

@@ -19,7 +19,7 @@ use svc_tests::{
 
 #[test]
 fn bad_configuration_exits_78_before_binding_anything() {
-    let dir = tempfile_dir();
+    let dir = svc_tests::project::temp_dir("svcfg");
     let config = dir.join("svcd.toml");
     let socket = dir.join("svcd.sock");
     std::fs::write(
@@ -43,12 +43,6 @@ fn bad_configuration_exits_78_before_binding_anything() {
     assert!(!socket.exists(), "nothing was bound");
     assert!(!dir.join("state").exists(), "no state was created");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(svc_tests::unique("svcfg"));
-    std::fs::create_dir_all(&d).expect("dir");
-    d
 }
 
 #[test]

@@ -5,21 +5,13 @@
 //! failing hook stops its phase and leaves the sandbox up; a hook past its timeout is killed
 //! with its children; and directories a caller may not share are refused.
 
-use std::{
-    os::unix::fs::MetadataExt as _,
-    path::{Path, PathBuf},
-    process::Output,
+use std::{os::unix::fs::MetadataExt as _, path::PathBuf};
+
+use svc_tests::{
+    project::{path_str as p, text},
+    require_root,
+    world::World,
 };
-
-use svc_tests::{require_root, world::World};
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A project directory under the world's, owned by `uid`, with `workspace.json` and, if
 /// given, `config.yaml` in its `.svc`.
@@ -30,32 +22,9 @@ fn project(
     workspace_json: &str,
     config_yaml: Option<&str>,
 ) -> PathBuf {
-    let dir = w.dir.join(name);
-    std::fs::create_dir_all(dir.join(".svc")).expect("project dir");
-    std::fs::write(dir.join(".svc/workspace.json"), workspace_json).expect("workspace.json");
-    if let Some(y) = config_yaml {
-        std::fs::write(dir.join(".svc/config.yaml"), y).expect("config.yaml");
-    }
-    let out = std::process::Command::new("chown")
-        .args(["-R", &format!("{uid}:{uid}")])
-        .arg(&dir)
-        .output()
-        .expect("chown");
-    assert!(out.status.success(), "chown: {out:?}");
-    dir
-}
-
-/// The events of `kind` for sandbox `name` so far.
-fn events(w: &World, kind: &str, name: &str) -> Vec<serde_json::Value> {
-    w.svc_ok(&["events", "--json"])
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["kind"] == kind && e["sandbox"] == name)
-        .collect()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8")
+    let mut files = vec![(".svc/workspace.json", workspace_json)];
+    files.extend(config_yaml.map(|y| (".svc/config.yaml", y)));
+    w.project_owned(name, uid, &files)
 }
 
 #[test]
@@ -143,16 +112,13 @@ fn workspace_up_shares_the_project_applies_its_egress_and_runs_its_hooks() {
     );
     let (_, code, _) = curl("/admin");
     assert_eq!(code, "403", "a path outside egress.policy paths");
-    let (rc, _, _) = w.sh(
-        "ws",
-        "curl -sS -o /dev/null --max-time 5 https://forbidden.example.test/",
-    );
+    let rc = w.curl_rc("ws", "https://forbidden.example.test/");
     assert_ne!(rc, 0, "a host the project does not name stays closed");
 
     // Events: each hook started, ready once.
-    assert_eq!(events(&w, "workspace.hook_started", "ws").len(), 3);
-    assert_eq!(events(&w, "workspace.ready", "ws").len(), 1);
-    assert!(events(&w, "workspace.hook_failed", "ws").is_empty());
+    assert_eq!(w.events("workspace.hook_started", "ws").len(), 3);
+    assert_eq!(w.events("workspace.ready", "ws").len(), 1);
+    assert!(w.events("workspace.hook_failed", "ws").is_empty());
 
     // The log keeps it all, as JSON lines.
     let log = w.svc_ok(&["workspace", "logs", "ws", "--json"]);
@@ -182,17 +148,12 @@ fn workspace_up_shares_the_project_applies_its_egress_and_runs_its_hooks() {
     // A resume is a start: onStart again, ready again; onSetup not.
     w.svc_ok(&["sandbox", "pause", "ws"]);
     w.svc_ok(&["sandbox", "resume", "ws"]);
-    let mut ready = 0;
-    for _ in 0..100 {
-        ready = events(&w, "workspace.ready", "ws").len();
-        if ready == 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let ready = w
+        .events_until("workspace.ready", "ws", 100, |e| e.len() == 2)
+        .len();
     assert_eq!(ready, 2, "workspace.ready after the resume");
     assert_eq!(read("starts"), "start start\nstart start\n");
-    assert_eq!(events(&w, "workspace.hook_started", "ws").len(), 4);
+    assert_eq!(w.events("workspace.hook_started", "ws").len(), 4);
 
     // Down: onTeardown runs (shown), then the sandbox goes.
     let down = w.svc(&["workspace", "down", "ws"]);
@@ -243,11 +204,11 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     let s = w.show("failing");
     assert_eq!(s["state"], "running", "the sandbox stays up: {s}");
     assert_eq!(s["workspace"]["state"], "failed");
-    let failed = events(&w, "workspace.hook_failed", "failing");
+    let failed = w.events("workspace.hook_failed", "failing");
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["detail"]["exit_code"], 3);
     assert_eq!(failed[0]["detail"]["phase"], "setup");
-    assert!(events(&w, "workspace.ready", "failing").is_empty());
+    assert!(w.events("workspace.ready", "failing").is_empty());
     assert_eq!(w.sh("failing", "echo still-here").1.trim(), "still-here");
     w.svc_ok(&["workspace", "down", "failing"]);
 
@@ -299,38 +260,14 @@ fn a_failing_hook_stops_its_phase_a_slow_one_is_killed_and_unsafe_directories_ar
     let rootowned = project(&w, "rootowned", 0, r#"{"version":1}"#, None);
     let mine = project(&w, "mine", 65534, r#"{"version":1}"#, None);
     let ids = ["--reuid=65534", "--regid=65534", "--clear-groups"];
-    let up = w.svc_as(
-        &ids,
-        &[
-            "workspace",
-            "up",
-            "--trust",
-            p(&rootowned),
-            "--name",
-            "notmine",
-            "--backend",
-            "container",
-        ],
-    );
+    let up = w.svc_as(&ids, &World::workspace_up_args(p(&rootowned), "notmine"));
     assert_eq!(up.status.code(), Some(1), "{}", text(&up));
     assert!(
         text(&up).contains("is owned by uid 0, not by you (uid 65534)"),
         "{}",
         text(&up)
     );
-    let up = w.svc_as(
-        &ids,
-        &[
-            "workspace",
-            "up",
-            "--trust",
-            p(&mine),
-            "--name",
-            "mine",
-            "--backend",
-            "container",
-        ],
-    );
+    let up = w.svc_as(&ids, &World::workspace_up_args(p(&mine), "mine"));
     assert!(
         up.status.success(),
         "{}\nsvcd:\n{}",
@@ -433,9 +370,9 @@ fn services_are_supervised_restarted_and_waited_for() {
     let ready = seq_of("workspace.ready", None);
     assert!(seq_of("workspace.service_healthy", Some("slowdb")) < ready);
     assert!(seq_of("workspace.service_healthy", Some("web")) < ready);
-    assert_eq!(events(&w, "workspace.ready", "svcs").len(), 1);
+    assert_eq!(w.events("workspace.ready", "svcs").len(), 1);
     assert_eq!(
-        events(&w, "workspace.ready", "svcs")[0]["detail"]["profile"],
+        w.events("workspace.ready", "svcs")[0]["detail"]["profile"],
         "default"
     );
     assert_eq!(
@@ -448,19 +385,12 @@ fn services_are_supervised_restarted_and_waited_for() {
     );
 
     // The crashing service: restarted maxRestarts (2) times, restartDelayMs apart, then failed.
-    let mut failed = Vec::new();
-    for _ in 0..100 {
-        failed = events(&w, "workspace.service_failed", "svcs");
-        if !failed.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let failed = w.events_until("workspace.service_failed", "svcs", 100, |e| !e.is_empty());
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["detail"]["service"], "crash");
     assert_eq!(failed[0]["detail"]["exit_code"], 7);
     assert_eq!(failed[0]["detail"]["restarts"], 2);
-    let restarted = events(&w, "workspace.service_restarted", "svcs");
+    let restarted = w.events("workspace.service_restarted", "svcs");
     assert_eq!(restarted.len(), 2, "{restarted:?}");
     let log = log_records(&w, "svcs");
     let crash: Vec<&serde_json::Value> = log.iter().filter(|r| r["service"] == "crash").collect();
@@ -517,18 +447,13 @@ fn services_are_supervised_restarted_and_waited_for() {
     assert_eq!(w.show("svcs")["workspace"]["state"], "ready");
 
     // A profile that needs the crashing service fails the workspace, naming it.
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        "--trust",
-        p(&dir),
-        "--name",
-        "svcs2",
-        "--backend",
-        "container",
-        "--profile",
-        "broken",
-    ]);
+    let up = w.svc(
+        &[
+            &World::workspace_up_args(p(&dir), "svcs2")[..],
+            &["--profile", "broken"],
+        ]
+        .concat(),
+    );
     let out = text(&up);
     assert_eq!(up.status.code(), Some(1), "{out}");
     assert!(
@@ -588,7 +513,7 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
     ] {
         assert!(out.contains(&format!("forward: {f}")), "{f} in:\n{out}");
     }
-    let opened = events(&w, "workspace.forward_opened", "spot");
+    let opened = w.events("workspace.forward_opened", "spot");
     let mut ports: Vec<u64> = opened
         .iter()
         .filter_map(|e| e["detail"]["local_port"].as_u64())
@@ -657,10 +582,7 @@ fn spotlight_forwards_exactly_the_published_ports_through_the_guest() {
         assert!(!host_curl(port).0, "port {port} is not forwarded");
     }
     // The perimeter is unchanged: the guest still reaches nothing it was not allowed.
-    let (rc, _, _) = w.sh(
-        "spot",
-        "curl -sS -o /dev/null --max-time 5 https://forbidden.example.test/",
-    );
+    let rc = w.curl_rc("spot", "https://forbidden.example.test/");
     assert_ne!(rc, 0);
     w.svc_ok(&["workspace", "down", "spot"]);
     let listening = w.host.exec(
@@ -725,17 +647,10 @@ fn auth_defaults_give_git_an_identity_a_placeholder_credential_and_no_ssh_unless
     .expect(".gitconfig");
     let up = w.svc_env(
         &[
-            "workspace",
-            "up",
-            "--trust",
-            p(&dir),
-            "--name",
-            "auth",
-            "--backend",
-            "container",
-            "--repo",
-            "acme/widget",
-        ],
+            &World::workspace_up_args(p(&dir), "auth")[..],
+            &["--repo", "acme/widget"],
+        ]
+        .concat(),
         &[("HOME", p(&home))],
     );
     assert!(

@@ -26,17 +26,12 @@ const SETUP: &str =
 fn a_huge_workspace_log_stays_under_its_cap_and_follow_streams_it_then_new_records() {
     require_root();
     let w = World::start();
-    let dir = w.dir.join("big");
-    std::fs::create_dir_all(dir.join(".svc")).expect("project dir");
-    std::fs::write(
-        dir.join(".svc/workspace.json"),
-        serde_json::json!({"version": 1, "lifecycle": {
-            "onSetup": [SETUP],
-            "onStart": ["echo start-$(cat /proc/sys/kernel/random/uuid)"],
-        }})
-        .to_string(),
-    )
-    .expect("workspace.json");
+    let workspace_json = serde_json::json!({"version": 1, "lifecycle": {
+        "onSetup": [SETUP],
+        "onStart": ["echo start-$(cat /proc/sys/kernel/random/uuid)"],
+    }})
+    .to_string();
+    let dir = w.project("big", &[(".svc/workspace.json", &workspace_json)]);
     let dir_s = dir.to_str().expect("utf-8");
     let up = w.workspace_up(dir_s, "big");
     let text = String::from_utf8_lossy(&up.stdout);

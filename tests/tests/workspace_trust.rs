@@ -18,40 +18,17 @@ use std::{
 };
 
 use svc_tests::{
+    project::{path_str as p, text},
     require_root,
     world::{World, git},
 };
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().expect("utf-8")
-}
-
-/// A project under the world's directory, owned by `uid`.
-fn project(w: &World, name: &str, uid: u32, files: &[(&str, &str)]) -> PathBuf {
-    let dir = w.dir.join(name);
-    std::fs::create_dir_all(dir.join(".svc")).expect("project dir");
-    for (f, body) in files {
-        std::fs::write(dir.join(f), body).expect("project file");
-    }
-    chown(&dir, uid);
-    dir
-}
-
-fn chown(dir: &Path, uid: u32) {
-    let out = Command::new("chown")
-        .args(["-R", &format!("{uid}:{uid}")])
-        .arg(dir)
-        .output()
-        .expect("chown");
-    assert!(out.status.success(), "chown: {out:?}");
+/// The arguments of `svc workspace up DIR --name NAME --backend container EXTRA…`.
+fn up_args<'a>(dir: &'a Path, name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["workspace", "up", p(dir), "--name", name, "--backend"];
+    args.push("container");
+    args.extend(extra);
+    args
 }
 
 const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
@@ -62,8 +39,7 @@ const CONFIG: &str = "egress:\n  policy:\n    allowed.example.test:\n      paths
 fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_approves_it() {
     require_root();
     let w = World::start();
-    let dir = project(
-        &w,
+    let dir = w.project_owned(
         "trusted",
         65534,
         &[
@@ -71,12 +47,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
             (".svc/config.yaml", CONFIG),
         ],
     );
-    let up = |name: &str, extra: &[&str]| {
-        let mut args = vec!["workspace", "up", p(&dir), "--name", name, "--backend"];
-        args.push("container");
-        args.extend(extra);
-        w.svc_as(&NOBODY, &args)
-    };
+    let up = |name: &str, extra: &[&str]| w.svc_as(&NOBODY, &up_args(&dir, name, extra));
     let none_made = || {
         assert_eq!(
             w.svc_ok(&["sandbox", "list", "--json"]).trim(),
@@ -170,15 +141,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
     );
 
     // Another API user's approval is their own: root never approved this project.
-    let out = w.svc(&[
-        "workspace",
-        "up",
-        p(&dir),
-        "--name",
-        "t3",
-        "--backend",
-        "container",
-    ]);
+    let out = w.svc(&up_args(&dir, "t3", &[]));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("not approved by you (uid 0)"),
@@ -186,16 +149,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
         text(&out)
     );
     // Root approves it (with --trust, as a script that reviewed it would)…
-    let out = w.svc(&[
-        "workspace",
-        "up",
-        p(&dir),
-        "--name",
-        "t3",
-        "--backend",
-        "container",
-        "--trust",
-    ]);
+    let out = w.svc(&up_args(&dir, "t3", &["--trust"]));
     assert!(out.status.success(), "{}", text(&out));
     w.svc_ok(&["workspace", "down", "t3"]);
     // … which changes nothing for uid 65534.
@@ -247,7 +201,7 @@ fn a_guest_edit_of_the_perimeter_is_refused_at_the_next_up_until_its_owner_appro
 
 /// A project that is a git repository with one commit, owned by root.
 fn repo_project(w: &World, name: &str, workspace_json: &str) -> PathBuf {
-    let dir = project(w, name, 0, &[(".svc/workspace.json", workspace_json)]);
+    let dir = w.project(name, &[(".svc/workspace.json", workspace_json)]);
     git(&dir, &["init", "-q", "-b", "main"]);
     git(&dir, &["add", "-A"]);
     git(&dir, &["commit", "-q", "-m", "first"]);
@@ -260,22 +214,7 @@ fn git_config_and_hooks_are_read_only_in_a_container_sandbox_while_commits_still
     let w = World::start();
     let dir = repo_project(&w, "gitro", r#"{"version":1}"#);
     let config_before = std::fs::read(dir.join(".git/config")).expect("config");
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        p(&dir),
-        "--name",
-        "gitro",
-        "--backend",
-        "container",
-        "--trust",
-    ]);
-    assert!(
-        up.status.success(),
-        "{}\nsvcd:\n{}",
-        text(&up),
-        w.svcd_log()
-    );
+    up(&w, &dir, "gitro");
 
     // What host git executes cannot be changed, nor the mounts undone.
     for (attempt, script) in [
@@ -364,22 +303,7 @@ fn workspace_down_reports_executable_git_changes_when_the_workspace_opted_out() 
         "gitrw",
         r#"{"version":1,"auth":{"defaults":{"gitConfigWritable":true}}}"#,
     );
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        p(&dir),
-        "--name",
-        "gitrw",
-        "--backend",
-        "container",
-        "--trust",
-    ]);
-    assert!(
-        up.status.success(),
-        "{}\nsvcd:\n{}",
-        text(&up),
-        w.svcd_log()
-    );
+    up(&w, &dir, "gitrw");
     // Opted out: the guest may write them (the risk the docs name).
     let (code, out, err) = w.sh(
         "gitrw",
@@ -407,16 +331,7 @@ fn workspace_down_reports_executable_git_changes_when_the_workspace_opted_out() 
 
 /// `svc workspace up DIR` for a project (approved before), container backend.
 fn up(w: &World, dir: &Path, name: &str) -> Output {
-    let up = w.svc(&[
-        "workspace",
-        "up",
-        p(dir),
-        "--name",
-        name,
-        "--backend",
-        "container",
-        "--trust",
-    ]);
+    let up = w.svc(&up_args(dir, name, &["--trust"]));
     assert!(
         up.status.success(),
         "{}\nsvcd:\n{}",

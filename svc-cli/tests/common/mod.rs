@@ -6,7 +6,7 @@
 )]
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Output},
 };
 
@@ -32,4 +32,24 @@ pub fn repo(rel: &str) -> String {
         .join(rel)
         .display()
         .to_string()
+}
+
+/// A temporary project: its `.svc` directory made and each `(path, text)` of `files` (paths
+/// relative to it, such as `.svc/config.yaml`) written. Removed when dropped.
+pub fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join(".svc")).expect("mkdir .svc");
+    for (f, body) in files {
+        std::fs::write(dir.path().join(f), body).expect("write a project file");
+    }
+    dir
+}
+
+/// A temporary directory holding one file `name` with `body`: the directory (removed when
+/// dropped) and the file's path.
+pub fn temp_file(name: &str, body: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, body).expect("write the file");
+    (dir, path)
 }

@@ -37,7 +37,7 @@ use svc_control::{
     hosts::{Allowlist, HostPattern},
     policy::{destination::HostNetwork, mode::EgressMode},
 };
-use svc_tests::{PinDir, require_root};
+use svc_tests::{PinDir, dns::DNSMASQ_ON_LOOPBACK, require_root};
 
 const ROUNDS: usize = 5;
 const SAMPLES: usize = 600;
@@ -64,34 +64,15 @@ fn main() {
     let fwd_port = free_port();
     let _upstream = spawn(
         Command::new("dnsmasq")
-            .args([
-                "--no-daemon",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--listen-address=127.0.0.1",
-                "--user=root",
-                "--pid-file",
-                "--local-ttl=300",
-                "--cache-size=0",
-            ])
+            .args(DNSMASQ_ON_LOOPBACK)
+            .args(["--local-ttl=300", "--cache-size=0"])
             .arg(format!("--port={up_port}"))
             .arg(format!("--addn-hosts={}", hosts.display())),
     );
     let _forwarder = spawn(
         Command::new("dnsmasq")
-            .args([
-                "--no-daemon",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--listen-address=127.0.0.1",
-                "--user=root",
-                "--pid-file",
-                "--cache-size=10000",
-            ])
+            .args(DNSMASQ_ON_LOOPBACK)
+            .args(["--cache-size=10000"])
             .arg(format!("--port={fwd_port}"))
             .arg(format!("--server=127.0.0.1#{up_port}")),
     );

@@ -62,17 +62,7 @@ fn main() {
         svcd_ports: vec![],
     });
     fence.set_destination_classes(&deny, &ok).unwrap();
-    let link = SandboxLink {
-        ifindex: t.host_ifindex(),
-        sandbox: 1,
-        mode: EgressMode::Curated,
-        proxy: false,
-        guest_v4: t.guest_v4,
-        gateway_v4: t.gateway_v4,
-        guest_v6: Some(t.guest_v6),
-        guest_v6_link_local: Some(t.guest_v6_ll),
-        gateway_v6: Some(t.gateway_v6),
-    };
+    let link = t.sandbox_link(1, EgressMode::Curated, false);
     let entry = AllowEntry {
         addr: ALLOWED_V4.into(),
         rules: vec![PortRule::Tcp(5201)],

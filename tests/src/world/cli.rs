@@ -2,7 +2,7 @@
 //! and the set-ups many tests share (a sandbox allowing hosts, one with the example host's
 //! secret, `svc workspace up`).
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use super::{CLI_LIMIT, EXAMPLE_TOKEN, World, workspace_bin};
 
@@ -13,9 +13,27 @@ impl World {
         self.svc_env(args, &[])
     }
 
-    pub fn svc_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+    /// `svc ARGS` against this svcd, not yet run: for a test that spawns it, pipes it or
+    /// signals it.
+    pub fn svc_command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(workspace_bin("svc"));
         c.args(args).env("SVC_SOCKET", &self.socket);
+        c
+    }
+
+    /// `svc sandbox exec NAME -- sh -c SCRIPT`, not yet run, every stream piped (a piped stdin
+    /// is forwarded: the command's input ends when the caller's does).
+    pub fn sh_command(&self, name: &str, script: &str) -> Command {
+        let mut c = self.svc_command(&["sandbox", "exec", name, "--", "sh", "-c", script]);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// [`World::svc`] with environment variables set.
+    pub fn svc_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = self.svc_command(args);
         for (k, v) in env {
             c.env(k, v);
         }
@@ -71,6 +89,21 @@ impl World {
         }
         args.push(name);
         self.svc_ok(&args)
+    }
+
+    /// The two container sandboxes of a flood test: `flood` (the attacking guest, allowed
+    /// allowed.example.test) and `calm` (allowed nothing), whose service must go on.
+    pub fn flood_and_calm(&self) {
+        self.svc_ok(&[
+            "sandbox",
+            "create",
+            "flood",
+            "--backend",
+            "container",
+            "--allow-host",
+            "allowed.example.test",
+        ]);
+        self.svc_ok(&["sandbox", "create", "calm", "--backend", "container"]);
     }
 
     /// `svc sandbox create --allow-host allowed.example.test --secret
@@ -137,8 +170,60 @@ impl World {
         )
     }
 
+    /// svcd's events of `kind` about sandbox `name` so far (`svc events --json`).
+    pub fn events(&self, kind: &str, name: &str) -> Vec<serde_json::Value> {
+        self.svc_ok(&["events", "--json"])
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["kind"] == kind && e["sandbox"] == name)
+            .collect()
+    }
+
+    /// [`World::events`], asked again every 100 ms (at most `tries` times) until `enough`
+    /// holds of them; the last answer, for the test to assert on.
+    pub fn events_until(
+        &self,
+        kind: &str,
+        name: &str,
+        tries: u32,
+        enough: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let mut seen = Vec::new();
+        for _ in 0..tries {
+            seen = self.events(kind, name);
+            if enough(&seen) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        seen
+    }
+
+    /// curl's exit code for `url` from inside sandbox `name` (at most 5 s, the body dropped).
+    pub fn curl_rc(&self, name: &str, url: &str) -> i32 {
+        self.sh(name, &format!("curl -sS -o /dev/null --max-time 5 {url}"))
+            .0
+    }
+
     /// `svc sandbox show NAME --json`.
     pub fn show(&self, name: &str) -> serde_json::Value {
         serde_json::from_str(&self.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
     }
+}
+
+/// `svc doctor --microvm --json DIR` with no svcd to ask (its socket a path that does not
+/// exist) and without the microvm image variables: the host probes read this machine.
+pub fn offline_microvm_doctor(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(workspace_bin("svc"));
+    c.args([
+        "--socket",
+        "/nonexistent/svcd.sock",
+        "doctor",
+        "--microvm",
+        "--json",
+    ])
+    .arg(dir)
+    .env_remove("SVC_MICROVM_KERNEL")
+    .env_remove("SVC_MICROVM_ROOTFS");
+    c
 }
