@@ -62,12 +62,12 @@ fn the_microvm_probes_read_the_real_images() {
         why.starts_with(&format!(
             "{} is not an ext4 image debugfs can read",
             kernel.display()
-        )) && why.contains("— fix: build the images with `cargo xtask images`"),
+        )) && why.contains("— fix: build the images with `svcd images build`"),
         "{why}"
     );
     assert_eq!(
         probe(&report, "host:svc-microvm-kernel")["reason"],
-        "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (cargo xtask images builds them)"
+        "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (svcd images build makes them)"
     );
 
     // An ext4 image without the agent.
@@ -83,7 +83,7 @@ fn the_microvm_probes_read_the_real_images() {
     assert_eq!(
         probe(&report, "host:microvm-agent")["reason"],
         format!(
-            "{} has no /usr/local/bin/svc-microvm-agent — fix: build the images with `cargo xtask images` (the rootfs gets the agent), or point SVC_MICROVM_ROOTFS at one",
+            "{} has no /usr/local/bin/svc-microvm-agent — fix: build the images with `svcd images build` (the rootfs gets the agent), or point SVC_MICROVM_ROOTFS at one",
             empty.display()
         )
     );

@@ -180,7 +180,7 @@ fn microvm_agent(host: &Host<'_>) -> HostOutcome {
         Ok(image) => agent_in_image(&image),
         Err(_) if matches!(host.images, ImageSource::Local(..)) => Err((
             "no SVC_MICROVM_ROOTFS to look in".into(),
-            "set SVC_MICROVM_ROOTFS (cargo xtask images builds the image)",
+            "set SVC_MICROVM_ROOTFS (svcd images build makes it)",
         )),
         Err(e) => Err(e),
     }
@@ -239,7 +239,7 @@ fn qemu(_: &Host<'_>) -> HostOutcome {
 /// (read with e2fsprogs' debugfs, without mounting it).
 fn agent_in_image(image: &str) -> HostOutcome {
     const AGENT: &str = "/usr/local/bin/svc-microvm-agent";
-    let fix = "build the images with `cargo xtask images` (the rootfs gets the agent), or point SVC_MICROVM_ROOTFS at one";
+    let fix = "build the images with `svcd images build` (the rootfs gets the agent), or point SVC_MICROVM_ROOTFS at one";
     let out = std::process::Command::new("debugfs")
         .args(["-R", &format!("stat {AGENT}")])
         .arg(image)
@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(
             unset.reason.as_deref(),
             Some(
-                "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (cargo xtask images builds them)"
+                "SVC_MICROVM_KERNEL is not set — fix: set it to the microvm image (svcd images build makes them)"
             )
         );
         let no_range = by("host:microvm-user");

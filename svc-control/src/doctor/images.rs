@@ -50,7 +50,7 @@ pub(super) fn image(
                 (None, Some(p)) => readable(&format!("microvm.{name}"), p.display().to_string()),
                 (None, None) => Err((
                     format!("{var} is not set"),
-                    "set it to the microvm image (cargo xtask images builds them)",
+                    "set it to the microvm image (svcd images build makes them)",
                 )),
             }
         }
