@@ -7,6 +7,7 @@
 mod fence_run;
 mod man;
 mod setup_host;
+mod stop_sandboxes;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -74,6 +75,15 @@ enum Command {
         /// Only say what would be made.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Stop every sandbox's guest while svcd is stopped, keeping their state (the Debian
+    /// package's prerm runs it on `apt remove`): SIGTERM, then SIGKILL after --grace. The next
+    /// svcd lists them as dead; `svc sandbox destroy` or `apt purge` removes their state.
+    /// Refused while svcd runs on the same state directory.
+    StopSandboxes {
+        /// Seconds a guest gets to end after SIGTERM before it is killed.
+        #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+        grace: u64,
     },
     /// Write the man pages into DIR/man8 (svcd.8, one per subcommand) and DIR/man5
     /// (svcd.toml.5, every configuration key).
@@ -173,6 +183,9 @@ fn main() -> ExitCode {
         Command::CheckConfig => Ok(()),
         Command::Guardian { now } => return guardian(&host, now),
         Command::SetupHost { dry_run } => setup_host::run(&host, dry_run),
+        Command::StopSandboxes { grace } => {
+            stop_sandboxes::run(&host, std::time::Duration::from_secs(grace))
+        }
         Command::Man { .. } => Ok(()),
     };
     match result {
