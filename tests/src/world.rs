@@ -111,6 +111,9 @@ pub struct World {
     /// The code host's SSH server (192.0.2.12 port 22 in the outside world) when the world
     /// was started with it; svcd's relay uses its known_hosts and agent.
     pub ssh: Option<crate::ssh_host::SshHost>,
+    /// The svcd binary [`World::start_svcd`] runs: the workspace's, or an installed one
+    /// ([`World::start_installed`]).
+    pub svcd_exe: PathBuf,
     /// tinyproxy, in a world started with the operator's forward proxy.
     forward_proxy: Option<Child>,
     svcd: Option<Child>,
@@ -170,7 +173,7 @@ impl World {
     pub fn svcd_command(&self) -> Command {
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net=/run/netns/{}", self.host.name))
-            .arg(workspace_bin("svcd"))
+            .arg(&self.svcd_exe)
             .arg("--config")
             .arg(&self.config)
             .arg("run");

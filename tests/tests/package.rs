@@ -7,148 +7,19 @@
 //! The package is `target/package/svc_*_amd64.deb`, built by `cargo xtask package --debug`
 //! (`cargo xtask test` builds it before the tests).
 
-use std::{
-    collections::BTreeSet,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{collections::BTreeSet, path::Path, process::Command};
 
-fn target() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")
-}
+#[path = "package/root.rs"]
+mod root;
 
-/// The newest package `cargo xtask package` left.
-fn deb() -> PathBuf {
-    let dir = target().join("package");
-    let mut debs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}: run `cargo xtask package --debug` first",
-                dir.display()
-            )
-        })
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
-        .collect();
-    debs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    debs.pop().unwrap_or_else(|| {
-        panic!(
-            "no .deb in {}: run `cargo xtask package --debug` first",
-            dir.display()
-        )
-    })
-}
-
-fn sh(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A field of a package's control file.
-fn field(deb: &Path, name: &str) -> String {
-    sh(Command::new("dpkg-deb").arg("-f").arg(deb).arg(name))
-        .trim()
-        .to_owned()
-}
-
-/// The package's `Depends` names, without versions or alternatives past the first.
-fn depends(deb: &Path) -> Vec<String> {
-    field(deb, "Depends")
-        .split(',')
-        .filter_map(|d| {
-            d.split('|')
-                .next()?
-                .split_whitespace()
-                .next()
-                .map(str::to_owned)
-        })
-        .collect()
-}
-
-/// A Debian root with the package's dependencies, made once (a tarball under
-/// target/package, remade when the dependencies change) and unpacked fresh for each test.
-struct Root {
-    dir: PathBuf,
-}
+use root::{Root, deb, field, rebuilt_as, sh, target};
 
 impl Root {
-    fn fresh(deb: &Path) -> Self {
-        let deps = depends(deb).join(",");
-        let cache = target().join("package").join("root");
-        std::fs::create_dir_all(&cache).expect("cache dir");
-        let tar = cache.join("bookworm.tar");
-        let stamp = cache.join("bookworm.deps");
-        let _lock = Lock::take(&cache.join("lock"));
-        if !tar.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(&deps) {
-            let sources = [
-                "/etc/apt/sources.list.d/debian.sources",
-                "/etc/apt/sources.list",
-            ]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("this machine's apt sources");
-            let part = cache.join("bookworm.tar.part");
-            sh(Command::new("mmdebstrap")
-                .args([
-                    "--quiet",
-                    "--variant=minbase",
-                    "--mode=root",
-                    "--format=tar",
-                ])
-                .arg(format!("--include={deps}"))
-                .arg("bookworm")
-                .arg(&part)
-                .arg(sources));
-            std::fs::rename(&part, &tar).expect("rename");
-            std::fs::write(&stamp, &deps).expect("stamp");
-        }
-        let dir = target()
-            .join("tmp")
-            .join(format!("debroot-{}", svc_tests::unique("r")));
-        std::fs::create_dir_all(&dir).expect("root dir");
-        sh(Command::new("tar")
-            .arg("-xpf")
-            .arg(&tar)
-            .arg("-C")
-            .arg(&dir));
-        Self { dir }
-    }
-
-    /// `sh -c SCRIPT` inside the root.
-    fn run(&self, script: &str) -> String {
-        sh(Command::new("chroot")
-            .arg(&self.dir)
-            .args(["sh", "-c", script]))
-    }
-
     /// Whether `sh -c SCRIPT` inside the root succeeds.
     fn ok(&self, script: &str) -> bool {
-        Command::new("chroot")
-            .arg(&self.dir)
-            .args(["sh", "-c", script])
+        self.command(script)
             .output()
             .is_ok_and(|o| o.status.success())
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.join(p.trim_start_matches('/'))
-    }
-
-    fn read(&self, p: &str) -> String {
-        std::fs::read_to_string(self.path(p)).unwrap_or_default()
-    }
-
-    /// Put a package into the root's /tmp.
-    fn put(&self, deb: &Path, name: &str) -> String {
-        std::fs::copy(deb, self.path("/tmp").join(name)).expect("copy deb");
-        format!("/tmp/{name}")
     }
 
     /// Every path in the root but the package system's own records and logs.
@@ -174,27 +45,6 @@ impl Root {
     }
 }
 
-impl Drop for Root {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// An exclusive flock on a file, for the root's cache (tests of this file may run at once).
-struct Lock(#[expect(dead_code, reason = "held for its drop")] nix::fcntl::Flock<std::fs::File>);
-
-impl Lock {
-    fn take(path: &Path) -> Self {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .expect("lock file");
-        Self(nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).expect("flock"))
-    }
-}
-
 /// `name:start:count` lines of a subordinate-id file, by name.
 fn ranges(text: &str) -> Vec<(String, u64, u64)> {
     text.lines()
@@ -209,38 +59,17 @@ fn ranges(text: &str) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
-/// The same package with another version (a newer build of this tree, for the upgrade).
-fn rebuilt_as(deb: &Path, version: &str, dir: &Path) -> PathBuf {
-    let tree = dir.join("tree");
-    let _ = std::fs::remove_dir_all(&tree);
-    sh(Command::new("dpkg-deb").arg("-R").arg(deb).arg(&tree));
-    let control = tree.join("DEBIAN/control");
-    let text = std::fs::read_to_string(&control).expect("control");
-    let old = field(deb, "Version");
-    std::fs::write(
-        &control,
-        text.replace(
-            &format!("Version: {old}\n"),
-            &format!("Version: {version}\n"),
-        ),
-    )
-    .expect("control");
-    let out = dir.join(format!("svc_{version}_amd64.deb"));
-    sh(Command::new("dpkg-deb")
-        .args(["--root-owner-group", "-b"])
-        .arg(&tree)
-        .arg(&out));
-    out
-}
-
 #[test]
 fn install_upgrade_remove_and_purge_in_a_fresh_debian_root() {
     let deb = deb();
     let root = Root::fresh(&deb);
     // A person with their own id range: the package's ranges must avoid it.
     root.run("useradd --create-home alice && grep -q '^alice:' /etc/subuid");
+    // A host's bpffs mount point (pins go under it).
+    root.run("mkdir -p /sys/fs/bpf");
     let before = root.files();
     let subuid_before = root.read("/etc/subuid");
+    let subgid_before = root.read("/etc/subgid");
 
     // Install.
     let first = root.put(&deb, "svc.deb");
@@ -333,8 +162,22 @@ fn install_upgrade_remove_and_purge_in_a_fresh_debian_root() {
     let _ = std::fs::remove_dir_all(&work);
 
     // Remove: the binaries go; configuration, data and accounts stay for purge.
-    root.run("mkdir -p /var/lib/svc/sandboxes && echo x > /var/lib/svc/sandboxes/data && mkdir -p /var/log/svc && echo '{}' > /var/log/svc/audit.jsonl && head -c 32 /dev/urandom > /etc/svc/secrets.key");
-    root.run("dpkg -r svc");
+    // What a running svcd leaves: state, the images, an audit log, the host key, the API
+    // socket's directory, pinned eBPF objects (a plain directory in the root) and the
+    // nftables table (in the root's own network namespace).
+    root.run(
+        "mkdir -p /var/lib/svc/sandboxes /var/lib/svc/images/base /var/log/svc /run/svc \
+           /sys/fs/bpf/svc/links \
+         && echo x > /var/lib/svc/sandboxes/data && echo x > /var/lib/svc/images/base/stamp \
+         && echo '{}' > /var/log/svc/audit.jsonl && head -c 32 /dev/urandom > /etc/svc/secrets.key \
+         && touch /run/svc/svcd.sock /sys/fs/bpf/svc/SVC_ALLOW4 /sys/fs/bpf/svc/links/svc1_ingress \
+         && nft add table inet svc",
+    );
+    let out = root.run("dpkg -r svc 2>&1");
+    assert!(
+        out.contains("svcd stop-sandboxes: no sandboxes' state in /var/lib/svc: nothing to stop"),
+        "prerm stops the sandboxes (none here): {out}"
+    );
     assert!(!root.path("/usr/sbin/svcd").exists(), "svcd removed");
     assert_eq!(
         root.run("dpkg-query -W -f='${Status}' svc"),
@@ -372,6 +215,15 @@ fn install_upgrade_remove_and_purge_in_a_fresh_debian_root() {
         root.read("/etc/subuid"),
         subuid_before,
         "purge removes the ranges, keeps alice's"
+    );
+    assert_eq!(
+        root.read("/etc/subgid"),
+        subgid_before,
+        "purge removes the group ranges, keeps alice's"
+    );
+    assert!(
+        !root.ok("nft list table inet svc"),
+        "purge deletes the nftables table"
     );
     let after = root.files();
     let left: Vec<_> = after.difference(&before).collect();

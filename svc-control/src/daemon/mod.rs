@@ -17,7 +17,7 @@ mod supervisor;
 mod wiring;
 
 pub use api_socket::Ended;
-pub use server::{RunOptions, guardian_once, run};
+pub use server::{RunOptions, guardian_once, instance_lock, run};
 pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
 pub use wiring::{
     FenceCommit, IfindexOf, NamedAudit, RecordingCommit, Registered, Registry, UpstreamResolver,

@@ -75,7 +75,7 @@ fn svcd_ports(host: &HostConfig) -> Vec<u16> {
 /// `run` runs (the kernel lets it go however svcd ends). A second svcd would rewrite the
 /// fence's tries, share the guard's and the proxy's ports and re-adopt the same sandboxes; it
 /// stops here instead, before touching any of them, naming the svcd that holds the lock.
-fn instance_lock(state_dir: &Path) -> anyhow::Result<Flock<std::fs::File>> {
+pub fn instance_lock(state_dir: &Path) -> anyhow::Result<Flock<std::fs::File>> {
     use std::{io::Write as _, os::unix::fs::OpenOptionsExt as _};
     std::fs::DirBuilder::new()
         .recursive(true)

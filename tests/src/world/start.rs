@@ -29,6 +29,10 @@ pub(super) struct Options<'a> {
     served: &'a [(&'a str, &'a str)],
     /// More DNS answers (`--name`; a name given several times is answered with every address).
     names: &'a [(&'a str, &'a str)],
+    /// svcd from this binary instead of the workspace's, with svcd.toml starting with
+    /// `config_head` (an installed svcd and its packaged configuration).
+    svcd: Option<&'a Path>,
+    config_head: &'a str,
 }
 
 /// Start tinyproxy in the outside world and fence the host's own traffic to it; svcd.toml's
@@ -156,6 +160,17 @@ impl World {
         })
     }
 
+    /// [`World::start`] with an installed svcd: `svcd` is its binary, and svcd.toml is its
+    /// packaged configuration `conffile` with this world's settings appended (its paths, the
+    /// test hosts, the outside world's DNS and CA), as an operator edits the conffile.
+    pub fn start_installed(svcd: &Path, conffile: &str) -> Self {
+        Self::start_full(&Options {
+            svcd: Some(svcd),
+            config_head: conffile,
+            ..Options::default()
+        })
+    }
+
     pub fn start_with_upstream_proxy() -> Self {
         Self::start_full(&Options {
             upstream_proxy: true,
@@ -203,7 +218,8 @@ impl World {
         std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
         let config = dir.join("svcd.toml");
         let cgroup_parent = format!("svc-test/{}", unique("w"));
-        let toml = svcd_toml(&dir, &image, &pins.path, &cgroup_parent, o)
+        let toml = format!("{}\n", o.config_head)
+            + &svcd_toml(&dir, &image, &pins.path, &cgroup_parent, o)
             + &format!("{git_ssh_lines}\n{upstream_lines}\n");
         std::fs::write(&config, toml).expect("svcd.toml");
         let mut world = Self {
@@ -215,6 +231,7 @@ impl World {
             config,
             cgroup_parent,
             ssh,
+            svcd_exe: o.svcd.map_or_else(|| workspace_bin("svcd"), Path::to_owned),
             forward_proxy,
             svcd: None,
             outside_world,

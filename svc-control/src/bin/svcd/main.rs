@@ -8,6 +8,7 @@ mod fence_run;
 mod images;
 mod man;
 mod setup_host;
+mod stop_sandboxes;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -80,6 +81,15 @@ enum Command {
     /// or see their `status`.
     #[command(subcommand)]
     Images(images::ImagesCommand),
+    /// Stop every sandbox's guest while svcd is stopped, keeping their state (the Debian
+    /// package's prerm runs it on `apt remove`): SIGTERM, then SIGKILL after --grace. The next
+    /// svcd lists them as dead; `svc sandbox destroy` or `apt purge` removes their state.
+    /// Refused while svcd runs on the same state directory.
+    StopSandboxes {
+        /// Seconds a guest gets to end after SIGTERM before it is killed.
+        #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+        grace: u64,
+    },
     /// Write the man pages into DIR/man8 (svcd.8, one per subcommand) and DIR/man5
     /// (svcd.toml.5, every configuration key).
     Man {
@@ -179,6 +189,9 @@ fn main() -> ExitCode {
         Command::Guardian { now } => return guardian(&host, now),
         Command::SetupHost { dry_run } => setup_host::run(&host, dry_run),
         Command::Images(cmd) => return images::run(cmd, &host),
+        Command::StopSandboxes { grace } => {
+            stop_sandboxes::run(&host, std::time::Duration::from_secs(grace))
+        }
         Command::Man { .. } => Ok(()),
     };
     match result {

@@ -249,7 +249,9 @@ impl Backend for Container {
     }
 
     fn alive(&self, guest: &GuestHandle) -> bool {
-        start_time(guest.pid) == Some(guest.start)
+        // A guest whose init was killed while no svcd ran stays a zombie until its new parent
+        // reaps it: that is a dead guest (as the microvm backend counts it).
+        start_time(guest.pid) == Some(guest.start) && !super::is_zombie(guest.pid)
     }
 
     fn serve_guest<'a>(
