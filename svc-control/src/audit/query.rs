@@ -89,10 +89,12 @@ impl Filter {
             let name = record["sandbox_name"].as_str();
             let at = record_time(record);
             let mine = only.iter().any(|(n, created)| {
-                // Records carry whole seconds at least; compare at that grain.
+                // Records carry milliseconds (`record::rfc3339`); compare at that grain, so a
+                // record of an earlier sandbox of the same name in the same second is not
+                // this one's.
                 let created = created
                     .duration_since(SystemTime::UNIX_EPOCH)
-                    .map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs()))
+                    .map(|d| SystemTime::UNIX_EPOCH + Duration::from_millis(d.as_millis() as u64))
                     .unwrap_or(*created);
                 name == Some(n.as_str()) && at.is_some_and(|at| at >= created)
             });
@@ -268,5 +270,16 @@ mod tests {
         );
         assert!(!f.matches(&rec("theirs", "2026-01-01T11:00:00Z")));
         assert!(!f.matches(&serde_json::json!({"time": "2026-01-01T11:00:00Z"})));
+        // The same second: a record before the creation's millisecond is an earlier sandbox's.
+        let later = humantime::parse_rfc3339("2026-01-01T10:00:00.600Z").unwrap();
+        let f = Filter {
+            only: Some(vec![("mine".to_owned(), later)]),
+            ..Filter::default()
+        };
+        assert!(
+            !f.matches(&rec("mine", "2026-01-01T10:00:00.500Z")),
+            "a same-named sandbox earlier in the same second"
+        );
+        assert!(f.matches(&rec("mine", "2026-01-01T10:00:00.600Z")));
     }
 }
