@@ -177,8 +177,16 @@ fn reap() {
 }
 
 /// The bundle svcd writes for a sandbox named `id`, on an overlay of `lower` under `dir`;
-/// `extra` mounts appended (the idmap proof's).
-fn bundle(dir: &Path, id: &str, lower: &Path, range: rootfs::IdRange, extra: &[serde_json::Value]) {
+/// `extra` mounts appended (the idmap proof's). For libcontainer 0.7 (`lib`) without
+/// `rootfsPropagation` (`rprivate`), which its create refuses ("failed to prepare rootfs").
+fn bundle(
+    dir: &Path,
+    id: &str,
+    lower: &Path,
+    range: rootfs::IdRange,
+    extra: &[serde_json::Value],
+    lib: bool,
+) {
     let layers = rootfs::Layers::under(dir);
     layers.mount(lower, range).expect("overlay");
     let map = oci::IdMapping {
@@ -208,6 +216,9 @@ fn bundle(dir: &Path, id: &str, lower: &Path, range: rootfs::IdRange, extra: &[s
     if let Some(mounts) = json["mounts"].as_array_mut() {
         mounts.extend(extra.iter().cloned());
     }
+    if let Some(linux) = json["linux"].as_object_mut().filter(|_| lib) {
+        linux.remove("rootfsPropagation");
+    }
     std::fs::write(
         dir.join("bundle/config.json"),
         serde_json::to_vec(&json).expect("json"),
@@ -230,7 +241,8 @@ fn round(
     lower: &Path,
     range: rootfs::IdRange,
 ) -> Result<[Duration; 4], String> {
-    bundle(dir, id, lower, range, &[]);
+    let lib = matches!(rt.driver, Driver::Lib { .. });
+    bundle(dir, id, lower, range, &[], lib);
     let b = dir.join("bundle");
     let b = b.to_str().expect("utf-8");
     let pid = dir.join("pid");
@@ -278,7 +290,8 @@ fn idmap_proof(
         "gidMappings": map,
     });
     let id = format!("idmap-{}", rt.label);
-    bundle(dir, &id, lower, range, &[mount]);
+    let lib = matches!(rt.driver, Driver::Lib { .. });
+    bundle(dir, &id, lower, range, &[mount], lib);
     let b = dir.join("bundle");
     let pid = dir.join("pid");
     let verdict = match rt.step(&["create", &id, b.to_str().expect("utf-8")], &pid) {
