@@ -4,6 +4,7 @@
 //! - `cargo xtask test`: set up, then every gate and every test, as CI runs them.
 //! - `cargo xtask demo`: set up, then the main job: what a fenced guest can and cannot reach.
 
+mod bench_runtime;
 mod demo;
 mod images;
 mod package;
@@ -73,14 +74,18 @@ enum Command {
     /// 100 at once, destroy-all and what is left; counts as arguments, default 1 100 500 1000)
     /// or `soak` (minutes of steady requests from 10 sandboxes while others are created and
     /// destroyed, then: every request audited once, svcd's descriptors and memory back, no
-    /// error in its log; seconds as the argument, default 180).
+    /// error in its log; seconds as the argument, default 180) or `runtime` (the OCI runtimes
+    /// side by side on svcd's bundle: runc, crun, youki's libcontainer in-process and any newer
+    /// one in target/runtimes; create, start, exec and kill + delete, and an idmapped mount
+    /// proof each).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak", "runtime"])]
         which: String,
         /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180;
         /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
-        /// with nginx, default 5, or `--quick`).
+        /// with nginx, default 5, or `--quick`; `runtime`: `--rounds N`, default 30, and
+        /// `--warm-up N`, default 3).
         args: Vec<String>,
     },
     /// Build the Debian package `svc_<version>_amd64.deb` (svcd, svc, the guest binaries, man
@@ -172,6 +177,7 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
         "scale" => with_base_image("scale-bench", args, "info,svc_control::runtime=debug"),
         "soak" => with_base_image("soak-bench", args, "info"),
         "git-ssh" => with_base_image("git-ssh-bench", args, "info"),
+        "runtime" => bench_runtime::run(args),
         other => anyhow::bail!("no benchmark {other:?}"),
     }
 }
