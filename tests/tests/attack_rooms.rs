@@ -185,7 +185,7 @@ fn odd_creation_requests_are_refused_by_name_and_leave_nothing() {
             r#"{"name":"wse","workspace":{"root":"/etc"}}"#.into(),
             "workspace",
         ),
-        ("deep nesting", deep, "allow_hosts"),
+        ("deep nesting", deep, "column"),
         ("8 MiB name", huge_name, ""),
         ("200k hosts", huge_hosts, ""),
         ("not json", "{\"name\":".into(), ""),
