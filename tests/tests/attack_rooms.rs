@@ -427,3 +427,145 @@ fn a_second_users_bent_paths_never_reach_anothers_sandbox() {
         wrong.join("\n")
     );
 }
+
+/// Exchange two paths (`renameat2(RENAME_EXCHANGE)`) as fast as it goes for `argv[3]` seconds.
+const SWAP: &str = r#"
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = sys.argv[1].encode(), sys.argv[2].encode()
+end = time.time() + float(sys.argv[3])
+while time.time() < end:
+    for _ in range(1000):
+        libc.renameat2(-100, a, -100, b, 2)
+"#;
+
+/// A member's project directory itself swapped, while `svc workspace up` runs, with a link to
+/// root's 0700 directory: svcd must never share root's directory with the member's guest,
+/// and each failed creation (the swap caught at the check or at the mount) leaves nothing.
+#[test]
+fn a_members_project_swapped_for_a_link_mid_creation_never_shares_roots_directory() {
+    require_root();
+    let w = World::start();
+    let user = format!("atks{}", std::process::id() % 100_000);
+    let _ = Command::new("userdel").arg(&user).output();
+    let made = Command::new("useradd")
+        .args([
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--gid",
+            "65534",
+        ])
+        .arg(&user)
+        .output()
+        .expect("useradd");
+    assert!(made.status.success(), "{made:?}");
+    let uid = String::from_utf8_lossy(
+        &Command::new("id")
+            .args(["-u", &user])
+            .output()
+            .expect("id")
+            .stdout,
+    )
+    .trim()
+    .to_owned();
+    let ids_owned = [
+        format!("--reuid={uid}"),
+        "--regid=65534".to_owned(),
+        "--groups=65534".to_owned(),
+    ];
+    let ids: Vec<&str> = ids_owned.iter().map(String::as_str).collect();
+    // The member's base (it may rename in it), its project, root's secret beside it.
+    let base = std::env::temp_dir().join(svc_tests::unique("mswap"));
+    let proj = base.join("proj");
+    let secret = base.join("roots");
+    std::fs::create_dir_all(proj.join(".svc")).expect("proj");
+    std::fs::write(proj.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
+    std::fs::write(proj.join("mine"), "the member's").expect("mine");
+    std::fs::create_dir_all(secret.join(".svc")).expect("secret");
+    std::fs::write(secret.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
+    std::fs::write(secret.join("root-only"), "ROOT SECRET").expect("secret file");
+    std::os::unix::fs::symlink(&secret, base.join("link")).expect("link");
+    let sh = |cmd: String| {
+        let _ = Command::new("sh").arg("-c").arg(cmd).output();
+    };
+    sh(format!(
+        "chown -R {uid}:65534 {b}/proj; chown -h {uid}:65534 {b}/link; chown {uid}:65534 {b}; \
+         chmod 755 {b}; chmod 700 {b}/roots",
+        b = base.display()
+    ));
+    let mut swapper = Command::new("setpriv")
+        .args(&ids)
+        .args(["/usr/bin/python3", "-c", SWAP])
+        .arg(&proj)
+        .arg(base.join("link"))
+        .arg("200")
+        .spawn()
+        .expect("swapper");
+    let mut wrong = Vec::new();
+    let (mut up, mut refused) = (0, 0);
+    for i in 0..25 {
+        let n = format!("mswap{i}");
+        let out = w.svc_as(
+            &ids,
+            &[
+                "workspace",
+                "up",
+                "--trust",
+                proj.to_str().expect("utf-8"),
+                "--name",
+                &n,
+                "--backend",
+                "container",
+                "--detach",
+            ],
+        );
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            up += 1;
+            let seen = w.svc_as(
+                &ids,
+                &[
+                    "sandbox",
+                    "exec",
+                    &n,
+                    "--",
+                    "sh",
+                    "-c",
+                    "cat /workspace/* 2>&1; ls -la /workspace",
+                ],
+            );
+            let seen = String::from_utf8_lossy(&seen.stdout).into_owned();
+            if seen.contains("ROOT SECRET") || seen.contains("root-only") {
+                wrong.push(format!(
+                    "{n}: the member's guest sees root's directory: {seen}"
+                ));
+            }
+            let _ = w.svc(&["sandbox", "destroy", &n]);
+        } else {
+            refused += 1;
+            if i < 3 || refused % 5 == 0 {
+                eprintln!("{n}: {}", said.trim());
+            }
+        }
+        wrong.extend(nothing_left(&w, &n));
+        if !wrong.is_empty() {
+            break;
+        }
+    }
+    let _ = swapper.kill();
+    let _ = swapper.wait();
+    eprintln!("{up} came up, {refused} refused");
+    let _ = Command::new("userdel").arg(&user).output();
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(
+        wrong.is_empty(),
+        "{} got through:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
