@@ -412,3 +412,36 @@ fn the_programs_diagnostics_reach_the_logger_and_the_level_silences_them() {
         t.host.run(|| fence.detach(&link)).expect("detach");
     }
 }
+
+/// A sandbox id reused after its earlier sandbox's link went away without `remove_sandbox`
+/// (its guest stopped while svcd was down, the link gone with it): the new sandbox's first
+/// policy starts from nothing, never from the earlier one's allowed addresses.
+#[test]
+fn a_reused_sandbox_id_inherits_no_allowed_address() {
+    require_root();
+    let t = Topology::new(35);
+    let pins = PinDir::new();
+    let _allowed = TcpServer::start(&t.outside, sa(ALLOWED_V4, 443), b"allowed-v4");
+    let other = TcpServer::start(&t.outside, sa(OTHER_V4, 443), b"other-v4");
+    let link = sandbox_link(&t, EgressMode::Curated);
+    // The earlier sandbox of the same id, on a link that is gone: its record and entries stay.
+    let gone = SandboxLink {
+        ifindex: link.ifindex + 100_000,
+        ..link
+    };
+    let mut fence = t.fence_up(&pins, &gone, &[allow(OTHER_V4, &WEB)]);
+    fence
+        .install_sandbox(&link, &[allow(ALLOWED_V4, &WEB)], &[])
+        .expect("install the new sandbox");
+    assert_eq!(
+        tcp_fetch(&t.guest, sa(ALLOWED_V4, 443)).as_deref(),
+        Ok(&b"allowed-v4"[..]),
+        "its own allowed address"
+    );
+    let before = other.count();
+    assert!(
+        tcp_fetch(&t.guest, sa(OTHER_V4, 443)).is_err(),
+        "the earlier sandbox's address"
+    );
+    assert_eq!(other.count(), before, "never reached");
+}

@@ -30,6 +30,13 @@ impl Fence {
             return Err(DataplaneError::ReservedSandboxId);
         }
         let previous = self.maps.record(link.ifindex);
+        if previous.is_none_or(|r| r.sandbox != link.sandbox) {
+            // A sandbox's first policy on this link: no entry of an earlier sandbox with the
+            // same id may carry over (one whose link went away without `remove_sandbox`, e.g.
+            // its guest stopped while svcd was down), or the new sandbox would inherit its
+            // allowed addresses at generation 1.
+            self.delete_generation(link.sandbox, None)?;
+        }
         let generation = previous.map_or(1, |r| r.generation.wrapping_add(1).max(1));
         for e in entries {
             self.put_allow(link.sandbox, generation, e)?;
