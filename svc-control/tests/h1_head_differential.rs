@@ -230,14 +230,14 @@ fn case(rng: &mut Rng) -> Vec<u8> {
         head.insert_str(0, "\r\n\r\n");
     }
     let mut bytes = head.into_bytes();
-    if rng.below(8) == 0 {
+    if rng.below(8) == 0 && !bytes.is_empty() {
         let at = rng.below(bytes.len());
         bytes.insert(
             at,
             *rng.pick(&[0u8, 1, 8, 0x0b, 0x0c, 0x1b, 0x7f, b'\r', b'\n', 0xff]),
         );
     }
-    if rng.below(20) == 0 {
+    if rng.below(20) == 0 && !bytes.is_empty() {
         bytes.truncate(rng.below(bytes.len()));
     }
     bytes.extend_from_slice(b"hello");
@@ -246,6 +246,9 @@ fn case(rng: &mut Rng) -> Vec<u8> {
 
 /// One mutation of the request line or the headers.
 fn mutate(rng: &mut Rng, line: &mut [String], headers: &mut Vec<String>) {
+    if headers.is_empty() {
+        headers.push("X-B: c".into());
+    }
     let h = rng.below(headers.len());
     match rng.below(11) {
         0 => line[2] = (*rng.pick(VERSIONS)).to_owned(),
