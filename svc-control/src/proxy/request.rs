@@ -2,15 +2,19 @@
 //! target and the first `body_prefix` bytes of its body), ask `policy::request::decide`, and
 //! answer a refusal here. An allowed request leaves as [`Allowed`].
 
-use std::pin::Pin;
-
 use bytes::Bytes;
 use futures::StreamExt as _;
 use http::{Request, header, request::Parts};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Frame, Incoming};
 
-use super::{body::BoxError, context::Exchange, h1_frames::Verdict, late_leak, refuse::Refused};
+use super::{
+    body::{BoxError, Rest},
+    context::Exchange,
+    h1_frames::Verdict,
+    late_leak,
+    refuse::Refused,
+};
 use crate::{
     limits::{Channel, Slot},
     policy::{
@@ -19,9 +23,6 @@ use crate::{
         upgrade,
     },
 };
-
-/// The body after its prefix, as a stream.
-pub(super) type Rest = Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, BoxError>> + Send>>;
 
 /// How the guest's connection carried the request.
 #[derive(Debug, Clone, Copy)]
@@ -131,7 +132,13 @@ pub(super) async fn admit(
     }
     let seen = late_leak::Seen::default();
     let table = &ex.sandbox.policy.placeholders;
-    let rest = rest.map(|rest| late_leak::scanned(rest, table, &prefix, &seen));
+    let (prefix, rest) = match rest {
+        Some(rest) => {
+            let (prefix, rest) = late_leak::scanned(prefix, rest, table, &seen);
+            (prefix, Some(rest))
+        }
+        None => (prefix, None),
+    };
     Ok(Allowed {
         outgoing: Outgoing {
             parts,
