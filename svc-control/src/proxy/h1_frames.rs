@@ -198,6 +198,27 @@ impl Tracker {
         }
     }
 
+    /// How many of the next bytes pass unread whatever they are (a `Content-Length` body's
+    /// rest; `u64::MAX` once nothing more is read), if the next bytes are such.
+    pub fn passing(&self) -> Option<u64> {
+        match self.state {
+            State::Fixed(n) => Some(n),
+            State::Opaque => Some(u64::MAX),
+            _ => None,
+        }
+    }
+
+    /// `n` bytes of those ([`Self::passing`]) went to hyper as they came.
+    pub fn passed(&mut self, n: u64) {
+        if let State::Fixed(left) = self.state {
+            self.state = if n >= left {
+                self.after_message()
+            } else {
+                State::Fixed(left - n)
+            };
+        }
+    }
+
     /// A head has begun and is not complete yet (its time runs): which one (counting from 0).
     pub fn head_started(&self) -> Option<u64> {
         (matches!(self.state, State::Head) && !self.line.is_empty()).then_some(self.heads)
@@ -464,6 +485,20 @@ mod tests {
             })
         );
         assert_eq!(w.next(), None);
+    }
+
+    #[test]
+    fn a_fixed_body_passed_as_it_came_is_followed() {
+        let (mut t, w) = Tracker::new(1024);
+        let mut out = Vec::new();
+        t.feed(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n", &mut out);
+        assert_eq!(t.passing(), Some(10));
+        t.passed(4);
+        assert_eq!(t.passing(), Some(6));
+        t.passed(6);
+        assert_eq!(t.passing(), None);
+        t.feed(b"GET / HTTP/1.1\r\n\r\n", &mut out);
+        assert_eq!(w.verdicts.lock().unwrap().len(), 2);
     }
 
     #[test]

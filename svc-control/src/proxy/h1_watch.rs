@@ -94,6 +94,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
                 continue;
             }
             let before = buf.filled().len();
+            // A body's bytes that pass as they come are read straight into hyper's buffer.
+            let passing = this.tracker.as_ref().and_then(Tracker::passing);
+            if let Some(left) = passing
+                && left >= buf.remaining() as u64
+            {
+                let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+                let n = buf.filled().len() - before;
+                if let (Poll::Ready(Ok(())), Some(t)) = (&r, this.tracker.as_mut()) {
+                    t.passed(n as u64);
+                }
+                return r;
+            }
             match Pin::new(&mut this.inner).poll_read(cx, buf) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Pending if this.timed_out(cx) => continue,
