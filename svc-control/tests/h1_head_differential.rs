@@ -100,7 +100,8 @@ fn expected(head: &Head) -> Read {
     headers.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     Read {
         method: head.method.clone(),
-        target: Uri::try_from(head.target.as_str()).expect("the reader checked the target"),
+        // The reader checked the target: the default never stands in.
+        target: Uri::try_from(head.target.as_str()).unwrap_or_default(),
         version: if head.version == 1 {
             Version::HTTP_11
         } else {
@@ -254,7 +255,10 @@ fn mutate(rng: &mut Rng, line: &mut [String], headers: &mut Vec<String>) {
         0 => line[2] = (*rng.pick(VERSIONS)).to_owned(),
         1 => line[1] = (*rng.pick(TARGETS)).to_owned(),
         2 => line[0] = (*rng.pick(&["get", "G@T", "PRI", "M-SEARCH", "GET\t"])).to_owned(),
-        3 => headers[h] = headers[h].replacen(':', *rng.pick(&[" :", "\t:", ": ", "::"]), 1),
+        3 => {
+            let colon: &&str = rng.pick(&[" :", "\t:", ": ", "::"]);
+            headers[h] = headers[h].replacen(':', colon, 1);
+        }
         4 => headers.insert(h + 1, (*rng.pick(&[" folded", "\tfolded", " "])).to_owned()),
         5 => headers.push(format!(
             "X-Long: {}",
@@ -281,7 +285,7 @@ fn the_head_reader_refuses_what_hyper_refuses_and_reads_the_rest_as_hyper_does()
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a runtime");
+        .unwrap_or_else(|e| panic!("a runtime: {e}"));
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let (mut accepted, mut refused, mut incomplete) = (0, 0, 0);
     let mut wrong = Vec::new();
