@@ -2,7 +2,9 @@
 //! body's prefix (`credentials::examine`); what follows, data and trailers, goes upstream only
 //! as far as no placeholder of the sandbox is in it. Memory is bounded: the scanner keeps the
 //! last `PLACEHOLDER_LEN - 1` bytes of what it has seen, so a placeholder split across two
-//! chunks is still found, and never holds the body.
+//! chunks is still found, and never holds the body. [`BodyScanner::may_begin`] says how many of
+//! the last bytes could be the start of a placeholder: those wait for the bytes after them, so
+//! no byte of a placeholder goes upstream before the whole of it is seen and refused.
 
 use super::credentials::{PLACEHOLDER_LEN, PlaceholderTable};
 
@@ -66,6 +68,22 @@ impl BodyScanner {
             }
         }
         Ok(())
+    }
+
+    /// How many of the last bytes of `seen` could begin one of the placeholders (the longest
+    /// such run, shorter than a placeholder; case-insensitive, as placeholders are found).
+    pub fn may_begin(&self, seen: &[u8]) -> usize {
+        let longest = seen.len().min(PLACEHOLDER_LEN - 1);
+        (1..=longest)
+            .rev()
+            .find(|&k| {
+                let tail = &seen[seen.len() - k..];
+                self.table.entries().iter().any(|e| {
+                    let p = e.placeholder.expose().as_bytes();
+                    p[..k].eq_ignore_ascii_case(tail)
+                })
+            })
+            .unwrap_or(0)
     }
 
     fn keep_tail(&mut self, seen: &[u8]) {
@@ -145,6 +163,24 @@ mod tests {
             let found = chunks.iter().any(|c| s.data(c.as_bytes()).is_err());
             assert_eq!(found, leak, "{name}");
             assert!(s.carry.len() < PLACEHOLDER_LEN, "{name}: carry bounded");
+        }
+    }
+
+    #[test]
+    fn the_bytes_that_may_begin_a_placeholder_wait() {
+        let (t, p) = table();
+        let s = BodyScanner::after_prefix(t, b"");
+        let upper = p.to_ascii_uppercase();
+        let cases: Vec<(&str, String, usize)> = vec![
+            ("nothing", String::new(), 0),
+            ("unrelated", "hello world;".into(), 0),
+            ("its first byte", format!("x={}", &p[..1]), 1),
+            ("63 of its bytes", format!("x={}", &p[..63]), 63),
+            ("upper-case start", format!("x={}", &upper[..10]), 10),
+            ("a run that stops matching", format!("{}z", &p[..10]), 0),
+        ];
+        for (name, seen, want) in cases {
+            assert_eq!(s.may_begin(seen.as_bytes()), want, "{name}");
         }
     }
 

@@ -17,14 +17,14 @@ use http_body_util::{BodyExt as _, Either, Full, StreamBody, combinators::Unsync
 use hyper::body::{Frame, Incoming};
 
 use super::{
-    body::{BoxError, ProxyBody},
+    body::{BoxError, ProxyBody, Rest},
     context::Exchange,
     dial, git_push,
     h1_pool::PooledBody,
     headers::{strip_hop_by_hop, websocket_headers},
     record::ms,
     refuse::{Refused, refusal, refusal_body},
-    request::{Outgoing, Rest},
+    request::Outgoing,
     resolve::error_chain,
     scrub,
 };

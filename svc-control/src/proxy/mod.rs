@@ -23,7 +23,10 @@ mod forward;
 mod git_push;
 pub mod guest_trust;
 pub mod h1_frames;
+pub mod h1_head;
 mod h1_pool;
+/// The guest's HTTP/1.1 stream as hyper reads it: through the witness, under the head's time.
+mod h1_watch;
 /// Headers of one hop.
 mod headers;
 /// The request body past its prefix, scanned for placeholders as it goes upstream.

@@ -10,7 +10,7 @@ use std::{
     time::Instant,
 };
 
-use http::{Request, Response, header};
+use http::{Method, Request, Response, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
@@ -19,10 +19,11 @@ use super::{
     body::ProxyBody,
     context::{Conn, Ctx, Exchange},
     exchange::exchange,
-    h1_frames::{Tracker, Watched},
+    h1_frames::{Tracker, Verdict},
+    h1_watch::Watched,
     request::Carried,
     sandboxes::ProxySandbox,
-    tls::Rewind,
+    tls::{Rewind, hands_over, hyper_buffer},
 };
 use crate::{
     hosts::Authority,
@@ -46,28 +47,38 @@ pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
     // The host of the request this connection serves now (Host varies per request).
     let serving: Arc<Mutex<Option<String>>> = Arc::default();
     let serving_now = serving.clone();
-    let (tracker, verdicts) = Tracker::new(ctx.config.max_head);
-    let stream = Watched {
-        inner: Rewind::new(head, tcp),
-        tracker: Some(tracker),
-    };
+    let (tracker, witness) = Tracker::new(ctx.config.max_head);
+    let stream = Watched::new(
+        Rewind::new(head, tcp),
+        Some(tracker),
+        ctx.config.header_timeout,
+    );
     let served = ctx.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(slot.clone());
         let sandbox = served.current(source, &sandbox);
         let ctx = served.clone();
-        let both_lengths = verdicts.lock().ok().and_then(|mut v| v.pop_front());
+        let framing = witness.next();
         if let Ok(mut s) = serving_now.lock() {
             *s = host_header(&req)
                 .and_then(|h| Authority::parse(h, 80).ok())
                 .map(|a| a.host_str());
         }
-        async move { Ok::<_, Infallible>(request(&ctx, &sandbox, dialled_to, req, both_lengths).await) }
+        let witness = witness.clone();
+        async move {
+            let upgrade = matches!(framing, Some(Verdict::Framed { upgrade: true, .. }));
+            let connect = req.method() == Method::CONNECT;
+            let answer = request(&ctx, &sandbox, dialled_to, req, framing).await;
+            if upgrade {
+                witness.answered(hands_over(connect, &answer));
+            }
+            Ok::<_, Infallible>(answer)
+        }
     });
     let serve = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(ctx.config.header_timeout)
-        .max_buf_size(ctx.config.max_head.max(8192))
+        .max_buf_size(hyper_buffer(ctx.config.max_head))
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     let serving_at_cut = serving.clone();
@@ -93,11 +104,15 @@ async fn request(
     sandbox: &ProxySandbox,
     dialled_to: Option<SocketAddr>,
     req: Request<Incoming>,
-    both_lengths: Option<bool>,
+    framing: Option<Verdict>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let dialled = dialled_to.map(|a| a.ip().to_canonical());
-    if let Err(mismatch) = bound(ctx, sandbox, host_header(&req), dialled) {
+    // A refused head's stand-in has no Host to bind: its refusal is `request`'s.
+    let stand_in = matches!(framing, Some(Verdict::Refused { .. }));
+    if let Err(mismatch) = bound(ctx, sandbox, host_header(&req), dialled)
+        && !stand_in
+    {
         let ex = Exchange {
             ctx,
             sandbox,
@@ -115,7 +130,7 @@ async fn request(
     let carried = Carried {
         scheme: Scheme::Http,
         sni: None,
-        both_lengths,
+        framing: framing.as_ref(),
         dialled_port: dialled_to.map(|a| a.port()),
     };
     exchange(ctx, sandbox, carried, dialled_to, req).await

@@ -2,15 +2,19 @@
 //! target and the first `body_prefix` bytes of its body), ask `policy::request::decide`, and
 //! answer a refusal here. An allowed request leaves as [`Allowed`].
 
-use std::pin::Pin;
-
 use bytes::Bytes;
 use futures::StreamExt as _;
 use http::{Request, header, request::Parts};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Frame, Incoming};
 
-use super::{body::BoxError, context::Exchange, late_leak, refuse::Refused};
+use super::{
+    body::{BoxError, Rest},
+    context::Exchange,
+    h1_frames::Verdict,
+    late_leak,
+    refuse::Refused,
+};
 use crate::{
     limits::{Channel, Slot},
     policy::{
@@ -20,9 +24,6 @@ use crate::{
     },
 };
 
-/// The body after its prefix, as a stream.
-pub(super) type Rest = Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, BoxError>> + Send>>;
-
 /// How the guest's connection carried the request.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Carried<'a> {
@@ -30,10 +31,11 @@ pub(super) struct Carried<'a> {
     pub(super) scheme: Scheme,
     /// The TLS server name the connection was opened for (`None` on plain HTTP).
     pub(super) sni: Option<&'a str>,
-    /// The request head as it arrived carried both Content-Length and Transfer-Encoding (the
-    /// framing witness, `h1_frames`); `None`: the witness lost the connection's framing, and
-    /// the request is refused (fail closed).
-    pub(super) both_lengths: Option<bool>,
+    /// What the framing witness (`h1_frames`) read of the request's head as it arrived: whether
+    /// it carried both Content-Length and Transfer-Encoding, or why the proxy refuses it (hyper
+    /// was handed a stand-in); `None`: the witness lost the connection's framing, and the
+    /// request is refused (fail closed).
+    pub(super) framing: Option<&'a Verdict>,
     /// The port the guest dialled (`SO_ORIGINAL_DST`), where the request goes.
     pub(super) dialled_port: Option<u16>,
 }
@@ -79,6 +81,10 @@ pub(super) async fn admit(
     carried: Carried<'_>,
     mut req: Request<Incoming>,
 ) -> Result<Allowed, Refused> {
+    // A head the witness refused: hyper was handed a stand-in, answered with the refusal.
+    if let Some(Verdict::Refused { status, why }) = carried.framing {
+        return Err(ex.refuse(None, None, *status, "request-malformed", why));
+    }
     // A protocol upgrade: WebSocket handshakes pass on (relayed once the upstream agrees),
     // every other upgrade is refused here, never dropped silently.
     let ask = upgrade_ask(&req);
@@ -86,7 +92,7 @@ pub(super) async fn admit(
         let path = Some(req.uri().path().to_owned());
         return Err(ex.refuse(None, path, 400, "upgrade-refused", why));
     }
-    let Some(both_lengths) = carried.both_lengths else {
+    let Some(&Verdict::Framed { both_lengths, .. }) = carried.framing else {
         let path = Some(req.uri().path().to_owned());
         return Err(ex.refuse(None, path, 400, "request-malformed", FRAMING_LOST));
     };
@@ -126,7 +132,13 @@ pub(super) async fn admit(
     }
     let seen = late_leak::Seen::default();
     let table = &ex.sandbox.policy.placeholders;
-    let rest = rest.map(|rest| late_leak::scanned(rest, table, &prefix, &seen));
+    let (prefix, rest) = match rest {
+        Some(rest) => {
+            let (prefix, rest) = late_leak::scanned(prefix, rest, table, &seen);
+            (prefix, Some(rest))
+        }
+        None => (prefix, None),
+    };
     Ok(Allowed {
         outgoing: Outgoing {
             parts,

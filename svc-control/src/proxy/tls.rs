@@ -27,7 +27,8 @@ use super::{
     config::ProxyConfig,
     context::Conn,
     exchange::exchange,
-    h1_frames::{Tracker, Watched},
+    h1_frames::{Tracker, Verdict},
+    h1_watch::Watched,
     request::Carried,
 };
 use crate::policy::credentials::Scheme;
@@ -53,14 +54,12 @@ pub(super) async fn serve(
     else {
         return;
     };
-    // HTTP/1.1: a witness of the framing, for the one smuggling shape hyper hides from us.
+    // HTTP/1.1: the proxy's own head reader and framing witness (`h1_frames`).
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-    let (tracker, verdicts) = Tracker::new(conn.ctx.config.max_head);
-    let stream = Watched {
-        inner: stream,
-        tracker: (!h2).then_some(tracker),
-    };
-    let verdicts = (!h2).then_some(verdicts);
+    let (tracker, witness) = Tracker::new(conn.ctx.config.max_head);
+    let timeout = conn.ctx.config.header_timeout;
+    let stream = Watched::new(stream, (!h2).then_some(tracker), timeout);
+    let witness = (!h2).then_some(witness);
     let Conn {
         ctx,
         sandbox,
@@ -76,20 +75,30 @@ pub(super) async fn serve(
         let sandbox = served.current(source, &sandbox);
         let (ctx, sni) = (served.clone(), sni.clone());
         // HTTP/2 has no framing to witness; an HTTP/1.1 head with no verdict is refused.
-        let both_lengths = match verdicts.as_ref() {
-            None => Some(false),
-            Some(v) => v.lock().ok().and_then(|mut v| v.pop_front()),
+        let framing = match witness.as_ref() {
+            None => Some(Verdict::Framed {
+                both_lengths: false,
+                upgrade: false,
+            }),
+            Some(w) => w.next(),
         };
+        let witness = witness.clone();
         // Boxed: hyper moves a service's future several times on its way into the task
         // that runs it (HTTP/2: a task per stream), and a request's is kilobytes.
         Box::pin(async move {
+            let upgrade = matches!(framing, Some(Verdict::Framed { upgrade: true, .. }));
+            let connect = req.method() == http::Method::CONNECT;
             let carried = Carried {
                 scheme: Scheme::Https,
                 sni: Some(&*sni),
-                both_lengths,
+                framing: framing.as_ref(),
                 dialled_port: dialled_to.map(|a| a.port()),
             };
-            Ok::<_, Infallible>(exchange(&ctx, &sandbox, carried, dialled_to, req).await)
+            let answer = exchange(&ctx, &sandbox, carried, dialled_to, req).await;
+            if let (true, Some(w)) = (upgrade, witness) {
+                w.answered(hands_over(connect, &answer));
+            }
+            Ok::<_, Infallible>(answer)
         })
     });
     let builder = builder(&ctx.config);
@@ -120,7 +129,7 @@ fn builder(config: &ProxyConfig) -> Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        .max_buf_size(config.max_head.max(8192));
+        .max_buf_size(hyper_buffer(config.max_head));
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -128,6 +137,19 @@ fn builder(config: &ProxyConfig) -> Builder<TokioExecutor> {
         .keep_alive_timeout(config.header_timeout)
         .max_header_list_size(u32::try_from(config.max_head).unwrap_or(u32::MAX));
     builder
+}
+
+/// hyper's HTTP/1.1 read buffer: room for the largest head the witness hands on (`max_head`,
+/// re-serialised: a few bytes more per header line) with the body's first bytes behind it.
+pub(super) fn hyper_buffer(max_head: usize) -> usize {
+    max_head.max(8192) + 8192
+}
+
+/// hyper hands the connection over after `answer` (a 101, or a 2xx to `CONNECT`): the
+/// witness's bytes are the upgraded stream's from then on.
+pub(super) fn hands_over<B>(connect: bool, answer: &http::Response<B>) -> bool {
+    let status = answer.status();
+    status == http::StatusCode::SWITCHING_PROTOCOLS || (connect && status.is_success())
 }
 
 /// A stream that replays the bytes already read (the ClientHello) before the socket's.

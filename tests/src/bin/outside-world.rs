@@ -3,7 +3,9 @@
 //! (certificates from a test CA whose certificate it writes for svcd's `proxy.extra_roots`).
 //! Paths `/OWNER/REPO.git/…` are served by `git http-backend`; everything else gets a small
 //! JSON answer. Every DNS question and HTTP request is logged to `DIR/received.jsonl`, so
-//! tests can prove what reached the outside (and what never did).
+//! tests can prove what reached the outside (and what never did); a request answered with that
+//! small JSON answer logs its body too once read (`http-body`: whole or aborted, its size,
+//! whether a placeholder-shaped run was in it).
 //!
 //! ```text
 //! outside-world --dir DIR --dns 192.0.2.53 --git-root DIR --token SECRET \
@@ -393,7 +395,7 @@ async fn handle(
             .unwrap_or_default();
         return token_endpoint(world, &body);
     }
-    let _ = req.into_body().collect().await;
+    log_body(world, name, &path, req.into_body()).await;
     let body = serde_json::json!({
         "served_by": name,
         "path": path,
@@ -403,6 +405,35 @@ async fn handle(
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(format!("{body}\n"))))
         .unwrap_or_default()
+}
+
+/// Read a request's body and log what came of it (`http-body`): whether it ended whole (an
+/// aborted upload does not), its bytes, and whether a placeholder-shaped run (64 hex digits)
+/// was among them.
+async fn log_body(world: &World, name: &str, path: &str, mut body: Incoming) {
+    let mut got = Vec::new();
+    let complete = loop {
+        match body.frame().await {
+            None => break true,
+            Some(Err(_)) => break false,
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    got.extend_from_slice(data);
+                }
+            }
+        }
+    };
+    let hex64 = got
+        .split(|b| !b.is_ascii_hexdigit())
+        .any(|run| run.len() >= 64);
+    world.log(serde_json::json!({
+        "kind": "http-body",
+        "host": name,
+        "path": path,
+        "complete": complete,
+        "bytes": got.len(),
+        "hex64": hex64,
+    }));
 }
 
 /// The refresh grant with rotating refresh tokens (see the module's documentation).

@@ -202,7 +202,8 @@ def run(case):
         return flood(conn, case, out)
     try:
         for raw in case["send"]:
-            raw = re.sub(r"\{\{PAD:(\d+)\}\}", lambda m: "a" * int(m.group(1)), raw)
+            # Padding is no hex digit: the outside world looks for placeholder-shaped runs.
+            raw = re.sub(r"\{\{PAD:(\d+)\}\}", lambda m: "z" * int(m.group(1)), raw)
             conn.sendall(raw.encode("latin-1"))
             answers += read_answer(conn, case.get("wait", 2))
     except Exception as e:

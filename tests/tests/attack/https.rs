@@ -337,7 +337,10 @@ pub(crate) fn https_cases(p: &str) -> Vec<(Value, Vec<u16>)> {
 }
 
 /// The placeholder of allowed.example.test sent to other.attack.test where the policy does not
-/// read: in a trailer, and past the body's first `body_prefix` (64 KiB) bytes.
+/// read: in a trailer, and past the body's first `body_prefix` (64 KiB) bytes. Both are refused
+/// (403, `credential-leak`) when the placeholder streams by; the head and the body before it
+/// have gone upstream by then (`/abort-…`: the outside world gets an aborted request, never the
+/// placeholder, never a complete request).
 pub(crate) fn late_placeholders(p: &str) -> Vec<(Value, Vec<u16>)> {
     let o = OTHER.0;
     let post = |case: &str, target: &str, extra: &str, body: &str| {
@@ -351,7 +354,7 @@ pub(crate) fn late_placeholders(p: &str) -> Vec<(Value, Vec<u16>)> {
         (
             post(
                 "placeholder_in_a_trailer_to_another_host",
-                "/deny-trailer-other",
+                "/abort-trailer-other",
                 "Transfer-Encoding: chunked\r\n",
                 &format!("5\r\nhello\r\n0\r\nAuthorization: Bearer {p}\r\n\r\n"),
             ),
@@ -360,7 +363,7 @@ pub(crate) fn late_placeholders(p: &str) -> Vec<(Value, Vec<u16>)> {
         (
             post(
                 "placeholder_past_the_body_prefix_to_another_host",
-                "/deny-late-body",
+                "/abort-late-body",
                 &format!("Content-Length: {late_len}\r\n"),
                 &late,
             ),
