@@ -20,18 +20,24 @@ pub struct IdRange {
 /// The first range of at least [`ID_COUNT`] ids that `user` owns in a subordinate-id file's
 /// text (`name:start:count` lines).
 pub fn subordinate_range(text: &str, user: &str) -> Option<u32> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.trim().split(':');
-            let (name, start, count) = (f.next()?, f.next()?, f.next()?);
-            if name != user || f.next().is_some() {
-                return None;
-            }
-            let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
-            (count >= ID_COUNT && start > 0 && start.checked_add(ID_COUNT).is_some())
-                .then_some(start)
+    users_ranges(text, user)
+        .find(|&(start, count)| {
+            count >= ID_COUNT && start > 0 && start.checked_add(ID_COUNT).is_some()
         })
-        .next()
+        .map(|(start, _)| start)
+}
+
+/// The `(start, count)` of each well-formed `user:start:count` line of a subordinate-id
+/// file's text that is `user`'s.
+fn users_ranges<'a>(text: &'a str, user: &'a str) -> impl Iterator<Item = (u32, u32)> + 'a {
+    text.lines().filter_map(move |l| {
+        let mut f = l.trim().split(':');
+        let (name, start, count) = (f.next()?, f.next()?, f.next()?);
+        if name != user || f.next().is_some() {
+            return None;
+        }
+        Some((start.parse::<u32>().ok()?, count.parse::<u32>().ok()?))
+    })
 }
 
 /// The id range of `user` from `/etc/subuid` and `/etc/subgid` (`config_key` names the
@@ -70,16 +76,8 @@ pub fn id_range(
 /// The largest range `user` owns in a subordinate-id file's text (the first of equals):
 /// `(start, count)`; ranges starting at 0 or running past the last id are skipped.
 pub fn largest_range(text: &str, user: &str) -> Option<(u32, u32)> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.trim().split(':');
-            let (name, start, count) = (f.next()?, f.next()?, f.next()?);
-            if name != user || f.next().is_some() {
-                return None;
-            }
-            let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
-            (start > 0 && start.checked_add(count).is_some()).then_some((start, count))
-        })
+    users_ranges(text, user)
+        .filter(|&(start, count)| start > 0 && start.checked_add(count).is_some())
         .fold(None, |best: Option<(u32, u32)>, r| match best {
             Some(b) if b.1 >= r.1 => Some(b),
             _ => Some(r),
