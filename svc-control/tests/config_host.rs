@@ -125,6 +125,18 @@ fn disk_per_sandbox_defaults_to_10_gib_for_both_backends_and_0_turns_it_off() {
 }
 
 #[test]
+fn container_id_ranges_default_to_shared_and_take_per_sandbox() {
+    use svc_control::config::host::IdRanges;
+    assert_eq!(HostConfig::default().container.id_ranges, IdRanges::Shared);
+    let h = host::parse(
+        Path::new("svcd.toml"),
+        "[container]\nid_ranges = \"per-sandbox\"\n",
+    )
+    .unwrap();
+    assert_eq!(h.container.id_ranges, IdRanges::PerSandbox);
+}
+
+#[test]
 fn the_agent_home_lands_under_roots_home_unless_told() {
     let h = host::parse(
         Path::new("svcd.toml"),

@@ -92,6 +92,12 @@ fn host_refusals() {
             "got 99999999999",
         ),
         (
+            "id_ranges_unknown",
+            "[container]\nid_ranges = \"per_sandbox\"\n",
+            "container.id_ranges",
+            "expected \"shared\" or \"per-sandbox\", got \"per_sandbox\"",
+        ),
+        (
             "microvm_tiny_memory",
             "[microvm]\nmemory_mib = 64\n",
             "microvm.memory_mib",

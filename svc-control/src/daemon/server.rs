@@ -359,12 +359,22 @@ async fn backends_up(host: &HostConfig) -> anyhow::Result<Backends> {
             .await
             .context("preparing the container backend")??
     };
-    info!(
-        uid = backend.ids().uid,
-        gid = backend.ids().gid,
-        "container backend ready: guest root is host uid {}",
-        backend.ids().uid
-    );
+    match backend.slices() {
+        None => info!(
+            uid = backend.ids().uid,
+            gid = backend.ids().gid,
+            "container backend ready: guest root is host uid {}",
+            backend.ids().uid
+        ),
+        Some(r) => info!(
+            uid = r.start.uid,
+            gid = r.start.gid,
+            slices = r.slices,
+            "container backend ready: sandbox id N's guest root is host uid {} + N x {}",
+            r.start.uid,
+            crate::runtime::ids::ID_COUNT
+        ),
+    }
     let microvm = Arc::new(Microvm::new(
         &host.microvm,
         &host.state_dir,

@@ -252,9 +252,7 @@ impl Supervisor {
     }
 
     fn max_id(&self) -> u32 {
-        let pool = self.config.host.ipv4_pool;
-        let slots = 1u64 << (30u8.saturating_sub(pool.prefix_len()));
-        slots.min(u64::from(u32::MAX - 1)) as u32
+        self.config.host.max_sandbox_id()
     }
 
     /// The /30 of sandbox `id`: (gateway, guest).

@@ -34,9 +34,10 @@ fn cstr(p: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))
 }
 
-/// A user namespace whose only mappings are `owner → shown` (uid and gid), held as an fd. Made
-/// by a forked child that unshares its user namespace and waits while we write its maps.
-fn user_namespace(shift: IdShift) -> io::Result<OwnedFd> {
+/// A user namespace whose only mappings are `uid_map` and `gid_map` (lines of
+/// `/proc/PID/uid_map`), held as an fd. Made by a forked child that unshares its user
+/// namespace and waits while we write its maps.
+fn user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
     let mut ready = [0i32; 2];
     let mut release = [0i32; 2];
     // SAFETY: `pipe2` writes two fds into each array.
@@ -93,15 +94,9 @@ fn user_namespace(shift: IdShift) -> io::Result<OwnedFd> {
             ));
         }
         let proc = format!("/proc/{pid}");
-        std::fs::write(
-            format!("{proc}/uid_map"),
-            format!("{} {} 1\n", shift.owner_uid, shift.shown_uid),
-        )?;
+        std::fs::write(format!("{proc}/uid_map"), uid_map)?;
         std::fs::write(format!("{proc}/setgroups"), "deny\n")?;
-        std::fs::write(
-            format!("{proc}/gid_map"),
-            format!("{} {} 1\n", shift.owner_gid, shift.shown_gid),
-        )?;
+        std::fs::write(format!("{proc}/gid_map"), gid_map)?;
         let ns = std::fs::File::open(format!("{proc}/ns/user"))?;
         Ok(OwnedFd::from(ns))
     })();
@@ -135,27 +130,54 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
             st.st_uid, st.st_gid, shift.owner_uid, shift.owner_gid
         )));
     }
-    let ns = user_namespace(shift)?;
-    // SAFETY: a valid fd and the empty path with AT_EMPTY_PATH; the returned fd is owned below.
+    let ns = user_namespace(
+        &format!("{} {} 1\n", shift.owner_uid, shift.shown_uid),
+        &format!("{} {} 1\n", shift.owner_gid, shift.shown_gid),
+    )?;
+    let dst = cstr(target)?;
+    idmapped_clone(
+        dir.as_raw_fd(),
+        c"",
+        libc::AT_EMPTY_PATH as u32,
+        ns.as_raw_fd(),
+        libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        &dst,
+    )
+}
+
+/// Clone the mount at `path` (beneath the directory descriptor `dir`; `flags` adds to
+/// `OPEN_TREE_CLONE`), idmap it through the user namespace `userns` with the other mount
+/// attributes `attrs`, and attach it at `target`. Only system calls, no allocation: safe
+/// between fork and exec.
+fn idmapped_clone(
+    dir: i32,
+    path: &CStr,
+    flags: u32,
+    userns: i32,
+    attrs: u64,
+    target: &CStr,
+) -> io::Result<()> {
+    // SAFETY: a valid fd (or AT_FDCWD) and a NUL-terminated path; the returned fd is owned
+    // below.
     let tree = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
-            dir.as_raw_fd(),
-            c"".as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32,
+            dir,
+            path.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | flags,
         )
     };
     if tree < 0 {
         return Err(io::Error::last_os_error());
     }
-    let tree_fd = i32::try_from(tree).map_err(io::Error::other)?;
+    let tree_fd = i32::try_from(tree).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: open_tree returned a new fd that nothing else owns.
     let tree = unsafe { OwnedFd::from_raw_fd(tree_fd) };
     let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_set: libc::MOUNT_ATTR_IDMAP | attrs,
         attr_clr: 0,
         propagation: 0,
-        userns_fd: u64::try_from(ns.as_raw_fd()).map_err(io::Error::other)?,
+        userns_fd: u64::try_from(userns).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
     };
     // SAFETY: `attr` is a valid mount_attr of the size passed; the path is the empty string
     // with AT_EMPTY_PATH, so the fd itself is the mount changed.
@@ -172,7 +194,6 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let dst = cstr(target)?;
     // SAFETY: valid fd and NUL-terminated paths.
     let rc = unsafe {
         libc::syscall(
@@ -180,7 +201,7 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
             tree.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_FDCWD,
-            dst.as_ptr(),
+            target.as_ptr(),
             libc::MOVE_MOUNT_F_EMPTY_PATH,
         )
     };
@@ -188,6 +209,42 @@ pub fn bind_idmapped(source: &Path, target: &Path, shift: IdShift) -> io::Result
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A read-only tree (the container backend's base image) to be shown with its ids 0..65535
+/// moved to a range: files owned by id N on disk appear owned by the range's start + N.
+/// The user namespace is made at once; [`IdmappedTree::attach`] mounts the tree later, in the
+/// runtime's own mount namespace (between fork and exec).
+#[derive(Debug)]
+pub struct IdmappedTree {
+    source: CString,
+    target: CString,
+    userns: OwnedFd,
+}
+
+impl IdmappedTree {
+    /// `source` to be shown at `target` (an existing empty directory), ids 0..`count` mapped
+    /// to `uid..` and `gid..`.
+    pub fn new(source: &Path, target: &Path, uid: u32, gid: u32, count: u32) -> io::Result<Self> {
+        Ok(Self {
+            source: cstr(source)?,
+            target: cstr(target)?,
+            userns: user_namespace(&format!("0 {uid} {count}\n"), &format!("0 {gid} {count}\n"))?,
+        })
+    }
+
+    /// Attach the idmapped, read-only clone (not recursive) at the target. Only system calls,
+    /// no allocation: safe between fork and exec.
+    pub fn attach(&self) -> io::Result<()> {
+        idmapped_clone(
+            libc::AT_FDCWD,
+            &self.source,
+            0,
+            self.userns.as_raw_fd(),
+            libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV,
+            &self.target,
+        )
+    }
 }
 
 /// `openat2(2)` of `path` from the directory descriptor `dir` (`AT_FDCWD`: the working

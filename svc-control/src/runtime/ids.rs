@@ -20,18 +20,24 @@ pub struct IdRange {
 /// The first range of at least [`ID_COUNT`] ids that `user` owns in a subordinate-id file's
 /// text (`name:start:count` lines).
 pub fn subordinate_range(text: &str, user: &str) -> Option<u32> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.trim().split(':');
-            let (name, start, count) = (f.next()?, f.next()?, f.next()?);
-            if name != user || f.next().is_some() {
-                return None;
-            }
-            let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
-            (count >= ID_COUNT && start > 0 && start.checked_add(ID_COUNT).is_some())
-                .then_some(start)
+    users_ranges(text, user)
+        .find(|&(start, count)| {
+            count >= ID_COUNT && start > 0 && start.checked_add(ID_COUNT).is_some()
         })
-        .next()
+        .map(|(start, _)| start)
+}
+
+/// The `(start, count)` of each well-formed `user:start:count` line of a subordinate-id
+/// file's text that is `user`'s.
+fn users_ranges<'a>(text: &'a str, user: &'a str) -> impl Iterator<Item = (u32, u32)> + 'a {
+    text.lines().filter_map(move |l| {
+        let mut f = l.trim().split(':');
+        let (name, start, count) = (f.next()?, f.next()?, f.next()?);
+        if name != user || f.next().is_some() {
+            return None;
+        }
+        Some((start.parse::<u32>().ok()?, count.parse::<u32>().ok()?))
+    })
 }
 
 /// The id range of `user` from `/etc/subuid` and `/etc/subgid` (`config_key` names the
@@ -67,6 +73,100 @@ pub fn id_range(
     Ok(IdRange { uid, gid })
 }
 
+/// The largest range `user` owns in a subordinate-id file's text (the first of equals):
+/// `(start, count)`; ranges starting at 0 or running past the last id are skipped.
+pub fn largest_range(text: &str, user: &str) -> Option<(u32, u32)> {
+    users_ranges(text, user)
+        .filter(|&(start, count)| start > 0 && start.checked_add(count).is_some())
+        .fold(None, |best: Option<(u32, u32)>, r| match best {
+            Some(b) if b.1 >= r.1 => Some(b),
+            _ => Some(r),
+        })
+}
+
+/// A user's subordinate range cut into slices of [`ID_COUNT`] ids, one per container sandbox
+/// (`container.id_ranges = "per-sandbox"`): sandbox id N's guest ids map to slice N, the
+/// range's start + N × [`ID_COUNT`]. Slice 0 is never a sandbox's: it is the ids the shared
+/// setting maps every guest to when the range is the user's first, so a host that changes
+/// the setting never gives a new sandbox the ids older ones still run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceRange {
+    /// The user owning the range.
+    pub user: String,
+    /// The range's first uid and gid.
+    pub start: IdRange,
+    /// How many slices it holds (of its uids and gids, the fewer).
+    pub slices: u32,
+}
+
+impl SliceRange {
+    /// The user's largest range in both texts (of `/etc/subuid` and `/etc/subgid`), or none
+    /// when either has none.
+    pub fn from_texts(subuid: &str, subgid: &str, user: &str) -> Option<Self> {
+        let (uid, uids) = largest_range(subuid, user)?;
+        let (gid, gids) = largest_range(subgid, user)?;
+        Some(Self {
+            user: user.to_owned(),
+            start: IdRange { uid, gid },
+            slices: uids.min(gids) / ID_COUNT,
+        })
+    }
+
+    /// The first ids of sandbox `id`'s slice, or why it has none: the range is too small for
+    /// that many sandboxes (it names the range and how to grow it).
+    pub fn slice(&self, id: u32) -> Result<IdRange, String> {
+        let offset = u64::from(id) * u64::from(ID_COUNT);
+        let at = |start: u32| u32::try_from(u64::from(start) + offset).ok();
+        match (at(self.start.uid), at(self.start.gid)) {
+            (Some(uid), Some(gid)) if id >= 1 && id < self.slices => Ok(IdRange { uid, gid }),
+            _ => Err(format!(
+                "no host id range is left for sandbox id {id}: container.id_ranges = \
+                 \"per-sandbox\" gives sandbox id N the slice N of {count} ids of user {user}'s \
+                 subordinate range ({uid}-{uid_end} in /etc/subuid, {gid}-{gid_end} in \
+                 /etc/subgid), which holds slices 1 to {last}; grow the range (`svcd setup-host` \
+                 sizes it for the sandbox pool, or `usermod --add-subuids FIRST-LAST \
+                 --add-subgids FIRST-LAST {user}` with a larger free range), or destroy a sandbox",
+                count = ID_COUNT,
+                user = self.user,
+                uid = self.start.uid,
+                gid = self.start.gid,
+                uid_end =
+                    u64::from(self.start.uid) + u64::from(self.slices) * u64::from(ID_COUNT) - 1,
+                gid_end =
+                    u64::from(self.start.gid) + u64::from(self.slices) * u64::from(ID_COUNT) - 1,
+                last = self.slices.saturating_sub(1),
+            )),
+        }
+    }
+}
+
+/// The per-sandbox range of `user` from `/etc/subuid` and `/etc/subgid` (`config_key` names
+/// the setting that chose the user, for the error): its largest range in each.
+pub fn slice_range(
+    user: &str,
+    subuid: &Path,
+    subgid: &Path,
+    config_key: &str,
+) -> Result<SliceRange, RuntimeError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| RuntimeError::Setup(format!("reading {}: {e}", path.display())))
+    };
+    let range = SliceRange::from_texts(&read(subuid)?, &read(subgid)?, user);
+    match range {
+        Some(r) if r.slices >= 2 => Ok(r),
+        _ => Err(RuntimeError::Setup(format!(
+            "container.id_ranges = \"per-sandbox\" needs user {user:?} to own a range of at \
+             least {} ids in both {} and {} (slice 0 and one of {ID_COUNT} ids per sandbox): \
+             `svcd setup-host` adds one sized for the sandbox pool; or name another user in \
+             svcd.toml {config_key}, or set container.id_ranges = \"shared\"",
+            2 * u64::from(ID_COUNT),
+            subuid.display(),
+            subgid.display()
+        ))),
+    }
+}
+
 /// The id intervals `[start, start + count)` a subordinate-id file's text gives out, to
 /// anyone; lines that do not parse give nothing.
 pub fn used_ranges(text: &str) -> Vec<(u64, u64)> {
@@ -84,8 +184,21 @@ pub fn used_ranges(text: &str) -> Vec<(u64, u64)> {
 /// no interval of `used` and contain no id of `taken` (the uids and gids real accounts
 /// have): a new user's subordinate range. Id 4294967295 ((uid_t)-1) is never in it. `None` when there is no such block.
 pub fn free_range(used: &[(u64, u64)], taken: &[u64], count: u64, lo: u64, hi: u64) -> Option<u32> {
-    let count = count.max(1);
-    let mut start = lo.div_ceil(count) * count;
+    free_block(used, taken, count, count, lo, hi)
+}
+
+/// [`free_range`] with the block starting at a multiple of `align` rather than of `count`
+/// (a per-sandbox range: many slices, each aligned).
+pub fn free_block(
+    used: &[(u64, u64)],
+    taken: &[u64],
+    count: u64,
+    align: u64,
+    lo: u64,
+    hi: u64,
+) -> Option<u32> {
+    let (count, align) = (count.max(1), align.max(1));
+    let mut start = lo.div_ceil(align) * align;
     // (uid_t)-1 is no id: a block ends below it.
     while start + count - 1 <= hi && start + count <= u64::from(u32::MAX) {
         let end = start + count;
@@ -102,7 +215,7 @@ pub fn free_range(used: &[(u64, u64)], taken: &[u64], count: u64, lo: u64, hi: u
             .max();
         match blocked {
             None => return u32::try_from(start).ok(),
-            Some(past) => start = past.div_ceil(count) * count,
+            Some(past) => start = past.div_ceil(align) * align,
         }
     }
     None
@@ -162,6 +275,22 @@ mod free_range_tests {
     }
 
     #[test]
+    fn a_large_block_is_aligned_to_a_slice_not_to_its_size() {
+        let used = used_ranges("svc-sandbox:600113152:65536\n");
+        let count = 16_385 * 65_536;
+        assert_eq!(
+            free_block(&used, &[], count, 65_536, 600_100_001, u64::from(u32::MAX)),
+            Some(600_178_688),
+            "past the used line, at the next multiple of 65536"
+        );
+        assert_eq!(
+            free_block(&[], &[], 1 << 32, 65_536, 0, u64::from(u32::MAX)),
+            None,
+            "nothing that large below 2^32"
+        );
+    }
+
+    #[test]
     fn no_free_range_is_said_as_none() {
         let used = vec![(0, 1 << 32)];
         assert_eq!(
@@ -178,6 +307,86 @@ mod free_range_tests {
             free_range(&[], &[], 65_536, 4_294_900_000, u64::MAX),
             None,
             "no block below 2^32"
+        );
+    }
+}
+
+#[cfg(test)]
+mod slice_tests {
+    use super::*;
+
+    /// (what, a file's text, the largest range wanted).
+    type RangeCase<'a> = (&'a str, &'a str, Option<(u32, u32)>);
+    /// (sandbox id, its slice's first (uid, gid), or refused).
+    type SliceCase = (u32, Option<(u32, u32)>);
+
+    #[test]
+    fn the_users_largest_range_is_cut_into_slices() {
+        let cases: &[RangeCase<'_>] = &[
+            (
+                "the larger of two lines wins",
+                "svc-sandbox:200000:65536\nsvc-sandbox:2147483648:1073741824\n",
+                Some((2_147_483_648, 1_073_741_824)),
+            ),
+            (
+                "the first of equals",
+                "svc-sandbox:200000:65536\nsvc-sandbox:400000:65536\n",
+                Some((200_000, 65_536)),
+            ),
+            (
+                "other users' lines are not the user's",
+                "alice:100000:9999999\nsvc-sandbox:200000:131072\n",
+                Some((200_000, 131_072)),
+            ),
+            (
+                "a range past the last id or at 0 is skipped",
+                "svc-sandbox:4294967000:65536\nsvc-sandbox:0:999999\n",
+                None,
+            ),
+            ("malformed lines are skipped", "svc-sandbox:x:65536\n", None),
+        ];
+        for (name, text, want) in cases {
+            assert_eq!(largest_range(text, "svc-sandbox"), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn sandbox_id_n_gets_slice_n_and_ids_past_the_range_are_refused() {
+        let r = SliceRange::from_texts(
+            "svc-sandbox:1000000:262144\n",
+            "svc-sandbox:3000000:327680\n",
+            "svc-sandbox",
+        )
+        .expect("a range");
+        assert_eq!(r.slices, 4, "uids hold 4 slices, gids 5: the fewer");
+        let cases: &[SliceCase] = &[
+            (0, None),
+            (1, Some((1_065_536, 3_065_536))),
+            (3, Some((1_196_608, 3_196_608))),
+            (4, None),
+            (u32::MAX, None),
+        ];
+        for (id, want) in cases {
+            let got = r.slice(*id).map(|s| (s.uid, s.gid));
+            match (want, &got) {
+                (Some(w), Ok(g)) => assert_eq!(w, g, "id {id}"),
+                (None, Err(e)) => assert!(
+                    e.contains(&format!("sandbox id {id}"))
+                        && e.contains("1000000-1262143 in /etc/subuid")
+                        && e.contains("slices 1 to 3")
+                        && e.contains("svcd setup-host"),
+                    "id {id}: {e}"
+                ),
+                _ => panic!("id {id}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_user_without_a_range_in_either_file_has_no_slices() {
+        assert_eq!(
+            SliceRange::from_texts("svc-sandbox:1:65536\n", "", "svc-sandbox"),
+            None
         );
     }
 }

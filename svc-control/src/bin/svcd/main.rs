@@ -71,7 +71,8 @@ enum Command {
     },
     /// Make the host accounts svcd needs if they are missing: the API group (api_group) and
     /// the backends' system users (container.user, microvm.user), each with a free range of
-    /// 65536 ids in /etc/subuid and /etc/subgid. Idempotent; the Debian package runs it.
+    /// 65536 ids in /etc/subuid and /etc/subgid (container.id_ranges = "per-sandbox": 65536 per
+    /// sandbox the ipv4_pool allows, plus one). Idempotent; the Debian package runs it.
     SetupHost {
         /// Only say what would be made.
         #[arg(long)]

@@ -1,6 +1,9 @@
 //! `svcd setup-host`: the host accounts svcd needs, made if missing — the API group, and the
 //! backends' system users each with a free range of 65,536 subordinate uids and gids (found in
-//! `/etc/subuid` and `/etc/subgid`, never guessed; refused, naming the files, when there is none).
+//! `/etc/subuid` and `/etc/subgid`, never guessed; refused, naming the files, when there is none);
+//! with `container.id_ranges = "per-sandbox"`, the container user's range holds a slice of 65,536
+//! per possible sandbox besides slice 0, found above `SUB_UID_MAX` (the window `useradd` gives
+//! ranges from, which it would fill).
 //! Idempotent: what exists is kept. The Debian package's `postinst` runs it; people installing
 //! by hand can too.
 
@@ -9,6 +12,7 @@ use std::{path::Path, process::Command};
 use anyhow::{Context as _, bail};
 use svc_control::{
     config::host::HostConfig,
+    config::host::IdRanges,
     runtime::ids::{self, ID_COUNT},
 };
 
@@ -18,12 +22,24 @@ const SUBGID: &str = "/etc/subgid";
 /// Make what is missing; with `dry_run`, only say what would be made.
 pub fn run(host: &HostConfig, dry_run: bool) -> anyhow::Result<()> {
     group(&host.api_group, dry_run)?;
-    for (user, key) in [
-        (host.container.user.as_str(), "container.user"),
-        (host.microvm.user.as_str(), "microvm.user"),
+    let container_ids = match host.container.id_ranges {
+        IdRanges::Shared => u64::from(ID_COUNT),
+        IdRanges::PerSandbox => (u64::from(host.max_sandbox_id()) + 1) * u64::from(ID_COUNT),
+    };
+    for (user, key, count) in [
+        (
+            host.container.user.as_str(),
+            "container.user",
+            container_ids,
+        ),
+        (
+            host.microvm.user.as_str(),
+            "microvm.user",
+            u64::from(ID_COUNT),
+        ),
     ] {
         system_user(user, dry_run)?;
-        id_range(user, key, dry_run)?;
+        id_range(user, key, count, dry_run)?;
     }
     Ok(())
 }
@@ -100,11 +116,13 @@ fn read(path: &str) -> anyhow::Result<String> {
     }
 }
 
-/// The user's range of [`ID_COUNT`] ids in both files: kept when it has one, else the first
-/// free block of the login.defs window that no line of either file and no account's id uses.
-fn id_range(user: &str, key: &str, dry_run: bool) -> anyhow::Result<()> {
+/// The user's range of `count` ids in both files: kept when it has one, else the first free
+/// block that no line of either file and no account's id uses — of the login.defs window for
+/// [`ID_COUNT`] ids, above it for more (aligned to [`ID_COUNT`]).
+fn id_range(user: &str, key: &str, count: u64, dry_run: bool) -> anyhow::Result<()> {
     let (subuid, subgid) = (read(SUBUID)?, read(SUBGID)?);
-    let has = |text: &str| ids::subordinate_range(text, user).is_some();
+    let has =
+        |text: &str| ids::largest_range(text, user).is_some_and(|(_, n)| u64::from(n) >= count);
     if has(&subuid) && has(&subgid) {
         say(&format!("user {user}: subordinate ids present ({key})"));
         return Ok(());
@@ -114,16 +132,32 @@ fn id_range(user: &str, key: &str, dry_run: bool) -> anyhow::Result<()> {
         login_def(&defs, "SUB_UID_MIN").unwrap_or(100_000),
         login_def(&defs, "SUB_UID_MAX").unwrap_or(600_100_000),
     );
+    let (lo, hi, window) = if count > u64::from(ID_COUNT) {
+        (
+            hi + 1,
+            u64::from(u32::MAX) - 1,
+            "above SUB_UID_MAX of /etc/login.defs",
+        )
+    } else {
+        (lo, hi, "(SUB_UID_MIN and SUB_UID_MAX of /etc/login.defs)")
+    };
     let used = [ids::used_ranges(&subuid), ids::used_ranges(&subgid)].concat();
     let taken = [account_ids("/etc/passwd")?, account_ids("/etc/group")?].concat();
-    let Some(start) = ids::free_range(&used, &taken, u64::from(ID_COUNT), lo, hi) else {
+    let align = count.min(u64::from(ID_COUNT));
+    let Some(start) = ids::free_block(&used, &taken, count, align, lo, hi) else {
         bail!(
-            "no free range of {ID_COUNT} subordinate ids for {user} between {lo} and {hi} \
-             (SUB_UID_MIN and SUB_UID_MAX of /etc/login.defs): every block overlaps a line of \
-             {SUBUID} or {SUBGID} or an account's id; free one, or widen the window"
+            "no free range of {count} subordinate ids for {user} between {lo} and {hi} \
+             {window}: every block overlaps a line of {SUBUID} or {SUBGID} or an account's id; \
+             free one, or widen the window{}",
+            if count > u64::from(ID_COUNT) {
+                " (or shrink [network] ipv4_pool: a range holds a slice of 65536 ids per \
+                 sandbox it allows)"
+            } else {
+                ""
+            }
         );
     };
-    let range = format!("{start}-{}", u64::from(start) + u64::from(ID_COUNT) - 1);
+    let range = format!("{start}-{}", u64::from(start) + count - 1);
     if !dry_run {
         // usermod refuses to add ranges to files that do not exist yet (a fresh host).
         for file in [SUBUID, SUBGID] {

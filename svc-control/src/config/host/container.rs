@@ -28,6 +28,32 @@ pub struct ContainerFile {
     /// Disk per sandbox in MiB: the size of its writable layer (an ext4 image of its own),
     /// and of a microvm guest's disk (0: no limit for containers, the image's size for VMs).
     pub disk_mib: Option<u64>,
+    /// Where the guests' ids map: `shared` (one range for every sandbox) or `per-sandbox` (a
+    /// 65,536-id slice of the user's range each).
+    pub id_ranges: Option<String>,
+}
+
+/// Where container guests' ids map on the host (`container.id_ranges`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdRanges {
+    /// Every sandbox's guest ids 0..65535 map to the same range: the user's first range of
+    /// 65,536 ids (the base image is copied once, shifted into it).
+    #[default]
+    Shared,
+    /// Sandbox id N's guest ids map to its own slice of the user's largest range: the range's
+    /// start + N × 65,536 (the base image is mounted idmapped to each slice, never copied).
+    PerSandbox,
+}
+
+impl IdRanges {
+    /// The setting's spelling in svcd.toml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Shared => "shared",
+            Self::PerSandbox => "per-sandbox",
+        }
+    }
 }
 
 /// The container backend's settings, validated.
@@ -45,6 +71,8 @@ pub struct ContainerConfig {
     pub cpu_millis: u64,
     /// The writable layer's size in MiB; 0: no limit (a directory on the state file system).
     pub disk_mib: u64,
+    /// Where the guests' ids map.
+    pub id_ranges: IdRanges,
 }
 
 /// The largest `container.disk_mib`: 16 TiB, ext4's file system limit with 4 KiB blocks.
@@ -82,8 +110,20 @@ impl ContainerFile {
             self.disk_mib,
             err,
         );
+        let id_ranges = match self.id_ranges.as_deref() {
+            None | Some("shared") => IdRanges::Shared,
+            Some("per-sandbox") => IdRanges::PerSandbox,
+            Some(other) => {
+                err(
+                    "container.id_ranges",
+                    format!("expected \"shared\" or \"per-sandbox\", got {other:?}"),
+                );
+                IdRanges::Shared
+            }
+        };
         ContainerConfig {
             disk_mib: r.disk_mib,
+            id_ranges,
             runtime: self
                 .runtime
                 .unwrap_or_else(|| PathBuf::from(defaults::CONTAINER_RUNTIME)),

@@ -35,7 +35,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 pub use audit::{AuditConfig, AuditFile};
-pub use container::{ContainerConfig, ContainerFile};
+pub use container::{ContainerConfig, ContainerFile, IdRanges};
 pub use credentials::{CredentialsFile, DEFAULT_ENTRY, GuardianConfig, parse_token_endpoint};
 pub use dns::{DnsFile, parse_upstream, resolv_conf_nameservers};
 pub use fence::LogLevel;
@@ -144,6 +144,14 @@ pub struct HostConfig {
     pub limits: LimitsConfig,
     /// The audit log's retention (`[audit]`).
     pub audit: AuditConfig,
+}
+
+impl HostConfig {
+    /// The highest sandbox id: one per /30 of `ipv4_pool` (each sandbox's link is a /30 of it).
+    pub fn max_sandbox_id(&self) -> u32 {
+        let slots = 1u64 << 30u8.saturating_sub(self.ipv4_pool.prefix_len());
+        u32::try_from(slots.min(u64::from(u32::MAX - 1))).unwrap_or(u32::MAX - 1)
+    }
 }
 
 impl Default for HostConfig {

@@ -30,15 +30,16 @@ impl Container {
             name: spec.name.clone(),
             message,
         };
+        let ids = self.guest_ids(spec.id).map_err(err)?;
         std::fs::create_dir_all(&spec.dir)
-            .and_then(|()| std::os::unix::fs::chown(&spec.dir, Some(0), Some(self.ids.gid)))
+            .and_then(|()| std::os::unix::fs::chown(&spec.dir, Some(0), Some(ids.gid)))
             .and_then(|()| std::fs::set_permissions(&spec.dir, Permissions::from_mode(0o710)))
             .map_err(|e| err(format!("{}: {e}", spec.dir.display())))?;
         let t0 = std::time::Instant::now();
         // The host end of the link is made and fenced while runc creates the container.
         let ((guest, runc_create), (ifindex, link)) = tokio::try_join!(
             async {
-                let g = self.create(spec).await.map_err(err)?;
+                let g = self.create(spec, ids).await.map_err(err)?;
                 Ok::<_, RuntimeError>((g, t0.elapsed()))
             },
             async {
@@ -65,15 +66,16 @@ impl Container {
         Ok(Started { guest, ifindex })
     }
 
-    /// `runc create` the guest of `spec` (its init waits for `runc start`); its handle.
-    async fn create(&self, spec: &GuestSpec) -> Result<GuestHandle, String> {
+    /// `runc create` the guest of `spec`, its ids from `ids` on (its init waits for `runc
+    /// start`); its handle.
+    async fn create(&self, spec: &GuestSpec, ids: rootfs::IdRange) -> Result<GuestHandle, String> {
         let files = relay_files(spec)?;
         // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
         let (disk, overlay) =
-            disk::root_file_system(&spec.dir, &self.lower, self.ids, self.disk_mib).await?;
-        let (shared, sub_binds, sources) = self.mount_shared(spec)?;
+            disk::root_file_system(&spec.dir, &self.lower, ids, self.disk_mib).await?;
+        let (shared, sub_binds, sources) = self.mount_shared(spec, ids)?;
         let bundle = spec.dir.join("bundle");
-        self.write_bundle(spec, &bundle, &files, &shared, &sub_binds)?;
+        self.write_bundle(spec, ids, &bundle, &files, &shared, &sub_binds)?;
         let pid_file = spec.dir.join("init.pid");
         let runc_log = spec.dir.join("runc.log");
         let mut c = self.create_command(spec, &bundle, &pid_file, &runc_log)?;
@@ -101,11 +103,12 @@ impl Container {
         self.created(spec, status, &pid_file, &runc_log)
     }
 
-    /// The bundle's `config.json` for `spec`: its read-only `files`, its `shared` directories
+    /// The bundle's `config.json` for `spec` (its guest's ids from `ids` on): its read-only `files`, its `shared` directories
     /// and the `sub_binds` inside them (see `oci::SandboxBundle`).
     fn write_bundle(
         &self,
         spec: &GuestSpec,
+        ids: rootfs::IdRange,
         bundle: &Path,
         files: &[(PathBuf, PathBuf)],
         shared: &[(PathBuf, PathBuf)],
@@ -113,14 +116,14 @@ impl Container {
     ) -> Result<(), String> {
         let uid_map = oci::IdMapping {
             container_id: 0,
-            host_id: self.ids.uid,
+            host_id: ids.uid,
             size: rootfs::ID_COUNT,
         };
         let config = oci::sandbox(&oci::SandboxBundle {
             hostname: &spec.name,
             uid_map,
             gid_map: oci::IdMapping {
-                host_id: self.ids.gid,
+                host_id: ids.gid,
                 ..uid_map
             },
             files,

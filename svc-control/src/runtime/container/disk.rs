@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::rootfs::{IdRange, Layers, Overlay};
+use super::rootfs::{IdRange, Layers, Lower, Overlay};
 use crate::dataplane::loopdev;
 
 /// The image, in the sandbox's directory.
@@ -42,12 +42,12 @@ pub fn check() -> Result<(), String> {
     Ok(())
 }
 
-/// The overlay of the sandbox in `dir` over `lower`, ready to be mounted, on a disk of its
+/// The overlay of the sandbox in `dir` (its guest's ids from `ids` on) over `lower`, ready to be mounted, on a disk of its
 /// own of `mib` MiB (none if 0). The disk's device stays bound while the returned handle
 /// lives: until runc has mounted it.
 pub async fn root_file_system(
     dir: &Path,
-    lower: &Path,
+    lower: &Lower,
     ids: IdRange,
     mib: u64,
 ) -> Result<(Option<loopdev::LoopDevice>, Overlay), String> {

@@ -42,11 +42,12 @@ use std::{
 
 use tokio::process::Command;
 
+use super::ids;
 use super::{
     Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService, GuestSpec,
     RuntimeError, Started, start_time,
 };
-use crate::config::host::ContainerConfig;
+use crate::config::host::{ContainerConfig, IdRanges};
 
 /// The guest's init: reaps orphans and passes signals on, as PID 1 must.
 pub const INIT: [&str; 4] = ["/usr/bin/tini", "--", "/bin/sleep", "infinity"];
@@ -60,9 +61,13 @@ pub struct Container {
     runtime: PathBuf,
     /// The runtime's state directory (`runc --root`).
     state: PathBuf,
-    /// The shifted base image every sandbox's overlay lies on.
-    lower: PathBuf,
+    /// The base image every sandbox's overlay lies on.
+    lower: rootfs::Lower,
+    /// The guests' ids: the one range all map to, or the start of the range sliced per
+    /// sandbox (`slices`).
     ids: rootfs::IdRange,
+    /// `container.id_ranges = "per-sandbox"`: the range cut into a slice per sandbox.
+    slices: Option<ids::SliceRange>,
     cgroup_parent: String,
     limits: oci::Limits,
     /// Each sandbox's disk in MiB (0: its writable layer is a directory of the state's).
@@ -99,12 +104,20 @@ impl Container {
         if let Some(warning) = advisory::check(&runtime).warning() {
             tracing::warn!(runtime = %runtime.display(), "{warning}");
         }
-        let ids = rootfs::id_range(
-            &config.user,
-            Path::new("/etc/subuid"),
-            Path::new("/etc/subgid"),
-            "container.user",
-        )?;
+        let (subuid, subgid) = (Path::new("/etc/subuid"), Path::new("/etc/subgid"));
+        let slices = match config.id_ranges {
+            IdRanges::Shared => None,
+            IdRanges::PerSandbox => Some(ids::slice_range(
+                &config.user,
+                subuid,
+                subgid,
+                "container.user",
+            )?),
+        };
+        let ids = match &slices {
+            Some(s) => s.start,
+            None => rootfs::id_range(&config.user, subuid, subgid, "container.user")?,
+        };
         let limits = oci::Limits {
             memory_bytes: config.memory_bytes,
             pids_max: config.pids_max,
@@ -119,7 +132,7 @@ impl Container {
                 ))
             })?;
         }
-        let lower = base_image(config, ids)?;
+        let lower = base_image(config, slices.is_none().then_some(ids))?;
         let execs = state_dirs(state_dir)?;
         Ok(Self {
             runtime,
@@ -127,6 +140,7 @@ impl Container {
             state: state_dir.join("runc"),
             lower,
             ids,
+            slices,
             cgroup_parent: config.cgroup_parent.clone(),
             limits,
             disk_mib: config.disk_mib,
@@ -135,9 +149,24 @@ impl Container {
         })
     }
 
-    /// The host ids the guests' root maps to.
+    /// The host ids the guests' root maps to: with a range per sandbox, the start of the
+    /// range they are cut from.
     pub fn ids(&self) -> rootfs::IdRange {
         self.ids
+    }
+
+    /// The range sliced per sandbox (`container.id_ranges = "per-sandbox"`), or none.
+    pub fn slices(&self) -> Option<&ids::SliceRange> {
+        self.slices.as_ref()
+    }
+
+    /// The first host ids of sandbox `id`'s guest: the shared range, or its own slice (an
+    /// error naming the range when it holds no slice for `id`).
+    pub(super) fn guest_ids(&self, id: u32) -> Result<rootfs::IdRange, String> {
+        match &self.slices {
+            None => Ok(self.ids),
+            Some(s) => s.slice(id),
+        }
     }
 
     fn runc(&self) -> Command {
@@ -172,11 +201,18 @@ impl Container {
     }
 }
 
-/// The base image shifted into the guests' id range (made once per image build), checked to
-/// hold the guest's init.
-fn base_image(config: &ContainerConfig, ids: rootfs::IdRange) -> Result<PathBuf, RuntimeError> {
-    let lower = rootfs::shifted_image(&config.image, ids)?;
-    if !lower.join(INIT[0].trim_start_matches('/')).exists() {
+/// The base image, checked to hold the guest's init: shifted into the guests' one id range
+/// `shared` (made once per image build), or without one, the image's own tree (each sandbox
+/// mounts it idmapped to its slice).
+fn base_image(
+    config: &ContainerConfig,
+    shared: Option<rootfs::IdRange>,
+) -> Result<rootfs::Lower, RuntimeError> {
+    let lower = match shared {
+        Some(ids) => rootfs::Lower::Shifted(rootfs::shifted_image(&config.image, ids)?),
+        None => rootfs::Lower::Idmapped(rootfs::image_root(&config.image)?.0),
+    };
+    if !lower.path().join(INIT[0].trim_start_matches('/')).exists() {
         return Err(RuntimeError::Setup(format!(
             "the base image {} has no {} (the guest's init): rebuild it with `svcd images \
              build`",

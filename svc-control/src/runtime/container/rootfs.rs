@@ -10,11 +10,30 @@ use std::{
 use super::super::RuntimeError;
 
 pub use super::super::ids::{ID_COUNT, IdRange, id_range, subordinate_range};
+use crate::dataplane::idmap::IdmappedTree;
 
-/// The image's root file system shifted into `ids`, made once per image build and id range
-/// and shared read-only by every sandbox: `<image>/rootfs.<build>.uid<U>-gid<G>`. The image
-/// stays owned by real root (the microvm backend turns the same tree into its disk).
-pub fn shifted_image(image: &Path, ids: IdRange) -> Result<PathBuf, RuntimeError> {
+/// The base image as the sandboxes' overlays see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lower {
+    /// A copy shifted into the one range every guest maps to ([`shifted_image`]), used as is.
+    Shifted(PathBuf),
+    /// The image's own tree, unshifted ([`image_root`]): each sandbox mounts it idmapped to
+    /// its own slice, read-only, in the runtime's mount namespace.
+    Idmapped(PathBuf),
+}
+
+impl Lower {
+    /// The tree's directory on the host.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Shifted(p) | Self::Idmapped(p) => p,
+        }
+    }
+}
+
+/// The image's root file system (`<image>/rootfs`), checked to be one made by `cargo xtask
+/// images`, and its stamp's text.
+pub fn image_root(image: &Path) -> Result<(PathBuf, String), RuntimeError> {
     let source = image.join("rootfs");
     let stamp = std::fs::read_to_string(image.join("stamp")).map_err(|e| {
         RuntimeError::Setup(format!(
@@ -29,6 +48,14 @@ pub fn shifted_image(image: &Path, ids: IdRange) -> Result<PathBuf, RuntimeError
             source.display()
         )));
     }
+    Ok((source, stamp))
+}
+
+/// The image's root file system shifted into `ids`, made once per image build and id range
+/// and shared read-only by every sandbox: `<image>/rootfs.<build>.uid<U>-gid<G>`. The image
+/// stays owned by real root (the microvm backend turns the same tree into its disk).
+pub fn shifted_image(image: &Path, ids: IdRange) -> Result<PathBuf, RuntimeError> {
+    let (source, stamp) = image_root(image)?;
     let build: String = stamp
         .lines()
         .find_map(|l| l.strip_prefix("build: "))
@@ -122,6 +149,8 @@ fn shift_tree(root: &Path, ids: IdRange) -> Result<(), String> {
 /// A sandbox's layers under its directory.
 #[derive(Debug, Clone)]
 pub struct Layers {
+    /// Where an idmapped base image is attached (in the runtime's namespace) for the overlay.
+    pub lower: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
     pub merged: PathBuf,
@@ -134,6 +163,7 @@ impl Layers {
     /// The writable layer as directories of the sandbox's directory (no disk limit).
     pub fn under(dir: &Path) -> Self {
         Self {
+            lower: dir.join("lower"),
             upper: dir.join("upper"),
             work: dir.join("work"),
             merged: dir.join("bundle/rootfs"),
@@ -145,6 +175,7 @@ impl Layers {
     pub fn on_disk(dir: &Path) -> Self {
         let disk = dir.join("disk");
         Self {
+            lower: dir.join("lower"),
             upper: disk.join("upper"),
             work: disk.join("work"),
             merged: dir.join("bundle/rootfs"),
@@ -156,7 +187,7 @@ impl Layers {
     /// the caller's mount namespace (the benchmarks' runc floor; svcd itself mounts it with
     /// [`Overlay::mount_in_private_namespace`] in the runtime's own namespace).
     pub fn mount(&self, lower: &Path, ids: IdRange) -> Result<(), String> {
-        let overlay = self.prepare(lower, ids, None)?;
+        let overlay = self.prepare(&Lower::Shifted(lower.to_path_buf()), ids, None)?;
         nix::mount::mount(
             Some("overlay"),
             overlay.target.as_c_str(),
@@ -174,10 +205,11 @@ impl Layers {
     /// that already holds files is refused: it was written by an earlier guest, and a
     /// container is never created over one (the runtime resolves paths in it while it sets
     /// the container up, as root of the guest's ids: see docs/isolation.md, "The runtime's own
-    /// escapes"). A disk is made new at each creation.
+    /// escapes"). A disk is made new at each creation. An idmapped `lower` is shown to the
+    /// overlay as owned by `ids` (see [`Overlay`]).
     pub fn prepare(
         &self,
-        lower: &Path,
+        lower: &Lower,
         ids: IdRange,
         device: Option<&Path>,
     ) -> Result<Overlay, String> {
@@ -221,6 +253,21 @@ impl Layers {
         };
         std::fs::create_dir_all(&self.merged)
             .map_err(|e| format!("{}: {e}", self.merged.display()))?;
+        let (lower, idmapped) = match lower {
+            Lower::Shifted(p) => (p.as_path(), None),
+            Lower::Idmapped(image) => {
+                std::fs::create_dir_all(&self.lower)
+                    .map_err(|e| format!("{}: {e}", self.lower.display()))?;
+                let tree = IdmappedTree::new(image, &self.lower, ids.uid, ids.gid, ID_COUNT)
+                    .map_err(|e| {
+                        format!(
+                            "mapping the base image {} to the sandbox's ids: {e}",
+                            image.display()
+                        )
+                    })?;
+                (self.lower.as_path(), Some(tree))
+            }
+        };
         for p in [lower, &self.upper, &self.work] {
             let s = p.display().to_string();
             if s.contains([',', ':', '\\']) {
@@ -239,6 +286,7 @@ impl Layers {
             target: c(&self.merged)?,
             options: std::ffi::CString::new(options).map_err(|e| e.to_string())?,
             disk,
+            idmapped,
         })
     }
 
@@ -282,6 +330,8 @@ pub struct Overlay {
     target: std::ffi::CString,
     options: std::ffi::CString,
     disk: Option<DiskMount>,
+    /// The base image, attached idmapped where the overlay's lower layer is expected.
+    idmapped: Option<IdmappedTree>,
 }
 
 /// The sandbox's own file system, to be mounted under the overlay's writable layer.
@@ -321,6 +371,9 @@ impl Overlay {
         )?;
         if let Some(d) = &self.disk {
             d.mount()?;
+        }
+        if let Some(tree) = &self.idmapped {
+            tree.attach()?;
         }
         mount(
             Some(c"overlay"),
@@ -380,6 +433,7 @@ mod tests {
         };
         let lower = dir.path().join("lower");
         std::fs::create_dir_all(&lower).expect("lower");
+        let lower = Lower::Shifted(lower);
         assert!(
             layers.prepare(&lower, ids, None).is_ok(),
             "an empty layer is fine"

@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::Container;
+use super::{Container, rootfs::IdRange};
 use crate::{
     dataplane::idmap::{self, IdShift, PinnedSource},
     runtime::{GuestSpec, SharedDir},
@@ -29,9 +29,13 @@ const FIRST_PINNED_FD: i32 = 500;
 impl Container {
     /// Attach each directory the guest shares with the host (the coding agent's
     /// home) as an idmapped mount under the sandbox's directory, its owner shown as the guest's
-    /// root: (attachment, guest path) for the bundle, and the binds inside them (pinned, then
+    /// root (host ids `ids`): (attachment, guest path) for the bundle, and the binds inside them (pinned, then
     /// read-only: see `SharedDir`). `detach_shared` takes them off again.
-    pub(super) fn mount_shared(&self, spec: &GuestSpec) -> Result<SharedMounts, String> {
+    pub(super) fn mount_shared(
+        &self,
+        spec: &GuestSpec,
+        ids: IdRange,
+    ) -> Result<SharedMounts, String> {
         detach_shared(&spec.dir);
         let mut out = Vec::new();
         let mut binds = Binds {
@@ -45,7 +49,7 @@ impl Container {
         std::fs::create_dir_all(&binds.staging)
             .map_err(|e| format!("{}: {e}", binds.staging.display()))?;
         for (i, shared) in spec.shared.iter().enumerate() {
-            let target = self.attach(&spec.dir, i, shared)?;
+            let target = attach(&spec.dir, i, shared, ids)?;
             for (rel, read_only) in shared
                 .pinned
                 .iter()
@@ -58,39 +62,39 @@ impl Container {
         }
         Ok((out, binds.sub_binds, binds.pinned))
     }
+}
 
-    /// Attach shared directory `i` of the sandbox in `dir` (idmapped: its owner shown as the
-    /// guest's root) under `dir/live/i`; that path.
-    fn attach(&self, dir: &Path, i: usize, shared: &SharedDir) -> Result<PathBuf, String> {
-        let what = |e: std::io::Error| {
-            format!(
-                "sharing {} with the guest at {}: {e}",
-                shared.host.display(),
-                shared.guest.display()
-            )
-        };
-        let meta = std::fs::symlink_metadata(&shared.host).map_err(what)?;
-        if !meta.is_dir() {
-            return Err(what(std::io::Error::other("not a directory")));
-        }
-        let target = dir.join("live").join(i.to_string());
-        std::fs::create_dir_all(&target).map_err(what)?;
-        idmap::bind_idmapped(
-            &shared.host,
-            &target,
-            IdShift {
-                owner_uid: meta.uid(),
-                owner_gid: meta.gid(),
-                shown_uid: self.ids.uid,
-                shown_gid: self.ids.gid,
-            },
+/// Attach shared directory `i` of the sandbox in `dir` (idmapped: its owner shown as the
+/// guest's root, the host ids `ids`) under `dir/live/i`; that path.
+fn attach(dir: &Path, i: usize, shared: &SharedDir, ids: IdRange) -> Result<PathBuf, String> {
+    let what = |e: std::io::Error| {
+        format!(
+            "sharing {} with the guest at {}: {e}",
+            shared.host.display(),
+            shared.guest.display()
         )
-        .map_err(|e| {
-            detach_shared(dir);
-            what(e)
-        })?;
-        Ok(target)
+    };
+    let meta = std::fs::symlink_metadata(&shared.host).map_err(what)?;
+    if !meta.is_dir() {
+        return Err(what(std::io::Error::other("not a directory")));
     }
+    let target = dir.join("live").join(i.to_string());
+    std::fs::create_dir_all(&target).map_err(what)?;
+    idmap::bind_idmapped(
+        &shared.host,
+        &target,
+        IdShift {
+            owner_uid: meta.uid(),
+            owner_gid: meta.gid(),
+            shown_uid: ids.uid,
+            shown_gid: ids.gid,
+        },
+    )
+    .map_err(|e| {
+        detach_shared(dir);
+        what(e)
+    })?;
+    Ok(target)
 }
 
 /// The binds inside the shared directories, as they are pinned.
