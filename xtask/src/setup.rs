@@ -227,11 +227,22 @@ pub fn qemu() -> anyhow::Result<()> {
 /// Debian package's postinst runs; idempotent).
 fn host_accounts() -> anyhow::Result<()> {
     let svcd = svcd()?;
-    let out = ui::output(Command::new(&svcd).arg("setup-host"))?;
-    for line in out.lines() {
-        ui::info(line.trim_start_matches("svcd setup-host: "));
+    // Shared ranges as a default host has them, then the large range the tests of
+    // `container.id_ranges = "per-sandbox"` need (a slice of 65536 ids per sandbox id).
+    let per_sandbox = std::path::Path::new("target/setup-host-per-sandbox.toml");
+    std::fs::create_dir_all("target")?;
+    std::fs::write(per_sandbox, "[container]\nid_ranges = \"per-sandbox\"\n")?;
+    for config in [None, Some(per_sandbox)] {
+        let mut cmd = Command::new(&svcd);
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        let out = ui::output(cmd.arg("setup-host"))?;
+        for line in out.lines() {
+            ui::info(line.trim_start_matches("svcd setup-host: "));
+        }
     }
-    ui::ok("host accounts (svcd setup-host)");
+    ui::ok("host accounts (svcd setup-host, shared and per-sandbox ranges)");
     Ok(())
 }
 
