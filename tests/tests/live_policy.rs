@@ -108,7 +108,7 @@ fn a_running_sandboxs_allowlist_changes_live() {
                     "--",
                     "sh",
                     "-c",
-                    "for i in $(seq 40); do c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 https://allowed.example.test/loop); echo \"$c $(date +%s%N)\"; sleep 0.1; done",
+                    "for i in $(seq 40); do t=$(date +%s%N); c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 https://allowed.example.test/loop); echo \"$c $t\"; sleep 0.1; done",
                 ],
             )
         });
@@ -162,7 +162,7 @@ fn a_running_sandboxs_allowlist_changes_live() {
     for (code, t) in &results {
         assert!(
             !(code == "200" && *t > returned),
-            "a request succeeded after the change returned: {lines}"
+            "a request begun after the change returned succeeded: {lines}"
         );
     }
 
