@@ -65,16 +65,7 @@ fn svc(root: &Root, w: &World, args: &[&str]) -> Output {
 
 /// [`svc`], which must succeed; its standard output.
 fn svc_ok(root: &Root, w: &World, args: &[&str]) -> String {
-    let out = svc(root, w, args);
-    assert!(
-        out.status.success(),
-        "svc {args:?} failed ({}):\n{}{}\nsvcd log:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        w.svcd_log()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    w.succeeded(args, svc(root, w, args))
 }
 
 /// The root's `svc sandbox create --allow-host allowed.example.test NAME`.

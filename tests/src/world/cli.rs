@@ -69,7 +69,7 @@ impl World {
     }
 
     /// `out` of `svc ARGS`, asserting success (with svcd's log); its stdout.
-    fn succeeded(&self, args: &[&str], out: Output) -> String {
+    pub fn succeeded(&self, args: &[&str], out: Output) -> String {
         assert!(
             out.status.success(),
             "svc {args:?} failed ({}):\n{}{}\nsvcd log:\n{}",
