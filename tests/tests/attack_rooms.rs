@@ -9,7 +9,7 @@ use std::{
     sync::Arc,
 };
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{require_root, users::User, world::World};
 
 /// `curl` to svcd's API socket as root (or under `ids`, setpriv's): (HTTP status, body).
 fn api(w: &World, ids: &[&str], method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
@@ -343,34 +343,8 @@ fn a_second_users_bent_paths_never_reach_anothers_sandbox() {
     require_root();
     let w = World::start();
     w.sandbox_allowing("victim", &["allowed.example.test"]);
-    let user = format!("atk{}", std::process::id() % 100_000);
-    let _ = Command::new("userdel").arg(&user).output();
-    let made = Command::new("useradd")
-        .args([
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            "--gid",
-            "65534",
-        ])
-        .arg(&user)
-        .output()
-        .expect("useradd");
-    assert!(made.status.success(), "{made:?}");
-    let uid = String::from_utf8_lossy(
-        &Command::new("id")
-            .args(["-u", &user])
-            .output()
-            .expect("id")
-            .stdout,
-    )
-    .trim()
-    .to_owned();
-    let ids_owned = [
-        format!("--reuid={uid}"),
-        "--regid=65534".to_owned(),
-        "--groups=65534".to_owned(),
-    ];
+    let user = User::add(format!("atk{}", std::process::id() % 100_000), None);
+    let ids_owned = user.ids();
     let ids: Vec<&str> = ids_owned.iter().map(String::as_str).collect();
     for p in [&w.dir, &w.socket] {
         let _ = Command::new("chmod").arg("o+x").arg(p).output();
@@ -418,7 +392,7 @@ fn a_second_users_bent_paths_never_reach_anothers_sandbox() {
             "GET /v1/backends shows a member svcd's paths: {backends}"
         ));
     }
-    let _ = Command::new("userdel").arg(&user).output();
+    drop(user);
     w.destroy_checked("victim");
     assert!(
         wrong.is_empty(),
@@ -446,34 +420,8 @@ while time.time() < end:
 fn a_members_project_swapped_for_a_link_mid_creation_never_shares_roots_directory() {
     require_root();
     let w = World::start();
-    let user = format!("atks{}", std::process::id() % 100_000);
-    let _ = Command::new("userdel").arg(&user).output();
-    let made = Command::new("useradd")
-        .args([
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            "--gid",
-            "65534",
-        ])
-        .arg(&user)
-        .output()
-        .expect("useradd");
-    assert!(made.status.success(), "{made:?}");
-    let uid = String::from_utf8_lossy(
-        &Command::new("id")
-            .args(["-u", &user])
-            .output()
-            .expect("id")
-            .stdout,
-    )
-    .trim()
-    .to_owned();
-    let ids_owned = [
-        format!("--reuid={uid}"),
-        "--regid=65534".to_owned(),
-        "--groups=65534".to_owned(),
-    ];
+    let user = User::add(format!("atks{}", std::process::id() % 100_000), None);
+    let ids_owned = user.ids();
     let ids: Vec<&str> = ids_owned.iter().map(String::as_str).collect();
     // The member's base (it may rename in it), its project, root's secret beside it.
     let base = std::env::temp_dir().join(svc_tests::unique("mswap"));
@@ -492,6 +440,7 @@ fn a_members_project_swapped_for_a_link_mid_creation_never_shares_roots_director
     sh(format!(
         "chown -R {uid}:65534 {b}/proj; chown -h {uid}:65534 {b}/link; chown {uid}:65534 {b}; \
          chmod 755 {b}; chmod 700 {b}/roots",
+        uid = user.uid,
         b = base.display()
     ));
     let mut swapper = Command::new("setpriv")
@@ -560,7 +509,7 @@ fn a_members_project_swapped_for_a_link_mid_creation_never_shares_roots_director
     let _ = swapper.kill();
     let _ = swapper.wait();
     eprintln!("{up} came up, {refused} refused");
-    let _ = Command::new("userdel").arg(&user).output();
+    drop(user);
     let _ = std::fs::remove_dir_all(&base);
     assert!(
         wrong.is_empty(),
