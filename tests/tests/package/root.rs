@@ -31,12 +31,50 @@ pub fn deb() -> PathBuf {
         .filter(|p| p.extension().is_some_and(|x| x == "deb"))
         .collect();
     debs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    debs.pop().unwrap_or_else(|| {
+    let newest = debs.pop().unwrap_or_else(|| {
         panic!(
             "no .deb in {}: run `cargo xtask package --debug` first",
             dir.display()
         )
-    })
+    });
+    refuse_stale(&newest);
+    newest
+}
+
+/// A package older than the sources it is built from tests yesterday's code: refuse it, naming
+/// the newer source and the command that rebuilds the package. (Sources, not binaries: a test
+/// build may relink `svcd` with other features after the package was made.)
+fn refuse_stale(deb: &Path) {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built) = modified(deb) else {
+        panic!("{}: cannot read its modification time", deb.display())
+    };
+    let workspace = target().parent().expect("the workspace").to_path_buf();
+    let mut pending: Vec<PathBuf> = [
+        "svc-control/src",
+        "svc-cli/src",
+        "svc-guest/src",
+        "packaging",
+    ]
+    .iter()
+    .map(|d| workspace.join(d))
+    .collect();
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.filter_map(|e| Some(e.ok()?.path())) {
+            if path.is_dir() {
+                pending.push(path);
+            } else if modified(&path).is_some_and(|m| m > built) {
+                panic!(
+                    "{} is older than {}: run `cargo xtask package --debug` first",
+                    deb.display(),
+                    path.display()
+                );
+            }
+        }
+    }
 }
 
 /// Run `cmd`, which must succeed; its standard output.
