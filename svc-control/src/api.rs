@@ -125,6 +125,10 @@ pub struct CreateSandbox {
     /// does the same). Default: a push to the bound repository may update any ref.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub https_push_branches: bool,
+    /// AllowedBranches: the ref patterns pushes may update (a pod's `svc.dev/branches`);
+    /// empty: the default, `refs/heads/svc/**`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_branches: Vec<String>,
 }
 
 /// Where a workspace's project directory appears inside its sandbox.
