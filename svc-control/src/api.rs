@@ -131,6 +131,28 @@ pub struct CreateSandbox {
     pub allowed_branches: Vec<String>,
 }
 
+impl CreateSandbox {
+    /// A request for sandbox `name` with nothing else asked: Curated with the built-in agent
+    /// hosts, the default backend, no secrets, no workspace.
+    pub fn named(name: SandboxName) -> Self {
+        CreateSandbox {
+            name,
+            allow_hosts: Vec::new(),
+            repo: None,
+            egress: None,
+            secrets: Vec::new(),
+            context_path: None,
+            backend: None,
+            runtime_required: None,
+            ssh_repos: Vec::new(),
+            workspace: None,
+            project: None,
+            https_push_branches: false,
+            allowed_branches: Vec::new(),
+        }
+    }
+}
+
 /// Where a workspace's project directory appears inside its sandbox.
 pub const WORKSPACE_GUEST_DIR: &str = "/workspace";
 

@@ -35,15 +35,7 @@ fn run(cmd: &mut Command) -> std::process::Output {
 
 /// Run `cmd`, which must succeed; its standard output.
 fn ok(cmd: &mut Command) -> String {
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&svc_tests::run_cmd(cmd).stdout).into_owned()
 }
 
 fn json(text: &str) -> Value {

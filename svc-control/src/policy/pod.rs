@@ -63,21 +63,7 @@ pub fn request_from_annotations(
     name: SandboxName,
     annotations: &BTreeMap<String, String>,
 ) -> Result<CreateSandbox, PodError> {
-    let mut req = CreateSandbox {
-        name,
-        allow_hosts: Vec::new(),
-        repo: None,
-        egress: None,
-        secrets: Vec::new(),
-        context_path: None,
-        backend: None,
-        runtime_required: None,
-        ssh_repos: Vec::new(),
-        workspace: None,
-        project: None,
-        https_push_branches: false,
-        allowed_branches: Vec::new(),
-    };
+    let mut req = CreateSandbox::named(name);
     for (key, value) in annotations {
         if !key.starts_with(PREFIX) {
             continue;
