@@ -177,18 +177,8 @@ async fn sequence(
 /// A sandbox of `backend` with nothing added: no hosts, repository, secrets or workspace.
 fn bare_sandbox(name: &SandboxName, backend: &str) -> CreateSandbox {
     CreateSandbox {
-        name: name.clone(),
-        allow_hosts: Vec::new(),
-        repo: None,
-        egress: None,
-        secrets: Vec::new(),
-        context_path: None,
         backend: Some(backend.to_owned()),
-        runtime_required: None,
-        ssh_repos: Vec::new(),
-        workspace: None,
-        project: None,
-        https_push_branches: false,
+        ..CreateSandbox::named(name.clone())
     }
 }
 

@@ -332,6 +332,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         workspace: None,
         project: None,
         https_push_branches: a.https_push_branches,
+        allowed_branches: Vec::new(),
     };
     if let Some((project, approved)) = project {
         project.apply(approved, &mut req);

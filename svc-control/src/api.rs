@@ -125,6 +125,32 @@ pub struct CreateSandbox {
     /// does the same). Default: a push to the bound repository may update any ref.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub https_push_branches: bool,
+    /// AllowedBranches: the ref patterns pushes may update (a pod's `svc.dev/branches`);
+    /// empty: the default, `refs/heads/svc/**`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_branches: Vec<String>,
+}
+
+impl CreateSandbox {
+    /// A request for sandbox `name` with nothing else asked: Curated with the built-in agent
+    /// hosts, the default backend, no secrets, no workspace.
+    pub fn named(name: SandboxName) -> Self {
+        CreateSandbox {
+            name,
+            allow_hosts: Vec::new(),
+            repo: None,
+            egress: None,
+            secrets: Vec::new(),
+            context_path: None,
+            backend: None,
+            runtime_required: None,
+            ssh_repos: Vec::new(),
+            workspace: None,
+            project: None,
+            https_push_branches: false,
+            allowed_branches: Vec::new(),
+        }
+    }
 }
 
 /// Where a workspace's project directory appears inside its sandbox.

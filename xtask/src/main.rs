@@ -7,6 +7,7 @@
 mod bench_runtime;
 mod demo;
 mod images;
+mod oci_image;
 mod package;
 mod setup;
 mod test;
@@ -104,6 +105,22 @@ enum Command {
         /// Skip lintian.
         #[arg(long)]
         no_lint: bool,
+    },
+    /// Write svcd's node image for the Kubernetes DaemonSet (deploy/kubernetes) as an OCI image
+    /// layout, without Docker: svcd, svc, the guest binaries, the containerd shim when built,
+    /// the programs svcd runs for the container backend and their shared libraries. Push it
+    /// with `skopeo copy oci:OUT/svc-node:TAG docker://REGISTRY/svc-node:TAG`.
+    OciImage {
+        /// Build the image from the debug build instead of the release build (what the tests
+        /// check).
+        #[arg(long)]
+        debug: bool,
+        /// The directory the layout goes in (as OUT/svc-node).
+        #[arg(long, default_value = "target/oci")]
+        out: std::path::PathBuf,
+        /// The image's tag in the layout (default: the workspace's version).
+        #[arg(long)]
+        tag: Option<String>,
     },
 }
 
@@ -215,6 +232,14 @@ fn main() -> ExitCode {
                     lint: true,
                 })
             })
+            // The OCI image test reads the debug build's node image.
+            .and_then(|_| {
+                oci_image::run(&oci_image::Options {
+                    debug: true,
+                    out: "target/oci".into(),
+                    tag: None,
+                })
+            })
             .and_then(|_| test::run(&cargo_test_args)),
         Command::Demo { backend } => {
             let microvm = backend == "microvm";
@@ -255,6 +280,8 @@ fn main() -> ExitCode {
             })
             .map(|_| ())
         }),
+        Command::OciImage { debug, out, tag } => setup::run()
+            .and_then(|()| oci_image::run(&oci_image::Options { debug, out, tag }).map(|_| ())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

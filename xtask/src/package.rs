@@ -27,8 +27,8 @@ pub struct Options {
 }
 
 /// The guest binaries the images carry, and where the package puts them.
-const GUEST_BINS: [&str; 3] = ["svc-microvm-agent", "svc-git-ssh", "svc-supervise"];
-const GUEST_DIR: &str = "usr/lib/svc/guest";
+pub(crate) const GUEST_BINS: [&str; 3] = ["svc-microvm-agent", "svc-git-ssh", "svc-supervise"];
+pub(crate) const GUEST_DIR: &str = "usr/lib/svc/guest";
 
 pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
     ui::heading("package: svc as a Debian package");
@@ -72,7 +72,7 @@ pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
     Ok(deb)
 }
 
-fn workspace_version() -> anyhow::Result<String> {
+pub(crate) fn workspace_version() -> anyhow::Result<String> {
     let text = std::fs::read_to_string("Cargo.toml").context("reading Cargo.toml")?;
     text.lines()
         .find_map(|l| l.strip_prefix("version = "))
@@ -80,7 +80,7 @@ fn workspace_version() -> anyhow::Result<String> {
         .context("Cargo.toml has no workspace version")
 }
 
-fn build(debug: bool) -> anyhow::Result<()> {
+pub(crate) fn build(debug: bool) -> anyhow::Result<()> {
     let mut cmd = Command::new("cargo");
     cmd.args(["build", "--quiet", "-p", "svc-control", "--bin", "svcd"])
         .args(["-p", "svc-cli", "--bin", "svc"]);

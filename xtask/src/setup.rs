@@ -310,6 +310,14 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "dpkg-dev",
         "dpkg-shlibdeps: the Debian package's library dependencies",
     ),
+    (
+        "skopeo",
+        "reads the node image's OCI layout (cargo xtask oci-image) as a registry client would",
+    ),
+    (
+        "umoci",
+        "unpacks the node image's OCI layout, checking every blob's digest",
+    ),
 ];
 
 fn test_packages() -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 //! brokers the host's own code-host token. Pure: svcd asks, and so can a test or a tool.
 
 use super::{credentials::PlaceholderEntry, mode::EgressMode, request::SandboxPolicy};
+use crate::api::{CreateSandbox, EgressChoice, SecretValue};
 use crate::config::{
     egress::{EgressConfig, RepoName},
     host::HostConfig,
@@ -26,12 +27,48 @@ pub struct Request<'a> {
     pub project_egress: Option<&'a EgressConfig>,
 }
 
+impl<'a> Request<'a> {
+    /// An API creation request (`POST /v1/sandboxes`, a pod's annotations) as the decisions
+    /// read it: `secrets` are its own ([`Secret::all_of`]), `project_egress` the workspace's.
+    pub fn of_api(
+        req: &'a CreateSandbox,
+        secrets: &'a [Secret<'a>],
+        project_egress: Option<&'a EgressConfig>,
+    ) -> Self {
+        Request {
+            egress: req.egress.map(|e| match e {
+                EgressChoice::Curated => EgressMode::Curated,
+                EgressChoice::AllowAll => EgressMode::AllowAll,
+            }),
+            context_path: req.context_path.is_some(),
+            allow_hosts: &req.allow_hosts,
+            repo: req.repo.as_deref(),
+            secrets,
+            project_egress,
+        }
+    }
+}
+
 /// One `--secret VAR@SOURCE`, value included (checked, never shown).
 #[derive(Clone, Copy)]
 pub struct Secret<'a> {
     pub name: &'a str,
     pub source: &'a str,
     pub value: &'a str,
+}
+
+impl<'a> Secret<'a> {
+    /// An API request's secrets as the decisions read them.
+    pub fn all_of(secrets: &'a [SecretValue]) -> Vec<Self> {
+        secrets
+            .iter()
+            .map(|s| Secret {
+                name: &s.name,
+                source: &s.source,
+                value: &s.value,
+            })
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for Secret<'_> {
@@ -91,6 +128,12 @@ pub enum CreationError {
         repo: String,
         reason: String,
     },
+    #[error(
+        "allowed branch {0:?}: expected a git ref pattern under refs/ (e.g. refs/heads/svc/**): \
+         no space, control character, '..', '@{{', ':', '~', '^' or '\\', no empty component \
+         and none starting with '.'"
+    )]
+    BadBranch(String),
     #[error("{0}")]
     Placeholders(String),
     #[error("--secret {0} is given twice")]
@@ -204,6 +247,27 @@ pub fn ssh_repos(given: &[(String, String)]) -> Result<Vec<(String, String)>, Cr
         let repo = RepoName::parse(repo).map_err(bad)?.as_str().to_owned();
         if !out.iter().any(|(h, r)| *h == name && *r == repo) {
             out.push((name, repo));
+        }
+    }
+    Ok(out)
+}
+
+/// A sandbox's AllowedBranches: the ref patterns (git's wildmatch globs) SSH pushes (and,
+/// when asked, smart-HTTP pushes) may update. None given: the default, `refs/heads/svc/**`.
+/// A pattern must be a ref name git accepts once its glob characters (`*`, `?`, `[`, `]`)
+/// are set aside; repeats are dropped.
+pub fn branches(given: &[String]) -> Result<Vec<String>, CreationError> {
+    if given.is_empty() {
+        return Ok(vec![super::ssh::DEFAULT_BRANCHES.to_owned()]);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for pattern in given {
+        let plain = pattern.replace(['*', '?', '[', ']'], "x");
+        if !super::ssh::ref_name_ok(&plain) {
+            return Err(CreationError::BadBranch(pattern.clone()));
+        }
+        if !out.contains(pattern) {
+            out.push(pattern.clone());
         }
     }
     Ok(out)

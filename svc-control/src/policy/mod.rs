@@ -25,6 +25,8 @@ pub mod mode;
 /// Who may act on which sandbox and stored secret (API callers are not each other).
 pub mod ownership;
 pub mod paths;
+/// A Kubernetes pod's `svc.dev/*` annotations as a creation request, checked as one.
+pub mod pod;
 /// Which host directory a workspace may share into its sandbox.
 pub mod project;
 /// A push's command list as git's receive-pack reads it (the relay and smart-HTTP both ask).

@@ -14,10 +14,10 @@ use std::{
 use tracing::{Instrument as _, info, info_span, warn};
 
 use super::{
-    DEFAULT_BRANCHES, Failure, Supervisor, gitdir,
+    Failure, Supervisor, gitdir,
     sandbox::{
-        self, Envelope, Live, Phases, SandboxLinks, creation_request, creation_secrets, guest_env,
-        link_record, stored_placeholders, write_guest_files,
+        self, Envelope, Live, Phases, SandboxLinks, guest_env, link_record, stored_placeholders,
+        write_guest_files,
     },
     spotlight,
     state::RunningRow,
@@ -112,8 +112,8 @@ impl Supervisor {
         let (mut plan, brokered) = {
             // The request as `policy::creation` reads it, built once: whether it brokers the
             // host's token, then (with that token, and the workspace's egress section) its plan.
-            let secrets = creation_secrets(&req.secrets);
-            let input = creation_request(&req, &secrets, None);
+            let secrets = creation::Secret::all_of(&req.secrets);
+            let input = creation::Request::of_api(&req, &secrets, None);
             let brokered = self.host_code_token(who, &input).await?;
             let plan = self.plan(&req, input, &secrets, brokered.as_ref(), who)?;
             (plan, brokered)
@@ -273,7 +273,8 @@ impl Supervisor {
                 EgressMode::AllowAll => EgressChoice::AllowAll,
             },
             context_path: req.context_path.clone(),
-            allowed_branches: vec![DEFAULT_BRANCHES.to_owned()],
+            allowed_branches: creation::branches(&req.allowed_branches)
+                .map_err(|e| Failure::bad(e.to_string()))?,
             https_push_branches: req.https_push_branches,
             ssh_repos,
             workspace: req.workspace.clone(),

@@ -410,6 +410,7 @@ impl Supervisor {
                         trust: false,
                     }),
                 https_push_branches: envelope.https_push_branches,
+                allowed_branches: envelope.allowed_branches.clone(),
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

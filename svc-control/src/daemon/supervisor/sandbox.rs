@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::effects::{HostLinks, SandboxFence};
 use crate::{
-    api::{CreateSandbox, EgressChoice, SecretValue},
+    api::{EgressChoice, SecretValue},
     daemon::failure::Failure,
     dataplane::{self, SandboxLink},
-    policy::{creation, mode::EgressMode, request::SandboxPolicy},
+    policy::{mode::EgressMode, request::SandboxPolicy},
     proxy::{ca::SandboxCa, guest_trust},
     runtime::{BoxFuture, GuestHandle, GuestLinks, GuestNet, HostEnd, RuntimeError},
 };
@@ -155,37 +155,6 @@ impl std::fmt::Display for Phases {
             write!(f, "{step}={:.1}ms", d.as_secs_f64() * 1000.0)?;
         }
         Ok(())
-    }
-}
-
-/// The secrets of a request as `policy::creation` reads them.
-pub(super) fn creation_secrets(secrets: &[SecretValue]) -> Vec<creation::Secret<'_>> {
-    secrets
-        .iter()
-        .map(|s| creation::Secret {
-            name: &s.name,
-            source: &s.source,
-            value: &s.value,
-        })
-        .collect()
-}
-
-/// A create request as `policy::creation` reads it.
-pub(super) fn creation_request<'a>(
-    req: &'a CreateSandbox,
-    secrets: &'a [creation::Secret<'a>],
-    project_egress: Option<&'a crate::config::egress::EgressConfig>,
-) -> creation::Request<'a> {
-    creation::Request {
-        egress: req.egress.map(|e| match e {
-            EgressChoice::Curated => EgressMode::Curated,
-            EgressChoice::AllowAll => EgressMode::AllowAll,
-        }),
-        context_path: req.context_path.is_some(),
-        allow_hosts: &req.allow_hosts,
-        repo: req.repo.as_deref(),
-        secrets,
-        project_egress,
     }
 }
 

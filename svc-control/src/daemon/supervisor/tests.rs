@@ -287,6 +287,27 @@ async fn an_unknown_or_absent_backend_is_refused_before_anything_is_built() {
 }
 
 #[tokio::test]
+async fn allowed_branches_come_from_the_request_and_a_bad_pattern_builds_nothing() {
+    let w = World::new();
+    let view = w.created(request("plain")).await;
+    assert_eq!(view.allowed_branches, ["refs/heads/svc/**"], "the default");
+    let mut req = request("pod");
+    req.allowed_branches = vec!["refs/heads/agent/*".into(), "refs/heads/agent/*".into()];
+    let view = w.created(req).await;
+    assert_eq!(view.allowed_branches, ["refs/heads/agent/*"]);
+    let mut req = request("bad");
+    req.allowed_branches = vec!["main".into()];
+    let f = w.refused(req).await;
+    assert_eq!(f.status, 400);
+    assert!(
+        f.message.starts_with("allowed branch \"main\": "),
+        "{}",
+        f.message
+    );
+    assert_eq!(w.rows(), ["plain", "pod"]);
+}
+
+#[tokio::test]
 async fn a_workspace_runtime_falls_back_along_the_preference_list() {
     let w = World::new();
     let mut req = request_on("auto", None);
