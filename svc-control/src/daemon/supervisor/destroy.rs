@@ -116,6 +116,13 @@ impl Supervisor {
                 Err(e) => warn!(sandbox = %name, error = %e, "removing the sandbox's files"),
             }
         }
+        if runtime != name {
+            // A pooled guest's directory's first name, left as a link for its runtime.
+            let first = self.sandbox_dir(&runtime);
+            if first.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
+                let _ = std::fs::remove_file(&first);
+            }
+        }
         removed.push("state row".to_owned());
         removed
     }

@@ -111,6 +111,11 @@ impl Supervisor {
         if self.pool_target(backend) == 0 {
             return;
         }
+        // Pooled names are new to every svcd: a claimed sandbox (adopted by a later svcd)
+        // keeps its runtime name for life.
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+        let first = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        self.pool.seq.store(first, Ordering::SeqCst);
         let rate = self.config.host.pool.refill_per_second.max(1);
         let sup = self.clone();
         tokio::spawn(async move {

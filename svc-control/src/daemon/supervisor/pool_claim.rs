@@ -132,13 +132,17 @@ impl Supervisor {
         let dir = self.sandbox_dir(&name);
         sandbox::clear_leftover(&dir, &name).await?;
         let from = self.sandbox_dir(&pooled.name);
-        std::fs::rename(&from, &dir).map_err(|e| {
-            Failure::internal(format!(
-                "moving {} to {}: {e}",
-                from.display(),
-                dir.display()
-            ))
-        })?;
+        // The runtime keeps the bundle's path it was made with (it works there at each exec):
+        // the old name stays, a link to the new one, until the sandbox goes.
+        std::fs::rename(&from, &dir)
+            .and_then(|()| std::os::unix::fs::symlink(&name, &from))
+            .map_err(|e| {
+                Failure::internal(format!(
+                    "moving {} to {}: {e}",
+                    from.display(),
+                    dir.display()
+                ))
+            })?;
         rewrite_guest_files(&dir, &name, made.envelope.gateway_v4, &made.ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
         phases.mark("files");
