@@ -5,13 +5,17 @@
 //! and addressed with `ip`), then `runc delete`; and one `svc sandbox exec` beside one
 //! `runc exec`. The svcd rounds run twice in the same run: each sandbox's writable layer a
 //! directory of the state's (`disk_mib = 0`), then on its own 10 GiB ext4 image (the default),
-//! to show what the disk limit costs.
+//! to show what the disk limit costs. Then warm pools: create → first HTTPS request over
+//! [`POOL_ROUNDS`] rounds from a pool (`[pool] container = 2`, each create finding it full)
+//! beside as many cold ones, in one run (`sandbox-bench --pool`: only that part).
 
 use std::time::{Duration, Instant};
 
 use svc_tests::world::World;
 
 const ROUNDS: usize = 20;
+/// Rounds of the pooled and cold figures (median, p90, p99).
+const POOL_ROUNDS: usize = 50;
 
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
@@ -21,6 +25,11 @@ fn median(v: &mut [Duration]) -> Duration {
 fn p90(v: &mut [Duration]) -> Duration {
     v.sort();
     v[(v.len() * 9) / 10 - 1]
+}
+
+fn p99(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[(v.len() * 99).div_ceil(100) - 1]
 }
 
 fn ms(d: Duration) -> String {
@@ -101,7 +110,87 @@ fn svcd_rounds(w: &World) -> Rounds {
     r
 }
 
+/// The container pool's size as svcd's metrics say.
+fn pool_size(w: &World) -> u32 {
+    w.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("svc_pool_size{backend=\"container\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u32)
+}
+
+/// One sandbox created, used until its first HTTPS request succeeds, and destroyed; the time
+/// from the create to that success.
+fn create_to_first_https(w: &World, name: &str) -> Duration {
+    let t0 = Instant::now();
+    w.svc_ok(&["sandbox", "create", name]);
+    loop {
+        let out = w.svc(&[
+            "sandbox",
+            "exec",
+            name,
+            "--",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "https://api.agent.test/",
+        ]);
+        if out.status.success() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "never became ready");
+    }
+    let took = t0.elapsed();
+    w.svc_ok(&["sandbox", "destroy", name]);
+    took
+}
+
+/// create → first HTTPS request, [`POOL_ROUNDS`] times from a full pool and as many cold, in
+/// one run; printed with median, p90 and p99.
+fn pooled_beside_cold() {
+    let mut cold = {
+        let w = World::start_with("disk_mib = 0");
+        create_to_first_https(&w, "warm-up");
+        (0..POOL_ROUNDS)
+            .map(|i| create_to_first_https(&w, &format!("c{i}")))
+            .collect::<Vec<_>>()
+    };
+    let w = World::start_with("disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 20\n");
+    let mut pooled = Vec::new();
+    for i in 0..=POOL_ROUNDS {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pool_size(&w) < 2 {
+            assert!(Instant::now() < deadline, "the pool did not refill");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = create_to_first_https(&w, &format!("p{i}"));
+        if i > 0 {
+            pooled.push(took);
+        }
+    }
+    let hits = w
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("svc_pool_hits_total{backend=\"container\"} "))
+        .unwrap_or("0")
+        .trim()
+        .to_owned();
+    println!(
+        "create → first HTTPS request, container backend, disk_mib = 0, {POOL_ROUNDS} rounds \
+         (median [p90, p99]); pool hits {hits}"
+    );
+    for (what, v) in [("cold  ", &mut cold), ("pooled", &mut pooled)] {
+        let (m, p, q) = (median(v), p90(v), p99(v));
+        println!("  {what}  {} [{}, {}]", ms(m), ms(p), ms(q));
+    }
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--pool") {
+        pooled_beside_cold();
+        return;
+    }
     // The disk limit's cost, in the same run: the writable layer a directory of the state's
     // (`disk_mib = 0`), then on a 10 GiB ext4 image of its own (the default).
     let mut plain = {
@@ -263,6 +352,8 @@ fn main() {
         ms(median(&mut bare_down)),
         ms(p90(&mut bare_down))
     );
+    drop(w);
+    pooled_beside_cold();
 }
 
 fn report(label: &str, r: &mut Rounds) {
