@@ -119,11 +119,12 @@ fn pool_size(w: &World) -> u32 {
         .map_or(0, |v| v as u32)
 }
 
-/// One sandbox created, used until its first HTTPS request succeeds, and destroyed; the time
-/// from the create to that success.
-fn create_to_first_https(w: &World, name: &str) -> Duration {
+/// One sandbox created, used until its first HTTPS request succeeds, and destroyed: (the
+/// create's answer, then the first HTTPS request's success).
+fn create_to_first_https(w: &World, name: &str) -> (Duration, Duration) {
     let t0 = Instant::now();
     w.svc_ok(&["sandbox", "create", name]);
+    let t1 = Instant::now();
     loop {
         let out = w.svc(&[
             "sandbox",
@@ -141,20 +142,73 @@ fn create_to_first_https(w: &World, name: &str) -> Duration {
         }
         assert!(t0.elapsed() < Duration::from_secs(15), "never became ready");
     }
-    let took = t0.elapsed();
+    let t2 = Instant::now();
     w.svc_ok(&["sandbox", "destroy", name]);
-    took
+    (t1 - t0, t2 - t1)
+}
+
+/// The median of each step svcd's log gives its creates of sandboxes named `prefix…`
+/// (`phases=files=1.0ms guest=40.0ms …`), in the log's order.
+fn phase_medians(w: &World, prefix: &str) -> String {
+    let log = w.svcd_log();
+    let mut steps: Vec<(String, Vec<Duration>)> = Vec::new();
+    let mine = format!("sandbox={prefix}");
+    for line in log
+        .lines()
+        .filter(|l| l.contains("sandbox created") && l.contains(&mine))
+    {
+        let Some((_, phases)) = line.split_once("phases=") else {
+            continue;
+        };
+        for part in phases.split_whitespace() {
+            let Some((step, v)) = part.split_once('=') else {
+                continue;
+            };
+            let Some(ms) = v.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
+                continue;
+            };
+            let d = Duration::from_secs_f64(ms / 1000.0);
+            match steps.iter_mut().find(|(s, _)| s == step) {
+                Some((_, v)) => v.push(d),
+                None => steps.push((step.to_owned(), vec![d])),
+            }
+        }
+    }
+    steps
+        .iter_mut()
+        .map(|(s, v)| format!("{s} {}", ms(median(v))))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Print one configuration's create → first HTTPS figures: median [p90, p99] of the total,
+/// the create's answer and the first request after it, and the median of each step svcd's
+/// log gives.
+fn report_ready(what: &str, r: &mut [(Duration, Duration)], phases: &str) {
+    let mut total: Vec<Duration> = r.iter().map(|(c, f)| *c + *f).collect();
+    let mut create: Vec<Duration> = r.iter().map(|(c, _)| *c).collect();
+    let mut first: Vec<Duration> = r.iter().map(|(_, f)| *f).collect();
+    println!(
+        "  {what}  {} [{}, {}]  (create answered {}, then first HTTPS {})",
+        ms(median(&mut total)),
+        ms(p90(&mut total)),
+        ms(p99(&mut total)),
+        ms(median(&mut create)),
+        ms(median(&mut first))
+    );
+    println!("          svcd's steps: {phases}");
 }
 
 /// create → first HTTPS request, [`POOL_ROUNDS`] times from a full pool and as many cold, in
 /// one run; printed with median, p90 and p99.
 fn pooled_beside_cold() {
-    let mut cold = {
+    let (mut cold, cold_phases) = {
         let w = World::start_with("disk_mib = 0");
         create_to_first_https(&w, "warm-up");
-        (0..POOL_ROUNDS)
+        let r: Vec<_> = (0..POOL_ROUNDS)
             .map(|i| create_to_first_https(&w, &format!("c{i}")))
-            .collect::<Vec<_>>()
+            .collect();
+        (r, phase_medians(&w, "c"))
     };
     let w = World::start_with("disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 20\n");
     let mut pooled = Vec::new();
@@ -180,10 +234,8 @@ fn pooled_beside_cold() {
         "create → first HTTPS request, container backend, disk_mib = 0, {POOL_ROUNDS} rounds \
          (median [p90, p99]); pool hits {hits}"
     );
-    for (what, v) in [("cold  ", &mut cold), ("pooled", &mut pooled)] {
-        let (m, p, q) = (median(v), p90(v), p99(v));
-        println!("  {what}  {} [{}, {}]", ms(m), ms(p), ms(q));
-    }
+    report_ready("cold  ", &mut cold, &cold_phases);
+    report_ready("pooled", &mut pooled, &phase_medians(&w, "p"));
 }
 
 fn main() {
