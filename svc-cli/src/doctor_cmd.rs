@@ -222,8 +222,14 @@ async fn svcd_probe(socket: &crate::client::SocketArg) -> CheckResult {
             Status::Passed,
             None,
             format!(
-                "svcd {} (pid {}), {} sandboxes",
-                h.version, h.pid, h.sandboxes
+                "svcd {} (pid {}), {} sandboxes{}",
+                h.version,
+                h.pid,
+                h.sandboxes,
+                h.pools
+                    .iter()
+                    .map(|p| format!(", {} pool {} of {} ready", p.backend, p.ready, p.size))
+                    .collect::<String>()
             ),
         ),
         Ok(Err(e)) => (

@@ -589,6 +589,19 @@ pub struct Health {
     /// cannot give the coding agent's live mount).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The warm pools that are on (`[pool]`): each backend's sandboxes ready and its size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolStatus>,
+}
+
+/// One backend's warm pool in `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    pub backend: String,
+    /// Pooled sandboxes ready now.
+    pub ready: usize,
+    /// How many the pool keeps (`[pool]`).
+    pub size: usize,
 }
 
 /// `POST /v1/supervisor/upgrade`.

@@ -36,6 +36,16 @@ pub(super) fn health(ctx: &Ctx) -> Health {
         started_at: rfc3339(ctx.sup.started()),
         sandboxes: ctx.sup.count(),
         notes: Vec::new(),
+        pools: ctx
+            .sup
+            .pool_status()
+            .into_iter()
+            .map(|(backend, ready, size)| crate::api::PoolStatus {
+                backend: backend.to_owned(),
+                ready,
+                size,
+            })
+            .collect(),
     }
 }
 

@@ -140,8 +140,12 @@ pub async fn run(host: HostConfig, opts: RunOptions) -> anyhow::Result<Ended> {
             stopped(stop_rx.clone()),
         ));
     }
+    sup.spawn_pool(stop_rx.clone());
+    let pooled = sup.clone();
     let ended = super::api_socket::serve_api(&host, &opts.exe, opts.grace, sup).await?;
     let _ = stop_tx.send(true);
+    // Pooled sandboxes are nobody's: none outlives this svcd.
+    pooled.drain_pool().await;
     // The guard's and the proxy's threads close their sockets as they end (an upgrade binds
     // them again).
     let threads = perimeter.threads;

@@ -20,6 +20,8 @@ mod grants;
 mod guardian;
 mod live_policy;
 mod ownership;
+mod pool;
+mod pool_claim;
 mod register;
 mod running;
 mod sandbox;
@@ -113,6 +115,8 @@ pub struct Supervisor {
     grants: Mutex<HashMap<String, Arc<crate::creds::grant::Grant>>>,
     /// Sandboxes whose processes were found gone (reported once).
     dead: Mutex<std::collections::HashSet<String>>,
+    /// The warm pools: sandboxes made ahead of their requests (`pool`).
+    pool: pool::Pool,
     events: broadcast::Sender<Event>,
     started: SystemTime,
 }
@@ -186,6 +190,7 @@ impl Supervisor {
             policy_lock: tokio::sync::Mutex::new(()),
             grants: Mutex::default(),
             dead: Mutex::default(),
+            pool: pool::Pool::default(),
             events,
             started,
         }

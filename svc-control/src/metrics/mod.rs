@@ -22,6 +22,8 @@ use prometheus_client::{
 
 use crate::audit::{AuditEvent, AuditRecord};
 
+mod pool;
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
@@ -88,6 +90,8 @@ pub struct Metrics {
     sandboxes: Family<StateLabels, Gauge>,
     create_seconds: Histogram,
     destroy_seconds: Histogram,
+    /// The warm pools' size, hits and misses.
+    pool: pool::PoolSeries,
     /// The kernel's totals already counted, per reason code: (packets, bytes).
     fence_seen: Mutex<HashMap<u32, (u64, u64)>>,
     /// Label sets that name each sandbox, so its series go when it does.
@@ -140,6 +144,7 @@ impl Metrics {
             sandboxes: Family::default(),
             create_seconds: latency(),
             destroy_seconds: latency(),
+            pool: pool::PoolSeries::default(),
             fence_seen: Mutex::default(),
             by_sandbox: Mutex::default(),
             registry: Registry::default(),
@@ -210,6 +215,7 @@ impl Metrics {
             "svc sandbox destroy, from the request to the answer",
             m.destroy_seconds.clone(),
         );
+        m.pool.register(&mut registry);
         Self { registry, ..m }
     }
 

@@ -522,6 +522,22 @@ pub trait Backend: Send + Sync {
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>>;
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
+    /// Give a running guest made ahead of its request (a warm pool's) the host name of the
+    /// sandbox that claims it. Backends that cannot are not pooled.
+    fn name_guest<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _hostname: &'a str,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let name = self.name();
+        Box::pin(async move {
+            Err(RuntimeError::Unsupported {
+                backend: name,
+                operation: "pool",
+                hint: "",
+            })
+        })
+    }
     /// Pause the guest (it stays paused) and save it under `into` for clones to start from.
     fn snapshot<'a>(
         &'a self,

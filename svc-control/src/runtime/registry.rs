@@ -321,6 +321,13 @@ impl<B: Backend> Backend for Described<B> {
     ) -> BoxFuture<'a, Result<Snapshot, RuntimeError>> {
         self.inner.snapshot(guest, into)
     }
+    fn name_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        hostname: &'a str,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.name_guest(guest, hostname)
+    }
 }
 
 #[cfg(test)]

@@ -89,6 +89,48 @@ impl Store {
         Ok(id)
     }
 
+    /// Give the reserved row `pooled` (a sandbox made ahead by a warm pool) to `name`, of
+    /// `owner_uid`, made at `created_at`, with `envelope`; it keeps its id and stays
+    /// `creating`. `Exists` when `name` is taken, `NotFound` when `pooled` is not reserved.
+    pub fn claim_reserved(
+        &mut self,
+        pooled: &str,
+        name: &str,
+        envelope: &str,
+        created_at: &str,
+        owner_uid: u32,
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        let taken: bool = tx
+            .query_row(
+                "SELECT 1 FROM sandboxes WHERE name = ?1",
+                params![name],
+                |_| Ok(true),
+            )
+            .optional()
+            .map_err(sql)?
+            .unwrap_or(false);
+        if taken {
+            return Err(StoreError::Exists(name.to_owned()));
+        }
+        let n = tx
+            .execute(
+                "UPDATE sandboxes SET name = ?2, envelope = ?3, created_at = ?4, owner_uid = ?5 \
+                 WHERE name = ?1 AND state = 'creating'",
+                params![pooled, name, envelope, created_at, owner_uid],
+            )
+            .map_err(sql)?;
+        if n == 0 {
+            return Err(StoreError::NotFound(pooled.to_owned()));
+        }
+        tx.commit().map_err(sql)
+    }
+
     /// Mark a reserved sandbox running, with everything its restart needs, and its secrets, in
     /// one transaction.
     #[expect(clippy::too_many_arguments, reason = "one row's columns")]
@@ -267,6 +309,38 @@ mod tests {
         );
         assert!(matches!(
             s.set_destroying("a"),
+            Err(StoreError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn a_pooled_row_is_claimed_under_its_new_name_and_keeps_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.reserve("taken", "{}", "t", 10).unwrap();
+        let id = s.reserve("pool.container.1", "{}", "t0", 10).unwrap();
+        assert!(matches!(
+            s.claim_reserved("pool.container.1", "taken", "{}", "t1", 7),
+            Err(StoreError::Exists(_))
+        ));
+        s.claim_reserved("pool.container.1", "dev", "{\"y\":2}", "t1", 7)
+            .unwrap();
+        let row = s
+            .list()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.name == "dev")
+            .unwrap();
+        assert_eq!(
+            (row.id, row.owner_uid, row.state.as_str()),
+            (id, 7, "creating")
+        );
+        assert_eq!(
+            (row.created_at.as_str(), row.envelope.as_str()),
+            ("t1", "{\"y\":2}")
+        );
+        assert!(matches!(
+            s.claim_reserved("pool.container.1", "other", "{}", "t2", 0),
             Err(StoreError::NotFound(_))
         ));
     }

@@ -5,13 +5,17 @@
 //! and addressed with `ip`), then `runc delete`; and one `svc sandbox exec` beside one
 //! `runc exec`. The svcd rounds run twice in the same run: each sandbox's writable layer a
 //! directory of the state's (`disk_mib = 0`), then on its own 10 GiB ext4 image (the default),
-//! to show what the disk limit costs.
+//! to show what the disk limit costs. Then warm pools: create → first HTTPS request over
+//! [`POOL_ROUNDS`] rounds from a pool (`[pool] container = 2`, each create finding it full)
+//! beside as many cold ones, in one run (`sandbox-bench --pool`: only that part).
 
 use std::time::{Duration, Instant};
 
 use svc_tests::world::World;
 
 const ROUNDS: usize = 20;
+/// Rounds of the pooled and cold figures (median, p90, p99).
+const POOL_ROUNDS: usize = 50;
 
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
@@ -21,6 +25,11 @@ fn median(v: &mut [Duration]) -> Duration {
 fn p90(v: &mut [Duration]) -> Duration {
     v.sort();
     v[(v.len() * 9) / 10 - 1]
+}
+
+fn p99(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[(v.len() * 99).div_ceil(100) - 1]
 }
 
 fn ms(d: Duration) -> String {
@@ -101,7 +110,141 @@ fn svcd_rounds(w: &World) -> Rounds {
     r
 }
 
+/// The container pool's size as svcd's metrics say.
+fn pool_size(w: &World) -> u32 {
+    w.metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("svc_pool_size{backend=\"container\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u32)
+}
+
+/// One sandbox created, used until its first HTTPS request succeeds, and destroyed: (the
+/// create's answer, then the first HTTPS request's success).
+fn create_to_first_https(w: &World, name: &str) -> (Duration, Duration) {
+    let t0 = Instant::now();
+    w.svc_ok(&["sandbox", "create", name]);
+    let t1 = Instant::now();
+    loop {
+        let out = w.svc(&[
+            "sandbox",
+            "exec",
+            name,
+            "--",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "https://api.agent.test/",
+        ]);
+        if out.status.success() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "never became ready");
+    }
+    let t2 = Instant::now();
+    w.svc_ok(&["sandbox", "destroy", name]);
+    (t1 - t0, t2 - t1)
+}
+
+/// The median of each step svcd's log gives its creates of sandboxes named `prefix…`
+/// (`phases=files=1.0ms guest=40.0ms …`), in the log's order.
+fn phase_medians(w: &World, prefix: &str) -> String {
+    let log = w.svcd_log();
+    let mut steps: Vec<(String, Vec<Duration>)> = Vec::new();
+    let mine = format!("sandbox={prefix}");
+    for line in log
+        .lines()
+        .filter(|l| l.contains("sandbox created") && l.contains(&mine))
+    {
+        let Some((_, phases)) = line.split_once("phases=") else {
+            continue;
+        };
+        for part in phases.split_whitespace() {
+            let Some((step, v)) = part.split_once('=') else {
+                continue;
+            };
+            let Some(ms) = v.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
+                continue;
+            };
+            let d = Duration::from_secs_f64(ms / 1000.0);
+            match steps.iter_mut().find(|(s, _)| s == step) {
+                Some((_, v)) => v.push(d),
+                None => steps.push((step.to_owned(), vec![d])),
+            }
+        }
+    }
+    steps
+        .iter_mut()
+        .map(|(s, v)| format!("{s} {}", ms(median(v))))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Print one configuration's create → first HTTPS figures: median [p90, p99] of the total,
+/// the create's answer and the first request after it, and the median of each step svcd's
+/// log gives.
+fn report_ready(what: &str, r: &mut [(Duration, Duration)], phases: &str) {
+    let mut total: Vec<Duration> = r.iter().map(|(c, f)| *c + *f).collect();
+    let mut create: Vec<Duration> = r.iter().map(|(c, _)| *c).collect();
+    let mut first: Vec<Duration> = r.iter().map(|(_, f)| *f).collect();
+    println!(
+        "  {what}  {} [{}, {}]  (create answered {}, then first HTTPS {})",
+        ms(median(&mut total)),
+        ms(p90(&mut total)),
+        ms(p99(&mut total)),
+        ms(median(&mut create)),
+        ms(median(&mut first))
+    );
+    println!("          svcd's steps: {phases}");
+}
+
+/// create → first HTTPS request, [`POOL_ROUNDS`] times from a full pool and as many cold, in
+/// one run; printed with median, p90 and p99. The pool refills one sandbox a second: its
+/// next refill starts after the measured request, not during it (on two cores a refill's
+/// `runc create` beside the measured steps would be measured too).
+fn pooled_beside_cold() {
+    let (mut cold, cold_phases) = {
+        let w = World::start_with("disk_mib = 0");
+        create_to_first_https(&w, "warm-up");
+        let r: Vec<_> = (0..POOL_ROUNDS)
+            .map(|i| create_to_first_https(&w, &format!("c{i}")))
+            .collect();
+        (r, phase_medians(&w, "c"))
+    };
+    let w = World::start_with("disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n");
+    let mut pooled = Vec::new();
+    for i in 0..=POOL_ROUNDS {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pool_size(&w) < 2 {
+            assert!(Instant::now() < deadline, "the pool did not refill");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = create_to_first_https(&w, &format!("p{i}"));
+        if i > 0 {
+            pooled.push(took);
+        }
+    }
+    let hits = w
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("svc_pool_hits_total{backend=\"container\"} "))
+        .unwrap_or("0")
+        .trim()
+        .to_owned();
+    println!(
+        "create → first HTTPS request, container backend, disk_mib = 0, {POOL_ROUNDS} rounds \
+         (median [p90, p99]); pool hits {hits}"
+    );
+    report_ready("cold  ", &mut cold, &cold_phases);
+    report_ready("pooled", &mut pooled, &phase_medians(&w, "p"));
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--pool") {
+        pooled_beside_cold();
+        return;
+    }
     // The disk limit's cost, in the same run: the writable layer a directory of the state's
     // (`disk_mib = 0`), then on a 10 GiB ext4 image of its own (the default).
     let mut plain = {
@@ -263,6 +406,8 @@ fn main() {
         ms(median(&mut bare_down)),
         ms(p90(&mut bare_down))
     );
+    drop(w);
+    pooled_beside_cold();
 }
 
 fn report(label: &str, r: &mut Rounds) {

@@ -22,6 +22,7 @@ pub mod limits;
 mod metrics;
 mod microvm;
 mod network;
+mod pool;
 mod proxy;
 mod spans;
 mod upstream;
@@ -45,6 +46,7 @@ use limits::{LimitsConfig, LimitsFile};
 pub use metrics::MetricsFile;
 pub use microvm::{ImagePaths, MicrovmConfig, MicrovmFile};
 pub use network::NetworkFile;
+pub use pool::{PoolConfig, PoolFile};
 pub use proxy::ProxyFile;
 pub use upstream::{NoProxy, UpstreamFile, UpstreamProxyConfig};
 
@@ -93,6 +95,9 @@ pub struct HostConfigFile {
     /// `[audit]`: the audit log's size cap and rotated files kept.
     #[serde(default)]
     pub audit: AuditFile,
+    /// `[pool]`: sandboxes made ahead of their requests.
+    #[serde(default)]
+    pub pool: PoolFile,
 }
 
 /// Validated host configuration with every default applied.
@@ -144,6 +149,8 @@ pub struct HostConfig {
     pub limits: LimitsConfig,
     /// The audit log's retention (`[audit]`).
     pub audit: AuditConfig,
+    /// The warm pools (`[pool]`).
+    pub pool: PoolConfig,
 }
 
 impl HostConfig {
@@ -277,6 +284,7 @@ fn check_sections(f: HostConfigFile, err: &mut impl FnMut(&str, String)) -> Host
     microvm.disk_mib = container.disk_mib;
     let metrics_listen = f.metrics.validate(err);
     let audit = f.audit.validate(err);
+    let pool = f.pool.validate(err);
     HostConfig {
         state_dir,
         socket,
@@ -309,6 +317,7 @@ fn check_sections(f: HostConfigFile, err: &mut impl FnMut(&str, String)) -> Host
         upstream_proxy,
         limits,
         audit,
+        pool,
     }
 }
 

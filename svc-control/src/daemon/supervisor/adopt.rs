@@ -84,7 +84,11 @@ impl Supervisor {
             .pid
             .zip(row.pid_start)
             .map(|(pid, start)| GuestHandle {
-                name: row.name.clone(),
+                // A pooled sandbox's guest keeps the runtime name it was made under.
+                name: envelope
+                    .runtime_id
+                    .clone()
+                    .unwrap_or_else(|| row.name.clone()),
                 pid,
                 start,
             })

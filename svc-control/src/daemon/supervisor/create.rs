@@ -123,6 +123,9 @@ impl Supervisor {
             // A clone has its source's devices, whatever the configuration says now.
             plan.envelope.live_mounts.clone_from(mounts);
         }
+        if let Some(pooled) = self.pooled_for(&plan, restore.is_some()).await {
+            return self.claim(&req, plan, pooled, owner).await;
+        }
         let backend = plan.envelope.backend.clone();
         let created = SystemTime::now();
         let created_at = rfc3339(created);
@@ -145,7 +148,7 @@ impl Supervisor {
 
     /// Undo a creation that failed after its row was reserved: everything built (registry,
     /// fence, guest, link, nftables, files) and the row.
-    async fn rollback(&self, name: &str, id: u32, backend: &str) {
+    pub(super) async fn rollback(&self, name: &str, id: u32, backend: &str) {
         self.teardown(name, id, &format!("svc{id}"), backend).await;
         let _ = self.store().delete(name);
     }
@@ -288,6 +291,7 @@ impl Supervisor {
             guest_v4: Ipv4Addr::UNSPECIFIED,
             gateway_v4: Ipv4Addr::UNSPECIFIED,
             placeholders: stored_placeholders(&plan.policy),
+            runtime_id: None,
         };
         let mut policy = plan.policy;
         policy.https_push_branches = envelope.https_push_branches(&policy.egress);
@@ -369,35 +373,25 @@ impl Supervisor {
             .start_guest(&name, id, &envelope, mode, files, restore)
             .await?;
         phases.mark("guest");
-        let mut live = Live {
-            name: name.clone(),
-            id,
-            owner,
-            envelope,
-            guest: started.guest,
-            ifindex: started.ifindex,
-            created_at,
-            created,
-            secrets: req
-                .secrets
-                .iter()
-                .map(|s| (s.name.clone(), s.source.clone()))
-                .collect(),
-            ca,
-            policy: Arc::new(plan.policy),
-            env: Vec::new(),
-            mode,
-            paused: false,
-            guardian: None,
-            workspace: None,
-        };
+        let mut live = live_of(
+            req,
+            (id, owner),
+            Made {
+                envelope,
+                started,
+                ca,
+                policy: plan.policy,
+                mode,
+                when: (created, created_at),
+            },
+        );
         self.publish(&mut live, &req.secrets, &mut phases).await?;
         Ok(self.announce(&live, &phases))
     }
 
     /// The sandbox's directory cleared of an earlier one's leftovers, and the files its guest
     /// sees read-only written there.
-    async fn guest_files(
+    pub(super) async fn guest_files(
         &self,
         name: &str,
         gateway: Ipv4Addr,
@@ -410,7 +404,7 @@ impl Supervisor {
     }
 
     /// Start the guest on its backend, its link made and fenced meanwhile.
-    async fn start_guest(
+    pub(super) async fn start_guest(
         &self,
         name: &str,
         id: u32,
@@ -442,7 +436,7 @@ impl Supervisor {
 
     /// Make the started sandbox reachable: its environment, guardian and workspace run, its
     /// relay, its registry entry, its nftables element, and its row marked running.
-    async fn publish(
+    pub(super) async fn publish(
         &self,
         live: &mut Live,
         secrets: &[SecretValue],
@@ -489,7 +483,7 @@ impl Supervisor {
     }
 
     /// Log and tell the followers that `live` was made; its view.
-    fn announce(&self, live: &Live, phases: &Phases) -> SandboxView {
+    pub(super) fn announce(&self, live: &Live, phases: &Phases) -> SandboxView {
         let view = self.view(live);
         let (name, id, link) = (&live.name, live.id, &live.envelope.link);
         let guest = live.envelope.guest_v4;
@@ -505,6 +499,43 @@ impl Supervisor {
             self.event("workspace.ready", Some(name), serde_json::json!({}));
         }
         view
+    }
+}
+
+/// A sandbox whose guest runs, before `publish`: what it holds besides its request.
+pub(super) struct Made {
+    pub(super) envelope: Envelope,
+    pub(super) started: Started,
+    pub(super) ca: Arc<SandboxCa>,
+    pub(super) policy: SandboxPolicy,
+    pub(super) mode: EgressMode,
+    /// When it was made (and as stored).
+    pub(super) when: (SystemTime, String),
+}
+
+/// The live record of sandbox `id` of `owner`, made for `req` as `m`.
+pub(super) fn live_of(req: &CreateSandbox, (id, owner): (u32, u32), m: Made) -> Live {
+    Live {
+        name: req.name.to_string(),
+        id,
+        owner,
+        envelope: m.envelope,
+        guest: m.started.guest,
+        ifindex: m.started.ifindex,
+        created_at: m.when.1,
+        created: m.when.0,
+        secrets: req
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.source.clone()))
+            .collect(),
+        ca: m.ca,
+        policy: Arc::new(m.policy),
+        env: Vec::new(),
+        mode: m.mode,
+        paused: false,
+        guardian: None,
+        workspace: None,
     }
 }
 

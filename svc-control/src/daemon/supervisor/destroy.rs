@@ -83,10 +83,16 @@ impl Supervisor {
             Err(dataplane::DataplaneError::NotAttached { .. }) => {}
             Err(e) => warn!(sandbox = %name, error = %e, "detaching the fence"),
         }
+        // A sandbox taken from a warm pool: its guest has the runtime name it was made under.
+        let runtime = live
+            .as_ref()
+            .map(|l| l.guest.name.clone())
+            .or_else(|| self.stored_runtime_id(name))
+            .unwrap_or_else(|| name.to_owned());
         match self
             .backends
             .get(backend)
-            .stop(name, &self.sandbox_dir(name))
+            .stop(&runtime, &self.sandbox_dir(name))
             .await
         {
             Ok(parts) => removed.extend(parts),
@@ -110,7 +116,27 @@ impl Supervisor {
                 Err(e) => warn!(sandbox = %name, error = %e, "removing the sandbox's files"),
             }
         }
+        if runtime != name {
+            // A pooled guest's directory's first name, left as a link for its runtime.
+            let first = self.sandbox_dir(&runtime);
+            if first.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
+                let _ = std::fs::remove_file(&first);
+            }
+        }
         removed.push("state row".to_owned());
         removed
+    }
+
+    /// The runtime name its stored envelope gives sandbox `name`'s guest, if another.
+    fn stored_runtime_id(&self, name: &str) -> Option<String> {
+        let row = self
+            .store()
+            .list()
+            .ok()?
+            .into_iter()
+            .find(|r| r.name == name)?;
+        serde_json::from_str::<super::sandbox::Envelope>(&row.envelope)
+            .ok()?
+            .runtime_id
     }
 }

@@ -67,6 +67,10 @@ pub struct Envelope {
     pub(super) guest_v4: Ipv4Addr,
     pub(super) gateway_v4: Ipv4Addr,
     pub(super) placeholders: Vec<StoredPlaceholder>,
+    /// The runtime's name for the guest when it is not the sandbox's: a sandbox taken from a
+    /// warm pool keeps the name its guest was made under (`pool.container.N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) runtime_id: Option<String>,
 }
 
 impl Envelope {

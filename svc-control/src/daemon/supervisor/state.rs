@@ -37,6 +37,16 @@ pub(crate) trait SandboxRows: Send + Sync {
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError>;
+    /// Give the reserved row `pooled` (a warm pool's) to `name` of `owner_uid`, made at
+    /// `created_at`, with `envelope` (its id kept).
+    fn claim_reserved(
+        &self,
+        pooled: &str,
+        name: &str,
+        envelope: &str,
+        created_at: &str,
+        owner_uid: u32,
+    ) -> Result<(), StoreError>;
     /// Mark a reserved sandbox running, with `row` and its sealed `secrets`, in one step.
     fn set_running(
         &self,
@@ -122,6 +132,16 @@ impl SandboxRows for Mutex<Store> {
         owner_uid: u32,
     ) -> Result<u32, StoreError> {
         lock(self).reserve_for(name, envelope, created_at, max_id, owner_uid)
+    }
+    fn claim_reserved(
+        &self,
+        pooled: &str,
+        name: &str,
+        envelope: &str,
+        created_at: &str,
+        owner_uid: u32,
+    ) -> Result<(), StoreError> {
+        lock(self).claim_reserved(pooled, name, envelope, created_at, owner_uid)
     }
     fn set_running(
         &self,

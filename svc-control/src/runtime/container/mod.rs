@@ -26,6 +26,7 @@ mod create;
 pub mod disk;
 mod exec;
 pub mod oci;
+mod pooled;
 mod relay;
 pub mod rootfs;
 pub mod seccomp;
@@ -318,6 +319,14 @@ impl Backend for Container {
             }
             self.exec_in(guest, cmd)
         })
+    }
+
+    fn name_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        hostname: &'a str,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(pooled::set_hostname(guest.clone(), hostname.to_owned()))
     }
 
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {

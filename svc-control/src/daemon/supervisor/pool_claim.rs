@@ -1,0 +1,179 @@
+//! A creation served from a warm pool (docs/pool.md): whether the request fits, and the claim
+//! — the pooled row renamed to the request's sandbox (its id, link, addresses, fence entry and
+//! host id slice kept), its directory moved to the sandbox's, the guest files rewritten in
+//! place with the sandbox's CA and host name, the guest's host name set, then the same
+//! `publish` and `announce` as a fresh creation (policy, placeholders, relay, registry,
+//! nftables, state row).
+
+use std::{path::Path, sync::Arc, time::SystemTime};
+
+use tracing::warn;
+
+use super::{
+    Failure, Supervisor,
+    create::{Made, Plan, live_of},
+    pool::Pooled,
+    sandbox::{self, Phases, write_guest_files},
+};
+use crate::{
+    api::{CreateSandbox, EgressChoice, SandboxView},
+    audit::rfc3339,
+    proxy::ca::SandboxCa,
+};
+
+/// Why a planned creation cannot take a pooled sandbox; `None` when it can.
+pub(super) fn miss_reason(plan: &Plan, forked: bool) -> Option<&'static str> {
+    if forked {
+        // A fork's clone starts from its source's memory.
+        Some("fork")
+    } else if !plan.envelope.live_mounts.is_empty() {
+        // The project share and the agent's home are bound when the guest is made.
+        Some("mounts")
+    } else if plan.envelope.egress == EgressChoice::AllowAll {
+        // A pooled link is fenced curated.
+        Some("allow-all")
+    } else {
+        None
+    }
+}
+
+impl Supervisor {
+    /// A pooled sandbox for `plan` if its backend has a pool and it fits; a miss counted with
+    /// its reason otherwise.
+    pub(super) async fn pooled_for(&self, plan: &Plan, forked: bool) -> Option<Pooled> {
+        let backend = plan.envelope.backend.as_str();
+        if self.pool_target(backend) == 0 {
+            return None;
+        }
+        let metrics = &self.config.metrics;
+        if let Some(reason) = miss_reason(plan, forked) {
+            metrics.pool_miss(backend, reason);
+            return None;
+        }
+        let taken = self.pool.take(backend);
+        metrics.pool_size(backend, self.pool.count(backend));
+        match taken {
+            Some(p) if self.backends.get(backend).alive(&p.started.guest) => Some(p),
+            Some(p) => {
+                warn!(pooled = %p.name, "a pooled sandbox's guest is gone; removing it");
+                metrics.pool_miss(backend, "gone");
+                self.discard(p).await;
+                None
+            }
+            None => {
+                metrics.pool_miss(backend, "empty");
+                None
+            }
+        }
+    }
+
+    /// Make `req`'s sandbox from `pooled` (see the module's comment); on failure everything
+    /// of it goes, as a fresh creation's does.
+    pub(super) async fn claim(
+        &self,
+        req: &CreateSandbox,
+        plan: Plan,
+        pooled: Pooled,
+        owner: u32,
+    ) -> Result<SandboxView, Failure> {
+        let name = req.name.to_string();
+        let created = SystemTime::now();
+        let when = (created, rfc3339(created));
+        let mut envelope = plan.envelope;
+        let (gateway, guest) = self.addresses(pooled.id);
+        envelope.link = format!("svc{}", pooled.id);
+        envelope.guest_v4 = guest;
+        envelope.gateway_v4 = gateway;
+        envelope.runtime_id = Some(pooled.name.clone());
+        let json =
+            serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
+        if let Err(e) = self
+            .store()
+            .claim_reserved(&pooled.name, &name, &json, &when.1, owner)
+        {
+            // Its name is taken (or the store failed): the pooled sandbox stays pooled.
+            self.pool.put(pooled);
+            return Err(e.into());
+        }
+        let (id, backend) = (pooled.id, pooled.backend);
+        let made = Made {
+            envelope,
+            started: pooled.started.clone(),
+            ca: Arc::new(
+                SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?,
+            ),
+            policy: plan.policy,
+            mode: crate::policy::mode::EgressMode::Curated,
+            when,
+        };
+        match self.bind(req, &pooled, made, owner).await {
+            Ok(view) => {
+                self.config.metrics.pool_hit(backend);
+                Ok(view)
+            }
+            Err(f) => {
+                warn!(sandbox = %name, error = %f.message, "taking a pooled sandbox failed; removing it");
+                self.rollback(&name, id, backend).await;
+                Err(f)
+            }
+        }
+    }
+
+    /// Give the pooled guest to `req`'s sandbox (`made`) and publish it.
+    async fn bind(
+        &self,
+        req: &CreateSandbox,
+        pooled: &Pooled,
+        made: Made,
+        owner: u32,
+    ) -> Result<SandboxView, Failure> {
+        let name = req.name.to_string();
+        let mut phases = Phases::start();
+        let dir = self.sandbox_dir(&name);
+        sandbox::clear_leftover(&dir, &name).await?;
+        let from = self.sandbox_dir(&pooled.name);
+        // The runtime keeps the bundle's path it was made with (it works there at each exec):
+        // the old name stays, a link to the new one, until the sandbox goes.
+        std::fs::rename(&from, &dir)
+            .and_then(|()| std::os::unix::fs::symlink(&name, &from))
+            .map_err(|e| {
+                Failure::internal(format!(
+                    "moving {} to {}: {e}",
+                    from.display(),
+                    dir.display()
+                ))
+            })?;
+        rewrite_guest_files(&dir, &name, made.envelope.gateway_v4, &made.ca.ca_pem())
+            .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
+        phases.mark("files");
+        self.backends
+            .get(pooled.backend)
+            .name_guest(&pooled.started.guest, &name)
+            .await
+            .map_err(|e| Failure::internal(e.to_string()))?;
+        phases.mark("guest");
+        let mut live = live_of(req, (pooled.id, owner), made);
+        self.publish(&mut live, &req.secrets, &mut phases).await?;
+        Ok(self.announce(&live, &phases))
+    }
+}
+
+/// The guest files of sandbox `name` written over the pooled ones in `dir`, each in place
+/// (the guest's binds hold the files themselves, not their names): made in a staging
+/// directory as a fresh sandbox's are, then copied into the bound files.
+fn rewrite_guest_files(
+    dir: &Path,
+    name: &str,
+    gateway: std::net::Ipv4Addr,
+    ca_pem: &str,
+) -> std::io::Result<()> {
+    let staging = dir.join(".claim");
+    let files = write_guest_files(&staging, name, gateway, ca_pem)?;
+    for (staged, _) in &files {
+        let rel = staged
+            .strip_prefix(&staging)
+            .map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(rel), std::fs::read(staged)?)?;
+    }
+    std::fs::remove_dir_all(&staging)
+}
