@@ -15,10 +15,11 @@ use std::{
 
 use svc_tests::{require_root, world::World};
 
-/// What a process says of itself: everything `runc exec` sets for it.
+/// What a process says of itself: everything `runc exec` sets for it but the environment
+/// (svcd adds the sandbox's own to each command's).
 const SELF: &str = "grep -E '^(Uid|Gid|Groups|Cap[A-Za-z]+|NoNewPrivs|Seccomp|Seccomp_filters):' \
                     /proc/self/status; cat /proc/self/limits; cat /proc/self/cgroup; umask; \
-                    env | sort; pwd; ps -o sid= -o pgid= -p $$ | awk '$1==$2{print \"leads\"}'";
+                    pwd; ps -o sid= -o pgid= -p $$ | awk '$1==$2{print \"leads\"}'";
 
 /// The sandbox's init on the host (its pid as `svc sandbox show` says it).
 fn init_pid(w: &World, name: &str) -> u32 {
@@ -97,7 +98,10 @@ fn the_init_runs_commands_as_runc_exec_did_and_a_hostile_one_ends_only_its_own_c
     assert_eq!((code, parent.as_str()), (0, "0\n"), "{err}");
     w.svc_ok(&["sandbox", "create", "other"]);
     w.svc_ok(&["sandbox", "create", "third"]);
-    assert_eq!(w.sh("third", "cat /proc/$PPID/comm").1, "svc-init\n");
+    assert_eq!(
+        w.sh("third", "readlink /proc/$PPID/exe").1,
+        "/usr/local/bin/svc-init\n"
+    );
 
     garbage_ends_that_sandboxs_channel_only(&w, "third");
     an_init_that_is_gone_fails_exec_clearly(&w);
@@ -112,14 +116,23 @@ fn same_as_runc_exec(w: &World) {
         "NoNewPrivs:\t1",
         "Seccomp:\t2",
         "Uid:\t0\t0\t0\t0",
-        "CapEff:\t0000000020000",
+        "CapEff:\t00000000000405fb",
     ] {
         assert!(ours.contains(want), "{want} missing: {ours}");
     }
     assert!(ours.contains("leads"), "a session of its own: {ours}");
+    // The container process's environment, the sandbox's and the caller's on top.
+    let env = w.svc_ok(&["sandbox", "exec", "-e", "HOME=/y", "dev", "sh", "-c", "env"]);
+    let theirs = runc_sh(w, "dev", "env");
+    for line in theirs.lines().filter(|l| !l.starts_with("HOME=")) {
+        assert!(env.lines().any(|l| l == line), "{line} missing: {env}");
+    }
+    for want in ["HOME=/y", "SVC_SANDBOX=dev"] {
+        assert!(env.lines().any(|l| l == want), "{want} missing: {env}");
+    }
     // And it is the init that ran it, not a runtime process.
-    let (_, parent, _) = w.sh("dev", "cat /proc/$PPID/comm");
-    assert_eq!(parent, "svc-init\n");
+    let (_, parent, _) = w.sh("dev", "readlink /proc/$PPID/exe");
+    assert_eq!(parent, "/usr/local/bin/svc-init\n");
 }
 
 fn an_output_flood_and_a_thousand_execs_stay_bounded(w: &World) {
