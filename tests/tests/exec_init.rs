@@ -228,7 +228,7 @@ fn an_init_that_is_gone_fails_exec_clearly(w: &World) {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
     assert!(
-        said.contains("not running") || said.contains("stopped"),
+        said.contains("not running") || said.contains("the agent's channel closed"),
         "{said}"
     );
     assert!(w.svcd_pid().is_some(), "svcd goes on");
