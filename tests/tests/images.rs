@@ -23,7 +23,12 @@ fn target() -> PathBuf {
 /// The statically linked guest binaries, asserted to be built.
 fn guest_bins() -> PathBuf {
     let dir = target().join("guest/x86_64-unknown-linux-gnu/release");
-    for bin in ["svc-microvm-agent", "svc-git-ssh", "svc-supervise"] {
+    for bin in [
+        "svc-microvm-agent",
+        "svc-git-ssh",
+        "svc-supervise",
+        "svc-init",
+    ] {
         assert!(
             dir.join(bin).is_file(),
             "{} is missing: build the guest binaries with `cargo xtask images`",
@@ -116,9 +121,14 @@ fn a_second_build_changes_nothing_and_a_new_guest_binary_is_put_in_alone() {
     std::fs::create_dir_all(&bins).expect("bins dir");
     for entry in std::fs::read_dir(guest_bins()).expect("guest bins") {
         let p = entry.expect("entry").path();
-        if ["svc-microvm-agent", "svc-git-ssh", "svc-supervise"]
-            .iter()
-            .any(|n| p.file_name().is_some_and(|f| f == *n))
+        if [
+            "svc-microvm-agent",
+            "svc-git-ssh",
+            "svc-supervise",
+            "svc-init",
+        ]
+        .iter()
+        .any(|n| p.file_name().is_some_and(|f| f == *n))
         {
             std::fs::copy(&p, bins.join(p.file_name().expect("name"))).expect("copy bin");
         }

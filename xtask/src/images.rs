@@ -51,7 +51,7 @@ fn svcd_images(out: &Path, which: Option<&str>) -> anyhow::Result<()> {
     )
 }
 
-/// Build the agent, the git SSH shim and the service supervisor statically linked for the
+/// Build the agent, the git SSH shim, the service supervisor and the container init statically linked for the
 /// guest, into [`GUEST_DIR`].
 pub fn guest_bins() -> anyhow::Result<()> {
     ui::run(
@@ -68,6 +68,8 @@ pub fn guest_bins() -> anyhow::Result<()> {
                 "svc-git-ssh",
                 "--bin",
                 "svc-supervise",
+                "--bin",
+                "svc-init",
                 "--target",
                 "x86_64-unknown-linux-gnu",
                 "--target-dir",

@@ -78,10 +78,11 @@ enum Command {
     /// error in its log; seconds as the argument, default 180) or `runtime` (the OCI runtimes
     /// side by side on svcd's bundle: runc, crun, youki's libcontainer in-process and any newer
     /// one in target/runtimes; create, start, exec and kill + delete, and an idmapped mount
-    /// proof each).
+    /// proof each) or `exec` (one `svc sandbox exec` through the guest's init beside one
+    /// through `runc exec`, alternating on one svcd; rounds as the argument, default 100).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak", "runtime"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak", "runtime", "exec"])]
         which: String,
         /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180;
         /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
@@ -194,6 +195,7 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
         "scale" => with_base_image("scale-bench", args, "info,svc_control::runtime=debug"),
         "soak" => with_base_image("soak-bench", args, "info"),
         "git-ssh" => with_base_image("git-ssh-bench", args, "info"),
+        "exec" => with_base_image("exec-bench", args, "info"),
         "runtime" => bench_runtime::run(args),
         other => anyhow::bail!("no benchmark {other:?}"),
     }

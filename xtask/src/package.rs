@@ -27,7 +27,12 @@ pub struct Options {
 }
 
 /// The guest binaries the images carry, and where the package puts them.
-pub(crate) const GUEST_BINS: [&str; 3] = ["svc-microvm-agent", "svc-git-ssh", "svc-supervise"];
+pub(crate) const GUEST_BINS: [&str; 4] = [
+    "svc-microvm-agent",
+    "svc-git-ssh",
+    "svc-supervise",
+    "svc-init",
+];
 pub(crate) const GUEST_DIR: &str = "usr/lib/svc/guest";
 
 pub fn run(o: &Options) -> anyhow::Result<PathBuf> {

@@ -20,11 +20,12 @@ pub const PACKAGES: &[&str] = &[
 ];
 
 /// Where each guest binary goes in the tree, and what it is: the git SSH shim (what
-/// `GIT_SSH_COMMAND` names) and the workspace's service supervisor. (The microvm agent goes
-/// into the microvm root file system only.)
-const IN_TREE: [(&str, &str); 2] = [
+/// `GIT_SSH_COMMAND` names), the workspace's service supervisor and the container guest's init.
+/// (The microvm agent goes into the microvm root file system only.)
+const IN_TREE: [(&str, &str); 3] = [
     ("usr/local/bin/svc-git-ssh", "the git SSH shim"),
     ("usr/local/bin/svc-supervise", "the service supervisor"),
+    ("usr/local/bin/svc-init", "the container guest's init"),
 ];
 
 /// The start of the stamp a current tree has: the suite and the package list.
@@ -115,7 +116,7 @@ fn replace_tree(base: &Path, new: &Path) -> Result<(), ImagesError> {
 pub(super) fn stale_bins(base: &Path, bins: &GuestBins) -> Vec<&'static str> {
     IN_TREE
         .iter()
-        .zip([&bins.shim, &bins.supervisor])
+        .zip([&bins.shim, &bins.supervisor, &bins.init])
         .filter(|((path, _), bin)| {
             let new = std::fs::read(bin);
             let old = std::fs::read(base.join("rootfs").join(path));
@@ -130,7 +131,10 @@ pub(super) fn stale_bins(base: &Path, bins: &GuestBins) -> Vec<&'static str> {
 pub(super) fn guest_bins(base: &Path, bins: &GuestBins) -> Result<StepDone, ImagesError> {
     let started = Instant::now();
     let stale = stale_bins(base, bins);
-    for ((path, what), bin) in IN_TREE.iter().zip([&bins.shim, &bins.supervisor]) {
+    for ((path, what), bin) in IN_TREE
+        .iter()
+        .zip([&bins.shim, &bins.supervisor, &bins.init])
+    {
         if stale.contains(path) {
             install(base, bin, path, what)?;
         }

@@ -26,8 +26,14 @@ pub use base::PACKAGES;
 pub use status::{ImageStatus, Status, status};
 
 /// The statically linked in-guest binaries every image carries, by file name in the guest
-/// binaries' directory: the microvm agent, the git SSH shim and the service supervisor.
-pub const GUEST_BINS: [&str; 3] = ["svc-microvm-agent", "svc-git-ssh", "svc-supervise"];
+/// binaries' directory: the microvm agent, the git SSH shim, the service supervisor and the
+/// container guest's init.
+pub const GUEST_BINS: [&str; 4] = [
+    "svc-microvm-agent",
+    "svc-git-ssh",
+    "svc-supervise",
+    "svc-init",
+];
 
 /// Where the Debian package installs the guest binaries.
 pub const PACKAGED_GUEST_BINS: &str = "/usr/lib/svc/guest";
@@ -271,11 +277,12 @@ pub(crate) struct GuestBins {
     pub agent: PathBuf,
     pub shim: PathBuf,
     pub supervisor: PathBuf,
+    pub init: PathBuf,
 }
 
 fn guest_bins(dir: &Path) -> Result<GuestBins, ImagesError> {
-    let [agent, shim, supervisor] = GUEST_BINS.map(|n| dir.join(n));
-    for bin in [&agent, &shim, &supervisor] {
+    let [agent, shim, supervisor, init] = GUEST_BINS.map(|n| dir.join(n));
+    for bin in [&agent, &shim, &supervisor, &init] {
         if !bin.is_file() {
             return Err(ImagesError::Input(format!(
                 "{} is missing: the images need the statically linked guest binaries ({}) in \
@@ -290,6 +297,7 @@ fn guest_bins(dir: &Path) -> Result<GuestBins, ImagesError> {
         agent,
         shim,
         supervisor,
+        init,
     })
 }
 

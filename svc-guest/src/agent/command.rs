@@ -8,7 +8,10 @@ use tokio::{
     sync::{Semaphore, mpsc, watch},
 };
 
-use super::streams::{Out, Streams, error, lock};
+use super::{
+    ExecStyle,
+    streams::{Out, Streams, error, lock},
+};
 use crate::proto::{Exec, Frame, Kind};
 
 /// How long output may keep coming after a command exited before its stream is closed (a
@@ -19,6 +22,7 @@ const DRAIN_IDLE: Duration = Duration::from_millis(500);
 pub(super) async fn run(
     id: u32,
     exec: Exec,
+    style: ExecStyle,
     input: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
     out: &Out,
     streams: &Streams,
@@ -27,13 +31,13 @@ pub(super) async fn run(
     let Some(program) = exec.argv.first() else {
         return error(id, "exec needs a command".into());
     };
-    let (mut cmd, tty) = match command(program, &exec) {
+    let (mut cmd, tty) = match command(program, &exec, style) {
         Ok(c) => c,
         Err(e) => return error(id, format!("opening a terminal: {e}")),
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, exec.cwd.as_deref(), &e, out),
+        Err(e) => return not_started(id, program, exec.cwd.as_deref(), &e, style, out),
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {
@@ -70,10 +74,12 @@ pub(super) async fn run(
     Frame::i32(id, Kind::Exit, code)
 }
 
-/// The command `exec` asks for (`program`: its first word), and its terminal's master end if it runs on one.
+/// The command `exec` asks for (`program`: its first word), run in `style`, and its terminal's
+/// master end if it runs on one.
 fn command(
     program: &str,
     exec: &Exec,
+    style: ExecStyle,
 ) -> std::io::Result<(tokio::process::Command, Option<Arc<OwnedFd>>)> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&exec.argv[1..])
@@ -89,31 +95,74 @@ fn command(
                 Stdio::null()
             })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            .stderr(Stdio::piped());
+            match style {
+                ExecStyle::Agent => {
+                    cmd.process_group(0);
+                }
+                ExecStyle::Runtime => new_session(&mut cmd),
+            }
             None
         }
     };
     Ok((cmd, tty))
 }
 
-/// A command that did not start: said on its stderr, and its exit code as a shell says it
-/// (127 not found, 126 found but not runnable, or no such working directory `cwd`).
-fn not_started(id: u32, program: &str, cwd: Option<&str>, e: &std::io::Error, out: &Out) -> Frame {
+/// Make `cmd` lead a session of its own (as `runc exec` does).
+fn new_session(cmd: &mut tokio::process::Command) {
+    #[expect(unsafe_code, reason = "pre_exec: the command in a session of its own")]
+    // SAFETY: between fork and exec the closure makes one system call (setsid); it allocates
+    // nothing and takes no locks.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            Ok(())
+        });
+    }
+}
+
+/// A command that did not start: said on its stderr (in `style`'s words), and its exit code as
+/// a shell says it (127 not found, 126 found but not runnable, or no such working directory
+/// `cwd`).
+fn not_started(
+    id: u32,
+    program: &str,
+    cwd: Option<&str>,
+    e: &std::io::Error,
+    style: ExecStyle,
+    out: &Out,
+) -> Frame {
     let cwd = cwd.unwrap_or("/");
-    let (code, what) = if !std::path::Path::new(cwd).is_dir() {
-        (126, format!("working directory {cwd}"))
-    } else if e.kind() == std::io::ErrorKind::NotFound {
-        (127, program.to_owned())
+    let no_cwd = !std::path::Path::new(cwd).is_dir();
+    let code = if no_cwd || e.kind() != std::io::ErrorKind::NotFound {
+        126
     } else {
-        (126, program.to_owned())
+        127
     };
-    let _ = out.send(Frame::new(
-        id,
-        Kind::Stderr,
-        format!("svc-microvm-agent: {what}: {e}\n"),
-    ));
+    let said = match style {
+        ExecStyle::Agent if no_cwd => format!("svc-microvm-agent: working directory {cwd}: {e}"),
+        ExecStyle::Agent => format!("svc-microvm-agent: {program}: {e}"),
+        ExecStyle::Runtime => runtime_words(program, cwd, no_cwd, e),
+    };
+    let _ = out.send(Frame::new(id, Kind::Stderr, format!("{said}\n")));
     Frame::i32(id, Kind::Exit, code)
+}
+
+/// What `runc exec` says of a command it could not start (`program` in `cwd`; `no_cwd`: that
+/// directory is missing), word for word.
+fn runtime_words(program: &str, cwd: &str, no_cwd: bool, e: &std::io::Error) -> String {
+    let why = if no_cwd {
+        format!("chdir to cwd ({cwd:?}) set in config.json failed: no such file or directory")
+    } else if e.kind() == std::io::ErrorKind::NotFound && !program.contains('/') {
+        format!("exec: {program:?}: executable file not found in $PATH")
+    } else if e.kind() == std::io::ErrorKind::NotFound {
+        format!("exec: {program:?}: stat {program}: no such file or directory")
+    } else {
+        let text = e.to_string();
+        let text = text.split(" (os error").next().unwrap_or(&text);
+        format!("exec: {program:?}: {}", text.to_lowercase())
+    };
+    format!("exec failed: unable to start container process: {why}")
 }
 
 /// What a running command's streams are connected with: its stream, the host, the stream's
@@ -273,6 +322,11 @@ mod tests {
     /// What `not_started` answers for `program` run in `cwd`, spawned for real: its exit code
     /// and what it said on stderr.
     fn refused(program: &str, cwd: &str) -> (i32, String) {
+        refused_in(ExecStyle::Agent, program, cwd)
+    }
+
+    /// [`refused`] in `style`.
+    fn refused_in(style: ExecStyle, program: &str, cwd: &str) -> (i32, String) {
         let e = std::process::Command::new(program)
             .current_dir(cwd)
             .spawn()
@@ -283,7 +337,7 @@ mod tests {
             epoch: 0,
             current: Arc::new(AtomicU64::new(0)),
         };
-        let exit = not_started(7, program, Some(cwd), &e, &out);
+        let exit = not_started(7, program, Some(cwd), &e, style, &out);
         let (_, said) = rx.try_recv().expect("a stderr frame");
         let code = i32::from_be_bytes(exit.payload.try_into().expect("an i32"));
         (code, String::from_utf8_lossy(&said.payload).into_owned())
@@ -305,5 +359,40 @@ mod tests {
             said.contains("working directory /no/such/dir/of/svc"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn as_a_runtime_a_command_that_cannot_start_is_said_in_runcs_words() {
+        let start = "exec failed: unable to start container process: ";
+        for (program, cwd, code, said) in [
+            (
+                "no-such-program-of-svc",
+                "/",
+                127,
+                r#"exec: "no-such-program-of-svc": executable file not found in $PATH"#,
+            ),
+            (
+                "/no/such/file",
+                "/",
+                127,
+                r#"exec: "/no/such/file": stat /no/such/file: no such file or directory"#,
+            ),
+            (
+                "/etc/passwd",
+                "/",
+                126,
+                r#"exec: "/etc/passwd": permission denied"#,
+            ),
+            (
+                "true",
+                "/no/such/dir",
+                126,
+                r#"chdir to cwd ("/no/such/dir") set in config.json failed: no such file or directory"#,
+            ),
+        ] {
+            let (got, text) = refused_in(ExecStyle::Runtime, program, cwd);
+            assert_eq!(got, code, "{program}: {text}");
+            assert_eq!(text, format!("{start}{said}\n"), "{program}");
+        }
     }
 }

@@ -36,6 +36,22 @@ pub trait System: Send + Sync {
     fn setup(&self, setup: &Setup) -> Result<(), String>;
     /// Mount the virtio-fs file system `tag` at `path`.
     fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
+    /// How commands are run: the microvm agent's way unless said otherwise.
+    fn exec_style(&self) -> ExecStyle {
+        ExecStyle::Agent
+    }
+}
+
+/// How the agent runs a command, and says it could not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecStyle {
+    /// The microvm agent's: each command leads a process group of its own, a signal goes to
+    /// the command alone, and a command that cannot start is said as `svc-microvm-agent: …`.
+    Agent,
+    /// An OCI runtime's `exec` (the container guest's init, `svc-init`, standing in for
+    /// `runc exec`): each command leads a session of its own, a signal goes to its process
+    /// group, and a command that cannot start is said in runc's words.
+    Runtime,
 }
 
 /// Serve one host connection until it ends. `Ok` at a clean end of file. The guest's
@@ -181,7 +197,10 @@ fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) 
                     rustix::process::Signal::from_named_raw(sig),
                 )
             {
-                let _ = rustix::process::kill_process(pid, sig);
+                let _ = match system.exec_style() {
+                    ExecStyle::Agent => rustix::process::kill_process(pid, sig),
+                    ExecStyle::Runtime => rustix::process::kill_process_group(pid, sig),
+                };
             }
         }
         // Only the agent sends these; a host that does is ignored.
@@ -203,7 +222,10 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
     );
     tokio::spawn(async move {
         let end = match request {
-            Request::Exec(exec) => run(id, exec, input_rx, &out, &streams, credit).await,
+            Request::Exec(exec) => {
+                let style = system.exec_style();
+                run(id, exec, style, input_rx, &out, &streams, credit).await
+            }
             Request::WriteFile { path, mode } => write_file(id, &path, mode, input_rx, &out).await,
             Request::Setup(setup) => {
                 let system = system.clone();

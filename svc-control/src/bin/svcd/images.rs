@@ -35,7 +35,7 @@ pub struct Where {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// The directory holding the statically linked guest binaries (svc-microvm-agent,
-    /// svc-git-ssh, svc-supervise).
+    /// svc-git-ssh, svc-supervise, svc-init).
     #[arg(long, value_name = "DIR", default_value = images::PACKAGED_GUEST_BINS)]
     guest_bins: PathBuf,
     /// Print JSON on stdout (progress lines go to stderr).

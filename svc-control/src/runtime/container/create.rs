@@ -10,8 +10,8 @@ use std::{
 };
 
 use super::{
-    Container, INIT, RUNTIME_TIMEOUT, disk, oci, relay::relay_dir, rootfs, runc_error,
-    shared::detach_shared,
+    Container, INIT, OLD_INIT, RUNTIME_TIMEOUT, disk, init, oci, relay::relay_dir, rootfs,
+    runc_error, shared::detach_shared,
 };
 use crate::runtime::{
     GUEST_RELAY_SOCKET, GuestHandle, GuestLinks, GuestSpec, HostEnd, RuntimeError, Started,
@@ -78,11 +78,21 @@ impl Container {
         self.write_bundle(spec, ids, &bundle, &files, &shared, &sub_binds)?;
         let pid_file = spec.dir.join("init.pid");
         let runc_log = spec.dir.join("runc.log");
+        // The init's channel: the guest's end at fd 3 of the runtime (`--preserve-fds 1`).
+        let channel = self.svc_init.then(init::socket_pair).transpose()?;
+        let guest_end = channel.as_ref().map(|(_, g)| init::raw(g));
         let mut c = self.create_command(spec, &bundle, &pid_file, &runc_log)?;
-        // SAFETY: the closure only makes system calls (unshare, mount, open, dup2) on data
-        // prepared before the fork.
+        if guest_end.is_some() {
+            c.arg("--preserve-fds").arg("1");
+        }
+        c.arg(&spec.name);
+        // SAFETY: the closure only makes system calls (dup2, fcntl, unshare, mount, open) on
+        // data prepared before the fork.
         unsafe {
             c.pre_exec(move || {
+                if let Some(fd) = guest_end {
+                    init::to_channel_fd(fd)?;
+                }
                 overlay.mount_in_private_namespace()?;
                 for p in &sources {
                     p.pin()?;
@@ -100,7 +110,15 @@ impl Container {
         // the host-side attachment goes (a runc that failed needs it no more either).
         detach_shared(&spec.dir);
         let status = status.map_err(|_| "runc create timed out".to_owned())?;
-        self.created(spec, status, &pid_file, &runc_log)
+        let guest = self.created(spec, status, &pid_file, &runc_log)?;
+        // The guest's init holds its end now: svcd keeps only its own.
+        if let Some((ours, _)) = channel {
+            self.inits().insert(
+                spec.name.clone(),
+                std::sync::Arc::new(init::InitChannel::new(ours)),
+            );
+        }
+        Ok(guest)
     }
 
     /// The bundle's `config.json` for `spec` (its guest's ids from `ids` on): its read-only `files`, its `shared` directories
@@ -129,7 +147,14 @@ impl Container {
             files,
             shared,
             sub_binds,
-            init: INIT.iter().map(|s| (*s).to_owned()).collect(),
+            init: if self.svc_init {
+                &INIT[..]
+            } else {
+                &OLD_INIT[..]
+            }
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
             cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
             limits: self.limits,
         });
@@ -139,7 +164,8 @@ impl Container {
     }
 
     /// `runc create` for `spec`'s bundle, the init's pid to `pid_file`, runc's messages to
-    /// `runc_log` and the init's output to `init.log`.
+    /// `runc_log` and the init's output to `init.log` (its options only: the caller adds any
+    /// more, then the container's name).
     fn create_command(
         &self,
         spec: &GuestSpec,
@@ -162,7 +188,6 @@ impl Container {
             .arg(bundle)
             .arg("--pid-file")
             .arg(pid_file)
-            .arg(&spec.name)
             // The guest's init keeps its standard output and error: its log file, never a pipe
             // of svcd's (a pipe would stay open as long as the guest runs).
             .stdout(log.try_clone().map_err(|e| e.to_string())?)

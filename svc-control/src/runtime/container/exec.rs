@@ -1,14 +1,24 @@
-//! Running a command in a container guest: `runc exec`, its pid file naming the guest's
-//! process (to kill the command itself, not only runc), on pipes or on a terminal of svcd's.
+//! Running a command in a container guest: over the channel to its init (`svc-init`, see
+//! `init`), which starts it as the guest's own child; or, for a guest without one (made by an
+//! earlier svcd, or from an image without `svc-init`), with `runc exec`, its pid file naming the
+//! guest's process (to kill the command itself, not only runc), on pipes or on a terminal of
+//! svcd's.
+//!
+//! Both give the command the same: the container's user, capabilities, no_new_privs, seccomp
+//! filter, cgroup and limits (the init has the container's process configuration and its
+//! children inherit it, as `runc exec` applies that configuration), the process
+//! configuration's environment with the request's on top, the working directory (`/` unless
+//! given), a session of its own, and runc's words and the shell's codes (126, 127) for a command
+//! that could not start.
 
 use std::process::Stdio;
 
-use super::Container;
+use super::{Container, oci};
 use crate::runtime::{ExecHandle, GuestCommand, GuestHandle, GuestProcess, RuntimeError};
 
 impl Container {
     /// Run `cmd` in `guest` (checked to be running).
-    pub(super) fn exec_in(
+    pub(super) async fn exec_in(
         &self,
         guest: &GuestHandle,
         cmd: &GuestCommand,
@@ -19,6 +29,27 @@ impl Container {
         if first.is_empty() {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
+        let init = self.inits().get(&guest.name).cloned();
+        match init {
+            Some(init) => {
+                let channel = init
+                    .get()
+                    .await
+                    .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
+                channel
+                    .exec(request(cmd))
+                    .map_err(|e| fail(format!("the channel to the guest's init: {e}")))
+            }
+            None => self.runc_exec(guest, cmd),
+        }
+    }
+
+    /// Run `cmd` in `guest` with `runc exec`.
+    fn runc_exec(
+        &self,
+        guest: &GuestHandle,
+        cmd: &GuestCommand,
+    ) -> Result<ExecHandle, RuntimeError> {
         // Which guest process the command is, so that ending it kills the command and not
         // only the runtime's exec; and the runtime's own errors, to tell a command it could not
         // start (127, 126) from one that ran.
@@ -54,6 +85,30 @@ impl Container {
 
 fn fail(m: String) -> RuntimeError {
     RuntimeError::Exec(m)
+}
+
+/// What the init is asked to run for `cmd`: its environment is the container process's
+/// ([`oci::BASE_ENV`]) with `cmd`'s on top, as `runc exec --env` makes it (a name given again
+/// keeps its place with the last value; new names follow in order).
+fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
+    let mut env: Vec<(String, String)> = oci::BASE_ENV
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    for (k, v) in &cmd.env {
+        match env.iter_mut().find(|(name, _)| name == k) {
+            Some(slot) => slot.1.clone_from(v),
+            None => env.push((k.clone(), v.clone())),
+        }
+    }
+    svc_guest::proto::Exec {
+        argv: cmd.argv.clone(),
+        env,
+        cwd: Some(cmd.cwd.clone().unwrap_or_else(|| "/".into())),
+        stdin: cmd.stdin,
+        tty: cmd.tty,
+    }
 }
 
 /// Run the exec on pipes (standard input only when `stdin`).
@@ -106,4 +161,34 @@ fn on_terminal(
     drop(pty.slave);
     ExecHandle::from_tty(child, pty.master, Some(process))
         .map_err(|e| fail(format!("the terminal: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_env_is_the_containers_with_the_callers_on_top_as_runc_makes_it() {
+        let cmd = GuestCommand {
+            argv: vec!["env".into()],
+            env: vec![
+                ("HOME".into(), "/y".into()),
+                ("A".into(), "1".into()),
+                ("A".into(), "2".into()),
+            ],
+            ..GuestCommand::default()
+        };
+        let exec = request(&cmd);
+        let names: Vec<String> = exec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            names,
+            [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME=/y",
+                "LANG=C.UTF-8",
+                "A=2"
+            ]
+        );
+        assert_eq!(exec.cwd.as_deref(), Some("/"), "runc exec's default");
+    }
 }

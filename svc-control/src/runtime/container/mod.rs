@@ -25,6 +25,7 @@ mod cgroup;
 mod create;
 pub mod disk;
 mod exec;
+mod init;
 pub mod oci;
 mod pooled;
 mod relay;
@@ -50,8 +51,12 @@ use super::{
 };
 use crate::config::host::{ContainerConfig, IdRanges};
 
-/// The guest's init: reaps orphans and passes signals on, as PID 1 must.
-pub const INIT: [&str; 4] = ["/usr/bin/tini", "--", "/bin/sleep", "infinity"];
+/// The guest's init: reaps orphans and passes signals on, as PID 1 must, and runs svcd's
+/// commands over the channel svcd hands it (see `init`).
+pub const INIT: [&str; 1] = ["/usr/local/bin/svc-init"];
+
+/// The init of a base image built before `svc-init` (commands then run with `runc exec`).
+pub const OLD_INIT: [&str; 4] = ["/usr/bin/tini", "--", "/bin/sleep", "infinity"];
 
 /// How long one runtime command may take.
 const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,6 +84,13 @@ pub struct Container {
     >,
     /// Where each exec's `--pid-file` goes (svcd's only).
     execs: PathBuf,
+    /// The base image has `svc-init` ([`INIT`]): guests get a channel to it.
+    svc_init: bool,
+    /// Each guest's channel to its init (none for a guest an earlier svcd made: its
+    /// commands run with `runc exec`), dropped at stop.
+    inits: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<init::InitChannel>>>,
+    >,
     /// `runc create`s at once: a burst of creates queues here rather than each running the
     /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
     starts: std::sync::Arc<tokio::sync::Semaphore>,
@@ -133,11 +145,13 @@ impl Container {
                 ))
             })?;
         }
-        let lower = base_image(config, slices.is_none().then_some(ids))?;
+        let (lower, svc_init) = base_image(config, slices.is_none().then_some(ids))?;
         let execs = state_dirs(state_dir)?;
         Ok(Self {
             runtime,
             execs,
+            svc_init,
+            inits: std::sync::Arc::default(),
             state: state_dir.join("runc"),
             lower,
             ids,
@@ -200,20 +214,36 @@ impl Container {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn inits(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<String, std::sync::Arc<init::InitChannel>>,
+    > {
+        self.inits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The base image, checked to hold the guest's init: shifted into the guests' one id range
 /// `shared` (made once per image build), or without one, the image's own tree (each sandbox
-/// mounts it idmapped to its slice).
+/// mounts it idmapped to its slice); and whether its init is `svc-init` ([`INIT`]) rather than
+/// an older image's tini ([`OLD_INIT`]).
 fn base_image(
     config: &ContainerConfig,
     shared: Option<rootfs::IdRange>,
-) -> Result<rootfs::Lower, RuntimeError> {
+) -> Result<(rootfs::Lower, bool), RuntimeError> {
     let lower = match shared {
         Some(ids) => rootfs::Lower::Shifted(rootfs::shifted_image(&config.image, ids)?),
         None => rootfs::Lower::Idmapped(rootfs::image_root(&config.image)?.0),
     };
-    if !lower.path().join(INIT[0].trim_start_matches('/')).exists() {
+    let has = |init: &str| lower.path().join(init.trim_start_matches('/')).exists();
+    if has(INIT[0]) {
+        return Ok((lower, true));
+    }
+    if !has(OLD_INIT[0]) {
         return Err(RuntimeError::Setup(format!(
             "the base image {} has no {} (the guest's init): rebuild it with `svcd images \
              build`",
@@ -221,7 +251,13 @@ fn base_image(
             INIT[0]
         )));
     }
-    Ok(lower)
+    tracing::warn!(
+        image = %config.image.display(),
+        "the base image has no {} (built by an older svc): each command runs with `runc \
+         exec`, tens of milliseconds slower; rebuild it with `svcd images build`",
+        INIT[0]
+    );
+    Ok((lower, false))
 }
 
 /// Open svcd's state directory to the guests' ids and make the directory of the execs' pid
@@ -317,7 +353,7 @@ impl Backend for Container {
             if !self.alive(guest) {
                 return Err(RuntimeError::NotRunning);
             }
-            self.exec_in(guest, cmd)
+            self.exec_in(guest, cmd).await
         })
     }
 

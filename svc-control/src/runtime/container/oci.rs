@@ -26,6 +26,14 @@ pub const CAPABILITIES: [&str; 10] = [
     "CAP_SYS_CHROOT",
 ];
 
+/// The environment of the container's process (its init), and so of each command run in it
+/// before the command's own.
+pub const BASE_ENV: [&str; 3] = [
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root",
+    "LANG=C.UTF-8",
+];
+
 /// /proc and /sys paths hidden from the guest (an empty file or directory over them), as OCI
 /// runtimes hide them by default, plus the ones that name host hardware and kernel state.
 pub const MASKED_PATHS: [&str; 12] = [
@@ -108,11 +116,7 @@ fn process(init: Vec<String>) -> Process {
         terminal: false,
         user: User { uid: 0, gid: 0 },
         args: init,
-        env: vec![
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-            "HOME=/root".into(),
-            "LANG=C.UTF-8".into(),
-        ],
+        env: BASE_ENV.iter().map(|e| (*e).to_owned()).collect(),
         cwd: "/".into(),
         no_new_privileges: true,
         capabilities: Capabilities {

@@ -19,6 +19,8 @@ impl Container {
             message,
         };
         let mut removed = Vec::new();
+        // The init's channel ends with it (its commands are ended with the container).
+        self.inits().remove(name);
         if let Some(relay) = self.relays().remove(name) {
             relay.abort();
             removed.push("git SSH relay socket".to_owned());

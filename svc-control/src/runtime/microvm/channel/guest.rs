@@ -27,6 +27,9 @@ const MAX_GUEST_STREAMS: usize = 64;
 #[derive(Default)]
 pub(super) struct GuestSide {
     pub service: Option<GuestService>,
+    /// The guest may open no stream at all (a container's init: its services are reached
+    /// otherwise): a frame on one breaks the protocol.
+    pub refused: bool,
     pub streams: HashMap<u32, GuestIn>,
 }
 
@@ -52,6 +55,11 @@ pub(super) fn from_guest(
 ) -> Result<(), String> {
     let id = frame.stream;
     let mut g = lock_guest(guest);
+    if g.refused {
+        return Err(format!(
+            "a frame on stream {id:#x}: this guest may open no streams"
+        ));
+    }
     match frame.kind {
         Kind::Open => {
             if g.streams.contains_key(&id) {

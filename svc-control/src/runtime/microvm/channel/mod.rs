@@ -114,12 +114,19 @@ impl Channel {
         lock_guest(&self.guest).service = Some(service);
     }
 
+    /// Take no stream the guest opens: a frame on one ends the channel (a container's init,
+    /// whose guest reaches svcd's services through a socket of their own).
+    pub fn refuse_guest_streams(&self) {
+        lock_guest(&self.guest).refused = true;
+    }
+
     /// Whether the channel still works.
     pub fn is_open(&self) -> bool {
         self.ended.borrow().is_none() && !self.out.is_closed()
     }
 
-    fn ended_reason(&self) -> String {
+    /// Why the channel ended (or that it closed, when it has not said).
+    pub fn ended_reason(&self) -> String {
         self.ended
             .borrow()
             .clone()

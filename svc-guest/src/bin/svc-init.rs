@@ -1,0 +1,172 @@
+//! `svc-init`: the container guest's init (PID 1), in place of tini and of a `runc exec`
+//! process per command.
+//!
+//! svcd hands it one end of a socket pair as file descriptor 3 (the runtime's
+//! `--preserve-fds 1`): no path, nothing in the guest's file system that a guest could swap.
+//! PID 1 starts one child, `svc-init --serve`, that serves the channel's protocol
+//! ([`svc_guest::agent`]) on that descriptor: svcd's commands, with their standard streams,
+//! terminals, signals and exit codes. PID 1 itself keeps no copy of the channel; it reaps every
+//! orphan of the guest and passes the signals it gets on to the server, as tini does for its
+//! child, and ends with it (the container ends with its init). The commands are the server's
+//! children: they get the init's user, capabilities, no_new_privs, seccomp filter, cgroup,
+//! limits and umask, which are the container's process configuration, as `runc exec` gives.
+//!
+//! When svcd closes its end (it restarts), the server ends what svcd started and stays, so the
+//! guest keeps running; a later svcd, without this channel, runs commands with the runtime's
+//! `exec`. Statically linked like the other guest binaries.
+#![deny(unsafe_code)]
+
+use std::{
+    os::fd::{FromRawFd as _, OwnedFd},
+    process::ExitCode,
+    sync::Arc,
+};
+
+use nix::{
+    sys::{
+        signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask},
+        wait::{WaitPidFlag, WaitStatus, waitpid},
+    },
+    unistd::Pid,
+};
+
+/// The descriptor svcd's end of the channel arrives on.
+const CHANNEL_FD: i32 = 3;
+
+fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--serve") {
+        return serve();
+    }
+    init()
+}
+
+/// PID 1: start the server, then reap and pass signals on until it ends.
+fn init() -> ExitCode {
+    let all = SigSet::all();
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&all), None) {
+        eprintln!("svc-init: blocking signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    // This very binary again (whatever its path); the spawn resets the child's signal mask, and
+    // the child inherits the channel (not close-on-exec).
+    let server = match std::process::Command::new("/proc/self/exe")
+        .arg("--serve")
+        .spawn()
+    {
+        Ok(c) => Pid::from_raw(i32::try_from(c.id()).unwrap_or(i32::MAX)),
+        Err(e) => {
+            eprintln!("svc-init: starting the server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Only the server holds the channel: when it is gone, svcd reads the end of it.
+    drop(channel());
+    loop {
+        let signal = match all.wait() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("svc-init: waiting for signals: {e}");
+                continue;
+            }
+        };
+        if signal != Signal::SIGCHLD {
+            let _ = kill(server, signal);
+            continue;
+        }
+        if let Some(code) = reap(server) {
+            return ExitCode::from(code);
+        }
+    }
+}
+
+/// Reap every child that ended; the exit code to end with when the server is one of them.
+fn reap(server: Pid) -> Option<u8> {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == server => {
+                return Some(u8::try_from(code).unwrap_or(1));
+            }
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == server => {
+                eprintln!("svc-init: the server was ended by {signal}");
+                return Some(128u8.saturating_add(u8::try_from(signal as i32).unwrap_or(0)));
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The channel's descriptor, owned (once: PID 1 closes its copy, the server serves on its).
+fn channel() -> Option<OwnedFd> {
+    // Only a socket is taken: fd 3 is svcd's socket pair end when svcd started the guest.
+    let fd = std::fs::read_link(format!("/proc/self/fd/{CHANNEL_FD}")).ok()?;
+    if !fd.to_string_lossy().starts_with("socket:") {
+        return None;
+    }
+    #[expect(
+        unsafe_code,
+        reason = "fd 3 is inherited from the runtime (--preserve-fds) and owned by nothing else"
+    )]
+    // SAFETY: descriptor 3 is open (its /proc link was just read), and nothing else in this
+    // process owns it: it is taken once, here.
+    Some(unsafe { OwnedFd::from_raw_fd(CHANNEL_FD) })
+}
+
+/// The server: the channel's protocol on fd 3 until svcd closes it, then idle (the guest goes
+/// on without it).
+fn serve() -> ExitCode {
+    let Some(fd) = channel() else {
+        eprintln!("svc-init: no channel on fd {CHANNEL_FD}; commands run with the runtime's exec");
+        return idle();
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("svc-init: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = rt.block_on(async move {
+        let stream = std::os::unix::net::UnixStream::from(fd);
+        stream.set_nonblocking(true)?;
+        let (r, w) = tokio::net::UnixStream::from_std(stream)?.into_split();
+        let system: Arc<dyn svc_guest::agent::System> = Arc::new(Container);
+        let hub = Arc::new(svc_guest::agent::relay::Hub::default());
+        svc_guest::agent::serve(r, w, system, hub)
+            .await
+            .map_err(std::io::Error::other)
+    });
+    if let Err(e) = served {
+        eprintln!("svc-init: the channel: {e}");
+    }
+    drop(rt);
+    idle()
+}
+
+/// Wait forever (PID 1 ends the guest when this process ends).
+fn idle() -> ExitCode {
+    loop {
+        std::thread::park();
+    }
+}
+
+/// The container guest: svcd sets its network, host name and mounts up from outside.
+struct Container;
+
+impl svc_guest::agent::System for Container {
+    fn setup(&self, _: &svc_guest::proto::Setup) -> Result<(), String> {
+        Err("a container guest is set up by svcd, not by its init".into())
+    }
+
+    fn mount(&self, _: &str, _: &str) -> Result<(), String> {
+        Err("a container guest's mounts are made by svcd, not by its init".into())
+    }
+
+    fn exec_style(&self) -> svc_guest::agent::ExecStyle {
+        svc_guest::agent::ExecStyle::Runtime
+    }
+}
