@@ -353,12 +353,18 @@ impl World {
                 cg.display()
             );
         }
-        let runc = Command::new("runc")
+        // The runtime svcd runs: svcd.toml's `container.runtime`, else the default.
+        let configured = svc_control::config::loader::load_host_config(Some(&w.config))
+            .ok()
+            .and_then(|c| c.container.runtime);
+        let runtime = svc_control::runtime::container::binary::choose(configured.as_deref())
+            .expect("svcd's OCI runtime");
+        let runc = Command::new(&runtime.path)
             .arg("--root")
             .arg(w.dir.join("state/runc"))
             .args(["list", "-q"])
             .output()
-            .expect("runc list");
+            .expect("the runtime's list");
         assert!(
             !String::from_utf8_lossy(&runc.stdout)
                 .lines()
