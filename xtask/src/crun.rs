@@ -141,7 +141,7 @@ fn patch(src: &Path) -> anyhow::Result<()> {
 }
 
 /// Configure (no systemd, CRIU or shared library; yajl built in, so the binary links only
-/// libseccomp and libcap besides the C library) and make the `crun` binary only.
+/// libseccomp and libcap besides the C library) and make.
 fn compile(src: &Path) -> anyhow::Result<()> {
     ui::info(&format!("building crun {VERSION} (about a minute)"));
     let t0 = std::time::Instant::now();
@@ -157,14 +157,13 @@ fn compile(src: &Path) -> anyhow::Result<()> {
             .current_dir(src),
     )?;
     let jobs = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    for target in ["git-version.h", "crun"] {
-        ui::run(
-            Command::new("make")
-                .arg(format!("-j{jobs}"))
-                .arg(target)
-                .current_dir(src),
-        )?;
-    }
+    // `make` whole: the bundled libocispec and yajl are built by its recursion only.
+    ui::run(
+        Command::new("make")
+            .arg(format!("-j{jobs}"))
+            .arg("--quiet")
+            .current_dir(src),
+    )?;
     ui::info(&format!(
         "crun built in {:.0} s",
         t0.elapsed().as_secs_f64()
