@@ -18,6 +18,8 @@ use crate::ui;
 
 /// The crun release built.
 const VERSION: &str = "1.21";
+/// The tarball's name.
+const ORIG: &str = "crun_1.21.orig.tar.gz";
 /// Its upstream tarball in Debian's archive (the `crun` source of Debian 13, trixie).
 const ORIG_URL: &str = "http://deb.debian.org/debian/pool/main/c/crun/crun_1.21.orig.tar.gz";
 /// The tarball's SHA-256 as trixie's `Sources` index lists it (`Checksums-Sha256`).
@@ -53,6 +55,16 @@ pub fn install() -> anyhow::Result<()> {
         "crun {VERSION} (svc's build) installed at {INSTALLED}"
     ));
     Ok(())
+}
+
+/// What the Debian package ships of svc's crun: the binary and its source tarball (built or
+/// fetched now when missing).
+pub fn for_package() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let cache = Path::new(CACHE);
+    if !installed_is_ours(&cache.join("crun")) || !cache.join(ORIG).exists() {
+        build(cache)?;
+    }
+    Ok((cache.join("crun"), cache.join(ORIG)))
 }
 
 /// Whether `bin` is svc's build of this version.
@@ -102,6 +114,8 @@ fn build(cache: &Path) -> anyhow::Result<()> {
     compile(&src)?;
     std::fs::create_dir_all(cache)?;
     std::fs::copy(src.join("crun"), cache.join("crun"))?;
+    // Its corresponding source, which the Debian package carries (crun is GPL-2.0-or-later).
+    std::fs::copy(&tarball, cache.join(ORIG))?;
     std::fs::remove_dir_all(&work)?;
     if !installed_is_ours(&cache.join("crun")) {
         bail!(

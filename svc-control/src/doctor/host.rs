@@ -263,7 +263,8 @@ fn agent_in_image(image: &str) -> HostOutcome {
 }
 
 /// The container backend's OCI runtime (`runtime`, svcd.toml's `container.runtime`; none: the
-/// default, the crun on PATH when it is 1.21 or later, else runc), named with its version: a
+/// default, the crun on PATH when it is 1.21 or later, else the package's, else runc), named
+/// with its version: a
 /// warning (not required) when it is missing, too old, or predates the fixes for the
 /// runtime's own escapes.
 pub fn runtime_probe(runtime: Option<&Path>) -> CheckResult {

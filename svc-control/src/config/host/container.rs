@@ -12,7 +12,8 @@ use super::{checks, defaults};
 #[serde(deny_unknown_fields)]
 pub struct ContainerFile {
     /// The OCI runtime binary: crun 1.21 or later, or runc 1.1 or later (a name is looked up
-    /// on PATH); unset: the crun on PATH when it is 1.21 or later, else runc.
+    /// on PATH); unset: the crun on PATH when it is 1.21 or later, else the package's
+    /// `/usr/lib/svc/crun`, else runc.
     pub runtime: Option<PathBuf>,
     /// The base image: a directory holding `rootfs/` (made by `svcd images build`).
     pub image: Option<PathBuf>,

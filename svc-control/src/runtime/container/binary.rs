@@ -1,6 +1,7 @@
 //! Which OCI runtime binary svcd runs (`container.runtime`): the one svcd.toml names, checked,
 //! or by default the crun on PATH when it is 1.21 or later (svc's build: `cargo xtask setup`
-//! installs it as `/usr/local/sbin/crun`), else runc. crun is CLI-compatible with every runc
+//! installs it as `/usr/local/sbin/crun`), else the Debian package's `/usr/lib/svc/crun`, else
+//! runc on PATH. crun is CLI-compatible with every runc
 //! call svcd makes and starts a sandbox in about half runc's time (docs/isolation.md,
 //! "Runtime choice").
 
@@ -65,10 +66,21 @@ fn old_name(id: Option<&Identity>) -> String {
     id.map_or_else(String::new, Identity::shown)
 }
 
-/// The first crun on `dirs` when it is new enough, else the first runc.
+/// Where the Debian package puts svc's crun.
+pub const PACKAGED_CRUN: &str = "/usr/lib/svc/crun";
+
+/// The first crun on `dirs` when it is new enough, else the package's crun, else the first
+/// runc.
 fn default_runtime(dirs: &[PathBuf]) -> Result<Chosen, String> {
+    default_runtime_with(dirs, Path::new(PACKAGED_CRUN))
+}
+
+fn default_runtime_with(dirs: &[PathBuf], packaged: &Path) -> Result<Chosen, String> {
     let mut passed_over = Vec::new();
-    if let Some(path) = find_program(Path::new("crun"), dirs) {
+    let candidates = find_program(Path::new("crun"), dirs)
+        .into_iter()
+        .chain(packaged.is_file().then(|| packaged.to_path_buf()));
+    for path in candidates {
         let identity = identity(&path);
         match identity.as_ref().map(|id| (id.kind, too_old(id))) {
             Some((Kind::Crun, None)) => {
@@ -177,7 +189,9 @@ mod tests {
         );
         fake(&old, "crun", "1.8.1");
         fake(&runc, "runc", "1.1.5+ds1");
-        let chosen = default_runtime(&[old.clone(), new.clone(), runc.clone()]).expect("runc");
+        let none = t.path().join("no-packaged-crun");
+        let chosen =
+            default_runtime_with(&[old.clone(), new.clone(), runc.clone()], &none).expect("runc");
         assert_eq!(chosen.path, runc.join("runc"));
         assert_eq!(chosen.passed_over.len(), 1, "{chosen:?}");
         assert!(

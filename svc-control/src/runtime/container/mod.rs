@@ -1,4 +1,5 @@
-//! The container backend (the embedded default): each sandbox is an OCI container run by runc.
+//! The container backend (the embedded default): each sandbox is an OCI container run by an
+//! OCI runtime (crun or runc).
 //!
 //! - **ids**: a user namespace maps guest ids 0..65535 to the host range of a dedicated system
 //!   user (`/etc/subuid`, `/etc/subgid`); guest root is an unprivileged host id.
@@ -16,9 +17,10 @@
 //!   `start` (the order CNI plugins use). The guest has no CAP_NET_ADMIN there, so it cannot
 //!   change its address, routes or link.
 //!
-//! Why runc: it is the reference OCI runtime, packaged by Debian, and handles both cgroup
-//! layouts (pure v2 and the hybrid v1 + v2 layout; crun 1.8 refuses the hybrid one). It is
-//! driven through its command line, so no runtime code runs inside svcd.
+//! The runtime ([`binary`]): crun 1.21 or later by default (svc's build; it starts a sandbox in
+//! about half runc's time), else runc; both are driven through the same command lines, so no
+//! runtime code runs inside svcd. On a hybrid cgroup layout crun needs the v2 side free of
+//! controllers ([`cgroup::hybrid_for_crun`]).
 
 pub mod advisory;
 pub mod binary;
