@@ -248,12 +248,12 @@ fn pause_freezes_a_sandbox_and_resume_thaws_it() {
         String::from_utf8_lossy(&refused.stderr)
     );
     // The runtime's freezer holds it.
-    let state = Command::new("runc")
+    let state = Command::new(w.oci_runtime())
         .arg("--root")
         .arg(w.dir.join("state/runc"))
         .args(["state", "dev"])
         .output()
-        .expect("runc state");
+        .expect("the runtime's state");
     let state: serde_json::Value = serde_json::from_slice(&state.stdout).expect("state json");
     assert_eq!(state["status"], "paused");
     std::thread::sleep(std::time::Duration::from_millis(300));

@@ -35,8 +35,8 @@ pub const CRUN_BACKPORTED: &[&str] = &[SVC_CRUN_COMMIT];
 /// The `commit:` line of svc's crun build: crun 1.21's commit, marked as svc's.
 pub const SVC_CRUN_COMMIT: &str = "10269840aa07fb7e6b7e1acff6198692d8ff5c88+svc1";
 
-/// The oldest crun svcd runs: older ones cannot run its bundles (crun 1.8 fails `exec` in a
-/// guest whose user namespace owns its network namespace) nor mount its base image idmapped.
+/// The oldest crun svcd runs: older ones cannot mount its base image idmapped (per-sandbox id
+/// ranges need it), and Debian 12's 1.8.1 failed its exec (`setns`: EPERM) in one bench run.
 pub const CRUN_MINIMUM: (u32, u32, u32) = (1, 21, 0);
 
 /// Which OCI runtime a binary is, by its `--version` output.

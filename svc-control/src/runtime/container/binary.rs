@@ -132,10 +132,10 @@ fn identity(path: &Path) -> Option<Identity> {
 fn too_old(id: &Identity) -> Option<String> {
     (id.kind == Kind::Crun && id.triple < CRUN_MINIMUM).then(|| {
         format!(
-            "older than crun {}.{}, the oldest svcd runs (older ones cannot exec in a guest \
-             whose user namespace owns its network namespace, nor mount its base image \
-             idmapped); install svc's build (`cargo xtask setup`) or set container.runtime = \
-             \"runc\"",
+            "older than crun {}.{}, the oldest svcd runs (older ones cannot mount the base \
+             image idmapped, which per-sandbox id ranges need, and Debian 12's 1.8 failed \
+             svcd's exec on this layout); install svc's build (`cargo xtask setup`) or set \
+             container.runtime = \"runc\"",
             CRUN_MINIMUM.0, CRUN_MINIMUM.1
         )
     })
