@@ -176,7 +176,9 @@ async fn host_probes(socket: &crate::client::SocketArg, microvm: bool) -> Vec<Ch
     let mut host = svc_control::doctor::host_probes(source.as_ref(), &h.microvm.user, |v| {
         std::env::var(v).ok()
     });
-    host.push(svc_control::doctor::runtime_probe(&h.container.runtime));
+    host.push(svc_control::doctor::runtime_probe(
+        h.container.runtime.as_deref(),
+    ));
     host.extend(svc_control::doctor::free_space_probes(&[
         ("audit", &h.audit_dir),
         ("state", &h.state_dir),

@@ -127,7 +127,7 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             "host:nftables",
             "host:tun",
             "host:ip-forward",
-            "host:runc",
+            "host:oci-runtime",
             "host:disk-audit",
             "host:disk-state",
             "host:svcd",

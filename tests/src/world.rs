@@ -353,18 +353,29 @@ impl World {
                 cg.display()
             );
         }
-        let runc = Command::new("runc")
+        let runc = Command::new(w.oci_runtime())
             .arg("--root")
             .arg(w.dir.join("state/runc"))
             .args(["list", "-q"])
             .output()
-            .expect("runc list");
+            .expect("the runtime's list");
         assert!(
             !String::from_utf8_lossy(&runc.stdout)
                 .lines()
                 .any(|l| l == name),
             "the runtime still knows container {name}"
         );
+    }
+
+    /// The OCI runtime svcd runs: svcd.toml's `container.runtime`, else the default (the crun
+    /// on PATH when 1.21 or later, else runc), as svcd chooses it.
+    pub fn oci_runtime(&self) -> PathBuf {
+        let configured = svc_control::config::loader::load_host_config(Some(&self.config))
+            .ok()
+            .and_then(|c| c.container.runtime);
+        svc_control::runtime::container::binary::choose(configured.as_deref())
+            .expect("svcd's OCI runtime")
+            .path
     }
 
     /// The fence keeps nothing of sandbox `id` on link `link`: no pins, entries or set element.

@@ -90,9 +90,10 @@ fn the_microvm_probes_read_the_real_images() {
     let _ = std::fs::remove_file(&empty);
 }
 
-/// `svc doctor`'s `host:runc`: a runc older than the fixed releases is a warning (not
-/// required) naming the three advisories and the fixed versions; a fixed release passes. The
-/// runc on PATH is a script reporting each version.
+/// `svc doctor`'s `host:oci-runtime` with runc: a runc older than the fixed releases is a
+/// warning (not required) naming the three advisories and the fixed versions; a fixed release
+/// passes. The runc on PATH is a script reporting each version, and the crun first on PATH one
+/// too old to be the default (so the default falls back to runc).
 #[test]
 fn the_doctor_warns_about_a_runc_older_than_the_fixes() {
     let dir = std::env::temp_dir().join(svc_tests::unique("docrunc"));
@@ -103,6 +104,13 @@ fn the_doctor_warns_about_a_runc_older_than_the_fixes() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let old_crun = bin.join("crun");
+    std::fs::write(&old_crun, "#!/bin/sh\necho 'crun version 1.8.1'\n").expect("crun");
+    std::fs::set_permissions(
+        &old_crun,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
     for (version, commit, status) in [
         ("1.1.5+ds1", "1.1.5+ds1-1+deb12u1", "failed"),
         ("1.3.3", "v1.3.3-0-gd842d771", "passed"),
@@ -122,7 +130,7 @@ fn the_doctor_warns_about_a_runc_older_than_the_fixes() {
             .output()
             .expect("svc doctor");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report");
-        let runc = probe(&report, "host:runc");
+        let runc = probe(&report, "host:oci-runtime");
         assert_eq!(runc["status"], status, "{version}: {runc}");
         assert_eq!(runc["required"], false, "{runc}");
         if status == "failed" {

@@ -5,6 +5,7 @@
 //! - `cargo xtask demo`: set up, then the main job: what a fenced guest can and cannot reach.
 
 mod bench_runtime;
+mod crun;
 mod demo;
 mod images;
 mod oci_image;

@@ -59,6 +59,7 @@ pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
             0o755,
         )?;
     }
+    crun(&stage)?;
     strip(&stage)?;
     docs(&stage, &bins.join("svc"), &version)?;
     unit_and_config(&stage)?;
@@ -116,7 +117,11 @@ fn write(to: &Path, text: &[u8], mode: u32) -> anyhow::Result<()> {
 
 /// Debug information out, as dh_strip does.
 fn strip(stage: &Path) -> anyhow::Result<()> {
-    let mut files = vec![stage.join("usr/sbin/svcd"), stage.join("usr/bin/svc")];
+    let mut files = vec![
+        stage.join("usr/sbin/svcd"),
+        stage.join("usr/bin/svc"),
+        stage.join(CRUN),
+    ];
     files.extend(GUEST_BINS.iter().map(|n| stage.join(GUEST_DIR).join(n)));
     ui::run(
         Command::new("strip")
@@ -189,6 +194,27 @@ fn changelog(version: &str) -> anyhow::Result<String> {
     ))
 }
 
+/// svc's crun build as `/usr/lib/svc/crun` (svcd's default when PATH holds no crun 1.21 or
+/// later), with its
+/// corresponding source (crun is GPL-2.0-or-later): the upstream tarball and svc's patches in
+/// `/usr/share/doc/svc/crun/`.
+fn crun(stage: &Path) -> anyhow::Result<()> {
+    let (bin, tarball) = crate::crun::for_package()?;
+    install(&bin, &stage.join(CRUN), 0o755)?;
+    let doc = stage.join("usr/share/doc/svc/crun");
+    let name = tarball.file_name().context("the crun tarball's name")?;
+    install(&tarball, &doc.join(name), 0o644)?;
+    for entry in std::fs::read_dir("packaging/crun/patches")? {
+        let path = entry?.path();
+        let name = path.file_name().context("a patch's name")?;
+        install(&path, &doc.join("patches").join(name), 0o644)?;
+    }
+    Ok(())
+}
+
+/// Where the package puts svc's crun.
+const CRUN: &str = "usr/lib/svc/crun";
+
 /// The unit (svcd at its packaged path) and the default configuration (a conffile).
 fn unit_and_config(stage: &Path) -> anyhow::Result<()> {
     let unit = std::fs::read_to_string("packaging/svcd.service")?;
@@ -247,7 +273,7 @@ fn installed_kib(stage: &Path) -> anyhow::Result<u64> {
         .context("du")
 }
 
-/// `libc6 (>= …), …` for the two dynamically linked binaries, as dpkg-shlibdeps reads them
+/// `libc6 (>= …), …` for the three dynamically linked binaries (svcd, svc, crun), as dpkg-shlibdeps reads them
 /// (it wants a `debian/control` beside it).
 fn shlibs(stage: &Path) -> anyhow::Result<String> {
     let work = stage.with_extension("shlibs");
@@ -261,6 +287,7 @@ fn shlibs(stage: &Path) -> anyhow::Result<String> {
             .arg("-O")
             .arg(stage.join("usr/sbin/svcd"))
             .arg(stage.join("usr/bin/svc"))
+            .arg(stage.join(CRUN))
             .current_dir(&work),
     );
     std::fs::remove_dir_all(&work)?;

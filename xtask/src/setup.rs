@@ -69,6 +69,7 @@ pub fn run() -> anyhow::Result<()> {
     ui::heading("set-up: prerequisites");
     require_root()?;
     debian_packages()?;
+    crate::crun::install()?;
     nightly_rust_src()?;
     bpf_linker()?;
     host_accounts()
@@ -337,7 +338,7 @@ fn test_packages() -> anyhow::Result<()> {
 }
 
 /// The packages of `names` that are not installed.
-fn missing_packages<'a>(names: &[&'a str]) -> Vec<&'a str> {
+pub fn missing_packages<'a>(names: &[&'a str]) -> Vec<&'a str> {
     names
         .iter()
         .copied()
@@ -349,7 +350,7 @@ fn missing_packages<'a>(names: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// `apt-get update`, then install `packages` without recommends.
-fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
+pub fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
     ui::run(Command::new("apt-get").args(["update", "-q"]))?;
     ui::run(
         Command::new("apt-get")

@@ -262,19 +262,33 @@ fn agent_in_image(image: &str) -> HostOutcome {
     }
 }
 
-/// The container backend's OCI runtime (`runtime`, svcd.toml's `container.runtime`): a
-/// warning (not required) when it predates the fixes for the runtime's own escapes.
-pub fn runtime_probe(runtime: &Path) -> CheckResult {
-    use crate::runtime::container::advisory::{Verdict, check};
+/// The container backend's OCI runtime (`runtime`, svcd.toml's `container.runtime`; none: the
+/// default, the crun on PATH when it is 1.21 or later, else the package's, else runc), named
+/// with its version: a
+/// warning (not required) when it is missing, too old, or predates the fixes for the
+/// runtime's own escapes.
+pub fn runtime_probe(runtime: Option<&Path>) -> CheckResult {
+    use crate::runtime::container::advisory::{Kind, Verdict, check};
+    const RUNC_FIX: &str = "install runc 1.2.8, 1.3.3 or later (a distribution build counts once its changelog names the three CVEs); microvm sandboxes do not use runc";
+    const CRUN_FIX: &str = "install crun 1.28 or later, or svc's build (`cargo xtask setup`); microvm sandboxes do not use crun";
     let t0 = Instant::now();
-    let outcome = match check(runtime) {
-        Verdict::Fixed(detail) => Ok(detail),
-        Verdict::Vulnerable(m) | Verdict::Unreadable(m) => Err((
+    let outcome = match crate::runtime::container::binary::choose(runtime) {
+        Err(m) => Err((
             m,
-            "install runc 1.2.8, 1.3.3 or later (a distribution build counts once its changelog names the three CVEs); microvm sandboxes do not use runc",
+            "install svc's crun (`cargo xtask setup`) or runc, or set container.runtime in svcd.toml",
         )),
+        Ok(chosen) => {
+            let fix = match chosen.identity.map(|id| id.kind) {
+                Some(Kind::Crun) => CRUN_FIX,
+                _ => RUNC_FIX,
+            };
+            match check(&chosen.path) {
+                Verdict::Fixed(detail) => Ok(detail),
+                Verdict::Vulnerable(m) | Verdict::Unreadable(m) => Err((m, fix)),
+            }
+        }
     };
-    host_result("runc", false, t0, outcome)
+    host_result("oci-runtime", false, t0, outcome)
 }
 
 /// The kernel's release as (major, minor).

@@ -30,8 +30,11 @@ pub(super) fn status(pid_file: &Path, log: &Path, code: i32) -> Option<i32> {
 
 /// The status for an exec the runtime could not start, from its error `message` (runc:
 /// `exec failed: unable to start container process: exec: "NAME": executable file not found
-/// in $PATH`).
+/// in $PATH`; crun: `executable file `NAME` not found in $PATH: No such file or directory`).
 fn from_message(message: &str) -> i32 {
+    if let Some(code) = from_crun_message(message) {
+        return code;
+    }
     let Some((_, why)) = message.split_once("unable to start container process: ") else {
         return 125;
     };
@@ -42,6 +45,18 @@ fn from_message(message: &str) -> i32 {
     } else {
         126
     }
+}
+
+/// crun's messages (`find_executable` and the working directory's `chdir`), if `message` is
+/// one.
+fn from_crun_message(message: &str) -> Option<i32> {
+    if message.starts_with("executable file `") && message.contains("` not found") {
+        return Some(127);
+    }
+    ["the path `", "cannot open `", "chdir to `"]
+        .iter()
+        .any(|p| message.starts_with(p))
+        .then_some(126)
 }
 
 #[cfg(test)]
@@ -64,6 +79,23 @@ mod tests {
             ),
         ] {
             assert_eq!(from_message(&format!("{start}{why}")), code, "{why}");
+        }
+        for (crun, code) in [
+            (
+                "executable file `nope` not found in $PATH: No such file or directory",
+                127,
+            ),
+            (
+                "executable file `/nope/x` not found: No such file or directory",
+                127,
+            ),
+            (
+                "the path `/etc/passwd` exists but it is not executable: Operation not permitted",
+                126,
+            ),
+            ("chdir to `/nope`: No such file or directory", 126),
+        ] {
+            assert_eq!(from_message(crun), code, "{crun}");
         }
         assert_eq!(from_message("exec failed: container does not exist"), 125);
         assert_eq!(from_message(""), 125);

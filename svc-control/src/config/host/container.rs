@@ -11,7 +11,9 @@ use super::{checks, defaults};
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContainerFile {
-    /// The OCI runtime binary (runc 1.1 or later; a name is looked up on PATH).
+    /// The OCI runtime binary: crun 1.21 or later, or runc 1.1 or later (a name is looked up
+    /// on PATH); unset: the crun on PATH when it is 1.21 or later, else the package's
+    /// `/usr/lib/svc/crun`, else runc.
     pub runtime: Option<PathBuf>,
     /// The base image: a directory holding `rootfs/` (made by `svcd images build`).
     pub image: Option<PathBuf>,
@@ -59,7 +61,8 @@ impl IdRanges {
 /// The container backend's settings, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerConfig {
-    pub runtime: PathBuf,
+    /// `container.runtime`; none: the default (see [`ContainerFile::runtime`]).
+    pub runtime: Option<PathBuf>,
     pub image: PathBuf,
     pub user: String,
     pub cgroup_parent: String,
@@ -124,9 +127,7 @@ impl ContainerFile {
         ContainerConfig {
             disk_mib: r.disk_mib,
             id_ranges,
-            runtime: self
-                .runtime
-                .unwrap_or_else(|| PathBuf::from(defaults::CONTAINER_RUNTIME)),
+            runtime: self.runtime,
             image,
             user,
             cgroup_parent,

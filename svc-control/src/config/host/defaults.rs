@@ -15,7 +15,6 @@ pub const CODE_ARCHIVE_HOST: &str = "codeload.github.com";
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 pub const GUARD_PORT: u16 = 15353;
 pub const PROXY_PORT: u16 = 15443;
-pub const CONTAINER_RUNTIME: &str = "runc";
 pub const CONTAINER_IMAGE: &str = "/var/lib/svc/images/base";
 pub const CONTAINER_USER: &str = "svc-sandbox";
 pub const MICROVM_USER: &str = "svc-vm";

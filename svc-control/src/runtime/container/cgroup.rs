@@ -1,6 +1,7 @@
 //! Which cgroup layout the host has and whether the controllers the limits need are there. The
 //! runtime creates and removes each sandbox's cgroup; svcd only checks at start, so a missing
-//! controller is a clear error then rather than a failed creation later.
+//! controller is a clear error then rather than a failed creation later. For crun, a hybrid
+//! layout's v2 side is emptied of controllers first ([`hybrid_for_crun`]).
 
 use std::path::Path;
 
@@ -72,6 +73,63 @@ pub fn check(root: &Path, limits: &Limits) -> Result<Layout, String> {
         })
         .collect::<Vec<_>>()
         .join("; "))
+}
+
+/// crun refuses a hybrid layout (v1 controllers, a v2 hierarchy at `unified/`) while the v2
+/// side holds any controller ("cgroups in hybrid mode not supported": crun applies limits on
+/// the v1 side only, and checks this before any cgroup manager, even `disabled`, runs). A
+/// systemd host in hybrid mode mounts every controller on v1; a host whose init left one
+/// unmounted has it on v2 (this one: hugetlb). Each such controller gets a v1 hierarchy of
+/// its own at `root`/NAME, as systemd would mount it: nothing changes for cgroups that exist
+/// (the kernel moves a controller only while no v2 cgroup below the root enables it), and
+/// runc works on either. A pure v2 host, or a v1 host without `unified/`, is left alone.
+pub fn hybrid_for_crun(root: &Path) -> Result<(), String> {
+    let unified = root.join("unified");
+    if root.join("cgroup.controllers").exists() || !unified.join("cgroup.controllers").exists() {
+        return Ok(());
+    }
+    for controller in v2_controllers(&unified)? {
+        let at = root.join(&controller);
+        let mounted = std::fs::create_dir_all(&at)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                let out = std::process::Command::new("mount")
+                    .args(["-t", "cgroup", "-o", &controller, "cgroup"])
+                    .arg(&at)
+                    .output()
+                    .map_err(|e| format!("running mount: {e}"))?;
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+                }
+            });
+        if let Err(e) = mounted {
+            return Err(format!(
+                "crun refuses this host's hybrid cgroup layout while its cgroup v2 hierarchy {} \
+                 holds a controller, and moving {controller:?} to a v1 hierarchy at {} failed: \
+                 {e}; set container.runtime = \"runc\" (runc runs on this layout)",
+                unified.display(),
+                at.display()
+            ));
+        }
+        tracing::info!(
+            controller,
+            "moved the cgroup controller from the v2 hierarchy {} to a v1 hierarchy of its own \
+             at {}: crun refuses a hybrid layout whose v2 side holds controllers",
+            unified.display(),
+            at.display()
+        );
+    }
+    Ok(())
+}
+
+/// The controllers of the v2 hierarchy at `unified`.
+fn v2_controllers(unified: &Path) -> Result<Vec<String>, String> {
+    let file = unified.join("cgroup.controllers");
+    std::fs::read_to_string(&file)
+        .map(|t| t.split_whitespace().map(str::to_owned).collect())
+        .map_err(|e| format!("{}: {e}", file.display()))
 }
 
 #[cfg(test)]

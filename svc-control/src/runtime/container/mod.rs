@@ -1,4 +1,5 @@
-//! The container backend (the embedded default): each sandbox is an OCI container run by runc.
+//! The container backend (the embedded default): each sandbox is an OCI container run by an
+//! OCI runtime (crun or runc).
 //!
 //! - **ids**: a user namespace maps guest ids 0..65535 to the host range of a dedicated system
 //!   user (`/etc/subuid`, `/etc/subgid`); guest root is an unprivileged host id.
@@ -16,11 +17,13 @@
 //!   `start` (the order CNI plugins use). The guest has no CAP_NET_ADMIN there, so it cannot
 //!   change its address, routes or link.
 //!
-//! Why runc: it is the reference OCI runtime, packaged by Debian, and handles both cgroup
-//! layouts (pure v2 and the hybrid v1 + v2 layout; crun 1.8 refuses the hybrid one). It is
-//! driven through its command line, so no runtime code runs inside svcd.
+//! The runtime ([`binary`]): crun 1.21 or later by default (svc's build; it starts a sandbox in
+//! about half runc's time), else runc; both are driven through the same command lines, so no
+//! runtime code runs inside svcd. On a hybrid cgroup layout crun needs the v2 side free of
+//! controllers ([`cgroup::hybrid_for_crun`]).
 
 pub mod advisory;
+pub mod binary;
 mod cgroup;
 mod create;
 pub mod disk;
@@ -106,17 +109,17 @@ impl Container {
     /// Check the host and prepare the image (a copy shifted into the id range, made once per
     /// image build): blocking, seconds the first time.
     pub fn new(config: &ContainerConfig, state_dir: &Path) -> Result<Self, RuntimeError> {
-        let runtime = find_program(&config.runtime).ok_or_else(|| {
-            RuntimeError::Setup(format!(
-                "the OCI runtime {} is not installed (apt-get install runc; or set svcd.toml \
-                 container.runtime)",
-                config.runtime.display()
-            ))
-        })?;
-        // The runtime's own escapes: svcd runs with an older runc, and says so at every start.
+        let chosen = binary::choose(config.runtime.as_deref()).map_err(RuntimeError::Setup)?;
+        for note in &chosen.passed_over {
+            tracing::warn!("OCI runtime passed over: {note}");
+        }
+        tracing::info!(runtime = %chosen.describe(), "the container backend's OCI runtime");
+        let runtime = chosen.path.clone();
+        // The runtime's own escapes: svcd runs with an older runtime, and says so at every start.
         if let Some(warning) = advisory::check(&runtime).warning() {
             tracing::warn!(runtime = %runtime.display(), "{warning}");
         }
+        let kind = chosen.identity.as_ref().map(|id| id.kind);
         let (subuid, subgid) = (Path::new("/etc/subuid"), Path::new("/etc/subgid"));
         let slices = match config.id_ranges {
             IdRanges::Shared => None,
@@ -137,6 +140,9 @@ impl Container {
             cpu_millis: config.cpu_millis,
         };
         cgroup::check(Path::new("/sys/fs/cgroup"), &limits).map_err(RuntimeError::Setup)?;
+        if kind == Some(advisory::Kind::Crun) {
+            cgroup::hybrid_for_crun(Path::new("/sys/fs/cgroup")).map_err(RuntimeError::Setup)?;
+        }
         if config.disk_mib > 0 {
             disk::check().map_err(|e| {
                 RuntimeError::Setup(format!(
@@ -297,15 +303,7 @@ fn runc_error(stderr: &[u8]) -> String {
 
 /// `program` as given if it is a path, else the first match on PATH.
 fn find_program(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        return program.exists().then(|| program.to_path_buf());
-    }
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
+    binary::on_path(program)
 }
 
 impl Backend for Container {
