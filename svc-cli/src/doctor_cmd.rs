@@ -177,6 +177,7 @@ async fn host_probes(socket: &crate::client::SocketArg, microvm: bool) -> Vec<Ch
         std::env::var(v).ok()
     });
     host.push(svc_control::doctor::runtime_probe(&h.container.runtime));
+    host.push(svc_control::doctor::container_ids_probe(&h));
     host.extend(svc_control::doctor::free_space_probes(&[
         ("audit", &h.audit_dir),
         ("state", &h.state_dir),
