@@ -179,6 +179,7 @@ async fn host_probes(socket: &crate::client::SocketArg, microvm: bool) -> Vec<Ch
     host.push(svc_control::doctor::runtime_probe(
         h.container.runtime.as_deref(),
     ));
+    host.push(svc_control::doctor::container_ids_probe(&h));
     host.extend(svc_control::doctor::free_space_probes(&[
         ("audit", &h.audit_dir),
         ("state", &h.state_dir),

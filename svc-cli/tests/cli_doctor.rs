@@ -128,13 +128,14 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             "host:tun",
             "host:ip-forward",
             "host:oci-runtime",
+            "host:container-ids",
             "host:disk-audit",
             "host:disk-state",
             "host:svcd",
             "unit"
         ]
     );
-    let svcd = &v["results"][10];
+    let svcd = &v["results"][11];
     assert_eq!(svcd["status"], "failed");
     assert!(
         svcd["reason"]
@@ -143,9 +144,9 @@ fn host_probes_come_first_and_a_missing_svcd_fails_the_doctor() {
             .contains("svcd does not answer on /nonexistent/svcd.sock"),
         "{svcd}"
     );
-    assert_eq!(v["results"][11]["status"], "skipped");
+    assert_eq!(v["results"][12]["status"], "skipped");
     assert_eq!(
-        v["results"][11]["reason"],
+        v["results"][12]["reason"],
         "required probe failed: host:svcd"
     );
     let _ = fs::remove_dir_all(&dir);

@@ -125,15 +125,20 @@ fn disk_per_sandbox_defaults_to_10_gib_for_both_backends_and_0_turns_it_off() {
 }
 
 #[test]
-fn container_id_ranges_default_to_shared_and_take_per_sandbox() {
+fn container_id_ranges_default_to_per_sandbox_and_take_shared() {
     use svc_control::config::host::IdRanges;
-    assert_eq!(HostConfig::default().container.id_ranges, IdRanges::Shared);
-    let h = host::parse(
-        Path::new("svcd.toml"),
-        "[container]\nid_ranges = \"per-sandbox\"\n",
-    )
-    .unwrap();
-    assert_eq!(h.container.id_ranges, IdRanges::PerSandbox);
+    assert_eq!(
+        HostConfig::default().container.id_ranges,
+        IdRanges::PerSandbox
+    );
+    for (text, want) in [
+        ("id_ranges = \"per-sandbox\"", IdRanges::PerSandbox),
+        ("id_ranges = \"shared\"", IdRanges::Shared),
+        ("", IdRanges::PerSandbox),
+    ] {
+        let h = host::parse(Path::new("svcd.toml"), &format!("[container]\n{text}\n")).unwrap();
+        assert_eq!(h.container.id_ranges, want, "{text:?}");
+    }
 }
 
 #[test]

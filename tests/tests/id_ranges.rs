@@ -1,11 +1,13 @@
-//! A host id range per container sandbox (`[container] id_ranges = "per-sandbox"`), against the
-//! real svcd, runc and kernel: two sandboxes' guest roots are different host users, what a
-//! guest writes is owned by its own slice, a process running as one guest's root (the same
-//! in-guest uid, 0, as the other's) can neither signal the other's processes nor read its
-//! files, and destroy frees the slice for the next sandbox and leaves nothing owned by it.
+//! A host id range per container sandbox (`[container] id_ranges = "per-sandbox"`, the
+//! default), against the real svcd, runc and kernel: two sandboxes' guest roots are different
+//! host users, what a guest writes is owned by its own slice, a process running as one guest's
+//! root (the same in-guest uid, 0, as the other's) can neither signal the other's processes nor
+//! read its files, and destroy frees the slice for the next sandbox and leaves nothing owned by
+//! it. And the setting's other value, `"shared"`: every guest root the one host user of the
+//! first range, the image shifted into it once.
 //!
-//! Needs `svc-sandbox` to own a range of more than one slice (`svcd setup-host` with
-//! `id_ranges = "per-sandbox"`, or `cargo xtask setup`).
+//! Needs `svc-sandbox` to own a range of more than one slice (`svcd setup-host`, or
+//! `cargo xtask setup`).
 
 use std::{os::unix::fs::MetadataExt as _, path::Path, process::Command};
 
@@ -94,7 +96,8 @@ fn per_sandbox_ranges_keep_two_guests_apart_even_as_the_same_in_guest_uid() {
     require_root();
     let range = slices();
     // disk_mib = 0: the writable layers are directories of the state, visible from the host.
-    let w = World::start_with("id_ranges = \"per-sandbox\"\ndisk_mib = 0");
+    // No id_ranges line: per-sandbox is the default.
+    let w = World::start_with("disk_mib = 0");
     for name in ["alpha", "beta"] {
         w.svc_ok(&["sandbox", "create", name, "--backend", "container"]);
     }
@@ -206,6 +209,46 @@ fn per_sandbox_ranges_keep_two_guests_apart_even_as_the_same_in_guest_uid() {
         "alpha's file reached gamma: {out}"
     );
     for name in ["beta", "gamma"] {
+        w.destroy_checked(name);
+    }
+}
+
+#[test]
+fn shared_ranges_map_every_guest_root_to_the_one_range_over_a_shifted_image() {
+    require_root();
+    let first = |file: &str| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        svc_control::runtime::ids::subordinate_range(&text, "svc-sandbox")
+            .unwrap_or_else(|| panic!("svc-sandbox's range in {file} (`svcd setup-host`)"))
+    };
+    let (first, first_gid) = (first("/etc/subuid"), first("/etc/subgid"));
+    let w = World::start_with("id_ranges = \"shared\"\ndisk_mib = 0");
+    for name in ["one", "two"] {
+        w.svc_ok(&["sandbox", "create", name, "--backend", "container"]);
+        let (_, pid) = id_and_pid(&w, name);
+        let m = std::fs::metadata(format!("/proc/{pid}")).expect("the guest's init");
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (first, first_gid),
+            "{name}'s guest root: the shared range's first ids"
+        );
+        let (code, out, err) = w.sh(name, "echo x > /made && stat -c '%u' /made /etc/passwd");
+        assert_eq!((code, out.as_str()), (0, "0\n0\n"), "{err}");
+        let made = w.dir.join(format!("state/sandboxes/{name}/upper/made"));
+        let m = std::fs::metadata(&made).expect("the file in the writable layer");
+        assert_eq!(m.uid(), first, "{} on the host", made.display());
+    }
+    let shifted = std::fs::read_dir(svc_tests::world::image_dir())
+        .expect("the image directory")
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .ends_with(&format!(".uid{first}-gid{first_gid}"))
+                && e.path().join(".svc-shifted").exists()
+        });
+    assert!(shifted, "no copy of the image shifted into {first}");
+    for name in ["one", "two"] {
         w.destroy_checked(name);
     }
 }

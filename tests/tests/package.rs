@@ -1,8 +1,8 @@
 //! The Debian package, installed for real: `dpkg` in a fresh Debian root made by mmdebstrap
 //! from this machine's apt sources (a chroot runs maintainer scripts as a host would, without
-//! systemd). Install makes the accounts and free id ranges; an upgrade to a newer build keeps
-//! the operator's configuration and the ranges; remove keeps configuration and data; purge
-//! leaves no file, account or range behind.
+//! systemd). Install makes the accounts and free id ranges (svc-sandbox's sized for a slice per
+//! sandbox); an upgrade to a newer build keeps the operator's configuration and the ranges;
+//! remove keeps configuration and data; purge leaves no file, account or range behind.
 //!
 //! The package is `target/package/svc_*_amd64.deb`, built by `cargo xtask package --debug`
 //! (`cargo xtask test` builds it before the tests).
@@ -94,7 +94,19 @@ fn install_upgrade_remove_and_purge_in_a_fresh_debian_root() {
                 .find(|(n, ..)| n == user)
                 .unwrap_or_else(|| panic!("{user} has no line in {file}: {lines:?}"))
                 .clone();
-            assert_eq!(count, 65_536, "{user} in {file}");
+            // svc-vm: a uid per sandbox; svc-sandbox (`container.id_ranges = "per-sandbox"`,
+            // the default): a slice of 65536 per sandbox the default /16 pool allows, and
+            // slice 0, above SUB_UID_MAX (600100000 in Debian's /etc/login.defs).
+            let want = if user == "svc-vm" {
+                65_536
+            } else {
+                16_385 * 65_536
+            };
+            assert_eq!(count, want, "{user} in {file}");
+            assert!(
+                user == "svc-vm" || start > 600_100_000,
+                "{user} in {file}: {start}"
+            );
             for (other, s, c) in lines.iter().filter(|(n, ..)| n != user) {
                 assert!(
                     start + count <= *s || s + c <= start,

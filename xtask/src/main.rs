@@ -88,7 +88,8 @@ enum Command {
         /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180;
         /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
         /// with nginx, default 5, or `--quick`; `runtime`: `--rounds N`, default 30, and
-        /// `--warm-up N`, default 3).
+        /// `--warm-up N`, default 3; `sandbox`: `--id-ranges both` for shared against
+        /// per-sandbox id ranges alternating in one run, with `--rounds N`, default 20).
         args: Vec<String>,
     },
     /// Build the Debian package `svc_<version>_amd64.deb` (svcd, svc, the guest binaries, man
@@ -179,9 +180,7 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
             )
         }),
         "sandbox" => demo::build_bins(true).and_then(|()| {
-            ui::run(&mut std::process::Command::new(
-                "target/release/sandbox-bench",
-            ))
+            ui::run(std::process::Command::new("target/release/sandbox-bench").args(args))
         }),
         "microvm" => demo::build_bins(true)
             .and_then(|()| images::build_all(&images::default_dir()))

@@ -224,26 +224,16 @@ pub fn qemu() -> anyhow::Result<()> {
 }
 
 /// The host accounts svcd needs — the API group and the backends' system users, each with a
-/// free subordinate id range — made by the freshly built `svcd setup-host` (the code the
-/// Debian package's postinst runs; idempotent).
+/// free subordinate id range (the container user's sized for a slice of 65536 ids per
+/// sandbox, `container.id_ranges = "per-sandbox"` being the default) — made by the freshly
+/// built `svcd setup-host` (the code the Debian package's postinst runs; idempotent).
 fn host_accounts() -> anyhow::Result<()> {
     let svcd = svcd()?;
-    // Shared ranges as a default host has them, then the large range the tests of
-    // `container.id_ranges = "per-sandbox"` need (a slice of 65536 ids per sandbox id).
-    let per_sandbox = std::path::Path::new("target/setup-host-per-sandbox.toml");
-    std::fs::create_dir_all("target")?;
-    std::fs::write(per_sandbox, "[container]\nid_ranges = \"per-sandbox\"\n")?;
-    for config in [None, Some(per_sandbox)] {
-        let mut cmd = Command::new(&svcd);
-        if let Some(config) = config {
-            cmd.arg("--config").arg(config);
-        }
-        let out = ui::output(cmd.arg("setup-host"))?;
-        for line in out.lines() {
-            ui::info(line.trim_start_matches("svcd setup-host: "));
-        }
+    let out = ui::output(Command::new(&svcd).arg("setup-host"))?;
+    for line in out.lines() {
+        ui::info(line.trim_start_matches("svcd setup-host: "));
     }
-    ui::ok("host accounts (svcd setup-host, shared and per-sandbox ranges)");
+    ui::ok("host accounts (svcd setup-host)");
     Ok(())
 }
 

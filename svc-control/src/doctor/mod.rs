@@ -7,6 +7,7 @@
 mod attempt;
 mod disk;
 mod host;
+mod ids;
 mod images;
 mod report;
 
@@ -15,6 +16,7 @@ use std::time::Instant;
 pub use attempt::{Attempt, OnHost, Runner, under_timeout};
 pub use disk::{LOW_SPACE_BYTES, LOW_SPACE_PERCENT, free_space_probes, low_space};
 pub use host::{host_probes, runtime_probe};
+pub use ids::container_ids_probe;
 pub use images::ImageSource;
 pub use report::{CheckResult, Phase, Report, Status, schema};
 

@@ -152,19 +152,40 @@ pub fn slice_range(
         std::fs::read_to_string(path)
             .map_err(|e| RuntimeError::Setup(format!("reading {}: {e}", path.display())))
     };
-    let range = SliceRange::from_texts(&read(subuid)?, &read(subgid)?, user);
-    match range {
+    let files = [(subuid, read(subuid)?), (subgid, read(subgid)?)];
+    match SliceRange::from_texts(&files[0].1, &files[1].1, user) {
         Some(r) if r.slices >= 2 => Ok(r),
-        _ => Err(RuntimeError::Setup(format!(
-            "container.id_ranges = \"per-sandbox\" needs user {user:?} to own a range of at \
-             least {} ids in both {} and {} (slice 0 and one of {ID_COUNT} ids per sandbox): \
-             `svcd setup-host` adds one sized for the sandbox pool; or name another user in \
-             svcd.toml {config_key}, or set container.id_ranges = \"shared\"",
-            2 * u64::from(ID_COUNT),
-            subuid.display(),
-            subgid.display()
-        ))),
+        _ => Err(RuntimeError::Setup(too_small(user, &files, config_key))),
     }
+}
+
+/// Why `user`'s ranges in `files` (`/etc/subuid` and `/etc/subgid`, path and text) hold no
+/// sandbox's slice: what it has, and what to run (a host set up when the shared setting was
+/// the default has a single range of [`ID_COUNT`] ids).
+fn too_small(user: &str, files: &[(&Path, String); 2], config_key: &str) -> String {
+    let has: Vec<String> = files
+        .iter()
+        .map(|(path, text)| match largest_range(text, user) {
+            Some((start, count)) => format!(
+                "{count} ids ({start}-{}) in {}",
+                u64::from(start) + u64::from(count) - 1,
+                path.display()
+            ),
+            None => format!("none in {}", path.display()),
+        })
+        .collect();
+    format!(
+        "container.id_ranges = \"per-sandbox\" (the default) needs user {user:?} to own a \
+         range of at least {} ids in both {} and {} (slice 0 and one of {ID_COUNT} ids per \
+         sandbox), and its largest is {}: run `svcd setup-host` as root (it adds a range sized \
+         for the sandboxes [network] ipv4_pool allows and keeps the old one), then start svcd \
+         again; or set container.id_ranges = \"shared\" in svcd.toml (every sandbox's guest \
+         root one host user), or name another user in svcd.toml {config_key}",
+        2 * u64::from(ID_COUNT),
+        files[0].0.display(),
+        files[1].0.display(),
+        has.join(", "),
+    )
 }
 
 /// The id intervals `[start, start + count)` a subordinate-id file's text gives out, to
@@ -380,6 +401,36 @@ mod slice_tests {
                 _ => panic!("id {id}: want {want:?}, got {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_range_of_one_slice_is_refused_saying_what_to_run() {
+        let dir = std::env::temp_dir().join(format!("svc-ids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (subuid, subgid) = (dir.join("subuid"), dir.join("subgid"));
+        std::fs::write(&subuid, "svc-sandbox:200000:65536\n").expect("subuid");
+        std::fs::write(&subgid, "alice:100000:65536\n").expect("subgid");
+        let err = slice_range("svc-sandbox", &subuid, &subgid, "container.user")
+            .expect_err("one slice is no sandbox's")
+            .to_string();
+        for part in [
+            "(the default) needs user \"svc-sandbox\" to own a range of at least 131072 ids",
+            "its largest is 65536 ids (200000-265535) in ",
+            "none in ",
+            "run `svcd setup-host` as root",
+            "container.id_ranges = \"shared\"",
+        ] {
+            assert!(err.contains(part), "{part:?} in {err}");
+        }
+        std::fs::write(&subgid, "svc-sandbox:300000:196608\n").expect("subgid");
+        std::fs::write(
+            &subuid,
+            "svc-sandbox:200000:65536\nsvc-sandbox:900000:131072\n",
+        )
+        .expect("subuid");
+        let r = slice_range("svc-sandbox", &subuid, &subgid, "container.user").expect("2 slices");
+        assert_eq!((r.start.uid, r.start.gid, r.slices), (900_000, 300_000, 2));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

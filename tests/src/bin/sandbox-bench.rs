@@ -58,54 +58,53 @@ struct Rounds {
     exec_true: Vec<Duration>,
 }
 
+/// One sandbox created, asked for its first HTTPS request until it succeeds, exec'd into
+/// once and destroyed, its figures added to `r`.
+fn one_round(w: &World, name: &str, r: &mut Rounds) {
+    let t0 = Instant::now();
+    w.svc_ok(&["sandbox", "create", name]);
+    let t1 = Instant::now();
+    // The first HTTPS request: DNS through the guard, the fence, the proxy, upstream TLS.
+    loop {
+        let out = w.svc(&[
+            "sandbox",
+            "exec",
+            name,
+            "--",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "https://api.agent.test/",
+        ]);
+        if out.status.success() {
+            break;
+        }
+        assert!(t1.elapsed() < Duration::from_secs(10), "never became ready");
+    }
+    let t2 = Instant::now();
+    let e0 = Instant::now();
+    w.svc_ok(&["sandbox", "exec", name, "--", "true"]);
+    r.exec_true.push(e0.elapsed());
+    let d0 = Instant::now();
+    w.svc_ok(&["sandbox", "destroy", name]);
+    r.destroy.push(d0.elapsed());
+    r.create.push(t1 - t0);
+    r.first.push(t2 - t1);
+    r.ready.push(t2 - t0);
+}
+
+/// A warm-up: one sandbox created, used and destroyed (first-use costs are not the figure).
+fn warm_up(w: &World) {
+    one_round(w, "warm", &mut Rounds::default());
+}
+
 /// A warm-up, then [`ROUNDS`] sandboxes created, used and destroyed one after another.
 fn svcd_rounds(w: &World) -> Rounds {
-    // Warm up: one sandbox created, used and destroyed (first-use costs are not the figure).
-    w.svc_ok(&["sandbox", "create", "warm"]);
-    w.svc_ok(&[
-        "sandbox",
-        "exec",
-        "warm",
-        "--",
-        "curl",
-        "-sS",
-        "https://api.agent.test/",
-    ]);
-    w.svc_ok(&["sandbox", "destroy", "warm"]);
+    warm_up(w);
     let mut r = Rounds::default();
     for i in 0..ROUNDS {
-        let name = format!("b{i}");
-        let t0 = Instant::now();
-        w.svc_ok(&["sandbox", "create", &name]);
-        let t1 = Instant::now();
-        // The first HTTPS request: DNS through the guard, the fence, the proxy, upstream TLS.
-        loop {
-            let out = w.svc(&[
-                "sandbox",
-                "exec",
-                &name,
-                "--",
-                "curl",
-                "-sS",
-                "--max-time",
-                "5",
-                "https://api.agent.test/",
-            ]);
-            if out.status.success() {
-                break;
-            }
-            assert!(t1.elapsed() < Duration::from_secs(10), "never became ready");
-        }
-        let t2 = Instant::now();
-        let e0 = Instant::now();
-        w.svc_ok(&["sandbox", "exec", &name, "--", "true"]);
-        r.exec_true.push(e0.elapsed());
-        let d0 = Instant::now();
-        w.svc_ok(&["sandbox", "destroy", &name]);
-        r.destroy.push(d0.elapsed());
-        r.create.push(t1 - t0);
-        r.first.push(t2 - t1);
-        r.ready.push(t2 - t0);
+        one_round(w, &format!("b{i}"), &mut r);
     }
     r
 }
@@ -240,10 +239,67 @@ fn pooled_beside_cold() {
     report_ready("pooled", &mut pooled, &phase_medians(&w, "p"));
 }
 
+/// `--id-ranges both [--rounds N]`: the cost of a host id range per sandbox. Two svcds at
+/// once, one with `container.id_ranges = "shared"`, one with `"per-sandbox"` (otherwise the
+/// defaults: each writable layer on its own disk), their rounds alternating so both see the
+/// same host load; each figure's median, p90 and spread (fastest–slowest).
+fn compare_id_ranges(rounds: usize) {
+    let modes = ["shared", "per-sandbox"];
+    let worlds: Vec<World> = modes
+        .iter()
+        .map(|m| World::start_with(&format!("id_ranges = \"{m}\"")))
+        .collect();
+    worlds.iter().for_each(warm_up);
+    let mut results: Vec<Rounds> = modes.iter().map(|_| Rounds::default()).collect();
+    for i in 0..rounds {
+        // Which goes first alternates too.
+        for k in 0..modes.len() {
+            let k = (k + i) % modes.len();
+            one_round(&worlds[k], &format!("r{i}"), &mut results[k]);
+        }
+    }
+    for (mode, r) in modes.iter().zip(&mut results) {
+        println!(
+            "sandbox lifecycle, container backend, id_ranges = \"{mode}\", {rounds} rounds \
+             alternating with the other setting (median [p90] fastest–slowest)"
+        );
+        for (what, v) in r.figures() {
+            println!(
+                "  {what}  {} [{}] {}–{}",
+                ms(median(v)),
+                ms(p90(v)),
+                ms(v[0]),
+                ms(v[v.len() - 1])
+            );
+        }
+    }
+}
+
+/// The value after `flag` in the arguments, if given.
+fn arg(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .map(|i| args.get(i + 1).cloned().unwrap_or_default())
+}
+
 fn main() {
-    if std::env::args().any(|a| a == "--pool") {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--pool") {
         pooled_beside_cold();
         return;
+    }
+    match arg(&args, "--id-ranges").as_deref() {
+        None => {}
+        Some("both") => {
+            let rounds = arg(&args, "--rounds").map_or(ROUNDS, |n| {
+                n.parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| panic!("--rounds: expected a count above 0, got {n:?}"))
+            });
+            return compare_id_ranges(rounds);
+        }
+        Some(other) => panic!("--id-ranges: expected `both`, got {other:?}"),
     }
     // The disk limit's cost, in the same run: the writable layer a directory of the state's
     // (`disk_mib = 0`), then on a 10 GiB ext4 image of its own (the default).
@@ -258,12 +314,6 @@ fn main() {
     let (mut bare_up, mut bare_down, mut bare_exec) = (vec![], vec![], vec![]);
     let floor = w.dir.join("floor");
     let state = floor.join("runc");
-    let lower = std::fs::read_dir(svc_tests::world::image_dir())
-        .expect("image dir")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.join(".svc-shifted").exists())
-        .expect("svcd's shifted image");
     let ids = (200_000u32, 200_000u32);
     let root = std::fs::read_to_string("/etc/subuid")
         .ok()
@@ -273,6 +323,13 @@ fn main() {
         uid: root,
         gid: root,
     };
+    // The image shifted into the shared range (made here when svcd, per-sandbox by default,
+    // made none).
+    let lower = svc_control::runtime::container::rootfs::shifted_image(
+        &svc_tests::world::image_dir(),
+        range,
+    )
+    .expect("the image shifted into svc-sandbox's first range");
     for i in 0..ROUNDS {
         let name = format!("floor{i}");
         let dir = floor.join(&name);
@@ -414,16 +471,29 @@ fn report(label: &str, r: &mut Rounds) {
     println!(
         "sandbox lifecycle, container backend, {label}, {ROUNDS} rounds (medians; p90 in brackets)"
     );
-    for (what, v) in [
-        ("svc sandbox create (API answered)        ", &mut r.create),
-        ("then first HTTPS request succeeds        ", &mut r.first),
-        ("create → first HTTPS request succeeded   ", &mut r.ready),
-        ("svc sandbox destroy                      ", &mut r.destroy),
-        (
-            "one `svc sandbox exec -- true` (overhead)",
-            &mut r.exec_true,
-        ),
-    ] {
+    for (what, v) in r.figures() {
         println!("  {what}  {} [{}]", ms(median(v)), ms(p90(v)));
+    }
+}
+
+impl Rounds {
+    /// Each figure with its label.
+    fn figures(&mut self) -> [(&'static str, &mut Vec<Duration>); 5] {
+        [
+            (
+                "svc sandbox create (API answered)        ",
+                &mut self.create,
+            ),
+            ("then first HTTPS request succeeds        ", &mut self.first),
+            ("create → first HTTPS request succeeded   ", &mut self.ready),
+            (
+                "svc sandbox destroy                      ",
+                &mut self.destroy,
+            ),
+            (
+                "one `svc sandbox exec -- true` (overhead)",
+                &mut self.exec_true,
+            ),
+        ]
     }
 }

@@ -334,7 +334,6 @@ key_file = "{key}"
 [container]
 image = "{image}"
 cgroup_parent = "{cgroup_parent}"
-{id_ranges}
 {container}
 [metrics]
 listen = "127.0.0.1:{METRICS_PORT}"
@@ -351,15 +350,5 @@ listen = "127.0.0.1:{METRICS_PORT}"
         credentials = o.credentials,
         microvm = o.microvm,
         container = o.container,
-        id_ranges = id_ranges_line(o.container),
     )
-}
-
-/// `container.id_ranges` from `SVC_TEST_ID_RANGES` (`shared` or `per-sandbox`), to run any
-/// container test under either setting; nothing when unset or when the test sets it itself.
-fn id_ranges_line(container: &str) -> String {
-    match std::env::var("SVC_TEST_ID_RANGES") {
-        Ok(v) if !container.contains("id_ranges") => format!("id_ranges = \"{v}\""),
-        _ => String::new(),
-    }
 }

@@ -1,9 +1,11 @@
 //! `svcd setup-host`: the host accounts svcd needs, made if missing — the API group, and the
-//! backends' system users each with a free range of 65,536 subordinate uids and gids (found in
-//! `/etc/subuid` and `/etc/subgid`, never guessed; refused, naming the files, when there is none);
-//! with `container.id_ranges = "per-sandbox"`, the container user's range holds a slice of 65,536
-//! per possible sandbox besides slice 0, found above `SUB_UID_MAX` (the window `useradd` gives
-//! ranges from, which it would fill).
+//! backends' system users each with a free range of subordinate uids and gids (found in
+//! `/etc/subuid` and `/etc/subgid`, never guessed; refused, naming the files, when there is none):
+//! 65,536 for the microvm user and with `container.id_ranges = "shared"`; with `"per-sandbox"`
+//! (the default) the container user's range holds a slice of 65,536 per sandbox the
+//! `[network] ipv4_pool` allows besides slice 0, found above `SUB_UID_MAX` (the window `useradd`
+//! gives ranges from, which it would fill). A user whose largest range is smaller (a host set
+//! up when shared ranges were the default) gets the large one added; its old one is kept.
 //! Idempotent: what exists is kept. The Debian package's `postinst` runs it; people installing
 //! by hand can too.
 
@@ -22,14 +24,21 @@ const SUBGID: &str = "/etc/subgid";
 /// Make what is missing; with `dry_run`, only say what would be made.
 pub fn run(host: &HostConfig, dry_run: bool) -> anyhow::Result<()> {
     group(&host.api_group, dry_run)?;
-    let container_ids = match host.container.id_ranges {
-        IdRanges::Shared => u64::from(ID_COUNT),
-        IdRanges::PerSandbox => (u64::from(host.max_sandbox_id()) + 1) * u64::from(ID_COUNT),
+    let (container_ids, container_note) = match host.container.id_ranges {
+        IdRanges::Shared => (u64::from(ID_COUNT), "container.user".to_owned()),
+        IdRanges::PerSandbox => (
+            (u64::from(host.max_sandbox_id()) + 1) * u64::from(ID_COUNT),
+            format!(
+                "container.user; container.id_ranges = \"per-sandbox\": a slice of {ID_COUNT} \
+                 ids for each of the {} sandboxes [network] ipv4_pool allows, and slice 0",
+                host.max_sandbox_id()
+            ),
+        ),
     };
     for (user, key, count) in [
         (
             host.container.user.as_str(),
-            "container.user",
+            container_note.as_str(),
             container_ids,
         ),
         (

@@ -30,8 +30,8 @@ pub struct ContainerFile {
     /// Disk per sandbox in MiB: the size of its writable layer (an ext4 image of its own),
     /// and of a microvm guest's disk (0: no limit for containers, the image's size for VMs).
     pub disk_mib: Option<u64>,
-    /// Where the guests' ids map: `shared` (one range for every sandbox) or `per-sandbox` (a
-    /// 65,536-id slice of the user's range each).
+    /// Where the guests' ids map: `per-sandbox` (the default: a 65,536-id slice of the user's
+    /// range each) or `shared` (one range for every sandbox).
     pub id_ranges: Option<String>,
 }
 
@@ -41,10 +41,11 @@ pub struct ContainerFile {
 pub enum IdRanges {
     /// Every sandbox's guest ids 0..65535 map to the same range: the user's first range of
     /// 65,536 ids (the base image is copied once, shifted into it).
-    #[default]
     Shared,
-    /// Sandbox id N's guest ids map to its own slice of the user's largest range: the range's
-    /// start + N × 65,536 (the base image is mounted idmapped to each slice, never copied).
+    /// The default: sandbox id N's guest ids map to its own slice of the user's largest range:
+    /// the range's start + N × 65,536 (the base image is mounted idmapped to each slice, never
+    /// copied).
+    #[default]
     PerSandbox,
 }
 
@@ -114,14 +115,14 @@ impl ContainerFile {
             err,
         );
         let id_ranges = match self.id_ranges.as_deref() {
-            None | Some("shared") => IdRanges::Shared,
-            Some("per-sandbox") => IdRanges::PerSandbox,
+            Some("shared") => IdRanges::Shared,
+            None | Some("per-sandbox") => IdRanges::PerSandbox,
             Some(other) => {
                 err(
                     "container.id_ranges",
                     format!("expected \"shared\" or \"per-sandbox\", got {other:?}"),
                 );
-                IdRanges::Shared
+                IdRanges::PerSandbox
             }
         };
         ContainerConfig {
