@@ -189,6 +189,7 @@ fn bare_sandbox(name: &SandboxName, backend: &str) -> CreateSandbox {
         workspace: None,
         project: None,
         https_push_branches: false,
+        rootfs: None,
     }
 }
 

@@ -229,6 +229,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         project: None,
         // The egress section carries its own `httpsPushBranches` to svcd.
         https_push_branches: false,
+        rootfs: None,
     };
     project.apply(approved, &mut req);
     if !a.json {

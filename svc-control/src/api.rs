@@ -125,6 +125,12 @@ pub struct CreateSandbox {
     /// does the same). Default: a push to the bound repository may update any ref.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub https_push_branches: bool,
+    /// `--rootfs DIR`: the guest runs on this root file system (a directory on the host, or
+    /// an unpacked image's layer directories top first, `TOP:…:BOTTOM` as overlayfs's
+    /// lowerdir) instead of the base image, under the same overlay and id mapping; it is
+    /// never written. Root callers only, container backend only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<String>,
 }
 
 /// Where a workspace's project directory appears inside its sandbox.

@@ -21,6 +21,7 @@ mod guardian;
 mod live_policy;
 mod ownership;
 mod register;
+mod rootfs;
 mod running;
 mod sandbox;
 mod secrets;

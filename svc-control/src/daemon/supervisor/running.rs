@@ -410,6 +410,8 @@ impl Supervisor {
                         trust: false,
                     }),
                 https_push_branches: envelope.https_push_branches,
+                // Forks are the microvm backend's; a handed root file system the container's.
+                rootfs: None,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();
