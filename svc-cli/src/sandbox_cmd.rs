@@ -168,6 +168,13 @@ pub struct CreateArgs {
     /// of the --repo); .svc/config.yaml `egress.httpsPushBranches: true` asks the same.
     #[arg(long)]
     pub https_push_branches: bool,
+    /// Run the sandbox on the root file system in DIR (an unpacked image: its /bin/sh, its
+    /// programs), or on an image's layer directories TOP:…:BOTTOM, instead of svcd's base
+    /// image. DIR is read-only beneath the sandbox's own writable layer and never changes;
+    /// the perimeter is the same. Root only (each DIR a directory given by its canonical
+    /// absolute path); container backend only.
+    #[arg(long, value_name = "DIR")]
+    pub rootfs: Option<PathBuf>,
     /// Print the created sandbox as JSON.
     #[arg(long)]
     pub json: bool,
@@ -333,6 +340,19 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         project: None,
         https_push_branches: a.https_push_branches,
         allowed_branches: Vec::new(),
+        rootfs: match &a.rootfs {
+            // Each made absolute, its links left for svcd to refuse.
+            Some(d) => Some(
+                d.display()
+                    .to_string()
+                    .split(':')
+                    .map(|l| std::path::absolute(l).map(|p| p.display().to_string()))
+                    .collect::<std::io::Result<Vec<_>>>()
+                    .with_context(|| format!("--rootfs {}", d.display()))?
+                    .join(":"),
+            ),
+            None => None,
+        },
     };
     if let Some((project, approved)) = project {
         project.apply(approved, &mut req);

@@ -230,6 +230,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         // The egress section carries its own `httpsPushBranches` to svcd.
         https_push_branches: false,
         allowed_branches: Vec::new(),
+        rootfs: None,
     };
     project.apply(approved, &mut req);
     if !a.json {

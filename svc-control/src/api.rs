@@ -129,6 +129,12 @@ pub struct CreateSandbox {
     /// empty: the default, `refs/heads/svc/**`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_branches: Vec<String>,
+    /// `--rootfs DIR`: the guest runs on this root file system (a directory on the host, or
+    /// an unpacked image's layer directories top first, `TOP:…:BOTTOM` as overlayfs's
+    /// lowerdir) instead of the base image, under the same overlay and id mapping; it is
+    /// never written. Root callers only, container backend only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<String>,
 }
 
 impl CreateSandbox {
@@ -149,6 +155,7 @@ impl CreateSandbox {
             project: None,
             https_push_branches: false,
             allowed_branches: Vec::new(),
+            rootfs: None,
         }
     }
 }

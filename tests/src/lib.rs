@@ -358,10 +358,12 @@ impl Drop for PinDir {
     }
 }
 
+pub mod containerd;
 pub mod dns;
 pub mod frames;
 pub mod git;
 pub mod project;
+pub mod rootfs;
 pub mod servers;
 pub mod ssh_host;
 pub mod topology;

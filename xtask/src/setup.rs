@@ -309,6 +309,11 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "umoci",
         "unpacks the node image's OCI layout, checking every blob's digest",
     ),
+    (
+        "containerd",
+        "containerd and ctr 1.6: the shim's tests start their own containerd (own root, state \
+         and socket); the package's service is left disabled",
+    ),
 ];
 
 fn test_packages() -> anyhow::Result<()> {
@@ -324,7 +329,20 @@ fn test_packages() -> anyhow::Result<()> {
     for (p, why) in TEST_PACKAGES.iter().filter(|(p, _)| missing.contains(p)) {
         ui::info(&format!("{p}: {why}"));
     }
-    apt_install(&missing)
+    apt_install(&missing)?;
+    if missing.contains(&"containerd") {
+        host_containerd_off()?;
+    }
+    Ok(())
+}
+
+/// The package's containerd service disabled and stopped where systemd runs: the tests start
+/// containerd themselves, and a host one would hold `/run/containerd` for nothing.
+fn host_containerd_off() -> anyhow::Result<()> {
+    if !Path::new("/run/systemd/system").exists() {
+        return Ok(());
+    }
+    ui::run(Command::new("systemctl").args(["disable", "--now", "containerd.service"]))
 }
 
 /// The packages of `names` that are not installed.

@@ -23,6 +23,7 @@ mod ownership;
 mod pool;
 mod pool_claim;
 mod register;
+mod rootfs;
 mod running;
 mod sandbox;
 mod secrets;

@@ -40,6 +40,10 @@ pub struct GuestSpec {
     pub restore: Option<Snapshot>,
     /// Host directories the guest sees read-write, live (the coding agent's home).
     pub shared: Vec<SharedDir>,
+    /// The root file system handed to it (`--rootfs`, checked by svcd): a tree, or an image's
+    /// layers top first; none: the base image. Read-only under the guest's own writable
+    /// layer, as the base image is.
+    pub rootfs: Vec<PathBuf>,
 }
 
 /// A host directory shared into a guest read-write.

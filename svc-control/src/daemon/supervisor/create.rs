@@ -242,6 +242,7 @@ impl Supervisor {
         who: &Principal,
     ) -> Result<Plan, Failure> {
         let (backend, backend_reason) = self.choose_backend(req)?;
+        let rootfs = super::rootfs::check(req.rootfs.as_deref(), who, backend)?;
         let project_egress = project_egress(req)?;
         let mut all = secrets.to_vec();
         all.extend(brokered.map(|s| creation::Secret {
@@ -286,6 +287,7 @@ impl Supervisor {
                 .is_none()
                 .then(|| project_egress_file(req))
                 .flatten(),
+            rootfs,
             policy_generation: 0,
             link: String::new(),
             guest_v4: Ipv4Addr::UNSPECIFIED,
@@ -420,6 +422,7 @@ impl Supervisor {
             files,
             restore,
             shared: envelope.live_mounts.clone(),
+            rootfs: envelope.rootfs.clone(),
         };
         let links = SandboxLinks {
             links: &self.links,

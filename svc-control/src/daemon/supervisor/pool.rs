@@ -243,5 +243,6 @@ fn blank_envelope(backend: &str) -> Envelope {
         gateway_v4: Ipv4Addr::UNSPECIFIED,
         placeholders: Vec::new(),
         runtime_id: None,
+        rootfs: Vec::new(),
     }
 }

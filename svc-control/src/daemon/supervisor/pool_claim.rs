@@ -29,6 +29,9 @@ pub(super) fn miss_reason(plan: &Plan, forked: bool) -> Option<&'static str> {
     } else if !plan.envelope.live_mounts.is_empty() {
         // The project share and the agent's home are bound when the guest is made.
         Some("mounts")
+    } else if !plan.envelope.rootfs.is_empty() {
+        // A pooled guest runs on the base image; a handed root file system is mounted at make.
+        Some("rootfs")
     } else if plan.envelope.egress == EgressChoice::AllowAll {
         // A pooled link is fenced curated.
         Some("allow-all")

@@ -411,6 +411,8 @@ impl Supervisor {
                     }),
                 https_push_branches: envelope.https_push_branches,
                 allowed_branches: envelope.allowed_branches.clone(),
+                // Forks are the microvm backend's; a handed root file system the container's.
+                rootfs: None,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

@@ -60,6 +60,10 @@ pub struct Envelope {
     /// create --workspace DIR`): the approved perimeter's, the same one a workspace carries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) egress_section: Option<crate::config::egress::EgressFile>,
+    /// The root file system it was made on (`--rootfs`: a tree, or layers top first), or
+    /// none: the base image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) rootfs: Vec<std::path::PathBuf>,
     /// Bumped by each live change of `extra_hosts` (`svc sandbox allow`).
     #[serde(default)]
     pub(super) policy_generation: u32,

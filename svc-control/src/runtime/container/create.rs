@@ -10,8 +10,8 @@ use std::{
 };
 
 use super::{
-    Container, INIT, OLD_INIT, RUNTIME_TIMEOUT, disk, init, oci, relay::relay_dir, rootfs,
-    runc_error, shared::detach_shared,
+    Container, RUNTIME_TIMEOUT, disk, handed, init, oci, relay::relay_dir, rootfs, runc_error,
+    shared::detach_shared,
 };
 use crate::runtime::{
     GUEST_RELAY_SOCKET, GuestHandle, GuestLinks, GuestSpec, HostEnd, RuntimeError, Started,
@@ -70,10 +70,21 @@ impl Container {
     /// start`); its handle.
     async fn create(&self, spec: &GuestSpec, ids: rootfs::IdRange) -> Result<GuestHandle, String> {
         let files = relay_files(spec)?;
+        let init_bind = if spec.rootfs.is_empty() {
+            None
+        } else {
+            Some(handed::init_bind(
+                &self.lower,
+                &spec.rootfs,
+                &spec.dir,
+                self.svc_init,
+            )?)
+        };
+        let lower = handed::lower(&self.lower, &spec.rootfs);
         // Mounted in runc's own mount namespace, never the host's (see `Overlay`).
-        let (disk, overlay) =
-            disk::root_file_system(&spec.dir, &self.lower, ids, self.disk_mib).await?;
-        let (shared, sub_binds, sources) = self.mount_shared(spec, ids)?;
+        let (disk, overlay) = disk::root_file_system(&spec.dir, &lower, ids, self.disk_mib).await?;
+        let (shared, mut sub_binds, sources) = self.mount_shared(spec, ids)?;
+        sub_binds.extend(init_bind);
         let bundle = spec.dir.join("bundle");
         self.write_bundle(spec, ids, &bundle, &files, &shared, &sub_binds)?;
         let pid_file = spec.dir.join("init.pid");
@@ -147,14 +158,7 @@ impl Container {
             files,
             shared,
             sub_binds,
-            init: if self.svc_init {
-                &INIT[..]
-            } else {
-                &OLD_INIT[..]
-            }
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
+            init: handed::init(&spec.rootfs, self.svc_init),
             cgroups_path: format!("/{}/{}", self.cgroup_parent, spec.name),
             limits: self.limits,
         });

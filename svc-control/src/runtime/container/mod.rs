@@ -4,7 +4,8 @@
 //! - **ids**: a user namespace maps guest ids 0..65535 to the host range of a dedicated system
 //!   user (`/etc/subuid`, `/etc/subgid`); guest root is an unprivileged host id.
 //! - **files**: its own root file system, an overlay of the shared base image (shifted into
-//!   that id range once) and a writable layer of its own; no host path but the read-only files
+//!   that id range once) — or a root file system handed to it (`--rootfs`, attached idmapped
+//!   and read-only, see `handed`) — and a writable layer of its own; no host path but the read-only files
 //!   svcd declares (resolv.conf, the CA bundle) and, read-only at `/run/svc`, the directory of
 //!   its git SSH relay socket, and read-write the coding agent's home when svcd.toml sets one
 //!   (an idmapped bind: its owner's files appear as the guest root's); private /tmp, /dev, /dev/shm; an empty
@@ -28,6 +29,7 @@ mod cgroup;
 mod create;
 pub mod disk;
 mod exec;
+mod handed;
 mod init;
 pub mod oci;
 mod pooled;

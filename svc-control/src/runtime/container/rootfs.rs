@@ -20,6 +20,9 @@ pub enum Lower {
     /// The image's own tree, unshifted ([`image_root`]): each sandbox mounts it idmapped to
     /// its own slice, read-only, in the runtime's mount namespace.
     Idmapped(PathBuf),
+    /// A root file system handed to the sandbox as layers, top first (one: a whole tree),
+    /// each mounted idmapped to the sandbox's ids, read-only, as a lower layer of its overlay.
+    Layers(Vec<PathBuf>),
 }
 
 impl Lower {
@@ -27,6 +30,7 @@ impl Lower {
     pub fn path(&self) -> &Path {
         match self {
             Self::Shifted(p) | Self::Idmapped(p) => p,
+            Self::Layers(l) => l.first().map_or(Path::new("/"), PathBuf::as_path),
         }
     }
 }
@@ -253,22 +257,30 @@ impl Layers {
         };
         std::fs::create_dir_all(&self.merged)
             .map_err(|e| format!("{}: {e}", self.merged.display()))?;
-        let (lower, idmapped) = match lower {
-            Lower::Shifted(p) => (p.as_path(), None),
+        let (lowers, idmapped) = match lower {
+            Lower::Shifted(p) => (vec![p.clone()], Vec::new()),
             Lower::Idmapped(image) => {
-                std::fs::create_dir_all(&self.lower)
-                    .map_err(|e| format!("{}: {e}", self.lower.display()))?;
-                let tree = IdmappedTree::new(image, &self.lower, ids.uid, ids.gid, ID_COUNT)
-                    .map_err(|e| {
-                        format!(
-                            "mapping the base image {} to the sandbox's ids: {e}",
-                            image.display()
-                        )
-                    })?;
-                (self.lower.as_path(), Some(tree))
+                let tree = idmapped_at("the base image", image, &self.lower, ids)?;
+                (vec![self.lower.clone()], vec![tree])
+            }
+            Lower::Layers(layers) => {
+                let at: Vec<PathBuf> = (0..layers.len())
+                    .map(|i| self.lower.join(i.to_string()))
+                    .collect();
+                let trees = layers
+                    .iter()
+                    .zip(&at)
+                    .map(|(layer, at)| idmapped_at("the root file system", layer, at, ids))
+                    .collect::<Result<_, _>>()?;
+                (at, trees)
             }
         };
-        for p in [lower, &self.upper, &self.work] {
+        let lower = lowers
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        for p in lowers.iter().chain([&self.upper, &self.work]) {
             let s = p.display().to_string();
             if s.contains([',', ':', '\\']) {
                 return Err(format!(
@@ -277,8 +289,7 @@ impl Layers {
             }
         }
         let options = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            lower.display(),
+            "lowerdir={lower},upperdir={},workdir={}",
             self.upper.display(),
             self.work.display()
         );
@@ -298,6 +309,18 @@ impl Layers {
             Err(e) => Err(format!("unmounting {}: {e}", self.merged.display())),
         }
     }
+}
+
+/// `tree` (`what` it is, for errors) to be attached at `at` (made now) idmapped to `ids`,
+/// read-only.
+fn idmapped_at(what: &str, tree: &Path, at: &Path, ids: IdRange) -> Result<IdmappedTree, String> {
+    std::fs::create_dir_all(at).map_err(|e| format!("{}: {e}", at.display()))?;
+    IdmappedTree::new(tree, at, ids.uid, ids.gid, ID_COUNT).map_err(|e| {
+        format!(
+            "mapping {what} {} to the sandbox's ids: {e}",
+            tree.display()
+        )
+    })
 }
 
 /// Remove a sandbox's directory and everything in it, however deep a guest made its tree
@@ -330,8 +353,9 @@ pub struct Overlay {
     target: std::ffi::CString,
     options: std::ffi::CString,
     disk: Option<DiskMount>,
-    /// The base image, attached idmapped where the overlay's lower layer is expected.
-    idmapped: Option<IdmappedTree>,
+    /// The base image (or each handed layer), attached idmapped where the overlay's lower
+    /// layers are expected.
+    idmapped: Vec<IdmappedTree>,
 }
 
 /// The sandbox's own file system, to be mounted under the overlay's writable layer.
@@ -372,7 +396,7 @@ impl Overlay {
         if let Some(d) = &self.disk {
             d.mount()?;
         }
-        if let Some(tree) = &self.idmapped {
+        for tree in &self.idmapped {
             tree.attach()?;
         }
         mount(

@@ -207,6 +207,12 @@ impl Backend for Microvm {
                 name: spec.name.clone(),
                 message,
             };
+            if let Some(dir) = spec.rootfs.first() {
+                return Err(failed(format!(
+                    "--rootfs {}: the microvm backend boots its own disk image",
+                    dir.display()
+                )));
+            }
             let images = self.images.as_ref().map_err(|e| failed(e.clone()))?;
             self.boot(spec, links, images).await.map_err(failed)
         })

@@ -1,0 +1,209 @@
+//! One process of a task (its first, or one `ctr task exec` added): an exec in the task's
+//! sandbox through svcd, its output copied to containerd's FIFOs, its exit recorded for `wait`.
+
+use std::{
+    fs::OpenOptions,
+    io::{Read as _, Write as _},
+    sync::{Condvar, Mutex},
+    time::SystemTime,
+};
+
+use base64::Engine as _;
+use svc_control::api::{ExecFrame, ExecInput, ExecRequest, TermSize};
+
+use crate::svcd::{Exec, Sender, Svcd};
+
+/// containerd's FIFOs for a process (empty: none).
+#[derive(Debug, Clone, Default)]
+pub struct Stdio {
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub terminal: bool,
+}
+
+/// Where a process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Created,
+    Running,
+    /// Its exit code (128 + N when signal N ended it) and when.
+    Stopped(u32, SystemTime),
+}
+
+/// A process: what it runs, its FIFOs, its status.
+#[derive(Debug)]
+pub struct Proc {
+    pub stdio: Stdio,
+    request: ExecRequest,
+    state: Mutex<(Status, Option<Sender>)>,
+    changed: Condvar,
+}
+
+/// The exit code of a process svcd could not run (as `svc sandbox exec` reports it).
+const CANNOT_RUN: u32 = 126;
+
+impl Proc {
+    /// A process not started yet.
+    pub fn new(stdio: Stdio, request: ExecRequest) -> Self {
+        Self {
+            stdio,
+            request,
+            state: Mutex::new((Status::Created, None)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Its status now.
+    pub fn status(&self) -> Status {
+        self.lock().0
+    }
+
+    /// Start it in sandbox `name`: svcd runs it; a thread copies its output and records its
+    /// exit, another feeds its standard input.
+    pub fn start(self: &std::sync::Arc<Self>, svcd: &Svcd, name: &str) -> Result<(), String> {
+        if self.status() != Status::Created {
+            return Err("the process was started already".into());
+        }
+        let exec = svcd.exec(name, &self.request).map_err(|e| e.to_string())?;
+        let sender = exec.sender().map_err(|e| e.to_string())?;
+        *self.lock() = (Status::Running, Some(sender.clone()));
+        if !self.stdio.stdin.is_empty() {
+            let path = self.stdio.stdin.clone();
+            std::thread::spawn(move || feed_stdin(&path, &sender));
+        }
+        let me = std::sync::Arc::clone(self);
+        std::thread::spawn(move || {
+            let code = me.copy_output(exec);
+            me.stopped(code);
+        });
+        Ok(())
+    }
+
+    /// Block until it has stopped: its exit code and when.
+    pub fn wait(&self) -> (u32, SystemTime) {
+        let mut state = self.lock();
+        loop {
+            if let Status::Stopped(code, at) = state.0 {
+                return (code, at);
+            }
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Send `signal` to it; one never started stops at once, as if the signal had ended it.
+    pub fn kill(&self, signal: u32) -> Result<(), String> {
+        let sender = {
+            let state = self.lock();
+            match &state.0 {
+                Status::Stopped(..) => return Ok(()),
+                Status::Created => None,
+                Status::Running => state.1.clone(),
+            }
+        };
+        match sender {
+            Some(s) => s
+                .send(&ExecInput::Signal(i32::try_from(signal).unwrap_or(9)))
+                .map_err(|e| format!("signalling the process: {e}")),
+            None => {
+                self.stopped(128 + signal);
+                Ok(())
+            }
+        }
+    }
+
+    /// Resize its terminal.
+    pub fn resize(&self, cols: u32, rows: u32) {
+        let size = TermSize {
+            rows: u16::try_from(rows).unwrap_or(u16::MAX),
+            cols: u16::try_from(cols).unwrap_or(u16::MAX),
+        };
+        if let Some(s) = self.lock().1.clone() {
+            let _ = s.send(&ExecInput::Resize(size));
+        }
+    }
+
+    /// End its standard input.
+    pub fn close_stdin(&self) {
+        if let Some(s) = self.lock().1.clone() {
+            let _ = s.send(&ExecInput::Eof);
+        }
+    }
+
+    /// Copy svcd's frames to the FIFOs until the exit code: that code.
+    fn copy_output(&self, mut exec: Exec) -> u32 {
+        let open = |p: &str| {
+            (!p.is_empty())
+                .then(|| OpenOptions::new().write(true).open(p).ok())
+                .flatten()
+        };
+        let (mut out, mut err) = (open(&self.stdio.stdout), open(&self.stdio.stderr));
+        let b64 = base64::engine::general_purpose::STANDARD;
+        loop {
+            let frame = match exec.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    return write_error(&mut err, "svcd's stream ended without an exit code");
+                }
+                Err(e) => return write_error(&mut err, &e.to_string()),
+            };
+            match frame {
+                ExecFrame::Stdout(d) => write(&mut out, &b64.decode(d).unwrap_or_default()),
+                ExecFrame::Stderr(d) => write(&mut err, &b64.decode(d).unwrap_or_default()),
+                ExecFrame::Exit(c) => return u32::try_from(c).unwrap_or(CANNOT_RUN),
+                ExecFrame::Error(e) => return write_error(&mut err, &e),
+            }
+        }
+    }
+
+    fn stopped(&self, code: u32) {
+        *self.lock() = (Status::Stopped(code, SystemTime::now()), None);
+        self.changed.notify_all();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Status, Option<Sender>)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn write(to: &mut Option<std::fs::File>, bytes: &[u8]) {
+    if let Some(f) = to
+        && f.write_all(bytes).is_err()
+    {
+        // The reader went away: later output is dropped, the process goes on.
+        *to = None;
+    }
+}
+
+/// Say on its standard error why the process could not run: [`CANNOT_RUN`].
+fn write_error(err: &mut Option<std::fs::File>, message: &str) -> u32 {
+    log::warn!("the task's process: {message}");
+    write(
+        err,
+        format!("containerd-shim-svc-v1: {message}\n").as_bytes(),
+    );
+    CANNOT_RUN
+}
+
+/// Copy containerd's stdin FIFO to the process, then end its input.
+fn feed_stdin(path: &str, sender: &Sender) {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let mut buf = vec![0u8; 32 * 1024];
+        while let Ok(n) = f.read(&mut buf) {
+            if n == 0
+                || sender
+                    .send(&ExecInput::Stdin(b64.encode(&buf[..n])))
+                    .is_err()
+            {
+                break;
+            }
+        }
+    }
+    let _ = sender.send(&ExecInput::Eof);
+}

@@ -1,0 +1,212 @@
+//! A real containerd for the shim's tests: Debian's `containerd` (installed by `cargo xtask
+//! setup`) started with its own root, state directory, socket and configuration (CRI off), the
+//! workspace's `containerd-shim-svc-v1` on its `PATH` and a world's svcd as the shim's API
+//! (`SVC_SOCKET`); `ctr` against it; and an OCI archive of the base image for `ctr image import`.
+//! Stopped (and its directories removed) on drop.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::world::{World, image_dir, workspace_bin};
+
+/// The namespace the tests' containers live in.
+pub const NAMESPACE: &str = "svc-test";
+/// The image [`oci_archive`] names.
+pub const IMAGE: &str = "svc.test/base:1";
+
+/// A running containerd.
+#[derive(Debug)]
+pub struct Containerd {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    child: Child,
+}
+
+impl Containerd {
+    /// Start containerd under `dir` for `w`'s svcd; returns once its socket answers.
+    pub fn start(w: &World, dir: &Path) -> Self {
+        let bin = Path::new("/usr/bin/containerd");
+        assert!(
+            bin.exists(),
+            "containerd is not installed: `cargo xtask setup` installs Debian's"
+        );
+        std::fs::create_dir_all(dir).expect("containerd dir");
+        let socket = dir.join("containerd.sock");
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
+                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\n  address = \"{sock}\"\n",
+                root = dir.join("root").display(),
+                state = dir.join("state").display(),
+                sock = socket.display()
+            ),
+        )
+        .expect("config.toml");
+        let shim_dir = workspace_bin("containerd-shim-svc-v1")
+            .parent()
+            .expect("target dir")
+            .to_path_buf();
+        let path = format!(
+            "{}:{}",
+            shim_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let log = std::fs::File::create(dir.join("containerd.log")).expect("log");
+        let child = Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .env("PATH", path)
+            .env("SVC_SOCKET", &w.socket)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("containerd");
+        let c = Self {
+            dir: dir.to_path_buf(),
+            socket,
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !c.ctr(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not start:\n{}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        c
+    }
+
+    /// `ctr --address SOCKET --namespace NAMESPACE ARGS`, as it went (at most two minutes).
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        let mut c = Command::new("ctr");
+        c.arg("--address")
+            .arg(&self.socket)
+            .args(["--namespace", NAMESPACE])
+            .args(args);
+        crate::output_within(&mut c, Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("ctr {args:?}: {e}\ncontainerd log:\n{}", self.log()))
+    }
+
+    /// [`Containerd::ctr`], asserting success; its standard output.
+    pub fn ctr_ok(&self, args: &[&str]) -> String {
+        let out = self.ctr(args);
+        assert!(
+            out.status.success(),
+            "ctr {args:?} failed ({}):\n{}{}\ncontainerd log:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// containerd's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .output();
+        let _ = self.child.wait();
+        let _ = Command::new("umount")
+            .args(["-R", "--lazy"])
+            .arg(self.dir.join("root"))
+            .output();
+    }
+}
+
+/// An OCI image archive (`ctr image import`'s input) of the base image's root file system,
+/// named [`IMAGE`], at `<dir>/base.oci.tar`: one uncompressed layer, its config, manifest,
+/// index and `oci-layout`, each blob under its sha256.
+pub fn oci_archive(dir: &Path) -> PathBuf {
+    let layout = dir.join("layout");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).expect("blobs");
+    let layer = blobs.join("layer.tmp");
+    run(Command::new("tar")
+        .arg("--numeric-owner")
+        .arg("-C")
+        .arg(image_dir().join("rootfs"))
+        .arg("-cf")
+        .arg(&layer)
+        .arg("."));
+    let (layer_digest, layer_size) = store(&blobs, &layer);
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Cmd": ["/bin/sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
+    });
+    let (config_digest, config_size) = store_json(&blobs, &config);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": format!("sha256:{config_digest}"), "size": config_size},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": format!("sha256:{layer_digest}"), "size": layer_size}],
+    });
+    let (manifest_digest, manifest_size) = store_json(&blobs, &manifest);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": format!("sha256:{manifest_digest}"), "size": manifest_size,
+                       "platform": {"architecture": "amd64", "os": "linux"},
+                       "annotations": {"io.containerd.image.name": IMAGE,
+                                       "org.opencontainers.image.ref.name": "1"}}],
+    });
+    std::fs::write(layout.join("index.json"), index.to_string()).expect("index.json");
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .expect("oci-layout");
+    let archive = dir.join("base.oci.tar");
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(&layout)
+        .arg("-cf")
+        .arg(&archive)
+        .args(["oci-layout", "index.json", "blobs"]));
+    std::fs::remove_dir_all(&layout).expect("layout");
+    archive
+}
+
+/// `value` as a blob: its digest and size.
+fn store_json(blobs: &Path, value: &serde_json::Value) -> (String, u64) {
+    let tmp = blobs.join("json.tmp");
+    std::fs::write(&tmp, value.to_string()).expect("blob");
+    store(blobs, &tmp)
+}
+
+/// The file `tmp` moved to its digest's name: its digest and size.
+fn store(blobs: &Path, tmp: &Path) -> (String, u64) {
+    let out = run(Command::new("sha256sum").arg(tmp));
+    let digest = out.split_whitespace().next().expect("digest").to_owned();
+    let size = std::fs::metadata(tmp).expect("blob").len();
+    std::fs::rename(tmp, blobs.join(&digest)).expect("blob");
+    (digest, size)
+}
+
+fn run(c: &mut Command) -> String {
+    let out = c.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{c:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

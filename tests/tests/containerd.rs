@@ -1,0 +1,125 @@
+//! svc as a containerd runtime: Debian's containerd, started by the test with its own root,
+//! state and socket, runs tasks with `--runtime io.containerd.svc.v1` through the workspace's
+//! `containerd-shim-svc-v1` against a real svcd. The image is an OCI archive of the base image
+//! imported with `ctr image import`; each task is an svc sandbox on the root file system
+//! containerd unpacked: its output and exit code reach `ctr`, `ctr task exec` runs in it, the
+//! pod annotation's allowed host is reached and another host and an IP literal are refused,
+//! and `ctr task kill` + `delete` leave no sandbox, link, fence entry or mount.
+
+use svc_tests::{
+    containerd::{Containerd, IMAGE, oci_archive},
+    require_root,
+    world::World,
+};
+
+const RUNTIME: &str = "io.containerd.svc.v1";
+
+#[test]
+fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
+    require_root();
+    let w = World::start();
+    let c = Containerd::start(&w, &w.dir.join("containerd"));
+    let archive = oci_archive(&w.dir);
+    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+
+    // Output and the exit code come back to ctr.
+    let out = c.ctr(&[
+        "run",
+        "--rm",
+        "--runtime",
+        RUNTIME,
+        IMAGE,
+        "hello",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{out:?}\ncontainerd log:\n{}",
+        c.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("err"),
+        "{out:?}"
+    );
+
+    // A detached task with its pod's policy: the perimeter holds.
+    c.ctr_ok(&[
+        "run",
+        "-d",
+        "--runtime",
+        RUNTIME,
+        "--annotation",
+        "svc.dev/allow-hosts=allowed.example.test",
+        IMAGE,
+        "fenced",
+        "sleep",
+        "1000",
+    ]);
+    let sandbox = "ctr-fenced";
+    let s = w.show(sandbox);
+    let allowed = s["allowed_hosts"].as_array().expect("allowed_hosts");
+    assert!(allowed.iter().any(|h| h == "allowed.example.test"), "{s}");
+    let curl = |url: &str| {
+        c.ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            &format!("curl{}", url.len()),
+            "fenced",
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            "5",
+            url,
+        ])
+        .status
+        .code()
+    };
+    assert_eq!(curl("https://allowed.example.test/from-ctr"), Some(0));
+    assert_ne!(curl("https://forbidden.example.test/"), Some(0));
+    assert_ne!(curl("http://192.0.2.66/"), Some(0));
+    let exec = c.ctr_ok(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "cat",
+        "fenced",
+        "cat",
+        "/proc/sys/kernel/hostname",
+    ]);
+    assert_eq!(exec.trim(), sandbox);
+
+    // Kill and delete: nothing of the sandbox is left, on the host or in containerd's tree.
+    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
+    let (id, pid) = (num("id"), num("pid"));
+    let link = s["link"].as_str().unwrap_or_default().to_owned();
+    c.ctr_ok(&["task", "kill", "--signal", "SIGKILL", "fenced"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !c
+        .ctr_ok(&["task", "ls"])
+        .lines()
+        .any(|l| l.starts_with("fenced") && l.contains("STOPPED"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed task did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    c.ctr_ok(&["task", "delete", "fenced"]);
+    c.ctr_ok(&["container", "delete", "fenced"]);
+    w.assert_gone(id, &link, pid, sandbox);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        !mounts.contains("/fenced/rootfs"),
+        "the task's root file system is still mounted"
+    );
+    let list = w.svc_ok(&["sandbox", "list"]);
+    assert!(!list.contains("ctr-"), "{list}");
+}
