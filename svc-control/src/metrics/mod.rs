@@ -390,6 +390,7 @@ mod tests {
             time: "t".into(),
             sandbox: 1,
             sandbox_name: Some(sandbox.into()),
+            incarnation: None,
             event: AuditEvent::Dns(DnsEvent {
                 name: "a.test.".into(),
                 qtype: "A".into(),
@@ -452,6 +453,7 @@ mod tests {
             time: "t".into(),
             sandbox: 1,
             sandbox_name: Some("dev".into()),
+            incarnation: None,
             event: AuditEvent::Http(HttpEvent::decided(
                 "TLS".into(),
                 "deny",

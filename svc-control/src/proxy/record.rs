@@ -2,16 +2,16 @@
 
 use std::{sync::Arc, time::Instant};
 
-use super::context::Ctx;
-use crate::audit::{AuditError, AuditEvent, AuditSink, HttpEvent};
+use super::{context::Ctx, sandboxes::ProxySandbox};
+use crate::audit::{AuditError, AuditEvent, AuditSink, HttpEvent, Incarnation};
 
-/// Write `event` for `sandbox` now.
+/// Write `event` for sandbox `id`'s incarnation `of` (as its connection found it) now.
 pub(super) fn write(
     audit: &Arc<dyn AuditSink>,
-    sandbox: u32,
+    (id, of): (u32, &Incarnation),
     event: HttpEvent,
 ) -> Result<(), AuditError> {
-    crate::audit::emit_here(audit, sandbox, AuditEvent::Http(event))
+    crate::audit::emit_here(audit, id, of, AuditEvent::Http(event))
 }
 
 /// Milliseconds since `started`.
@@ -20,12 +20,12 @@ pub(super) fn ms(started: Instant) -> u64 {
 }
 
 impl Ctx {
-    pub(super) fn audit_request(&self, sandbox: u32, e: HttpEvent) {
-        let _ = write(&self.audit, sandbox, e);
+    pub(super) fn audit_request(&self, sandbox: &ProxySandbox, e: HttpEvent) {
+        let _ = write(&self.audit, (sandbox.id, &sandbox.incarnation), e);
     }
 
     /// A guest connection reset because a live change took its address or its host away.
-    pub(super) fn audit_cut(&self, sandbox: u32, protocol: &str, host: Option<String>) {
+    pub(super) fn audit_cut(&self, sandbox: &ProxySandbox, protocol: &str, host: Option<String>) {
         self.audit_request(
             sandbox,
             HttpEvent {
@@ -36,7 +36,7 @@ impl Ctx {
     }
 
     /// A guest connection refused before any request (`reason` is the record's rule).
-    pub(super) fn audit_conn(&self, sandbox: u32, reason: String) {
+    pub(super) fn audit_conn(&self, sandbox: &ProxySandbox, reason: String) {
         self.audit_request(sandbox, HttpEvent::decided("TLS".into(), "deny", reason));
     }
 }

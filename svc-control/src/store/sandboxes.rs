@@ -21,6 +21,8 @@ pub struct SandboxRow {
     pub pid_start: Option<u64>,
     /// The uid that created it (0 for sandboxes created before owners were recorded).
     pub owner_uid: u32,
+    /// Which creation of a sandbox of this name and id it is (its audit records' key).
+    pub incarnation: String,
 }
 
 impl Store {
@@ -32,15 +34,18 @@ impl Store {
         created_at: &str,
         max_id: u32,
     ) -> Result<u32, StoreError> {
-        self.reserve_for(name, envelope, created_at, max_id, 0)
+        let incarnation = crate::audit::Incarnation::fresh_key();
+        self.reserve_for(name, envelope, created_at, &incarnation, max_id, 0)
     }
 
-    /// Reserve `name` for `owner_uid` with the lowest free id in `1..=max_id`, as `creating`.
+    /// Reserve `name` (creation `incarnation`) for `owner_uid` with the lowest free id in
+    /// `1..=max_id`, as `creating`.
     pub fn reserve_for(
         &mut self,
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError> {
@@ -80,9 +85,9 @@ impl Store {
             return Err(StoreError::Full(max_id));
         }
         tx.execute(
-            "INSERT INTO sandboxes (name, id, state, created_at, envelope, owner_uid) \
-             VALUES (?1, ?2, 'creating', ?3, ?4, ?5)",
-            params![name, id, created_at, envelope, owner_uid],
+            "INSERT INTO sandboxes (name, id, state, created_at, envelope, owner_uid, \
+             incarnation) VALUES (?1, ?2, 'creating', ?3, ?4, ?5, ?6)",
+            params![name, id, created_at, envelope, owner_uid, incarnation],
         )
         .map_err(sql)?;
         tx.commit().map_err(sql)?;
@@ -174,7 +179,7 @@ impl Store {
     pub fn list(&self) -> Result<Vec<SandboxRow>, StoreError> {
         self.all(
             "SELECT name, id, state, created_at, envelope, ca_cert, ca_key, pid, pid_start, \
-             owner_uid FROM sandboxes ORDER BY id",
+             owner_uid, incarnation FROM sandboxes ORDER BY id",
             [],
             |r| {
                 Ok(SandboxRow {
@@ -188,6 +193,7 @@ impl Store {
                     pid: r.get(7)?,
                     pid_start: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
                     owner_uid: r.get(9)?,
+                    incarnation: r.get(10)?,
                 })
             },
         )

@@ -258,6 +258,19 @@ async fn answer(
                 .body(Full::new(Bytes::from(format!("{body}\n"))).boxed_unsync())
                 .unwrap_or_default()
         }
+        path if path.starts_with("/slow/") => {
+            // `/slow/SECS/…`: answered as any request, SECS (at most 30) seconds late.
+            let secs: u64 = path
+                .split('/')
+                .nth(2)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
+            log_request(world, name, scheme, &req);
+            tokio::time::sleep(std::time::Duration::from_secs(secs.min(30))).await;
+            handle(world, name, scheme, req)
+                .await
+                .map(|b| b.boxed_unsync())
+        }
         _ => handle(world, name, scheme, req)
             .await
             .map(|b| b.boxed_unsync()),

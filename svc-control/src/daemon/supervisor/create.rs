@@ -126,12 +126,18 @@ impl Supervisor {
         let backend = plan.envelope.backend.clone();
         let created = SystemTime::now();
         let created_at = rfc3339(created);
+        let incarnation = crate::audit::Incarnation::fresh_key();
         let prelim =
             serde_json::to_string(&plan.envelope).map_err(|e| Failure::internal(e.to_string()))?;
-        let id = self
-            .store()
-            .reserve_for(&req.name, &prelim, &created_at, self.max_id(), owner)?;
-        let when = (created, created_at);
+        let id = self.store().reserve_for(
+            &req.name,
+            &prelim,
+            &created_at,
+            &incarnation,
+            self.max_id(),
+            owner,
+        )?;
+        let when = (created, created_at, incarnation);
         let snapshot = restore.map(|(s, _)| s);
         match self.build(&req, plan, id, when, snapshot, owner).await {
             Ok(view) => Ok(view),
@@ -347,7 +353,7 @@ impl Supervisor {
         req: &CreateSandbox,
         plan: Plan,
         id: u32,
-        (created, created_at): (SystemTime, String),
+        (created, created_at, incarnation): (SystemTime, String, String),
         restore: Option<Snapshot>,
         owner: u32,
     ) -> Result<SandboxView, Failure> {
@@ -377,6 +383,7 @@ impl Supervisor {
             ifindex: started.ifindex,
             created_at,
             created,
+            incarnation: crate::audit::Incarnation::new(&name, &incarnation),
             secrets: req
                 .secrets
                 .iter()

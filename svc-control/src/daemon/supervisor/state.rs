@@ -28,12 +28,14 @@ pub(crate) struct RunningRow<'a> {
 
 /// Sandbox rows: reserved as `creating`, marked `running`, `destroying`, deleted.
 pub(crate) trait SandboxRows: Send + Sync {
-    /// Reserve `name` for `owner_uid` with the lowest free id in `1..=max_id`, as `creating`.
+    /// Reserve `name` (creation `incarnation`) for `owner_uid` with the lowest free id in
+    /// `1..=max_id`, as `creating`.
     fn reserve_for(
         &self,
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError>;
@@ -118,10 +120,11 @@ impl SandboxRows for Mutex<Store> {
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError> {
-        lock(self).reserve_for(name, envelope, created_at, max_id, owner_uid)
+        lock(self).reserve_for(name, envelope, created_at, incarnation, max_id, owner_uid)
     }
     fn set_running(
         &self,
