@@ -119,64 +119,94 @@ fn records_of(w: &World, path: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A's guest sends a request its upstream answers 5 s late; A destroys its sandbox; B at once
-/// makes one of the same name and gets the same id; the request's record is written after
-/// that. It is A's (its incarnation), root reads it as A's, and B reads it by no filter, in no
-/// form (`svc audit`, `--json`, the API route), while B reads its own.
+/// A's guest has two questions in flight when A destroys its sandbox: a request its upstream
+/// answers 5 s late, and a name whose DNS answer comes 1.5 s late. B at once makes a sandbox of
+/// the same name (with no hosts) and gets the same id; the DNS answer's record is written after
+/// that. Both records are A's (its incarnation), the late answer opens nothing on B's link, and
+/// B reads neither by any filter, in any form (`svc audit`, `--json`, the API route), while it
+/// reads its own.
 #[test]
 fn a_late_record_of_a_destroyed_sandbox_is_not_the_next_sandboxs() {
     require_root();
     let w = World::start();
     let (a, b) = users();
-    let create = [
-        "sandbox",
-        "create",
+    let hosts = [
         "--allow-host",
         "allowed.example.test",
-        "late",
+        "--allow-host",
+        "slow-allowed.example.test",
     ];
-    ok(&a, &w, &create);
+    ok(
+        &a,
+        &w,
+        &[&["sandbox", "create"][..], &hosts, &["late"]].concat(),
+    );
     let id = w.show("late")["id"].clone();
-    let get = |path: &str| {
-        format!("curl -sS -o /dev/null --max-time 30 https://allowed.example.test{path}")
-    };
-    let (code, _, err) = w.sh("late", &get("/a-before-7c31"));
+    let get = |url: &str| format!("curl -sS -o /dev/null --max-time 30 {url}");
+    let (code, _, err) = w.sh("late", &get("https://allowed.example.test/a-before-7c31"));
     assert_eq!(code, 0, "{err}");
     let a_incarnation = records_of(&w, "/a-before-7c31")[0]["incarnation"].clone();
     assert!(a_incarnation.is_string(), "A's record has an incarnation");
     let late_path = "/slow/5/a-late-7c31";
+    let both = format!(
+        "{} & {} & wait",
+        get(&format!("https://allowed.example.test{late_path}")),
+        get("https://slow-allowed.example.test/a-dns-7c31")
+    );
     let mut waiting = w
-        .svc_command(&["sandbox", "exec", "late", "--", "sh", "-c", &get(late_path)])
+        .svc_command(&["sandbox", "exec", "late", "--", "sh", "-c", &both])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("svc exec");
+    let asked = |r: &serde_json::Value| {
+        r["path"] == late_path || r["kind"] == "dns" && r["name"] == "slow-allowed.example.test"
+    };
     assert!(
-        within(10, || w.received().iter().any(|r| r["path"] == late_path)),
-        "the slow request never reached the upstream"
+        within(10, || w.received().iter().filter(|r| asked(r)).count() >= 2),
+        "the slow request and question never reached the outside world"
     );
     ok(&a, &w, &["sandbox", "destroy", "late"]);
-    ok(&b, &w, &create);
+    ok(&b, &w, &["sandbox", "create", "late"]);
     let _ = waiting.kill();
     let _ = waiting.wait();
-    assert_eq!(w.show("late")["id"], id, "B's sandbox has A's id");
+    let b_sandbox = w.show("late");
+    assert_eq!(b_sandbox["id"], id, "B's sandbox has A's id");
+    let dns_of_a = || {
+        w.audit()
+            .into_iter()
+            .filter(|r| r["layer"] == "dns" && r["name"] == "slow-allowed.example.test.")
+            .collect::<Vec<_>>()
+    };
     assert!(
-        within(20, || !records_of(&w, late_path).is_empty()),
-        "the late request's record was never written:\n{}",
+        within(20, || !dns_of_a().is_empty()
+            && !records_of(&w, late_path).is_empty()),
+        "the late records were never written:\n{}",
         w.svcd_log()
     );
-    let late = records_of(&w, late_path).remove(0);
+    let late_answer = dns_of_a().remove(0);
+    let b_created = b_sandbox["created_at"].as_str().expect("created_at");
+    assert!(
+        late_answer["time"].as_str() > Some(b_created),
+        "the answer's record was written after B's sandbox was made: {late_answer}, {b_created}"
+    );
+    let late_request = records_of(&w, late_path).remove(0);
+    for late in [&late_answer, &late_request] {
+        assert_eq!(
+            late["incarnation"], a_incarnation,
+            "root reads it as A's: {late}"
+        );
+    }
+    let (_, reached, _) = w.sh(
+        "late",
+        "curl -s -o /dev/null -w '%{http_code}' --connect-timeout 3 http://192.0.2.20/",
+    );
     assert_eq!(
-        late["incarnation"], a_incarnation,
-        "root reads it as A's: {late}"
+        reached.trim(),
+        "000",
+        "A's late answer opened its address on B's link"
     );
-    let (code, _, err) = w.sh("late", &get("/b-own-7c31"));
-    assert_eq!(code, 0, "{err}");
-    let b_incarnation = records_of(&w, "/b-own-7c31")[0]["incarnation"].clone();
-    assert_ne!(
-        b_incarnation, a_incarnation,
-        "each creation its own incarnation"
-    );
+    let _ = w.sh("late", &get("https://b-own-7c31.example.test/"));
     let ids = b.ids();
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let (status, route) = w.api(&ids, "GET", "/v1/audit?sandbox=late", None);
@@ -194,14 +224,12 @@ fn a_late_record_of_a_destroyed_sandbox_is_not_the_next_sandboxs() {
         ("the API route", route),
     ];
     for (how, seen) in &views {
-        assert!(
-            !seen.contains("a-late-7c31"),
-            "B reads A's late record by {how}: {seen}"
-        );
-        assert!(
-            !seen.contains("a-before-7c31"),
-            "B reads A's record by {how}: {seen}"
-        );
+        for of_a in ["a-late-7c31", "slow-allowed", "a-before-7c31"] {
+            assert!(
+                !seen.contains(of_a),
+                "B reads A's {of_a} record by {how}: {seen}"
+            );
+        }
         assert!(
             seen.contains("b-own-7c31"),
             "B reads its own record by {how}: {seen}"

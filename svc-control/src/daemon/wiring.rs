@@ -124,7 +124,13 @@ pub struct RecordingCommit<C> {
 }
 
 impl<C: Commit> Commit for RecordingCommit<C> {
+    /// An answer that arrives after its sandbox was destroyed opens nothing: not on the link
+    /// of a later sandbox given the same id.
     fn commit(&self, sandbox: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String> {
+        let current = self.registry.by_id(sandbox.id);
+        if !current.is_some_and(|r| r.incarnation == sandbox.incarnation) {
+            return Err(format!("sandbox {} was destroyed", sandbox.id));
+        }
         self.registry.bind(sandbox.id, entries);
         self.inner.commit(sandbox, entries)
     }

@@ -2,8 +2,15 @@
 
 use std::{sync::Arc, time::Instant};
 
-use super::{context::Ctx, sandboxes::ProxySandbox};
-use crate::audit::{AuditError, AuditEvent, AuditSink, HttpEvent, Incarnation};
+use super::{
+    context::{Ctx, Exchange},
+    git_push,
+    sandboxes::ProxySandbox,
+};
+use crate::{
+    audit::{AuditError, AuditEvent, AuditSink, HttpEvent, Incarnation},
+    policy::request::{CredentialAction, Decision, Outcome},
+};
 
 /// Write `event` for sandbox `id`'s incarnation `of` (as its connection found it) now.
 pub(super) fn write(
@@ -12,6 +19,61 @@ pub(super) fn write(
     event: HttpEvent,
 ) -> Result<(), AuditError> {
     crate::audit::emit_here(audit, id, of, AuditEvent::Http(event))
+}
+
+/// An allowed request on its way upstream, until its answer's head is back: if the guest
+/// goes away meanwhile (it hangs up, its sandbox is destroyed, a live change cuts it), the
+/// exchange is dropped before any stage could write its record, so this writes it (status
+/// 0, with why). Disarmed once the `forward` stage has answered, which records the rest.
+pub(super) struct Unanswered {
+    audit: Arc<dyn AuditSink>,
+    whose: (u32, Incarnation),
+    record: Option<HttpEvent>,
+    started: Instant,
+}
+
+impl Unanswered {
+    /// The record `decision`'s request, dialled to `dialled`, gets if it is never answered.
+    pub(super) fn arm(ex: &Exchange<'_>, decision: &Decision, dialled: Option<String>) -> Self {
+        let credential = match &decision.outcome {
+            Outcome::Allow {
+                credential: CredentialAction::Swap { .. },
+            } => "swapped",
+            Outcome::Allow {
+                credential: CredentialAction::Strip,
+            } => "stripped",
+            _ => "none",
+        };
+        Self {
+            audit: ex.ctx.audit.clone(),
+            whose: (ex.sandbox.id, ex.sandbox.incarnation.clone()),
+            record: Some(HttpEvent {
+                host: decision.host.clone(),
+                path: decision.path.clone(),
+                credential,
+                dialled,
+                refs: git_push::refs(decision.push.as_ref()),
+                reason: Some("the guest went away before the upstream answered".into()),
+                ..HttpEvent::decided(ex.method.to_string(), "allow", decision.rule.name())
+            }),
+            started: ex.started,
+        }
+    }
+
+    /// The request was answered (or refused, and recorded as that).
+    pub(super) fn disarm(mut self) {
+        self.record = None;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.duration_ms = ms(self.started);
+            let (id, of) = &self.whose;
+            let _ = write(&self.audit, (*id, of), record);
+        }
+    }
 }
 
 /// Milliseconds since `started`.
