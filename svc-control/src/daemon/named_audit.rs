@@ -234,6 +234,13 @@ mod tests {
         }
     }
 
+    /// A named case: a record as written, and the (name, incarnation) it is stored with.
+    type Case = (
+        &'static str,
+        AuditRecord,
+        Option<(&'static str, &'static str)>,
+    );
+
     /// Named cases: a record as written, and the (name, incarnation) it is stored with.
     #[test]
     fn a_record_is_named_for_its_own_incarnation_only() {
@@ -245,7 +252,7 @@ mod tests {
                 _ => unreachable!("a packet"),
             }),
         );
-        let cases: [(&str, AuditRecord, Option<(&str, &str)>); 5] = [
+        let cases: [Case; 5] = [
             (
                 "written_late_by_a_writer_that_knew_the_earlier_sandbox",
                 late_of_a,

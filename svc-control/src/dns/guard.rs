@@ -174,7 +174,7 @@ impl Guard {
             Err(why) => {
                 event.decision = "servfail";
                 event.reason = Some(why);
-                self.record(&sandbox, event);
+                self.record(sandbox, event);
                 return answer.code(ResponseCode::ServFail);
             }
         };
@@ -187,11 +187,11 @@ impl Guard {
         {
             event.decision = "servfail";
             event.reason = Some(format!("the fence did not take the addresses: {why}"));
-            self.record(&sandbox, event);
+            self.record(sandbox, event);
             return answer.code(ResponseCode::ServFail);
         }
         event.decision = "answered";
-        self.record(&sandbox, event);
+        self.record(sandbox, event);
         answer.reply.add_answers(kept);
         answer.code(rcode)
     }
