@@ -13,6 +13,7 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
         time: "2026-11-22T10:00:00.000Z".into(),
         sandbox: 3,
         sandbox_name: Some("dev".into()),
+        incarnation: Some("5f0c2a9e41d7b638".into()),
         event,
     };
     vec![
@@ -59,6 +60,7 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
                 upgrade: None,
                 dialled: None,
                 refs: Vec::new(),
+                reason: None,
             })),
         ),
         (
@@ -81,6 +83,7 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
                     old: "1".repeat(40),
                     new: "2".repeat(40),
                 }],
+                reason: None,
             })),
         ),
         (

@@ -1,71 +1,33 @@
 //! A second API user against the first, through the real `svc` (under `setpriv` with each
 //! user's ids) and the real svcd: B reads A's audit records by every filter, and takes over A's
-//! sandbox's name the moment A destroys it, then reads "its" records.
+//! sandbox's name the moment A destroys it, then reads "its" records; and B's new sandbox gets
+//! A's id and name while a request of A's is still waiting on its upstream, whose record is
+//! written after B's sandbox was made.
 
-use std::process::{Command, Output};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{require_root, users::User, world::World};
 
-/// The World's API group (`nogroup`).
-const API_GID: u32 = 65534;
-
-/// A throwaway user of the host in the API group; removed on drop.
-struct User {
-    name: String,
-    uid: u32,
-}
-
-impl User {
-    fn add(name: String) -> Self {
-        let _ = Command::new("userdel").arg(&name).output();
-        let out = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/usr/sbin/nologin"])
-            .args(["--gid", &API_GID.to_string()])
-            .arg(&name)
-            .output()
-            .expect("useradd");
-        assert!(out.status.success(), "useradd {name}: {out:?}");
-        let id = Command::new("id").args(["-u", &name]).output().expect("id");
-        let uid = String::from_utf8_lossy(&id.stdout)
-            .trim()
-            .parse()
-            .expect("uid");
-        Self { name, uid }
-    }
-
-    fn run(&self, w: &World, args: &[&str]) -> Output {
-        let ids = [
-            format!("--reuid={}", self.uid),
-            format!("--regid={API_GID}"),
-            "--clear-groups".to_owned(),
-        ];
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        w.svc_as(&ids, args)
-    }
-
-    fn ok(&self, w: &World, args: &[&str]) -> String {
-        let out = self.run(w, args);
-        assert!(
-            out.status.success(),
-            "{} ran svc {args:?}: {out:?}\nsvcd:\n{}",
-            self.name,
-            w.svcd_log()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
+/// `svc ARGS` run by `u`, asserting success; its stdout.
+fn ok(u: &User, w: &World, args: &[&str]) -> String {
+    let out = u.svc(w, args);
+    assert!(
+        out.status.success(),
+        "{} ran svc {args:?}: {out:?}\nsvcd:\n{}",
+        u.name,
+        w.svcd_log()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn users() -> (User, User) {
     let tag = std::process::id() % 100_000;
     (
-        User::add(format!("svcatk-a{tag}")),
-        User::add(format!("svcatk-b{tag}")),
+        User::add(format!("svcatk-a{tag}"), None),
+        User::add(format!("svcatk-b{tag}"), None),
     )
 }
 
@@ -76,7 +38,8 @@ fn a_member_reads_none_of_anothers_audit_records() {
     require_root();
     let w = World::start();
     let (a, b) = users();
-    a.ok(
+    ok(
+        &a,
         &w,
         &[
             "sandbox",
@@ -87,7 +50,7 @@ fn a_member_reads_none_of_anothers_audit_records() {
         ],
     );
     let id = w.show("reused")["id"].to_string();
-    b.ok(&w, &["sandbox", "create", "mine"]);
+    ok(&b, &w, &["sandbox", "create", "mine"]);
     // A's guest: a request whose path is A's business.
     let a_secret_path = "/a-private-path-5d1e";
     let (code, _, err) = w.sh(
@@ -101,7 +64,7 @@ fn a_member_reads_none_of_anothers_audit_records() {
         vec!["audit", "--sandbox", &id, "--json"],
         vec!["audit", "--layer", "http", "--verdict", "allow", "--json"],
     ] {
-        let seen = b.ok(&w, &args);
+        let seen = ok(&b, &w, &args);
         assert!(
             !seen.contains(a_secret_path) && !seen.contains("\"reused\""),
             "B read A's records with {args:?}: {seen}"
@@ -116,16 +79,16 @@ fn a_member_reads_none_of_anothers_audit_records() {
         ))
         .spawn()
         .expect("svc exec");
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    a.ok(&w, &["sandbox", "destroy", "reused"]);
-    let taken = b.run(&w, &["sandbox", "create", "reused"]);
+    std::thread::sleep(Duration::from_secs(2));
+    ok(&a, &w, &["sandbox", "destroy", "reused"]);
+    let taken = b.svc(&w, &["sandbox", "create", "reused"]);
     let _ = busy.kill();
     let _ = busy.wait();
     assert!(
         taken.status.success(),
         "B could not take the name: {taken:?}"
     );
-    let seen = b.ok(&w, &["audit", "--sandbox", "reused", "--json"]);
+    let seen = ok(&b, &w, &["audit", "--sandbox", "reused", "--json"]);
     let leaked: Vec<&str> = seen.lines().filter(|l| l.contains(a_secret_path)).collect();
     assert!(
         leaked.is_empty(),
@@ -134,4 +97,143 @@ fn a_member_reads_none_of_anothers_audit_records() {
     );
     w.svc_ok(&["sandbox", "destroy", "reused"]);
     w.svc_ok(&["sandbox", "destroy", "mine"]);
+}
+
+/// Until `cond` holds (every 200 ms, for at most `secs`): whether it did.
+fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cond()
+}
+
+/// The HTTP records (root's view, the file) whose path is `path`.
+fn records_of(w: &World, path: &str) -> Vec<serde_json::Value> {
+    w.audit()
+        .into_iter()
+        .filter(|r| r["layer"] == "http" && r["path"] == path)
+        .collect()
+}
+
+/// A's guest has two questions in flight when A destroys its sandbox: a request its upstream
+/// answers 5 s late, and a name whose DNS answer comes 1.5 s late. B at once makes a sandbox of
+/// the same name (with no hosts) and gets the same id; the DNS answer's record is written after
+/// that. Both records are A's (its incarnation), the late answer opens nothing on B's link, and
+/// B reads neither by any filter, in any form (`svc audit`, `--json`, the API route), while it
+/// reads its own.
+#[test]
+fn a_late_record_of_a_destroyed_sandbox_is_not_the_next_sandboxs() {
+    require_root();
+    let w = World::start();
+    let (a, b) = users();
+    let hosts = [
+        "--allow-host",
+        "allowed.example.test",
+        "--allow-host",
+        "slow-allowed.example.test",
+    ];
+    ok(
+        &a,
+        &w,
+        &[&["sandbox", "create"][..], &hosts, &["late"]].concat(),
+    );
+    let id = w.show("late")["id"].clone();
+    let get = |url: &str| format!("curl -sS -o /dev/null --max-time 30 {url}");
+    let (code, _, err) = w.sh("late", &get("https://allowed.example.test/a-before-7c31"));
+    assert_eq!(code, 0, "{err}");
+    let a_incarnation = records_of(&w, "/a-before-7c31")[0]["incarnation"].clone();
+    assert!(a_incarnation.is_string(), "A's record has an incarnation");
+    let late_path = "/slow/5/a-late-7c31";
+    let both = format!(
+        "{} & {} & wait",
+        get(&format!("https://allowed.example.test{late_path}")),
+        get("https://slow-allowed.example.test/a-dns-7c31")
+    );
+    let mut waiting = w
+        .svc_command(&["sandbox", "exec", "late", "--", "sh", "-c", &both])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("svc exec");
+    let asked = |r: &serde_json::Value| {
+        r["path"] == late_path || r["kind"] == "dns" && r["name"] == "slow-allowed.example.test"
+    };
+    assert!(
+        within(10, || w.received().iter().filter(|r| asked(r)).count() >= 2),
+        "the slow request and question never reached the outside world"
+    );
+    ok(&a, &w, &["sandbox", "destroy", "late"]);
+    ok(&b, &w, &["sandbox", "create", "late"]);
+    let _ = waiting.kill();
+    let _ = waiting.wait();
+    let b_sandbox = w.show("late");
+    assert_eq!(b_sandbox["id"], id, "B's sandbox has A's id");
+    let dns_of_a = || {
+        w.audit()
+            .into_iter()
+            .filter(|r| r["layer"] == "dns" && r["name"] == "slow-allowed.example.test.")
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        within(20, || !dns_of_a().is_empty()
+            && !records_of(&w, late_path).is_empty()),
+        "the late records were never written:\n{}",
+        w.svcd_log()
+    );
+    let late_answer = dns_of_a().remove(0);
+    let b_created = b_sandbox["created_at"].as_str().expect("created_at");
+    assert!(
+        late_answer["time"].as_str() > Some(b_created),
+        "the answer's record was written after B's sandbox was made: {late_answer}, {b_created}"
+    );
+    let late_request = records_of(&w, late_path).remove(0);
+    for late in [&late_answer, &late_request] {
+        assert_eq!(
+            late["incarnation"], a_incarnation,
+            "root reads it as A's: {late}"
+        );
+    }
+    let (_, reached, _) = w.sh(
+        "late",
+        "curl -s -o /dev/null -w '%{http_code}' --connect-timeout 3 http://192.0.2.20/",
+    );
+    assert_eq!(
+        reached.trim(),
+        "000",
+        "A's late answer opened its address on B's link"
+    );
+    let _ = w.sh("late", &get("https://b-own-7c31.example.test/"));
+    let ids = b.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (status, route) = w.api(&ids, "GET", "/v1/audit?sandbox=late", None);
+    assert_eq!(status, 200, "{route}");
+    let views = [
+        (
+            "svc audit --sandbox late",
+            ok(&b, &w, &["audit", "--sandbox", "late"]),
+        ),
+        (
+            "--json",
+            ok(&b, &w, &["audit", "--sandbox", "late", "--json"]),
+        ),
+        ("svc audit --json", ok(&b, &w, &["audit", "--json"])),
+        ("the API route", route),
+    ];
+    for (how, seen) in &views {
+        for of_a in ["a-late-7c31", "slow-allowed", "a-before-7c31"] {
+            assert!(
+                !seen.contains(of_a),
+                "B reads A's {of_a} record by {how}: {seen}"
+            );
+        }
+        assert!(
+            seen.contains("b-own-7c31"),
+            "B reads its own record by {how}: {seen}"
+        );
+    }
+    w.svc_ok(&["sandbox", "destroy", "late"]);
 }

@@ -11,38 +11,9 @@ use std::{
 
 use svc_tests::{require_root, users::User, world::World};
 
-/// `curl` to svcd's API socket as root (or under `ids`, setpriv's): (HTTP status, body).
-fn api(w: &World, ids: &[&str], method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
-    let file = w.dir.join(format!("body-{}", svc_tests::unique("b")));
-    let mut c = if ids.is_empty() {
-        Command::new("curl")
-    } else {
-        let mut c = Command::new("setpriv");
-        c.args(ids).arg("curl");
-        c
-    };
-    c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "--path-as-is"])
-        .arg("--unix-socket")
-        .arg(&w.socket)
-        .args(["-X", method]);
-    if let Some(b) = body {
-        std::fs::write(&file, b).expect("body file");
-        c.args(["-H", "Content-Type: application/json", "--data-binary"])
-            .arg(format!("@{}", file.display()));
-        use std::os::unix::fs::PermissionsExt as _;
-        let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644));
-    }
-    c.arg(format!("http://svcd{path}"));
-    let out: Output = c.output().expect("curl");
-    let _ = std::fs::remove_file(&file);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
-}
-
 /// svcd's view of every sandbox (as root).
 fn listed(w: &World) -> Vec<String> {
-    let (code, body) = api(w, &[], "GET", "/v1/sandboxes", None);
+    let (code, body) = w.api(&[], "GET", "/v1/sandboxes", None);
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("list json");
     v.as_array()
@@ -78,7 +49,7 @@ fn nft_links(w: &World) -> String {
 /// Nothing of any sandbox is left, and svcd answers.
 fn nothing_left(w: &World, after: &str) -> Vec<String> {
     let mut wrong = Vec::new();
-    let (code, body) = api(w, &[], "GET", "/v1/health", None);
+    let (code, body) = w.api(&[], "GET", "/v1/health", None);
     if code != 200 {
         wrong.push(format!("after {after}: svcd's health is {code} {body}"));
     }
@@ -192,7 +163,7 @@ fn odd_creation_requests_are_refused_by_name_and_leave_nothing() {
     ];
     let mut wrong = Vec::new();
     for (what, body, says) in &cases {
-        let (code, answer) = api(&w, &[], "POST", "/v1/sandboxes", Some(body.as_bytes()));
+        let (code, answer) = w.api(&[], "POST", "/v1/sandboxes", Some(body.as_bytes()));
         eprintln!(
             "{what:25} {code} {}",
             answer.chars().take(300).collect::<String>()
@@ -371,7 +342,7 @@ fn a_second_users_bent_paths_never_reach_anothers_sandbox() {
     ];
     let mut wrong = Vec::new();
     for (method, path, body) in &cases {
-        let (code, answer) = api(&w, &ids, method, path, *body);
+        let (code, answer) = w.api(&ids, method, path, *body);
         eprintln!(
             "{method} {path}: {code} {}",
             answer.chars().take(200).collect::<String>()
@@ -385,7 +356,7 @@ fn a_second_users_bent_paths_never_reach_anothers_sandbox() {
             wrong.push(format!("{method} {path}: {code} {answer}"));
         }
     }
-    let (code, backends) = api(&w, &ids, "GET", "/v1/backends", None);
+    let (code, backends) = w.api(&ids, "GET", "/v1/backends", None);
     eprintln!("backends as the member: {code} {backends}");
     if backends.contains(&w.dir.display().to_string()) {
         wrong.push(format!(

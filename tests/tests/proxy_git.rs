@@ -199,7 +199,12 @@ fn smart_http_for_the_bound_repo_only() {
     let proxy = Arc::new(Proxy::new(
         config,
         Arc::new(One(
-            Arc::new(ProxySandbox { id: 3, policy, ca }),
+            Arc::new(ProxySandbox {
+                id: 3,
+                policy,
+                ca,
+                incarnation: Default::default(),
+            }),
             SocketAddr::from(([127, 0, 0, 2], port)),
         )),
         Arc::new(Tokens),

@@ -385,7 +385,12 @@ fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
     std::fs::create_dir_all(&dir).unwrap();
     let ca_pem = dir.join("ca.pem");
     std::fs::write(&ca_pem, ca.ca_pem()).unwrap();
-    let sandbox = Arc::new(ProxySandbox { id: 5, policy, ca });
+    let sandbox = Arc::new(ProxySandbox {
+        id: 5,
+        policy,
+        ca,
+        incarnation: Default::default(),
+    });
     let audit = Arc::new(Audit::default());
     let mut config = ProxyConfig::with_roots(&[upstream_ca.ca_der()]).unwrap();
     // The upstream is on loopback: the operator's exception opens that class for these tests.
@@ -1455,6 +1460,7 @@ fn a_websocket_is_cut_when_a_live_change_removes_its_host() {
             id: old.id,
             policy,
             ca: old.ca.clone(),
+            incarnation: old.incarnation.clone(),
         });
         w.sandboxes
             .revocations

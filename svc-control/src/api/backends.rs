@@ -38,7 +38,7 @@ pub struct BackendInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accel: Option<String>,
     /// The files it uses (the microvm backend's kernel, rootfs and initrd), each with where
-    /// svcd took it from.
+    /// svcd took it from (host paths: root only; empty for other callers).
     #[serde(default)]
     pub uses: Vec<Used>,
 }

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{
-    record::{AuditEvent, AuditRecord},
+    record::{AuditEvent, AuditRecord, Incarnation},
     sink::{AuditError, AuditSink},
 };
 
@@ -80,13 +80,15 @@ pub fn record_here(sink: &Arc<dyn AuditSink>, r: AuditRecord) -> Result<(), Audi
     }
 }
 
-/// `event` of `sandbox`, stamped now, into `sink` the way [`record_here`] sends a record.
+/// `event` of `sandbox`'s incarnation `of`, stamped now, into `sink` the way [`record_here`]
+/// sends a record.
 pub fn emit_here(
     sink: &Arc<dyn AuditSink>,
     sandbox: u32,
+    of: &Incarnation,
     event: AuditEvent,
 ) -> Result<(), AuditError> {
-    record_here(sink, AuditRecord::now(sandbox, event))
+    record_here(sink, AuditRecord::now_of(sandbox, of, event))
 }
 
 impl AuditSink for Batched {

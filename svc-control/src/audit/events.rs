@@ -124,6 +124,11 @@ pub struct HttpEvent {
     /// updates, refused or not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refs: Vec<SshRef>,
+    /// Why a request head the proxy could not read was refused (`request-malformed` with 400,
+    /// 408, 414 or 431), in the words of the refusal's body; or, for an allowed request with
+    /// status 0, why it has no answer (its guest went away before the upstream answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl HttpEvent {
@@ -145,6 +150,7 @@ impl HttpEvent {
             upgrade: None,
             dialled: None,
             refs: Vec::new(),
+            reason: None,
         }
     }
 }

@@ -33,6 +33,6 @@ pub use events::{
 };
 pub use jsonl::{JsonlFile, rotated};
 pub use layer::AuditLayer;
-pub use record::{AuditEvent, AuditRecord, rfc3339, schema};
+pub use record::{AuditEvent, AuditRecord, Incarnation, rfc3339, schema};
 pub use sink::{AuditError, AuditSink};
 pub use strict::parse_strict;

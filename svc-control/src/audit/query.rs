@@ -9,7 +9,7 @@ use super::layer::AuditLayer;
 /// A reader's filter. Every field that is set must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
-    /// The sandbox's name (or its id, as digits).
+    /// The sandbox's name, its id (as digits) or its incarnation.
     pub sandbox: Option<String>,
     /// `packet`, `dns`, `http`, `ssh`, `policy`, … (every [`AuditLayer`]).
     pub layer: Option<AuditLayer>,
@@ -22,10 +22,12 @@ pub struct Filter {
     /// Only the last this many of the matching records written so far (those written later
     /// still follow).
     pub tail: Option<usize>,
-    /// Only records of these sandboxes (by name), each made at or after the time it was
-    /// created (so a same-named sandbox of someone else before it stays hidden): a non-root
-    /// reader's own sandboxes (`policy::ownership`). `None`: every record.
-    pub only: Option<Vec<(String, SystemTime)>>,
+    /// Only records of these incarnations (`AuditRecord::incarnation`): a non-root reader's
+    /// own sandboxes (`policy::ownership`). Names and ids are reused, so neither tells a
+    /// record of the reader's sandbox from one of an earlier sandbox of that name or id
+    /// written late; a record without an incarnation (of an older version, or one the writer
+    /// could not place) is not shown. `None`: every record.
+    pub only: Option<Vec<String>>,
 }
 
 /// Allowed or refused, across layers' own words.
@@ -86,24 +88,14 @@ impl Filter {
     /// Whether `record` (one audit line, parsed) is wanted.
     pub fn matches(&self, record: &serde_json::Value) -> bool {
         if let Some(only) = &self.only {
-            let name = record["sandbox_name"].as_str();
-            let at = record_time(record);
-            let mine = only.iter().any(|(n, created)| {
-                // Records carry milliseconds (`record::rfc3339`); compare at that grain, so a
-                // record of an earlier sandbox of the same name in the same second is not
-                // this one's.
-                let created = created
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map(|d| SystemTime::UNIX_EPOCH + Duration::from_millis(d.as_millis() as u64))
-                    .unwrap_or(*created);
-                name == Some(n.as_str()) && at.is_some_and(|at| at >= created)
-            });
-            if !mine {
+            let of = record["incarnation"].as_str();
+            if !of.is_some_and(|of| only.iter().any(|mine| mine == of)) {
                 return false;
             }
         }
         if let Some(s) = &self.sandbox {
-            let by_name = record["sandbox_name"].as_str() == Some(s.as_str());
+            let by_name = record["sandbox_name"].as_str() == Some(s.as_str())
+                || record["incarnation"].as_str() == Some(s.as_str());
             let by_id = record["sandbox"]
                 .as_u64()
                 .is_some_and(|id| id.to_string() == *s);
@@ -255,31 +247,56 @@ mod tests {
         assert!(at.since.is_some());
     }
 
+    /// A reader's own sandboxes: by incarnation only (named cases: the record, whether the
+    /// reader of incarnation `b2` sees it).
     #[test]
-    fn a_readers_own_sandboxes_only_since_each_was_created() {
-        let created = humantime::parse_rfc3339("2026-01-01T10:00:00Z").unwrap();
+    fn a_readers_own_sandboxes_by_incarnation_only() {
         let f = Filter {
-            only: Some(vec![("mine".to_owned(), created)]),
+            only: Some(vec!["b2b2b2b2b2b2b2b2".to_owned()]),
             ..Filter::default()
         };
-        let rec = |name: &str, time: &str| serde_json::json!({"sandbox_name": name, "time": time});
-        assert!(f.matches(&rec("mine", "2026-01-01T10:00:00.500Z")));
-        assert!(
-            !f.matches(&rec("mine", "2026-01-01T09:59:59Z")),
-            "a same-named sandbox before it"
-        );
-        assert!(!f.matches(&rec("theirs", "2026-01-01T11:00:00Z")));
-        assert!(!f.matches(&serde_json::json!({"time": "2026-01-01T11:00:00Z"})));
-        // The same second: a record before the creation's millisecond is an earlier sandbox's.
-        let later = humantime::parse_rfc3339("2026-01-01T10:00:00.600Z").unwrap();
-        let f = Filter {
-            only: Some(vec![("mine".to_owned(), later)]),
+        let mine = serde_json::json!({"time": "2026-01-01T10:00:00.500Z", "sandbox": 3,
+            "sandbox_name": "dev", "incarnation": "b2b2b2b2b2b2b2b2", "layer": "http"});
+        let cases = [
+            ("its_own", mine.clone(), true),
+            (
+                "same_id_and_name_later_but_an_earlier_incarnation",
+                serde_json::json!({"time": "2026-01-01T11:00:00.000Z", "sandbox": 3,
+                    "sandbox_name": "dev", "incarnation": "a1a1a1a1a1a1a1a1", "layer": "http"}),
+                false,
+            ),
+            (
+                "no_incarnation_an_older_version",
+                serde_json::json!({"time": "2026-01-01T11:00:00.000Z", "sandbox": 3,
+                    "sandbox_name": "dev", "layer": "http"}),
+                false,
+            ),
+            (
+                "no_sandbox_a_host_record",
+                serde_json::json!({"time": "2026-01-01T11:00:00.000Z", "sandbox": 0,
+                    "layer": "credential"}),
+                false,
+            ),
+            (
+                "incarnation_not_a_string",
+                serde_json::json!({"sandbox": 3, "sandbox_name": "dev", "incarnation": 7}),
+                false,
+            ),
+        ];
+        for (name, record, want) in &cases {
+            assert_eq!(f.matches(record), *want, "{name}");
+        }
+        let by_incarnation = Filter {
+            sandbox: Some("b2b2b2b2b2b2b2b2".into()),
             ..Filter::default()
         };
         assert!(
-            !f.matches(&rec("mine", "2026-01-01T10:00:00.500Z")),
-            "a same-named sandbox earlier in the same second"
+            by_incarnation.matches(&mine),
+            "--sandbox takes an incarnation too"
         );
-        assert!(f.matches(&rec("mine", "2026-01-01T10:00:00.600Z")));
+        assert!(
+            Filter::default().matches(&cases[2].1),
+            "root reads every record"
+        );
     }
 }

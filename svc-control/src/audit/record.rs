@@ -4,6 +4,7 @@
 
 use std::{
     net::IpAddr,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -28,8 +29,50 @@ pub struct AuditRecord {
     /// The sandbox's name, where the writer knows it (svcd adds it to every record).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_name: Option<String>,
+    /// Which creation of the sandbox it is of (16 hex digits, made when the sandbox was
+    /// created): ids and names are reused, an incarnation never is. Absent where the writer
+    /// could not tell, and in records of versions before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
     #[serde(flatten)]
     pub event: AuditEvent,
+}
+
+/// A sandbox as its records name it: its name, and the key made for it when it was created
+/// and never made again. A destroyed sandbox's id (and name) go to the next sandbox made, so a
+/// writer takes this from the registry entry it looked up when it first met the sandbox (a
+/// proxy connection's accept, a DNS question's arrival, a relay session's start) and never
+/// looks it up again: a record written late (a response that arrives after the sandbox was
+/// destroyed) stays the old sandbox's. The default is unknown (the sink names such a record by
+/// its id, if it can).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Incarnation {
+    /// The sandbox's name.
+    pub name: Arc<str>,
+    /// Its key: 16 hex digits, random (empty: unknown).
+    pub key: Arc<str>,
+}
+
+impl Incarnation {
+    /// Sandbox `name`'s creation `key`.
+    pub fn new(name: &str, key: &str) -> Self {
+        Self {
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    /// A new key (16 hex digits from the system's random source).
+    pub fn fresh_key() -> String {
+        let mut b = [0u8; 8];
+        let _ = getrandom::fill(&mut b);
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    /// Whether it is known (not the default).
+    pub fn is_known(&self) -> bool {
+        !self.key.is_empty()
+    }
 }
 
 /// What happened, by layer.
@@ -97,8 +140,20 @@ impl AuditRecord {
             time: rfc3339(SystemTime::now()),
             sandbox,
             sandbox_name: None,
+            incarnation: None,
             event,
         }
+    }
+
+    /// The record of `event` in `sandbox`'s incarnation `of`, made now (left to the sink to
+    /// name when `of` is unknown).
+    pub fn now_of(sandbox: u32, of: &Incarnation, event: AuditEvent) -> Self {
+        let mut r = Self::now(sandbox, event);
+        if of.is_known() {
+            r.sandbox_name = Some(of.name.to_string());
+            r.incarnation = Some(of.key.to_string());
+        }
+        r
     }
 
     /// The record of a drop event. `mono_now_ns` and `wall_now` are one reading of both clocks,
@@ -117,6 +172,7 @@ impl AuditRecord {
             time: rfc3339(when),
             sandbox: e.sandbox,
             sandbox_name: None,
+            incarnation: None,
             event: AuditEvent::Packet(PacketEvent {
                 verdict: "drop",
                 reason: reason::name(e.reason).unwrap_or("unknown"),
@@ -167,6 +223,7 @@ pub(crate) mod tests {
             time: "2026-11-21T00:00:00.000Z".into(),
             sandbox,
             sandbox_name: None,
+            incarnation: None,
             event: AuditEvent::Http(HttpEvent {
                 host: Some("api.example.test".into()),
                 method: "GET".into(),
@@ -181,6 +238,7 @@ pub(crate) mod tests {
                 upgrade: None,
                 dialled: Some("192.0.2.10:443".into()),
                 refs: Vec::new(),
+                reason: None,
             }),
         }
     }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::record::{AuditEvent, AuditRecord};
+use super::record::{AuditEvent, AuditRecord, Incarnation};
 
 /// Errors of the audit sink. Losing the sink is an error the caller acts on (the proxy
 /// refuses requests), never a silent gap.
@@ -37,13 +37,10 @@ pub trait AuditSink: Send + Sync {
         self.record_owned(AuditRecord::now(sandbox, event))
     }
 
-    /// `event` of `sandbox` named `name` (for a writer that may outlive the sandbox, or knows
-    /// the name better than the sink), stamped now.
-    fn emit_named(&self, sandbox: u32, name: &str, event: AuditEvent) -> Result<(), AuditError> {
-        self.record_owned(AuditRecord {
-            sandbox_name: Some(name.to_owned()),
-            ..AuditRecord::now(sandbox, event)
-        })
+    /// `event` of `sandbox`'s incarnation `of` (for a writer that may outlive the sandbox: the
+    /// record stays that sandbox's, whatever has its id when it is written), stamped now.
+    fn emit_of(&self, sandbox: u32, of: &Incarnation, event: AuditEvent) -> Result<(), AuditError> {
+        self.record_owned(AuditRecord::now_of(sandbox, of, event))
     }
 
     /// Several records, in order, written together where the sink can (one write for a
@@ -99,16 +96,15 @@ mod tests {
     fn emit_stamps_the_time_and_leaves_the_name_to_the_sink_unless_given() {
         let sink = Kept::default();
         sink.emit(4, change()).expect("kept");
-        sink.emit_named(5, "dev", change()).expect("kept");
+        sink.emit_of(5, &Incarnation::new("dev", "00aa"), change())
+            .expect("kept");
+        sink.emit_of(6, &Incarnation::default(), change())
+            .expect("kept");
         let kept = sink.0.lock().expect("not poisoned");
-        assert_eq!(
-            (kept[0].sandbox, kept[0].sandbox_name.as_deref()),
-            (4, None)
-        );
-        assert_eq!(
-            (kept[1].sandbox, kept[1].sandbox_name.as_deref()),
-            (5, Some("dev"))
-        );
+        let of = |r: &AuditRecord| (r.sandbox, r.sandbox_name.clone(), r.incarnation.clone());
+        assert_eq!(of(&kept[0]), (4, None, None));
+        assert_eq!(of(&kept[1]), (5, Some("dev".into()), Some("00aa".into())));
+        assert_eq!(of(&kept[2]), (6, None, None), "unknown: the sink's to name");
         for r in kept.iter() {
             assert!(
                 humantime::parse_rfc3339(&r.time).is_ok() && r.time.ends_with('Z'),

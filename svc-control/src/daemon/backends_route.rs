@@ -1,5 +1,6 @@
 //! `GET /v1/backends`: what each registered backend is, whether it can make sandboxes now
-//! and what it uses (the microvm backend's images, with where svcd took each from).
+//! and what it uses (the microvm backend's images, with where svcd took each from). What it
+//! uses names the host's files: root reads it, other callers get the rest.
 
 use crate::{
     api::{BackendInfo, Backends, Used},
@@ -7,8 +8,13 @@ use crate::{
 };
 
 /// The answer of `GET /v1/backends` for the backends in `registry`; `env` reads svcd's
-/// environment (to say whether an image came from it or from svcd.toml).
-pub(super) fn describe(registry: &Registry, env: impl Fn(&str) -> Option<String>) -> Backends {
+/// environment (to say whether an image came from it or from svcd.toml). `root`: the caller
+/// is root, and reads the host paths each backend uses too.
+pub(super) fn describe(
+    registry: &Registry,
+    env: impl Fn(&str) -> Option<String>,
+    root: bool,
+) -> Backends {
     let backends = registry
         .all()
         .map(|b| {
@@ -22,8 +28,7 @@ pub(super) fn describe(registry: &Registry, env: impl Fn(&str) -> Option<String>
                 available: availability.is_ok(),
                 unavailable: availability.err(),
                 accel: b.accel(),
-                uses: b
-                    .details()
+                uses: (if root { b.details() } else { Vec::new() })
                     .into_iter()
                     .map(|(name, path)| Used {
                         from: source(about.kind.name, name, &env),

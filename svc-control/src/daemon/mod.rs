@@ -9,6 +9,7 @@ mod exec;
 mod explain;
 mod failure;
 mod http;
+mod named_audit;
 mod notify;
 mod routes;
 mod server;
@@ -17,8 +18,7 @@ mod supervisor;
 mod wiring;
 
 pub use api_socket::Ended;
+pub use named_audit::NamedAudit;
 pub use server::{RunOptions, guardian_once, instance_lock, run};
 pub use supervisor::{DEFAULT_BRANCHES, Failure, Supervisor, SupervisorConfig};
-pub use wiring::{
-    FenceCommit, IfindexOf, NamedAudit, RecordingCommit, Registered, Registry, UpstreamResolver,
-};
+pub use wiring::{FenceCommit, IfindexOf, RecordingCommit, Registered, Registry, UpstreamResolver};

@@ -152,9 +152,11 @@ impl Call<'_> {
             }
             ["backends"] if self.method == Method::GET => Ok(json(
                 StatusCode::OK,
-                &super::backends_route::describe(self.ctx.sup.backends(), |v| {
-                    std::env::var(v).ok()
-                }),
+                &super::backends_route::describe(
+                    self.ctx.sup.backends(),
+                    |v| std::env::var(v).ok(),
+                    self.who.is_root(),
+                ),
             )),
             ["audit"] if self.method == Method::GET => {
                 streams::audit_stream(&self.ctx.sup, &self.who, &self.query)

@@ -23,8 +23,9 @@ use tracing::{info, warn};
 
 use super::{
     api_socket::Ended,
+    named_audit::NamedAudit,
     supervisor::{Supervisor, SupervisorConfig},
-    wiring::{FenceCommit, NamedAudit, RecordingCommit, Registry, UpstreamResolver},
+    wiring::{FenceCommit, RecordingCommit, Registry, UpstreamResolver},
 };
 use crate::{
     audit::{AuditRecord, AuditSink, JsonlFile},

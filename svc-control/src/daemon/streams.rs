@@ -136,8 +136,9 @@ pub(super) fn workspace_log_stream(
 
 /// `GET /v1/audit?sandbox=&layer=&verdict=&since=&follow=1`: the audit log's records that match,
 /// rotated file first, as JSON lines exactly as written; with `follow`, new ones as they come
-/// (across a rotation). A non-root caller reads only the records of its own sandboxes made
-/// since each was created (as they are when the read starts).
+/// (across a rotation). A non-root caller reads only the records of its own sandboxes (as they
+/// are when the read starts), by incarnation: never those of an earlier sandbox of that name or
+/// id.
 pub(super) fn audit_stream(
     sup: &Supervisor,
     who: &Principal,

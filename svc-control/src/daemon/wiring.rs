@@ -7,7 +7,7 @@ use std::{
     net::IpAddr,
     pin::Pin,
     sync::{Arc, Mutex, RwLock},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use hickory_proto::{
@@ -16,7 +16,7 @@ use hickory_proto::{
 };
 
 use crate::{
-    audit::{AuditError, AuditRecord, AuditSink},
+    audit::Incarnation,
     dataplane::{AllowEntry, Fence, PortRule},
     dns::{self, Commit, CommitEntry, SandboxDns, Upstream},
     policy::{
@@ -76,6 +76,10 @@ impl Commit for FenceCommit {
 pub struct Registered {
     pub id: u32,
     pub name: String,
+    /// Which creation of the sandbox this is (the audit records' `incarnation`).
+    pub incarnation: Incarnation,
+    /// When it was created (a record stamped earlier is an earlier sandbox's).
+    pub created: SystemTime,
     pub ifindex: u32,
     pub guest: IpAddr,
     pub dns: Arc<SandboxDns>,
@@ -120,7 +124,13 @@ pub struct RecordingCommit<C> {
 }
 
 impl<C: Commit> Commit for RecordingCommit<C> {
+    /// An answer that arrives after its sandbox was destroyed opens nothing: not on the link
+    /// of a later sandbox given the same id.
     fn commit(&self, sandbox: &SandboxDns, entries: &[CommitEntry]) -> Result<(), String> {
+        let current = self.registry.by_id(sandbox.id);
+        if !current.is_some_and(|r| r.incarnation == sandbox.incarnation) {
+            return Err(format!("sandbox {} was destroyed", sandbox.id));
+        }
         self.registry.bind(sandbox.id, entries);
         self.inner.commit(sandbox, entries)
     }
@@ -318,134 +328,6 @@ impl crate::limits::Report for LimitHits {
                 limit.key()
             );
         }
-    }
-}
-
-/// The audit log, with each record's sandbox name filled in from the registry, and each
-/// sandbox held to its share of it (`[limits] audit_records_per_sec`).
-pub struct NamedAudit {
-    pub inner: Arc<dyn AuditSink>,
-    pub registry: Arc<Registry>,
-    /// Every record made is counted here too, written or suppressed.
-    pub metrics: Arc<crate::metrics::Metrics>,
-    pub limits: Arc<crate::limits::GuestLimits>,
-}
-
-impl NamedAudit {
-    fn write(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        if !self.admitted(r) {
-            return Ok(());
-        }
-        let result = self.inner.record(r);
-        self.count(std::slice::from_ref(r), &result);
-        result
-    }
-
-    /// Whether `r` is within its sandbox's share of the log (allowed requests and sessions
-    /// have a share of their own, refusals and the rest another); one that is not is counted in the metrics as it happened (not
-    /// written).
-    fn admitted(&self, r: &AuditRecord) -> bool {
-        use crate::audit::AuditEvent::{Http, Ssh};
-        let allowed =
-            matches!(r.event, Http(_) | Ssh(_)) && r.event.decision_word() == Some("allow");
-        if r.sandbox == 0
-            || !r.event.guest_driven()
-            || self
-                .limits
-                .admit_audit(r.sandbox, r.event.layer().as_str(), allowed)
-        {
-            return true;
-        }
-        self.metrics.record(r);
-        false
-    }
-
-    /// Each record written counted, or each one lost.
-    fn count(&self, records: &[AuditRecord], result: &Result<(), AuditError>) {
-        for r in records {
-            match result {
-                Ok(()) => self.metrics.record(r),
-                Err(_) => self.metrics.audit_failed(),
-            }
-        }
-    }
-
-    /// One `suppressed` record per sandbox that went past its share since the last call.
-    pub fn write_suppressed(&self) {
-        self.limits.tick();
-        let (per_sec, burst) = self.limits.audit_budget();
-        for (sandbox, counts) in self.limits.take_suppressed_audit() {
-            let event = crate::audit::AuditEvent::Suppressed(crate::audit::SuppressedEvent {
-                records: counts
-                    .into_iter()
-                    .map(|(layer, n)| (layer.to_owned(), n))
-                    .collect(),
-                per_sec,
-                burst,
-            });
-            let mut r = AuditRecord::now(sandbox, event);
-            self.name(&mut r);
-            let result = self.inner.record(&r);
-            self.count(std::slice::from_ref(&r), &result);
-        }
-    }
-}
-
-impl NamedAudit {
-    /// The sandbox's name, where the record has none and the sandbox is known.
-    fn name(&self, r: &mut AuditRecord) {
-        if r.sandbox_name.is_none()
-            && let Some(s) = self.registry.by_id(r.sandbox)
-        {
-            r.sandbox_name = Some(s.name.clone());
-        }
-    }
-}
-
-impl AuditSink for NamedAudit {
-    fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        match (&r.sandbox_name, self.registry.by_id(r.sandbox)) {
-            (None, Some(s)) => {
-                let mut named = r.clone();
-                named.sandbox_name = Some(s.name.clone());
-                self.write(&named)
-            }
-            _ => self.write(r),
-        }
-    }
-
-    fn record_owned(&self, mut r: AuditRecord) -> Result<(), AuditError> {
-        self.name(&mut r);
-        self.write(&r)
-    }
-
-    fn record_all(&self, records: &mut [AuditRecord]) -> Result<(), AuditError> {
-        for r in records.iter_mut() {
-            self.name(r);
-        }
-        // Each record asked once: within its sandbox's share, or counted and dropped.
-        let admitted: Vec<bool> = records.iter().map(|r| self.admitted(r)).collect();
-        if admitted.iter().all(|a| *a) {
-            let result = self.inner.record_all(records);
-            self.count(records, &result);
-            return result;
-        }
-        let mut kept: Vec<AuditRecord> = records
-            .iter()
-            .zip(&admitted)
-            .filter(|(_, a)| **a)
-            .map(|(r, _)| r.clone())
-            .collect();
-        if kept.is_empty() {
-            return Ok(());
-        }
-        let result = self.inner.record_all(&mut kept);
-        self.count(&kept, &result);
-        result
-    }
-
-    fn ready(&self) -> Result<(), AuditError> {
-        self.inner.ready()
     }
 }
 

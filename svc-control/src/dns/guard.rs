@@ -102,13 +102,13 @@ impl Guard {
         match decision {
             DnsDecision::Refuse { reason } => {
                 event.reason = Some(reason.into());
-                self.record(sandbox.id, event);
+                self.record(&sandbox, event);
                 answer.code(ResponseCode::Refused)
             }
             DnsDecision::Empty { reason } => {
                 event.decision = "empty";
                 event.reason = Some(reason.into());
-                self.record(sandbox.id, event);
+                self.record(&sandbox, event);
                 answer.code(ResponseCode::NoError)
             }
             DnsDecision::Resolve { ports } => {
@@ -133,12 +133,12 @@ impl Guard {
     ) -> Option<(Arc<SandboxDns>, DnsEvent)> {
         let Some(sandbox) = self.directory.sandbox_for(source) else {
             event.reason = Some(format!("{source} is not a sandbox"));
-            self.record(0, event);
+            self.record(&SandboxDns::unknown(), event);
             return None;
         };
         if question.query_class() != DNSClass::IN {
             event.reason = Some("only class IN is answered".into());
-            self.record(sandbox.id, event);
+            self.record(&sandbox, event);
             return None;
         }
         let (rate, burst) = (self.config.rate_per_second, self.config.burst);
@@ -149,7 +149,7 @@ impl Guard {
                 self.config.rate_per_second
             ));
             if self.buckets.should_report_limit(sandbox.id) {
-                self.record(sandbox.id, event);
+                self.record(&sandbox, event);
             }
             return None;
         }
@@ -174,7 +174,7 @@ impl Guard {
             Err(why) => {
                 event.decision = "servfail";
                 event.reason = Some(why);
-                self.record(sandbox.id, event);
+                self.record(sandbox, event);
                 return answer.code(ResponseCode::ServFail);
             }
         };
@@ -187,11 +187,11 @@ impl Guard {
         {
             event.decision = "servfail";
             event.reason = Some(format!("the fence did not take the addresses: {why}"));
-            self.record(sandbox.id, event);
+            self.record(sandbox, event);
             return answer.code(ResponseCode::ServFail);
         }
         event.decision = "answered";
-        self.record(sandbox.id, event);
+        self.record(sandbox, event);
         answer.reply.add_answers(kept);
         answer.code(rcode)
     }
@@ -212,9 +212,15 @@ impl Guard {
         (kept, removed)
     }
 
-    fn record(&self, sandbox: u32, event: DnsEvent) {
+    /// `event` of `sandbox` (its incarnation as the question found it).
+    fn record(&self, sandbox: &SandboxDns, event: DnsEvent) {
         // On a serving thread, gathered with the rest of its turn (see `serve_udp_threads`).
-        let _ = crate::audit::emit_here(&self.audit, sandbox, AuditEvent::Dns(event));
+        let _ = crate::audit::emit_here(
+            &self.audit,
+            sandbox.id,
+            &sandbox.incarnation,
+            AuditEvent::Dns(event),
+        );
     }
 }
 

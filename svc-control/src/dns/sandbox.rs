@@ -3,7 +3,7 @@
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 
-use crate::{hosts::Allowlist, policy::destination::HostNetwork};
+use crate::{audit::Incarnation, hosts::Allowlist, policy::destination::HostNetwork};
 
 /// What the guard knows about one sandbox.
 #[derive(Debug, Clone)]
@@ -13,6 +13,8 @@ pub struct SandboxDns {
     pub allowed: Allowlist,
     /// AllowAll mode: every name resolves (the allowlist is not consulted).
     pub allow_all: bool,
+    /// Which creation of the sandbox this is, for its questions' audit records.
+    pub incarnation: Incarnation,
 }
 
 impl SandboxDns {
@@ -22,7 +24,13 @@ impl SandboxDns {
             id,
             allowed,
             allow_all: false,
+            incarnation: Incarnation::default(),
         }
+    }
+
+    /// No sandbox (a question from an address that is none): id 0.
+    pub fn unknown() -> Self {
+        Self::curated(0, Allowlist(Vec::new()))
     }
 }
 

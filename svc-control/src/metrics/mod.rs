@@ -396,6 +396,7 @@ mod tests {
             time: "t".into(),
             sandbox: 1,
             sandbox_name: Some(sandbox.into()),
+            incarnation: None,
             event: AuditEvent::Dns(DnsEvent {
                 name: "a.test.".into(),
                 qtype: "A".into(),
@@ -458,6 +459,7 @@ mod tests {
             time: "t".into(),
             sandbox: 1,
             sandbox_name: Some("dev".into()),
+            incarnation: None,
             event: AuditEvent::Http(HttpEvent::decided(
                 "TLS".into(),
                 "deny",

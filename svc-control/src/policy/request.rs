@@ -50,6 +50,9 @@ fn steps(policy: &SandboxPolicy, req: &HttpRequest<'_>, d: &mut Deciding) -> Ste
     if let Some(why) = malformed(req.headers, req.head_had_both_lengths) {
         return Break(d.deny(400, Rule::RequestMalformed, why.into()));
     }
+    // Read once here: a refusal of the authority's binding is recorded with its path too.
+    let target = target::canonicalize(req.target);
+    d.path = target.as_ref().ok().map(Target::path);
     let authority = bind_authority(req, d)?;
     method(req.method, d)?;
     // 3. Host allowlist.
@@ -61,11 +64,10 @@ fn steps(policy: &SandboxPolicy, req: &HttpRequest<'_>, d: &mut Deciding) -> Ste
         ));
     }
     // 4. Target.
-    let target = match target::canonicalize(req.target) {
+    let target = match target {
         Ok(t) => t,
         Err(e) => return Break(d.deny(403, Rule::TargetInvalid, e.to_string())),
     };
-    d.path = Some(target.path());
     let swap = placeholders(policy, req, &authority, d)?;
     Continue(gate(policy, req, &authority, &target, swap, d))
 }

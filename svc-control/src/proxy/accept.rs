@@ -37,7 +37,7 @@ pub(super) async fn connection(ctx: Arc<Ctx>, mut tcp: TcpStream, peer: SocketAd
     };
     let slot = match ctx.config.limits.acquire(sandbox.id, Channel::Proxy) {
         Ok(slot) => HeldSlot(Arc::new(slot)),
-        Err(hit) => return ctx.audit_conn(sandbox.id, hit.to_string()),
+        Err(hit) => return ctx.audit_conn(&sandbox, hit.to_string()),
     };
     let conn = Conn {
         ctx,
@@ -52,7 +52,7 @@ pub(super) async fn connection(ctx: Arc<Ctx>, mut tcp: TcpStream, peer: SocketAd
         read_hello(&mut tcp, &mut buf),
     )
     .await;
-    let refuse = |why: String| conn.ctx.audit_conn(conn.sandbox.id, why);
+    let refuse = |why: String| conn.ctx.audit_conn(&conn.sandbox, why);
     let hello = match hello {
         Ok(Ok(Some(h))) => h,
         Ok(Ok(None)) => return plain::serve(conn, tcp, buf).await,

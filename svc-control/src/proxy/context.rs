@@ -26,13 +26,14 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
-    /// The sandbox at `source` as it is now (after live changes) if it is still `sandbox`,
+    /// The sandbox at `source` as it is now (after live changes) if it is still `sandbox`
+    /// (the same creation: a destroyed sandbox's id and address go to the next one made),
     /// else `sandbox` as the connection found it: each request is decided by the policy of now
     /// (a live allowlist change applies from the next request on a kept-alive connection).
     pub(super) fn current(&self, source: IpAddr, sandbox: &Arc<ProxySandbox>) -> Arc<ProxySandbox> {
         self.sandboxes
             .sandbox_for(source)
-            .filter(|s| s.id == sandbox.id)
+            .filter(|s| s.id == sandbox.id && s.incarnation == sandbox.incarnation)
             .unwrap_or_else(|| sandbox.clone())
     }
 }

@@ -12,6 +12,7 @@ use super::{
     body::ProxyBody,
     context::{Ctx, Exchange, HeldSlot},
     forward::{self, Route},
+    record::Unanswered,
     refuse::Refused,
     request::{self, Carried},
     response,
@@ -51,6 +52,8 @@ async fn stages(
     held: Option<HeldSlot>,
 ) -> Result<Response<ProxyBody>, Refused> {
     let allowed = request::admit(ex, carried, req).await?;
+    let dialled = dialled_to.map(|a| a.to_string());
+    let unanswered = Unanswered::arm(ex, &allowed.decision, dialled);
     // Held until the answer's head is back (`limits.proxy_requests`).
     let _reading = allowed.reading;
     let route = Route {
@@ -59,7 +62,9 @@ async fn stages(
         decision: &allowed.decision,
         websocket: allowed.guest_upgrade.is_some(),
     };
-    let mut sent = forward::forward(ex, allowed.outgoing, route).await?;
+    let sent = forward::forward(ex, allowed.outgoing, route).await;
+    unanswered.disarm();
+    let mut sent = sent?;
     let upgrading = upgrade::agreed(allowed.guest_upgrade, &mut sent.response);
     let answer = response::head(ex, sent, allowed.decision, upgrading.is_some())?;
     Ok(match upgrading {

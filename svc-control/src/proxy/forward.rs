@@ -159,7 +159,7 @@ fn checked_dial(ex: &Exchange<'_>, host: &str, route: &Route<'_>) -> Result<Sock
     let (status, rule, reason) = (e.status(), e.rule(), e.to_string());
     let decision = route.decision;
     ex.ctx.audit_request(
-        ex.sandbox.id,
+        ex.sandbox,
         HttpEvent {
             host: Some(host.to_owned()),
             method: ex.method.to_string(),
@@ -174,6 +174,7 @@ fn checked_dial(ex: &Exchange<'_>, host: &str, route: &Route<'_>) -> Result<Sock
             dialled: route.dialled_to.map(|a| a.to_string()),
             rule,
             refs: git_push::refs(decision.push.as_ref()),
+            reason: None,
         },
     );
     Err(Box::new(refusal(status, &e.rule(), &reason)))

@@ -22,6 +22,7 @@ use super::{
     h1_frames::{Tracker, Verdict},
     h1_watch::Watched,
     request::Carried,
+    revoke::whose,
     sandboxes::ProxySandbox,
     tls::{Rewind, hands_over, hyper_buffer},
 };
@@ -42,7 +43,7 @@ pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
         cut,
         slot,
     } = conn;
-    let id = sandbox.id;
+    let found = sandbox.clone();
     let dialled_to = ctx.sandboxes.original_destination(&tcp);
     // The host of the request this connection serves now (Host varies per request).
     let serving: Arc<Mutex<Option<String>>> = Arc::default();
@@ -87,13 +88,17 @@ pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
         let _ = serve.await;
     };
     let was_cut = cut
-        .serve(serve, ctx.sandboxes.clone(), id, dialled, move || {
-            serving.lock().ok()?.clone()
-        })
+        .serve(
+            serve,
+            ctx.sandboxes.clone(),
+            whose(&found),
+            dialled,
+            move || serving.lock().ok()?.clone(),
+        )
         .await;
     if was_cut {
         let host = serving_at_cut.lock().ok().and_then(|s| s.clone());
-        ctx.audit_cut(id, "HTTP", host);
+        ctx.audit_cut(&found, "HTTP", host);
     }
 }
 
@@ -119,9 +124,13 @@ async fn request(
             method: req.method().clone(),
             started,
         };
+        // Recorded with its path, as the policy would read it.
+        let path = crate::policy::target::canonicalize(&req.uri().to_string())
+            .ok()
+            .map(|t| t.path());
         return *ex.refuse(
             Some(mismatch.name.clone()),
-            None,
+            path,
             Mismatch::STATUS,
             Mismatch::RULE,
             &mismatch.host_reason(),

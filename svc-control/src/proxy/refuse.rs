@@ -32,14 +32,33 @@ impl Exchange<'_> {
         rule: &str,
         reason: &str,
     ) -> Refused {
+        self.refuse_recorded(host, path, (status, rule, reason), None)
+    }
+
+    /// Refuse a request head the proxy could not read (400, 408, 414, 431) for `why`: the
+    /// record says why too (there is no host or rule of the policy's to tell it).
+    pub(super) fn refuse_head(&self, status: u16, why: &str) -> Refused {
+        let rule = "request-malformed";
+        self.refuse_recorded(None, None, (status, rule, why), Some(why.to_owned()))
+    }
+
+    /// [`Self::refuse`], with the record's `reason`.
+    fn refuse_recorded(
+        &self,
+        host: Option<String>,
+        path: Option<String>,
+        (status, rule, reason): (u16, &str, &str),
+        recorded: Option<String>,
+    ) -> Refused {
         self.ctx.audit_request(
-            self.sandbox.id,
+            self.sandbox,
             HttpEvent {
                 host,
                 path,
                 status,
                 bytes_down: refusal_body(status, rule, reason).len() as u64,
                 duration_ms: ms(self.started),
+                reason: recorded,
                 ..HttpEvent::decided(self.method.to_string(), "deny", rule.to_owned())
             },
         );
@@ -51,7 +70,7 @@ impl Exchange<'_> {
     pub(super) fn refuse_push(&self, decision: &Decision, status: u16) -> Refused {
         let answer = git_push::refusal(decision.push.as_ref(), &decision.reason);
         self.ctx.audit_request(
-            self.sandbox.id,
+            self.sandbox,
             HttpEvent {
                 host: decision.host.clone(),
                 path: decision.path.clone(),

@@ -83,7 +83,7 @@ pub(super) async fn admit(
 ) -> Result<Allowed, Refused> {
     // A head the witness refused: hyper was handed a stand-in, answered with the refusal.
     if let Some(Verdict::Refused { status, why }) = carried.framing {
-        return Err(ex.refuse(None, None, *status, "request-malformed", why));
+        return Err(ex.refuse_head(*status, why));
     }
     // A protocol upgrade: WebSocket handshakes pass on (relayed once the upstream agrees),
     // every other upgrade is refused here, never dropped silently.

@@ -77,6 +77,7 @@ pub(super) fn head(
         upgrade: None,
         dialled: sent.direct.then(|| sent.dial_to.to_string()),
         refs: git_push::refs(decision.push.as_ref()),
+        reason: None,
     };
     Ok(Answer {
         parts,
@@ -102,6 +103,7 @@ pub(super) fn stream(ex: &Exchange<'_>, answer: Answer) -> Response<ProxyBody> {
     let mut pending = PendingRecord {
         audit: ex.ctx.audit.clone(),
         sandbox: ex.sandbox.id,
+        of: ex.sandbox.incarnation.clone(),
         record: Some(record),
         started: ex.started,
         bytes_up,
@@ -149,6 +151,8 @@ pub(super) fn empty() -> ProxyBody {
 struct PendingRecord {
     audit: Arc<dyn AuditSink>,
     sandbox: u32,
+    /// The sandbox's incarnation as the connection found it.
+    of: crate::audit::Incarnation,
     record: Option<HttpEvent>,
     started: Instant,
     bytes_up: Arc<AtomicU64>,
@@ -174,7 +178,7 @@ impl Drop for PendingRecord {
 
 impl PendingRecord {
     fn write(&self, record: HttpEvent) {
-        if let Err(e) = record::write(&self.audit, self.sandbox, record) {
+        if let Err(e) = record::write(&self.audit, (self.sandbox, &self.of), record) {
             eprintln!("svc proxy: audit record lost: {e}");
         }
     }

@@ -7,7 +7,16 @@ use std::{future::Future, net::IpAddr, os::fd::OwnedFd, sync::Arc};
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
 use super::sandboxes::{Revocation, Sandboxes};
-use crate::hosts::HostKind;
+use crate::{audit::Incarnation, hosts::HostKind};
+
+/// The sandbox a connection serves: its id, and which creation of it (a later sandbox given
+/// the same id is not this one).
+pub(super) type Whose = (u32, Incarnation);
+
+/// Whose a connection of `sandbox` (as it found it) is.
+pub(super) fn whose(sandbox: &super::sandboxes::ProxySandbox) -> Whose {
+    (sandbox.id, sandbox.incarnation.clone())
+}
 
 /// What cuts a served guest connection: revocations of its sandbox, subscribed before anything
 /// was decided (a change after that is not missed), and a duplicate of its socket to reset it.
@@ -20,40 +29,41 @@ pub(super) struct Cut {
 }
 
 impl Cut {
-    /// Serve (`serve`) until it ends, or sandbox `id` loses `dialled` or the host `host()`
+    /// Serve (`serve`) until it ends, or sandbox `whose` loses `dialled` or the host `host()`
     /// names; then reset the connection. Whether it was cut.
     pub(super) async fn serve(
         self,
         serve: impl Future<Output = ()>,
         sandboxes: Arc<dyn Sandboxes>,
-        id: u32,
+        whose: Whose,
         dialled: Option<IpAddr>,
         host: impl Fn() -> Option<String>,
     ) -> bool {
-        let by_name = served_host_revoked(self.host_revocations, sandboxes, id, host);
+        let id = whose.0;
+        let by_name = served_host_revoked(self.host_revocations, sandboxes, whose, host);
         let by_address = revoked(self.revocations, id, dialled);
         serve_until_revoked(serve, either_revoked(by_address, by_name), self.fd).await
     }
 }
 
-/// Until sandbox `id`'s allowlist no longer allows `host` (checked at each change of it).
+/// Until sandbox `whose`'s allowlist no longer allows `host` (checked at each change of it).
 pub(super) async fn host_revoked(
     rx: Receiver<Revocation>,
     sandboxes: Arc<dyn Sandboxes>,
-    id: u32,
+    whose: Whose,
     host: String,
 ) {
-    served_host_revoked(rx, sandboxes, id, move || Some(host.clone())).await;
+    served_host_revoked(rx, sandboxes, whose, move || Some(host.clone())).await;
 }
 
-/// Until sandbox `id`'s allowlist no longer allows the host a connection serves (`host()` at
-/// each change; `None`: none yet). A connection to an address shared with a host still allowed
-/// is not revoked by address: this ends it by name (its open HTTP/2 streams, a response still
-/// streaming).
+/// Until sandbox `whose`'s allowlist no longer allows the host a connection serves (`host()`
+/// at each change; `None`: none yet). A connection to an address shared with a host still
+/// allowed is not revoked by address: this ends it by name (its open HTTP/2 streams, a
+/// response still streaming). A sandbox gone, or its id now another's, allows nothing.
 async fn served_host_revoked(
     mut rx: Receiver<Revocation>,
     sandboxes: Arc<dyn Sandboxes>,
-    id: u32,
+    (id, of): Whose,
     host: impl Fn() -> Option<String>,
 ) {
     loop {
@@ -61,9 +71,9 @@ async fn served_host_revoked(
             Ok(r) if r.sandbox == id => {
                 let Some(host) = host() else { continue };
                 let kind = HostKind::Exact(host);
-                let allowed = sandboxes
-                    .policy_of(id)
-                    .is_some_and(|p| p.policy.allowed.find_name(&kind).is_some());
+                let allowed = sandboxes.policy_of(id).is_some_and(|p| {
+                    p.incarnation == of && p.policy.allowed.find_name(&kind).is_some()
+                });
                 if !allowed {
                     return;
                 }

@@ -10,7 +10,7 @@ use std::{
 use tokio::net::TcpStream;
 
 use super::ca::SandboxCa;
-use crate::policy::request::SandboxPolicy;
+use crate::{audit::Incarnation, policy::request::SandboxPolicy};
 
 /// One sandbox as the proxy sees it.
 #[derive(Debug)]
@@ -18,6 +18,9 @@ pub struct ProxySandbox {
     pub id: u32,
     pub policy: SandboxPolicy,
     pub ca: Arc<SandboxCa>,
+    /// Which creation of the sandbox this is: its connections' audit records carry it, and a
+    /// connection never takes the policy of a later sandbox given the same id and address.
+    pub incarnation: Incarnation,
 }
 
 /// Who is connecting, by source address.

@@ -30,6 +30,7 @@ use super::{
     h1_frames::{Tracker, Verdict},
     h1_watch::Watched,
     request::Carried,
+    revoke::whose,
 };
 use crate::policy::credentials::Scheme;
 
@@ -44,7 +45,7 @@ pub(super) async fn serve(
 ) {
     let Ok(tls) = conn.sandbox.ca.server_config(&name) else {
         return conn.ctx.audit_conn(
-            conn.sandbox.id,
+            &conn.sandbox,
             format!("could not mint a certificate for {name}"),
         );
     };
@@ -67,7 +68,7 @@ pub(super) async fn serve(
         cut,
         slot,
     } = conn;
-    let id = sandbox.id;
+    let found = sandbox.clone();
     let sni: Arc<str> = Arc::from(name.as_str());
     let served = ctx.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
@@ -112,12 +113,16 @@ pub(super) async fn serve(
     let sni_name = name.clone();
     let dialled = dialled_to.map(|a| a.ip().to_canonical());
     let was_cut = cut
-        .serve(serve, ctx.sandboxes.clone(), id, dialled, move || {
-            Some(sni_name.clone())
-        })
+        .serve(
+            serve,
+            ctx.sandboxes.clone(),
+            whose(&found),
+            dialled,
+            move || Some(sni_name.clone()),
+        )
         .await;
     if was_cut {
-        ctx.audit_cut(id, "TLS", Some(name));
+        ctx.audit_cut(&found, "TLS", Some(name));
     }
 }
 

@@ -50,13 +50,14 @@ pub(super) fn open(
     let mut opened = record.clone();
     opened.upgrade = Some("websocket");
     opened.duration_ms = ms(ex.started);
-    ex.ctx.audit_request(ex.sandbox.id, opened);
+    ex.ctx.audit_request(ex.sandbox, opened);
     let (audit, id, started) = (ex.ctx.audit.clone(), ex.sandbox.id, ex.started);
+    let of = ex.sandbox.incarnation.clone();
     // A live change that removes the host ends the relayed connection too.
     let revoked = host_revoked(
         ex.ctx.sandboxes.revocations(),
         ex.ctx.sandboxes.clone(),
-        id,
+        (id, of.clone()),
         record.host.clone().unwrap_or_default(),
     );
     tokio::spawn(async move {
@@ -75,7 +76,7 @@ pub(super) fn open(
             }
         }
         closed.duration_ms = ms(started);
-        let _ = record::write(&audit, id, closed);
+        let _ = record::write(&audit, (id, &of), closed);
     });
     http::Response::from_parts(parts, empty())
 }

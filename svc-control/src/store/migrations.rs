@@ -41,4 +41,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE secret_store ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE secret_store ADD COLUMN shared_gid INTEGER;
     ALTER TABLE events ADD COLUMN owner_uid INTEGER;",
+    // 4: each sandbox's incarnation (its audit records' key: ids and names are reused). Rows
+    // from before get one each now.
+    "ALTER TABLE sandboxes ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+    UPDATE sandboxes SET incarnation = lower(hex(randomblob(8))) WHERE incarnation = '';",
 ];

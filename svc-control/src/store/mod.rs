@@ -51,9 +51,14 @@ mod tests {
         }
         let mut s = Store::open(dir.path()).unwrap();
         assert_eq!(s.list().unwrap()[0].owner_uid, 0);
+        let old = s.list().unwrap()[0].incarnation.clone();
+        assert!(
+            old.len() == 16 && old.bytes().all(|b| b.is_ascii_hexdigit()),
+            "a row from before incarnations is given one: {old:?}"
+        );
         let gh = s.secret_get("gh").unwrap().unwrap().0;
         assert_eq!((gh.owner_uid, gh.shared_gid), (0, None));
-        s.reserve_for("new", "{}", "t", 10, 1001).unwrap();
+        s.reserve_for("new", "{}", "t", "0f", 10, 1001).unwrap();
         assert_eq!(s.sandbox_owner("new").unwrap(), Some(1001));
         assert_eq!(
             s.secret_put("mine", b"x", "t", 1001).unwrap().owner_uid,

@@ -21,6 +21,8 @@ pub struct SandboxRow {
     pub pid_start: Option<u64>,
     /// The uid that created it (0 for sandboxes created before owners were recorded).
     pub owner_uid: u32,
+    /// Which creation of a sandbox of this name and id it is (its audit records' key).
+    pub incarnation: String,
 }
 
 impl Store {
@@ -32,15 +34,18 @@ impl Store {
         created_at: &str,
         max_id: u32,
     ) -> Result<u32, StoreError> {
-        self.reserve_for(name, envelope, created_at, max_id, 0)
+        let incarnation = crate::audit::Incarnation::fresh_key();
+        self.reserve_for(name, envelope, created_at, &incarnation, max_id, 0)
     }
 
-    /// Reserve `name` for `owner_uid` with the lowest free id in `1..=max_id`, as `creating`.
+    /// Reserve `name` (creation `incarnation`) for `owner_uid` with the lowest free id in
+    /// `1..=max_id`, as `creating`.
     pub fn reserve_for(
         &mut self,
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError> {
@@ -80,9 +85,9 @@ impl Store {
             return Err(StoreError::Full(max_id));
         }
         tx.execute(
-            "INSERT INTO sandboxes (name, id, state, created_at, envelope, owner_uid) \
-             VALUES (?1, ?2, 'creating', ?3, ?4, ?5)",
-            params![name, id, created_at, envelope, owner_uid],
+            "INSERT INTO sandboxes (name, id, state, created_at, envelope, owner_uid, \
+             incarnation) VALUES (?1, ?2, 'creating', ?3, ?4, ?5, ?6)",
+            params![name, id, created_at, envelope, owner_uid, incarnation],
         )
         .map_err(sql)?;
         tx.commit().map_err(sql)?;
@@ -98,6 +103,7 @@ impl Store {
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         owner_uid: u32,
     ) -> Result<(), StoreError> {
         let path = self.path.clone();
@@ -120,9 +126,9 @@ impl Store {
         }
         let n = tx
             .execute(
-                "UPDATE sandboxes SET name = ?2, envelope = ?3, created_at = ?4, owner_uid = ?5 \
-                 WHERE name = ?1 AND state = 'creating'",
-                params![pooled, name, envelope, created_at, owner_uid],
+                "UPDATE sandboxes SET name = ?2, envelope = ?3, created_at = ?4, owner_uid = ?5, \
+                 incarnation = ?6 WHERE name = ?1 AND state = 'creating'",
+                params![pooled, name, envelope, created_at, owner_uid, incarnation],
             )
             .map_err(sql)?;
         if n == 0 {
@@ -216,7 +222,7 @@ impl Store {
     pub fn list(&self) -> Result<Vec<SandboxRow>, StoreError> {
         self.all(
             "SELECT name, id, state, created_at, envelope, ca_cert, ca_key, pid, pid_start, \
-             owner_uid FROM sandboxes ORDER BY id",
+             owner_uid, incarnation FROM sandboxes ORDER BY id",
             [],
             |r| {
                 Ok(SandboxRow {
@@ -230,6 +236,7 @@ impl Store {
                     pid: r.get(7)?,
                     pid_start: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
                     owner_uid: r.get(9)?,
+                    incarnation: r.get(10)?,
                 })
             },
         )
@@ -320,10 +327,10 @@ mod tests {
         s.reserve("taken", "{}", "t", 10).unwrap();
         let id = s.reserve("pool.container.1", "{}", "t0", 10).unwrap();
         assert!(matches!(
-            s.claim_reserved("pool.container.1", "taken", "{}", "t1", 7),
+            s.claim_reserved("pool.container.1", "taken", "{}", "t1", "c1", 7),
             Err(StoreError::Exists(_))
         ));
-        s.claim_reserved("pool.container.1", "dev", "{\"y\":2}", "t1", 7)
+        s.claim_reserved("pool.container.1", "dev", "{\"y\":2}", "t1", "c1", 7)
             .unwrap();
         let row = s
             .list()
@@ -339,8 +346,10 @@ mod tests {
             (row.created_at.as_str(), row.envelope.as_str()),
             ("t1", "{\"y\":2}")
         );
+        // The claimer's incarnation, never the pool's: audit records name the claimer only.
+        assert_eq!(row.incarnation, "c1");
         assert!(matches!(
-            s.claim_reserved("pool.container.1", "other", "{}", "t2", 0),
+            s.claim_reserved("pool.container.1", "other", "{}", "t2", "c2", 0),
             Err(StoreError::NotFound(_))
         ));
     }

@@ -258,6 +258,19 @@ async fn answer(
                 .body(Full::new(Bytes::from(format!("{body}\n"))).boxed_unsync())
                 .unwrap_or_default()
         }
+        path if path.starts_with("/slow/") => {
+            // `/slow/SECS/…`: answered as any request, SECS (at most 30) seconds late.
+            let secs: u64 = path
+                .split('/')
+                .nth(2)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
+            log_request(world, name, scheme, &req);
+            tokio::time::sleep(std::time::Duration::from_secs(secs.min(30))).await;
+            handle(world, name, scheme, req)
+                .await
+                .map(|b| b.boxed_unsync())
+        }
         _ => handle(world, name, scheme, req)
             .await
             .map(|b| b.boxed_unsync()),
@@ -474,7 +487,9 @@ fn token_endpoint(world: &World, body: &[u8]) -> Response<Full<Bytes>> {
     )
 }
 
+/// Names the outside world answers: each known name, and `slow-NAME` as NAME 1.5 s late.
 async fn serve_dns(world: Arc<World>, sock: tokio::net::UdpSocket) {
+    let sock = Arc::new(sock);
     let mut buf = vec![0u8; 4096];
     loop {
         let Ok((n, from)) = sock.recv_from(&mut buf).await else {
@@ -489,12 +504,20 @@ async fn serve_dns(world: Arc<World>, sock: tokio::net::UdpSocket) {
         answer.metadata.recursion_desired = query.metadata.recursion_desired;
         answer.metadata.recursion_available = true;
         let mut code = ResponseCode::NXDomain;
+        let mut late = false;
         for q in &query.queries {
             answer.add_query(q.clone());
             let name = q.name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
             world.log(
                 serde_json::json!({"kind": "dns", "name": name, "type": q.query_type.to_string()}),
             );
+            let name = match name.strip_prefix("slow-") {
+                Some(known) => {
+                    late = true;
+                    known.to_owned()
+                }
+                None => name,
+            };
             if let Some(ips) = world.names.get(&name) {
                 code = ResponseCode::NoError;
                 for ip in ips {
@@ -508,7 +531,16 @@ async fn serve_dns(world: Arc<World>, sock: tokio::net::UdpSocket) {
             }
         }
         answer.metadata.response_code = code;
-        if let Ok(bytes) = answer.to_vec() {
+        let Ok(bytes) = answer.to_vec() else {
+            continue;
+        };
+        if late {
+            let sock = sock.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+                let _ = sock.send_to(&bytes, from).await;
+            });
+        } else {
             let _ = sock.send_to(&bytes, from).await;
         }
     }

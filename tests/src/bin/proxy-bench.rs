@@ -340,7 +340,15 @@ fn make_proxy(
     config.network.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     Arc::new(Proxy::new(
         config,
-        Arc::new(One(Arc::new(ProxySandbox { id: 1, policy, ca }), port)),
+        Arc::new(One(
+            Arc::new(ProxySandbox {
+                id: 1,
+                policy,
+                ca,
+                incarnation: Default::default(),
+            }),
+            port,
+        )),
         Arc::new(NoTokens),
         Arc::new(Second),
         Arc::new(JsonlFile::open(audit_dir.join("audit.jsonl"), 1 << 30).unwrap()),

@@ -209,6 +209,41 @@ impl World {
     pub fn show(&self, name: &str) -> serde_json::Value {
         serde_json::from_str(&self.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
     }
+
+    /// `curl` to svcd's API socket as root (or under `ids`, setpriv's): (HTTP status, body).
+    pub fn api(
+        &self,
+        ids: &[&str],
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> (u16, String) {
+        let file = self.dir.join(format!("body-{}", crate::unique("b")));
+        let mut c = if ids.is_empty() {
+            Command::new("curl")
+        } else {
+            let mut c = Command::new("setpriv");
+            c.args(ids).arg("curl");
+            c
+        };
+        c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "--path-as-is"])
+            .arg("--unix-socket")
+            .arg(&self.socket)
+            .args(["-X", method]);
+        if let Some(b) = body {
+            std::fs::write(&file, b).expect("body file");
+            c.args(["-H", "Content-Type: application/json", "--data-binary"])
+                .arg(format!("@{}", file.display()));
+            use std::os::unix::fs::PermissionsExt as _;
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644));
+        }
+        c.arg(format!("http://svcd{path}"));
+        let out: Output = c.output().expect("curl");
+        let _ = std::fs::remove_file(&file);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
 }
 
 /// `svc doctor --microvm --json DIR` with no svcd to ask (its socket a path that does not

@@ -152,6 +152,7 @@ impl Supervisor {
             ifindex,
             created_at: row.created_at.clone(),
             created,
+            incarnation: crate::audit::Incarnation::new(&row.name, &row.incarnation),
             secrets: secrets
                 .iter()
                 .map(|s| (s.name.clone(), s.source.clone()))

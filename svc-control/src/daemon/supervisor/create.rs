@@ -129,12 +129,18 @@ impl Supervisor {
         let backend = plan.envelope.backend.clone();
         let created = SystemTime::now();
         let created_at = rfc3339(created);
+        let incarnation = crate::audit::Incarnation::fresh_key();
         let prelim =
             serde_json::to_string(&plan.envelope).map_err(|e| Failure::internal(e.to_string()))?;
-        let id = self
-            .store()
-            .reserve_for(&req.name, &prelim, &created_at, self.max_id(), owner)?;
-        let when = (created, created_at);
+        let id = self.store().reserve_for(
+            &req.name,
+            &prelim,
+            &created_at,
+            &incarnation,
+            self.max_id(),
+            owner,
+        )?;
+        let when = (created, created_at, incarnation);
         let snapshot = restore.map(|(s, _)| s);
         match self.build(&req, plan, id, when, snapshot, owner).await {
             Ok(view) => Ok(view),
@@ -354,7 +360,7 @@ impl Supervisor {
         req: &CreateSandbox,
         plan: Plan,
         id: u32,
-        (created, created_at): (SystemTime, String),
+        (created, created_at, incarnation): (SystemTime, String, String),
         restore: Option<Snapshot>,
         owner: u32,
     ) -> Result<SandboxView, Failure> {
@@ -384,7 +390,7 @@ impl Supervisor {
                 ca,
                 policy: plan.policy,
                 mode,
-                when: (created, created_at),
+                when: (created, created_at, incarnation),
             },
         );
         self.publish(&mut live, &req.secrets, &mut phases).await?;
@@ -512,8 +518,8 @@ pub(super) struct Made {
     pub(super) ca: Arc<SandboxCa>,
     pub(super) policy: SandboxPolicy,
     pub(super) mode: EgressMode,
-    /// When it was made (and as stored).
-    pub(super) when: (SystemTime, String),
+    /// When it was made (and as stored), and its incarnation's key.
+    pub(super) when: (SystemTime, String, String),
 }
 
 /// The live record of sandbox `id` of `owner`, made for `req` as `m`.
@@ -525,6 +531,7 @@ pub(super) fn live_of(req: &CreateSandbox, (id, owner): (u32, u32), m: Made) -> 
         envelope: m.envelope,
         guest: m.started.guest,
         ifindex: m.started.ifindex,
+        incarnation: crate::audit::Incarnation::new(req.name.as_str(), &m.when.2),
         created_at: m.when.1,
         created: m.when.0,
         secrets: req

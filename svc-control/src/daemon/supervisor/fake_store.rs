@@ -67,10 +67,22 @@ macro_rules! logged {
 
 logged! {
     SandboxRows {
-        fn reserve_for(name: &str, envelope: &str, created_at: &str, max_id: u32, owner_uid: u32)
-            -> u32, name;
-        fn claim_reserved(pooled: &str, name: &str, envelope: &str, created_at: &str, owner_uid: u32)
-            -> (), name;
+        fn reserve_for(
+            name: &str,
+            envelope: &str,
+            created_at: &str,
+            incarnation: &str,
+            max_id: u32,
+            owner_uid: u32
+        ) -> u32, name;
+        fn claim_reserved(
+            pooled: &str,
+            name: &str,
+            envelope: &str,
+            created_at: &str,
+            incarnation: &str,
+            owner_uid: u32
+        ) -> (), name;
         fn set_running(name: &str, row: RunningRow<'_>, secrets: &[SecretValue]) -> (), name;
         fn set_envelope(name: &str, envelope: &str) -> (), name;
         fn set_destroying(name: &str) -> (), name;

@@ -47,7 +47,7 @@ impl Supervisor {
             .map(str::to_owned);
         let service = relay_service(
             live.id,
-            live.name.clone(),
+            live.incarnation.clone(),
             off,
             RelayPolicy {
                 repos: live
@@ -70,21 +70,23 @@ impl Supervisor {
 }
 
 /// Each connection: a session (or a refusal when the sandbox already runs
-/// `limits.git_ssh_sessions`), its audit record.
+/// `limits.git_ssh_sessions`), its audit record (of incarnation `of`, the sandbox served, even
+/// when the session ends after it was destroyed).
 fn relay_service(
     id: u32,
-    name: String,
+    of: crate::audit::Incarnation,
     off: Option<String>,
     policy: RelayPolicy,
     client: SshClient,
     limits: Arc<GuestLimits>,
     audit: Arc<dyn crate::audit::AuditSink>,
 ) -> GuestService {
-    let shared = Arc::new((name, policy, client, audit, off));
+    let shared = Arc::new((of, policy, client, audit, off));
     Arc::new(move |conn: GuestConn| {
         let (limits, shared) = (limits.clone(), shared.clone());
         tokio::spawn(async move {
-            let (name, policy, client, audit, off) = &*shared;
+            let (of, policy, client, audit, off) = &*shared;
+            let name = &*of.name;
             let result = match off {
                 Some(off) => git_relay::refuse(conn.reader, conn.writer, off).await,
                 None => match limits.acquire(id, Channel::GitSsh) {
@@ -101,7 +103,7 @@ fn relay_service(
                         decision = s.decision, reason = s.reason.as_deref().unwrap_or(""),
                         refs = s.refs.len(), exit = s.exit,
                         "git SSH session");
-                    if let Err(e) = audit.emit_named(id, name, event(&s)) {
+                    if let Err(e) = audit.emit_of(id, of, event(&s)) {
                         warn!(sandbox = %name, error = %e, "writing a git SSH audit record");
                     }
                 }
@@ -162,15 +164,14 @@ mod tests {
             duration: Duration::from_millis(1500),
             exit: 1,
         };
-        // What `emit_named(7, "demo", …)` writes.
-        let record = crate::audit::AuditRecord {
-            sandbox_name: Some("demo".into()),
-            ..crate::audit::AuditRecord::now(7, event(&s))
-        };
+        // What `emit_of(7, demo's incarnation, …)` writes.
+        let of = crate::audit::Incarnation::new("demo", "0123456789abcdef");
+        let record = crate::audit::AuditRecord::now_of(7, &of, event(&s));
         let v = serde_json::to_value(record).expect("json");
         assert_eq!(v["layer"], "ssh");
         assert_eq!(v["sandbox"], 7);
         assert_eq!(v["sandbox_name"], "demo");
+        assert_eq!(v["incarnation"], "0123456789abcdef");
         assert_eq!(v["refs"][0]["name"], "refs/heads/main");
         assert_eq!(v["signed"], true);
         assert_eq!(v["duration_ms"], 1500);

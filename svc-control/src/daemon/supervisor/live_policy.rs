@@ -167,7 +167,7 @@ impl Supervisor {
             generation,
             by: change.by.to_owned(),
         });
-        if let Err(e) = self.config.audit.emit_named(l.id, name, event) {
+        if let Err(e) = self.config.audit.emit_of(l.id, &l.incarnation, event) {
             tracing::warn!(sandbox = %name, error = %e, "writing the policy change's audit record");
         }
         self.event(

@@ -1,8 +1,6 @@
 //! Who may act on what (`policy::ownership`), asked with what svcd knows: each sandbox's and
 //! stored secret's owner from the store, user and group names from the host.
 
-use std::time::SystemTime;
-
 use super::Supervisor;
 use crate::{
     api::{self, SecretInfo},
@@ -88,8 +86,8 @@ impl Supervisor {
         }
     }
 
-    /// The sandboxes `who` sees, with when each was created (for audit reads); `None`: all.
-    pub fn visible_sandboxes(&self, who: &Principal) -> Option<Vec<(String, SystemTime)>> {
+    /// The incarnations of the sandboxes `who` sees (for audit reads); `None`: all.
+    pub fn visible_sandboxes(&self, who: &Principal) -> Option<Vec<String>> {
         if who.is_root() {
             return None;
         }
@@ -97,7 +95,7 @@ impl Supervisor {
             self.live()
                 .values()
                 .filter(|l| ownership::sees(who, Some(l.owner)))
-                .map(|l| (l.name.clone(), l.created))
+                .map(|l| l.incarnation.key.to_string())
                 .collect(),
         )
     }

@@ -191,9 +191,14 @@ impl Supervisor {
         let prelim =
             serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
         let made = rfc3339(SystemTime::now());
-        let id = self
-            .store()
-            .reserve_for(&name, &prelim, &made, self.max_id(), 0)?;
+        let id = self.store().reserve_for(
+            &name,
+            &prelim,
+            &made,
+            &crate::audit::Incarnation::fresh_key(),
+            self.max_id(),
+            0,
+        )?;
         let (gateway, guest) = self.addresses(id);
         envelope.link = format!("svc{id}");
         envelope.guest_v4 = guest;

@@ -81,7 +81,12 @@ impl Supervisor {
     ) -> Result<SandboxView, Failure> {
         let name = req.name.to_string();
         let created = SystemTime::now();
-        let when = (created, rfc3339(created));
+        // A new incarnation: nothing the pooled sandbox was is the claimer's audit identity.
+        let when = (
+            created,
+            rfc3339(created),
+            crate::audit::Incarnation::fresh_key(),
+        );
         let mut envelope = plan.envelope;
         let (gateway, guest) = self.addresses(pooled.id);
         envelope.link = format!("svc{}", pooled.id);
@@ -90,9 +95,9 @@ impl Supervisor {
         envelope.runtime_id = Some(pooled.name.clone());
         let json =
             serde_json::to_string(&envelope).map_err(|e| Failure::internal(e.to_string()))?;
-        if let Err(e) = self
-            .store()
-            .claim_reserved(&pooled.name, &name, &json, &when.1, owner)
+        if let Err(e) =
+            self.store()
+                .claim_reserved(&pooled.name, &name, &json, &when.1, &when.2, owner)
         {
             // Its name is taken (or the store failed): the pooled sandbox stays pooled.
             self.pool.put(pooled);

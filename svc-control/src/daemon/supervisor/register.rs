@@ -45,18 +45,22 @@ impl Supervisor {
         self.registry.insert(Registered {
             id: live.id,
             name: live.name.clone(),
+            incarnation: live.incarnation.clone(),
+            created: live.created,
             ifindex: live.ifindex,
             guest: IpAddr::V4(live.envelope.guest_v4),
             dns: Arc::new(SandboxDns {
                 id: live.id,
                 allowed,
                 allow_all: mode == EgressMode::AllowAll,
+                incarnation: live.incarnation.clone(),
             }),
             proxy: (mode == EgressMode::Curated).then(|| {
                 Arc::new(ProxySandbox {
                     id: live.id,
                     policy: (*live.policy).clone(),
                     ca: live.ca.clone(),
+                    incarnation: live.incarnation.clone(),
                 })
             }),
             bearers: if mode == EgressMode::Curated {

@@ -118,6 +118,8 @@ pub(super) struct Live {
     pub(super) ifindex: u32,
     pub(super) created_at: String,
     pub(super) created: SystemTime,
+    /// Which creation of a sandbox of this name and id this is (its audit records carry it).
+    pub(super) incarnation: crate::audit::Incarnation,
     pub(super) secrets: Vec<(String, String)>,
     pub(super) ca: Arc<SandboxCa>,
     pub(super) policy: Arc<SandboxPolicy>,

@@ -28,23 +28,26 @@ pub(crate) struct RunningRow<'a> {
 
 /// Sandbox rows: reserved as `creating`, marked `running`, `destroying`, deleted.
 pub(crate) trait SandboxRows: Send + Sync {
-    /// Reserve `name` for `owner_uid` with the lowest free id in `1..=max_id`, as `creating`.
+    /// Reserve `name` (creation `incarnation`) for `owner_uid` with the lowest free id in
+    /// `1..=max_id`, as `creating`.
     fn reserve_for(
         &self,
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError>;
     /// Give the reserved row `pooled` (a warm pool's) to `name` of `owner_uid`, made at
-    /// `created_at`, with `envelope` (its id kept).
+    /// `created_at` as a new `incarnation`, with `envelope` (its id kept).
     fn claim_reserved(
         &self,
         pooled: &str,
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         owner_uid: u32,
     ) -> Result<(), StoreError>;
     /// Mark a reserved sandbox running, with `row` and its sealed `secrets`, in one step.
@@ -128,10 +131,11 @@ impl SandboxRows for Mutex<Store> {
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         max_id: u32,
         owner_uid: u32,
     ) -> Result<u32, StoreError> {
-        lock(self).reserve_for(name, envelope, created_at, max_id, owner_uid)
+        lock(self).reserve_for(name, envelope, created_at, incarnation, max_id, owner_uid)
     }
     fn claim_reserved(
         &self,
@@ -139,9 +143,10 @@ impl SandboxRows for Mutex<Store> {
         name: &str,
         envelope: &str,
         created_at: &str,
+        incarnation: &str,
         owner_uid: u32,
     ) -> Result<(), StoreError> {
-        lock(self).claim_reserved(pooled, name, envelope, created_at, owner_uid)
+        lock(self).claim_reserved(pooled, name, envelope, created_at, incarnation, owner_uid)
     }
     fn set_running(
         &self,

@@ -126,7 +126,7 @@ impl World {
         let mut w = Self::new();
         w.store
             .inner
-            .reserve_for(name, "{}", "2026-01-01T00:00:00Z", 16, 0)
+            .reserve_for(name, "{}", "2026-01-01T00:00:00Z", "00", 16, 0)
             .expect("reserved");
         w.restart();
         w
