@@ -23,11 +23,15 @@ fn ok(u: &User, w: &World, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Two new accounts, named apart from every other test's of this process (the tests of this
+/// file run at once, and each deletes its own users when it ends).
 fn users() -> (User, User) {
-    let tag = std::process::id() % 100_000;
+    static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let pair = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = std::process::id() % 10_000;
     (
-        User::add(format!("svcatk-a{tag}"), None),
-        User::add(format!("svcatk-b{tag}"), None),
+        User::add(format!("svcatk-a{tag}-{pair}"), None),
+        User::add(format!("svcatk-b{tag}-{pair}"), None),
     )
 }
 

@@ -53,10 +53,11 @@ fn svcd_use(w: &World) -> (u64, usize) {
     (rss, fds)
 }
 
-/// `runc exec` of `script` in sandbox `name`'s container, as svcd ran commands before.
+/// The OCI runtime's `exec` of `script` in sandbox `name`'s container, as svcd runs commands
+/// of a guest without a channel (`--no-new-privs` too: crun's exec sets it only when told).
 fn runc_sh(w: &World, name: &str, script: &str) -> String {
     let root: PathBuf = w.dir.join("state/runc");
-    let list = Command::new("runc")
+    let list = Command::new(w.oci_runtime())
         .arg("--root")
         .arg(&root)
         .args(["list", "-q"])
@@ -67,10 +68,19 @@ fn runc_sh(w: &World, name: &str, script: &str) -> String {
         .lines()
         .find(|l| l.contains(name))
         .unwrap_or_else(|| panic!("no container of {name} in {ids}"));
-    let out = Command::new("runc")
+    let out = Command::new(w.oci_runtime())
         .arg("--root")
         .arg(&root)
-        .args(["exec", "--cwd", "/", id, "sh", "-c", script])
+        .args([
+            "exec",
+            "--no-new-privs",
+            "--cwd",
+            "/",
+            id,
+            "sh",
+            "-c",
+            script,
+        ])
         .stdin(Stdio::null())
         .output()
         .expect("runc exec");
@@ -96,6 +106,12 @@ fn the_init_runs_commands_as_runc_exec_did_and_a_hostile_one_ends_only_its_own_c
     w.start_svcd();
     let (code, parent, err) = w.sh("dev", "echo $PPID");
     assert_eq!((code, parent.as_str()), (0, "0\n"), "{err}");
+    // The runtime's exec keeps the guest's no_new_privs (crun's only when svcd says so).
+    let (_, status, _) = w.sh("dev", "grep NoNewPrivs /proc/self/status");
+    assert_eq!(
+        status, "NoNewPrivs:\t1\n",
+        "a runtime exec without no_new_privs"
+    );
     w.svc_ok(&["sandbox", "create", "other"]);
     w.svc_ok(&["sandbox", "create", "third"]);
     assert_eq!(

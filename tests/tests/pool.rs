@@ -43,7 +43,7 @@ fn wait_pool(w: &World, n: u64) {
 
 /// The containers the runtime knows in this world.
 fn runtime_ids(w: &World) -> Vec<String> {
-    let out = Command::new("runc")
+    let out = Command::new(w.oci_runtime())
         .arg("--root")
         .arg(w.dir.join("state/runc"))
         .args(["list", "-q"])

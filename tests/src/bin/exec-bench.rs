@@ -43,7 +43,7 @@ fn main() {
     w.start_svcd();
     w.svc_ok(&["sandbox", "create", "after"]);
     let runc_root = w.dir.join("state/runc");
-    let list = std::process::Command::new("runc")
+    let list = std::process::Command::new(w.oci_runtime())
         .arg("--root")
         .arg(&runc_root)
         .args(["list", "-q"])
@@ -68,7 +68,7 @@ fn main() {
         old.push(timed(|| exec("before")));
         new.push(timed(|| exec("after")));
         bare.push(timed(|| {
-            let out = std::process::Command::new("runc")
+            let out = std::process::Command::new(w.oci_runtime())
                 .arg("--root")
                 .arg(&runc_root)
                 .args(["exec", &after_id, "true"])

@@ -381,10 +381,10 @@ impl Supervisor {
             .start_guest(&name, id, &envelope, mode, files, restore)
             .await?;
         phases.mark("guest");
-        let mut live = live_of(
+        let mut live = super::sandbox::live_of(
             req,
             (id, owner),
-            Made {
+            super::sandbox::Made {
                 envelope,
                 started,
                 ca,
@@ -508,44 +508,6 @@ impl Supervisor {
             self.event("workspace.ready", Some(name), serde_json::json!({}));
         }
         view
-    }
-}
-
-/// A sandbox whose guest runs, before `publish`: what it holds besides its request.
-pub(super) struct Made {
-    pub(super) envelope: Envelope,
-    pub(super) started: Started,
-    pub(super) ca: Arc<SandboxCa>,
-    pub(super) policy: SandboxPolicy,
-    pub(super) mode: EgressMode,
-    /// When it was made (and as stored), and its incarnation's key.
-    pub(super) when: (SystemTime, String, String),
-}
-
-/// The live record of sandbox `id` of `owner`, made for `req` as `m`.
-pub(super) fn live_of(req: &CreateSandbox, (id, owner): (u32, u32), m: Made) -> Live {
-    Live {
-        name: req.name.to_string(),
-        id,
-        owner,
-        envelope: m.envelope,
-        guest: m.started.guest,
-        ifindex: m.started.ifindex,
-        incarnation: crate::audit::Incarnation::new(req.name.as_str(), &m.when.2),
-        created_at: m.when.1,
-        created: m.when.0,
-        secrets: req
-            .secrets
-            .iter()
-            .map(|s| (s.name.clone(), s.source.clone()))
-            .collect(),
-        ca: m.ca,
-        policy: Arc::new(m.policy),
-        env: Vec::new(),
-        mode: m.mode,
-        paused: false,
-        guardian: None,
-        workspace: None,
     }
 }
 

@@ -11,9 +11,10 @@ use tracing::warn;
 
 use super::{
     Failure, Supervisor,
-    create::{Made, Plan, live_of},
+    create::Plan,
     pool::Pooled,
     sandbox::{self, Phases, write_guest_files},
+    sandbox::{Made, live_of},
 };
 use crate::{
     api::{CreateSandbox, EgressChoice, SandboxView},

@@ -460,3 +460,41 @@ pub(super) fn fence_link(
         .put(record, link)
         .map_err(|e| Failure::internal(e.to_string()))
 }
+
+/// A sandbox whose guest runs, before `publish`: what it holds besides its request.
+pub(super) struct Made {
+    pub(super) envelope: Envelope,
+    pub(super) started: crate::runtime::Started,
+    pub(super) ca: Arc<SandboxCa>,
+    pub(super) policy: SandboxPolicy,
+    pub(super) mode: EgressMode,
+    /// When it was made (and as stored), and its incarnation's key.
+    pub(super) when: (SystemTime, String, String),
+}
+
+/// The live record of sandbox `id` of `owner`, made for `req` as `m`.
+pub(super) fn live_of(req: &crate::api::CreateSandbox, (id, owner): (u32, u32), m: Made) -> Live {
+    Live {
+        name: req.name.to_string(),
+        id,
+        owner,
+        envelope: m.envelope,
+        guest: m.started.guest,
+        ifindex: m.started.ifindex,
+        incarnation: crate::audit::Incarnation::new(req.name.as_str(), &m.when.2),
+        created_at: m.when.1,
+        created: m.when.0,
+        secrets: req
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.source.clone()))
+            .collect(),
+        ca: m.ca,
+        policy: Arc::new(m.policy),
+        env: Vec::new(),
+        mode: m.mode,
+        paused: false,
+        guardian: None,
+        workspace: None,
+    }
+}

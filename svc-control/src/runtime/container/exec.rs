@@ -66,6 +66,9 @@ impl Container {
             .arg("--log-format")
             .arg("json")
             .arg("exec")
+            // The container's process has no_new_privs; runc's exec takes it from the config,
+            // crun's only from this flag: said for both, so no command is ever without it.
+            .arg("--no-new-privs")
             .arg("--cwd")
             .arg(cmd.cwd.as_deref().unwrap_or("/"));
         for (k, v) in &cmd.env {
