@@ -120,37 +120,24 @@ pub fn sandbox_name(id: &str) -> Result<SandboxName, String> {
 }
 
 /// The creation request for task `name` on the root file system `layers` (a tree, or layers
-/// top first), with the policy the spec's `annotations` ask for.
-///
-/// The seam for the pod annotations (`svc.dev/*`, issue 32): `svc_control::policy::pod`
-/// maps them onto the creation request and checks them by the creation rules; until it is on
-/// this branch, `svc.dev/allow-hosts` alone is read here and any other `svc.dev/` key is
-/// refused, naming it, so that no pod silently gets less than it asked for.
+/// top first), with the policy the spec's `annotations` ask for: `svc.dev/*` read by
+/// `svc_control::policy::pod` (unknown keys refused by name; svcd checks the request again by
+/// the creation rules and its message is what containerd reports). The shim runs the container
+/// backend only: a `svc.dev/backend` asking for another is refused here.
 pub fn create_request(
     name: SandboxName,
     layers: &[std::path::PathBuf],
     annotations: &BTreeMap<String, String>,
 ) -> Result<CreateSandbox, String> {
-    let mut req: CreateSandbox =
-        serde_json::from_value(serde_json::json!({ "name": name.as_str() }))
-            .map_err(|e| e.to_string())?;
-    for (key, value) in annotations
-        .iter()
-        .filter(|(k, _)| k.starts_with("svc.dev/"))
-    {
-        match key.as_str() {
-            "svc.dev/allow-hosts" => {
-                req.allow_hosts = value
-                    .split([',', ' '])
-                    .filter(|h| !h.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-            }
-            _ => {
-                return Err(format!(
-                    "annotation {key}: not read by this shim yet (svc.dev/allow-hosts is)"
-                ));
-            }
+    let mut req = svc_control::policy::pod::request_from_annotations(name, annotations)
+        .map_err(|e| e.to_string())?;
+    match req.backend.as_deref() {
+        None | Some("container") => {}
+        Some(other) => {
+            return Err(format!(
+                "pod annotation svc.dev/backend: {other:?}: this shim runs the container backend \
+                 only (a task's root file system is handed to it)"
+            ));
         }
     }
     req.backend = Some("container".into());
@@ -209,8 +196,23 @@ mod tests {
         assert_eq!(req.allow_hosts, ["api.github.com", "example.com"]);
         assert_eq!(req.rootfs.as_deref(), Some("/l/2:/l/1"));
         a.insert("svc.dev/alow-hosts".into(), "x".into());
-        let e = create_request(name, &layers, &a).expect_err("refused");
+        let e = create_request(name.clone(), &layers, &a).expect_err("refused");
         assert!(e.contains("svc.dev/alow-hosts"), "{e}");
+        a.remove("svc.dev/alow-hosts");
+        a.insert("svc.dev/backend".into(), "microvm".into());
+        let e = create_request(name.clone(), &layers, &a).expect_err("refused");
+        assert!(e.contains("container backend only"), "{e}");
+        a.insert("svc.dev/backend".into(), "container".into());
+        a.insert("svc.dev/secrets".into(), "CODE_HOST_TOKEN=gh".into());
+        let req = create_request(name, &layers, &a).expect("request");
+        assert_eq!(
+            (req.secrets[0].name.as_str(), req.secrets[0].source.as_str()),
+            ("CODE_HOST_TOKEN", "store:gh")
+        );
+        assert!(
+            req.secrets[0].value.is_empty(),
+            "a reference, never a value"
+        );
     }
 
     #[test]
