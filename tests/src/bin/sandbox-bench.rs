@@ -1,6 +1,7 @@
 //! `cargo xtask bench sandbox`: time from `svc sandbox create` to a sandbox whose first HTTPS
 //! request succeeds, and destroy time, container backend, median over 20 — beside, in the same
-//! run, the floor: runc's own `run` of the same kind of bundle (the same image overlay, the
+//! run, the floor: svcd's OCI runtime's own `run` (crun by default, runc when configured) of
+//! the same kind of bundle (the same image overlay, the
 //! same config.json from `runtime::container::oci`, a veth moved into its network namespace
 //! and addressed with `ip`), then `runc delete`; and one `svc sandbox exec` beside one
 //! `runc exec`. The svcd rounds run twice in the same run: each sandbox's writable layer a
@@ -314,6 +315,9 @@ fn main() {
     let (mut bare_up, mut bare_down, mut bare_exec) = (vec![], vec![], vec![]);
     let floor = w.dir.join("floor");
     let state = floor.join("runc");
+    // svcd's OCI runtime (crun by default): the floor runs the same program svcd does.
+    let runtime = w.oci_runtime();
+    let runtime_name = runtime.to_str().expect("the runtime's path is UTF-8");
     let ids = (200_000u32, 200_000u32);
     let root = std::fs::read_to_string("/etc/subuid")
         .ok()
@@ -367,8 +371,9 @@ fn main() {
         )
         .expect("config.json");
         let pid_file = dir.join("pid");
-        // The container keeps runc's standard streams: give it none of ours to hold open.
-        let status = std::process::Command::new("runc")
+        // The container keeps the runtime's standard streams: give it none of ours to hold
+        // open. The runtime is svcd's own (crun by default), so the floor is the same program.
+        let status = std::process::Command::new(&runtime)
             .arg("--root")
             .arg(&state)
             .args(["run", "--detach", "--bundle"])
@@ -409,7 +414,7 @@ fn main() {
         bare_up.push(t0.elapsed());
         let e0 = Instant::now();
         run(
-            "runc",
+            runtime_name,
             &[
                 "--root",
                 state.to_str().expect("utf-8"),
@@ -421,7 +426,7 @@ fn main() {
         bare_exec.push(e0.elapsed());
         let t1 = Instant::now();
         run(
-            "runc",
+            runtime_name,
             &[
                 "--root",
                 state.to_str().expect("utf-8"),
@@ -447,19 +452,22 @@ fn main() {
     ] {
         report(label, r);
     }
-    println!("floor, same run: runc run of the same bundle + a veth addressed with `ip`");
     println!(
-        "  overlay + runc run + veth + addresses      {} [{}]",
+        "floor, same run: {} run of the same bundle + a veth addressed with `ip`",
+        runtime.display()
+    );
+    println!(
+        "  overlay + run + veth + addresses           {} [{}]",
         ms(median(&mut bare_up)),
         ms(p90(&mut bare_up))
     );
     println!(
-        "  one `runc exec … true`                     {} [{}]",
+        "  one runtime `exec … true`                  {} [{}]",
         ms(median(&mut bare_exec)),
         ms(p90(&mut bare_exec))
     );
     println!(
-        "  runc delete --force + unmount + link       {} [{}]",
+        "  delete --force + unmount + link            {} [{}]",
         ms(median(&mut bare_down)),
         ms(p90(&mut bare_down))
     );
