@@ -4,7 +4,8 @@
 //! one gzip layer, each named by its digest.
 //!
 //! The layer holds what the Debian package installs to run (`/usr/sbin/svcd`, `/usr/bin/svc`,
-//! the guest binaries in `/usr/lib/svc/guest`, and the containerd shim when it is built) and
+//! the guest binaries in `/usr/lib/svc/guest`, and the containerd shim `containerd-shim-svc-v1`,
+//! built here too) and
 //! what svcd runs beside them for the container backend (`nft`, `ip`, `ssh`, the OCI runtime),
 //! each with the shared libraries `ldd` says it loads, taken from this machine (Debian's
 //! merged /usr: `/lib` and friends are links into `/usr`). The entries are written in order,
@@ -55,12 +56,19 @@ pub fn run(o: &Options) -> anyhow::Result<PathBuf> {
     let profile = Path::new("target").join(if o.debug { "debug" } else { "release" });
     tree.file("usr/sbin/svcd", &profile.join("svcd"), 0o755)?;
     tree.file("usr/bin/svc", &profile.join("svc"), 0o755)?;
-    let shim = profile.join("containerd-shim-svc-v1");
-    if shim.exists() {
-        tree.file("usr/bin/containerd-shim-svc-v1", &shim, 0o755)?;
-    } else {
-        ui::warn("containerd-shim-svc-v1 is not built: the image is made without it");
+    // The shim is what containerd on the node runs for `runtimeClassName: svc` (and what the
+    // containerd tests register): always built, always in the image.
+    let mut shim_build = std::process::Command::new("cargo");
+    shim_build.args(["build", "--quiet", "-p", "containerd-shim-svc-v1"]);
+    if !o.debug {
+        shim_build.arg("--release");
     }
+    ui::run(&mut shim_build)?;
+    tree.file(
+        "usr/bin/containerd-shim-svc-v1",
+        &profile.join("containerd-shim-svc-v1"),
+        0o755,
+    )?;
     for name in package::GUEST_BINS {
         let from = Path::new(crate::images::GUEST_DIR).join(name);
         tree.file(&format!("{}/{name}", package::GUEST_DIR), &from, 0o755)?;
