@@ -137,6 +137,13 @@ fn same_as_runc_exec(w: &World) {
         assert!(ours.contains(want), "{want} missing: {ours}");
     }
     assert!(ours.contains("leads"), "a session of its own: {ours}");
+    // No signal blocked (svc-init's PID 1 blocks them all; a command that inherited that
+    // outlived `timeout`'s SIGTERM to its group).
+    let (_, blocked, _) = w.sh("dev", "grep SigBlk /proc/self/status");
+    assert_eq!(
+        blocked, "SigBlk:\t0000000000000000\n",
+        "a command with signals blocked"
+    );
     // The container process's environment, the sandbox's and the caller's on top.
     let env = w.svc_ok(&["sandbox", "exec", "-e", "HOME=/y", "dev", "sh", "-c", "env"]);
     let theirs = runc_sh(w, "dev", "env");

@@ -111,11 +111,17 @@ fn command(
 /// Make `cmd` lead a session of its own (as `runc exec` does).
 fn new_session(cmd: &mut tokio::process::Command) {
     #[expect(unsafe_code, reason = "pre_exec: the command in a session of its own")]
-    // SAFETY: between fork and exec the closure makes one system call (setsid); it allocates
+    // SAFETY: between fork and exec the closure makes two system calls (setsid, sigprocmask); it allocates
     // nothing and takes no locks.
     unsafe {
         cmd.pre_exec(|| {
             rustix::process::setsid()?;
+            // No signal blocked, whatever the server's threads had (as a runtime's exec).
+            nix::sys::signal::sigprocmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&nix::sys::signal::SigSet::empty()),
+                None,
+            )?;
             Ok(())
         });
     }

@@ -115,6 +115,12 @@ fn channel() -> Option<OwnedFd> {
 /// The server: the channel's protocol on fd 3 until svcd closes it, then idle (the guest goes
 /// on without it).
 fn serve() -> ExitCode {
+    // PID 1 blocks every signal; nothing of that may reach the commands run here (a blocked
+    // SIGTERM outlived `timeout`'s group kill): the server and all it starts unblock them.
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None) {
+        eprintln!("svc-init: unblocking signals: {e}");
+        return ExitCode::FAILURE;
+    }
     let Some(fd) = channel() else {
         eprintln!("svc-init: no channel on fd {CHANNEL_FD}; commands run with the runtime's exec");
         return idle();
