@@ -55,18 +55,7 @@ impl Store {
             source,
         };
         let tx = self.conn.transaction().map_err(sql)?;
-        let exists: bool = tx
-            .query_row(
-                "SELECT 1 FROM sandboxes WHERE name = ?1",
-                params![name],
-                |_| Ok(true),
-            )
-            .optional()
-            .map_err(sql)?
-            .unwrap_or(false);
-        if exists {
-            return Err(StoreError::Exists(name.to_owned()));
-        }
+        refuse_taken(&tx, name).map_err(sql)??;
         let mut id = 1u32;
         {
             let mut stmt = tx
@@ -112,18 +101,7 @@ impl Store {
             source,
         };
         let tx = self.conn.transaction().map_err(sql)?;
-        let taken: bool = tx
-            .query_row(
-                "SELECT 1 FROM sandboxes WHERE name = ?1",
-                params![name],
-                |_| Ok(true),
-            )
-            .optional()
-            .map_err(sql)?
-            .unwrap_or(false);
-        if taken {
-            return Err(StoreError::Exists(name.to_owned()));
-        }
+        refuse_taken(&tx, name).map_err(sql)??;
         let n = tx
             .execute(
                 "UPDATE sandboxes SET name = ?2, envelope = ?3, created_at = ?4, owner_uid = ?5, \
@@ -268,6 +246,26 @@ impl Store {
             .optional()
             .map_err(|e| self.err(e))
     }
+}
+
+/// `Exists` when a sandbox row named `name` is there (inside the caller's transaction).
+fn refuse_taken(
+    tx: &rusqlite::Transaction<'_>,
+    name: &str,
+) -> rusqlite::Result<Result<(), StoreError>> {
+    let taken = tx
+        .query_row(
+            "SELECT 1 FROM sandboxes WHERE name = ?1",
+            params![name],
+            |_| Ok(true),
+        )
+        .optional()?
+        .unwrap_or(false);
+    Ok(if taken {
+        Err(StoreError::Exists(name.to_owned()))
+    } else {
+        Ok(())
+    })
 }
 
 #[cfg(test)]
