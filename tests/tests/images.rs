@@ -288,3 +288,62 @@ fn status_of_nothing_built_says_so_and_bad_configuration_exits_78() {
     assert_eq!(run.status.code(), Some(78), "{}", text(&run));
     assert!(text(&run).contains("container.image"), "{}", text(&run));
 }
+
+/// A build that would replace svcd.toml's images is refused while a sandbox's guest runs on
+/// them, naming it; with no guest running, the same build goes on (here to the missing
+/// mmdebstrap, so nothing is built either way).
+#[test]
+fn a_build_under_a_running_guest_is_refused_naming_it() {
+    svc_tests::require_root();
+    let scratch = Scratch::new("running");
+    let state = scratch.0.join("state");
+    let base = scratch.0.join("images/base");
+    let config = scratch.0.join("svcd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n\n[container]\nimage = \"{}\"\n",
+            state.display(),
+            base.display()
+        ),
+    )
+    .expect("config");
+    let mut guest = Command::new("sleep").arg("60").spawn().expect("sleep");
+    let pid = guest.id();
+    {
+        let mut store = svc_control::store::Store::open(&state).expect("store");
+        store
+            .reserve("busy", "{}", "2026-11-26T00:00:00Z", 16)
+            .expect("reserve");
+        let start = svc_control::runtime::start_time(pid).expect("the guest's start time");
+        store
+            .set_running("busy", "{}", "", "", pid, start, &[])
+            .expect("running");
+    }
+    let empty = scratch.0.join("empty-path");
+    std::fs::create_dir_all(&empty).expect("empty dir");
+    let build = || {
+        Command::new(workspace_bin("svcd"))
+            .arg("--config")
+            .arg(&config)
+            .args(["images", "build", "--force", "--base-only", "--guest-bins"])
+            .arg(guest_bins())
+            .env("PATH", &empty)
+            .output()
+            .expect("svcd")
+    };
+    let refused = build();
+    let t = text(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("svcd: error: 1 sandbox guest(s) run on these images (busy)"),
+        "{t}"
+    );
+    assert!(!base.exists(), "a refused build made {}", base.display());
+
+    guest.kill().expect("kill");
+    guest.wait().expect("wait");
+    let after = build();
+    let t = text(&after);
+    assert!(t.contains("mmdebstrap is not installed"), "{t}");
+}

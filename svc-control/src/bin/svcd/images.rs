@@ -55,8 +55,9 @@ pub struct BuildArgs {
     #[arg(long)]
     microvm: bool,
     /// Build again even what is current: a fresh tree from the host's apt sources picks up
-    /// Debian's updates of the guests' packages. The old trees are removed, so destroy the
-    /// sandboxes first.
+    /// Debian's updates of the guests' packages. The old trees are removed, so a build that
+    /// would change anything is refused while a sandbox's guest runs on svcd.toml's images
+    /// (stop or destroy them first).
     #[arg(long)]
     force: bool,
 }
@@ -96,6 +97,12 @@ fn build(args: &BuildArgs, host: &HostConfig) -> ExitCode {
         guest_bins: args.at.guest_bins.clone(),
         force: args.force,
     };
+    if args.at.out.is_none() {
+        if let Err(e) = refuse_under_running_guests(&options, host) {
+            eprintln!("svcd: error: {e:#}");
+            return ExitCode::from(1);
+        }
+    }
     let json = args.at.json;
     let mut progress = |line: &str| {
         if json {
@@ -117,6 +124,32 @@ fn build(args: &BuildArgs, host: &HostConfig) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Refuse a build that would replace svcd.toml's images while guests run on them: their
+/// overlays and disks read those files, and removing them breaks the running sandboxes.
+fn refuse_under_running_guests(options: &images::Options, host: &HostConfig) -> anyhow::Result<()> {
+    let now = images::status(&options.layout, &options.guest_bins);
+    let changes = options.force
+        || match options.which {
+            Which::BaseOnly => !now.base.current,
+            Which::MicrovmOnly => !now.microvm.current,
+            Which::All => !now.base.current || !now.microvm.current,
+        };
+    if !changes {
+        return Ok(());
+    }
+    let running = crate::stop_sandboxes::running_guests(host)?;
+    if running.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{} sandbox guest(s) run on these images ({}): a build now would replace the files \
+         under them; destroy them (`svc sandbox destroy NAME`) or stop svcd and run \
+         `svcd stop-sandboxes` first",
+        running.len(),
+        running.join(", ")
+    )
 }
 
 fn status(at: &Where, host: &HostConfig) -> ExitCode {

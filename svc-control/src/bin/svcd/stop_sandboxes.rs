@@ -52,6 +52,31 @@ pub fn run(host: &HostConfig, grace: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The names of the sandboxes in `host`'s state whose guests still run (none without state).
+/// Reads the store beside a running svcd (it takes no lock).
+pub fn running_guests(host: &HostConfig) -> anyhow::Result<Vec<String>> {
+    let state = &host.state_dir;
+    if !state.join("svcd.db").exists() {
+        return Ok(Vec::new());
+    }
+    let store = Store::open(state).with_context(|| {
+        format!(
+            "opening {} to see whether sandboxes run on the images",
+            state.display()
+        )
+    })?;
+    let rows = store.list().context("listing the sandboxes")?;
+    Ok(rows
+        .into_iter()
+        .filter(|row| {
+            row.pid
+                .zip(row.pid_start)
+                .is_some_and(|(p, s)| running(p, s))
+        })
+        .map(|row| row.name)
+        .collect())
+}
+
 fn say(what: &str) {
     println!("svcd stop-sandboxes: {what}");
 }
