@@ -97,11 +97,11 @@ fn build(args: &BuildArgs, host: &HostConfig) -> ExitCode {
         guest_bins: args.at.guest_bins.clone(),
         force: args.force,
     };
-    if args.at.out.is_none() {
-        if let Err(e) = refuse_under_running_guests(&options, host) {
-            eprintln!("svcd: error: {e:#}");
-            return ExitCode::from(1);
-        }
+    if args.at.out.is_none()
+        && let Err(e) = refuse_under_running_guests(&options, host)
+    {
+        eprintln!("svcd: error: {e:#}");
+        return ExitCode::from(1);
     }
     let json = args.at.json;
     let mut progress = |line: &str| {
