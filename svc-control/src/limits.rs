@@ -10,8 +10,16 @@
 //!
 //! A sandbox's audit records are held to a rate instead ([`GuestLimits::admit_audit`],
 //! [`audit::Budget`]).
+//!
+//! Everything is kept per [`Guest`] (a sandbox id and its incarnation), never per id alone: ids
+//! are reused at once after a destroy. Teardown ends a guest ([`GuestLimits::end`]): each task
+//! holding one of its slots sees [`Slot::ended`] and lets go, and teardown waits for that
+//! ([`Ending::drained`], bounded) before the id is freed.
 
 pub mod audit;
+mod guest;
+
+pub use guest::{Ending, Guest};
 
 use std::{
     collections::HashMap,
@@ -70,7 +78,7 @@ impl Channel {
 pub trait Report: Send + Sync {
     /// `sandbox` reached `limit` (held `max` of it). `log`: the first hit of this sandbox at
     /// this limit in `log_interval`, to be logged; the others are only counted.
-    fn limit_hit(&self, sandbox: u32, limit: Channel, max: u32, log: bool);
+    fn limit_hit(&self, sandbox: &Guest, limit: Channel, max: u32, log: bool);
 }
 
 /// No one to tell (unit tests, tools).
@@ -78,7 +86,7 @@ pub trait Report: Send + Sync {
 pub struct Unreported;
 
 impl Report for Unreported {
-    fn limit_hit(&self, _: u32, _: Channel, _: u32, _: bool) {}
+    fn limit_hit(&self, _: &Guest, _: Channel, _: u32, _: bool) {}
 }
 
 /// A refusal: the sandbox already holds `max` of `channel`.
@@ -93,9 +101,11 @@ pub struct LimitHit {
 pub struct GuestLimits {
     config: LimitsConfig,
     report: Arc<dyn Report>,
-    held: Mutex<HashMap<(u32, Channel), u32>>,
+    held: Mutex<HashMap<Guest, guest::Held>>,
+    /// Guests torn down lately (a slot taken for one is cut at once).
+    ended: Mutex<guest::Ended>,
     /// When each (sandbox, limit) was last logged.
-    logged: Mutex<HashMap<(u32, Channel), Instant>>,
+    logged: Mutex<HashMap<(Guest, Channel), Instant>>,
     /// Records of what was refused or only seen (every guest-driven record but an allowed one).
     audit: audit::Budget,
     /// Records of allowed requests, questions and sessions: a budget of their own, so a flood
@@ -134,6 +144,7 @@ impl GuestLimits {
             config,
             report,
             held: Mutex::default(),
+            ended: Mutex::default(),
             logged: Mutex::default(),
         }
     }
@@ -143,7 +154,7 @@ impl GuestLimits {
     /// when it is the first since the sandbox was last within its budget and in the interval).
     /// Records of allowed traffic (`allowed`) spend a budget of their own, the same size: a
     /// flood of refusals never starves them, and the log takes at most twice the rate.
-    pub fn admit_audit(&self, sandbox: u32, layer: &'static str, allowed: bool) -> bool {
+    pub fn admit_audit(&self, sandbox: &Guest, layer: &'static str, allowed: bool) -> bool {
         let now = Instant::now();
         let budget = if allowed {
             &self.audit_allowed
@@ -164,7 +175,7 @@ impl GuestLimits {
 
     /// Whether `sandbox`'s supervisor may raise one more service event now; one that may not is
     /// a hit (reported; logged as the first past the rate in the interval).
-    pub fn admit_service_event(&self, sandbox: u32) -> bool {
+    pub fn admit_service_event(&self, sandbox: &Guest) -> bool {
         let now = Instant::now();
         match self.service_events.admit(sandbox, "service", now) {
             audit::Admit::Write => true,
@@ -186,7 +197,7 @@ impl GuestLimits {
     /// Each sandbox's audit records counted and not written since the last call, by layer.
     pub fn take_suppressed_audit(
         &self,
-    ) -> Vec<(u32, std::collections::BTreeMap<&'static str, u64>)> {
+    ) -> Vec<(Guest, std::collections::BTreeMap<&'static str, u64>)> {
         let now = Instant::now();
         audit::merge_suppressed(
             self.audit.take_suppressed(now),
@@ -214,18 +225,23 @@ impl GuestLimits {
     }
 
     /// One more `channel` for `sandbox`, held until the slot drops; at the cap, a refusal
-    /// (reported).
-    pub fn acquire(self: &Arc<Self>, sandbox: u32, channel: Channel) -> Result<Slot, LimitHit> {
+    /// (reported). A slot of a guest already ended is given, and [`Slot::ended`] at once.
+    pub fn acquire(self: &Arc<Self>, sandbox: &Guest, channel: Channel) -> Result<Slot, LimitHit> {
         let max = self.max(channel);
         {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            let n = held.entry((sandbox, channel)).or_insert(0);
+            let h = held.entry(sandbox.clone()).or_insert_with(|| {
+                let ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
+                guest::Held::new(ended.contains(sandbox))
+            });
+            let n = h.counts.entry(channel).or_insert(0);
             if *n < max {
                 *n += 1;
                 return Ok(Slot {
                     limits: self.clone(),
-                    sandbox,
+                    sandbox: sandbox.clone(),
                     channel,
+                    end: h.end.subscribe(),
                 });
             }
         }
@@ -235,38 +251,79 @@ impl GuestLimits {
     }
 
     /// How many of `channel` `sandbox` holds now.
-    pub fn held(&self, sandbox: u32, channel: Channel) -> u32 {
+    pub fn held(&self, sandbox: &Guest, channel: Channel) -> u32 {
         self.held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&(sandbox, channel))
-            .copied()
+            .get(sandbox)
+            .and_then(|h| h.counts.get(&channel).copied())
             .unwrap_or(0)
     }
 
+    /// What `sandbox` holds now, by channel (none held: empty).
+    fn holding(&self, sandbox: &Guest) -> Vec<(Channel, u32)> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(sandbox)
+            .map(|h| h.counts.iter().map(|(c, n)| (*c, *n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// `sandbox` was torn down: each task holding one of its slots is told
+    /// ([`Slot::ended`]), and so is any that takes one later. Wait on the answer
+    /// ([`Ending::drained`]) for them to let go.
+    pub fn end(self: &Arc<Self>, sandbox: &Guest) -> Ending {
+        self.ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(sandbox.clone());
+        let (end, cut) = {
+            let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            let h = held.get(sandbox);
+            let cut = h.map(|h| h.counts.iter().map(|(c, n)| (*c, *n)).collect());
+            (h.map(|h| h.end.clone()), cut.unwrap_or_default())
+        };
+        if let Some(end) = &end {
+            end.send_replace(true);
+        }
+        Ending {
+            guest: sandbox.clone(),
+            end,
+            limits: Arc::downgrade(self),
+            cut: guest::by_key(cut),
+        }
+    }
+
     /// Whether a hit at `now` is the first of its (sandbox, limit) in the log interval.
-    fn first_in_interval(&self, sandbox: u32, channel: Channel, now: Instant) -> bool {
+    fn first_in_interval(&self, sandbox: &Guest, channel: Channel, now: Instant) -> bool {
         let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
         let interval = self.config.log_interval;
         // Old entries go, so the map holds only sandboxes that hit a limit lately.
         if logged.len() > 1024 {
             logged.retain(|_, at| now.saturating_duration_since(*at) < interval);
         }
-        match logged.get(&(sandbox, channel)) {
+        let key = (sandbox.clone(), channel);
+        match logged.get(&key) {
             Some(at) if now.saturating_duration_since(*at) < interval => false,
             _ => {
-                logged.insert((sandbox, channel), now);
+                logged.insert(key, now);
                 true
             }
         }
     }
 
-    fn release(&self, sandbox: u32, channel: Channel) {
+    fn release(&self, sandbox: &Guest, channel: Channel) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = held.get_mut(&(sandbox, channel)) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&(sandbox, channel));
+        if let Some(h) = held.get_mut(sandbox) {
+            if let Some(n) = h.counts.get_mut(&channel) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    h.counts.remove(&channel);
+                }
+            }
+            if h.counts.is_empty() {
+                held.remove(sandbox);
             }
         }
     }
@@ -275,8 +332,18 @@ impl GuestLimits {
 /// One channel held by one sandbox, until dropped.
 pub struct Slot {
     limits: Arc<GuestLimits>,
-    sandbox: u32,
+    sandbox: Guest,
     channel: Channel,
+    /// Whether its guest was torn down.
+    end: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Slot {
+    /// Until its sandbox is torn down ([`GuestLimits::end`]): what serves under it stops then
+    /// (and lets the slot go).
+    pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + use<> {
+        guest::until_ended(self.end.clone())
+    }
 }
 
 impl std::fmt::Debug for Slot {
@@ -290,95 +357,9 @@ impl std::fmt::Debug for Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.limits.release(self.sandbox, self.channel);
+        self.limits.release(&self.sandbox, self.channel);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Default)]
-    struct Seen(Mutex<Vec<(u32, &'static str, u32, bool)>>);
-
-    impl Report for Seen {
-        fn limit_hit(&self, sandbox: u32, limit: Channel, max: u32, log: bool) {
-            self.0
-                .lock()
-                .unwrap()
-                .push((sandbox, limit.key(), max, log));
-        }
-    }
-
-    fn limits(seen: Arc<Seen>) -> Arc<GuestLimits> {
-        let config = LimitsConfig {
-            dns_tcp_connections: 2,
-            exec_streams: 1,
-            ..LimitsConfig::default()
-        };
-        Arc::new(GuestLimits::new(config, seen))
-    }
-
-    #[test]
-    fn a_sandbox_at_its_cap_is_refused_that_channel_only_and_a_dropped_slot_frees() {
-        let seen = Arc::new(Seen::default());
-        let l = limits(seen.clone());
-        let a = l.acquire(7, Channel::DnsTcp).unwrap();
-        let _b = l.acquire(7, Channel::DnsTcp).unwrap();
-        let refused = l.acquire(7, Channel::DnsTcp).unwrap_err();
-        assert_eq!(
-            refused.to_string(),
-            "this sandbox already holds 2 DNS-over-TCP connections (limits.dns_tcp_connections): refused"
-        );
-        // Another channel of the same sandbox, and the same channel of another sandbox.
-        let _exec = l.acquire(7, Channel::Exec).unwrap();
-        let _other = l.acquire(8, Channel::DnsTcp).unwrap();
-        drop(a);
-        assert_eq!(l.held(7, Channel::DnsTcp), 1);
-        let _c = l.acquire(7, Channel::DnsTcp).unwrap();
-        assert_eq!(
-            seen.0.lock().unwrap().as_slice(),
-            &[(7, "dns_tcp_connections", 2, true)]
-        );
-    }
-
-    #[test]
-    fn hits_are_counted_each_time_and_logged_once_per_interval_per_sandbox_and_limit() {
-        let seen = Arc::new(Seen::default());
-        let l = limits(seen.clone());
-        let _held = (l.acquire(1, Channel::Exec), l.acquire(2, Channel::Exec));
-        for _ in 0..3 {
-            let _ = l.acquire(1, Channel::Exec);
-        }
-        let _ = l.acquire(2, Channel::Exec);
-        let logs: Vec<_> = seen.0.lock().unwrap().iter().map(|h| (h.0, h.3)).collect();
-        assert_eq!(logs, [(1, true), (1, false), (1, false), (2, true)]);
-        // Past the interval, the next hit is logged again.
-        let later = Instant::now() + l.config.log_interval;
-        assert!(l.first_in_interval(1, Channel::Exec, later));
-        assert!(!l.first_in_interval(1, Channel::Exec, later));
-    }
-
-    #[test]
-    fn every_channel_names_its_own_key() {
-        let keys: Vec<_> = [
-            Channel::DnsTcp,
-            Channel::Proxy,
-            Channel::Exec,
-            Channel::Spotlight,
-            Channel::GitSsh,
-        ]
-        .map(Channel::key)
-        .into();
-        assert_eq!(
-            keys,
-            [
-                "dns_tcp_connections",
-                "proxy_connections",
-                "exec_streams",
-                "spotlight_streams",
-                "git_ssh_sessions"
-            ]
-        );
-    }
-}
+mod tests;

@@ -2,7 +2,9 @@
 //! user's ids) and the real svcd: B reads A's audit records by every filter, and takes over A's
 //! sandbox's name the moment A destroys it, then reads "its" records; and B's new sandbox gets
 //! A's id and name while a request of A's is still waiting on its upstream, whose record is
-//! written after B's sandbox was made.
+//! written after B's sandbox was made; and A's open proxy connections, held on a slow
+//! upstream when A is destroyed, are cut within the teardown's bound and count nothing against
+//! B's sandbox given A's id.
 
 use std::{
     process::Command,
@@ -240,4 +242,149 @@ fn a_late_record_of_a_destroyed_sandbox_is_not_the_next_sandboxs() {
         );
     }
     w.svc_ok(&["sandbox", "destroy", "late"]);
+}
+
+/// The proxy connections any sandbox of the held-connections test may hold at once.
+const HELD_CAP: usize = 4;
+
+/// Connections established to port 443 in the outside world (the upstream's side).
+fn upstream_connections(w: &World) -> usize {
+    let out = w
+        .outside
+        .exec("ss", &["-Htn", "state", "established", "( sport = :443 )"]);
+    assert!(out.status.success(), "ss: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// `n` HTTPS requests at once from `sandbox`'s guest, one connection each (HTTP/1.1), to
+/// `allowed.example.test/slow/SECS/{tag}-I`: each prints its status.
+fn at_once(w: &World, sandbox: &str, n: usize, secs: u32, tag: &str) -> Command {
+    let one = |i: usize| {
+        format!(
+            "curl -s -o /dev/null -w '%{{http_code}}\\n' --http1.1 --max-time 40 \
+             https://allowed.example.test/slow/{secs}/{tag}-{i} &"
+        )
+    };
+    let all: String = (0..n).map(one).collect::<Vec<_>>().join(" ");
+    w.svc_command(&[
+        "sandbox",
+        "exec",
+        sandbox,
+        "--",
+        "sh",
+        "-c",
+        &format!("{all} wait"),
+    ])
+}
+
+/// A's guest holds its whole share of proxy connections on an upstream that answers 30 s
+/// late when A is destroyed. The upstream sees them closed within the teardown's bound (2 s,
+/// and slack); B, made at once with A's name (and so its id), opens its own whole share at
+/// once; the records of A's cut connections are A's (its incarnation), B's are B's.
+#[test]
+fn a_destroyed_sandboxs_open_connections_are_cut_and_count_nothing_against_the_next() {
+    require_root();
+    let w = World::start_with(&format!("\n[limits]\nproxy_connections = {HELD_CAP}\n"));
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "held",
+    ]);
+    let id = w.show("held")["id"].clone();
+    let (code, _, err) = w.sh(
+        "held",
+        "curl -sS -o /dev/null --max-time 20 https://allowed.example.test/a-first-91d0",
+    );
+    assert_eq!(code, 0, "{err}");
+    let a_incarnation = records_of(&w, "/a-first-91d0")[0]["incarnation"].clone();
+    assert!(a_incarnation.is_string(), "A's record has an incarnation");
+    let before = upstream_connections(&w);
+    let mut a = at_once(&w, "held", HELD_CAP, 30, "a-held-91d0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("svc exec");
+    let a_paths = |r: &serde_json::Value| {
+        r["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/slow/30/a-held-91d0"))
+    };
+    assert!(
+        within(20, || w.received().iter().filter(|r| a_paths(r)).count()
+            >= HELD_CAP),
+        "A's requests never reached the upstream:\n{}",
+        w.svcd_log()
+    );
+    let held = upstream_connections(&w);
+    assert!(
+        held >= before + HELD_CAP,
+        "the upstream holds A's connections: {before} then {held}"
+    );
+    let destroying = Instant::now();
+    w.svc_ok(&["sandbox", "destroy", "held"]);
+    w.svc_ok(&[
+        "sandbox",
+        "create",
+        "--allow-host",
+        "allowed.example.test",
+        "held",
+    ]);
+    let _ = a.kill();
+    let _ = a.wait();
+    assert_eq!(w.show("held")["id"], id, "B's sandbox has A's id");
+    // B's whole share at once (each answered 1 s late, so all are open together).
+    let b = at_once(&w, "held", HELD_CAP, 1, "b-own-91d0")
+        .output()
+        .expect("svc exec");
+    let statuses = String::from_utf8_lossy(&b.stdout).into_owned();
+    assert_eq!(
+        statuses.lines().filter(|l| *l == "200").count(),
+        HELD_CAP,
+        "B could not open its whole share of proxy connections at once: {statuses:?}\n{}",
+        w.svcd_log()
+    );
+    let closed = within(5, || upstream_connections(&w) <= before);
+    assert!(
+        closed,
+        "the upstream still holds A's connections {:?} after A was destroyed ({} held)",
+        destroying.elapsed(),
+        upstream_connections(&w)
+    );
+    // A's records, written as its connections were cut, are A's.
+    let of_a: Vec<serde_json::Value> = w
+        .audit()
+        .into_iter()
+        .filter(|r| r["layer"] == "http" && r["sandbox"] == id)
+        .filter(|r| a_paths(r) || r["rule"] == "sandbox-ended")
+        .collect();
+    assert!(
+        of_a.iter().filter(|r| r["rule"] == "sandbox-ended").count() >= HELD_CAP,
+        "each of A's cut connections is recorded: {of_a:#?}"
+    );
+    for r in &of_a {
+        assert_eq!(
+            r["incarnation"], a_incarnation,
+            "A's late record is A's: {r}"
+        );
+    }
+    let b_incarnation = w.show("held")["incarnation"].clone();
+    for r in w
+        .audit()
+        .iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.contains("b-own-91d0")))
+    {
+        assert_ne!(
+            r["incarnation"], a_incarnation,
+            "B's record is not A's: {r}"
+        );
+        if b_incarnation.is_string() {
+            assert_eq!(r["incarnation"], b_incarnation, "B's record is B's: {r}");
+        }
+    }
+    w.svc_ok(&["sandbox", "destroy", "held"]);
 }

@@ -33,11 +33,14 @@ impl NamedAudit {
         use crate::audit::AuditEvent::{Http, Ssh};
         let allowed =
             matches!(r.event, Http(_) | Ssh(_)) && r.event.decision_word() == Some("allow");
+        // Its own creation's share: not a later sandbox's given the same id.
+        let whose =
+            || crate::limits::Guest::new(r.sandbox, r.incarnation.as_deref().unwrap_or_default());
         if r.sandbox == 0
             || !r.event.guest_driven()
             || self
                 .limits
-                .admit_audit(r.sandbox, r.event.layer().as_str(), allowed)
+                .admit_audit(&whose(), r.event.layer().as_str(), allowed)
         {
             return true;
         }
@@ -55,7 +58,8 @@ impl NamedAudit {
         }
     }
 
-    /// One `suppressed` record per sandbox that went past its share since the last call.
+    /// One `suppressed` record per sandbox that went past its share since the last call, of the
+    /// creation of it whose records they were.
     pub fn write_suppressed(&self) {
         self.limits.tick();
         let (per_sec, burst) = self.limits.audit_budget();
@@ -68,8 +72,15 @@ impl NamedAudit {
                 per_sec,
                 burst,
             });
-            let mut r = AuditRecord::now(sandbox, event);
-            self.name(&mut r);
+            let mut r = AuditRecord::now(sandbox.id, event);
+            if sandbox.key.is_empty() {
+                self.name(&mut r);
+            } else {
+                r.incarnation = Some(sandbox.key.to_string());
+                r.sandbox_name = (self.registry.by_id(sandbox.id))
+                    .filter(|s| s.incarnation.key == sandbox.key)
+                    .map(|s| s.name.clone());
+            }
             let result = self.inner.record(&r);
             self.count(std::slice::from_ref(&r), &result);
         }

@@ -296,18 +296,26 @@ impl Broker for Registry {
 }
 
 /// Per-guest limit hits (`limits::Report`): each counted in `svc_guest_limit_hits_total`
-/// under the sandbox's name, the first of each (sandbox, limit) in an interval logged.
+/// under the sandbox's name (its id, when that id is now another creation's), the first of each
+/// (sandbox, limit) in an interval logged.
 pub struct LimitHits {
     pub registry: Arc<Registry>,
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl crate::limits::Report for LimitHits {
-    fn limit_hit(&self, sandbox: u32, limit: crate::limits::Channel, max: u32, log: bool) {
+    fn limit_hit(
+        &self,
+        sandbox: &crate::limits::Guest,
+        limit: crate::limits::Channel,
+        max: u32,
+        log: bool,
+    ) {
         let name = self
             .registry
-            .by_id(sandbox)
-            .map_or_else(|| sandbox.to_string(), |s| s.name.clone());
+            .by_id(sandbox.id)
+            .filter(|s| sandbox.key.is_empty() || s.incarnation.key == sandbox.key)
+            .map_or_else(|| sandbox.id.to_string(), |s| s.name.clone());
         self.metrics.limit_hit(&name, limit.key());
         if log && limit == crate::limits::Channel::AuditRecords {
             tracing::warn!(

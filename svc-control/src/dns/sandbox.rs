@@ -28,6 +28,11 @@ impl SandboxDns {
         }
     }
 
+    /// Whose its slots are (`[limits]`): this creation of the sandbox.
+    pub fn guest(&self) -> crate::limits::Guest {
+        crate::limits::Guest::new(self.id, self.incarnation.key.clone())
+    }
+
     /// No sandbox (a question from an address that is none): id 0.
     pub fn unknown() -> Self {
         Self::curated(0, Allowlist(Vec::new()))

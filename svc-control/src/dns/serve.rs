@@ -154,7 +154,11 @@ impl Guard {
                 r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
             };
             let slot = match self.directory.sandbox_for(peer.ip().to_canonical()) {
-                Some(sandbox) => match self.config.limits.acquire(sandbox.id, Channel::DnsTcp) {
+                Some(sandbox) => match self
+                    .config
+                    .limits
+                    .acquire(&sandbox.guest(), Channel::DnsTcp)
+                {
                     Ok(slot) => Some(slot),
                     Err(_) => {
                         drop(conn);
@@ -165,8 +169,19 @@ impl Guard {
                 None => None,
             };
             let guard = self.clone();
+            // Served until it ends, or its sandbox is torn down (then closed).
             tokio::spawn(async move {
-                guard.tcp_connection(conn, peer).await;
+                let ended = slot.as_ref().map(crate::limits::Slot::ended);
+                let ended = async move {
+                    match ended {
+                        Some(ended) => ended.await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = guard.tcp_connection(conn, peer) => {}
+                    () = ended => {}
+                }
                 drop(slot);
             });
         }

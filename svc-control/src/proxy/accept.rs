@@ -30,15 +30,18 @@ pub(super) async fn connection(ctx: Arc<Ctx>, mut tcp: TcpStream, peer: SocketAd
         return;
     };
     // Subscribed before anything is decided: a change after this is not missed.
-    let cut = Cut {
+    let mut cut = Cut {
         revocations: ctx.sandboxes.revocations(),
         host_revocations: ctx.sandboxes.revocations(),
+        ended: None,
         fd: std::os::fd::AsFd::as_fd(&tcp).try_clone_to_owned().ok(),
     };
-    let slot = match ctx.config.limits.acquire(sandbox.id, Channel::Proxy) {
+    // Counted against this creation of the sandbox only, and ended with it.
+    let slot = match ctx.config.limits.acquire(&sandbox.guest(), Channel::Proxy) {
         Ok(slot) => HeldSlot(Arc::new(slot)),
         Err(hit) => return ctx.audit_conn(&sandbox, hit.to_string()),
     };
+    cut.ended = Some(Box::pin(slot.0.ended()));
     let conn = Conn {
         ctx,
         sandbox,

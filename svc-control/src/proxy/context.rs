@@ -42,7 +42,7 @@ impl Ctx {
 /// requests' extensions so that a WebSocket relay keeps holding it after the upgrade (the
 /// connection's own task has ended by then).
 #[derive(Clone)]
-pub(super) struct HeldSlot(#[expect(dead_code, reason = "held for its Drop")] pub(super) Arc<Slot>);
+pub(super) struct HeldSlot(pub(super) Arc<Slot>);
 
 /// One guest connection, found to be a sandbox's and given a slot.
 pub(super) struct Conn {

@@ -96,9 +96,9 @@ pub(super) async fn serve(conn: Conn, tcp: TcpStream, head: Vec<u8>) {
             move || serving.lock().ok()?.clone(),
         )
         .await;
-    if was_cut {
+    if let Some(why) = was_cut {
         let host = serving_at_cut.lock().ok().and_then(|s| s.clone());
-        ctx.audit_cut(&found, "HTTP", host);
+        ctx.audit_cut(&found, "HTTP", host, why);
     }
 }
 

@@ -86,13 +86,20 @@ impl Ctx {
         let _ = write(&self.audit, (sandbox.id, &sandbox.incarnation), e);
     }
 
-    /// A guest connection reset because a live change took its address or its host away.
-    pub(super) fn audit_cut(&self, sandbox: &ProxySandbox, protocol: &str, host: Option<String>) {
+    /// A guest connection reset because a live change took its address or its host away, or
+    /// its sandbox was torn down (`why`, the record's reason).
+    pub(super) fn audit_cut(
+        &self,
+        sandbox: &ProxySandbox,
+        protocol: &str,
+        host: Option<String>,
+        why: &str,
+    ) {
         self.audit_request(
             sandbox,
             HttpEvent {
                 host,
-                ..HttpEvent::decided(protocol.to_owned(), "cut", "allowlist-change".to_owned())
+                ..HttpEvent::decided(protocol.to_owned(), "cut", why.to_owned())
             },
         );
     }

@@ -105,7 +105,7 @@ pub(super) async fn admit(
         .ctx
         .config
         .limits
-        .acquire(ex.sandbox.id, Channel::ProxyRequests)
+        .acquire(&ex.sandbox.guest(), Channel::ProxyRequests)
     {
         Ok(slot) => slot,
         Err(hit) => return Err(ex.refuse(None, None, 429, "limit", &hit.to_string())),

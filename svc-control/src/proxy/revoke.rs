@@ -1,8 +1,8 @@
 //! Live allowlist changes on open connections: until when a connection (or a relayed
 //! WebSocket) may go on, by the address it dialled and by the host it serves, and the reset
-//! (RST) that ends it.
+//! (RST) that ends it. The sandbox's teardown ends its connections the same way.
 
-use std::{future::Future, net::IpAddr, os::fd::OwnedFd, sync::Arc};
+use std::{future::Future, net::IpAddr, os::fd::OwnedFd, pin::Pin, sync::Arc};
 
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
@@ -18,19 +18,31 @@ pub(super) fn whose(sandbox: &super::sandboxes::ProxySandbox) -> Whose {
     (sandbox.id, sandbox.incarnation.clone())
 }
 
+/// Until the sandbox a connection serves is torn down (its slot's [`crate::limits::Slot::ended`]).
+pub(super) type Ended = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Why a connection was cut: its audit record's reason.
+pub(super) const ALLOWLIST_CHANGE: &str = "allowlist-change";
+/// The sandbox it served was destroyed (or taken from a pool, or svcd stopped).
+pub(super) const SANDBOX_ENDED: &str = "sandbox-ended";
+
 /// What cuts a served guest connection: revocations of its sandbox, subscribed before anything
-/// was decided (a change after that is not missed), and a duplicate of its socket to reset it.
+/// was decided (a change after that is not missed), its sandbox's end, and a duplicate of its
+/// socket to reset it.
 pub(super) struct Cut {
     /// Addresses the sandbox lost.
     pub(super) revocations: Receiver<Revocation>,
     /// The same, to see whether the host served is still allowed.
     pub(super) host_revocations: Receiver<Revocation>,
+    /// The sandbox's teardown (`None`: never).
+    pub(super) ended: Option<Ended>,
     pub(super) fd: Option<OwnedFd>,
 }
 
 impl Cut {
     /// Serve (`serve`) until it ends, or sandbox `whose` loses `dialled` or the host `host()`
-    /// names; then reset the connection. Whether it was cut.
+    /// names, or is torn down; then reset the connection. Why it was cut, if it was
+    /// ([`ALLOWLIST_CHANGE`], [`SANDBOX_ENDED`]).
     pub(super) async fn serve(
         self,
         serve: impl Future<Output = ()>,
@@ -38,11 +50,26 @@ impl Cut {
         whose: Whose,
         dialled: Option<IpAddr>,
         host: impl Fn() -> Option<String>,
-    ) -> bool {
+    ) -> Option<&'static str> {
         let id = whose.0;
         let by_name = served_host_revoked(self.host_revocations, sandboxes, whose, host);
         let by_address = revoked(self.revocations, id, dialled);
-        serve_until_revoked(serve, either_revoked(by_address, by_name), self.fd).await
+        let ended = until_ended(self.ended);
+        let why = async {
+            tokio::select! {
+                () = either_revoked(by_address, by_name) => ALLOWLIST_CHANGE,
+                () = ended => SANDBOX_ENDED,
+            }
+        };
+        serve_until_revoked(serve, why, self.fd).await
+    }
+}
+
+/// Until `ended` (never, for `None`).
+pub(super) async fn until_ended(ended: Option<Ended>) {
+    match ended {
+        Some(ended) => ended.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -103,15 +130,16 @@ async fn revoked(mut rx: Receiver<Revocation>, sandbox: u32, dialled: Option<IpA
 }
 
 /// Serve a guest connection until it ends or its address is revoked; then reset it (RST, so
-/// the guest's client sees the cut at once) through `cut`, a duplicate of its socket.
+/// the guest's client sees the cut at once) through `cut`, a duplicate of its socket. Why it
+/// was cut, if it was.
 async fn serve_until_revoked(
     serve: impl Future<Output = ()>,
-    revoked: impl Future<Output = ()>,
+    revoked: impl Future<Output = &'static str>,
     cut: Option<OwnedFd>,
-) -> bool {
+) -> Option<&'static str> {
     let was_cut = tokio::select! {
-        () = serve => false,
-        () = revoked => {
+        () = serve => None,
+        why = revoked => {
             if let Some(fd) = &cut {
                 let _ = nix::sys::socket::setsockopt(
                     fd,
@@ -119,7 +147,7 @@ async fn serve_until_revoked(
                     &libc::linger { l_onoff: 1, l_linger: 0 },
                 );
             }
-            true
+            Some(why)
         }
     };
     // The serve future (and the connection's own descriptor) is gone; the duplicate goes last.

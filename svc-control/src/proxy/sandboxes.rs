@@ -23,6 +23,13 @@ pub struct ProxySandbox {
     pub incarnation: Incarnation,
 }
 
+impl ProxySandbox {
+    /// Whose its slots are (`[limits]`): this creation of the sandbox.
+    pub fn guest(&self) -> crate::limits::Guest {
+        crate::limits::Guest::new(self.id, self.incarnation.key.clone())
+    }
+}
+
 /// Who is connecting, by source address.
 pub trait Sandboxes: Send + Sync {
     fn sandbox_for(&self, source: IpAddr) -> Option<Arc<ProxySandbox>>;

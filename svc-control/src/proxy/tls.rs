@@ -121,8 +121,8 @@ pub(super) async fn serve(
             move || Some(sni_name.clone()),
         )
         .await;
-    if was_cut {
-        ctx.audit_cut(&found, "TLS", Some(name));
+    if let Some(why) = was_cut {
+        ctx.audit_cut(&found, "TLS", Some(name), why);
     }
 }
 

@@ -12,7 +12,7 @@ use super::{
     forward::UpstreamResponse,
     record::{self, ms},
     response::{Answer, empty},
-    revoke::host_revoked,
+    revoke::{Ended, host_revoked, until_ended},
 };
 
 /// The guest's and the upstream's upgraded connections, to come.
@@ -60,6 +60,8 @@ pub(super) fn open(
         (id, of.clone()),
         record.host.clone().unwrap_or_default(),
     );
+    // So does the sandbox's teardown.
+    let ended = held.as_ref().map(|h| -> Ended { Box::pin(h.0.ended()) });
     tokio::spawn(async move {
         // The relayed connection holds its slot until it closes.
         let _held = held;
@@ -71,6 +73,9 @@ pub(super) fn open(
                     (closed.bytes_up, closed.bytes_down) = counted;
                 }
                 () = revoked => {
+                    closed.upgrade = Some("websocket-cut");
+                }
+                () = until_ended(ended) => {
                     closed.upgrade = Some("websocket-cut");
                 }
             }

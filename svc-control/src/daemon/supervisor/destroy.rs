@@ -2,6 +2,8 @@
 //! in the order that keeps its fence closed — also what a failed creation's rollback and
 //! start-up's clean-up of a half-built sandbox call.
 
+use std::time::Duration;
+
 use tracing::{Instrument as _, info, info_span, warn};
 
 use super::{Failure, Supervisor, row_backend};
@@ -9,6 +11,10 @@ use crate::{
     api::{Destroyed, SandboxName},
     dataplane,
 };
+
+/// How long teardown waits for a sandbox's open connections, relay sessions and streams to let
+/// go of its slots once told to end, before it frees the id anyway (and logs what is left).
+pub(super) const DRAIN_BOUND: Duration = Duration::from_secs(2);
 
 impl Supervisor {
     /// `DELETE /v1/sandboxes/{name}`. Logged in a span `sandbox{name}`.
@@ -52,8 +58,10 @@ impl Supervisor {
     }
 
     /// Remove everything of a sandbox, best effort, in the order that keeps the fence closed:
-    /// registry (no more DNS answers, no proxy), fence record (the link drops everything),
-    /// processes, link, nftables, files. Returns what was removed.
+    /// registry (no more DNS answers, no proxy), its open proxy connections, relay sessions and
+    /// DNS-over-TCP connections told to end, fence record (the link drops everything),
+    /// processes, link, nftables, files; last, at most [`DRAIN_BOUND`] after they were told,
+    /// those connections gone (before the caller frees the id). Returns what was removed.
     pub(super) async fn teardown(
         &self,
         name: &str,
@@ -62,6 +70,7 @@ impl Supervisor {
         backend: &str,
     ) -> Vec<String> {
         let mut removed = Vec::new();
+        let registered = self.registry.by_id(id).map(|r| r.incarnation.key.clone());
         self.registry.remove(id);
         self.registry.unbind(id);
         self.dead
@@ -69,6 +78,12 @@ impl Supervisor {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(name);
         let live = self.live().remove(name);
+        let told = std::time::Instant::now();
+        let ending = live
+            .as_ref()
+            .map(|l| l.incarnation.key.clone())
+            .or(registered)
+            .map(|key| self.config.limits.end(&crate::limits::Guest::new(id, key)));
         let ifindex = match live.as_ref().map(|l| l.ifindex).filter(|i| *i != 0) {
             Some(i) => Some(i),
             None => self.links.ifindex(link).await.ok().flatten(),
@@ -123,6 +138,9 @@ impl Supervisor {
                 let _ = std::fs::remove_file(&first);
             }
         }
+        if let Some(ending) = ending {
+            removed.extend(drained(name, ending, told).await);
+        }
         removed.push("state row".to_owned());
         removed
     }
@@ -138,5 +156,30 @@ impl Supervisor {
         serde_json::from_str::<super::sandbox::Envelope>(&row.envelope)
             .ok()?
             .runtime_id
+    }
+}
+
+/// Wait for what sandbox `name` held when it was told to end (at `told`) to be let go, within
+/// [`DRAIN_BOUND`] of then; what was cut, for the list of what was removed.
+async fn drained(
+    name: &str,
+    ending: crate::limits::Ending,
+    told: std::time::Instant,
+) -> Vec<String> {
+    let cut: Vec<String> = ending.cut.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let within = DRAIN_BOUND.saturating_sub(told.elapsed());
+    match ending.drained(within).await {
+        Ok(()) if cut.is_empty() => Vec::new(),
+        Ok(()) => {
+            info!(sandbox = %name, cut = %cut.join(", "), "the sandbox's open connections were cut");
+            vec![format!("open connections ({})", cut.join(", "))]
+        }
+        Err(left) => {
+            let left: Vec<String> = left.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            warn!(sandbox = %name, cut = %cut.join(", "), left = %left.join(", "),
+                "the sandbox's open connections were told to end; some were still open {} s later",
+                DRAIN_BOUND.as_secs());
+            vec![format!("open connections ({})", cut.join(", "))]
+        }
     }
 }

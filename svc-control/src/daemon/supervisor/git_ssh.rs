@@ -70,8 +70,9 @@ impl Supervisor {
 }
 
 /// Each connection: a session (or a refusal when the sandbox already runs
-/// `limits.git_ssh_sessions`), its audit record (of incarnation `of`, the sandbox served, even
-/// when the session ends after it was destroyed).
+/// `limits.git_ssh_sessions`, counted for incarnation `of` only), its audit record (of `of`,
+/// the sandbox served, even when the session ends after it was destroyed). The sandbox's
+/// teardown ends its sessions (the host's ssh is killed with them).
 fn relay_service(
     id: u32,
     of: crate::audit::Incarnation,
@@ -81,16 +82,23 @@ fn relay_service(
     limits: Arc<GuestLimits>,
     audit: Arc<dyn crate::audit::AuditSink>,
 ) -> GuestService {
-    let shared = Arc::new((of, policy, client, audit, off));
+    let whose = crate::limits::Guest::new(id, of.key.clone());
+    let shared = Arc::new((of, policy, client, audit, off, whose));
     Arc::new(move |conn: GuestConn| {
         let (limits, shared) = (limits.clone(), shared.clone());
         tokio::spawn(async move {
-            let (of, policy, client, audit, off) = &*shared;
+            let (of, policy, client, audit, off, whose) = &*shared;
             let name = &*of.name;
             let result = match off {
                 Some(off) => git_relay::refuse(conn.reader, conn.writer, off).await,
-                None => match limits.acquire(id, Channel::GitSsh) {
-                    Ok(_slot) => git_relay::serve(conn.reader, conn.writer, policy, client).await,
+                None => match limits.acquire(whose, Channel::GitSsh) {
+                    Ok(slot) => tokio::select! {
+                        r = git_relay::serve(conn.reader, conn.writer, policy, client) => r,
+                        () = slot.ended() => {
+                            warn!(sandbox = %name, "a git SSH session cut: its sandbox was torn down");
+                            return;
+                        }
+                    },
                     Err(hit) => {
                         let line = format!("svc: refused: {hit}");
                         git_relay::refuse(conn.reader, conn.writer, &line).await

@@ -169,11 +169,11 @@ impl Supervisor {
                 t.rows, t.cols
             )));
         }
-        let (id, guest, mut env, paused, backend) = {
+        let (whose, guest, mut env, paused, backend) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
             (
-                l.id,
+                crate::limits::Guest::new(l.id, l.incarnation.key.clone()),
                 l.guest.clone(),
                 l.env.clone(),
                 l.paused,
@@ -199,7 +199,7 @@ impl Supervisor {
         let slot = self
             .config
             .limits
-            .acquire(id, channel)
+            .acquire(&whose, channel)
             .map_err(|hit| Failure::limited(&hit))?;
         backend
             .exec(

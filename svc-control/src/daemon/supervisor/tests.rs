@@ -33,7 +33,7 @@ impl AuditSink for NoAudit {
 
 struct NoReport;
 impl Report for NoReport {
-    fn limit_hit(&self, _sandbox: u32, _limit: Channel, _max: u32, _log: bool) {}
+    fn limit_hit(&self, _sandbox: &crate::limits::Guest, _limit: Channel, _max: u32, _log: bool) {}
 }
 
 /// A supervisor over fakes, and the fakes to look at.

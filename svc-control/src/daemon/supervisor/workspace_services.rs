@@ -255,8 +255,9 @@ impl Supervisor {
     /// The event a service's report raises, if any, when the sandbox's rate admits it (every
     /// report counts against the rate).
     fn service_event(&self, name: &str, r: &Report) {
-        let id = self.live().get(name).map(|l| l.id);
-        if !id.is_none_or(|id| self.config.limits.admit_service_event(id)) {
+        let whose = (self.live().get(name))
+            .map(|l| crate::limits::Guest::new(l.id, l.incarnation.key.clone()));
+        if !whose.is_none_or(|g| self.config.limits.admit_service_event(&g)) {
             return;
         }
         let kind = match r.event.as_str() {
