@@ -457,12 +457,12 @@ fn a_pool_claim_on_a_destroyed_sandboxs_id_is_nothing_of_it() {
             ok(&b, &w, &["sandbox", "destroy", &victim]);
         }
         pool_full(&w);
-        let sandboxes = listed(&w).len();
+        let sandboxes = listed(&w);
         let (c, l) = (containers(&w), links(&w));
         assert!(
-            c.len() == sandboxes + 1 && l.len() == sandboxes + 1,
+            c.len() == sandboxes.len() + 1 && l.len() == sandboxes.len() + 1,
             "round {round} (destroy from {after_ms} ms, landed during the claim: {landed}; \
-             the creation answered {answered:?}): {sandboxes} sandboxes and the pool's one, \
+             the creation answered {answered:?}): sandboxes {sandboxes:?} and the pool's one, \
              but containers {c:?} and links {l:?}\nsvcd:\n{}",
             w.svcd_log()
         );
