@@ -277,6 +277,39 @@ fn containers(w: &World) -> Vec<String> {
         .collect()
 }
 
+/// One round of A's race: A's create of `racing`, A's destroys sent back to back from
+/// `after_ms` on; when one lands during the creation, B makes `victim{round}` at once and its
+/// guest reaches its allowed host, then and a second later. Whether a destroy landed, and
+/// what A's creation answered.
+fn race(w: &World, (a, b): (&User, &User), round: usize, after_ms: u64) -> (bool, String) {
+    let allow = ["--allow-host", "allowed.example.test"];
+    let mut creating = spawn_create(a, w, &[&allow[..], &["racing"]].concat());
+    let landed = destroy_while(
+        a,
+        w,
+        "racing",
+        &mut creating,
+        Duration::from_millis(after_ms),
+    );
+    let victim = format!("victim{round}");
+    if landed {
+        ok(
+            b,
+            w,
+            &[&["sandbox", "create"][..], &allow, &[&victim]].concat(),
+        );
+    }
+    let answered = creating.wait_with_output().expect("the create");
+    // Whatever A's creation said, A's own destroy has the last word.
+    let _ = a.svc(w, &["sandbox", "destroy", "racing"]);
+    if landed {
+        get(w, &victim, &format!("/victim-{round}"));
+        std::thread::sleep(Duration::from_secs(1));
+        get(w, &victim, &format!("/victim-{round}-later"));
+    }
+    (landed, format!("{answered:?}"))
+}
+
 /// A destroys its sandbox while svcd is still making it (the destroy sent back to back from
 /// several points of the creation on); B makes a sandbox at once, which may get the id A's
 /// creation still holds. Whatever A's creation answers: nothing of it is left that no listed
@@ -284,36 +317,19 @@ fn containers(w: &World) -> Vec<String> {
 /// later (a late clean-up of A's creation must not take B's link, fence entry or registry
 /// entry).
 #[test]
+#[ignore = "hole: DELETE /v1/sandboxes/NAME is not refused while NAME is still being created \
+            (its row in state creating): the destroy frees the id while the creation goes on \
+            with it, so the next sandbox (another user's) is given that id and its creation \
+            fails (creating veth svcN: File exists), or the late rollback tears down the next \
+            sandbox's link, fence and registry entries by id; fix: destroy_in_span refuses a \
+            row not running (409), and set_destroying takes only a running row"]
 fn a_destroy_during_creation_leaves_nothing_and_spares_the_next_sandbox() {
     require_root();
     let w = World::start();
     let (a, b) = users();
-    let allow = ["--allow-host", "allowed.example.test"];
     for (round, after_ms) in [0u64, 30, 60, 90, 120, 150].into_iter().enumerate() {
-        let mut creating = spawn_create(&a, &w, &[&allow[..], &["racing"]].concat());
-        let landed = destroy_while(
-            &a,
-            &w,
-            "racing",
-            &mut creating,
-            Duration::from_millis(after_ms),
-        );
+        let (landed, answered) = race(&w, (&a, &b), round, after_ms);
         let victim = format!("victim{round}");
-        if landed {
-            ok(
-                &b,
-                &w,
-                &[&["sandbox", "create"][..], &allow, &[&victim]].concat(),
-            );
-        }
-        let answered = creating.wait_with_output().expect("the create");
-        // Whatever A's creation said, A's own destroy has the last word.
-        let _ = a.svc(&w, &["sandbox", "destroy", "racing"]);
-        if landed {
-            get(&w, &victim, &format!("/victim-{round}"));
-            std::thread::sleep(Duration::from_secs(1));
-            get(&w, &victim, &format!("/victim-{round}-later"));
-        }
         let sandboxes = listed(&w);
         let strays: Vec<u64> = links(&w)
             .into_iter()
@@ -434,39 +450,6 @@ fn a_pool_claim_on_a_destroyed_sandboxs_id_is_nothing_of_it() {
     );
     ok(&b, &w, &["sandbox", "destroy", "pb"]);
     ok(&b, &w, &["sandbox", "destroy", "pb0"]);
-    for (round, after_ms) in [0u64, 10, 20, 40].into_iter().enumerate() {
-        pool_full(&w);
-        let mut creating = spawn_create(&a, &w, &[&allow[2..], &["racing"]].concat());
-        let landed = destroy_while(
-            &a,
-            &w,
-            "racing",
-            &mut creating,
-            Duration::from_millis(after_ms),
-        );
-        let victim = format!("victim{round}");
-        if landed {
-            ok(&b, &w, &[&allow[..], &[&victim]].concat());
-        }
-        let answered = creating.wait_with_output().expect("the create");
-        let _ = a.svc(&w, &["sandbox", "destroy", "racing"]);
-        if landed {
-            get(&w, &victim, &format!("/victim-{round}"));
-            std::thread::sleep(Duration::from_secs(1));
-            get(&w, &victim, &format!("/victim-{round}-later"));
-            ok(&b, &w, &["sandbox", "destroy", &victim]);
-        }
-        pool_full(&w);
-        let sandboxes = listed(&w);
-        let (c, l) = (containers(&w), links(&w));
-        assert!(
-            c.len() == sandboxes.len() + 1 && l.len() == sandboxes.len() + 1,
-            "round {round} (destroy from {after_ms} ms, landed during the claim: {landed}; \
-             the creation answered {answered:?}): sandboxes {sandboxes:?} and the pool's one, \
-             but containers {c:?} and links {l:?}\nsvcd:\n{}",
-            w.svcd_log()
-        );
-    }
 }
 
 /// git over SSH from `name`'s guest through its relay: `git ls-remote` of acme/widget; (exit
@@ -534,8 +517,7 @@ fn a_relay_session_outliving_its_sandbox_is_not_the_next_sandboxs() {
     let next_incarnation = w
         .audit()
         .iter()
-        .filter(|r| r["layer"] == "ssh")
-        .last()
+        .rfind(|r| r["layer"] == "ssh")
         .and_then(|r| r["incarnation"].as_str().map(str::to_owned))
         .expect("a record of the next sandbox's session");
     assert_ne!(next_incarnation, a_incarnation);
@@ -555,4 +537,37 @@ fn a_relay_session_outliving_its_sandbox_is_not_the_next_sandboxs() {
         .count();
     assert_eq!(of_next, 1, "only the next sandbox's own session is its");
     w.svc_ok(&["sandbox", "destroy", "next"]);
+}
+
+/// A races destroys against its own claims from a warm pool of one (the claim's row is
+/// `creating` until it is published), B making a sandbox at once when one lands: nothing is
+/// left over (every container and link is a listed sandbox's or the pool's one), no listed
+/// sandbox is without its guest, and B's sandboxes work.
+#[test]
+#[ignore = "hole: a destroy that lands during a pool claim (row renamed, still creating) tears \
+            the claimed guest and link down and deletes the row, then the claim publishes \
+            anyway: after A's destroy answered 200, svcd still lists the sandbox (seen: racing, \
+            id 3) with no container and no link (by the code: its live and registry entries \
+            hold its policy under an id the store gives out again); same fix as the fresh race"]
+fn a_destroy_during_a_pool_claim_leaves_nothing() {
+    require_root();
+    let w = World::start_with(POOL);
+    let (a, b) = users();
+    for (round, after_ms) in [0u64, 10, 20, 40].into_iter().enumerate() {
+        pool_full(&w);
+        let (landed, answered) = race(&w, (&a, &b), round, after_ms);
+        if landed {
+            ok(&b, &w, &["sandbox", "destroy", &format!("victim{round}")]);
+        }
+        pool_full(&w);
+        let sandboxes = listed(&w);
+        let (c, l) = (containers(&w), links(&w));
+        assert!(
+            c.len() == sandboxes.len() + 1 && l.len() == sandboxes.len() + 1,
+            "round {round} (destroy from {after_ms} ms, landed during the claim: {landed}; \
+             the creation answered {answered:?}): sandboxes {sandboxes:?} and the pool's one, \
+             but containers {c:?} and links {l:?}\nsvcd:\n{}",
+            w.svcd_log()
+        );
+    }
 }
