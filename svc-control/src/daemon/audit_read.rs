@@ -18,10 +18,22 @@ use crate::audit::{query::Filter, rotated};
 /// How often a follower looks for new lines.
 const POLL: Duration = Duration::from_millis(200);
 
+/// The incarnations a non-root reader may read now (its sandboxes as they are now; `None`:
+/// every record).
+pub(super) type Mine = Box<dyn Fn() -> Option<Vec<String>> + Send>;
+
 /// Send every matching line to `tx` (blocking; run it on a blocking thread): with the
 /// filter's `tail`, only the last that many of those written so far. Returns when the reader
-/// goes away, or at the end of the files when not following.
-pub(super) fn stream(path: &Path, filter: &Filter, follow: bool, tx: &mpsc::Sender<Bytes>) {
+/// goes away, or at the end of the files when not following. A follower's filter takes in
+/// the sandboxes `mine` gives it as new lines come (a sandbox the reader made after it began
+/// reading is its own too; an incarnation is never another sandbox's).
+pub(super) fn stream(
+    path: &Path,
+    filter: &Filter,
+    follow: bool,
+    tx: &mpsc::Sender<Bytes>,
+    mine: &Mine,
+) {
     let mut out = Out {
         filter,
         tx,
@@ -39,7 +51,7 @@ pub(super) fn stream(path: &Path, filter: &Filter, follow: bool, tx: &mpsc::Send
     }
     let Ok(mut file) = std::fs::File::open(path) else {
         if out.flush() && follow {
-            follow_from(path, None, filter, tx);
+            follow_from(path, None, filter.clone(), tx, mine);
         }
         return;
     };
@@ -50,7 +62,7 @@ pub(super) fn stream(path: &Path, filter: &Filter, follow: bool, tx: &mpsc::Send
     }
     let pos = reader.stream_position().ok();
     drop(reader);
-    follow_from(path, ino.zip(pos), filter, tx);
+    follow_from(path, ino.zip(pos), filter.clone(), tx, mine);
 }
 
 /// Where the matching lines of the files written so far go: straight to the reader, or the
@@ -97,7 +109,13 @@ impl Out<'_> {
 }
 
 /// Follow `path` from (inode, offset); a new inode or a shorter file starts over at 0.
-fn follow_from(path: &Path, mut at: Option<(u64, u64)>, filter: &Filter, tx: &mpsc::Sender<Bytes>) {
+fn follow_from(
+    path: &Path,
+    mut at: Option<(u64, u64)>,
+    mut filter: Filter,
+    tx: &mpsc::Sender<Bytes>,
+    mine: &Mine,
+) {
     let mut partial = String::new();
     while !tx.is_closed() {
         std::thread::sleep(POLL);
@@ -115,6 +133,7 @@ fn follow_from(path: &Path, mut at: Option<(u64, u64)>, filter: &Filter, tx: &mp
         let Ok(mut f) = std::fs::File::open(path) else {
             continue;
         };
+        widen(&mut filter, mine());
         if f.seek(SeekFrom::Start(offset)).is_err() {
             continue;
         }
@@ -133,13 +152,25 @@ fn follow_from(path: &Path, mut at: Option<(u64, u64)>, filter: &Filter, tx: &mp
                     }
                     partial.push_str(&line);
                     let whole = std::mem::take(&mut partial);
-                    if !send_line(whole.trim_end(), filter, tx) {
+                    if !send_line(whole.trim_end(), &filter, tx) {
                         return;
                     }
                 }
             }
         }
         at = Some((ino, offset + read));
+    }
+}
+
+/// `filter`'s incarnations with those of `now` added (none taken away: a sandbox the reader
+/// saw destroyed keeps its late records the reader's).
+fn widen(filter: &mut Filter, now: Option<Vec<String>>) {
+    if let (Some(only), Some(now)) = (&mut filter.only, now) {
+        for key in now {
+            if !only.contains(&key) {
+                only.push(key);
+            }
+        }
     }
 }
 
@@ -158,4 +189,45 @@ fn send(line: &str, tx: &mpsc::Sender<Bytes>) -> bool {
     let mut out = line.as_bytes().to_vec();
     out.push(b'\n');
     tx.blocking_send(Bytes::from(out)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A follower of incarnation `a1`'s records is given `b2` (a sandbox of its own made
+    /// after it began): `b2`'s new records reach it; `c3`'s (never its) do not.
+    #[test]
+    fn a_follower_takes_in_the_sandboxes_it_is_given_and_no_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        std::fs::write(&path, "{\"incarnation\":\"a1\",\"n\":1}\n").expect("write");
+        let filter = Filter {
+            only: Some(vec!["a1".into()]),
+            ..Filter::default()
+        };
+        let (tx, mut rx) = mpsc::channel::<Bytes>(16);
+        let reader = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mine: Mine = Box::new(|| Some(vec!["a1".into(), "b2".into()]));
+                stream(&path, &filter, true, &tx, &mine);
+            })
+        };
+        let first = rx.blocking_recv().expect("the first record");
+        assert!(first.starts_with(b"{\"incarnation\":\"a1\""));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(
+            &mut f,
+            b"{\"incarnation\":\"c3\",\"n\":2}\n{\"incarnation\":\"b2\",\"n\":3}\n",
+        )
+        .expect("append");
+        let next = rx.blocking_recv().expect("the next record");
+        assert_eq!(&next[..], b"{\"incarnation\":\"b2\",\"n\":3}\n");
+        drop(rx);
+        reader.join().expect("the reader ends when its reader goes");
+    }
 }

@@ -137,10 +137,10 @@ pub(super) fn workspace_log_stream(
 /// `GET /v1/audit?sandbox=&layer=&verdict=&since=&follow=1`: the audit log's records that match,
 /// rotated file first, as JSON lines exactly as written; with `follow`, new ones as they come
 /// (across a rotation). A non-root caller reads only the records of its own sandboxes (as they
-/// are when the read starts), by incarnation: never those of an earlier sandbox of that name or
-/// id.
+/// are when the read starts, and, when following, those it makes meanwhile), by incarnation:
+/// never those of an earlier sandbox of that name or id.
 pub(super) fn audit_stream(
-    sup: &Supervisor,
+    sup: &std::sync::Arc<Supervisor>,
     who: &Principal,
     query: &str,
 ) -> Result<Response<Body>, Failure> {
@@ -165,6 +165,10 @@ pub(super) fn audit_stream(
     filter.only = sup.visible_sandboxes(who);
     let path = sup.audit_path();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    tokio::task::spawn_blocking(move || super::audit_read::stream(&path, &filter, follow, &tx));
+    let (sup, who) = (sup.clone(), who.clone());
+    let mine: super::audit_read::Mine = Box::new(move || sup.visible_sandboxes(&who));
+    tokio::task::spawn_blocking(move || {
+        super::audit_read::stream(&path, &filter, follow, &tx, &mine);
+    });
     Ok(ndjson(rx))
 }
