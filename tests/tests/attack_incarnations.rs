@@ -317,12 +317,6 @@ fn race(w: &World, (a, b): (&User, &User), round: usize, after_ms: u64) -> (bool
 /// later (a late clean-up of A's creation must not take B's link, fence entry or registry
 /// entry).
 #[test]
-#[ignore = "hole: DELETE /v1/sandboxes/NAME is not refused while NAME is still being created \
-            (its row in state creating): the destroy frees the id while the creation goes on \
-            with it, so the next sandbox (another user's) is given that id and its creation \
-            fails (creating veth svcN: File exists), or the late rollback tears down the next \
-            sandbox's link, fence and registry entries by id; fix: destroy_in_span refuses a \
-            row not running (409), and set_destroying takes only a running row"]
 fn a_destroy_during_creation_leaves_nothing_and_spares_the_next_sandbox() {
     require_root();
     let w = World::start();
@@ -544,11 +538,6 @@ fn a_relay_session_outliving_its_sandbox_is_not_the_next_sandboxs() {
 /// left over (every container and link is a listed sandbox's or the pool's one), no listed
 /// sandbox is without its guest, and B's sandboxes work.
 #[test]
-#[ignore = "hole: a destroy that lands during a pool claim (row renamed, still creating) tears \
-            the claimed guest and link down and deletes the row, then the claim publishes \
-            anyway: after A's destroy answered 200, svcd still lists the sandbox (seen: racing, \
-            id 3) with no container and no link (by the code: its live and registry entries \
-            hold its policy under an id the store gives out again); same fix as the fresh race"]
 fn a_destroy_during_a_pool_claim_leaves_nothing() {
     require_root();
     let w = World::start_with(POOL);

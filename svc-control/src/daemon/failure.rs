@@ -25,6 +25,20 @@ impl Failure {
             message: format!("no sandbox named {name:?} (svc sandbox list shows them)"),
         }
     }
+    /// 409: sandbox `name` is being made (`state` `creating`) or destroyed now.
+    pub fn busy(name: &str, state: &str) -> Self {
+        Self {
+            status: 409,
+            code: "busy",
+            message: if state == "creating" {
+                format!(
+                    "sandbox {name:?} is still being created: destroy it once its creation has answered"
+                )
+            } else {
+                format!("sandbox {name:?} is already being destroyed")
+            },
+        }
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self {
             status: 500,

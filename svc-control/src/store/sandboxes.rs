@@ -173,12 +173,13 @@ impl Store {
         Ok(())
     }
 
-    /// Mark a sandbox `destroying`.
+    /// Mark a running sandbox `destroying`; `NotFound` when no running sandbox has that name
+    /// (none does, or it is still being made, or another destroy took it first).
     pub fn set_destroying(&self, name: &str) -> Result<(), StoreError> {
         let n = self
             .conn
             .execute(
-                "UPDATE sandboxes SET state = 'destroying' WHERE name = ?1",
+                "UPDATE sandboxes SET state = 'destroying' WHERE name = ?1 AND state = 'running'",
                 params![name],
             )
             .map_err(|e| self.err(e))?;

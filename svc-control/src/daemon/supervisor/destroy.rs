@@ -37,7 +37,17 @@ impl Supervisor {
             .into_iter()
             .find(|r| r.name == name)
             .ok_or_else(|| Failure::not_found(name))?;
-        self.store().set_destroying(name)?;
+        // Only a made sandbox is destroyed, and by one destroy: a creation still under way
+        // holds its id and cleans up after itself when it fails (a destroy now would free the
+        // id, and that clean-up would take whatever sandbox got the id meanwhile); a second
+        // destroy would tear down, by id, the next sandbox given it.
+        if row.state != "running" {
+            return Err(Failure::busy(name, &row.state));
+        }
+        self.store().set_destroying(name).map_err(|e| match e {
+            crate::store::StoreError::NotFound(_) => Failure::busy(name, "destroying"),
+            other => other.into(),
+        })?;
         // The workspace's onTeardown hooks, while everything is still up.
         self.teardown_workspace(name).await;
         let removed = self
