@@ -34,6 +34,13 @@ pub(super) fn stream(
     tx: &mpsc::Sender<Bytes>,
     mine: &Mine,
 ) {
+    // A follower reads the files written so far with the sandboxes it has now, not only those
+    // it had when it asked (a record of a sandbox it made meanwhile may already be there).
+    let mut widened = filter.clone();
+    if follow {
+        widen(&mut widened, mine());
+    }
+    let filter = &widened;
     let mut out = Out {
         filter,
         tx,
@@ -196,12 +203,18 @@ mod tests {
     use super::*;
 
     /// A follower of incarnation `a1`'s records is given `b2` (a sandbox of its own made
-    /// after it began): `b2`'s new records reach it; `c3`'s (never its) do not.
+    /// after it began): `b2`'s records reach it, those already written and new ones; `c3`'s
+    /// (never its) do not.
     #[test]
     fn a_follower_takes_in_the_sandboxes_it_is_given_and_no_other() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.jsonl");
-        std::fs::write(&path, "{\"incarnation\":\"a1\",\"n\":1}\n").expect("write");
+        std::fs::write(
+            &path,
+            "{\"incarnation\":\"a1\",\"n\":1}\n{\"incarnation\":\"c3\",\"n\":0}\n\
+             {\"incarnation\":\"b2\",\"n\":0}\n",
+        )
+        .expect("write");
         let filter = Filter {
             only: Some(vec!["a1".into()]),
             ..Filter::default()
@@ -216,6 +229,8 @@ mod tests {
         };
         let first = rx.blocking_recv().expect("the first record");
         assert!(first.starts_with(b"{\"incarnation\":\"a1\""));
+        let written = rx.blocking_recv().expect("b2's record written before");
+        assert_eq!(&written[..], b"{\"incarnation\":\"b2\",\"n\":0}\n");
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

@@ -116,6 +116,8 @@ pub struct Supervisor {
     grants: Mutex<HashMap<String, Arc<crate::creds::grant::Grant>>>,
     /// Sandboxes whose processes were found gone (reported once).
     dead: Mutex<std::collections::HashSet<String>>,
+    /// Sandboxes a destroy is taking down now (one destroy at a time for a name).
+    destroying: Arc<Mutex<std::collections::HashSet<String>>>,
     /// The warm pools: sandboxes made ahead of their requests (`pool`).
     pool: pool::Pool,
     events: broadcast::Sender<Event>,
@@ -191,6 +193,7 @@ impl Supervisor {
             policy_lock: tokio::sync::Mutex::new(()),
             grants: Mutex::default(),
             dead: Mutex::default(),
+            destroying: Arc::default(),
             pool: pool::Pool::default(),
             events,
             started,

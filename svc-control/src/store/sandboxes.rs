@@ -173,13 +173,15 @@ impl Store {
         Ok(())
     }
 
-    /// Mark a running sandbox `destroying`; `NotFound` when no running sandbox has that name
-    /// (none does, or it is still being made, or another destroy took it first).
+    /// Mark a made sandbox `destroying` (running, or left `destroying` by a destroy that did
+    /// not finish); `NotFound` when no such sandbox has that name (none does, or it is still
+    /// being made).
     pub fn set_destroying(&self, name: &str) -> Result<(), StoreError> {
         let n = self
             .conn
             .execute(
-                "UPDATE sandboxes SET state = 'destroying' WHERE name = ?1 AND state = 'running'",
+                "UPDATE sandboxes SET state = 'destroying' WHERE name = ?1 \
+                 AND state IN ('running', 'destroying')",
                 params![name],
             )
             .map_err(|e| self.err(e))?;

@@ -37,13 +37,15 @@ impl Supervisor {
             .into_iter()
             .find(|r| r.name == name)
             .ok_or_else(|| Failure::not_found(name))?;
-        // Only a made sandbox is destroyed, and by one destroy: a creation still under way
-        // holds its id and cleans up after itself when it fails (a destroy now would free the
-        // id, and that clean-up would take whatever sandbox got the id meanwhile); a second
-        // destroy would tear down, by id, the next sandbox given it.
-        if row.state != "running" {
+        // Only a made sandbox is destroyed, and by one destroy at a time: a creation still
+        // under way holds its id and cleans up after itself when it fails (a destroy now would
+        // free the id, and that clean-up would take whatever sandbox got the id meanwhile); a
+        // second destroy at once would tear down, by id, the next sandbox given it. A row a
+        // failed destroy left `destroying` may be destroyed again.
+        if row.state == "creating" {
             return Err(Failure::busy(name, &row.state));
         }
+        let _one = OneDestroy::take(&self.destroying, name)?;
         self.store().set_destroying(name).map_err(|e| match e {
             crate::store::StoreError::NotFound(_) => Failure::busy(name, "destroying"),
             other => other.into(),
@@ -191,5 +193,39 @@ async fn drained(
                 DRAIN_BOUND.as_secs());
             vec![format!("open connections ({})", cut.join(", "))]
         }
+    }
+}
+
+/// A name a destroy is taking down, given back when that destroy ends (whatever its outcome).
+struct OneDestroy {
+    names: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    name: String,
+}
+
+impl OneDestroy {
+    /// Take `name`, or refuse while another destroy has it.
+    fn take(
+        names: &std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+        name: &str,
+    ) -> Result<Self, Failure> {
+        let mut taken = names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !taken.insert(name.to_owned()) {
+            return Err(Failure::busy(name, "destroying"));
+        }
+        Ok(Self {
+            names: names.clone(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for OneDestroy {
+    fn drop(&mut self) {
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.name);
     }
 }
