@@ -57,6 +57,18 @@ impl User {
         w.svc_as(&ids, args)
     }
 
+    /// `svc ARGS` run by this user, asserting success (the failure shows svcd's log); its stdout.
+    pub fn svc_ok(&self, w: &World, args: &[&str]) -> String {
+        let out = self.svc(w, args);
+        assert!(
+            out.status.success(),
+            "{} ran svc {args:?}: {out:?}\nsvcd:\n{}",
+            self.name,
+            w.svcd_log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// How svcd names this user as an owner.
     pub fn named(&self) -> String {
         format!("uid {} ({})", self.uid, self.name)
@@ -95,4 +107,28 @@ pub fn id_of(flag: &str, name: &str) -> u32 {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("id {flag} {name}: {out:?}"))
+}
+
+/// Two new accounts `{prefix}-a…` and `{prefix}-b…`, named apart from every other pair of this
+/// process (tests of one file run at once, and each deletes its own users when it ends).
+pub fn pair(prefix: &str) -> (User, User) {
+    static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let pair = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = std::process::id() % 10_000;
+    (
+        User::add(format!("{prefix}-a{tag}-{pair}"), None),
+        User::add(format!("{prefix}-b{tag}-{pair}"), None),
+    )
+}
+
+/// Until `cond` holds (every 200 ms, for at most `secs`): whether it did.
+pub fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    cond()
 }

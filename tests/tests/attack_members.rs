@@ -11,30 +11,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use svc_tests::{require_root, users::User, world::World};
+use svc_tests::{
+    require_root,
+    users::{User, within},
+    world::World,
+};
 
-/// `svc ARGS` run by `u`, asserting success; its stdout.
 fn ok(u: &User, w: &World, args: &[&str]) -> String {
-    let out = u.svc(w, args);
-    assert!(
-        out.status.success(),
-        "{} ran svc {args:?}: {out:?}\nsvcd:\n{}",
-        u.name,
-        w.svcd_log()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    u.svc_ok(w, args)
 }
 
-/// Two new accounts, named apart from every other test's of this process (the tests of this
-/// file run at once, and each deletes its own users when it ends).
 fn users() -> (User, User) {
-    static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let pair = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tag = std::process::id() % 10_000;
-    (
-        User::add(format!("svcatk-a{tag}-{pair}"), None),
-        User::add(format!("svcatk-b{tag}-{pair}"), None),
-    )
+    svc_tests::users::pair("svcatk")
 }
 
 /// B asks for A's records by name, by id, by layer and verdict; and B takes A's sandbox's name
@@ -103,18 +91,6 @@ fn a_member_reads_none_of_anothers_audit_records() {
     );
     w.svc_ok(&["sandbox", "destroy", "reused"]);
     w.svc_ok(&["sandbox", "destroy", "mine"]);
-}
-
-/// Until `cond` holds (every 200 ms, for at most `secs`): whether it did.
-fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    cond()
 }
 
 /// The HTTP records (root's view, the file) whose path is `path`.
