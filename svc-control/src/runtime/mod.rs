@@ -113,6 +113,17 @@ pub struct GuestNet {
     pub gateway: std::net::Ipv4Addr,
 }
 
+/// What a pooled guest is given by the sandbox that claims it ([`Backend::claim_guest`]).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The sandbox's name: the guest's host name.
+    pub hostname: String,
+    /// The guest's address (the pooled one's: it keeps its id and link).
+    pub net: GuestNet,
+    /// The sandbox's guest files, already written on the host: (host copy, path in the guest).
+    pub files: Vec<(PathBuf, PathBuf)>,
+}
+
 /// What the backend asks of svcd while it starts a guest: the sandbox's host link (the one
 /// the fence sits on), in two steps so that the first can run while the guest is being made.
 pub trait GuestLinks: Send + Sync {
@@ -526,12 +537,13 @@ pub trait Backend: Send + Sync {
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>>;
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
-    /// Give a running guest made ahead of its request (a warm pool's) the host name of the
-    /// sandbox that claims it. Backends that cannot are not pooled.
-    fn name_guest<'a>(
+    /// Give a running guest made ahead of its request (a warm pool's) to the sandbox that
+    /// claims it: its host name, and its guest files where the backend does not bind the
+    /// host's copies. Backends that cannot are not pooled.
+    fn claim_guest<'a>(
         &'a self,
         _guest: &'a GuestHandle,
-        _hostname: &'a str,
+        _claim: &'a Claim,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         let name = self.name();
         Box::pin(async move {
