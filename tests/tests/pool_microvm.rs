@@ -4,7 +4,8 @@
 //! claimer's over the pooled stand-in through the agent), the credential is swapped on an
 //! allowed host, a denied host is refused, its host name and hosts file are its own and nothing
 //! in it names the pool. A request the pool cannot honour (allow-all) misses with its reason;
-//! the pool refills; destroy and svcd's stop leave no VM, link or directory.
+//! the pool refills; svcd's stop removes the pool and keeps the claimed VM, which the next svcd
+//! adopts; destroy leaves no VM, link or directory.
 
 use std::time::{Duration, Instant};
 
@@ -148,20 +149,63 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
     assert_eq!(code, 0, "{err}");
     assert!(look.starts_with("warm\n"), "{look}");
     assert!(look.contains("127.0.1.1\twarm"), "{look}");
-    assert!(!look.contains("pool"), "a trace of the pool in the guest:\n{look}");
+    assert!(
+        !look.contains("pool"),
+        "a trace of the pool in the guest:\n{look}"
+    );
 
     // The pool refills with another VM.
     wait_pool(&w, 1);
 
-    // Destroy leaves nothing of the pooled VM.
+    // svcd's stop removes the pool and keeps the claimed VM: a claimed sandbox is an ordinary
+    // one, re-adopted by the next svcd through its runtime name.
+    stop_svcd(&w);
+    assert_eq!(
+        qemus_naming("pool.microvm."),
+        qemus_naming(&runtime),
+        "a pooled VM is left beside the claimed one"
+    );
+    let mut dirs: Vec<String> = std::fs::read_dir(&state)
+        .expect("sandboxes")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs, [runtime.clone(), "warm".to_owned()], "{dirs:?}");
+    w.start_svcd();
+    assert!(!w.svcd_log().contains("found a sandbox a crash interrupted"));
+    let (code, host, err) = w.sh("warm", "hostname");
+    assert_eq!((code, host.trim()), (0, "warm"), "{err}");
+
+    // Destroy leaves nothing of the pooled VM: no QEMU, directory or link to it.
     w.destroy_checked("warm");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !qemus_naming(&runtime).is_empty() {
         assert!(Instant::now() < deadline, "the claimed VM's QEMU is left");
         std::thread::sleep(Duration::from_millis(100));
     }
+    for left in [runtime.as_str(), "warm"] {
+        assert!(
+            state.join(left).symlink_metadata().is_err(),
+            "{left} is left in {}",
+            state.display()
+        );
+    }
 
-    // svcd's stop removes the pool: no QEMU, directory or row is left.
+    // The restarted svcd refilled its pool; its stop leaves no VM or directory.
+    stop_svcd(&w);
+    assert!(
+        qemus_naming("pool.microvm.").is_empty(),
+        "a pooled VM is left"
+    );
+    let dirs: Vec<_> = std::fs::read_dir(&state)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(dirs.is_empty(), "sandbox directories are left: {dirs:?}");
+}
+
+/// SIGTERM to svcd, and wait for it to end.
+fn stop_svcd(w: &World) {
     let pid = w.svcd_pid().expect("svcd runs");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -173,11 +217,4 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
         assert!(Instant::now() < deadline, "svcd did not stop");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(qemus_naming("pool.microvm.").is_empty(), "a pooled VM is left");
-    let dirs: Vec<_> = std::fs::read_dir(&state)
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(dirs.is_empty(), "sandbox directories are left: {dirs:?}");
-    w.start_svcd();
-    assert!(!w.svcd_log().contains("found a sandbox a crash interrupted"));
 }

@@ -120,7 +120,11 @@ impl Supervisor {
     }
 
     /// Keep `backend`'s pool filled until `stop` says stop.
-    fn spawn_refill(self: &Arc<Self>, backend: &'static str, stop: tokio::sync::watch::Receiver<bool>) {
+    fn spawn_refill(
+        self: &Arc<Self>,
+        backend: &'static str,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         let rate = self.config.host.pool.refill_per_second.max(1);
         let sup = self.clone();
         tokio::spawn(async move {

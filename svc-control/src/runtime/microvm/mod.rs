@@ -45,8 +45,8 @@ use self::{
     vm_dir::VmDir,
 };
 use super::{
-    Backend, BoxFuture, Claim, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService, GuestSpec,
-    RuntimeError, Snapshot, Started, start_time,
+    Backend, BoxFuture, Claim, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService,
+    GuestSpec, RuntimeError, Snapshot, Started, start_time,
 };
 use crate::config::host::MicrovmConfig;
 
