@@ -7,6 +7,7 @@
 //! capabilities, a seccomp filter, cgroup limits. The guest shares the host's kernel; the
 //! microvm backend (a guest kernel of its own) is the stronger boundary.
 
+mod claim;
 pub mod container;
 pub mod ids;
 pub mod microvm;
@@ -19,6 +20,7 @@ pub(crate) mod share_calls;
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
+pub use claim::Claim;
 pub use container::Container;
 pub use microvm::Microvm;
 pub use registry::{Backends, Description, KINDS, Kind, choices};
@@ -111,17 +113,6 @@ pub struct GuestNet {
     pub prefix: u8,
     /// The host end's address: the guest's gateway and only resolver.
     pub gateway: std::net::Ipv4Addr,
-}
-
-/// What a pooled guest is given by the sandbox that claims it ([`Backend::claim_guest`]).
-#[derive(Debug, Clone)]
-pub struct Claim {
-    /// The sandbox's name: the guest's host name.
-    pub hostname: String,
-    /// The guest's address (the pooled one's: it keeps its id and link).
-    pub net: GuestNet,
-    /// The sandbox's guest files, already written on the host: (host copy, path in the guest).
-    pub files: Vec<(PathBuf, PathBuf)>,
 }
 
 /// What the backend asks of svcd while it starts a guest: the sandbox's host link (the one
