@@ -166,12 +166,15 @@ impl Drop for Containerd {
 /// Pods use the node's network namespace (the tests ask for it), so CNI is never called:
 /// its configuration directory is an empty one of the test's. The streaming server listens
 /// on a port of the kernel's choosing (tests run side by side); AppArmor is not asked for (the
-/// shim runs nothing under a profile: the svc sandbox is the boundary).
+/// shim runs nothing under a profile: the svc sandbox is the boundary). containerd logs at
+/// debug level, so its log shows each event the shim forwards (`/tasks/exit`, …).
 pub fn cri_config(dir: &Path) -> String {
     let cni = dir.join("cni");
     std::fs::create_dir_all(&cni).expect("cni dir");
     format!(
-        r#"[plugins."io.containerd.grpc.v1.cri"]
+        r#"[debug]
+  level = "debug"
+[plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{IMAGE}"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"

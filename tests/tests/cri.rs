@@ -320,6 +320,24 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         )
         .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
     assert!(left.items.is_empty(), "{:?}", left.items);
+
+    // The shim told containerd each step as a task event (containerd's debug log names each
+    // event it forwards): the CRI plugin keeps its state from them.
+    let log = c.log();
+    for topic in [
+        "create",
+        "start",
+        "exec-added",
+        "exec-started",
+        "exit",
+        "delete",
+    ] {
+        let forwarded = format!("msg=\"event forwarded\" ns=k8s.io topic=/tasks/{topic} ");
+        assert!(
+            log.contains(&forwarded),
+            "no /tasks/{topic} event reached containerd:\n{log}"
+        );
+    }
 }
 
 #[test]
