@@ -183,6 +183,65 @@ fn shim_sandboxes(w: &World) -> Vec<String> {
         .collect()
 }
 
+/// Container `agent` runs in the pod's sandbox `sandbox`, inside its perimeter: the allowed
+/// host is reached, with the stored credential swapped in on the wire; a denied host and an
+/// IP literal are refused.
+fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
+    let (code, host, err) = exec(cri, agent, &["cat", "/proc/sys/kernel/hostname"]);
+    assert_eq!((code, host.trim()), (0, sandbox), "{err}");
+    let curl = |url: &str| {
+        exec(
+            cri,
+            agent,
+            &["curl", "-sS", "-o", "/dev/null", "--max-time", "5", url],
+        )
+    };
+    let (code, _, err) = curl("https://allowed.example.test/from-cri");
+    assert_eq!(code, 0, "the allowed host: {err}");
+    assert_ne!(
+        curl("https://forbidden.example.test/").0,
+        0,
+        "a denied host"
+    );
+    assert_ne!(curl("http://192.0.2.66/").0, 0, "an IP literal");
+    let (code, _, err) = exec(
+        cri,
+        agent,
+        &[
+            "sh",
+            "-c",
+            "curl -sS --max-time 10 -o /dev/null -H \"Authorization: Bearer \
+             $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/cri-secret",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        w.received_auth("/cri-secret"),
+        format!("Bearer {EXAMPLE_TOKEN}"),
+        "the stored credential, swapped in on the wire"
+    );
+}
+
+/// The shim told containerd each step as a task event (containerd's debug log names each
+/// event it forwards): the CRI plugin keeps its state from them.
+fn assert_events_forwarded(c: &Containerd) {
+    let log = c.log();
+    for topic in [
+        "create",
+        "start",
+        "exec-added",
+        "exec-started",
+        "exit",
+        "delete",
+    ] {
+        let forwarded = format!("msg=\"event forwarded\" ns=k8s.io topic=/tasks/{topic} ");
+        assert!(
+            log.contains(&forwarded),
+            "no /tasks/{topic} event reached containerd:\n{log}"
+        );
+    }
+}
+
 #[test]
 fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     require_root();
@@ -242,45 +301,13 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         i32::from(api::ContainerState::ContainerRunning),
         "{st:?}"
     );
-    let (code, host, err) = exec(&cri, &agent, &["cat", "/proc/sys/kernel/hostname"]);
-    assert_eq!((code, host.trim()), (0, sandbox.as_str()), "{err}");
-    let curl = |url: &str| {
-        exec(
-            &cri,
-            &agent,
-            &["curl", "-sS", "-o", "/dev/null", "--max-time", "5", url],
-        )
-    };
-    let (code, _, err) = curl("https://allowed.example.test/from-cri");
-    assert_eq!(code, 0, "the allowed host: {err}");
-    assert_ne!(
-        curl("https://forbidden.example.test/").0,
-        0,
-        "a denied host"
-    );
-    assert_ne!(curl("http://192.0.2.66/").0, 0, "an IP literal");
-    let (code, _, err) = exec(
-        &cri,
-        &agent,
-        &[
-            "sh",
-            "-c",
-            "curl -sS --max-time 10 -o /dev/null -H \"Authorization: Bearer \
-             $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/cri-secret",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        w.received_auth("/cri-secret"),
-        format!("Bearer {EXAMPLE_TOKEN}"),
-        "the stored credential, swapped in on the wire"
-    );
+    assert_fenced(&w, &cri, &agent, &sandbox);
 
     // A second container, whose command exits: its exit code reaches ContainerStatus.
     let short = run_container(&cri, &pod_id, &config, "short", &["sh", "-c", "exit 7"]);
     let st = exited(&cri, &c, &short);
     assert_eq!(st.exit_code, 7, "{st:?}");
-    assert_eq!(shim_sandboxes(&w), [sandbox.clone()], "still one sandbox");
+    assert_eq!(shim_sandboxes(&w), [sandbox.as_str()], "still one sandbox");
 
     // Stopping the running container ends it (TaskExit reaches the CRI plugin).
     cri.call(cri.runtime().stop_container(api::StopContainerRequest {
@@ -321,23 +348,7 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
     assert!(left.items.is_empty(), "{:?}", left.items);
 
-    // The shim told containerd each step as a task event (containerd's debug log names each
-    // event it forwards): the CRI plugin keeps its state from them.
-    let log = c.log();
-    for topic in [
-        "create",
-        "start",
-        "exec-added",
-        "exec-started",
-        "exit",
-        "delete",
-    ] {
-        let forwarded = format!("msg=\"event forwarded\" ns=k8s.io topic=/tasks/{topic} ");
-        assert!(
-            log.contains(&forwarded),
-            "no /tasks/{topic} event reached containerd:\n{log}"
-        );
-    }
+    assert_events_forwarded(&c);
 }
 
 #[test]
