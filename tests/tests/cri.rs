@@ -259,8 +259,9 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         ("containerd", "v1"),
         "{v:?}"
     );
-    // containerd 1.6's PullImage always asks the image's registry, even for an image it
-    // has: offline, the imported image is looked up with ImageStatus instead.
+    // containerd 1.6's PullImage always resolves the reference at the image's registry, even
+    // for an image it has (for this one: `failed to resolve reference "svc.test/base:1"`):
+    // offline, the imported image is looked up with ImageStatus instead.
     let img = cri
         .call(cri.images().image_status(api::ImageStatusRequest {
             image: Some(image()),
