@@ -145,12 +145,38 @@ impl Containerd {
     }
 }
 
+impl Containerd {
+    /// The shim processes of this containerd (their arguments name its socket).
+    fn shims(&self) -> Vec<u32> {
+        let socket = self.socket.display().to_string();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                args.first()
+                    .is_some_and(|a| a.ends_with(b"containerd-shim-svc-v1"))
+                    && args.contains(&socket.as_bytes())
+            })
+            .collect()
+    }
+}
+
 impl Drop for Containerd {
     fn drop(&mut self) {
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
             .output();
         let _ = self.child.wait();
+        // Shims outlive containerd (a test that failed half-way leaves its tasks running):
+        // this containerd's, which name its socket, go too.
+        for pid in self.shims() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).output();
+        }
         let _ = Command::new("umount")
             .args(["-R", "--lazy"])
             .arg(self.dir.join("root"))
