@@ -247,3 +247,56 @@ fn feed_stdin(path: &str, sender: &Sender) {
     }
     let _ = sender.send(&ExecInput::Eof);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, mpsc};
+
+    use super::*;
+
+    #[test]
+    fn a_placeholder_runs_nothing_and_stops_when_killed_telling_its_exit_once() {
+        // No svcd: a placeholder never calls it.
+        let svcd = Svcd::new(std::path::Path::new("/nonexistent/svcd.sock"));
+        let p = Arc::new(Proc::new(Stdio::default(), None));
+        let (tx, rx) = mpsc::channel();
+        let started = tx.clone();
+        p.start(
+            &svcd,
+            "pod",
+            move || started.send("started".to_owned()).expect("send"),
+            move |code, _| tx.send(format!("exited {code}")).expect("send"),
+        )
+        .expect("a placeholder starts");
+        assert_eq!(p.status(), Status::Running);
+        assert!(p.start(&svcd, "pod", || {}, |_, _| {}).is_err(), "once");
+        p.kill(9).expect("kill");
+        p.kill(15).expect("a stopped process takes signals quietly");
+        assert_eq!(p.wait().0, 137);
+        let told: Vec<String> = rx.try_iter().collect();
+        assert_eq!(told, ["started", "exited 137"], "in order, each once");
+    }
+
+    #[test]
+    fn a_process_svcd_cannot_run_fails_to_start_and_tells_nothing() {
+        let svcd = Svcd::new(std::path::Path::new("/nonexistent/svcd.sock"));
+        let request = ExecRequest {
+            argv: vec!["true".into()],
+            ..ExecRequest::default()
+        };
+        let p = Arc::new(Proc::new(Stdio::default(), Some(request)));
+        let (tx, rx) = mpsc::channel::<&str>();
+        let started = tx.clone();
+        let e = p
+            .start(
+                &svcd,
+                "t",
+                move || started.send("started").expect("send"),
+                move |_, _| tx.send("exited").expect("send"),
+            )
+            .expect_err("no svcd");
+        assert!(e.contains("/nonexistent/svcd.sock"), "{e}");
+        assert_eq!(p.status(), Status::Created);
+        assert_eq!(rx.try_iter().count(), 0);
+    }
+}
