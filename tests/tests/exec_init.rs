@@ -3,7 +3,9 @@
 //! capabilities, no_new_privs, seccomp, limits, cgroup, environment, session), and the init is
 //! the guest's, so hostile: bytes that break the protocol end that sandbox's channel and
 //! nothing else, an init that is gone fails exec clearly, an output flood and a thousand execs
-//! leave svcd's memory and descriptors bounded.
+//! leave svcd's memory and descriptors bounded. A guest an earlier svcd made gets a new channel
+//! through its init's hand-over socket after each restart, or `runc exec` when its init cannot
+//! answer in time.
 
 use std::{
     io::{Read as _, Write as _},
@@ -101,7 +103,10 @@ fn the_init_runs_commands_as_runc_exec_did_and_a_hostile_one_ends_only_its_own_c
     same_as_runc_exec(&w);
     an_output_flood_and_a_thousand_execs_stay_bounded(&w);
 
-    // A sandbox an earlier svcd made has no channel to its init: `runc exec` runs its commands.
+    // A sandbox an earlier svcd made: its init's server cannot answer (stopped from the host),
+    // so the new svcd gives up on a channel within its limit and `runc exec` runs its commands.
+    let server = nix::unistd::Pid::from_raw(server_pid(init_pid(&w, "dev")));
+    nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
     w.kill_svcd();
     w.start_svcd();
     let (code, parent, err) = w.sh("dev", "echo $PPID");
@@ -112,6 +117,30 @@ fn the_init_runs_commands_as_runc_exec_did_and_a_hostile_one_ends_only_its_own_c
         status, "NoNewPrivs:\t1\n",
         "a runtime exec without no_new_privs"
     );
+    nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+
+    // The next svcd takes the init's hand-over socket: a new channel, and commands run by the
+    // init again (their parent is the server), with their exit codes; and after one more
+    // restart still (the hand-over socket stays for every later svcd), exactly as runc exec.
+    for _ in 0..2 {
+        w.kill_svcd();
+        w.start_svcd();
+        let (code, parent, err) = w.sh("dev", "echo $PPID; exit 3");
+        assert_eq!(code, 3, "{err}");
+        assert_ne!(
+            parent,
+            "0\n",
+            "a runtime exec after the restart:\n{}",
+            w.svcd_log()
+        );
+        assert!(
+            w.svcd_log()
+                .contains("a new channel to the adopted guest's init"),
+            "{}",
+            w.svcd_log()
+        );
+    }
+    same_as_runc_exec(&w);
     w.svc_ok(&["sandbox", "create", "other"]);
     w.svc_ok(&["sandbox", "create", "third"]);
     assert_eq!(

@@ -12,8 +12,13 @@
 //! limits and umask, which are the container's process configuration, as `runc exec` gives.
 //!
 //! When svcd closes its end (it restarts), the server ends what svcd started and stays, so the
-//! guest keeps running; a later svcd, without this channel, runs commands with the runtime's
-//! `exec`. Statically linked like the other guest binaries.
+//! guest keeps running, and waits for the next svcd's channel: the server keeps one end of a
+//! socket pair of its own (the *hand-over* socket) at descriptor [`HANDOVER_FD`], which a
+//! later svcd takes from it (`pidfd_getfd(2)`, as root on the host) to send the server the
+//! guest's end of a new socket pair (`SCM_RIGHTS`); the server serves the channel's protocol
+//! on that as on the first. A svcd that cannot (an image's older init, a kernel without
+//! `pidfd_getfd`) runs commands with the runtime's `exec`. Statically linked like the other
+//! guest binaries.
 #![deny(unsafe_code)]
 
 use std::{
@@ -32,6 +37,10 @@ use nix::{
 
 /// The descriptor svcd's end of the channel arrives on.
 const CHANNEL_FD: i32 = 3;
+
+/// Where the server keeps the svcd end of its hand-over socket pair, for a later svcd to take
+/// (svc-control's `runtime::container::reinit` names the same number).
+const HANDOVER_FD: i32 = 5;
 
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some("--serve") {
@@ -125,6 +134,17 @@ fn serve() -> ExitCode {
         eprintln!("svc-init: no channel on fd {CHANNEL_FD}; commands run with the runtime's exec");
         return idle();
     };
+    // The hand-over socket: made before the first channel is served, so that a svcd that
+    // starts while this one is still being ended finds it.
+    let handover = match handover() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            eprintln!(
+                "svc-init: no hand-over socket ({e}); a later svcd runs commands with the runtime's exec"
+            );
+            None
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -136,21 +156,114 @@ fn serve() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let served = rt.block_on(async move {
-        let stream = std::os::unix::net::UnixStream::from(fd);
-        stream.set_nonblocking(true)?;
-        let (r, w) = tokio::net::UnixStream::from_std(stream)?.into_split();
-        let system: Arc<dyn svc_guest::agent::System> = Arc::new(Container);
-        let hub = Arc::new(svc_guest::agent::relay::Hub::default());
-        svc_guest::agent::serve(r, w, system, hub)
-            .await
-            .map_err(std::io::Error::other)
-    });
-    if let Err(e) = served {
-        eprintln!("svc-init: the channel: {e}");
+    let hub = Arc::new(svc_guest::agent::relay::Hub::default());
+    let mut next = Some(fd);
+    while let Some(fd) = next.take() {
+        if let Err(e) = rt.block_on(serve_channel(fd, hub.clone())) {
+            eprintln!("svc-init: the channel: {e}");
+        }
+        // svcd went (or broke the channel): wait for the next one's.
+        let Some(h) = &handover else { break };
+        next = match next_channel(h) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                eprintln!(
+                    "svc-init: the hand-over socket: {e}; commands run with the runtime's exec"
+                );
+                None
+            }
+        };
     }
     drop(rt);
     idle()
+}
+
+/// Serve the channel's protocol on `fd` until svcd closes it.
+async fn serve_channel(fd: OwnedFd, hub: Arc<svc_guest::agent::relay::Hub>) -> std::io::Result<()> {
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_nonblocking(true)?;
+    let (r, w) = tokio::net::UnixStream::from_std(stream)?.into_split();
+    let system: Arc<dyn svc_guest::agent::System> = Arc::new(Container);
+    svc_guest::agent::serve(r, w, system, hub)
+        .await
+        .map_err(std::io::Error::other)
+}
+
+/// The hand-over socket pair: svcd's end put at [`HANDOVER_FD`] (close-on-exec: no command
+/// inherits it), the server's end returned.
+fn handover() -> std::io::Result<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, socketpair};
+    let (ours, theirs) = socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // Ours must not be where theirs goes.
+    let ours = if std::os::fd::AsRawFd::as_raw_fd(&ours) == HANDOVER_FD {
+        rustix::io::fcntl_dupfd_cloexec(&ours, HANDOVER_FD + 1)?
+    } else {
+        ours
+    };
+    place(theirs, HANDOVER_FD)?;
+    Ok(ours)
+}
+
+/// Put `fd` at descriptor number `at` (close-on-exec), closing the original.
+fn place(fd: OwnedFd, at: i32) -> std::io::Result<()> {
+    if std::os::fd::AsRawFd::as_raw_fd(&fd) == at {
+        // Already there (close-on-exec from its making): kept open for the server's life.
+        std::mem::forget(fd);
+        return Ok(());
+    }
+    #[expect(
+        unsafe_code,
+        reason = "an OwnedFd for a descriptor number dup3 is about to make this process own"
+    )]
+    // SAFETY: `at` is a number nothing else in this process owns (svcd's first channel is 3,
+    // std's descriptors are 0–2); dup3 replaces whatever was there, and the OwnedFd is
+    // forgotten: the descriptor stays open for the life of the server.
+    let mut target = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(at) };
+    rustix::io::dup3(&fd, &mut target, rustix::io::DupFlags::CLOEXEC)?;
+    std::mem::forget(target);
+    Ok(())
+}
+
+/// The next svcd's channel: the guest's end of its socket pair, as it sends it over the
+/// hand-over socket (one byte, one descriptor). Anything else on it is dropped.
+fn next_channel(handover: &OwnedFd) -> std::io::Result<OwnedFd> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+    loop {
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+        let mut byte = [0u8; 1];
+        let got = recvmsg(
+            handover,
+            &mut [std::io::IoSliceMut::new(&mut byte)],
+            &mut cmsg,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        if got.bytes == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed",
+            ));
+        }
+        let mut fds = Vec::new();
+        for msg in cmsg.drain() {
+            if let RecvAncillaryMessage::ScmRights(received) = msg {
+                fds.extend(received);
+            }
+        }
+        // Exactly one socket: anything else (no descriptor, several) is not svcd's.
+        if fds.len() == 1
+            && let Some(fd) = fds.pop()
+            && rustix::net::sockopt::socket_type(&fd)
+                .is_ok_and(|t| t == rustix::net::SocketType::STREAM)
+        {
+            return Ok(fd);
+        }
+    }
 }
 
 /// Wait forever (PID 1 ends the guest when this process ends).

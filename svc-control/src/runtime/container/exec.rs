@@ -29,8 +29,7 @@ impl Container {
         if first.is_empty() {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
-        let init = self.inits().get(&guest.name).cloned();
-        match init {
+        match self.init_of(guest).await {
             Some(init) => {
                 let channel = init
                     .get()

@@ -57,6 +57,8 @@ pub(super) struct InitChannel {
     channel: OnceCell<Arc<Channel>>,
     /// Why the channel could not be taken up, once it could not.
     failed: Mutex<Option<String>>,
+    /// How long the init has to answer the first hello.
+    greet: Duration,
 }
 
 impl InitChannel {
@@ -65,6 +67,16 @@ impl InitChannel {
             socket: Mutex::new(Some(socket)),
             channel: OnceCell::new(),
             failed: Mutex::new(None),
+            greet: GREET,
+        }
+    }
+
+    /// The channel to the init of a guest an earlier svcd made (`reinit`): greeted within
+    /// `reinit::GREET`, the init being up already.
+    pub(super) fn readopted(socket: UnixStream) -> Self {
+        Self {
+            greet: super::reinit::GREET,
+            ..Self::new(socket)
         }
     }
 
@@ -106,7 +118,7 @@ impl InitChannel {
         let (channel, mut hellos) = Channel::over(r, w);
         channel.refuse_guest_streams();
         channel
-            .greet(&mut hellos, Instant::now() + GREET)
+            .greet(&mut hellos, Instant::now() + self.greet)
             .await
             .map_err(|e| format!("the guest's init did not answer: {e}"))?;
         // No one hears a later hello: the channel drops what the guest says again.

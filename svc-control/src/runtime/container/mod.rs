@@ -33,6 +33,7 @@ mod handed;
 mod init;
 pub mod oci;
 mod pooled;
+mod reinit;
 mod relay;
 pub mod rootfs;
 pub mod seccomp;
@@ -95,6 +96,13 @@ pub struct Container {
     /// commands run with `runc exec`), dropped at stop.
     inits: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<init::InitChannel>>>,
+    >,
+    /// Each adopted guest's one attempt at a new channel to its init (`reinit`), and whether
+    /// it took; dropped at stop.
+    reattached: std::sync::Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<String, std::sync::Arc<tokio::sync::OnceCell<bool>>>,
+        >,
     >,
     /// `runc create`s at once: a burst of creates queues here rather than each running the
     /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
@@ -160,6 +168,7 @@ impl Container {
             execs,
             svc_init,
             inits: std::sync::Arc::default(),
+            reattached: std::sync::Arc::default(),
             state: state_dir.join("runc"),
             lower,
             ids,
@@ -221,6 +230,45 @@ impl Container {
         self.relays
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The guest's channel to its init: the one made at create, or for a guest an earlier
+    /// svcd made, one made through its init's hand-over socket (tried once per guest).
+    async fn init_of(&self, guest: &GuestHandle) -> Option<std::sync::Arc<init::InitChannel>> {
+        if let Some(init) = self.inits().get(&guest.name).cloned() {
+            return Some(init);
+        }
+        if !self.svc_init {
+            return None;
+        }
+        let once = self
+            .reattached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(guest.name.clone())
+            .or_default()
+            .clone();
+        let took = *once
+            .get_or_init(|| async {
+                match reinit::reattach(guest).await {
+                    Ok(init) => {
+                        tracing::info!(guest = %guest.name, "a new channel to the adopted guest's init");
+                        self.inits()
+                            .insert(guest.name.clone(), std::sync::Arc::new(init));
+                        true
+                    }
+                    Err(e) => {
+                        tracing::info!(guest = %guest.name, reason = %e, "no channel to the adopted guest's init: its commands run with the runtime's exec");
+                        false
+                    }
+                }
+            })
+            .await;
+        if took {
+            self.inits().get(&guest.name).cloned()
+        } else {
+            None
+        }
     }
 
     fn inits(

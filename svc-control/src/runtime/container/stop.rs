@@ -21,6 +21,10 @@ impl Container {
         let mut removed = Vec::new();
         // The init's channel ends with it (its commands are ended with the container).
         self.inits().remove(name);
+        self.reattached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
         if let Some(relay) = self.relays().remove(name) {
             relay.abort();
             removed.push("git SSH relay socket".to_owned());
