@@ -1,7 +1,8 @@
 //! A creation served from a warm pool (docs/pool.md): whether the request fits, and the claim
 //! — the pooled row renamed to the request's sandbox (its id, link, addresses, fence entry and
 //! host id slice kept), its directory moved to the sandbox's, the guest files rewritten in
-//! place with the sandbox's CA and host name, the guest's host name set, then the same
+//! place with the sandbox's CA and host name, its shared directories (the project, the agent's
+//! home) moved into the guest's mount namespace, the guest's host name set, then the same
 //! `publish` and `announce` as a fresh creation (policy, placeholders, relay, registry,
 //! nftables, state row).
 
@@ -22,13 +23,18 @@ use crate::{
     proxy::ca::SandboxCa,
 };
 
-/// Why a planned creation cannot take a pooled sandbox; `None` when it can.
-pub(super) fn miss_reason(plan: &Plan, forked: bool) -> Option<&'static str> {
+/// Why a planned creation cannot take a pooled sandbox of a backend described as `backend`;
+/// `None` when it can.
+pub(super) fn miss_reason(
+    plan: &Plan,
+    forked: bool,
+    backend: crate::runtime::Description,
+) -> Option<&'static str> {
     if forked {
         // A fork's clone starts from its source's memory.
         Some("fork")
-    } else if !plan.envelope.live_mounts.is_empty() {
-        // The project share and the agent's home are bound when the guest is made.
+    } else if !plan.envelope.live_mounts.is_empty() && !backend.share_into_running {
+        // The project share and the agent's home are made when its guest starts.
         Some("mounts")
     } else if !plan.envelope.rootfs.is_empty() {
         // A pooled guest runs on the base image; a handed root file system is mounted at make.
@@ -50,7 +56,8 @@ impl Supervisor {
             return None;
         }
         let metrics = &self.config.metrics;
-        if let Some(reason) = miss_reason(plan, forked) {
+        let about = self.backends.get(backend).describe();
+        if let Some(reason) = miss_reason(plan, forked, about) {
             metrics.pool_miss(backend, reason);
             return None;
         }
@@ -155,9 +162,19 @@ impl Supervisor {
         rewrite_guest_files(&dir, &name, made.envelope.gateway_v4, &made.ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
         phases.mark("files");
-        self.backends
-            .get(pooled.backend)
-            .name_guest(&pooled.started.guest, &name)
+        let backend = self.backends.get(pooled.backend);
+        let guest = &pooled.started.guest;
+        // The project and the agent's home, in the order a guest being made gets them.
+        let dirs = &made.envelope.live_mounts;
+        if !dirs.is_empty() {
+            backend
+                .share_into(guest, pooled.id, &dir, dirs)
+                .await
+                .map_err(|e| Failure::internal(e.to_string()))?;
+            phases.mark("shares");
+        }
+        backend
+            .name_guest(guest, &name)
             .await
             .map_err(|e| Failure::internal(e.to_string()))?;
         phases.mark("guest");

@@ -24,6 +24,7 @@
 //! controllers ([`cgroup::hybrid_for_crun`]).
 
 pub mod advisory;
+mod attach;
 pub mod binary;
 mod cgroup;
 mod create;
@@ -363,6 +364,16 @@ impl Backend for Container {
         hostname: &'a str,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(pooled::set_hostname(guest.clone(), hostname.to_owned()))
+    }
+
+    fn share_into<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        id: u32,
+        dir: &'a Path,
+        dirs: &'a [super::SharedDir],
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(self.share_into_guest(guest, id, dir, dirs))
     }
 
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
