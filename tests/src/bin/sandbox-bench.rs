@@ -8,7 +8,8 @@
 //! directory of the state's (`disk_mib = 0`), then on its own 10 GiB ext4 image (the default),
 //! to show what the disk limit costs. Then warm pools: create → first HTTPS request over
 //! [`POOL_ROUNDS`] rounds from a pool (`[pool] container = 2`, each create finding it full)
-//! beside as many cold ones, in one run (`sandbox-bench --pool`: only that part).
+//! beside as many cold ones, and as many from a pool whose sandboxes share the coding agent's
+//! home, in one run (`sandbox-bench --pool`: only that part).
 
 use std::time::{Duration, Instant};
 
@@ -200,9 +201,10 @@ fn report_ready(what: &str, r: &mut [(Duration, Duration)], phases: &str) {
 }
 
 /// create → first HTTPS request, [`POOL_ROUNDS`] times from a full pool and as many cold, in
-/// one run; printed with median, p90 and p99. The pool refills one sandbox a second: its
-/// next refill starts after the measured request, not during it (on two cores a refill's
-/// `runc create` beside the measured steps would be measured too).
+/// one run, then as many again from a pool whose sandboxes share the coding agent's home (the
+/// claim moves it into the running guest); printed with median, p90 and p99. The pool refills
+/// one sandbox a second: its next refill starts after the measured request, not during it (on
+/// two cores a refill's `runc create` beside the measured steps would be measured too).
 fn pooled_beside_cold() {
     let (mut cold, cold_phases) = {
         let w = World::start_with("disk_mib = 0");
@@ -212,32 +214,57 @@ fn pooled_beside_cold() {
             .collect();
         (r, phase_medians(&w, "c"))
     };
-    let w = World::start_with("disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n");
+    let pool = "disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n";
+    let (mut pooled, pooled_phases, hits) = {
+        let w = World::start_with(pool);
+        let r = pooled_rounds(&w, "p");
+        (r, phase_medians(&w, "p"), pool_hits(&w))
+    };
+    // The agent's home, owned by a user (as a real one is), shared into every sandbox.
+    let home = std::env::temp_dir().join(svc_tests::unique("bench-home"));
+    std::fs::create_dir_all(&home).expect("agent home");
+    svc_tests::project::chown_tree(&home, 1234, 1234);
+    let (mut shared, shared_phases, shared_hits) = {
+        let w = World::start_with_agent_home_and(&home, pool);
+        let r = pooled_rounds(&w, "m");
+        (r, phase_medians(&w, "m"), pool_hits(&w))
+    };
+    let _ = std::fs::remove_dir_all(&home);
+    println!(
+        "create → first HTTPS request, container backend, disk_mib = 0, {POOL_ROUNDS} rounds \
+         (median [p90, p99]); pool hits {hits}, with the agent's home {shared_hits}"
+    );
+    report_ready("cold  ", &mut cold, &cold_phases);
+    report_ready("pooled", &mut pooled, &pooled_phases);
+    report_ready("pooled, agent home shared", &mut shared, &shared_phases);
+}
+
+/// [`POOL_ROUNDS`] creates → first HTTPS request of sandboxes `prefix…` from `w`'s pool, each
+/// finding it full (after one unmeasured).
+fn pooled_rounds(w: &World, prefix: &str) -> Vec<(Duration, Duration)> {
     let mut pooled = Vec::new();
     for i in 0..=POOL_ROUNDS {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while pool_size(&w) < 2 {
+        while pool_size(w) < 2 {
             assert!(Instant::now() < deadline, "the pool did not refill");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let took = create_to_first_https(&w, &format!("p{i}"));
+        let took = create_to_first_https(w, &format!("{prefix}{i}"));
         if i > 0 {
             pooled.push(took);
         }
     }
-    let hits = w
-        .metrics()
+    pooled
+}
+
+/// The container pool's hits as svcd's metrics say.
+fn pool_hits(w: &World) -> String {
+    w.metrics()
         .lines()
         .find_map(|l| l.strip_prefix("svc_pool_hits_total{backend=\"container\"} "))
         .unwrap_or("0")
         .trim()
-        .to_owned();
-    println!(
-        "create → first HTTPS request, container backend, disk_mib = 0, {POOL_ROUNDS} rounds \
-         (median [p90, p99]); pool hits {hits}"
-    );
-    report_ready("cold  ", &mut cold, &cold_phases);
-    report_ready("pooled", &mut pooled, &phase_medians(&w, "p"));
+        .to_owned()
 }
 
 /// `--id-ranges both [--rounds N]`: the cost of a host id range per sandbox. Two svcds at
