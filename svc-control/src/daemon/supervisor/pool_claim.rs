@@ -203,3 +203,53 @@ fn rewrite_guest_files(
     }
     std::fs::remove_dir_all(&staging)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        config::host::HostConfig,
+        policy::request::SandboxPolicy,
+        runtime::{
+            SharedDir,
+            registry::{CONTAINER_ABOUT, MICROVM_ABOUT},
+        },
+    };
+
+    fn plan(shared: usize) -> Plan {
+        let mut envelope = super::super::pool::blank_envelope("container");
+        envelope.live_mounts = (0..shared)
+            .map(|i| SharedDir::plain(format!("/h{i}").into(), format!("/g{i}").into()))
+            .collect();
+        Plan {
+            envelope,
+            policy: SandboxPolicy::for_sandbox(
+                &HostConfig::default(),
+                &[],
+                None,
+                Default::default(),
+            )
+            .expect("a policy"),
+        }
+    }
+
+    /// Shared directories keep a request out of the pool only on a backend that cannot share
+    /// a directory into a running guest; the other reasons stay whatever the backend.
+    #[test]
+    fn shared_directories_miss_only_where_the_backend_cannot_share_into_a_running_guest() {
+        assert_eq!(miss_reason(&plan(0), false, CONTAINER_ABOUT), None);
+        assert_eq!(miss_reason(&plan(2), false, CONTAINER_ABOUT), None);
+        assert_eq!(miss_reason(&plan(0), false, MICROVM_ABOUT), None);
+        assert_eq!(miss_reason(&plan(1), false, MICROVM_ABOUT), Some("mounts"));
+        assert_eq!(miss_reason(&plan(2), true, CONTAINER_ABOUT), Some("fork"));
+        let mut rooted = plan(1);
+        rooted.envelope.rootfs = vec!["/r".into()];
+        assert_eq!(miss_reason(&rooted, false, CONTAINER_ABOUT), Some("rootfs"));
+        let mut open = plan(1);
+        open.envelope.egress = EgressChoice::AllowAll;
+        assert_eq!(
+            miss_reason(&open, false, CONTAINER_ABOUT),
+            Some("allow-all")
+        );
+    }
+}
