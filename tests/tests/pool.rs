@@ -250,7 +250,7 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
     );
     chown_tree(&base, OWNER, OWNER);
     let config_before = std::fs::read(project.join(".git/config")).expect("config");
-    let w = World::start_with_agent_home_and(&home, POOL);
+    let mut w = World::start_with_agent_home_and(&home, POOL);
     let state = w.dir.join("state");
     wait_pool(&w, 2);
     let pooled = runtime_ids(&w);
@@ -381,6 +381,18 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
     assert!(!project.join(".git/hooks/post-checkout").exists());
     assert!(project.join(".git/config").exists() && !project.join("git-moved").exists());
 
+    // Commands start in the project, as in a fresh workspace sandbox; and a restarted svcd
+    // adopts the claimed sandbox with its shares as they were.
+    let pwd = || w.svc_ok(&["sandbox", "exec", "warm", "--", "pwd"]);
+    assert_eq!(pwd(), "/workspace\n");
+    w.kill_svcd();
+    w.start_svcd();
+    assert_eq!(w.sh("warm", LOOK_SHARES), (0, warm, String::new()));
+    assert_eq!(
+        w.svc_ok(&["sandbox", "exec", "warm", "--", "pwd"]),
+        "/workspace\n"
+    );
+
     // Destroy leaves nothing: no mount, no guest, no directory.
     w.destroy_checked("warm");
     assert!(
@@ -393,6 +405,7 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
     // followed: the claim fails naming it, and that pooled guest goes whole.
     wait_pool(&w, 2);
     let before = runtime_ids(&w);
+    let hits_before = metric(&w, hits);
     for pid in pooled_inits(&w) {
         let root = format!("/proc/{pid}/root");
         std::os::unix::fs::symlink("/etc", format!("{root}/root/.claude")).expect("plant .claude");
@@ -418,7 +431,7 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
         said.contains("symbolic link"),
         "the refusal names the link: {said}"
     );
-    assert_eq!(metric(&w, hits), 1, "a failed claim is no hit");
+    assert_eq!(metric(&w, hits), hits_before, "a failed claim is no hit");
     assert!(w.svc_ok(&["sandbox", "list", "--json"]).trim() == "[]");
     let after = runtime_ids(&w);
     let taken: Vec<&String> = before.iter().filter(|p| !after.contains(p)).collect();
