@@ -7,6 +7,7 @@
 //! capabilities, a seccomp filter, cgroup limits. The guest shares the host's kernel; the
 //! microvm backend (a guest kernel of its own) is the stronger boundary.
 
+mod claim;
 pub mod container;
 pub mod ids;
 pub mod microvm;
@@ -24,6 +25,7 @@ pub use process::{is_zombie, start_time};
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
+pub use claim::Claim;
 pub use container::Container;
 pub use microvm::Microvm;
 pub use registry::{Backends, Description, KINDS, Kind, choices};
@@ -531,12 +533,13 @@ pub trait Backend: Send + Sync {
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>>;
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
-    /// Give a running guest made ahead of its request (a warm pool's) the host name of the
-    /// sandbox that claims it. Backends that cannot are not pooled.
-    fn name_guest<'a>(
+    /// Give a running guest made ahead of its request (a warm pool's) to the sandbox that
+    /// claims it: its host name, and its guest files where the backend does not bind the
+    /// host's copies. Backends that cannot are not pooled.
+    fn claim_guest<'a>(
         &'a self,
         _guest: &'a GuestHandle,
-        _hostname: &'a str,
+        _claim: &'a Claim,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         let name = self.name();
         Box::pin(async move {

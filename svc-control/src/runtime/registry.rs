@@ -327,12 +327,12 @@ impl<B: Backend> Backend for Described<B> {
     ) -> BoxFuture<'a, Result<Snapshot, RuntimeError>> {
         self.inner.snapshot(guest, into)
     }
-    fn name_guest<'a>(
+    fn claim_guest<'a>(
         &'a self,
         guest: &'a GuestHandle,
-        hostname: &'a str,
+        claim: &'a super::Claim,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        self.inner.name_guest(guest, hostname)
+        self.inner.claim_guest(guest, claim)
     }
     fn share_into<'a>(
         &'a self,

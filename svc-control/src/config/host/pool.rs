@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 /// The most sandboxes one backend's pool may hold.
 pub const MAX_POOL: u32 = 64;
+/// The most VMs the microvm pool may hold: each keeps its guest's memory (`microvm.memory_mib`)
+/// while it waits.
+pub const MAX_MICROVM_POOL: u32 = 16;
 /// The most sandboxes a pool makes per second when it refills.
 pub const MAX_REFILL_PER_SECOND: u32 = 100;
 /// Sandboxes a pool makes per second when it refills, unless `refill_per_second` says.
@@ -15,7 +18,7 @@ pub const DEFAULT_REFILL_PER_SECOND: u32 = 4;
 pub struct PoolFile {
     /// Container sandboxes kept made ahead (default 0: no pool).
     pub container: Option<u32>,
-    /// Microvm sandboxes kept made ahead (default 0; this svcd has no microvm pool yet).
+    /// Microvm sandboxes kept booted ahead (default 0: no pool).
     pub microvm: Option<u32>,
     /// Pooled sandboxes made per second at most while a pool refills (default 4).
     pub refill_per_second: Option<u32>,
@@ -26,7 +29,7 @@ pub struct PoolFile {
 pub struct PoolConfig {
     /// Container sandboxes kept made ahead (0: no pool).
     pub container: u32,
-    /// Microvm sandboxes kept made ahead (always 0: refused above it).
+    /// Microvm sandboxes kept booted ahead (0: no pool).
     pub microvm: u32,
     /// Pooled sandboxes made per second at most.
     pub refill_per_second: u32,
@@ -56,16 +59,20 @@ impl PoolFile {
             v => v.unwrap_or(0),
         };
         let container = size("pool.container", self.container);
-        let microvm = size("pool.microvm", self.microvm);
-        if microvm > 0 {
-            err(
-                "pool.microvm",
-                format!(
-                    "this svcd has no microvm pool yet (only container sandboxes are pooled): \
-                     set pool.microvm = 0, got {microvm}"
-                ),
-            );
-        }
+        let microvm = match self.microvm {
+            // Each pooled VM holds its guest's memory for as long as it waits.
+            Some(n) if n > MAX_MICROVM_POOL => {
+                err(
+                    "pool.microvm",
+                    format!(
+                        "a microvm pool holds at most {MAX_MICROVM_POOL} booted VMs (each keeps \
+                         its guest's memory while it waits), got {n}"
+                    ),
+                );
+                0
+            }
+            v => v.unwrap_or(0),
+        };
         let refill_per_second = match self.refill_per_second {
             Some(n) if n == 0 || n > MAX_REFILL_PER_SECOND => {
                 err(
@@ -78,7 +85,7 @@ impl PoolFile {
         };
         PoolConfig {
             container,
-            microvm: 0,
+            microvm,
             refill_per_second,
         }
     }
@@ -107,11 +114,7 @@ mod tests {
     fn bad_pools_are_refused_naming_the_key() {
         for (text, key, says) in [
             ("[pool]\ncontainer = 65\n", "pool.container", "at most 64"),
-            (
-                "[pool]\nmicrovm = 1\n",
-                "pool.microvm",
-                "no microvm pool yet",
-            ),
+            ("[pool]\nmicrovm = 17\n", "pool.microvm", "at most 16"),
             (
                 "[pool]\nrefill_per_second = 0\n",
                 "pool.refill_per_second",
@@ -129,5 +132,6 @@ mod tests {
             assert!(e.contains(key) && e.contains(says), "{text:?}: {e}");
         }
         assert!(pool("[pool]\nmicrovm = 0\n").is_ok());
+        assert_eq!(pool("[pool]\nmicrovm = 2\n").unwrap().microvm, 2);
     }
 }

@@ -105,17 +105,26 @@ impl Supervisor {
     }
 
     /// Keep each pool filled until `stop` says stop, making at most `[pool]
-    /// refill_per_second` sandboxes a second, one at a time.
+    /// refill_per_second` sandboxes a second per backend, one at a time.
     pub fn spawn_pool(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
-        let backend = crate::runtime::registry::CONTAINER.name;
-        if self.pool_target(backend) == 0 {
-            return;
-        }
         // Pooled names are new to every svcd: a claimed sandbox (adopted by a later svcd)
         // keeps its runtime name for life.
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
         let first = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
         self.pool.seq.store(first, Ordering::SeqCst);
+        for kind in crate::runtime::registry::KINDS {
+            if self.pool_target(kind.name) > 0 {
+                self.spawn_refill(kind.name, stop.clone());
+            }
+        }
+    }
+
+    /// Keep `backend`'s pool filled until `stop` says stop.
+    fn spawn_refill(
+        self: &Arc<Self>,
+        backend: &'static str,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         let rate = self.config.host.pool.refill_per_second.max(1);
         let sup = self.clone();
         tokio::spawn(async move {

@@ -159,7 +159,7 @@ impl Supervisor {
                     dir.display()
                 ))
             })?;
-        rewrite_guest_files(&dir, &name, made.envelope.gateway_v4, &made.ca.ca_pem())
+        let files = rewrite_guest_files(&dir, &name, made.envelope.gateway_v4, &made.ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
         phases.mark("files");
         let backend = self.backends.get(pooled.backend);
@@ -173,8 +173,17 @@ impl Supervisor {
                 .map_err(|e| Failure::internal(e.to_string()))?;
             phases.mark("shares");
         }
+        let claim = crate::runtime::Claim {
+            hostname: name.clone(),
+            net: crate::runtime::GuestNet {
+                address: made.envelope.guest_v4,
+                prefix: sandbox::GUEST_PREFIX,
+                gateway: made.envelope.gateway_v4,
+            },
+            files,
+        };
         backend
-            .name_guest(guest, &name)
+            .claim_guest(guest, &claim)
             .await
             .map_err(|e| Failure::internal(e.to_string()))?;
         phases.mark("guest");
@@ -185,23 +194,28 @@ impl Supervisor {
 }
 
 /// The guest files of sandbox `name` written over the pooled ones in `dir`, each in place
-/// (the guest's binds hold the files themselves, not their names): made in a staging
-/// directory as a fresh sandbox's are, then copied into the bound files.
+/// (a container guest's binds hold the files themselves, not their names): made in a staging
+/// directory as a fresh sandbox's are, then copied into the bound files. Returns them as
+/// (host copy, path in the guest).
 fn rewrite_guest_files(
     dir: &Path,
     name: &str,
     gateway: std::net::Ipv4Addr,
     ca_pem: &str,
-) -> std::io::Result<()> {
+) -> std::io::Result<Vec<(std::path::PathBuf, std::path::PathBuf)>> {
     let staging = dir.join(".claim");
     let files = write_guest_files(&staging, name, gateway, ca_pem)?;
-    for (staged, _) in &files {
+    let mut written = Vec::with_capacity(files.len());
+    for (staged, guest) in files {
         let rel = staged
             .strip_prefix(&staging)
             .map_err(std::io::Error::other)?;
-        std::fs::write(dir.join(rel), std::fs::read(staged)?)?;
+        let host = dir.join(rel);
+        std::fs::write(&host, std::fs::read(&staged)?)?;
+        written.push((host, guest));
     }
-    std::fs::remove_dir_all(&staging)
+    std::fs::remove_dir_all(&staging)?;
+    Ok(written)
 }
 
 #[cfg(test)]

@@ -313,6 +313,9 @@ pub(super) fn write_guest_files(
     ])
 }
 
+/// The length of the prefix of each sandbox's guest address (a /30: gateway and guest).
+pub(super) const GUEST_PREFIX: u8 = 30;
+
 /// How a sandbox's guest is plugged into its link: a veth whose host end `link` carries the
 /// fence, its guest end moved into the guest's network namespace as `eth0`. The host end is
 /// made and fenced first (while the runtime creates the guest), the guest end moved in after.
@@ -345,7 +348,7 @@ impl GuestLinks for SandboxLinks<'_> {
     fn guest_net(&self) -> GuestNet {
         GuestNet {
             address: self.record.guest_v4,
-            prefix: 30,
+            prefix: GUEST_PREFIX,
             gateway: self.record.gateway_v4,
         }
     }

@@ -358,12 +358,14 @@ impl Backend for Container {
         })
     }
 
-    fn name_guest<'a>(
+    /// The guest's files are the host's copies, bound into it and rewritten in place by the
+    /// claim: only the host name is set here.
+    fn claim_guest<'a>(
         &'a self,
         guest: &'a GuestHandle,
-        hostname: &'a str,
+        claim: &'a crate::runtime::Claim,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(pooled::set_hostname(guest.clone(), hostname.to_owned()))
+        Box::pin(pooled::set_hostname(guest.clone(), claim.hostname.clone()))
     }
 
     fn share_into<'a>(

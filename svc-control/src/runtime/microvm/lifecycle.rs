@@ -32,7 +32,14 @@ impl Microvm {
         name: &str,
         dir: &Path,
     ) -> Result<Vec<String>, RuntimeError> {
-        let dir = VmDir(dir.to_path_buf());
+        // A pooled VM's QEMU and helpers were given its files under its runtime name (still a
+        // link to the claimer's directory): they are found by the paths they were given.
+        let first = self.dir(name);
+        let dir = if first.0.exists() {
+            first
+        } else {
+            VmDir(dir.to_path_buf())
+        };
         let mut removed = Vec::new();
         self.channels().remove(name);
         self.services().remove(name);

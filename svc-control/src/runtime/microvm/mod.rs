@@ -45,8 +45,8 @@ use self::{
     vm_dir::VmDir,
 };
 use super::{
-    Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService, GuestSpec,
-    RuntimeError, Snapshot, Started, start_time,
+    Backend, BoxFuture, Claim, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService,
+    GuestSpec, RuntimeError, Snapshot, Started, start_time,
 };
 use crate::config::host::MicrovmConfig;
 
@@ -280,5 +280,27 @@ impl Backend for Microvm {
 
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(self.resume_vm(guest))
+    }
+
+    /// The guest's files live on its own disk: the claimer's are written over the pooled
+    /// ones through the agent, with its host name and a fresh entropy seed.
+    fn claim_guest<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        claim: &'a Claim,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            if !self.alive(guest) {
+                return Err(RuntimeError::NotRunning);
+            }
+            let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
+            setup::claim(&channel, claim)
+                .await
+                .map_err(|message| RuntimeError::Lifecycle {
+                    operation: "claiming",
+                    name: guest.name.clone(),
+                    message,
+                })
+        })
     }
 }

@@ -7,7 +7,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use svc_guest::proto::{Exec, Request, Setup};
 
 use super::channel::Channel;
-use crate::runtime::{GuestLinks, GuestSpec, SharedDir};
+use crate::runtime::{Claim, GuestLinks, GuestNet, GuestSpec, SharedDir};
 
 /// How long the guest's agent may take to set the guest up once it has answered (its network,
 /// host name and files; the live mounts after it have their own limit).
@@ -23,14 +23,7 @@ pub(super) async fn set_up_guest(
     shared: &[(PathBuf, String)],
     disk_mib: u64,
 ) -> Result<(), String> {
-    tokio::time::timeout(SETUP_LIMIT, set_up(channel, &spec.name, links, &spec.files))
-        .await
-        .map_err(|_| {
-            format!(
-                "the guest's agent did not finish setting up within {} s",
-                SETUP_LIMIT.as_secs()
-            )
-        })??;
+    set_up_within(channel, &spec.name, &links.guest_net(), &spec.files).await?;
     if spec.restore.is_none() {
         // A clone's mounts came with its memory.
         mount_shared(channel, shared, &spec.shared).await?;
@@ -44,6 +37,30 @@ pub(super) async fn set_up_guest(
             .map_err(|e| format!("growing the guest's root file system to its disk: {e}"))?;
     }
     Ok(())
+}
+
+/// A pooled guest given to the sandbox that claims it: the same identity, network and files a
+/// fresh guest of that sandbox is set up with (its address is the pooled one's, kept), a fresh
+/// seed for its entropy pool and the clock.
+pub(super) async fn claim(channel: &Channel, claim: &Claim) -> Result<(), String> {
+    set_up_within(channel, &claim.hostname, &claim.net, &claim.files).await
+}
+
+/// [`set_up`], within [`SETUP_LIMIT`].
+async fn set_up_within(
+    channel: &Channel,
+    name: &str,
+    net: &GuestNet,
+    files: &[(PathBuf, PathBuf)],
+) -> Result<(), String> {
+    tokio::time::timeout(SETUP_LIMIT, set_up(channel, name, net, files))
+        .await
+        .map_err(|_| {
+            format!(
+                "the guest's agent did not finish setting up within {} s",
+                SETUP_LIMIT.as_secs()
+            )
+        })?
 }
 
 /// Mount each virtio-fs device (`devices`: socket, tag) at its shared directory's guest path.
@@ -100,10 +117,10 @@ async fn grow_root(channel: &Arc<Channel>) -> Result<(), String> {
 async fn set_up(
     channel: &Channel,
     name: &str,
-    links: &dyn GuestLinks,
+    net: &GuestNet,
     files: &[(PathBuf, PathBuf)],
 ) -> Result<(), String> {
-    let setup = setup_request(name, links)?;
+    let setup = setup_request(name, net)?;
     let mut contents = Vec::new();
     for (host, guest) in files {
         let content = tokio::fs::read(host)
@@ -142,8 +159,7 @@ async fn set_up(
 }
 
 /// The guest's host name, address, gateway, clock and a fresh seed for its entropy pool.
-fn setup_request(name: &str, links: &dyn GuestLinks) -> Result<Request, String> {
-    let net = links.guest_net();
+fn setup_request(name: &str, net: &GuestNet) -> Result<Request, String> {
     let mut entropy = [0u8; 64];
     getrandom::fill(&mut entropy).map_err(|e| e.to_string())?;
     Ok(Request::Setup(Setup {
