@@ -33,8 +33,12 @@ pub(super) fn miss_reason(
     if forked {
         // A fork's clone starts from its source's memory.
         Some("fork")
-    } else if !plan.envelope.live_mounts.is_empty() && !backend.share_into_running {
-        // The project share and the agent's home are made when its guest starts.
+    } else if !plan.envelope.live_mounts.is_empty()
+        && (!backend.share_into_running || nested(&plan.envelope.live_mounts))
+    {
+        // The project share and the agent's home are made when its guest starts; one inside
+        // another is made in the outer one's files by the runtime as the guest's root, which a
+        // claim (the host's root) cannot do through the outer one's id mapping.
         Some("mounts")
     } else if !plan.envelope.rootfs.is_empty() {
         // A pooled guest runs on the base image; a handed root file system is mounted at make.
@@ -45,6 +49,15 @@ pub(super) fn miss_reason(
     } else {
         None
     }
+}
+
+/// Whether one of `dirs` is shared at a guest path inside another's.
+fn nested(dirs: &[crate::runtime::SharedDir]) -> bool {
+    dirs.iter().enumerate().any(|(i, a)| {
+        dirs.iter()
+            .enumerate()
+            .any(|(j, b)| i != j && a.guest.starts_with(&b.guest))
+    })
 }
 
 impl Supervisor {
@@ -256,6 +269,9 @@ mod tests {
         assert_eq!(miss_reason(&plan(0), false, MICROVM_ABOUT), None);
         assert_eq!(miss_reason(&plan(1), false, MICROVM_ABOUT), Some("mounts"));
         assert_eq!(miss_reason(&plan(2), true, CONTAINER_ABOUT), Some("fork"));
+        let mut inside = plan(2);
+        inside.envelope.live_mounts[1].guest = "/g0/in".into();
+        assert_eq!(miss_reason(&inside, false, CONTAINER_ABOUT), Some("mounts"));
         let mut rooted = plan(1);
         rooted.envelope.rootfs = vec!["/r".into()];
         assert_eq!(miss_reason(&rooted, false, CONTAINER_ABOUT), Some("rootfs"));
