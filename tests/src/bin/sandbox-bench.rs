@@ -221,7 +221,7 @@ fn pooled_beside_cold() {
         (r, phase_medians(&w, "p"), pool_hits(&w))
     };
     // The agent's home, owned by a user (as a real one is), shared into every sandbox.
-    let home = std::env::temp_dir().join(svc_tests::unique("bench-home"));
+    let home = std::env::temp_dir().join(svc_tests::unique("bh"));
     std::fs::create_dir_all(&home).expect("agent home");
     svc_tests::project::chown_tree(&home, 1234, 1234);
     let (mut shared, shared_phases, shared_hits) = {
