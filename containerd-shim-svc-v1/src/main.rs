@@ -1,11 +1,13 @@
 //! `containerd-shim-svc-v1`: containerd's runtime `io.containerd.svc.v1`. containerd starts it
-//! per task (`start`, then the server it spawns; `delete` after one that died); each task is an
-//! svc sandbox made through svcd's API socket (`SVC_SOCKET`, default `/run/svc/svcd.sock`) on
-//! the root file system containerd unpacked, and its processes run in that sandbox as execs.
+//! per task, or per pod for the CRI plugin's containers (`start`, then the server it spawns;
+//! `delete` after one that died); a task of its own, or a pod, is an svc sandbox made through
+//! svcd's API socket (`SVC_SOCKET`, default `/run/svc/svcd.sock`) on the root file system
+//! containerd unpacked, and its processes (a pod's containers') run in that sandbox as execs.
 //! See docs/shim.md.
 
 #![forbid(unsafe_code)]
 
+mod events;
 mod process;
 mod service;
 mod spec;

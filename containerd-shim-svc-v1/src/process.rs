@@ -1,5 +1,7 @@
 //! One process of a task (its first, or one `ctr task exec` added): an exec in the task's
-//! sandbox through svcd, its output copied to containerd's FIFOs, its exit recorded for `wait`.
+//! sandbox through svcd, its output copied to containerd's FIFOs, its exit recorded for `wait`
+//! and told to whoever asked ([`Proc::start`]'s `exited`). A pod's sandbox ("pause")
+//! container has a placeholder instead: nothing runs; it stands for the sandbox until killed.
 
 use std::{
     fs::OpenOptions,
@@ -31,26 +33,32 @@ pub enum Status {
     Stopped(u32, SystemTime),
 }
 
+/// Told a process's exit code and when it stopped.
+type OnExit = Box<dyn FnOnce(u32, SystemTime) + Send>;
+
 /// A process: what it runs, its FIFOs, its status.
-#[derive(Debug)]
 pub struct Proc {
     pub stdio: Stdio,
-    request: ExecRequest,
+    /// What svcd runs; none for a placeholder.
+    request: Option<ExecRequest>,
     state: Mutex<(Status, Option<Sender>)>,
     changed: Condvar,
+    on_exit: Mutex<Option<OnExit>>,
 }
 
 /// The exit code of a process svcd could not run (as `svc sandbox exec` reports it).
 const CANNOT_RUN: u32 = 126;
 
 impl Proc {
-    /// A process not started yet.
-    pub fn new(stdio: Stdio, request: ExecRequest) -> Self {
+    /// A process not started yet; `request` none: a placeholder, which runs nothing and
+    /// stops only when killed.
+    pub fn new(stdio: Stdio, request: Option<ExecRequest>) -> Self {
         Self {
             stdio,
             request,
             state: Mutex::new((Status::Created, None)),
             changed: Condvar::new(),
+            on_exit: Mutex::new(None),
         }
     }
 
@@ -60,14 +68,29 @@ impl Proc {
     }
 
     /// Start it in sandbox `name`: svcd runs it; a thread copies its output and records its
-    /// exit, another feeds its standard input.
-    pub fn start(self: &std::sync::Arc<Self>, svcd: &Svcd, name: &str) -> Result<(), String> {
+    /// exit, another feeds its standard input. `started` is called once it runs, before
+    /// `exited` can be (with its exit code and when).
+    pub fn start(
+        self: &std::sync::Arc<Self>,
+        svcd: &Svcd,
+        name: &str,
+        started: impl FnOnce(),
+        exited: impl FnOnce(u32, SystemTime) + Send + 'static,
+    ) -> Result<(), String> {
         if self.status() != Status::Created {
             return Err("the process was started already".into());
         }
-        let exec = svcd.exec(name, &self.request).map_err(|e| e.to_string())?;
+        let Some(request) = &self.request else {
+            *self.lock() = (Status::Running, None);
+            *self.hook() = Some(Box::new(exited));
+            started();
+            return Ok(());
+        };
+        let exec = svcd.exec(name, request).map_err(|e| e.to_string())?;
         let sender = exec.sender().map_err(|e| e.to_string())?;
         *self.lock() = (Status::Running, Some(sender.clone()));
+        *self.hook() = Some(Box::new(exited));
+        started();
         if !self.stdio.stdin.is_empty() {
             let path = self.stdio.stdin.clone();
             std::thread::spawn(move || feed_stdin(&path, &sender));
@@ -94,7 +117,8 @@ impl Proc {
         }
     }
 
-    /// Send `signal` to it; one never started stops at once, as if the signal had ended it.
+    /// Send `signal` to it; one never started, or a placeholder, stops at once, as if the
+    /// signal had ended it.
     pub fn kill(&self, signal: u32) -> Result<(), String> {
         let sender = {
             let state = self.lock();
@@ -160,8 +184,24 @@ impl Proc {
     }
 
     fn stopped(&self, code: u32) {
-        *self.lock() = (Status::Stopped(code, SystemTime::now()), None);
+        let at = SystemTime::now();
+        {
+            let mut state = self.lock();
+            if matches!(state.0, Status::Stopped(..)) {
+                return;
+            }
+            *state = (Status::Stopped(code, at), None);
+        }
         self.changed.notify_all();
+        if let Some(exited) = self.hook().take() {
+            exited(code, at);
+        }
+    }
+
+    fn hook(&self) -> std::sync::MutexGuard<'_, Option<OnExit>> {
+        self.on_exit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (Status, Option<Sender>)> {
@@ -206,4 +246,57 @@ fn feed_stdin(path: &str, sender: &Sender) {
         }
     }
     let _ = sender.send(&ExecInput::Eof);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, mpsc};
+
+    use super::*;
+
+    #[test]
+    fn a_placeholder_runs_nothing_and_stops_when_killed_telling_its_exit_once() {
+        // No svcd: a placeholder never calls it.
+        let svcd = Svcd::new(std::path::Path::new("/nonexistent/svcd.sock"));
+        let p = Arc::new(Proc::new(Stdio::default(), None));
+        let (tx, rx) = mpsc::channel();
+        let started = tx.clone();
+        p.start(
+            &svcd,
+            "pod",
+            move || started.send("started".to_owned()).expect("send"),
+            move |code, _| tx.send(format!("exited {code}")).expect("send"),
+        )
+        .expect("a placeholder starts");
+        assert_eq!(p.status(), Status::Running);
+        assert!(p.start(&svcd, "pod", || {}, |_, _| {}).is_err(), "once");
+        p.kill(9).expect("kill");
+        p.kill(15).expect("a stopped process takes signals quietly");
+        assert_eq!(p.wait().0, 137);
+        let told: Vec<String> = rx.try_iter().collect();
+        assert_eq!(told, ["started", "exited 137"], "in order, each once");
+    }
+
+    #[test]
+    fn a_process_svcd_cannot_run_fails_to_start_and_tells_nothing() {
+        let svcd = Svcd::new(std::path::Path::new("/nonexistent/svcd.sock"));
+        let request = ExecRequest {
+            argv: vec!["true".into()],
+            ..ExecRequest::default()
+        };
+        let p = Arc::new(Proc::new(Stdio::default(), Some(request)));
+        let (tx, rx) = mpsc::channel::<&str>();
+        let started = tx.clone();
+        let e = p
+            .start(
+                &svcd,
+                "t",
+                move || started.send("started").expect("send"),
+                move |_, _| tx.send("exited").expect("send"),
+            )
+            .expect_err("no svcd");
+        assert!(e.contains("/nonexistent/svcd.sock"), "{e}");
+        assert_eq!(p.status(), Status::Created);
+        assert_eq!(rx.try_iter().count(), 0);
+    }
 }

@@ -1,6 +1,10 @@
-//! The shim: containerd's task API (`containerd.task.v2`) served for one task, each call turned
-//! into calls on svcd's API. The task is an svc sandbox on the root file system containerd
-//! unpacked for it; its process, and each process `exec` adds, runs in that sandbox.
+//! The shim: containerd's task API (`containerd.task.v2`) served for the tasks of one shim,
+//! each call turned into calls on svcd's API. A task of its own (`ctr run`) is an svc sandbox
+//! on the root file system containerd unpacked for it. A pod (containerd's CRI plugin) has
+//! one shim for all its containers (`start_shim` groups them by their pod sandbox's id) and
+//! one svc sandbox: its sandbox ("pause") container makes it, with the pod's policy, and
+//! stands for it; each of its containers runs its processes in it. Every process, and each
+//! one `exec` adds, is an exec of svcd's in its task's sandbox. Task events go to containerd.
 
 use std::{
     collections::HashMap,
@@ -11,33 +15,40 @@ use std::{
 
 use containerd_shim::{
     self as shim, DeleteResponse, ExitSignal, Flags, TtrpcContext, TtrpcResult, api,
-    protos::protobuf::{MessageField, well_known_types::timestamp::Timestamp},
-    synchronous::publisher::RemotePublisher,
+    protos::protobuf::MessageField, synchronous::publisher::RemotePublisher,
 };
 use svc_control::names::SandboxName;
 
 use crate::{
+    events::{Events, timestamp},
     process::{Proc, Status, Stdio},
-    spec::{self, Spec},
+    spec::{self, Role, Spec},
     svcd::Svcd,
 };
 
 /// svcd's API socket when `SVC_SOCKET` (as the `svc` CLI reads it) does not say otherwise.
 const DEFAULT_SOCKET: &str = "/run/svc/svcd.sock";
 
-/// The shim's state: svcd, and the task (none before `create`).
+/// The shim's state: svcd, its tasks by containerd's id, and where events go.
 #[derive(Clone)]
 pub struct Service {
     exit: Arc<ExitSignal>,
-    /// containerd's id of the task this shim serves (its `-id`).
+    /// containerd's id of the task this shim was started for (its `-id`).
     id: String,
+    /// containerd's namespace of its tasks (events carry it).
+    namespace: String,
     svcd: Svcd,
-    task: Arc<Mutex<Option<Arc<Task>>>>,
+    tasks: Arc<Mutex<HashMap<String, Arc<Task>>>>,
+    events: Events,
 }
 
-/// A task: its sandbox, its bundle and its processes (the task's own under "").
+/// A task: the sandbox its processes run in, its bundle and its processes (the task's own
+/// under "").
 struct Task {
-    name: SandboxName,
+    sandbox: SandboxName,
+    /// It made its sandbox (a task of its own, or a pod's sandbox container): its delete
+    /// destroys it. A pod's container only runs in its pod's.
+    owns_sandbox: bool,
     bundle: PathBuf,
     /// Where the shim mounted containerd's root file system mounts (none given: the spec's
     /// root is used as it is, and never unmounted).
@@ -54,25 +65,34 @@ impl shim::Shim for Service {
         Service {
             exit: Arc::new(ExitSignal::default()),
             id: args.id.clone(),
+            namespace: args.namespace.clone(),
             svcd: Svcd::new(&socket),
-            task: Arc::default(),
+            tasks: Arc::default(),
+            events: Events::default(),
         }
     }
 
+    /// One shim per pod, as runc's: a container of a pod (the CRI plugin's sandbox-id
+    /// annotation in the bundle's spec; the working directory is the bundle) is served by
+    /// its pod sandbox's shim, which `spawn` finds by that grouping's socket.
     fn start_shim(&mut self, opts: shim::StartOpts) -> Result<String, shim::Error> {
-        let grouping = opts.id.clone();
+        let spec = Spec::read(Path::new(".")).map_err(shim::Error::InvalidArgument)?;
+        let grouping = spec.grouping(&opts.id);
         let (_pid, address) = shim::spawn(opts, &grouping, Vec::new())?;
         Ok(address)
     }
 
-    /// After a shim that died: its sandbox removed, the root file system unmounted (the
-    /// working directory is the bundle).
+    /// After a shim that died: the sandbox a task made removed (a pod's container leaves its
+    /// pod's to the pod's sandbox container), the root file system unmounted (the working
+    /// directory is the bundle).
     fn delete_shim(&mut self) -> Result<DeleteResponse, shim::Error> {
-        let name = spec::sandbox_name(&self.id).map_err(shim::Error::InvalidArgument)?;
-        self.svcd
-            .destroy(name.as_str())
-            .map_err(|e| shim::Error::Other(e.to_string()))?;
-        if let Ok(bundle) = std::env::current_dir() {
+        let bundle = std::env::current_dir().unwrap_or_default();
+        let role = Spec::read(&bundle).and_then(|s| s.role());
+        if !matches!(role, Ok(Role::PodContainer { .. })) {
+            let name = spec::sandbox_name(&self.id).map_err(shim::Error::InvalidArgument)?;
+            self.svcd
+                .destroy(name.as_str())
+                .map_err(|e| shim::Error::Other(e.to_string()))?;
             unmount_rootfs(&bundle.join("rootfs"));
         }
         let mut resp = DeleteResponse::new();
@@ -85,56 +105,90 @@ impl shim::Shim for Service {
         self.exit.wait();
     }
 
-    fn create_task_service(&self, _publisher: RemotePublisher) -> Self::T {
-        self.clone()
+    fn create_task_service(&self, publisher: RemotePublisher) -> Self::T {
+        Service {
+            events: Events::start(publisher, self.namespace.clone()),
+            ..self.clone()
+        }
     }
 }
 
 impl Service {
-    fn task(&self) -> TtrpcResult<Arc<Task>> {
-        self.task
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Task>>> {
+        self.tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .ok_or_else(|| failed("no task has been created in this shim".into()))
     }
 
-    fn proc(&self, exec_id: &str) -> TtrpcResult<(Arc<Task>, Arc<Proc>)> {
-        let task = self.task()?;
+    fn task(&self, id: &str) -> TtrpcResult<Arc<Task>> {
+        self.tasks()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| failed(format!("no task {id:?} in this shim")))
+    }
+
+    fn proc(&self, id: &str, exec_id: &str) -> TtrpcResult<(Arc<Task>, Arc<Proc>)> {
+        let task = self.task(id)?;
         let proc = task
             .procs()
             .get(exec_id)
             .cloned()
-            .ok_or_else(|| failed(format!("no process {exec_id:?} in task {}", self.id)))?;
+            .ok_or_else(|| failed(format!("no process {exec_id:?} in task {id}")))?;
         Ok((task, proc))
     }
 
-    /// Make the sandbox of `req`'s task on its root file system (mounted at `<bundle>/rootfs`
-    /// first when containerd hands mounts).
+    /// The task `req` asks for: a task of its own or a pod's sandbox container makes its
+    /// sandbox on its root file system (mounted at `<bundle>/rootfs` first when containerd
+    /// hands mounts), a pod's container joins its pod's.
     fn create_task(&self, req: &api::CreateTaskRequest) -> Result<Task, String> {
         let bundle = PathBuf::from(&req.bundle);
         let spec = Spec::read(&bundle)?;
+        let stdio = Stdio {
+            stdin: req.stdin.clone(),
+            stdout: req.stdout.clone(),
+            stderr: req.stderr.clone(),
+            terminal: req.terminal,
+        };
+        let role = spec.role()?;
+        // The pod's sandbox container runs nothing: the sandbox is the pod's.
+        let request = match role {
+            Role::PodSandbox => None,
+            _ => Some(spec.process.exec_request(!req.stdin.is_empty())?),
+        };
+        let procs = Mutex::new(HashMap::from([(
+            String::new(),
+            Arc::new(Proc::new(stdio, request)),
+        )]));
+        if let Role::PodContainer { sandbox_id } = role {
+            // Its own image's root file system is not used yet: it runs on the pod's.
+            let pod = self.tasks().get(&sandbox_id).cloned().ok_or_else(|| {
+                format!(
+                    "container {}: its pod sandbox {sandbox_id} is not served by this shim \
+                     (not created, or deleted already)",
+                    req.id
+                )
+            })?;
+            return Ok(Task {
+                sandbox: pod.sandbox.clone(),
+                owns_sandbox: false,
+                bundle,
+                mounted: None,
+                procs,
+            });
+        }
         let (layers, mounted) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
         let name = spec::sandbox_name(&req.id)?;
-        let first = Proc::new(
-            Stdio {
-                stdin: req.stdin.clone(),
-                stdout: req.stdout.clone(),
-                stderr: req.stderr.clone(),
-                terminal: req.terminal,
-            },
-            spec.process.exec_request(!req.stdin.is_empty())?,
-        );
         let create = spec::create_request(name.clone(), &layers, &spec.annotations)?;
         if let Err(e) = self.svcd.create(&create) {
             mounted.iter().for_each(|r| unmount_rootfs(r));
             return Err(e.to_string());
         }
         Ok(Task {
-            name,
+            sandbox: name,
+            owns_sandbox: true,
             bundle,
             mounted,
-            procs: Mutex::new(HashMap::from([(String::new(), Arc::new(first))])),
+            procs,
         })
     }
 }
@@ -165,11 +219,17 @@ impl shim::Task for Service {
         _: &TtrpcContext,
         req: api::CreateTaskRequest,
     ) -> TtrpcResult<api::CreateTaskResponse> {
+        if self.tasks().contains_key(&req.id) {
+            return Err(failed(format!("task {} exists already", req.id)));
+        }
         let task = self.create_task(&req).map_err(failed)?;
-        *self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(task));
+        self.tasks().insert(req.id.clone(), Arc::new(task));
+        self.events.created(
+            &req.id,
+            &req.bundle,
+            [&req.stdin, &req.stdout, &req.stderr],
+            req.terminal,
+        );
         Ok(api::CreateTaskResponse {
             pid: std::process::id(),
             ..Default::default()
@@ -177,8 +237,15 @@ impl shim::Task for Service {
     }
 
     fn start(&self, _: &TtrpcContext, req: api::StartRequest) -> TtrpcResult<api::StartResponse> {
-        let (task, proc) = self.proc(&req.exec_id)?;
-        proc.start(&self.svcd, task.name.as_str()).map_err(failed)?;
+        let (task, proc) = self.proc(&req.id, &req.exec_id)?;
+        let (events, id, exec_id) = (self.events.clone(), req.id.clone(), req.exec_id.clone());
+        proc.start(
+            &self.svcd,
+            task.sandbox.as_str(),
+            || self.events.started(&req.id, &req.exec_id),
+            move |code, at| events.exited(&id, &exec_id, code, at),
+        )
+        .map_err(failed)?;
         Ok(api::StartResponse {
             pid: std::process::id(),
             ..Default::default()
@@ -186,7 +253,7 @@ impl shim::Task for Service {
     }
 
     fn exec(&self, _: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<api::Empty> {
-        let task = self.task()?;
+        let task = self.task(&req.id)?;
         let process: spec::Process = serde_json::from_slice(&req.spec.value)
             .map_err(|e| failed(format!("exec {}: its process spec: {e}", req.exec_id)))?;
         let stdio = Stdio {
@@ -198,13 +265,25 @@ impl shim::Task for Service {
         let request = process
             .exec_request(!req.stdin.is_empty())
             .map_err(failed)?;
-        task.procs()
-            .insert(req.exec_id.clone(), Arc::new(Proc::new(stdio, request)));
+        {
+            let mut procs = task.procs();
+            if procs.contains_key(&req.exec_id) {
+                return Err(failed(format!(
+                    "task {}: exec {} exists already",
+                    req.id, req.exec_id
+                )));
+            }
+            procs.insert(
+                req.exec_id.clone(),
+                Arc::new(Proc::new(stdio, Some(request))),
+            );
+        }
+        self.events.exec_added(&req.id, &req.exec_id);
         Ok(api::Empty::new())
     }
 
     fn state(&self, _: &TtrpcContext, req: api::StateRequest) -> TtrpcResult<api::StateResponse> {
-        let (task, proc) = self.proc(&req.exec_id)?;
+        let (task, proc) = self.proc(&req.id, &req.exec_id)?;
         let mut resp = api::StateResponse {
             id: req.id,
             exec_id: req.exec_id,
@@ -230,7 +309,7 @@ impl shim::Task for Service {
     }
 
     fn wait(&self, _: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {
-        let (_, proc) = self.proc(&req.exec_id)?;
+        let (_, proc) = self.proc(&req.id, &req.exec_id)?;
         let (code, at) = proc.wait();
         Ok(api::WaitResponse {
             exit_status: code,
@@ -240,7 +319,7 @@ impl shim::Task for Service {
     }
 
     fn kill(&self, _: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
-        let (task, proc) = self.proc(&req.exec_id)?;
+        let (task, proc) = self.proc(&req.id, &req.exec_id)?;
         proc.kill(req.signal).map_err(failed)?;
         if req.all && req.exec_id.is_empty() {
             for p in task.procs().values() {
@@ -251,13 +330,13 @@ impl shim::Task for Service {
     }
 
     fn resize_pty(&self, _: &TtrpcContext, req: api::ResizePtyRequest) -> TtrpcResult<api::Empty> {
-        let (_, proc) = self.proc(&req.exec_id)?;
+        let (_, proc) = self.proc(&req.id, &req.exec_id)?;
         proc.resize(req.width, req.height);
         Ok(api::Empty::new())
     }
 
     fn close_io(&self, _: &TtrpcContext, req: api::CloseIORequest) -> TtrpcResult<api::Empty> {
-        let (_, proc) = self.proc(&req.exec_id)?;
+        let (_, proc) = self.proc(&req.id, &req.exec_id)?;
         if req.stdin {
             proc.close_stdin();
         }
@@ -268,29 +347,39 @@ impl shim::Task for Service {
         Ok(api::PidsResponse::new())
     }
 
-    /// An exec's delete forgets it; the task's removes its sandbox and unmounts its root
-    /// file system.
+    /// An exec's delete forgets it. A task's forgets the task: one that made its sandbox
+    /// removes it (its processes, and a pod's containers', go with it) and unmounts its root
+    /// file system; a pod's container still running has its processes killed.
     fn delete(
         &self,
         _: &TtrpcContext,
         req: api::DeleteRequest,
     ) -> TtrpcResult<api::DeleteResponse> {
-        let (task, proc) = self.proc(&req.exec_id)?;
+        let (task, proc) = self.proc(&req.id, &req.exec_id)?;
         let (code, at) = match proc.status() {
             Status::Stopped(code, at) => (code, at),
             _ if !req.exec_id.is_empty() => {
                 return Err(failed(format!("exec {} is still running", req.exec_id)));
             }
-            // The task's sandbox goes, and its processes with it.
+            // The task's processes go with it.
             _ => (137, SystemTime::now()),
         };
-        if req.exec_id.is_empty() {
+        if !req.exec_id.is_empty() {
+            task.procs().remove(&req.exec_id);
+        } else if task.owns_sandbox {
             self.svcd
-                .destroy(task.name.as_str())
+                .destroy(task.sandbox.as_str())
                 .map_err(|e| failed(e.to_string()))?;
             task.mounted.iter().for_each(|r| unmount_rootfs(r));
+            self.tasks().remove(&req.id);
         } else {
-            task.procs().remove(&req.exec_id);
+            for p in task.procs().values() {
+                let _ = p.kill(libc::SIGKILL.unsigned_abs());
+            }
+            self.tasks().remove(&req.id);
+        }
+        if req.exec_id.is_empty() {
+            self.events.deleted(&req.id, code, at);
         }
         Ok(api::DeleteResponse {
             pid: std::process::id(),
@@ -300,8 +389,12 @@ impl shim::Task for Service {
         })
     }
 
+    /// The shim ends once it serves no task (containerd asks after each task's delete; a
+    /// pod's shim serves its other containers until the last is deleted).
     fn shutdown(&self, _: &TtrpcContext, _: api::ShutdownRequest) -> TtrpcResult<api::Empty> {
-        self.exit.signal();
+        if self.tasks().is_empty() {
+            self.exit.signal();
+        }
         Ok(api::Empty::new())
     }
 }
@@ -358,16 +451,6 @@ fn unmount_rootfs(rootfs: &Path) {
     if let Err(e) = shim::mount::umount_recursive(rootfs.to_str(), 0) {
         log::warn!("unmounting {}: {e}", rootfs.display());
     }
-}
-
-fn timestamp(at: SystemTime) -> Timestamp {
-    let d = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut t = Timestamp::new();
-    t.seconds = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-    t.nanos = i32::try_from(d.subsec_nanos()).unwrap_or(0);
-    t
 }
 
 /// A call that failed, with what went wrong.

@@ -11,6 +11,24 @@ use svc_control::{
     names::{MAX_NAME, SandboxName},
 };
 
+/// containerd's CRI plugin's annotation saying what a container is to its pod: `sandbox` (the
+/// pod's sandbox, "pause", container) or `container` (one of the pod's containers).
+pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+/// containerd's CRI plugin's annotation naming the pod sandbox a container belongs to.
+pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// What a task is to the shim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// A task of its own (`ctr run`): it makes its sandbox and runs its process there.
+    Alone,
+    /// A pod's sandbox container: it makes the pod's sandbox; its process is a placeholder.
+    PodSandbox,
+    /// One of a pod's containers: its processes run in the sandbox of the pod sandbox
+    /// `sandbox_id`.
+    PodContainer { sandbox_id: String },
+}
+
 /// The parts of the OCI runtime spec the shim uses.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Spec {
@@ -57,6 +75,34 @@ impl Spec {
     /// The task's root file system: the spec's root path, under `bundle` when relative.
     pub fn rootfs(&self, bundle: &Path) -> std::path::PathBuf {
         bundle.join(self.root.as_ref().map_or("rootfs", |r| r.path.as_str()))
+    }
+
+    /// What the task is, from the CRI plugin's annotations (none: a task of its own).
+    pub fn role(&self) -> Result<Role, String> {
+        let sandbox_id = self.annotations.get(SANDBOX_ID).filter(|s| !s.is_empty());
+        match self.annotations.get(CONTAINER_TYPE).map(String::as_str) {
+            None => Ok(Role::Alone),
+            Some("sandbox") => Ok(Role::PodSandbox),
+            Some("container") => sandbox_id
+                .map(|id| Role::PodContainer {
+                    sandbox_id: id.clone(),
+                })
+                .ok_or_else(|| {
+                    format!("annotation {CONTAINER_TYPE} is container without {SANDBOX_ID}")
+                }),
+            Some(other) => Err(format!(
+                "annotation {CONTAINER_TYPE}: {other:?}; expected sandbox or container"
+            )),
+        }
+    }
+
+    /// The shim that serves task `id`: a pod's containers share their pod sandbox's (as the
+    /// CRI plugin names it), any other task has its own.
+    pub fn grouping(&self, id: &str) -> String {
+        match self.annotations.get(SANDBOX_ID) {
+            Some(sandbox) if !sandbox.is_empty() => sandbox.clone(),
+            _ => id.to_owned(),
+        }
     }
 
     /// `<bundle>/config.json`; an error names the file.
@@ -213,6 +259,35 @@ mod tests {
             req.secrets[0].value.is_empty(),
             "a reference, never a value"
         );
+    }
+
+    #[test]
+    fn the_cri_annotations_group_a_pod_in_one_shim_and_say_what_each_task_is() {
+        let spec = |pairs: &[(&str, &str)]| Spec {
+            annotations: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Spec::default()
+        };
+        let alone = spec(&[("svc.dev/allow-hosts", "a.example")]);
+        assert_eq!(alone.role(), Ok(Role::Alone));
+        assert_eq!(alone.grouping("web"), "web");
+        let pod = spec(&[(CONTAINER_TYPE, "sandbox"), (SANDBOX_ID, "p1")]);
+        assert_eq!(pod.role(), Ok(Role::PodSandbox));
+        assert_eq!(pod.grouping("p1"), "p1");
+        let app = spec(&[(CONTAINER_TYPE, "container"), (SANDBOX_ID, "p1")]);
+        assert_eq!(
+            app.role(),
+            Ok(Role::PodContainer {
+                sandbox_id: "p1".into()
+            })
+        );
+        assert_eq!(app.grouping("c1"), "p1");
+        let orphan = spec(&[(CONTAINER_TYPE, "container")]);
+        assert!(orphan.role().expect_err("no pod").contains(SANDBOX_ID));
+        let odd = spec(&[(CONTAINER_TYPE, "init")]);
+        assert!(odd.role().expect_err("unknown").contains("\"init\""));
     }
 
     #[test]

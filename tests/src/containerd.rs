@@ -1,8 +1,9 @@
 //! A real containerd for the shim's tests: Debian's `containerd` (installed by `cargo xtask
-//! setup`) started with its own root, state directory, socket and configuration (CRI off), the
-//! workspace's `containerd-shim-svc-v1` on its `PATH` and a world's svcd as the shim's API
-//! (`SVC_SOCKET`); `ctr` against it; and an OCI archive of the base image for `ctr image import`.
-//! Stopped (and its directories removed) on drop.
+//! setup`) started with its own root, state directory, socket and configuration (CRI off, or
+//! on with the shim registered as runtime handler `svc`), the workspace's
+//! `containerd-shim-svc-v1` on its `PATH` and a world's svcd as the shim's API (`SVC_SOCKET`);
+//! `ctr` against it; and an OCI archive of the base image for `ctr image import`. Stopped (and
+//! its mounts undone) on drop.
 
 use std::{
     path::{Path, PathBuf},
@@ -14,6 +15,10 @@ use crate::world::{World, image_dir, workspace_bin};
 
 /// The namespace the tests' containers live in.
 pub const NAMESPACE: &str = "svc-test";
+/// The namespace containerd's CRI plugin keeps its images and containers in.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// The CRI runtime handler (`RuntimeClass` handler) the shim is registered as.
+pub const CRI_HANDLER: &str = "svc";
 /// The image [`oci_archive`] names.
 pub const IMAGE: &str = "svc.test/base:1";
 
@@ -22,12 +27,36 @@ pub const IMAGE: &str = "svc.test/base:1";
 pub struct Containerd {
     pub dir: PathBuf,
     pub socket: PathBuf,
+    /// The namespace `ctr` works in.
+    namespace: &'static str,
     child: Child,
 }
 
 impl Containerd {
-    /// Start containerd under `dir` for `w`'s svcd; returns once its socket answers.
+    /// Start containerd under `dir` for `w`'s svcd, its CRI plugin off; returns once its
+    /// socket answers. `ctr` works in [`NAMESPACE`].
     pub fn start(w: &World, dir: &Path) -> Self {
+        Self::start_with(
+            w,
+            dir,
+            NAMESPACE,
+            "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n",
+        )
+    }
+
+    /// Start containerd under `dir` for `w`'s svcd with its CRI plugin on, as a node's
+    /// containerd serves kubelet ([`cri_config`]); `ctr` works in [`CRI_NAMESPACE`].
+    pub fn start_cri(w: &World, dir: &Path) -> Self {
+        let c = Self::start_with(w, dir, CRI_NAMESPACE, &cri_config(dir));
+        let log = c.log();
+        assert!(
+            !log.contains("failed to load plugin io.containerd.grpc.v1.cri"),
+            "containerd's CRI plugin did not start:\n{log}"
+        );
+        c
+    }
+
+    fn start_with(w: &World, dir: &Path, namespace: &'static str, plugins: &str) -> Self {
         let bin = Path::new("/usr/bin/containerd");
         assert!(
             bin.exists(),
@@ -39,8 +68,7 @@ impl Containerd {
         std::fs::write(
             &config,
             format!(
-                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n{plugins}\
                  [grpc]\n  address = \"{sock}\"\n",
                 root = dir.join("root").display(),
                 state = dir.join("state").display(),
@@ -71,6 +99,7 @@ impl Containerd {
         let c = Self {
             dir: dir.to_path_buf(),
             socket,
+            namespace,
             child,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -90,7 +119,7 @@ impl Containerd {
         let mut c = Command::new("ctr");
         c.arg("--address")
             .arg(&self.socket)
-            .args(["--namespace", NAMESPACE])
+            .args(["--namespace", self.namespace])
             .args(args);
         crate::output_within(&mut c, Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("ctr {args:?}: {e}\ncontainerd log:\n{}", self.log()))
@@ -116,17 +145,79 @@ impl Containerd {
     }
 }
 
+impl Containerd {
+    /// The shim processes of this containerd (their arguments name its socket).
+    fn shims(&self) -> Vec<u32> {
+        let socket = self.socket.display().to_string();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                args.first()
+                    .is_some_and(|a| a.ends_with(b"containerd-shim-svc-v1"))
+                    && args.contains(&socket.as_bytes())
+            })
+            .collect()
+    }
+}
+
 impl Drop for Containerd {
     fn drop(&mut self) {
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
             .output();
         let _ = self.child.wait();
+        // Shims outlive containerd (a test that failed half-way leaves its tasks running):
+        // this containerd's, which name its socket, go too.
+        for pid in self.shims() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).output();
+        }
         let _ = Command::new("umount")
             .args(["-R", "--lazy"])
             .arg(self.dir.join("root"))
             .output();
     }
+}
+
+/// The CRI plugin's part of the configuration of a containerd under `dir`: its root and
+/// state are under containerd's (so under `dir`); the sandbox ("pause") image is [`IMAGE`],
+/// which the test imports into [`CRI_NAMESPACE`] (nothing is pulled: the test is offline);
+/// the shim is runtime handler [`CRI_HANDLER`], the only one and so the default, which gets the pod's `svc.dev/*` annotations
+/// (`pod_annotations`: the CRI plugin passes a pod's annotations to a runtime only if listed).
+/// Pods use the node's network namespace (the tests ask for it), so CNI is never called:
+/// its configuration directory is an empty one of the test's. The streaming server listens
+/// on a port of the kernel's choosing (tests run side by side); AppArmor is not asked for (the
+/// shim runs nothing under a profile: the svc sandbox is the boundary). containerd logs at
+/// debug level, so its log shows each event the shim forwards (`/tasks/exit`, …).
+pub fn cri_config(dir: &Path) -> String {
+    let cni = dir.join("cni");
+    std::fs::create_dir_all(&cni).expect("cni dir");
+    format!(
+        r#"[debug]
+  level = "debug"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{IMAGE}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "{CRI_HANDLER}"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{CRI_HANDLER}]
+      runtime_type = "io.containerd.svc.v1"
+      pod_annotations = ["svc.dev/*"]
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni}"
+"#,
+        cni = cni.display()
+    )
 }
 
 /// An OCI image archive (`ctr image import`'s input) of the base image's root file system,

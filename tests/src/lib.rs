@@ -359,6 +359,7 @@ impl Drop for PinDir {
 }
 
 pub mod containerd;
+pub mod cri;
 pub mod dns;
 pub mod frames;
 pub mod git;

@@ -8,8 +8,10 @@
 //! directory of the state's (`disk_mib = 0`), then on its own 10 GiB ext4 image (the default),
 //! to show what the disk limit costs. Then warm pools: create → first HTTPS request over
 //! [`POOL_ROUNDS`] rounds from a pool (`[pool] container = 2`, each create finding it full)
-//! beside as many cold ones, and as many from a pool whose sandboxes share the coding agent's
-//! home, in one run (`sandbox-bench --pool`: only that part).
+//! beside as many cold ones on crun and on runc 1.1.5, as many from a pool whose sandboxes
+//! share the coding agent's home, and the same for the microvm backend
+//! over [`MICROVM_ROUNDS`] (`[pool] microvm = 1`), in one run (`sandbox-bench --pool`: only
+//! that part).
 
 use std::time::{Duration, Instant};
 
@@ -111,20 +113,20 @@ fn svcd_rounds(w: &World) -> Rounds {
     r
 }
 
-/// The container pool's size as svcd's metrics say.
-fn pool_size(w: &World) -> u32 {
+/// `backend`'s pool size as svcd's metrics say.
+fn pool_size(w: &World, backend: &str) -> u32 {
     w.metrics()
         .lines()
-        .find_map(|l| l.strip_prefix("svc_pool_size{backend=\"container\"} "))
+        .find_map(|l| l.strip_prefix(&format!("svc_pool_size{{backend=\"{backend}\"}} ")))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or(0, |v| v as u32)
 }
 
 /// One sandbox created, used until its first HTTPS request succeeds, and destroyed: (the
 /// create's answer, then the first HTTPS request's success).
-fn create_to_first_https(w: &World, name: &str) -> (Duration, Duration) {
+fn create_to_first_https(w: &World, name: &str, extra: &[&str]) -> (Duration, Duration) {
     let t0 = Instant::now();
-    w.svc_ok(&["sandbox", "create", name]);
+    w.svc_ok(&[&["sandbox", "create"], extra, &[name]].concat());
     let t1 = Instant::now();
     loop {
         let out = w.svc(&[
@@ -141,7 +143,7 @@ fn create_to_first_https(w: &World, name: &str) -> (Duration, Duration) {
         if out.status.success() {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(15), "never became ready");
+        assert!(t0.elapsed() < Duration::from_secs(60), "never became ready");
     }
     let t2 = Instant::now();
     w.svc_ok(&["sandbox", "destroy", name]);
@@ -200,71 +202,132 @@ fn report_ready(what: &str, r: &mut [(Duration, Duration)], phases: &str) {
     println!("          svcd's steps: {phases}");
 }
 
-/// create → first HTTPS request, [`POOL_ROUNDS`] times from a full pool and as many cold, in
-/// one run, then as many again from a pool whose sandboxes share the coding agent's home (the
-/// claim moves it into the running guest); printed with median, p90 and p99. The pool refills
-/// one sandbox a second: its next refill starts after the measured request, not during it (on
-/// two cores a refill's `runc create` beside the measured steps would be measured too).
-fn pooled_beside_cold() {
-    let (mut cold, cold_phases) = {
-        let w = World::start_with("disk_mib = 0");
-        create_to_first_https(&w, "warm-up");
-        let r: Vec<_> = (0..POOL_ROUNDS)
-            .map(|i| create_to_first_https(&w, &format!("c{i}")))
-            .collect();
-        (r, phase_medians(&w, "c"))
-    };
-    let pool = "disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n";
-    let (mut pooled, pooled_phases, hits) = {
-        let w = World::start_with(pool);
-        let r = pooled_rounds(&w, "p");
-        (r, phase_medians(&w, "p"), pool_hits(&w))
-    };
-    // The agent's home, owned by a user (as a real one is), shared into every sandbox.
-    let home = std::env::temp_dir().join(svc_tests::unique("bh"));
-    std::fs::create_dir_all(&home).expect("agent home");
-    svc_tests::project::chown_tree(&home, 1234, 1234);
-    let (mut shared, shared_phases, shared_hits) = {
-        let w = World::start_with_agent_home_and(&home, pool);
-        let r = pooled_rounds(&w, "m");
-        (r, phase_medians(&w, "m"), pool_hits(&w))
-    };
-    let _ = std::fs::remove_dir_all(&home);
-    println!(
-        "create → first HTTPS request, container backend, disk_mib = 0, {POOL_ROUNDS} rounds \
-         (median [p90, p99]); pool hits {hits}, with the agent's home {shared_hits}"
-    );
-    report_ready("cold  ", &mut cold, &cold_phases);
-    report_ready("pooled", &mut pooled, &pooled_phases);
-    report_ready("pooled, agent home shared", &mut shared, &shared_phases);
+/// create → first HTTPS request, [`POOL_ROUNDS`] times cold with `runtime_line`'s runtime
+/// (`disk_mib = 0`): the figures, and the medians of svcd's steps.
+fn cold_rounds(
+    runtime_line: &str,
+    prefix: &str,
+    rounds: usize,
+) -> (Vec<(Duration, Duration)>, String) {
+    let w = World::start_with(&format!("disk_mib = 0\n{runtime_line}"));
+    create_to_first_https(&w, "warm-up", &[]);
+    let r: Vec<_> = (0..rounds)
+        .map(|i| create_to_first_https(&w, &format!("{prefix}{i}"), &[]))
+        .collect();
+    (r, phase_medians(&w, prefix))
 }
 
-/// [`POOL_ROUNDS`] creates → first HTTPS request of sandboxes `prefix…` from `w`'s pool, each
-/// finding it full (after one unmeasured).
-fn pooled_rounds(w: &World, prefix: &str) -> Vec<(Duration, Duration)> {
+/// `rounds` creates → first HTTPS request from a full pool of `backend` in `w` (each create
+/// waiting for the pool to be full again first: its refill is not measured), after one
+/// claimed as a warm-up; the figures and the pool's hits.
+fn pooled_rounds(
+    w: &World,
+    backend: &str,
+    full: u32,
+    rounds: usize,
+    extra: &[&str],
+) -> (Vec<(Duration, Duration)>, String) {
     let mut pooled = Vec::new();
-    for i in 0..=POOL_ROUNDS {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while pool_size(w) < 2 {
-            assert!(Instant::now() < deadline, "the pool did not refill");
+    for i in 0..=rounds {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while pool_size(w, backend) < full {
+            assert!(
+                Instant::now() < deadline,
+                "the {backend} pool did not refill"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let took = create_to_first_https(w, &format!("{prefix}{i}"));
+        let took = create_to_first_https(w, &format!("p{i}"), extra);
         if i > 0 {
             pooled.push(took);
         }
     }
-    pooled
-}
-
-/// The container pool's hits as svcd's metrics say.
-fn pool_hits(w: &World) -> String {
-    w.metrics()
+    let hits = w
+        .metrics()
         .lines()
-        .find_map(|l| l.strip_prefix("svc_pool_hits_total{backend=\"container\"} "))
+        .find_map(|l| l.strip_prefix(&format!("svc_pool_hits_total{{backend=\"{backend}\"}} ")))
         .unwrap_or("0")
         .trim()
-        .to_owned()
+        .to_owned();
+    (pooled, hits)
+}
+
+/// create → first HTTPS request, in one run: [`POOL_ROUNDS`] times from a full container
+/// pool, as many cold on the default runtime (crun) and as many cold on runc 1.1.5 (the
+/// runtime before issue 31); then [`MICROVM_ROUNDS`] times from a microvm pool beside as many
+/// cold microvm creates. Each printed with median, p90 and p99. The pools refill one sandbox
+/// a second: a refill starts after the measured request, not during it (on two cores a
+/// refill beside the measured steps would be measured too).
+fn pooled_beside_cold(rounds: usize) {
+    let (mut cold, cold_phases) = cold_rounds("", "c", rounds);
+    let (mut runc, runc_phases) = cold_rounds("runtime = \"runc\"", "r", rounds);
+    let w = World::start_with("disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n");
+    let (mut pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
+    println!(
+        "create → first HTTPS request, container backend, disk_mib = 0, {rounds} rounds \
+         (median [p90, p99]); pool hits {hits}"
+    );
+    report_ready("cold, crun (default)", &mut cold, &cold_phases);
+    report_ready("cold, runc 1.1.5    ", &mut runc, &runc_phases);
+    report_ready("pooled, crun        ", &mut pooled, &phase_medians(&w, "p"));
+    drop(w);
+    pooled_with_agent_home(rounds);
+    microvm_pooled_beside_cold(rounds.min(MICROVM_ROUNDS));
+}
+
+/// create → first HTTPS request, `rounds` times from a full container pool whose sandboxes
+/// share the coding agent's home (owned by a user, as a real one is): the claim moves the
+/// share into the running guest (svcd's `shares` step).
+fn pooled_with_agent_home(rounds: usize) {
+    let home = std::env::temp_dir().join(svc_tests::unique("bh"));
+    std::fs::create_dir_all(&home).expect("agent home");
+    svc_tests::project::chown_tree(&home, 1234, 1234);
+    let w = World::start_with_agent_home_and(
+        &home,
+        "disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n",
+    );
+    let (mut pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
+    println!("  (the same pool, each sandbox sharing the agent's home: pool hits {hits})");
+    report_ready("pooled, agent's home", &mut pooled, &phase_medians(&w, "p"));
+    drop(w);
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// Rounds of the microvm figures (a cold boot under TCG takes seconds).
+const MICROVM_ROUNDS: usize = 10;
+
+/// create → first HTTPS request on the microvm backend: [`MICROVM_ROUNDS`] cold, then as many
+/// from a pool of one booted VM, in one run (skipped, saying why, without the microvm images).
+fn microvm_pooled_beside_cold(rounds: usize) {
+    let images = svc_tests::world::microvm_dir();
+    if let Some(missing) = ["vmlinuz", "initrd.img", "rootfs.ext4"]
+        .iter()
+        .map(|f| images.join(f))
+        .find(|p| !p.exists())
+    {
+        println!(
+            "microvm: not measured: {} is missing (`cargo xtask images` builds it)",
+            missing.display()
+        );
+        return;
+    }
+    let vm = ["--backend", "microvm"];
+    let (mut cold, cold_phases) = {
+        let w = World::start();
+        create_to_first_https(&w, "warm-up", &vm);
+        let r: Vec<_> = (0..rounds)
+            .map(|i| create_to_first_https(&w, &format!("c{i}"), &vm))
+            .collect();
+        (r, phase_medians(&w, "c"))
+    };
+    let w = World::start_with("\n[pool]\nmicrovm = 1\nrefill_per_second = 1\n");
+    let (mut pooled, hits) = pooled_rounds(&w, "microvm", 1, rounds, &vm);
+    println!(
+        "create → first HTTPS request, microvm backend, {rounds} rounds (median [p90, \
+         p99]); pool hits {hits}"
+    );
+    report_ready("cold  ", &mut cold, &cold_phases);
+    report_ready("pooled", &mut pooled, &phase_medians(&w, "p"));
 }
 
 /// `--id-ranges both [--rounds N]`: the cost of a host id range per sandbox. Two svcds at
@@ -312,21 +375,21 @@ fn arg(args: &[String], flag: &str) -> Option<String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rounds = |default: usize| {
+        arg(&args, "--rounds").map_or(default, |n| {
+            n.parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .unwrap_or_else(|| panic!("--rounds: expected a count above 0, got {n:?}"))
+        })
+    };
     if args.iter().any(|a| a == "--pool") {
-        pooled_beside_cold();
+        pooled_beside_cold(rounds(POOL_ROUNDS));
         return;
     }
     match arg(&args, "--id-ranges").as_deref() {
         None => {}
-        Some("both") => {
-            let rounds = arg(&args, "--rounds").map_or(ROUNDS, |n| {
-                n.parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .unwrap_or_else(|| panic!("--rounds: expected a count above 0, got {n:?}"))
-            });
-            return compare_id_ranges(rounds);
-        }
+        Some("both") => return compare_id_ranges(rounds(ROUNDS)),
         Some(other) => panic!("--id-ranges: expected `both`, got {other:?}"),
     }
     // The disk limit's cost, in the same run: the writable layer a directory of the state's
@@ -499,7 +562,7 @@ fn main() {
         ms(p90(&mut bare_down))
     );
     drop(w);
-    pooled_beside_cold();
+    pooled_beside_cold(POOL_ROUNDS);
 }
 
 fn report(label: &str, r: &mut Rounds) {
