@@ -218,7 +218,7 @@ impl shim::Task for Service {
         };
         let status = match proc.status() {
             Status::Created => api::Status::CREATED,
-            Status::Running => api::Status::RUNNING,
+            Status::Running => crate::ops::running_state(task.name.as_str()),
             Status::Stopped(code, at) => {
                 resp.exit_status = code;
                 resp.exited_at = MessageField::some(timestamp(at));
@@ -265,7 +265,19 @@ impl shim::Task for Service {
     }
 
     fn pids(&self, _: &TtrpcContext, _: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
-        Ok(api::PidsResponse::new())
+        crate::ops::pids(&self.svcd, self.task()?.name.as_str())
+    }
+
+    fn pause(&self, _: &TtrpcContext, _: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        crate::ops::pause(&self.svcd, self.task()?.name.as_str())
+    }
+
+    fn resume(&self, _: &TtrpcContext, _: api::ResumeRequest) -> TtrpcResult<api::Empty> {
+        crate::ops::resume(&self.svcd, self.task()?.name.as_str())
+    }
+
+    fn stats(&self, _: &TtrpcContext, _: api::StatsRequest) -> TtrpcResult<api::StatsResponse> {
+        crate::ops::stats(&self.svcd, self.task()?.name.as_str())
     }
 
     /// An exec's delete forgets it; the task's removes its sandbox and unmounts its root

@@ -249,5 +249,6 @@ fn blank_envelope(backend: &str) -> Envelope {
         placeholders: Vec::new(),
         runtime_id: None,
         rootfs: Vec::new(),
+        pod: None,
     }
 }

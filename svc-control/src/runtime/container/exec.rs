@@ -29,7 +29,12 @@ impl Container {
         if first.is_empty() {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
-        let init = self.inits().get(&guest.name).cloned();
+        // The init starts commands as the guest's root: another user goes through the
+        // runtime's exec, which sets it.
+        let init = match cmd.user {
+            None => self.inits().get(&guest.name).cloned(),
+            Some(_) => None,
+        };
         match init {
             Some(init) => {
                 let channel = init
@@ -74,6 +79,22 @@ impl Container {
         for (k, v) in &cmd.env {
             c.arg("--env").arg(format!("{k}={v}"));
         }
+        if let Some(u) = &cmd.user {
+            c.arg("--user").arg(format!("{}:{}", u.uid, u.gid));
+            if !u.additional_gids.is_empty() {
+                if !self.runtime_is_runc() {
+                    return Err(fail(format!(
+                        "the command asks for supplementary groups {:?}, and crun's exec cannot \
+                         set them (it has no --additional-gids); set container.runtime = \
+                         \"runc\" in svcd.toml, or run it without them",
+                        u.additional_gids
+                    )));
+                }
+                for g in &u.additional_gids {
+                    c.arg("--additional-gids").arg(g.to_string());
+                }
+            }
+        }
         if cmd.tty.is_some() {
             c.arg("--tty");
         }
@@ -83,6 +104,15 @@ impl Container {
             None => on_pipes(c, cmd.stdin, process),
             Some((rows, cols)) => on_terminal(c, (rows, cols), process),
         }
+    }
+}
+
+impl Container {
+    /// Whether the OCI runtime is runc (by its file name); else crun, whose exec flags differ.
+    fn runtime_is_runc(&self) -> bool {
+        self.runtime
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("runc"))
     }
 }
 
