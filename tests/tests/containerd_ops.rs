@@ -1,8 +1,8 @@
 //! The shim's task operations beyond running processes, through a real containerd and svcd:
 //! `ctr task pause`/`resume` freeze and thaw the sandbox (a counter its process writes stops,
 //! then grows again; the perimeter still answers after), `ctr task metrics` prints the
-//! sandbox's cgroup figures, `ctr task ps` its processes' host pids, `ctr run --user` runs the
-//! process as that guest user; the pod's identity (containerd's CRI annotations) is shown by
+//! sandbox's cgroup figures, `ctr task ps` its processes' host pids, `ctr task exec --user` runs
+//! the process as that guest user; the pod's identity (containerd's CRI annotations) is shown by
 //! `svc sandbox show`, written in the sandbox's audit records (`svc audit --pod`) and put on
 //! its metrics; `svc sandbox stats`; a paused sandbox is destroyed; and `svc doctor
 //! --kubernetes` passes against a containerd configuration registering the runtime and fails
@@ -54,22 +54,6 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     let archive = oci_archive(&w.dir);
     c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
 
-    // The process runs as the spec's user.
-    let out = c.ctr_ok(&[
-        "run",
-        "--rm",
-        "--runtime",
-        RUNTIME,
-        "--user",
-        "1000:1000",
-        IMAGE,
-        "user",
-        "sh",
-        "-c",
-        "id -u; id -g",
-    ]);
-    assert_eq!(out, "1000\n1000\n");
-
     // A pod's task (the CRI's annotations) whose process counts.
     c.ctr_ok(&[
         "run",
@@ -99,6 +83,22 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     assert!(shown.contains("team-a/agent-7"), "{shown}");
     let pid = s["pid"].as_u64().expect("pid");
     until("the counter did not start", || ticks(pid) > 2);
+
+    // A process runs as its spec's user (containerd 1.6's `ctr run` has no --user; its
+    // `task exec --user` writes the same `process.user` the shim reads for a task's process).
+    let out = c.ctr_ok(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "user",
+        "--user",
+        "1000:1000",
+        "counter",
+        "sh",
+        "-c",
+        "id -u; id -g",
+    ]);
+    assert_eq!(out, "1000\n1000\n");
 
     // Pids: the host pids of the task's processes, its init among them.
     let ps = c.ctr_ok(&["task", "ps", "counter"]);

@@ -81,16 +81,19 @@ impl Container {
         }
         if let Some(u) = &cmd.user {
             c.arg("--user").arg(format!("{}:{}", u.uid, u.gid));
-            if !u.additional_gids.is_empty() {
+            // The primary group is the process's already (containerd lists it again).
+            let extra: Vec<u32> = (u.additional_gids.iter().copied())
+                .filter(|g| *g != u.gid)
+                .collect();
+            if !extra.is_empty() {
                 if !self.runtime_is_runc() {
                     return Err(fail(format!(
-                        "the command asks for supplementary groups {:?}, and crun's exec cannot \
-                         set them (it has no --additional-gids); set container.runtime = \
-                         \"runc\" in svcd.toml, or run it without them",
-                        u.additional_gids
+                        "the command asks for supplementary groups {extra:?}, and crun's exec \
+                         cannot set them (it has no --additional-gids); set container.runtime = \
+                         \"runc\" in svcd.toml, or run it without them"
                     )));
                 }
-                for g in &u.additional_gids {
+                for g in &extra {
                     c.arg("--additional-gids").arg(g.to_string());
                 }
             }
