@@ -1,9 +1,9 @@
 //! Which guest user an exec may run as (`ExecRequest::user`, an OCI spec's `process.user`):
-//! ids the guest's id mapping holds (guest ids `0..ID_COUNT`, each shifted to a host id of the
-//! sandbox's range), so no exec runs as an id outside the sandbox's range, and a bounded list
+//! ids the guest's id mapping holds (guest ids `0..count`, `runtime::ids::ID_COUNT`, each
+//! shifted to a host id of the sandbox's range), so no exec runs as an id outside the sandbox's range, and a bounded list
 //! of supplementary groups. The microvm backend runs commands as its guest's root only.
 
-use crate::{api::ExecUser, runtime::ids::ID_COUNT};
+use crate::api::ExecUser;
 
 /// The most supplementary groups an exec may ask for.
 pub const MAX_ADDITIONAL_GIDS: usize = 64;
@@ -19,9 +19,10 @@ pub enum ExecUserError {
     Unsupported(String),
 }
 
-/// Whether `user` may be asked of a sandbox of `backend`; the refusal names what is wrong.
-pub fn check(user: &ExecUser, backend: &str) -> Result<(), ExecUserError> {
-    ids(user).map_err(ExecUserError::Bad)?;
+/// Whether `user` may be asked of a sandbox of `backend` whose guest has ids `0..count`; the
+/// refusal names what is wrong.
+pub fn check(user: &ExecUser, backend: &str, count: u32) -> Result<(), ExecUserError> {
+    ids(user, count).map_err(ExecUserError::Bad)?;
     if backend == "microvm" && !user.is_root() {
         return Err(ExecUserError::Unsupported(format!(
             "exec user {}:{}: the microvm backend runs commands as its guest's root (its agent \
@@ -32,22 +33,22 @@ pub fn check(user: &ExecUser, backend: &str) -> Result<(), ExecUserError> {
     Ok(())
 }
 
-/// The ids of `user` within the guest's.
-fn ids(user: &ExecUser) -> Result<(), String> {
+/// The ids of `user` within the guest's (`0..count`).
+fn ids(user: &ExecUser, count: u32) -> Result<(), String> {
     let bad = |what: &str, id: u32| {
         format!(
             "exec user: {what} {id} is outside the guest's ids (0-{}): the sandbox's id mapping \
              holds no such id",
-            ID_COUNT - 1
+            count.saturating_sub(1)
         )
     };
-    if user.uid >= ID_COUNT {
+    if user.uid >= count {
         return Err(bad("uid", user.uid));
     }
-    if user.gid >= ID_COUNT {
+    if user.gid >= count {
         return Err(bad("gid", user.gid));
     }
-    if let Some(g) = user.additional_gids.iter().find(|g| **g >= ID_COUNT) {
+    if let Some(g) = user.additional_gids.iter().find(|g| **g >= count) {
         return Err(bad("additional gid", *g));
     }
     if user.additional_gids.len() > MAX_ADDITIONAL_GIDS {
@@ -99,7 +100,7 @@ mod tests {
             (u(0, 0, &[10]), "microvm", Some("microvm")),
         ];
         for (user, backend, want) in cases {
-            match (check(user, backend), want) {
+            match (check(user, backend, 65536), want) {
                 (Ok(()), None) => {}
                 (Err(e), Some(w)) => {
                     let e = e.to_string();

@@ -175,7 +175,8 @@ impl Supervisor {
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
             if let Some(user) = &req.user {
                 use crate::policy::exec_user::{ExecUserError, check};
-                check(user, &l.envelope.backend).map_err(|e| match e {
+                let count = crate::runtime::ids::ID_COUNT;
+                check(user, &l.envelope.backend, count).map_err(|e| match e {
                     ExecUserError::Bad(m) => Failure::bad(m),
                     ExecUserError::Unsupported(m) => Failure::unsupported(m),
                 })?;
