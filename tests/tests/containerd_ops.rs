@@ -253,6 +253,19 @@ fn a_user_outside_the_guests_ids_is_refused_naming_it() {
     assert_eq!(status, 200, "{answer}");
     // "1234\n", base64.
     assert!(answer.contains("MTIzNAo="), "{answer}");
+    // Supplementary groups too (with crun, through `exec --process`).
+    let body = serde_json::json!({
+        "argv": ["sh", "-c", "[ \"$(id -u) $(id -G)\" = '1234 1234 4 27' ]"],
+        "user": {"uid": 1234, "gid": 1234, "additional_gids": [27, 4]},
+    });
+    let (status, answer) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes/users/exec",
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("{\"exit\":0}"), "{answer}");
     w.destroy_checked("users");
 }
 

@@ -354,6 +354,8 @@ impl Drop for GuestProcess {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
         let _ = std::fs::remove_file(&self.log);
+        // crun's `exec --process` file, when there was one.
+        let _ = std::fs::remove_file(self.log.with_extension("process.json"));
     }
 }
 
