@@ -108,11 +108,14 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .collect();
     assert!(pids.contains(&pid), "init {pid} not in:\n{ps}");
+    // Each is a host pid of a process in the sandbox's pid namespace (the counter's `sleep`s
+    // come and go: one may have ended since).
+    let ns = |p: u64| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    assert!(ns(pid).is_some(), "init {pid} is no host process");
     for p in &pids {
-        assert!(
-            std::path::Path::new(&format!("/proc/{p}")).exists(),
-            "{p} is no host process:\n{ps}"
-        );
+        if let Some(theirs) = ns(*p) {
+            assert_eq!(Some(theirs), ns(pid), "{p} is not the sandbox's:\n{ps}");
+        }
     }
 
     // Metrics: the sandbox's cgroup's figures, as containerd's cgroups v1 metrics.
