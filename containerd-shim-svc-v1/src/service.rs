@@ -297,7 +297,7 @@ impl shim::Task for Service {
         };
         let status = match proc.status() {
             Status::Created => api::Status::CREATED,
-            Status::Running => api::Status::RUNNING,
+            Status::Running => crate::ops::running_state(task.sandbox.as_str()),
             Status::Stopped(code, at) => {
                 resp.exit_status = code;
                 resp.exited_at = MessageField::some(timestamp(at));
@@ -343,8 +343,21 @@ impl shim::Task for Service {
         Ok(api::Empty::new())
     }
 
-    fn pids(&self, _: &TtrpcContext, _: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
-        Ok(api::PidsResponse::new())
+    fn pids(&self, _: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
+        crate::ops::pids(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+    }
+
+    /// A pod's container pauses (and resumes) its whole pod's sandbox.
+    fn pause(&self, _: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        crate::ops::pause(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+    }
+
+    fn resume(&self, _: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
+        crate::ops::resume(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+    }
+
+    fn stats(&self, _: &TtrpcContext, req: api::StatsRequest) -> TtrpcResult<api::StatsResponse> {
+        crate::ops::stats(&self.svcd, self.task(&req.id)?.sandbox.as_str())
     }
 
     /// An exec's delete forgets it. A task's forgets the task: one that made its sandbox

@@ -7,6 +7,8 @@
 //! capabilities, a seccomp filter, cgroup limits. The guest shares the host's kernel; the
 //! microvm backend (a guest kernel of its own) is the stronger boundary.
 
+/// A sandbox's CPU, memory and process figures, read from its cgroups.
+pub mod cgroup_stats;
 mod claim;
 pub mod container;
 pub mod ids;
@@ -175,6 +177,8 @@ pub struct GuestCommand {
     pub stdin: bool,
     /// Run it on a terminal of (rows, columns); stdout then carries everything it writes.
     pub tty: Option<(u16, u16)>,
+    /// Run it as this guest user (checked to be within the guest's ids); none: the guest's root.
+    pub user: Option<crate::api::ExecUser>,
 }
 
 /// How a running command is controlled: each backend's own (a host process for the
@@ -357,6 +361,8 @@ impl Drop for GuestProcess {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
         let _ = std::fs::remove_file(&self.log);
+        // crun's `exec --process` file, when there was one.
+        let _ = std::fs::remove_file(self.log.with_extension("process.json"));
     }
 }
 

@@ -258,5 +258,6 @@ pub(super) fn blank_envelope(backend: &str) -> Envelope {
         placeholders: Vec::new(),
         runtime_id: None,
         rootfs: Vec::new(),
+        pod: None,
     }
 }
