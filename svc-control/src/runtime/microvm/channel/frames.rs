@@ -39,6 +39,11 @@ pub(super) async fn read_frames<R: AsyncRead + Unpin>(
         let frame = match proto::read_frame(&mut r).await {
             Ok(Some(f)) => f,
             Ok(None) => return "the agent's channel closed".into(),
+            // The guest's end went with bytes of ours unread (a killed agent or init): it
+            // ended, it broke nothing.
+            Err(proto::ProtoError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return "the agent's channel closed (reset by the guest's end)".into();
+            }
             Err(e) => return format!("the agent broke the protocol: {e}"),
         };
         let routed = if frame.stream & GUEST_STREAM != 0 {
