@@ -27,6 +27,10 @@ pub const CHANNEL_FD: i32 = 3;
 /// How long the init has to answer the channel's first hello.
 const GREET: Duration = Duration::from_secs(10);
 
+/// How long the init of an adopted guest (`reinit`), up already, has to answer a new
+/// channel's hello.
+const READOPTED_GREET: Duration = Duration::from_secs(3);
+
 /// A socket pair for a guest being created: (svcd's end, the guest's end), both
 /// close-on-exec (the guest's end is put at [`CHANNEL_FD`] in the runtime's process only).
 pub(super) fn socket_pair() -> Result<(UnixStream, UnixStream), String> {
@@ -72,10 +76,10 @@ impl InitChannel {
     }
 
     /// The channel to the init of a guest an earlier svcd made (`reinit`): greeted within
-    /// `reinit::GREET`, the init being up already.
+    /// [`READOPTED_GREET`], the init being up already.
     pub(super) fn readopted(socket: UnixStream) -> Self {
         Self {
-            greet: super::reinit::GREET,
+            greet: READOPTED_GREET,
             ..Self::new(socket)
         }
     }

@@ -19,7 +19,6 @@ use std::{
         fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
         unix::net::UnixStream,
     },
-    time::Duration,
 };
 
 use rustix::net::{
@@ -32,9 +31,6 @@ use crate::runtime::{GuestHandle, start_time};
 
 /// Where `svc-init`'s server keeps the svcd end of its hand-over socket.
 pub const HANDOVER_FD: i32 = 5;
-
-/// How long the init of an adopted guest has to answer the new channel's hello.
-pub(super) const GREET: Duration = Duration::from_secs(3);
 
 /// A new channel to `guest`'s init through its server's hand-over socket, greeted; or why
 /// there is none (the guest's commands then run with the runtime's `exec`).
