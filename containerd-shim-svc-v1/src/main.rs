@@ -9,11 +9,21 @@
 #![forbid(unsafe_code)]
 
 mod events;
+mod ops;
 mod process;
 mod service;
 mod spec;
 mod svcd;
 
 fn main() {
+    // `-v` alone: the version, as containerd's own shims print it (`svc doctor --kubernetes`
+    // reads it); the shim library would refuse it for want of a namespace.
+    if std::env::args().skip(1).eq(["-v"]) {
+        println!(
+            "containerd-shim-svc-v1:\n  Runtime: io.containerd.svc.v1\n  Version: {}",
+            env!("CARGO_PKG_VERSION")
+        );
+        return;
+    }
     containerd_shim::run::<service::Service>("io.containerd.svc.v1", None);
 }

@@ -1,11 +1,12 @@
 //! The shim: containerd's task API (`containerd.task.v2`) served for the tasks of one shim,
 //! each call turned into calls on svcd's API. A task of its own (`ctr run`) is an svc sandbox
 //! on the root file system containerd unpacked for it (container backend), or a VM of the
-//! node's microvm image running its process (`svc.dev/backend=microvm`). A pod (containerd's CRI plugin) has
-//! one shim for all its containers (`start_shim` groups them by their pod sandbox's id) and
-//! one svc sandbox: its sandbox ("pause") container makes it, with the pod's policy, and
-//! stands for it; each of its containers runs its processes in it. Every process, and each
-//! one `exec` adds, is an exec of svcd's in its task's sandbox. Task events go to containerd.
+//! node's microvm image running its process (`svc.dev/backend=microvm`). A pod (containerd's
+//! CRI plugin) has one shim for all its containers (`start_shim` groups them by their pod
+//! sandbox's id) and one svc sandbox: its sandbox ("pause") container makes it, with the
+//! pod's policy, and stands for it; each of its containers runs its processes in it. Every
+//! process, and each one `exec` adds, is an exec of svcd's in its task's sandbox. Task events
+//! go to containerd.
 
 use std::{
     collections::HashMap,
@@ -306,7 +307,7 @@ impl shim::Task for Service {
         };
         let status = match proc.status() {
             Status::Created => api::Status::CREATED,
-            Status::Running => api::Status::RUNNING,
+            Status::Running => crate::ops::running_state(task.sandbox.as_str()),
             Status::Stopped(code, at) => {
                 resp.exit_status = code;
                 resp.exited_at = MessageField::some(timestamp(at));
@@ -352,8 +353,21 @@ impl shim::Task for Service {
         Ok(api::Empty::new())
     }
 
-    fn pids(&self, _: &TtrpcContext, _: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
-        Ok(api::PidsResponse::new())
+    fn pids(&self, _: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
+        crate::ops::pids(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+    }
+
+    /// A pod's container pauses (and resumes) its whole pod's sandbox.
+    fn pause(&self, _: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        crate::ops::pause(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+    }
+
+    fn resume(&self, _: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
+        crate::ops::resume(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+    }
+
+    fn stats(&self, _: &TtrpcContext, req: api::StatsRequest) -> TtrpcResult<api::StatsResponse> {
+        crate::ops::stats(&self.svcd, self.task(&req.id)?.sandbox.as_str())
     }
 
     /// An exec's delete forgets it. A task's forgets the task: one that made its sandbox

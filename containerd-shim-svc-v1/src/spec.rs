@@ -71,6 +71,8 @@ pub struct User {
     pub uid: u32,
     #[serde(default)]
     pub gid: u32,
+    #[serde(default, rename = "additionalGids")]
+    pub additional_gids: Vec<u32>,
 }
 
 impl Spec {
@@ -116,19 +118,19 @@ impl Spec {
 }
 
 impl Process {
-    /// The exec of this process in its sandbox (`stdin`: the task was given a standard input).
-    /// Processes run as the guest's root: a spec naming another user is refused, naming it.
+    /// The exec of this process in its sandbox (`stdin`: the task was given a standard input),
+    /// as the spec's user: a user other than root is sent to svcd (which checks it is within
+    /// the guest's ids); root (0:0) runs as the sandbox's root, whose groups are its own.
     pub fn exec_request(&self, stdin: bool) -> Result<ExecRequest, String> {
         if self.args.is_empty() {
             return Err("the task's process has no arguments (no entrypoint or command)".into());
         }
-        if self.user.uid != 0 || self.user.gid != 0 {
-            return Err(format!(
-                "the task's process asks for user {}:{}; svc runs it as the sandbox's root \
-                 (other users are not supported yet)",
-                self.user.uid, self.user.gid
-            ));
-        }
+        let u = &self.user;
+        let user = (u.uid != 0 || u.gid != 0).then(|| svc_control::api::ExecUser {
+            uid: u.uid,
+            gid: u.gid,
+            additional_gids: u.additional_gids.clone(),
+        });
         let env = self
             .env
             .iter()
@@ -143,6 +145,7 @@ impl Process {
             tty: self
                 .terminal
                 .then_some(svc_control::api::TermSize { rows: 24, cols: 80 }),
+            user,
         })
     }
 }
@@ -306,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn a_process_as_another_user_or_without_arguments_is_refused() {
+    fn a_process_without_arguments_is_refused_and_its_user_is_sent() {
         let mut p = Process {
             args: vec!["sh".into()],
             env: vec!["A=1".into(), "B=x=y".into()],
@@ -318,8 +321,15 @@ mod tests {
             [("A".into(), "1".into()), ("B".into(), "x=y".into())]
         );
         assert_eq!(req.cwd, None);
+        assert_eq!(req.user, None, "root: the sandbox's root");
         p.user.uid = 1000;
-        assert!(p.exec_request(false).expect_err("user").contains("1000:0"));
+        p.user.gid = 1000;
+        p.user.additional_gids = vec![27];
+        let user = p.exec_request(false).expect("request").user.expect("user");
+        assert_eq!(
+            (user.uid, user.gid, user.additional_gids),
+            (1000, 1000, vec![27])
+        );
         p.args.clear();
         assert!(p.exec_request(false).is_err());
     }

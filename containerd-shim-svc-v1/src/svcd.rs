@@ -112,7 +112,7 @@ impl Svcd {
     }
 
     /// One call with a JSON body; the response's body when it is a 2xx.
-    fn call(
+    pub(crate) fn call(
         &self,
         method: &str,
         path: &str,

@@ -25,6 +25,7 @@ refused are `deny`; a DNS question answered and an HTTP request allowed are `all
 
 Examples:
   svc audit --sandbox dev --since 10m
+  svc audit --pod team-a/agent-7
   svc audit -n 20 --verdict deny
   svc audit --since 2026-11-26T09:00:00Z --until 2026-11-26T10:00:00Z
   svc audit --verdict deny --follow
@@ -36,6 +37,10 @@ pub struct AuditArgs {
     /// Only this sandbox (its name or id).
     #[arg(long)]
     pub sandbox: Option<String>,
+    /// Only the records of this Kubernetes pod (NAMESPACE/NAME; the containerd shim's
+    /// sandboxes carry it).
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_pod)]
+    pub pod: Option<String>,
     /// Only this layer.
     #[arg(long, value_parser = AuditLayer::NAMES)]
     pub layer: Option<String>,
@@ -86,11 +91,17 @@ fn print(format: Format, line: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `NAMESPACE/NAME`, checked as svcd checks it.
+fn parse_pod(s: &str) -> Result<String, String> {
+    svc_control::api::PodRef::parse(s).map(|p| p.to_string())
+}
+
 pub fn run(socket: &SocketArg, a: AuditArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&socket.socket);
     let mut query: Vec<String> = Vec::new();
     for (k, v) in [
         ("sandbox", &a.sandbox),
+        ("pod", &a.pod),
         ("layer", &a.layer),
         ("verdict", &a.verdict),
         ("since", &a.since),

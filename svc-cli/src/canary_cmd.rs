@@ -217,6 +217,7 @@ async fn fork(
 /// The sandbox runs a command and says its name.
 async fn answers(client: &Client, name: &str) -> anyhow::Result<()> {
     let body = serde_json::to_vec(&ExecRequest {
+        user: None,
         argv: vec!["hostname".into()],
         env: Vec::new(),
         cwd: None,

@@ -1,5 +1,6 @@
 //! `svc doctor [DIR]`: the built-in host probes (kernel, BTF, bpffs, nftables, tun, forwarding,
-//! svcd; the microvm backend's when wanted), the workspace's `doctor.probes`, then — only if
+//! svcd; the microvm backend's when wanted; a Kubernetes node's with `--kubernetes`), the
+//! workspace's `doctor.probes`, then — only if
 //! every required probe passed — its `doctor.tests`, run on this host in the
 //! workspace directory (or, `--sandbox NAME`, inside that sandbox in /workspace),
 //! one line per check; `--report-json PATH` writes the structured report
@@ -40,6 +41,14 @@ pub struct DoctorArgs {
     /// automatic when the workspace's runtime.required names microvm.
     #[arg(long)]
     microvm: bool,
+    /// Also probe this host as a Kubernetes node for pods with `runtimeClassName: svc`:
+    /// containerd-shim-svc-v1 on PATH, containerd's configuration registering the runtime type
+    /// io.containerd.svc.v1, containerd's socket, and svcd answering.
+    #[arg(long)]
+    kubernetes: bool,
+    /// containerd's configuration file (with --kubernetes).
+    #[arg(long, value_name = "PATH", default_value = svc_control::doctor::CONTAINERD_CONFIG)]
+    containerd_config: PathBuf,
     /// Run the workspace's checks inside this sandbox (in /workspace, through svcd) instead
     /// of on this host; the built-in host probes still run here.
     #[arg(long, value_name = "NAME")]
@@ -66,6 +75,7 @@ impl svc_control::doctor::Runner for InSandbox<'_> {
             std::iter::once(check.command.clone()).chain(check.args.iter().cloned()),
         );
         let req = ExecRequest {
+            user: None,
             argv,
             env: Vec::new(),
             cwd: Some(svc_control::api::WORKSPACE_GUEST_DIR.into()),
@@ -296,7 +306,16 @@ pub fn run(socket: &crate::client::SocketArg, a: DoctorArgs) -> anyhow::Result<E
         let mut host = Vec::new();
         if !a.no_host {
             host = host_probes(socket, microvm).await;
+        }
+        if !a.no_host || a.kubernetes {
             host.push(svcd_probe(socket).await);
+        }
+        if a.kubernetes {
+            let path = std::env::var("PATH").unwrap_or_default();
+            host.extend(svc_control::doctor::kubernetes_probes(
+                &a.containerd_config,
+                &path,
+            ));
         }
         let progress = |r: &CheckResult| {
             if !json {

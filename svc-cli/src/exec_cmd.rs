@@ -99,6 +99,7 @@ async fn attach(client: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
     let size = a.tty.then(local_size);
     let forward = a.interactive || a.tty || !stdin_is_tty;
     let req = ExecRequest {
+        user: None,
         argv: a.command,
         env,
         cwd: a.workdir,

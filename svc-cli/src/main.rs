@@ -21,6 +21,7 @@ mod project;
 mod sandbox_cmd;
 mod sandbox_table;
 mod secret_cmd;
+mod stats_cmd;
 mod trust;
 mod workspace_cmd;
 

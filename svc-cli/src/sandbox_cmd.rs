@@ -100,6 +100,16 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// What a sandbox uses now, from its cgroups (like `docker stats --no-stream`): CPU time,
+    /// memory use and limit, processes. A microvm's are its VM's: memory of its memory cgroup,
+    /// CPU time of its QEMU.
+    Stats {
+        /// The sandbox's name.
+        name: String,
+        /// Print the figures (and the host pids of its processes) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume a paused sandbox.
     Resume {
         /// The sandbox's name.
@@ -224,6 +234,9 @@ pub fn run(cmd: SandboxCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> 
                 json,
             } => allow(&client, &name, api::AllowChange { add, remove }, json).await,
             SandboxCommand::Resume { name } => lifecycle(&client, &name, "resume").await,
+            SandboxCommand::Stats { name, json } => {
+                crate::stats_cmd::run(&client, &name, json).await
+            }
             SandboxCommand::Fork { name, clones, json } => fork(&client, &name, clones, json).await,
         }
     });
@@ -353,6 +366,7 @@ async fn create(client: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
             ),
             None => None,
         },
+        pod: None,
     };
     if let Some((project, approved)) = project {
         project.apply(approved, &mut req);
@@ -410,6 +424,9 @@ pub(crate) fn print_sandbox(s: &SandboxView) {
     outln!("  name:              {}", s.name);
     outln!("  id:                {}", s.id);
     outln!("  state:             {}", s.state);
+    if let Some(pod) = &s.pod {
+        outln!("  pod:               {pod} (Kubernetes namespace/name)");
+    }
     if s.backend_reason.is_empty() {
         outln!("  backend:           {}", s.backend);
     } else {

@@ -231,6 +231,7 @@ async fn up(client: &Client, a: UpArgs) -> anyhow::Result<ExitCode> {
         https_push_branches: false,
         allowed_branches: Vec::new(),
         rootfs: None,
+        pod: None,
     };
     project.apply(approved, &mut req);
     if !a.json {

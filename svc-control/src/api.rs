@@ -10,6 +10,7 @@
 //! | `DELETE /v1/sandboxes/{name}`          |                     | [`Destroyed`]              |
 //! | `POST /v1/sandboxes/{name}/exec`       | [`ExecRequest`]     | JSON lines of [`ExecFrame`]; upgraded: [`ExecInput`] in, [`ExecFrame`] out |
 //! | `POST /v1/sandboxes/{name}/{pause,resume,fork}` |            | [`SandboxView`]            |
+//! | `GET /v1/sandboxes/{name}/stats`       |                     | [`SandboxStats`]           |
 //! | `GET /v1/events[?follow=1&after=N]`    |                     | JSON lines of [`Event`]    |
 //! | `POST /v1/supervisor/upgrade`          | [`Upgrade`]         | [`Health`] of the new one  |
 //! | `POST /v1/trust/check`, `POST /v1/trust` | [`TrustRequest`]  | [`TrustCheck`]             |
@@ -30,8 +31,14 @@ pub use trust::{ProjectPerimeter, TrustCheck, TrustRequest};
 /// What changes a running sandbox: its allowlist, a fork into clones.
 mod changes;
 pub use changes::{AllowChange, ForkRequest};
+/// A pod's identity (Kubernetes namespace and name), checked as it is read.
+mod pod;
 /// A workspace's part of a creation request, and what svcd says of a workspace.
 mod workspace;
+pub use pod::PodRef;
+/// What a sandbox uses (`GET /v1/sandboxes/{name}/stats`).
+mod stats;
+pub use stats::SandboxStats;
 pub use workspace::{
     GitIdentity, ReadinessProfile, WORKSPACE_GUEST_DIR, WorkspaceAuth, WorkspaceLogRecord,
     WorkspaceSpec, WorkspaceView,
@@ -141,6 +148,11 @@ pub struct CreateSandbox {
     /// never written. Root callers only, container backend only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<String>,
+    /// The Kubernetes pod the sandbox is (the containerd shim sends it from the CRI's
+    /// annotations): kept with the sandbox, written in its audit records and on its metrics.
+    /// Checked as the body is read (a DNS-1123 label and subdomain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
 }
 
 impl CreateSandbox {
@@ -162,6 +174,7 @@ impl CreateSandbox {
             https_push_branches: false,
             allowed_branches: Vec::new(),
             rootfs: None,
+            pod: None,
         }
     }
 }
@@ -340,6 +353,9 @@ pub struct SandboxView {
     /// Its workspace, when made by `svc workspace up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceView>,
+    /// The Kubernetes pod it is, when made for one (the containerd shim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
 }
 
 /// `DELETE /v1/sandboxes/{name}`.
@@ -375,6 +391,28 @@ pub struct ExecRequest {
     /// as `stdout` frames only.
     #[serde(default)]
     pub tty: Option<TermSize>,
+    /// Run it as this user of the guest (ids as the guest sees them, within its id mapping);
+    /// default: the guest's root. The container backend only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<ExecUser>,
+}
+
+/// The guest user an exec runs as (an OCI spec's `process.user`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecUser {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_gids: Vec<u32>,
+}
+
+impl ExecUser {
+    /// The guest's root with no supplementary groups: what an exec runs as by default.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0 && self.gid == 0 && self.additional_gids.is_empty()
+    }
 }
 
 /// The `Upgrade` token of an interactive exec.

@@ -14,6 +14,10 @@ fn records() -> Vec<(&'static str, AuditRecord)> {
         sandbox: 3,
         sandbox_name: Some("dev".into()),
         incarnation: Some("5f0c2a9e41d7b638".into()),
+        pod: Some(
+            svc_control::api::PodRef::new("team-a", "agent-7")
+                .unwrap_or_else(|e| panic!("a valid pod: {e}")),
+        ),
         event,
     };
     vec![

@@ -71,8 +71,10 @@ fn each_annotation_maps_onto_its_request_field() {
         (pod::SECRETS, "CODE_HOST_TOKEN=gh"),
         (pod::BACKEND, "microvm"),
         (pod::BRANCHES, "refs/heads/svc/**, refs/heads/agent/*"),
-        // Others' annotations are theirs: not read, not refused.
+        // The CRI's pod identity becomes the request's `pod`.
         ("io.kubernetes.cri.sandbox-name", "pod-a"),
+        ("io.kubernetes.cri.sandbox-namespace", "team-a"),
+        // Others' annotations are theirs: not read, not refused.
         ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
         ("svc.dev.example/other", "x"),
     ])
@@ -86,6 +88,10 @@ fn each_annotation_maps_onto_its_request_field() {
         ]
     );
     assert_eq!(req.repo.as_deref(), Some("acme/widget"));
+    assert_eq!(
+        req.pod.as_ref().map(ToString::to_string).as_deref(),
+        Some("team-a/pod-a")
+    );
     assert_eq!(
         req.secrets,
         [SecretValue {

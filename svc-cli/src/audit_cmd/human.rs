@@ -21,10 +21,13 @@ pub fn line(raw: &[u8]) -> Option<String> {
 
 /// A known record.
 fn record_line(r: &AuditRecord) -> String {
-    let sandbox = r
+    let mut sandbox = r
         .sandbox_name
         .clone()
         .unwrap_or_else(|| format!("#{}", r.sandbox));
+    if let Some(pod) = &r.pod {
+        sandbox = format!("{sandbox} pod={pod}");
+    }
     let verdict = r.event.decision_word().map(Verdict::of_word);
     let what = match &r.event {
         AuditEvent::Packet(p) => packet(p),
@@ -183,7 +186,7 @@ mod tests {
         r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"layer":"packet","verdict":"drop","reason":"drop_not_ip","link":7,"suppressed":12}"#,
         r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"sandbox_name":"dev","layer":"packet","verdict":"drop","reason":"drop_udp_not_allowed","protocol":"udp","src":"fd00::2","dst":"2001:db8::1","src_port":5353,"dst_port":53,"link":7}"#,
         r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"sandbox_name":"dev","layer":"dns","name":"allowed.example.test.","qtype":"A","decision":"answered","answers":["192.0.2.10","2001:db8::10"],"upstream_ms":3}"#,
-        r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"sandbox_name":"dev","layer":"dns","name":"forbidden.example.test.","qtype":"AAAA","decision":"refused","reason":"name not allowed for this sandbox"}"#,
+        r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"sandbox_name":"dev","pod":{"namespace":"team-a","name":"agent-7"},"layer":"dns","name":"forbidden.example.test.","qtype":"AAAA","decision":"refused","reason":"name not allowed for this sandbox"}"#,
         r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"sandbox_name":"a-very-long-sandbox-name","layer":"http","host":"api.code.test","method":"GET","path":"/repos/acme/widget","status":200,"decision":"allow","rule":"code-host-api","credential":"swapped","bytes_up":0,"bytes_down":5120,"duration_ms":84,"dialled":"192.0.2.10:443"}"#,
         r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"layer":"http","host":null,"method":"CONNECT","path":null,"status":0,"decision":"deny","rule":"sni-not-allowed","credential":"none","bytes_up":0,"bytes_down":0,"duration_ms":0}"#,
         r#"{"time":"2026-11-22T10:00:00.000Z","sandbox":3,"sandbox_name":"dev","layer":"ssh","host":"github.com","repo":"acme/widget","command":"git-upload-pack","decision":"allow","bytes_up":10,"bytes_down":2000,"duration_ms":40,"exit":0}"#,
@@ -199,7 +202,7 @@ mod tests {
         "2026-11-22T10:00:00.000Z #3               packet DENY    ->  drop_not_ip (+12 suppressed)",
         "2026-11-22T10:00:00.000Z dev              packet DENY  udp fd00::2:5353 -> 2001:db8::1:53 drop_udp_not_allowed",
         "2026-11-22T10:00:00.000Z dev              dns    ALLOW allowed.example.test. A answered 192.0.2.10,2001:db8::10",
-        "2026-11-22T10:00:00.000Z dev              dns    DENY  forbidden.example.test. AAAA refused: name not allowed for this sandbox",
+        "2026-11-22T10:00:00.000Z dev pod=team-a/agent-7 dns    DENY  forbidden.example.test. AAAA refused: name not allowed for this sandbox",
         "2026-11-22T10:00:00.000Z a-very-long-sandbox-name http   ALLOW GET api.code.test/repos/acme/widget 200 code-host-api credential=swapped up=0B down=5120B 84ms",
         "2026-11-22T10:00:00.000Z #3               http   DENY  CONNECT  0 sni-not-allowed credential=none up=0B down=0B 0ms",
         "2026-11-22T10:00:00.000Z dev              ssh    ALLOW git-upload-pack github.com acme/widget exit=0 up=10B down=2000B 40ms",

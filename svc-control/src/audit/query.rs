@@ -11,6 +11,8 @@ use super::layer::AuditLayer;
 pub struct Filter {
     /// The sandbox's name, its id (as digits) or its incarnation.
     pub sandbox: Option<String>,
+    /// The Kubernetes pod the records are of (`pod` of the record).
+    pub pod: Option<crate::api::PodRef>,
     /// `packet`, `dns`, `http`, `ssh`, `policy`, … (every [`AuditLayer`]).
     pub layer: Option<AuditLayer>,
     /// `allow` or `deny`.
@@ -63,6 +65,7 @@ impl Filter {
         for (k, v) in pairs {
             match k.as_str() {
                 "sandbox" => f.sandbox = Some(v.clone()),
+                "pod" => f.pod = Some(crate::api::PodRef::parse(v)?),
                 "layer" => f.layer = Some(parse_layer(v)?),
                 "verdict" => {
                     f.verdict = Some(match v.as_str() {
@@ -102,6 +105,12 @@ impl Filter {
             if !(by_name || by_id) {
                 return false;
             }
+        }
+        if let Some(p) = &self.pod
+            && (record["pod"]["namespace"].as_str() != Some(p.namespace.as_str())
+                || record["pod"]["name"].as_str() != Some(p.name.as_str()))
+        {
+            return false;
         }
         if let Some(l) = self.layer
             && record["layer"].as_str() != Some(l.as_str())
@@ -183,11 +192,18 @@ mod tests {
         let dns_refused = serde_json::json!({"time":"2026-11-22T11:55:00.000Z","sandbox":3,
             "sandbox_name":"dev","layer":"dns","name":"x.test.","decision":"refused"});
         let http_allow = serde_json::json!({"time":"2026-11-22T11:00:00.000Z","sandbox":4,
-            "sandbox_name":"ci","layer":"http","decision":"allow"});
+            "sandbox_name":"ci","pod":{"namespace":"team-a","name":"ci-0"},"layer":"http",
+            "decision":"allow"});
         let drop = serde_json::json!({"time":"2026-11-22T11:59:00.000Z","sandbox":3,
             "sandbox_name":"dev","layer":"packet","verdict":"drop"});
-        let cases: [Case; 10] = [
+        let cases: [Case; 12] = [
             ("everything", &[], [true, true, true]),
+            ("by_pod", &[("pod", "team-a/ci-0")], [false, true, false]),
+            (
+                "another_pod",
+                &[("pod", "team-b/ci-0")],
+                [false, false, false],
+            ),
             ("by_name", &[("sandbox", "dev")], [true, false, true]),
             ("by_id", &[("sandbox", "4")], [false, true, false]),
             ("layer_dns", &[("layer", "dns")], [true, false, false]),
@@ -228,6 +244,8 @@ mod tests {
                 "expected one of packet, dns, http, ssh",
             ),
             (&[("verdict", "maybe")][..], "expected allow or deny"),
+            (&[("pod", "team-a")][..], "expected NAMESPACE/NAME"),
+            (&[("pod", "Team/x")][..], "pod namespace \"Team\""),
             (&[("since", "yesterday-ish")][..], "expected a duration"),
             (
                 &[("until", "later")][..],

@@ -34,6 +34,10 @@ pub struct AuditRecord {
     /// could not tell, and in records of versions before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incarnation: Option<String>,
+    /// The Kubernetes pod the sandbox was made for (svcd adds it to every record of such a
+    /// sandbox): its namespace and name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::api::PodRef>,
     #[serde(flatten)]
     pub event: AuditEvent,
 }
@@ -141,6 +145,7 @@ impl AuditRecord {
             sandbox,
             sandbox_name: None,
             incarnation: None,
+            pod: None,
             event,
         }
     }
@@ -173,6 +178,7 @@ impl AuditRecord {
             sandbox: e.sandbox,
             sandbox_name: None,
             incarnation: None,
+            pod: None,
             event: AuditEvent::Packet(PacketEvent {
                 verdict: "drop",
                 reason: reason::name(e.reason).unwrap_or("unknown"),
@@ -224,6 +230,7 @@ pub(crate) mod tests {
             sandbox,
             sandbox_name: None,
             incarnation: None,
+            pod: None,
             event: AuditEvent::Http(HttpEvent {
                 host: Some("api.example.test".into()),
                 method: "GET".into(),

@@ -81,6 +81,7 @@ impl NamedAudit {
                     .filter(|s| s.incarnation.key == sandbox.key)
                     .map(|s| s.name.clone());
             }
+            self.add_pod(&mut r);
             let result = self.inner.record(&r);
             self.count(std::slice::from_ref(&r), &result);
         }
@@ -88,6 +89,27 @@ impl NamedAudit {
 }
 
 impl NamedAudit {
+    /// The Kubernetes pod of the sandbox `r` is of: that of the sandbox registered under its id
+    /// now, when `r` names that sandbox's incarnation (a record of an earlier sandbox with the
+    /// id, or one whose incarnation is unknown, gets none). A record that has one keeps it.
+    fn pod_of(&self, r: &AuditRecord) -> Option<crate::api::PodRef> {
+        if r.pod.is_some() {
+            return None;
+        }
+        let of = r.incarnation.as_deref()?;
+        let s = self.registry.by_id(r.sandbox)?;
+        (!of.is_empty() && *s.incarnation.key == *of)
+            .then(|| s.pod.clone())
+            .flatten()
+    }
+
+    /// `r` with its sandbox's pod, where [`Self::pod_of`] finds one.
+    fn add_pod(&self, r: &mut AuditRecord) {
+        if let Some(pod) = self.pod_of(r) {
+            r.pod = Some(pod);
+        }
+    }
+
     /// The sandbox's name and incarnation, where the writer could not tell them (a packet the
     /// fence dropped names only an id; a count of suppressed records): those of the sandbox
     /// registered under its id now, unless that sandbox is newer than the record (made before
@@ -127,22 +149,25 @@ fn written_for(r: &AuditRecord, s: &Registered) -> bool {
 
 impl AuditSink for NamedAudit {
     fn record(&self, r: &AuditRecord) -> Result<(), AuditError> {
-        if r.incarnation.is_some() || r.sandbox_name.is_some() {
+        if (r.incarnation.is_some() || r.sandbox_name.is_some()) && self.pod_of(r).is_none() {
             return self.write(r);
         }
         let mut named = r.clone();
         self.name(&mut named);
+        self.add_pod(&mut named);
         self.write(&named)
     }
 
     fn record_owned(&self, mut r: AuditRecord) -> Result<(), AuditError> {
         self.name(&mut r);
+        self.add_pod(&mut r);
         self.write(&r)
     }
 
     fn record_all(&self, records: &mut [AuditRecord]) -> Result<(), AuditError> {
         for r in records.iter_mut() {
             self.name(r);
+            self.add_pod(r);
         }
         // Each record asked once: within its sandbox's share, or counted and dropped.
         let admitted: Vec<bool> = records.iter().map(|r| self.admitted(r)).collect();
@@ -204,6 +229,7 @@ mod tests {
             name: "dev".into(),
             incarnation: Incarnation::new("dev", "b2b2b2b2b2b2b2b2"),
             created: at("2026-01-01T10:00:00Z"),
+            pod: Some(crate::api::PodRef::new("team-a", "agent-7").expect("pod")),
             ifindex: 9,
             guest: IpAddr::from([10, 213, 0, 2]),
             dns: Arc::new(SandboxDns::curated(3, Allowlist(Vec::new()))),
@@ -300,6 +326,11 @@ mod tests {
                 want,
                 "{name}"
             );
+            let pod = got.pod.as_ref().map(ToString::to_string);
+            let want_pod = want
+                .filter(|(_, key)| *key == "b2b2b2b2b2b2b2b2")
+                .map(|_| "team-a/agent-7".to_owned());
+            assert_eq!(pod, want_pod, "{name}: the pod only of its own incarnation");
             if want.is_none() {
                 assert_eq!(
                     (got.sandbox_name, got.incarnation),
@@ -332,6 +363,11 @@ mod tests {
         for r in kept.iter() {
             assert_eq!(r.incarnation.as_deref(), Some("b2b2b2b2b2b2b2b2"));
             assert_eq!(r.sandbox_name.as_deref(), Some("dev"));
+            assert_eq!(
+                r.pod.as_ref().map(ToString::to_string).as_deref(),
+                Some("team-a/agent-7"),
+                "the pod of its sandbox, on every path"
+            );
         }
     }
 }

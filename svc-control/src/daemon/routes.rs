@@ -188,6 +188,7 @@ impl Call<'_> {
                 streams::workspace_log_stream(sup, name, &self.query)
             }
             (&Method::GET, [name]) => sup.show(name).map(|v| json(StatusCode::OK, &v)),
+            (&Method::GET, [name, "stats"]) => sup.stats(name).map(|v| json(StatusCode::OK, &v)),
             (&Method::DELETE, [name]) => sup.destroy(name).await.map(|v| json(StatusCode::OK, &v)),
             (&Method::POST, [name, "exec"]) => self.exec(name, req).await,
             (&Method::POST, [name, "explain"]) => super::explain::explain(sup, name, req).await,

@@ -30,6 +30,7 @@ mod secrets;
 mod services_state;
 mod spotlight;
 mod state;
+mod stats;
 mod task;
 #[cfg(test)]
 mod tests;

@@ -80,6 +80,8 @@ pub struct Registered {
     pub incarnation: Incarnation,
     /// When it was created (a record stamped earlier is an earlier sandbox's).
     pub created: SystemTime,
+    /// The Kubernetes pod it was made for: every audit record of it carries it.
+    pub pod: Option<crate::api::PodRef>,
     pub ifindex: u32,
     pub guest: IpAddr,
     pub dns: Arc<SandboxDns>,
@@ -311,12 +313,15 @@ impl crate::limits::Report for LimitHits {
         max: u32,
         log: bool,
     ) {
-        let name = self
+        let found = self
             .registry
             .by_id(sandbox.id)
-            .filter(|s| sandbox.key.is_empty() || s.incarnation.key == sandbox.key)
+            .filter(|s| sandbox.key.is_empty() || s.incarnation.key == sandbox.key);
+        let name = found
+            .as_ref()
             .map_or_else(|| sandbox.id.to_string(), |s| s.name.clone());
-        self.metrics.limit_hit(&name, limit.key());
+        let pod = found.and_then(|s| s.pod.clone());
+        self.metrics.limit_hit(&name, pod, limit.key());
         if log && limit == crate::limits::Channel::AuditRecords {
             tracing::warn!(
                 sandbox = %name,

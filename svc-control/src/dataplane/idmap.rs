@@ -157,6 +157,31 @@ fn idmapped_clone(
     attrs: u64,
     target: &CStr,
 ) -> io::Result<()> {
+    let tree = clone_tree(dir, path, flags)?;
+    let userns = u64::try_from(userns).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    set_tree_attrs(&tree, libc::MOUNT_ATTR_IDMAP | attrs, 0, userns, 0)?;
+    // SAFETY: valid fd and NUL-terminated paths.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A detached copy (`open_tree(2)` with `OPEN_TREE_CLONE`, close-on-exec, and `flags`:
+/// `AT_RECURSIVE` for the mounts under it too, `AT_EMPTY_PATH` for `dir` itself) of the mount at
+/// `path` beneath the directory descriptor `dir`. Only a system call: safe between fork and
+/// exec.
+pub(crate) fn clone_tree(dir: i32, path: &CStr, flags: u32) -> io::Result<OwnedFd> {
     // SAFETY: a valid fd (or AT_FDCWD) and a NUL-terminated path; the returned fd is owned
     // below.
     let tree = unsafe {
@@ -172,12 +197,25 @@ fn idmapped_clone(
     }
     let tree_fd = i32::try_from(tree).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: open_tree returned a new fd that nothing else owns.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree_fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(tree_fd) })
+}
+
+/// `mount_setattr(2)` on the detached tree `tree`: the attributes `set` (with
+/// `MOUNT_ATTR_IDMAP`, `userns` is the user namespace's fd), the propagation `propagation`
+/// (`MS_PRIVATE`…; 0 leaves it), on every mount in it with `flags` = `AT_RECURSIVE`. Only a
+/// system call: safe between fork and exec.
+pub(crate) fn set_tree_attrs(
+    tree: &OwnedFd,
+    set: u64,
+    propagation: u64,
+    userns: u64,
+    flags: u32,
+) -> io::Result<()> {
     let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP | attrs,
+        attr_set: set,
         attr_clr: 0,
-        propagation: 0,
-        userns_fd: u64::try_from(userns).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
+        propagation,
+        userns_fd: userns,
     };
     // SAFETY: `attr` is a valid mount_attr of the size passed; the path is the empty string
     // with AT_EMPTY_PATH, so the fd itself is the mount changed.
@@ -186,7 +224,7 @@ fn idmapped_clone(
             libc::SYS_mount_setattr,
             tree.as_raw_fd(),
             c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
+            libc::AT_EMPTY_PATH as u32 | flags,
             &raw const attr,
             std::mem::size_of::<libc::mount_attr>(),
         )
@@ -194,15 +232,23 @@ fn idmapped_clone(
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: valid fd and NUL-terminated paths.
+    Ok(())
+}
+
+/// `move_mount(2)` of the detached tree `tree` onto what the handle `target` is (a directory
+/// or a file, opened with no link followed: the mount lands there whatever its path becomes).
+/// The target must be in the caller's mount namespace. Only a system call: safe between fork
+/// and exec.
+pub(crate) fn move_tree_onto(tree: i32, target: i32) -> io::Result<()> {
+    // SAFETY: two descriptors and empty NUL-terminated paths (both ends are the fds).
     let rc = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
-            tree.as_raw_fd(),
+            tree,
             c"".as_ptr(),
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
+            target,
+            c"".as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     if rc != 0 {
@@ -319,6 +365,69 @@ pub(crate) fn open_beneath(dir: &Path, rel: &Path) -> io::Result<OwnedFd> {
             format!("{} is or passes through a symbolic link", rel.display())
         })
     })
+}
+
+/// A handle (`O_PATH`) on the directory `path` (absolute, as a guest names it) beneath the
+/// directory handle `root` (a guest's root), each missing directory on the way made (mode 0755,
+/// owned by `owner`: the guest's root, as the runtime makes a mount point the image lacks). No
+/// symbolic link is followed and nothing outside `root` is reached: a link planted anywhere
+/// on the way is refused, never followed.
+pub(crate) fn open_or_make_dirs(
+    root: &OwnedFd,
+    path: &Path,
+    owner: (u32, u32),
+) -> io::Result<OwnedFd> {
+    use std::path::Component;
+    let refused = || format!("{} is or passes through a symbolic link", path.display());
+    let mut at = root.try_clone()?;
+    for part in path.components() {
+        let name = match part {
+            Component::RootDir | Component::CurDir => continue,
+            Component::Normal(n) => cstr(Path::new(n))?,
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(io::Error::other(format!(
+                    "{}: only a plain absolute path can be a mount point",
+                    path.display()
+                )));
+            }
+        };
+        let open = |at: &OwnedFd| {
+            openat2(
+                at.as_raw_fd(),
+                &name,
+                // No O_NOFOLLOW: a link in the last place is refused (ELOOP) all the same.
+                libc::O_PATH | libc::O_DIRECTORY,
+                NO_LINKS | libc::RESOLVE_BENEATH,
+            )
+        };
+        at = match open(&at) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                // SAFETY: a directory handle we own and a NUL-terminated name; mkdirat never
+                // follows a link in the name's place (it fails with EEXIST).
+                if unsafe { libc::mkdirat(at.as_raw_fd(), name.as_ptr(), 0o755) } != 0 {
+                    return Err(link_refused(io::Error::last_os_error(), refused));
+                }
+                let made = open(&at).map_err(|e| link_refused(e, refused))?;
+                // SAFETY: the handle just opened (O_PATH works with AT_EMPTY_PATH).
+                let rc = unsafe {
+                    libc::fchownat(
+                        made.as_raw_fd(),
+                        c"".as_ptr(),
+                        owner.0,
+                        owner.1,
+                        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
+                if rc != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                made
+            }
+            Err(e) => return Err(link_refused(e, refused)),
+        };
+    }
+    Ok(at)
 }
 
 /// A bind source for the runtime, pinned between fork and exec in the runtime's own mount

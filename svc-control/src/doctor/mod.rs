@@ -9,6 +9,7 @@ mod disk;
 mod host;
 mod ids;
 mod images;
+mod kubernetes;
 mod report;
 
 use std::time::Instant;
@@ -18,6 +19,7 @@ pub use disk::{LOW_SPACE_BYTES, LOW_SPACE_PERCENT, free_space_probes, low_space}
 pub use host::{host_probes, runtime_probe};
 pub use ids::container_ids_probe;
 pub use images::ImageSource;
+pub use kubernetes::{DEFAULT_CONFIG as CONTAINERD_CONFIG, kubernetes_probes};
 pub use report::{CheckResult, Phase, Report, Status, schema};
 
 use crate::config::workspace::Check;

@@ -79,6 +79,16 @@ pub(super) fn host_result(
     started: Instant,
     outcome: HostOutcome,
 ) -> CheckResult {
+    host_result_named(&format!("host:{name}"), required, started, outcome)
+}
+
+/// The result of a built-in probe reported as `name` whole, started at `started`.
+pub(super) fn host_result_named(
+    name: &str,
+    required: bool,
+    started: Instant,
+    outcome: HostOutcome,
+) -> CheckResult {
     let (status, reason, output) = match outcome {
         Ok(detail) => (Status::Passed, None, detail),
         Err((wrong, fix)) => (
@@ -89,7 +99,7 @@ pub(super) fn host_result(
     };
     CheckResult {
         phase: Phase::Probe,
-        name: format!("host:{name}"),
+        name: name.to_owned(),
         status,
         required,
         attempts: 1,

@@ -24,6 +24,27 @@ use crate::audit::{AuditEvent, AuditRecord};
 
 mod pool;
 
+/// The Kubernetes pod of a sandbox, as two labels (`pod_namespace`, `pod_name`) on its
+/// series; none on a sandbox made for no pod. A sandbox is one pod, so they add no series.
+#[derive(Debug, Clone, Default, Hash, PartialEq, Eq)]
+struct PodLabels(Option<crate::api::PodRef>);
+
+impl EncodeLabelSet for PodLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        match &self.0 {
+            None => Ok(()),
+            Some(p) => [
+                ("pod_namespace", p.namespace.as_str()),
+                ("pod_name", p.name.as_str()),
+            ]
+            .encode(encoder),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
@@ -33,12 +54,16 @@ struct ReasonLabels {
 struct DropLabels {
     sandbox: String,
     reason: String,
+    #[prometheus(flatten)]
+    pod: PodLabels,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DnsLabels {
     sandbox: String,
     decision: String,
+    #[prometheus(flatten)]
+    pod: PodLabels,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,6 +72,8 @@ struct HttpLabels {
     decision: String,
     rule: String,
     status: String,
+    #[prometheus(flatten)]
+    pod: PodLabels,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +81,8 @@ struct SshLabels {
     sandbox: String,
     command: String,
     decision: String,
+    #[prometheus(flatten)]
+    pod: PodLabels,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,6 +95,8 @@ struct CredentialLabels {
 struct LimitLabels {
     sandbox: String,
     limit: String,
+    #[prometheus(flatten)]
+    pod: PodLabels,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -225,11 +256,13 @@ impl Metrics {
             .sandbox_name
             .clone()
             .unwrap_or_else(|| r.sandbox.to_string());
+        let pod = PodLabels(r.pod.clone());
         let series = match &r.event {
             AuditEvent::Packet(p) => {
                 let l = DropLabels {
                     sandbox: sandbox.clone(),
                     reason: p.reason.to_owned(),
+                    pod: pod.clone(),
                 };
                 self.drops_audited
                     .get_or_create(&l)
@@ -243,6 +276,7 @@ impl Metrics {
                 let l = DnsLabels {
                     sandbox: sandbox.clone(),
                     decision: d.decision.to_owned(),
+                    pod: pod.clone(),
                 };
                 self.dns_questions.get_or_create(&l).inc();
                 SandboxSeries::Dns(l)
@@ -262,6 +296,7 @@ impl Metrics {
                     decision: h.decision.to_owned(),
                     rule,
                     status: h.status.to_string(),
+                    pod: pod.clone(),
                 };
                 self.http_requests.get_or_create(&l).inc();
                 SandboxSeries::Http(l)
@@ -271,6 +306,7 @@ impl Metrics {
                     sandbox: sandbox.clone(),
                     command: s.command.clone(),
                     decision: s.decision.to_owned(),
+                    pod: pod.clone(),
                 };
                 self.ssh_sessions.get_or_create(&l).inc();
                 SandboxSeries::Ssh(l)
@@ -299,11 +335,12 @@ impl Metrics {
             .inc();
     }
 
-    /// `sandbox` was refused a channel at its cap `limit` (a `[limits]` key).
-    pub fn limit_hit(&self, sandbox: &str, limit: &str) {
+    /// `sandbox` (of `pod`, if any) was refused a channel at its cap `limit` (a `[limits]` key).
+    pub fn limit_hit(&self, sandbox: &str, pod: Option<crate::api::PodRef>, limit: &str) {
         let l = LimitLabels {
             sandbox: sandbox.to_owned(),
             limit: limit.to_owned(),
+            pod: PodLabels(pod),
         };
         self.guest_limit_hits.get_or_create(&l).inc();
         self.by_sandbox
@@ -397,6 +434,7 @@ mod tests {
             sandbox: 1,
             sandbox_name: Some(sandbox.into()),
             incarnation: None,
+            pod: None,
             event: AuditEvent::Dns(DnsEvent {
                 name: "a.test.".into(),
                 qtype: "A".into(),
@@ -436,9 +474,9 @@ mod tests {
     #[test]
     fn limit_hits_are_counted_by_sandbox_and_limit_and_go_with_the_sandbox() {
         let m = Metrics::new();
-        m.limit_hit("dev", "dns_tcp_connections");
-        m.limit_hit("dev", "dns_tcp_connections");
-        m.limit_hit("ci", "exec_streams");
+        m.limit_hit("dev", None, "dns_tcp_connections");
+        m.limit_hit("dev", None, "dns_tcp_connections");
+        m.limit_hit("ci", None, "exec_streams");
         let text = m.encode(&[], &[]);
         assert!(
             text.contains(
@@ -453,6 +491,28 @@ mod tests {
     }
 
     #[test]
+    fn a_pods_sandbox_has_its_namespace_and_name_as_labels() {
+        let m = Metrics::new();
+        let pod = crate::api::PodRef::new("team-a", "agent-7").expect("pod");
+        let mut r = dns("ctr-x", "refused");
+        r.pod = Some(pod.clone());
+        m.record(&r);
+        m.record(&dns("dev", "refused"));
+        m.limit_hit("ctr-x", Some(pod), "exec_streams");
+        let text = m.encode(&[], &[]);
+        for want in [
+            r#"svc_dns_questions_total{sandbox="ctr-x",decision="refused",pod_namespace="team-a",pod_name="agent-7"} 1"#,
+            r#"svc_dns_questions_total{sandbox="dev",decision="refused"} 1"#,
+            r#"svc_guest_limit_hits_total{sandbox="ctr-x",limit="exec_streams",pod_namespace="team-a",pod_name="agent-7"} 1"#,
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+        m.forget("ctr-x");
+        let text = m.encode(&[], &[]);
+        assert!(!text.contains("team-a"), "{text}");
+    }
+
+    #[test]
     fn a_refused_connections_free_text_reason_is_one_label() {
         let m = Metrics::new();
         m.record(&AuditRecord {
@@ -460,6 +520,7 @@ mod tests {
             sandbox: 1,
             sandbox_name: Some("dev".into()),
             incarnation: None,
+            pod: None,
             event: AuditEvent::Http(HttpEvent::decided(
                 "TLS".into(),
                 "deny",

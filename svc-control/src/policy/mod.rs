@@ -14,6 +14,8 @@ pub mod credentials;
 mod decision;
 pub mod destination;
 pub mod dns;
+/// Which guest user an exec may run as.
+pub mod exec_user;
 /// `svc egress explain`: one request as a person writes it, decided as the proxy decides it.
 pub mod explain;
 /// What of a project's git directory the sandbox sees read-only; what changes are reported.
@@ -27,6 +29,8 @@ pub mod ownership;
 pub mod paths;
 /// A Kubernetes pod's `svc.dev/*` annotations as a creation request, checked as one.
 pub mod pod;
+/// A pod's namespace and name (from containerd's CRI annotations), checked as Kubernetes does.
+pub mod pod_identity;
 /// Which host directory a workspace may share into its sandbox.
 pub mod project;
 /// A push's command list as git's receive-pack reads it (the relay and smart-HTTP both ask).

@@ -16,7 +16,9 @@
 //! node): a reference, never a value. svcd resolves it at creation, as it does `--secret
 //! VAR@store:NAME`. Any other `svc.dev/` key is refused, naming it: a misspelt annotation
 //! would otherwise leave the pod with less than its author asked for, silently. Annotations
-//! outside `svc.dev/` belong to others and are not read.
+//! outside `svc.dev/` belong to others and are not read, but for the two containerd's CRI
+//! plugin puts on every task of a pod, `io.kubernetes.cri.sandbox-namespace` and
+//! `io.kubernetes.cri.sandbox-name`: they become the request's `pod` (`policy::pod_identity`).
 
 use std::collections::BTreeMap;
 
@@ -60,6 +62,9 @@ pub enum PodError {
     /// The request the annotations make is refused by the creation rules (their message).
     #[error(transparent)]
     Creation(#[from] CreationError),
+    /// The CRI's pod namespace or name is not one Kubernetes makes.
+    #[error(transparent)]
+    Identity(#[from] super::pod_identity::PodIdentityError),
 }
 
 /// The creation request a pod's annotations make, for the sandbox `name`: the `svc.dev/*`
@@ -70,6 +75,8 @@ pub fn request_from_annotations(
     annotations: &BTreeMap<String, String>,
 ) -> Result<CreateSandbox, PodError> {
     let mut req = CreateSandbox::named(name);
+    req.pod = super::pod_identity::from_annotations(annotations)?
+        .map(|(namespace, name)| crate::api::PodRef { namespace, name });
     for (key, value) in annotations {
         if !key.starts_with(PREFIX) {
             continue;

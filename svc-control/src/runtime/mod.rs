@@ -7,16 +7,23 @@
 //! capabilities, a seccomp filter, cgroup limits. The guest shares the host's kernel; the
 //! microvm backend (a guest kernel of its own) is the stronger boundary.
 
+/// A sandbox's CPU, memory and process figures, read from its cgroups.
+pub mod cgroup_stats;
 mod claim;
 pub mod container;
 pub mod ids;
 pub mod microvm;
 /// The calls through which a mode reaches a file: the share rules' seccomp form.
 mod not_started;
+/// A guest's host process: its start time, whether it died, waiting for it to go.
+mod process;
 /// The backends an svcd has, by kind (`Arc<dyn Backend>` each, with what it is and whether
 /// it can make sandboxes now).
 pub mod registry;
 pub(crate) mod share_calls;
+
+pub(crate) use process::gone_within;
+pub use process::{is_zombie, start_time};
 
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
@@ -170,6 +177,8 @@ pub struct GuestCommand {
     pub stdin: bool,
     /// Run it on a terminal of (rows, columns); stdout then carries everything it writes.
     pub tty: Option<(u16, u16)>,
+    /// Run it as this guest user (checked to be within the guest's ids); none: the guest's root.
+    pub user: Option<crate::api::ExecUser>,
 }
 
 /// How a running command is controlled: each backend's own (a host process for the
@@ -352,6 +361,8 @@ impl Drop for GuestProcess {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
         let _ = std::fs::remove_file(&self.log);
+        // crun's `exec --process` file, when there was one.
+        let _ = std::fs::remove_file(self.log.with_extension("process.json"));
     }
 }
 
@@ -545,6 +556,25 @@ pub trait Backend: Send + Sync {
             })
         })
     }
+    /// Share `dirs` (in order) into a running guest made ahead of its request (a warm pool's)
+    /// that sandbox `id`, in `dir`, claims: as a guest made with them has them. Backends that
+    /// cannot ([`Description::share_into_running`]) pool no request with shared directories.
+    fn share_into<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _id: u32,
+        _dir: &'a std::path::Path,
+        _dirs: &'a [SharedDir],
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let name = self.name();
+        Box::pin(async move {
+            Err(RuntimeError::Unsupported {
+                backend: name,
+                operation: "share a directory into a running",
+                hint: " (its shared directories are made when its guest starts)",
+            })
+        })
+    }
     /// Pause the guest (it stays paused) and save it under `into` for clones to start from.
     fn snapshot<'a>(
         &'a self,
@@ -560,34 +590,4 @@ pub trait Backend: Send + Sync {
             })
         })
     }
-}
-
-/// `/proc/PID/stat` field 22 (start time), if the process exists.
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// Whether process `pid` has exited and waits to be reaped (state `Z` or `X`).
-pub fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X")
-    })
-}
-
-/// Wait until process `pid` (started at `start`) is gone or dead (a zombie waiting for the
-/// host's init to reap it); whether it went in time.
-pub(crate) async fn gone_within(pid: u32, start: u64, limit: std::time::Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while start_time(pid) == Some(start) && !is_zombie(pid) {
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    true
 }

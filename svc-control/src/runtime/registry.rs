@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use super::{
     Backend, BoxFuture, ExecHandle, GuestCommand, GuestHandle, GuestLinks, GuestService, GuestSpec,
-    RuntimeError, Snapshot, Started,
+    RuntimeError, SharedDir, Snapshot, Started,
 };
 
 pub use crate::kinds::{CONTAINER, KINDS, Kind, MICROVM, choices};
@@ -25,6 +25,9 @@ pub struct Description {
     /// Whether it can keep paths under a shared directory read-only in the guest (a
     /// workspace's `.git/config` and `.git/hooks`).
     pub read_only_subpaths: bool,
+    /// Whether it can share a directory into a running guest (a warm pool's, claimed by a
+    /// request with shared directories: [`Backend::share_into`]).
+    pub share_into_running: bool,
 }
 
 impl Description {
@@ -40,6 +43,7 @@ impl Description {
             isolates_with: "",
             can_fork: false,
             read_only_subpaths: false,
+            share_into_running: false,
         }
     }
 }
@@ -51,6 +55,7 @@ pub const CONTAINER_ABOUT: Description = Description {
     isolates_with: "a user namespace, its own root file system, seccomp and cgroup limits",
     can_fork: false,
     read_only_subpaths: true,
+    share_into_running: true,
 };
 
 /// The microvm backend's description.
@@ -60,6 +65,7 @@ pub const MICROVM_ABOUT: Description = Description {
     isolates_with: "a guest kernel of its own under KVM (or TCG)",
     can_fork: true,
     read_only_subpaths: false,
+    share_into_running: false,
 };
 
 /// The backends an svcd has, by kind; `default` makes a sandbox nobody chose a backend for.
@@ -327,6 +333,15 @@ impl<B: Backend> Backend for Described<B> {
         claim: &'a super::Claim,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         self.inner.claim_guest(guest, claim)
+    }
+    fn share_into<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        id: u32,
+        dir: &'a std::path::Path,
+        dirs: &'a [SharedDir],
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.inner.share_into(guest, id, dir, dirs)
     }
 }
 

@@ -8,7 +8,8 @@
 //! directory of the state's (`disk_mib = 0`), then on its own 10 GiB ext4 image (the default),
 //! to show what the disk limit costs. Then warm pools: create → first HTTPS request over
 //! [`POOL_ROUNDS`] rounds from a pool (`[pool] container = 2`, each create finding it full)
-//! beside as many cold ones on crun and on runc 1.1.5, and the same for the microvm backend
+//! beside as many cold ones on crun and on runc 1.1.5, as many from a pool whose sandboxes
+//! share the coding agent's home, and the same for the microvm backend
 //! over [`MICROVM_ROUNDS`] (`[pool] microvm = 1`), in one run (`sandbox-bench --pool`: only
 //! that part).
 
@@ -270,7 +271,26 @@ fn pooled_beside_cold(rounds: usize) {
     report_ready("cold, runc 1.1.5    ", &mut runc, &runc_phases);
     report_ready("pooled, crun        ", &mut pooled, &phase_medians(&w, "p"));
     drop(w);
+    pooled_with_agent_home(rounds);
     microvm_pooled_beside_cold(rounds.min(MICROVM_ROUNDS));
+}
+
+/// create → first HTTPS request, `rounds` times from a full container pool whose sandboxes
+/// share the coding agent's home (owned by a user, as a real one is): the claim moves the
+/// share into the running guest (svcd's `shares` step).
+fn pooled_with_agent_home(rounds: usize) {
+    let home = std::env::temp_dir().join(svc_tests::unique("bh"));
+    std::fs::create_dir_all(&home).expect("agent home");
+    svc_tests::project::chown_tree(&home, 1234, 1234);
+    let w = World::start_with_agent_home_and(
+        &home,
+        "disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n",
+    );
+    let (mut pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
+    println!("  (the same pool, each sandbox sharing the agent's home: pool hits {hits})");
+    report_ready("pooled, agent's home", &mut pooled, &phase_medians(&w, "p"));
+    drop(w);
+    let _ = std::fs::remove_dir_all(&home);
 }
 
 /// Rounds of the microvm figures (a cold boot under TCG takes seconds).

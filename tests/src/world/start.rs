@@ -127,6 +127,16 @@ impl World {
         })
     }
 
+    /// [`World::start_with_agent_home`] with extra lines after svcd.toml's `[container]` table
+    /// (a `[pool]` table, say).
+    pub fn start_with_agent_home_and(dir: &Path, container: &str) -> Self {
+        Self::start_full(&Options {
+            container,
+            credentials: &format!("agent_home = \"{}\"", dir.display()),
+            ..Options::default()
+        })
+    }
+
     /// [`World::start`] with extra `[credentials]` lines in svcd.toml.
     pub fn start_with_credentials(lines: &str) -> Self {
         Self::start_full(&Options {

@@ -300,6 +300,7 @@ impl Supervisor {
             gateway_v4: Ipv4Addr::UNSPECIFIED,
             placeholders: stored_placeholders(&plan.policy),
             runtime_id: None,
+            pod: req.pod.clone(),
         };
         let mut policy = plan.policy;
         policy.https_push_branches = envelope.https_push_branches(&policy.egress);

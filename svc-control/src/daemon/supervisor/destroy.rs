@@ -110,6 +110,14 @@ impl Supervisor {
             Err(dataplane::DataplaneError::NotAttached { .. }) => {}
             Err(e) => warn!(sandbox = %name, error = %e, "detaching the fence"),
         }
+        // A frozen guest's processes take no signal until thawed (cgroup v1's freezer): a
+        // paused sandbox is resumed first, behind its closed fence, so its init can be killed.
+        if let Some(l) = live.as_ref().filter(|l| l.paused) {
+            match self.backends.get(backend).resume(&l.guest).await {
+                Ok(()) => removed.push("pause (thawed to be stopped)".to_owned()),
+                Err(e) => warn!(sandbox = %name, error = %e, "thawing the paused guest"),
+            }
+        }
         // A sandbox taken from a warm pool: its guest has the runtime name it was made under.
         let runtime = live
             .as_ref()

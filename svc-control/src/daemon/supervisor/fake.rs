@@ -338,6 +338,7 @@ impl Backend for FakeBackend {
             isolates_with: "nothing",
             can_fork: false,
             read_only_subpaths: true,
+            share_into_running: false,
         }
     }
     fn start<'a>(

@@ -237,7 +237,7 @@ impl Supervisor {
 }
 
 /// The envelope of a pooled sandbox before its claim: nothing of any request.
-fn blank_envelope(backend: &str) -> Envelope {
+pub(super) fn blank_envelope(backend: &str) -> Envelope {
     Envelope {
         backend: backend.to_owned(),
         backend_reason: "a warm pool's".to_owned(),
@@ -258,5 +258,6 @@ fn blank_envelope(backend: &str) -> Envelope {
         placeholders: Vec::new(),
         runtime_id: None,
         rootfs: Vec::new(),
+        pod: None,
     }
 }

@@ -1,7 +1,8 @@
 //! A creation served from a warm pool (docs/pool.md): whether the request fits, and the claim
 //! — the pooled row renamed to the request's sandbox (its id, link, addresses, fence entry and
 //! host id slice kept), its directory moved to the sandbox's, the guest files rewritten in
-//! place with the sandbox's CA and host name, the guest's host name set, then the same
+//! place with the sandbox's CA and host name, its shared directories (the project, the agent's
+//! home) moved into the guest's mount namespace, the guest's host name set, then the same
 //! `publish` and `announce` as a fresh creation (policy, placeholders, relay, registry,
 //! nftables, state row).
 
@@ -22,13 +23,22 @@ use crate::{
     proxy::ca::SandboxCa,
 };
 
-/// Why a planned creation cannot take a pooled sandbox; `None` when it can.
-pub(super) fn miss_reason(plan: &Plan, forked: bool) -> Option<&'static str> {
+/// Why a planned creation cannot take a pooled sandbox of a backend described as `backend`;
+/// `None` when it can.
+pub(super) fn miss_reason(
+    plan: &Plan,
+    forked: bool,
+    backend: crate::runtime::Description,
+) -> Option<&'static str> {
     if forked {
         // A fork's clone starts from its source's memory.
         Some("fork")
-    } else if !plan.envelope.live_mounts.is_empty() {
-        // The project share and the agent's home are bound when the guest is made.
+    } else if !plan.envelope.live_mounts.is_empty()
+        && (!backend.share_into_running || nested(&plan.envelope.live_mounts))
+    {
+        // The project share and the agent's home are made when its guest starts; one inside
+        // another is made in the outer one's files by the runtime as the guest's root, which a
+        // claim (the host's root) cannot do through the outer one's id mapping.
         Some("mounts")
     } else if !plan.envelope.rootfs.is_empty() {
         // A pooled guest runs on the base image; a handed root file system is mounted at make.
@@ -41,6 +51,15 @@ pub(super) fn miss_reason(plan: &Plan, forked: bool) -> Option<&'static str> {
     }
 }
 
+/// Whether one of `dirs` is shared at a guest path inside another's.
+fn nested(dirs: &[crate::runtime::SharedDir]) -> bool {
+    dirs.iter().enumerate().any(|(i, a)| {
+        dirs.iter()
+            .enumerate()
+            .any(|(j, b)| i != j && a.guest.starts_with(&b.guest))
+    })
+}
+
 impl Supervisor {
     /// A pooled sandbox for `plan` if its backend has a pool and it fits; a miss counted with
     /// its reason otherwise.
@@ -50,7 +69,8 @@ impl Supervisor {
             return None;
         }
         let metrics = &self.config.metrics;
-        if let Some(reason) = miss_reason(plan, forked) {
+        let about = self.backends.get(backend).describe();
+        if let Some(reason) = miss_reason(plan, forked, about) {
             metrics.pool_miss(backend, reason);
             return None;
         }
@@ -155,6 +175,17 @@ impl Supervisor {
         let files = rewrite_guest_files(&dir, &name, made.envelope.gateway_v4, &made.ca.ca_pem())
             .map_err(|e| Failure::internal(format!("{}: {e}", dir.display())))?;
         phases.mark("files");
+        let backend = self.backends.get(pooled.backend);
+        let guest = &pooled.started.guest;
+        // The project and the agent's home, in the order a guest being made gets them.
+        let dirs = &made.envelope.live_mounts;
+        if !dirs.is_empty() {
+            backend
+                .share_into(guest, pooled.id, &dir, dirs)
+                .await
+                .map_err(|e| Failure::internal(e.to_string()))?;
+            phases.mark("shares");
+        }
         let claim = crate::runtime::Claim {
             hostname: name.clone(),
             net: crate::runtime::GuestNet {
@@ -164,9 +195,8 @@ impl Supervisor {
             },
             files,
         };
-        self.backends
-            .get(pooled.backend)
-            .claim_guest(&pooled.started.guest, &claim)
+        backend
+            .claim_guest(guest, &claim)
             .await
             .map_err(|e| Failure::internal(e.to_string()))?;
         phases.mark("guest");
@@ -199,4 +229,57 @@ fn rewrite_guest_files(
     }
     std::fs::remove_dir_all(&staging)?;
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        config::host::HostConfig,
+        policy::request::SandboxPolicy,
+        runtime::{
+            SharedDir,
+            registry::{CONTAINER_ABOUT, MICROVM_ABOUT},
+        },
+    };
+
+    fn plan(shared: usize) -> Plan {
+        let mut envelope = super::super::pool::blank_envelope("container");
+        envelope.live_mounts = (0..shared)
+            .map(|i| SharedDir::plain(format!("/h{i}").into(), format!("/g{i}").into()))
+            .collect();
+        Plan {
+            envelope,
+            policy: SandboxPolicy::for_sandbox(
+                &HostConfig::default(),
+                &[],
+                None,
+                Default::default(),
+            )
+            .expect("a policy"),
+        }
+    }
+
+    /// Shared directories keep a request out of the pool only on a backend that cannot share
+    /// a directory into a running guest; the other reasons stay whatever the backend.
+    #[test]
+    fn shared_directories_miss_only_where_the_backend_cannot_share_into_a_running_guest() {
+        assert_eq!(miss_reason(&plan(0), false, CONTAINER_ABOUT), None);
+        assert_eq!(miss_reason(&plan(2), false, CONTAINER_ABOUT), None);
+        assert_eq!(miss_reason(&plan(0), false, MICROVM_ABOUT), None);
+        assert_eq!(miss_reason(&plan(1), false, MICROVM_ABOUT), Some("mounts"));
+        assert_eq!(miss_reason(&plan(2), true, CONTAINER_ABOUT), Some("fork"));
+        let mut inside = plan(2);
+        inside.envelope.live_mounts[1].guest = "/g0/in".into();
+        assert_eq!(miss_reason(&inside, false, CONTAINER_ABOUT), Some("mounts"));
+        let mut rooted = plan(1);
+        rooted.envelope.rootfs = vec!["/r".into()];
+        assert_eq!(miss_reason(&rooted, false, CONTAINER_ABOUT), Some("rootfs"));
+        let mut open = plan(1);
+        open.envelope.egress = EgressChoice::AllowAll;
+        assert_eq!(
+            miss_reason(&open, false, CONTAINER_ABOUT),
+            Some("allow-all")
+        );
+    }
 }

@@ -47,6 +47,7 @@ impl Supervisor {
             name: live.name.clone(),
             incarnation: live.incarnation.clone(),
             created: live.created,
+            pod: live.envelope.pod.clone(),
             ifindex: live.ifindex,
             guest: IpAddr::V4(live.envelope.guest_v4),
             dns: Arc::new(SandboxDns {

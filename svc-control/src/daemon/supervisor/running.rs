@@ -131,6 +131,7 @@ impl Supervisor {
             placeholders,
             secrets: l.secrets.iter().map(|(n, s)| format!("{n}@{s}")).collect(),
             workspace: l.workspace.as_ref().map(|w| w.view()),
+            pod: l.envelope.pod.clone(),
         }
     }
 
@@ -172,6 +173,14 @@ impl Supervisor {
         let (whose, guest, mut env, paused, backend) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
+            if let Some(user) = &req.user {
+                use crate::policy::exec_user::{ExecUserError, check};
+                let count = crate::runtime::ids::ID_COUNT;
+                check(user, &l.envelope.backend, count).map_err(|e| match e {
+                    ExecUserError::Bad(m) => Failure::bad(m),
+                    ExecUserError::Unsupported(m) => Failure::unsupported(m),
+                })?;
+            }
             (
                 crate::limits::Guest::new(l.id, l.incarnation.key.clone()),
                 l.guest.clone(),
@@ -210,6 +219,7 @@ impl Supervisor {
                     cwd: req.cwd.clone(),
                     stdin: req.stdin,
                     tty: req.tty.map(|t| (t.rows, t.cols)),
+                    user: req.user.clone().filter(|u| !u.is_root()),
                 },
             )
             .await
@@ -413,6 +423,8 @@ impl Supervisor {
                 allowed_branches: envelope.allowed_branches.clone(),
                 // Forks are the microvm backend's; a handed root file system the container's.
                 rootfs: None,
+                // A clone is a sandbox of its own, no pod's.
+                pod: None,
             };
             let span = tracing::info_span!("sandbox", name = %name, fork_of = %source);
             let t = std::time::Instant::now();

@@ -75,6 +75,9 @@ pub struct Envelope {
     /// warm pool keeps the name its guest was made under (`pool.container.N`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) runtime_id: Option<String>,
+    /// The Kubernetes pod it was made for (its audit records and metrics carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) pod: Option<crate::api::PodRef>,
 }
 
 impl Envelope {

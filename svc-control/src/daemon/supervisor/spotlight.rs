@@ -157,6 +157,7 @@ impl Supervisor {
         conn: tokio::net::TcpStream,
     ) -> Result<(), String> {
         let req = api::ExecRequest {
+            user: None,
             argv: vec![
                 svc_guest::services::BINARY.into(),
                 "--connect".into(),

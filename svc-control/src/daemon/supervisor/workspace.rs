@@ -461,6 +461,7 @@ impl Supervisor {
 /// The exec request of a hook: `command` under the guest's timeout, in the workspace.
 fn hook_request(phase: Phase, command: &str, timeout_ms: u64) -> api::ExecRequest {
     api::ExecRequest {
+        user: None,
         argv: crate::workspace::under_guest_timeout(
             timeout_ms,
             ["/bin/sh".into(), "-c".into(), command.to_owned()],

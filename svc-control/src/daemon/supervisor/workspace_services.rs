@@ -107,6 +107,7 @@ impl Supervisor {
             services: run.spec.services.clone(),
         };
         let req = api::ExecRequest {
+            user: None,
             argv: vec![
                 BINARY.into(),
                 "--spec".into(),

@@ -10,6 +10,11 @@
 //! configuration's environment with the request's on top, the working directory (`/` unless
 //! given), a session of its own, and runc's words and the shell's codes (126, 127) for a command
 //! that could not start.
+//!
+//! A command asking for a user other than the guest's root (`GuestCommand::user`, checked by
+//! `policy::exec_user`) goes through the runtime's exec, which sets it: `--user`, and its
+//! supplementary groups with runc's `--additional-gids` or, crun having no such flag, a
+//! `--process` file holding the whole process.
 
 use std::process::Stdio;
 
@@ -29,7 +34,13 @@ impl Container {
         if first.is_empty() {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
-        match self.init_of(guest).await {
+        // The init starts commands as the guest's root: another user goes through the
+        // runtime's exec, which sets it.
+        let init = match cmd.user {
+            None => self.init_of(guest).await,
+            Some(_) => None,
+        };
+        match init {
             Some(init) => {
                 let channel = init
                     .get()
@@ -73,6 +84,24 @@ impl Container {
         for (k, v) in &cmd.env {
             c.arg("--env").arg(format!("{k}={v}"));
         }
+        if let Some(u) = &cmd.user {
+            c.arg("--user").arg(format!("{}:{}", u.uid, u.gid));
+            // The primary group is the process's already (containerd lists it again).
+            let extra: Vec<u32> = (u.additional_gids.iter().copied())
+                .filter(|g| *g != u.gid)
+                .collect();
+            if !extra.is_empty() && !self.runtime_is_runc() {
+                // crun's exec has no --additional-gids: the whole process from a file (crun
+                // then takes nothing of it from the flags; the pid file and log still).
+                let file = process.log.with_extension("process.json");
+                write_process(&file, cmd, u)?;
+                c.arg("--process").arg(&file);
+            } else {
+                for g in &extra {
+                    c.arg("--additional-gids").arg(g.to_string());
+                }
+            }
+        }
         if cmd.tty.is_some() {
             c.arg("--tty");
         }
@@ -82,6 +111,39 @@ impl Container {
             None => on_pipes(c, cmd.stdin, process),
             Some((rows, cols)) => on_terminal(c, (rows, cols), process),
         }
+    }
+}
+
+/// The OCI process of `cmd` as `user` (`exec --process`): what the flags would say, the
+/// supplementary groups too.
+fn write_process(
+    file: &std::path::Path,
+    cmd: &GuestCommand,
+    user: &crate::api::ExecUser,
+) -> Result<(), RuntimeError> {
+    let exec = request(cmd);
+    let process = serde_json::json!({
+        "terminal": cmd.tty.is_some(),
+        "user": {
+            "uid": user.uid,
+            "gid": user.gid,
+            "additionalGids": user.additional_gids,
+        },
+        "args": exec.argv,
+        "env": exec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "cwd": exec.cwd.unwrap_or_else(|| "/".into()),
+        "noNewPrivileges": true,
+    });
+    std::fs::write(file, process.to_string())
+        .map_err(|e| fail(format!("writing {}: {e}", file.display())))
+}
+
+impl Container {
+    /// Whether the OCI runtime is runc (by its file name); else crun, whose exec flags differ.
+    fn runtime_is_runc(&self) -> bool {
+        self.runtime
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("runc"))
     }
 }
 

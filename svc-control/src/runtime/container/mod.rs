@@ -24,6 +24,7 @@
 //! controllers ([`cgroup::hybrid_for_crun`]).
 
 pub mod advisory;
+mod attach;
 pub mod binary;
 mod cgroup;
 mod create;
@@ -413,6 +414,16 @@ impl Backend for Container {
         claim: &'a crate::runtime::Claim,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(pooled::set_hostname(guest.clone(), claim.hostname.clone()))
+    }
+
+    fn share_into<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        id: u32,
+        dir: &'a Path,
+        dirs: &'a [super::SharedDir],
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(self.share_into_guest(guest, id, dir, dirs))
     }
 
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {

@@ -66,7 +66,12 @@ impl Container {
 
 /// Attach shared directory `i` of the sandbox in `dir` (idmapped: its owner shown as the
 /// guest's root, the host ids `ids`) under `dir/live/i`; that path.
-fn attach(dir: &Path, i: usize, shared: &SharedDir, ids: IdRange) -> Result<PathBuf, String> {
+pub(super) fn attach(
+    dir: &Path,
+    i: usize,
+    shared: &SharedDir,
+    ids: IdRange,
+) -> Result<PathBuf, String> {
     let what = |e: std::io::Error| {
         format!(
             "sharing {} with the guest at {}: {e}",

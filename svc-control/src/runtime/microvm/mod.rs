@@ -253,6 +253,13 @@ impl Backend for Microvm {
             if !self.alive(guest) {
                 return Err(RuntimeError::NotRunning);
             }
+            // The agent starts commands as the guest's root only (`policy::exec_user`).
+            if let Some(u) = &cmd.user {
+                return Err(RuntimeError::Exec(format!(
+                    "user {}:{}: the microvm guest's agent runs commands as root only",
+                    u.uid, u.gid
+                )));
+            }
             let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
             channel
                 .exec(Exec {

@@ -1,0 +1,358 @@
+//! The shim's task operations beyond running processes, through a real containerd and svcd:
+//! `ctr task pause`/`resume` freeze and thaw the sandbox (a counter its process writes stops,
+//! then grows again; the perimeter still answers after), `ctr task metrics` prints the
+//! sandbox's cgroup figures, `ctr task ps` its processes' host pids, `ctr task exec --user` runs
+//! the process as that guest user; the pod's identity (containerd's CRI annotations) is shown by
+//! `svc sandbox show`, written in the sandbox's audit records (`svc audit --pod`) and put on
+//! its metrics; `svc sandbox stats`; a paused sandbox is destroyed; and `svc doctor
+//! --kubernetes` passes against a containerd configuration registering the runtime and fails
+//! naming the table against one that does not.
+
+use std::time::{Duration, Instant};
+
+use svc_tests::{
+    containerd::{Containerd, IMAGE, oci_archive},
+    require_root,
+    world::{World, workspace_bin},
+};
+
+const RUNTIME: &str = "io.containerd.svc.v1";
+
+/// Lines written so far by the task's counter, read from the host through its init's root.
+fn ticks(pid: u64) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/root/tmp/ticks"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// Wait (at most 30 s) until `cond` holds; `what` names it in the failure.
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The value of `metric` in `ctr task metrics`' table.
+fn metric(table: &str, metric: &str) -> u64 {
+    table
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(metric)).then(|| f.next().and_then(|v| v.parse().ok()))?
+        })
+        .unwrap_or_else(|| panic!("no {metric} in:\n{table}"))
+}
+
+#[test]
+fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
+    require_root();
+    let w = World::start();
+    let c = Containerd::start(&w, &w.dir.join("containerd"));
+    let archive = oci_archive(&w.dir);
+    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+
+    // A pod's task (the CRI's annotations) whose process counts.
+    c.ctr_ok(&[
+        "run",
+        "-d",
+        "--runtime",
+        RUNTIME,
+        "--annotation",
+        "io.kubernetes.cri.sandbox-namespace=team-a",
+        "--annotation",
+        "io.kubernetes.cri.sandbox-name=agent-7",
+        "--annotation",
+        "svc.dev/allow-hosts=allowed.example.test",
+        IMAGE,
+        "counter",
+        "sh",
+        "-c",
+        "while :; do echo x >> /tmp/ticks; sleep 0.05; done",
+    ]);
+    let sandbox = "ctr-counter";
+    let s = w.show(sandbox);
+    assert_eq!(
+        s["pod"],
+        serde_json::json!({"namespace": "team-a", "name": "agent-7"}),
+        "{s}"
+    );
+    let shown = w.svc_ok(&["sandbox", "show", sandbox]);
+    assert!(shown.contains("team-a/agent-7"), "{shown}");
+    let pid = s["pid"].as_u64().expect("pid");
+    until("the counter did not start", || ticks(pid) > 2);
+
+    // A process runs as its spec's user (containerd 1.6's `ctr run` has no --user; its
+    // `task exec --user` writes the same `process.user` the shim reads for a task's process).
+    let out = c.ctr_ok(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "user",
+        "--user",
+        "1000:1000",
+        "counter",
+        "sh",
+        "-c",
+        "id -u; id -g",
+    ]);
+    assert_eq!(out, "1000\n1000\n");
+
+    // Pids: the host pids of the task's processes, its init among them.
+    let ps = c.ctr_ok(&["task", "ps", "counter"]);
+    let pids: Vec<u64> = ps
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(pids.contains(&pid), "init {pid} not in:\n{ps}");
+    // Each is a host pid of a process in the sandbox's pid namespace (the counter's `sleep`s
+    // come and go: one may have ended since).
+    let ns = |p: u64| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    assert!(ns(pid).is_some(), "init {pid} is no host process");
+    for p in &pids {
+        if let Some(theirs) = ns(*p) {
+            assert_eq!(Some(theirs), ns(pid), "{p} is not the sandbox's:\n{ps}");
+        }
+    }
+
+    // Metrics: the sandbox's cgroup's figures, as containerd's cgroups v1 metrics.
+    let table = c.ctr_ok(&["task", "metrics", "counter"]);
+    assert!(metric(&table, "memory.usage_in_bytes") > 0, "{table}");
+    assert!(metric(&table, "cpuacct.usage") > 0, "{table}");
+    assert!(metric(&table, "pids.current") >= 2, "{table}");
+
+    // The same figures through svc.
+    let stats: serde_json::Value =
+        serde_json::from_str(&w.svc_ok(&["sandbox", "stats", sandbox, "--json"])).expect("json");
+    assert!(stats["cpu_ns"].as_u64() > Some(0), "{stats}");
+    assert!(stats["memory_bytes"].as_u64() > Some(0), "{stats}");
+    let listed = stats["pids"].as_array().expect("pids");
+    assert!(listed.iter().any(|p| p.as_u64() == Some(pid)), "{stats}");
+    let table = w.svc_ok(&["sandbox", "stats", sandbox]);
+    assert!(
+        table.starts_with("NAME") && table.contains(sandbox) && table.contains("MEM USAGE"),
+        "{table}"
+    );
+
+    // Pause: the process does not run; resume: it does again.
+    c.ctr_ok(&["task", "pause", "counter"]);
+    let state = |c: &Containerd| {
+        c.ctr_ok(&["task", "ls"])
+            .lines()
+            .find(|l| l.starts_with("counter"))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(state(&c).contains("PAUSED"), "{}", state(&c));
+    assert_eq!(w.show(sandbox)["state"], "paused");
+    let frozen = ticks(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(ticks(pid), frozen, "the paused task's process went on");
+    c.ctr_ok(&["task", "resume", "counter"]);
+    assert!(state(&c).contains("RUNNING"), "{}", state(&c));
+    until("the resumed task's process did not go on", || {
+        ticks(pid) > frozen + 2
+    });
+
+    // The perimeter still answers after the resume; the pod is in the audit and the metrics.
+    let curl = |url: &str| {
+        c.ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            &format!("curl{}", url.len()),
+            "counter",
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            "5",
+            url,
+        ])
+        .status
+        .code()
+    };
+    assert_eq!(curl("https://allowed.example.test/after-resume"), Some(0));
+    assert_ne!(curl("https://forbidden.example.test/"), Some(0));
+    let pod = serde_json::json!({"namespace": "team-a", "name": "agent-7"});
+    until("no audit record of the pod's request", || {
+        w.audit()
+            .iter()
+            .any(|r| r["path"] == "/after-resume" && r["pod"] == pod)
+    });
+    for r in w.audit().iter().filter(|r| r["sandbox_name"] == sandbox) {
+        assert_eq!(
+            r["pod"], pod,
+            "a record of the pod's sandbox without it: {r}"
+        );
+    }
+    let by_pod = w.svc_ok(&["audit", "--pod", "team-a/agent-7", "-o", "json"]);
+    let records: Vec<serde_json::Value> = by_pod
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert!(
+        records.iter().any(|r| r["path"] == "/after-resume"),
+        "{by_pod}"
+    );
+    assert!(records.iter().all(|r| r["pod"] == pod), "{by_pod}");
+    let none = w.svc_ok(&["audit", "--pod", "team-b/agent-7", "-o", "json"]);
+    assert_eq!(none.trim(), "", "another pod's records: {none}");
+    let text = w.svc_ok(&["audit", "--pod", "team-a/agent-7"]);
+    assert!(text.contains("pod=team-a/agent-7"), "{text}");
+    let bad = w.svc(&["audit", "--pod", "Team-A/agent-7"]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("pod namespace \"Team-A\""),
+        "{bad:?}"
+    );
+    let metrics = w.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.contains(&format!("sandbox=\"{sandbox}\""))
+                && l.contains("pod_namespace=\"team-a\",pod_name=\"agent-7\"")),
+        "{metrics}"
+    );
+
+    // A paused task is destroyed whole.
+    c.ctr_ok(&["task", "pause", "counter"]);
+    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
+    let (id, link) = (num("id"), s["link"].as_str().unwrap_or_default().to_owned());
+    w.svc_ok(&["sandbox", "destroy", sandbox]);
+    w.assert_gone(id, &link, num("pid"), sandbox);
+    let _ = c.ctr(&["task", "kill", "--signal", "SIGKILL", "counter"]);
+    let _ = c.ctr(&["task", "delete", "--force", "counter"]);
+    let _ = c.ctr(&["container", "delete", "counter"]);
+}
+
+#[test]
+fn a_user_outside_the_guests_ids_is_refused_naming_it() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "users"]);
+    let body = serde_json::json!({"argv": ["id"], "user": {"uid": 70000, "gid": 0}});
+    let (status, answer) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes/users/exec",
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains("uid 70000 is outside the guest's ids (0-65535)"),
+        "{answer}"
+    );
+    let body = serde_json::json!({"argv": ["id", "-u"], "user": {"uid": 1234, "gid": 1234}});
+    let (status, answer) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes/users/exec",
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(status, 200, "{answer}");
+    // "1234\n", base64.
+    assert!(answer.contains("MTIzNAo="), "{answer}");
+    // Supplementary groups too (with crun, through `exec --process`).
+    let body = serde_json::json!({
+        "argv": ["sh", "-c", "[ \"$(id -u) $(id -G)\" = '1234 1234 4 27' ]"],
+        "user": {"uid": 1234, "gid": 1234, "additional_gids": [27, 4]},
+    });
+    let (status, answer) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes/users/exec",
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("{\"exit\":0}"), "{answer}");
+    w.destroy_checked("users");
+}
+
+#[test]
+fn doctor_kubernetes_passes_with_the_runtime_registered_and_names_the_table_without() {
+    require_root();
+    let w = World::start();
+    let c = Containerd::start(&w, &w.dir.join("containerd"));
+    let shim_dir = workspace_bin("containerd-shim-svc-v1")
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        shim_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let config = |name: &str, runtime: bool| {
+        let p = w.dir.join(name);
+        let table = if runtime {
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.svc]\n  runtime_type = \"io.containerd.svc.v1\"\n"
+        } else {
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+        };
+        let text = format!(
+            "version = 2\n[grpc]\n  address = \"{}\"\n{table}",
+            c.socket.display()
+        );
+        std::fs::write(&p, text).expect("config");
+        p
+    };
+    let workspace = w.dir.join("doctor-ws");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let doctor = |config: &std::path::Path| {
+        let mut cmd = w.svc_command(&[
+            "doctor",
+            "--kubernetes",
+            "--no-host",
+            "--json",
+            "--containerd-config",
+            config.to_str().expect("utf-8"),
+            workspace.to_str().expect("utf-8"),
+        ]);
+        cmd.env("PATH", &path);
+        let out = cmd.output().expect("svc doctor");
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        (out.status.code(), report)
+    };
+    let probe = |report: &serde_json::Value, name: &str| {
+        report["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {report:#}"))
+    };
+
+    let (code, report) = doctor(&config("with.toml", true));
+    assert_eq!(code, Some(0), "{report:#}");
+    for name in [
+        "host:svcd",
+        "kubernetes:shim",
+        "kubernetes:containerd-config",
+        "kubernetes:containerd-socket",
+    ] {
+        assert_eq!(probe(&report, name)["status"], "passed", "{report:#}");
+    }
+    let shim = probe(&report, "kubernetes:shim");
+    let said = shim["output"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("containerd-shim-svc-v1") && said.contains("Version: "),
+        "{shim}"
+    );
+
+    let (code, report) = doctor(&config("without.toml", false));
+    assert_ne!(code, Some(0), "{report:#}");
+    let registered = probe(&report, "kubernetes:containerd-config");
+    assert_eq!(registered["status"], "failed", "{report:#}");
+    let why = registered["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.svc]")
+            && why.contains("runc (io.containerd.runc.v2)"),
+        "{why}"
+    );
+}
