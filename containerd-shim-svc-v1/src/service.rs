@@ -1,10 +1,12 @@
 //! The shim: containerd's task API (`containerd.task.v2`) served for the tasks of one shim,
 //! each call turned into calls on svcd's API. A task of its own (`ctr run`) is an svc sandbox
-//! on the root file system containerd unpacked for it. A pod (containerd's CRI plugin) has
-//! one shim for all its containers (`start_shim` groups them by their pod sandbox's id) and
-//! one svc sandbox: its sandbox ("pause") container makes it, with the pod's policy, and
-//! stands for it; each of its containers runs its processes in it. Every process, and each
-//! one `exec` adds, is an exec of svcd's in its task's sandbox. Task events go to containerd.
+//! on the root file system containerd unpacked for it (container backend), or a VM of the
+//! node's microvm image running its process (`svc.dev/backend=microvm`). A pod (containerd's
+//! CRI plugin) has one shim for all its containers (`start_shim` groups them by their pod
+//! sandbox's id) and one svc sandbox: its sandbox ("pause") container makes it, with the
+//! pod's policy, and stands for it; each of its containers runs its processes in it. Every
+//! process, and each one `exec` adds, is an exec of svcd's in its task's sandbox. Task events
+//! go to containerd.
 
 use std::{
     collections::HashMap,
@@ -138,8 +140,9 @@ impl Service {
     }
 
     /// The task `req` asks for: a task of its own or a pod's sandbox container makes its
-    /// sandbox on its root file system (mounted at `<bundle>/rootfs` first when containerd
-    /// hands mounts), a pod's container joins its pod's.
+    /// sandbox (on the container backend: on its root file system, mounted at
+    /// `<bundle>/rootfs` first when containerd hands mounts; on the microvm backend: a VM of
+    /// the node's microvm image), a pod's container joins its pod's.
     fn create_task(&self, req: &api::CreateTaskRequest) -> Result<Task, String> {
         let bundle = PathBuf::from(&req.bundle);
         let spec = Spec::read(&bundle)?;
@@ -176,9 +179,16 @@ impl Service {
                 procs,
             });
         }
-        let (layers, mounted) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
         let name = spec::sandbox_name(&req.id)?;
-        let create = spec::create_request(name.clone(), &layers, &spec.annotations)?;
+        let mut create = spec::create_request(name.clone(), &spec.annotations)?;
+        // A container sandbox runs on the task's root file system; a microvm boots the
+        // node's microvm image and the task's is left unmounted, unused.
+        let mut mounted = None;
+        if spec::takes_rootfs(&create) {
+            let (layers, m) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
+            create = spec::with_rootfs(create, &layers);
+            mounted = m;
+        }
         if let Err(e) = self.svcd.create(&create) {
             mounted.iter().for_each(|r| unmount_rootfs(r));
             return Err(e.to_string());

@@ -8,7 +8,9 @@ use std::{collections::BTreeMap, path::Path};
 use serde::Deserialize;
 use svc_control::{
     api::{CreateSandbox, ExecRequest},
+    kinds,
     names::{MAX_NAME, SandboxName},
+    policy::pod,
 };
 
 /// containerd's CRI plugin's annotation saying what a container is to its pod: `sandbox` (the
@@ -168,31 +170,33 @@ pub fn sandbox_name(id: &str) -> Result<SandboxName, String> {
     SandboxName::new(name).map_err(|e| format!("containerd's task id {id:?}: {e}"))
 }
 
-/// The creation request for task `name` on the root file system `layers` (a tree, or layers
-/// top first), with the policy the spec's `annotations` ask for: `svc.dev/*` read by
-/// `svc_control::policy::pod` (unknown keys refused by name; svcd checks the request again by
-/// the creation rules and its message is what containerd reports). The shim runs the container
-/// backend only: a `svc.dev/backend` asking for another is refused here.
+/// The creation request for task `name` with the policy the spec's `annotations` ask for:
+/// `svc.dev/*` read by `svc_control::policy::pod` (unknown keys, and a `svc.dev/backend` no
+/// backend answers to, refused by name; svcd checks the request again by the creation rules
+/// and its message is what containerd reports). Its backend is named always (the default
+/// kind's when the annotations name none); a container sandbox is then given the task's root
+/// file system ([`with_rootfs`]), a microvm boots the node's microvm image.
 pub fn create_request(
     name: SandboxName,
-    layers: &[std::path::PathBuf],
     annotations: &BTreeMap<String, String>,
 ) -> Result<CreateSandbox, String> {
-    let mut req = svc_control::policy::pod::request_from_annotations(name, annotations)
-        .map_err(|e| e.to_string())?;
-    match req.backend.as_deref() {
-        None | Some("container") => {}
-        Some(other) => {
-            return Err(format!(
-                "pod annotation svc.dev/backend: {other:?}: this shim runs the container backend \
-                 only (a task's root file system is handed to it)"
-            ));
-        }
-    }
-    req.backend = Some("container".into());
+    let mut req = pod::request_from_annotations(name, annotations).map_err(|e| e.to_string())?;
+    let kind = pod::backend(&req).map_err(|e| e.to_string())?;
+    req.backend = Some(kind.name.to_owned());
+    Ok(req)
+}
+
+/// Whether the sandbox `req` makes runs on the task's root file system: the container
+/// backend's does; a microvm's root is the node's microvm image, and the task's is not used.
+pub fn takes_rootfs(req: &CreateSandbox) -> bool {
+    req.backend.as_deref() == Some(kinds::CONTAINER.name)
+}
+
+/// `req` on the root file system `layers` (a tree, or layers top first).
+pub fn with_rootfs(mut req: CreateSandbox, layers: &[std::path::PathBuf]) -> CreateSandbox {
     let layers: Vec<String> = layers.iter().map(|l| l.display().to_string()).collect();
     req.rootfs = Some(layers.join(":"));
-    Ok(req)
+    req
 }
 
 /// FNV-1a, 64 bits: a stable hash for names.
@@ -241,19 +245,30 @@ mod tests {
             ),
         ]);
         let layers = ["/l/2".into(), "/l/1".into()];
-        let req = create_request(name.clone(), &layers, &a).expect("request");
+        let req = create_request(name.clone(), &a).expect("request");
         assert_eq!(req.allow_hosts, ["api.github.com", "example.com"]);
+        assert_eq!(req.backend.as_deref(), Some("container"), "named always");
+        assert!(takes_rootfs(&req));
+        let req = with_rootfs(req, &layers);
         assert_eq!(req.rootfs.as_deref(), Some("/l/2:/l/1"));
         a.insert("svc.dev/alow-hosts".into(), "x".into());
-        let e = create_request(name.clone(), &layers, &a).expect_err("refused");
+        let e = create_request(name.clone(), &a).expect_err("refused");
         assert!(e.contains("svc.dev/alow-hosts"), "{e}");
         a.remove("svc.dev/alow-hosts");
+        a.insert("svc.dev/backend".into(), "gvisor".into());
+        let e = create_request(name.clone(), &a).expect_err("refused");
+        assert!(
+            e.contains("svc.dev/backend: \"gvisor\" is no backend; expected container or microvm"),
+            "{e}"
+        );
         a.insert("svc.dev/backend".into(), "microvm".into());
-        let e = create_request(name.clone(), &layers, &a).expect_err("refused");
-        assert!(e.contains("container backend only"), "{e}");
+        let req = create_request(name.clone(), &a).expect("request");
+        assert_eq!(req.backend.as_deref(), Some("microvm"));
+        assert!(!takes_rootfs(&req), "a microvm boots the node's image");
+        assert_eq!(req.rootfs, None);
         a.insert("svc.dev/backend".into(), "container".into());
         a.insert("svc.dev/secrets".into(), "CODE_HOST_TOKEN=gh".into());
-        let req = create_request(name, &layers, &a).expect("request");
+        let req = create_request(name, &a).expect("request");
         assert_eq!(
             (req.secrets[0].name.as_str(), req.secrets[0].source.as_str()),
             ("CODE_HOST_TOKEN", "store:gh")

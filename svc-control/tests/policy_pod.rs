@@ -181,7 +181,8 @@ fn refused_annotations_say_what_svc_sandbox_create_would() {
         (
             "a backend svc has no kind of",
             vec![(pod::BACKEND, "gvisor")],
-            "--backend \"gvisor\": expected container or microvm (netns is container's old name)"
+            "pod annotation svc.dev/backend: \"gvisor\" is no backend; expected container or \
+             microvm (netns is container's old name)"
                 .into(),
         ),
         (
@@ -238,5 +239,34 @@ fn pod_errors_wrap_the_creation_rules_unchanged() {
         PodError::from(e.clone()).to_string(),
         e.to_string(),
         "a pod's refusal is the rule's message, nothing added"
+    );
+}
+
+#[test]
+fn the_backend_annotation_names_a_kind_by_its_canonical_name() {
+    use svc_control::kinds;
+    let kind_of = |pairs: &[(&str, &str)]| {
+        let req = pod::request_from_annotations(name(), &annotations(pairs))
+            .unwrap_or_else(|e| panic!("{pairs:?}: {e}"));
+        (req.backend.clone(), pod::backend(&req).map(|k| k.name))
+    };
+    assert_eq!(kind_of(&[]), (None, Ok(kinds::DEFAULT.name)));
+    assert_eq!(
+        kind_of(&[(pod::BACKEND, "microvm")]),
+        (Some("microvm".into()), Ok("microvm"))
+    );
+    assert_eq!(
+        kind_of(&[(pod::BACKEND, "netns")]),
+        (Some("container".into()), Ok("container")),
+        "an old name becomes its kind's"
+    );
+    // A request made otherwise, with a name no kind answers to: refused by the annotation.
+    let mut req = CreateSandbox::named(name());
+    req.backend = Some("gvisor".into());
+    let e = pod::backend(&req).expect_err("no such kind");
+    assert!(
+        e.to_string()
+            .starts_with("pod annotation svc.dev/backend: \"gvisor\""),
+        "{e}"
     );
 }

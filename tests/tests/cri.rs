@@ -4,7 +4,10 @@
 //! `svc.dev/*` annotations): its containers run in it, an allowed host is reached with the
 //! credential swapped on the wire, another host and an IP literal are refused, exit codes
 //! reach `ContainerStatus`, and stopping and removing the pod leaves no sandbox, link, fence
-//! entry or mount. A pod svcd refuses fails `RunPodSandbox` with svcd's message.
+//! entry or mount. A pod annotated `svc.dev/backend=microvm` is the same on a VM (real QEMU,
+//! TCG here): its containers run on the VM's kernel, behind the same fence, and removing the
+//! pod leaves no QEMU. A pod svcd refuses fails `RunPodSandbox` with svcd's message; a backend
+//! svc has no kind of fails it with the shim's, naming the annotation.
 
 use std::{
     collections::HashMap,
@@ -18,7 +21,7 @@ use svc_tests::{
     containerd::{CRI_HANDLER, Containerd, IMAGE, oci_archive},
     cri::{Cri, api},
     require_root,
-    world::{EXAMPLE_TOKEN, World},
+    world::{EXAMPLE_TOKEN, World, microvm_images},
 };
 
 /// The secret-store entry the pod's credential refers to.
@@ -193,7 +196,7 @@ fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
         exec(
             cri,
             agent,
-            &["curl", "-sS", "-o", "/dev/null", "--max-time", "5", url],
+            &["curl", "-sS", "-o", "/dev/null", "--max-time", "20", url],
         )
     };
     let (code, _, err) = curl("https://allowed.example.test/from-cri");
@@ -210,7 +213,7 @@ fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
         &[
             "sh",
             "-c",
-            "curl -sS --max-time 10 -o /dev/null -H \"Authorization: Bearer \
+            "curl -sS --max-time 20 -o /dev/null -H \"Authorization: Bearer \
              $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/cri-secret",
         ],
     );
@@ -240,6 +243,106 @@ fn assert_events_forwarded(c: &Containerd) {
             "no /tasks/{topic} event reached containerd:\n{log}"
         );
     }
+}
+
+/// A pod of the `svc` handler and its svc sandbox.
+struct Pod {
+    id: String,
+    config: api::PodSandboxConfig,
+    /// Its svc sandbox's name and `svc sandbox show --json`.
+    sandbox: String,
+    show: serde_json::Value,
+}
+
+/// `RunPodSandbox` of pod `name` allowing allowed.example.test with the stored credential
+/// for it, plus `extra` annotations: one svc sandbox, with that policy.
+fn run_fenced_pod(w: &World, c: &Containerd, cri: &Cri, name: &str, extra: &[(&str, &str)]) -> Pod {
+    let secret = format!("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN={STORED}");
+    let mut annotations = vec![
+        (pod::ALLOW_HOSTS, "allowed.example.test"),
+        (pod::SECRETS, secret.as_str()),
+    ];
+    annotations.extend_from_slice(extra);
+    let config = pod_config(name, &annotations);
+    let id = run_pod(cri, &config).unwrap_or_else(|e| {
+        panic!(
+            "RunPodSandbox: {e:?}\ncontainerd:\n{}\nsvcd:\n{}",
+            c.log(),
+            w.svcd_log()
+        )
+    });
+    let names = shim_sandboxes(w);
+    assert_eq!(names.len(), 1, "one sandbox for the pod: {names:?}");
+    let sandbox = names[0].clone();
+    let show = w.show(&sandbox);
+    let allowed = show["allowed_hosts"].as_array().expect("allowed_hosts");
+    assert!(
+        allowed.iter().any(|h| h == "allowed.example.test"),
+        "{show}"
+    );
+    Pod {
+        id,
+        config,
+        sandbox,
+        show,
+    }
+}
+
+/// The pod's containers run in its sandbox: `agent` keeps running, fenced; `short`'s command
+/// exits, and its exit code reaches ContainerStatus. `agent`'s id.
+fn run_containers(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) -> String {
+    let agent = run_container(cri, &pod.id, &pod.config, "agent", &["sleep", "1000"]);
+    let st = status(cri, &agent);
+    assert_eq!(
+        st.state,
+        i32::from(api::ContainerState::ContainerRunning),
+        "{st:?}"
+    );
+    assert_fenced(w, cri, &agent, &pod.sandbox);
+
+    let short = run_container(cri, &pod.id, &pod.config, "short", &["sh", "-c", "exit 7"]);
+    let st = exited(cri, c, &short);
+    assert_eq!(st.exit_code, 7, "{st:?}");
+    assert_eq!(
+        shim_sandboxes(w),
+        [pod.sandbox.as_str()],
+        "still one sandbox"
+    );
+    agent
+}
+
+/// `StopPodSandbox` and `RemovePodSandbox`: nothing of its sandbox is left (no sandbox, link,
+/// fence entry, init or VM monitor, mount), and the CRI plugin has no pod.
+fn remove_pod(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) {
+    let s = &pod.show;
+    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
+    let (id, pid) = (num("id"), num("pid"));
+    let link = s["link"].as_str().unwrap_or_default().to_owned();
+    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: pod.id.clone(),
+    }))
+    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}\n{}", c.log()));
+    cri.call(
+        cri.runtime()
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: pod.id.clone(),
+            }),
+    )
+    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}\n{}", c.log()));
+    w.assert_gone(id, &link, pid, &pod.sandbox);
+    assert_eq!(shim_sandboxes(w), Vec::<String>::new());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        !mounts.contains(&pod.id),
+        "a mount of the pod is left:\n{mounts}"
+    );
+    let left = cri
+        .call(
+            cri.runtime()
+                .list_pod_sandbox(api::ListPodSandboxRequest::default()),
+        )
+        .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
+    assert!(left.items.is_empty(), "{:?}", left.items);
 }
 
 #[test]
@@ -277,38 +380,9 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         img.repo_tags
     );
 
-    let secret = format!("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN={STORED}");
-    let config = pod_config(
-        "agent",
-        &[
-            (pod::ALLOW_HOSTS, "allowed.example.test"),
-            (pod::SECRETS, &secret),
-        ],
-    );
-    let pod_id =
-        run_pod(&cri, &config).unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}\n{}", c.log()));
-    let names = shim_sandboxes(&w);
-    assert_eq!(names.len(), 1, "one sandbox for the pod: {names:?}");
-    let sandbox = names[0].clone();
-    let s = w.show(&sandbox);
-    let allowed = s["allowed_hosts"].as_array().expect("allowed_hosts");
-    assert!(allowed.iter().any(|h| h == "allowed.example.test"), "{s}");
-
-    // A container of the pod runs in the pod's sandbox, fenced.
-    let agent = run_container(&cri, &pod_id, &config, "agent", &["sleep", "1000"]);
-    let st = status(&cri, &agent);
-    assert_eq!(
-        st.state,
-        i32::from(api::ContainerState::ContainerRunning),
-        "{st:?}"
-    );
-    assert_fenced(&w, &cri, &agent, &sandbox);
-
-    // A second container, whose command exits: its exit code reaches ContainerStatus.
-    let short = run_container(&cri, &pod_id, &config, "short", &["sh", "-c", "exit 7"]);
-    let st = exited(&cri, &c, &short);
-    assert_eq!(st.exit_code, 7, "{st:?}");
-    assert_eq!(shim_sandboxes(&w), [sandbox.as_str()], "still one sandbox");
+    let pod = run_fenced_pod(&w, &c, &cri, "agent", &[]);
+    assert_eq!(pod.show["backend"], "container", "{}", pod.show);
+    let agent = run_containers(&w, &c, &cri, &pod);
 
     // Stopping the running container ends it (TaskExit reaches the CRI plugin).
     cri.call(cri.runtime().stop_container(api::StopContainerRequest {
@@ -319,37 +393,48 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     let st = exited(&cri, &c, &agent);
     assert_ne!(st.exit_code, 0, "stopped by a signal: {st:?}");
 
-    // Stop and remove the pod: nothing of its sandbox is left.
-    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
-    let (id, pid) = (num("id"), num("pid"));
-    let link = s["link"].as_str().unwrap_or_default().to_owned();
-    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
-        pod_sandbox_id: pod_id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}\n{}", c.log()));
-    cri.call(
-        cri.runtime()
-            .remove_pod_sandbox(api::RemovePodSandboxRequest {
-                pod_sandbox_id: pod_id.clone(),
-            }),
-    )
-    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}\n{}", c.log()));
-    w.assert_gone(id, &link, pid, &sandbox);
-    assert_eq!(shim_sandboxes(&w), Vec::<String>::new());
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(
-        !mounts.contains(&pod_id),
-        "a mount of the pod is left:\n{mounts}"
-    );
-    let left = cri
-        .call(
-            cri.runtime()
-                .list_pod_sandbox(api::ListPodSandboxRequest::default()),
-        )
-        .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
-    assert!(left.items.is_empty(), "{:?}", left.items);
-
+    remove_pod(&w, &c, &cri, &pod);
     assert_events_forwarded(&c);
+}
+
+#[test]
+fn a_microvm_pod_through_cri_is_one_fenced_vm_and_leaves_nothing() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    store_secret(&w, STORED, EXAMPLE_TOKEN);
+    let (c, cri) = start(&w);
+
+    let pod = run_fenced_pod(&w, &c, &cri, "vm-agent", &[(pod::BACKEND, "microvm")]);
+    assert_eq!(pod.show["backend"], "microvm", "{}", pod.show);
+    assert_eq!(pod.show["state"], "running", "{}", pod.show);
+    let qemu = std::fs::read_to_string(
+        w.dir
+            .join("state/sandboxes")
+            .join(&pod.sandbox)
+            .join("qemu.pid"),
+    )
+    .expect("the VM's qemu.pid");
+    let qemu = qemu.trim().to_owned();
+
+    let agent = run_containers(&w, &c, &cri, &pod);
+    // Its containers run on the VM's kernel, not the host's.
+    let (code, kernel, err) = exec(&cri, &agent, &["uname", "-r"]);
+    assert_eq!(code, 0, "{err}");
+    let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    assert_ne!(
+        kernel.trim(),
+        host_kernel.trim(),
+        "the pod runs the host's kernel"
+    );
+
+    // The pod goes with its running container: its VM with it.
+    remove_pod(&w, &c, &cri, &pod);
+    let comm = std::fs::read_to_string(format!("/proc/{qemu}/comm")).unwrap_or_default();
+    assert!(
+        !comm.starts_with("qemu"),
+        "the pod's QEMU (pid {qemu}) is still running"
+    );
 }
 
 #[test]
@@ -387,11 +472,12 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
         "RunPodSandbox's error carries svcd's message {svcd_says:?}: {e:?}"
     );
 
-    // The microvm backend is not run through the shim yet: said so, by the shim.
-    let e = run_pod(&cri, &pod_config("vm", &[(pod::BACKEND, "microvm")])).expect_err("refused");
+    // A backend svc has no kind of: refused by the shim, naming the annotation.
+    let e = run_pod(&cri, &pod_config("vm", &[(pod::BACKEND, "gvisor")])).expect_err("refused");
+    // (containerd quotes the shim's message, escaping its quotes.)
+    let said = e.message().replace("\\\"", "\"");
     assert!(
-        e.message()
-            .contains("this shim runs the container backend only"),
+        said.contains("pod annotation svc.dev/backend: \"gvisor\" is no backend; expected container or microvm"),
         "{e:?}"
     );
 

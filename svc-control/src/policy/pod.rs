@@ -9,7 +9,7 @@
 //! | `svc.dev/allow-hosts` | hosts, separated by commas or spaces    | `allow_hosts`      |
 //! | `svc.dev/repo`        | `owner/repo` on the code host           | `repo`             |
 //! | `svc.dev/secrets`     | `VAR=NAME` pairs, separated by commas   | `secrets` (`store:NAME`) |
-//! | `svc.dev/backend`     | `container` or `microvm`                | `backend`          |
+//! | `svc.dev/backend`     | `container` or `microvm`                | `backend` (canonical) |
 //! | `svc.dev/branches`    | ref patterns, separated by commas/spaces | `allowed_branches` |
 //!
 //! `svc.dev/secrets` names entries of the node's secret store (`svc secret set NAME` on the
@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use super::creation::{self, CreationError};
 use crate::api::{CreateSandbox, SandboxName, SecretValue};
 use crate::config::host::HostConfig;
+use crate::kinds::{self, Kind};
 
 /// The prefix every annotation svc reads starts with.
 pub const PREFIX: &str = "svc.dev/";
@@ -53,6 +54,11 @@ pub enum PodError {
          name of an entry of the node's secret store, e.g. CODE_HOST_TOKEN=gh; never a value)"
     )]
     BadSecret { entry: String },
+    #[error(
+        "pod annotation {BACKEND}: {value:?} is no backend; expected container or microvm \
+         (netns is container's old name)"
+    )]
+    UnknownBackend { value: String },
     /// The request the annotations make is refused by the creation rules (their message).
     #[error(transparent)]
     Creation(#[from] CreationError),
@@ -86,11 +92,32 @@ pub fn request_from_annotations(
             ALLOW_HOSTS => req.allow_hosts = list(value),
             REPO => req.repo = Some(value.to_owned()),
             SECRETS => req.secrets = secrets(value)?,
-            BACKEND => req.backend = Some(value.to_owned()),
+            BACKEND => req.backend = Some(backend_name(value)?.to_owned()),
             _ => req.allowed_branches = list(value),
         }
     }
     Ok(req)
+}
+
+/// The kind of backend a pod's request runs on: the one its `svc.dev/backend` names, the
+/// default kind (container) when it names none. A name no kind answers to is refused, naming
+/// the annotation (as [`request_from_annotations`] refuses it).
+pub fn backend(req: &CreateSandbox) -> Result<Kind, PodError> {
+    match req.backend.as_deref() {
+        None => Ok(kinds::DEFAULT),
+        Some(name) => kinds::named(name).ok_or_else(|| PodError::UnknownBackend {
+            value: name.to_owned(),
+        }),
+    }
+}
+
+/// A backend annotation's value as its kind's canonical name (`netns` is `container`).
+fn backend_name(value: &str) -> Result<&'static str, PodError> {
+    kinds::named(value)
+        .map(|k| k.name)
+        .ok_or_else(|| PodError::UnknownBackend {
+            value: value.to_owned(),
+        })
 }
 
 /// A pod's request checked by the creation rules as svcd checks a `svc sandbox create`:

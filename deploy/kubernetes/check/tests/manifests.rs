@@ -147,7 +147,7 @@ fn broken_manifests_are_refused_naming_what_is_wrong() {
                 d["spec"]["additionalPodMetadata"] =
                     json!({"annotations": {"svc.dev/backend": "gvisor"}})
             },
-            "--backend \"gvisor\"",
+            "svc.dev/backend: \"gvisor\" is no backend",
         ),
         (
             "a kind nothing describes",
