@@ -89,7 +89,9 @@ enum Command {
         /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
         /// with nginx, default 5, or `--quick`; `runtime`: `--rounds N`, default 30, and
         /// `--warm-up N`, default 3; `sandbox`: `--id-ranges both` for shared against
-        /// per-sandbox id ranges alternating in one run, with `--rounds N`, default 20).
+        /// per-sandbox id ranges alternating in one run, with `--rounds N`, default 20, or
+        /// `--pool [--rounds N]`: cold on crun and on runc 1.1.5 beside the warm pools, default
+        /// 50, and the microvm pool, at most 10).
         args: Vec<String>,
     },
     /// Build the Debian package `svc_<version>_amd64.deb` (svcd, svc, the guest binaries, man
