@@ -1,10 +1,11 @@
-//! `cargo xtask bench exec`: one `svc sandbox exec -- true` through svcd, before and after the
-//! container guest's init ran commands, alternating in one run on one svcd: a sandbox made by
-//! an earlier svcd (adopted after a restart: no channel to its init, so its commands run with
-//! `runc exec`, as every command did before) beside one made by this svcd (its commands run
-//! by its init, over the channel svcd handed it). Beside them, the runtime's own `runc exec
-//! … true` on the same container, and the floor of the command line: `svc sandbox show`.
-//! Median, p90 and p99 over the rounds (default 100; the argument says how many).
+//! `cargo xtask bench exec`: one `svc sandbox exec -- true` through svcd, alternating in one run
+//! on one svcd: a sandbox made by an earlier svcd (adopted after a restart: its commands run by
+//! its init over the channel this svcd sent it through the init's hand-over socket) beside one
+//! made by this svcd (its commands run by its init, over the channel svcd handed it at create).
+//! Beside them, the runtime's own `runc exec … true` on the same container (how svcd ran every
+//! command before the init, and still runs those of a guest whose init gives no channel), and
+//! the floor of the command line: `svc sandbox show`. Median, p90 and p99 over the rounds
+//! (default 100; the argument says how many).
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(100);
     let mut w = World::start();
-    // Made by "an earlier svcd": adopted after the restart, without a channel to its init.
+    // Made by "an earlier svcd": adopted after the restart, its channel through the hand-over.
     w.svc_ok(&["sandbox", "create", "before"]);
     w.kill_svcd();
     w.start_svcd();
@@ -81,8 +82,8 @@ fn main() {
         }));
     }
     println!("exec, container backend, {rounds} rounds alternating (median [p90, p99])");
-    line("svc sandbox exec -- true, runc exec (before)", &mut old);
-    line("svc sandbox exec -- true, the init (after)", &mut new);
+    line("svc sandbox exec -- true, adopted (hand-over)", &mut old);
+    line("svc sandbox exec -- true, the init (fresh)", &mut new);
     line("runc exec … true alone", &mut bare);
     line("svc sandbox show (the CLI and API floor)", &mut show);
 }
