@@ -281,6 +281,21 @@ pub fn sees_port_holder(who: &Principal, holder_uid: u32) -> bool {
     who.is_root() || who.uid == holder_uid
 }
 
+/// Whether `who` may say which Kubernetes pod a sandbox is (`pod` in the creation request,
+/// `NAMESPACE/NAME`): root only — the node's containerd shim, which reads it from containerd's
+/// own annotations. A member naming a pod would put its sandbox's records under that pod's
+/// name in the audit log and the metrics, where an operator filtering by pod reads them as
+/// the pod's.
+pub fn names_a_pod(who: &Principal, pod: &str) -> Result<(), String> {
+    if who.is_root() {
+        return Ok(());
+    }
+    Err(format!(
+        "pod {pod}: only root (the node's containerd shim) may say which Kubernetes pod a \
+         sandbox is; create the sandbox without `pod`"
+    ))
+}
+
 /// The owner of a fork's clones: its source's (only the source's owner or root may fork).
 pub fn fork_owner(source_owner: u32) -> u32 {
     source_owner
@@ -298,6 +313,18 @@ mod tests {
         Principal {
             uid,
             groups: groups.to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_root_says_which_pod_a_sandbox_is() {
+        assert_eq!(names_a_pod(&who(0, &[]), "kube-system/coredns-0"), Ok(()));
+        for member in [who(ALICE, &[DEVS]), who(BOB, &[])] {
+            let e = names_a_pod(&member, "kube-system/coredns-0").expect_err("a member");
+            assert!(
+                e.contains("pod kube-system/coredns-0") && e.contains("only root"),
+                "{e}"
+            );
         }
     }
 

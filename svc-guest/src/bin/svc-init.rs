@@ -134,6 +134,13 @@ fn serve() -> ExitCode {
         eprintln!("svc-init: no channel on fd {CHANNEL_FD}; commands run with the runtime's exec");
         return idle();
     };
+    // Only the server holds the channel: the runtime handed it over open across exec, and
+    // every command started here would inherit it (and could read svcd's frames for the
+    // others, or write its own in the server's name).
+    if let Err(e) = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC) {
+        eprintln!("svc-init: the channel could not be kept from commands ({e}); not serving it");
+        return idle();
+    }
     // The hand-over socket: made before the first channel is served, so that a svcd that
     // starts while this one is still being ended finds it.
     let handover = match handover() {

@@ -249,6 +249,10 @@ impl Supervisor {
     ) -> Result<Plan, Failure> {
         let (backend, backend_reason) = self.choose_backend(req)?;
         let rootfs = super::rootfs::check(req.rootfs.as_deref(), who, backend)?;
+        if let Some(pod) = &req.pod {
+            crate::policy::ownership::names_a_pod(who, &pod.to_string())
+                .map_err(Failure::forbidden)?;
+        }
         let project_egress = project_egress(req)?;
         let mut all = secrets.to_vec();
         all.extend(brokered.map(|s| creation::Secret {
