@@ -250,6 +250,32 @@ impl World {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The value of svcd's metric line starting `series ` (0 when absent), whole.
+    pub fn metric(&self, series: &str) -> u64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+
+    /// SIGTERM to svcd (its graceful stop), and wait until it has ended (90 s at most).
+    pub fn stop_svcd(&self) {
+        let pid = self.svcd_pid().expect("svcd runs");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid")),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.contains(") Z "))
+        {
+            assert!(std::time::Instant::now() < deadline, "svcd did not stop");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// What reached the outside world (DNS questions and HTTP requests), one JSON object each.
     pub fn received(&self) -> Vec<serde_json::Value> {
         read_jsonl(&self.dir.join("outside/received.jsonl"))

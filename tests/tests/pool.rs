@@ -27,19 +27,10 @@ use svc_tests::{
 /// svcd.toml's extra lines: a pool of two, refilled quickly.
 const POOL: &str = "\n[pool]\ncontainer = 2\nrefill_per_second = 20\n";
 
-/// The value of the metric line starting `series ` (0 when absent).
-fn metric(w: &World, series: &str) -> u64 {
-    w.metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{series} ")))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 /// Wait until the container pool holds `n` sandboxes.
 fn wait_pool(w: &World, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(w, r#"svc_pool_size{backend="container"}"#) != n {
+    while w.metric(r#"svc_pool_size{backend="container"}"#) != n {
         assert!(
             Instant::now() < deadline,
             "the pool did not reach {n} within 60 s:\n{}\n{}",
@@ -91,16 +82,13 @@ fn a_pooled_sandbox_is_a_fresh_one_and_the_pool_leaves_nothing() {
     // A request the pool cannot honour is made cold, its reason counted.
     w.svc_ok(&["sandbox", "create", "--egress", "allow-all", "cold"]);
     assert_eq!(
-        metric(
-            &w,
-            r#"svc_pool_misses_total{backend="container",reason="allow-all"}"#
-        ),
+        w.metric(r#"svc_pool_misses_total{backend="container",reason="allow-all"}"#),
         1
     );
     assert_eq!(runtime_ids(&w).iter().filter(|i| *i == "cold").count(), 1);
 
     w.sandbox_with_example_secret_ok("warm", "env:EXAMPLE");
-    assert_eq!(metric(&w, r#"svc_pool_hits_total{backend="container"}"#), 1);
+    assert_eq!(w.metric(r#"svc_pool_hits_total{backend="container"}"#), 1);
     let warm_pid = w.show("warm")["pid"].as_u64().expect("pid");
     let warm_cgroup = std::fs::read_to_string(format!("/proc/{warm_pid}/cgroup")).expect("cgroup");
     let runtime = pooled
@@ -149,17 +137,7 @@ fn a_pooled_sandbox_is_a_fresh_one_and_the_pool_leaves_nothing() {
     w.destroy_checked("cold");
 
     // svcd's stop removes the pool: no container, link, directory or row is left.
-    let pid = w.svcd_pid().expect("svcd runs");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
-        assert!(Instant::now() < deadline, "svcd did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    w.stop_svcd();
     assert!(runtime_ids(&w).is_empty(), "{:?}", runtime_ids(&w));
     let links = w.host.exec("ip", &["-o", "link", "show"]);
     let links = String::from_utf8_lossy(&links.stdout);
@@ -268,12 +246,9 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
         "container",
     ]);
     let hits = r#"svc_pool_hits_total{backend="container"}"#;
-    assert_eq!(metric(&w, hits), 1, "{}", w.svcd_log());
+    assert_eq!(w.metric(hits), 1, "{}", w.svcd_log());
     assert_eq!(
-        metric(
-            &w,
-            r#"svc_pool_misses_total{backend="container",reason="mounts"}"#
-        ),
+        w.metric(r#"svc_pool_misses_total{backend="container",reason="mounts"}"#),
         0
     );
     let pid = w.show("warm")["pid"].as_u64().expect("pid");
@@ -405,7 +380,7 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
     // followed: the claim fails naming it, and that pooled guest goes whole.
     wait_pool(&w, 2);
     let before = runtime_ids(&w);
-    let hits_before = metric(&w, hits);
+    let hits_before = w.metric(hits);
     for pid in pooled_inits(&w) {
         let root = format!("/proc/{pid}/root");
         std::os::unix::fs::symlink("/etc", format!("{root}/root/.claude")).expect("plant .claude");
@@ -431,7 +406,7 @@ fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them
         said.contains("symbolic link"),
         "the refusal names the link: {said}"
     );
-    assert_eq!(metric(&w, hits), hits_before, "a failed claim is no hit");
+    assert_eq!(w.metric(hits), hits_before, "a failed claim is no hit");
     assert!(w.svc_ok(&["sandbox", "list", "--json"]).trim() == "[]");
     let after = runtime_ids(&w);
     let taken: Vec<&String> = before.iter().filter(|p| !after.contains(p)).collect();

@@ -17,19 +17,10 @@ use svc_tests::{
 /// svcd.toml's extra lines: one booted VM kept ready.
 const POOL: &str = "\n[pool]\nmicrovm = 1\nrefill_per_second = 20\n";
 
-/// The value of the metric line starting `series ` (0 when absent).
-fn metric(w: &World, series: &str) -> u64 {
-    w.metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{series} ")))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 /// Wait until the microvm pool holds `n` VMs (a boot under TCG takes seconds).
 fn wait_pool(w: &World, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(180);
-    while metric(w, r#"svc_pool_size{backend="microvm"}"#) != n {
+    while w.metric(r#"svc_pool_size{backend="microvm"}"#) != n {
         assert!(
             Instant::now() < deadline,
             "the microvm pool did not reach {n} within 180 s:\n{}\n{}",
@@ -89,10 +80,7 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
         "cold",
     ]);
     assert_eq!(
-        metric(
-            &w,
-            r#"svc_pool_misses_total{backend="microvm",reason="allow-all"}"#
-        ),
+        w.metric(r#"svc_pool_misses_total{backend="microvm",reason="allow-all"}"#),
         1,
         "{}",
         w.metrics()
@@ -119,7 +107,7 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
     ]);
     let took = started.elapsed();
     assert_eq!(
-        metric(&w, r#"svc_pool_hits_total{backend="microvm"}"#),
+        w.metric(r#"svc_pool_hits_total{backend="microvm"}"#),
         1,
         "{}",
         w.metrics()
@@ -159,7 +147,7 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
 
     // svcd's stop removes the pool and keeps the claimed VM: a claimed sandbox is an ordinary
     // one, re-adopted by the next svcd through its runtime name.
-    stop_svcd(&w);
+    w.stop_svcd();
     assert_eq!(
         qemus_naming("pool.microvm."),
         qemus_naming(&runtime),
@@ -193,7 +181,7 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
     }
 
     // The restarted svcd refilled its pool; its stop leaves no VM or directory.
-    stop_svcd(&w);
+    w.stop_svcd();
     assert!(
         qemus_naming("pool.microvm.").is_empty(),
         "a pooled VM is left"
@@ -202,19 +190,4 @@ fn a_pooled_microvm_is_a_fresh_one_and_the_pool_leaves_nothing() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(dirs.is_empty(), "sandbox directories are left: {dirs:?}");
-}
-
-/// SIGTERM to svcd, and wait for it to end.
-fn stop_svcd(w: &World) {
-    let pid = w.svcd_pid().expect("svcd runs");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
-        assert!(Instant::now() < deadline, "svcd did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
