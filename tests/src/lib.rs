@@ -147,18 +147,22 @@ pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Result<Ou
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
+    // A thread waits for the child, so its end is seen when it comes (a benchmark times
+    // commands through this: no polling interval is added to what they take).
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let (ended, end) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = ended.send(());
+        status
+    });
+    let status = match end.recv_timeout(limit) {
+        Ok(()) => waiter.join().ok().and_then(Result::ok),
+        Err(_) => {
+            // Still running at the limit: not reaped, so the pid is still the child's.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = waiter.join();
+            None
         }
     };
     let stdout = out.join().unwrap_or_default();

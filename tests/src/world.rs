@@ -20,6 +20,8 @@ use crate::{NetNs, PinDir};
 /// The `svc` command line against this world's svcd.
 mod cli;
 pub use cli::offline_microvm_doctor;
+/// svcd's metrics, the sandbox links on the host and svcd's nftables link set.
+mod observe;
 /// Building a world: namespaces, the outside world, svcd.
 mod start;
 
@@ -240,25 +242,6 @@ impl World {
         std::fs::read_to_string(self.dir.join("svcd.log")).unwrap_or_default()
     }
 
-    /// svcd's /metrics, scraped from inside its namespace.
-    pub fn metrics(&self) -> String {
-        let out = self.host.exec(
-            "curl",
-            &["-sS", &format!("http://127.0.0.1:{METRICS_PORT}/metrics")],
-        );
-        assert!(out.status.success(), "scraping /metrics: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The value of svcd's metric line starting `series ` (0 when absent), whole.
-    pub fn metric(&self, series: &str) -> u64 {
-        self.metrics()
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{series} ")))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
-    }
-
     /// SIGTERM to svcd (its graceful stop), and wait until it has ended (90 s at most).
     pub fn stop_svcd(&self) {
         let pid = self.svcd_pid().expect("svcd runs");
@@ -424,13 +407,10 @@ impl World {
             fence.allow_entries(id).is_empty(),
             "allow-map entries of sandbox {id} are left"
         );
-        let set = w
-            .host
-            .exec("nft", &["-j", "list", "set", "inet", "svc", "links"]);
-        let set = String::from_utf8_lossy(&set.stdout);
+        let set = w.nft_link_set();
         assert!(
-            !set.contains(&format!("\"{link}\"")),
-            "{link} is left in the nftables link set: {set}"
+            !set.iter().any(|l| l == link),
+            "{link} is left in the nftables link set: {set:?}"
         );
     }
 

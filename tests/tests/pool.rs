@@ -78,6 +78,11 @@ fn a_pooled_sandbox_is_a_fresh_one_and_the_pool_leaves_nothing() {
         w.svc_ok(&["sandbox", "list", "--json"]).trim() == "[]",
         "pooled sandboxes are nobody's: not listed"
     );
+    // Each pooled link is under the table's rules from its making (its element is added
+    // then, not at the claim).
+    let links = w.sandbox_links();
+    assert_eq!(links.len(), 2, "{links:?}");
+    assert_eq!(w.nft_link_set(), links, "the pooled links in the link set");
 
     // A request the pool cannot honour is made cold, its reason counted.
     w.svc_ok(&["sandbox", "create", "--egress", "allow-all", "cold"]);
@@ -139,15 +144,12 @@ fn a_pooled_sandbox_is_a_fresh_one_and_the_pool_leaves_nothing() {
     // svcd's stop removes the pool: no container, link, directory or row is left.
     w.stop_svcd();
     assert!(runtime_ids(&w).is_empty(), "{:?}", runtime_ids(&w));
-    let links = w.host.exec("ip", &["-o", "link", "show"]);
-    let links = String::from_utf8_lossy(&links.stdout);
-    let sandbox_links = links.lines().filter(|l| {
-        l.split(": ")
-            .nth(1)
-            .and_then(|n| n.strip_prefix("svc"))
-            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-    });
-    assert_eq!(sandbox_links.count(), 0, "links are left:\n{links}");
+    assert_eq!(w.sandbox_links(), Vec::<String>::new(), "links are left");
+    assert_eq!(
+        w.nft_link_set(),
+        Vec::<String>::new(),
+        "link set elements are left"
+    );
     let dirs: Vec<_> = std::fs::read_dir(w.dir.join("state/sandboxes"))
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();

@@ -1003,7 +1003,10 @@ fn the_guest_trust_store_and_variables_make_curl_trust_the_proxy() {
         "200",
         "the system roots alone must not trust the sandbox CA"
     );
-    guest_trust::install(&root, &std::fs::read_to_string(&w.ca_pem).unwrap()).unwrap();
+    let system = std::fs::read_to_string(&bundle).unwrap();
+    let trust =
+        guest_trust::trust_files(&system, &std::fs::read_to_string(&w.ca_pem).unwrap()).unwrap();
+    std::fs::write(&bundle, trust.bundle).unwrap();
     let after = run(&bundle);
     assert_eq!(
         String::from_utf8_lossy(&after.stdout),

@@ -29,7 +29,7 @@ pub use entries::{AllowEntry, Carry, CidrEntry, PortRule, SandboxLink, WEB};
 pub use error::DataplaneError;
 pub use fence::Fence;
 pub use link::{Links, configure_guest, disable_ipv6};
-pub use nft::{Nft, NftConfig};
+pub use nft::{Nft, NftConfig, set_elements as nft_set_elements};
 pub use tcx::{Direction, remove_pin_dir};
 pub use test_run::TestRunOutcome;
 

@@ -105,20 +105,10 @@ impl Nft {
                 message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             });
         }
-        let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| DataplaneError::Nft {
+        set_elements(&out.stdout).map_err(|e| DataplaneError::Nft {
             table: self.config.table.clone(),
             message: format!("nft's JSON: {e}"),
-        })?;
-        let mut links: Vec<String> = v["nftables"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["set"]["elem"].as_array())
-            .flatten()
-            .filter_map(|e| e.as_str().map(str::to_owned))
-            .collect();
-        links.sort();
-        Ok(links)
+        })
     }
 
     /// Remove the table (and every rule in it).
@@ -343,6 +333,21 @@ fn prefixes(nets: &[IpNet]) -> Vec<Value> {
     nets.iter()
         .map(|n| json!({ "prefix": { "addr": n.network().to_string(), "len": n.prefix_len() } }))
         .collect()
+}
+
+/// The elements of the set `nft -j list set …` printed as `json` (names), sorted.
+pub fn set_elements(json: &[u8]) -> Result<Vec<String>, serde_json::Error> {
+    let v: Value = serde_json::from_slice(json)?;
+    let mut elements: Vec<String> = v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["set"]["elem"].as_array())
+        .flatten()
+        .filter_map(|e| e.as_str().map(str::to_owned))
+        .collect();
+    elements.sort();
+    Ok(elements)
 }
 
 #[cfg(test)]

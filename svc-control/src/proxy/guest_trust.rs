@@ -4,15 +4,12 @@
 //! The CA certificate (never its key) is written as its own file under
 //! `/usr/local/share/ca-certificates/` and appended, between markers, to the distribution bundle
 //! `/etc/ssl/certs/ca-certificates.crt`, so clients that read the system store trust it and a
-//! later `update-ca-certificates` in the guest keeps it. Installing again replaces the previous
+//! later `update-ca-certificates` in the guest keeps it. Making them again replaces the previous
 //! block (a restarted sandbox has a new CA); everything else in the bundle is kept byte for byte.
-//! Each file is written to a temporary name and renamed, so a crash leaves the old or the new
-//! file, never half of one.
+//! [`trust_files`] makes the two files' contents; svcd writes them into the sandbox's directory
+//! (a sandbox's own files, made again whenever it is: no fsync, no rename).
 
-use std::{
-    io::Write as _,
-    path::{Path, PathBuf},
-};
+use std::path::PathBuf;
 
 /// The CA certificate on its own, in the guest.
 pub const GUEST_CA_FILE: &str = "/usr/local/share/ca-certificates/svc-sandbox-ca.crt";
@@ -36,29 +33,27 @@ pub fn guest_env() -> [(&'static str, &'static str); 5] {
     ]
 }
 
-/// Errors installing the CA into a guest root.
+/// Why the guest's trust files could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TrustError {
     #[error("the sandbox CA is not a single PEM certificate")]
     NotACertificate,
     #[error("the guest bundle {path} has an svc block with no end marker; refusing to guess")]
     BrokenBlock { path: PathBuf },
-    #[error("reading {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("writing {path}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
-/// Install `ca_pem` into the guest root file system at `root`.
-pub fn install(root: &Path, ca_pem: &str) -> Result<(), TrustError> {
+/// The two guest files that make a guest trust `ca_pem`: the CA file on its own
+/// ([`GUEST_CA_FILE`]) and `system_bundle` (the distribution bundle) with the svc block for it
+/// ([`GUEST_BUNDLE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustFiles {
+    pub ca_file: String,
+    pub bundle: String,
+}
+
+/// The guest's trust files for `ca_pem` over `system_bundle` (see [`TrustFiles`]); refused when
+/// `ca_pem` is not a single PEM certificate or the bundle has an svc block with no end.
+pub fn trust_files(system_bundle: &str, ca_pem: &str) -> Result<TrustFiles, TrustError> {
     let pem = ca_pem.trim();
     if !(pem.starts_with("-----BEGIN CERTIFICATE-----")
         && pem.ends_with("-----END CERTIFICATE-----")
@@ -66,23 +61,13 @@ pub fn install(root: &Path, ca_pem: &str) -> Result<(), TrustError> {
     {
         return Err(TrustError::NotACertificate);
     }
-    let ca_file = under(root, GUEST_CA_FILE);
-    write_atomic(&ca_file, format!("{pem}\n").as_bytes())?;
-    let bundle = under(root, GUEST_BUNDLE);
-    let existing = match std::fs::read_to_string(&bundle) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(source) => {
-            return Err(TrustError::Read {
-                path: bundle,
-                source,
-            });
-        }
-    };
-    let next = with_block(&existing, pem).ok_or_else(|| TrustError::BrokenBlock {
-        path: bundle.clone(),
+    let bundle = with_block(system_bundle, pem).ok_or_else(|| TrustError::BrokenBlock {
+        path: PathBuf::from(GUEST_BUNDLE),
     })?;
-    write_atomic(&bundle, next.as_bytes())
+    Ok(TrustFiles {
+        ca_file: format!("{pem}\n"),
+        bundle,
+    })
 }
 
 /// `bundle` with any previous svc block removed and a new one for `pem` appended.
@@ -104,26 +89,6 @@ fn with_block(bundle: &str, pem: &str) -> Option<String> {
     out.push('\n');
     out.push_str(END);
     Some(out)
-}
-
-fn under(root: &Path, guest_path: &str) -> PathBuf {
-    root.join(guest_path.trim_start_matches('/'))
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrustError> {
-    let err = |source| TrustError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
-    }
-    let tmp = path.with_extension("svc-tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(bytes).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(err)
 }
 
 #[cfg(test)]
@@ -175,21 +140,12 @@ mod tests {
     }
 
     #[test]
-    fn install_is_idempotent_and_refuses_non_certificates() {
-        let root = std::env::temp_dir().join(format!("svc-trust-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let bundle = under(&root, GUEST_BUNDLE);
-        std::fs::create_dir_all(bundle.parent().unwrap()).unwrap();
-        std::fs::write(&bundle, SYSTEM).unwrap();
-        install(&root, A).unwrap();
-        install(&root, B).unwrap();
-        install(&root, B).unwrap();
-        let got = std::fs::read_to_string(&bundle).unwrap();
-        assert_eq!(got, format!("{SYSTEM}{BEGIN}{B}\n{END}"));
-        assert_eq!(
-            std::fs::read_to_string(under(&root, GUEST_CA_FILE)).unwrap(),
-            format!("{B}\n")
-        );
+    fn trust_files_replace_the_block_and_refuse_non_certificates() {
+        let once = trust_files(SYSTEM, A).unwrap();
+        let twice = trust_files(&once.bundle, B).unwrap();
+        assert_eq!(twice.bundle, format!("{SYSTEM}{BEGIN}{B}\n{END}"));
+        assert_eq!(trust_files(&twice.bundle, B).unwrap(), twice, "idempotent");
+        assert_eq!(twice.ca_file, format!("{B}\n"));
         for bad in [
             "",
             "not a cert",
@@ -197,15 +153,14 @@ mod tests {
             "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----",
         ] {
             assert!(
-                matches!(install(&root, bad), Err(TrustError::NotACertificate)),
+                matches!(trust_files(SYSTEM, bad), Err(TrustError::NotACertificate)),
                 "{bad:?}"
             );
         }
-        assert_eq!(
-            std::fs::read_to_string(&bundle).unwrap(),
-            got,
-            "a refusal writes nothing"
-        );
-        std::fs::remove_dir_all(&root).unwrap();
+        let broken = format!("{SYSTEM}{BEGIN}{A}\n");
+        assert!(matches!(
+            trust_files(&broken, B),
+            Err(TrustError::BrokenBlock { .. })
+        ));
     }
 }

@@ -2,10 +2,10 @@
 //! on one svcd: a sandbox made by an earlier svcd (adopted after a restart: its commands run by
 //! its init over the channel this svcd sent it through the init's hand-over socket) beside one
 //! made by this svcd (its commands run by its init, over the channel svcd handed it at create).
-//! Beside them, the runtime's own `runc exec … true` on the same container (how svcd ran every
-//! command before the init, and still runs those of a guest whose init gives no channel), and
-//! the floor of the command line: `svc sandbox show`. Median, p90 and p99 over the rounds
-//! (default 100; the argument says how many).
+//! Beside them, the OCI runtime's own `exec … true` (svcd's runtime, crun by default) on the
+//! same container (how svcd ran every command before the init, and still runs those of a guest
+//! whose init gives no channel), and the floor of the command line: `svc sandbox show`.
+//! Median, p90 and p99 over the rounds (default 100; the argument says how many).
 
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,7 @@ fn main() {
         .arg(&runc_root)
         .args(["list", "-q"])
         .output()
-        .expect("runc list");
+        .expect("the runtime's list");
     let ids = String::from_utf8_lossy(&list.stdout).into_owned();
     let after_id = ids
         .lines()
@@ -74,7 +74,7 @@ fn main() {
                 .arg(&runc_root)
                 .args(["exec", &after_id, "true"])
                 .output()
-                .expect("runc exec");
+                .expect("the runtime's exec");
             assert!(out.status.success());
         }));
         show.push(timed(|| {
@@ -84,6 +84,11 @@ fn main() {
     println!("exec, container backend, {rounds} rounds alternating (median [p90, p99])");
     line("svc sandbox exec -- true, adopted (hand-over)", &mut old);
     line("svc sandbox exec -- true, the init (fresh)", &mut new);
-    line("runc exec … true alone", &mut bare);
+    let runtime = w.oci_runtime();
+    let runtime = runtime.file_name().map_or_else(
+        || runtime.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    line(&format!("{runtime} exec … true alone"), &mut bare);
     line("svc sandbox show (the CLI and API floor)", &mut show);
 }

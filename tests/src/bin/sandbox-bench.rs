@@ -69,21 +69,7 @@ fn one_round(w: &World, name: &str, r: &mut Rounds) {
     w.svc_ok(&["sandbox", "create", name]);
     let t1 = Instant::now();
     // The first HTTPS request: DNS through the guard, the fence, the proxy, upstream TLS.
-    loop {
-        let out = w.svc(&[
-            "sandbox",
-            "exec",
-            name,
-            "--",
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            "https://api.agent.test/",
-        ]);
-        if out.status.success() {
-            break;
-        }
+    while timed_curl(w, name, &[]).is_none() {
         assert!(t1.elapsed() < Duration::from_secs(10), "never became ready");
     }
     let t2 = Instant::now();
@@ -122,32 +108,104 @@ fn pool_size(w: &World, backend: &str) -> u32 {
         .map_or(0, |v| v as u32)
 }
 
-/// One sandbox created, used until its first HTTPS request succeeds, and destroyed: (the
-/// create's answer, then the first HTTPS request's success).
-fn create_to_first_https(w: &World, name: &str, extra: &[&str]) -> (Duration, Duration) {
+/// One create → first HTTPS request: the create's answer, then the first request's success
+/// (a `svc sandbox exec … curl` as a user runs it), curl's own split of that request (its
+/// `-w` times: name looked up, connected, TLS done, first byte, total), one `svc sandbox
+/// exec … true` after it (the CLI, the API and the exec without curl), and curl's split of
+/// two more requests: the same again (the leaf minted, the proxy's upstream connection kept)
+/// and one trusting the sandbox CA alone (`--cacert`: no system bundle for OpenSSL to load).
+#[derive(Debug, Clone, Copy)]
+struct Ready {
+    create: Duration,
+    first: Duration,
+    curl: [Duration; 5],
+    exec_true: Duration,
+    again: [Duration; 5],
+    ca_only: [Duration; 5],
+}
+
+/// curl's `-w` times the bench asks for, in [`Ready::curl`]'s order.
+const CURL_TIMES: &str =
+    "%{time_namelookup} %{time_connect} %{time_appconnect} %{time_starttransfer} %{time_total}";
+
+/// One sandbox created, used until its first HTTPS request succeeds, exec'd once and
+/// destroyed.
+fn create_to_first_https(w: &World, name: &str, extra: &[&str]) -> Ready {
     let t0 = Instant::now();
     w.svc_ok(&[&["sandbox", "create"], extra, &[name]].concat());
     let t1 = Instant::now();
-    loop {
-        let out = w.svc(&[
-            "sandbox",
-            "exec",
-            name,
-            "--",
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            "https://api.agent.test/",
-        ]);
-        if out.status.success() {
-            break;
+    let curl = loop {
+        if let Some(times) = timed_curl(w, name, &[]) {
+            break times;
         }
         assert!(t0.elapsed() < Duration::from_secs(60), "never became ready");
-    }
+    };
     let t2 = Instant::now();
+    let e0 = Instant::now();
+    w.svc_ok(&["sandbox", "exec", name, "--", "true"]);
+    let exec_true = e0.elapsed();
+    let again = timed_curl(w, name, &[]).expect("a second request");
+    let ca_only = timed_curl(
+        w,
+        name,
+        &["--cacert", svc_control::proxy::guest_trust::GUEST_CA_FILE],
+    )
+    .expect("a CA-only request");
     w.svc_ok(&["sandbox", "destroy", name]);
-    (t1 - t0, t2 - t1)
+    Ready {
+        create: t1 - t0,
+        first: t2 - t1,
+        curl,
+        exec_true,
+        again,
+        ca_only,
+    }
+}
+
+/// `svc sandbox exec NAME -- curl EXTRA … https://api.agent.test/`: curl's `-w` times when
+/// it succeeded.
+fn timed_curl(w: &World, name: &str, extra: &[&str]) -> Option<[Duration; 5]> {
+    let out = w.svc(
+        &[
+            &[
+                "sandbox",
+                "exec",
+                name,
+                "--",
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+            ],
+            extra,
+            &[
+                "-w",
+                CURL_TIMES,
+                "--max-time",
+                "5",
+                "https://api.agent.test/",
+            ],
+        ]
+        .concat(),
+    );
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let times: Vec<Duration> = text
+        .split_whitespace()
+        .map(|t| {
+            Duration::from_secs_f64(
+                t.parse::<f64>()
+                    .unwrap_or_else(|e| panic!("curl's -w output {text:?}: {e}")),
+            )
+        })
+        .collect();
+    Some(
+        times
+            .try_into()
+            .unwrap_or_else(|t| panic!("curl's -w output: five times expected, got {t:?}")),
+    )
 }
 
 /// The median of each step svcd's log gives its creates of sandboxes named `prefix…`
@@ -185,30 +243,48 @@ fn phase_medians(w: &World, prefix: &str) -> String {
 }
 
 /// Print one configuration's create → first HTTPS figures: median [p90, p99] of the total,
-/// the create's answer and the first request after it, and the median of each step svcd's
-/// log gives.
-fn report_ready(what: &str, r: &mut [(Duration, Duration)], phases: &str) {
-    let mut total: Vec<Duration> = r.iter().map(|(c, f)| *c + *f).collect();
-    let mut create: Vec<Duration> = r.iter().map(|(c, _)| *c).collect();
-    let mut first: Vec<Duration> = r.iter().map(|(_, f)| *f).collect();
+/// the create's answer and the first request after it, the median of each step svcd's log
+/// gives, and what the first request is made of (curl's own times, an exec of `true`).
+fn report_ready(what: &str, r: &[Ready], phases: &str) {
+    let med = |f: &dyn Fn(&Ready) -> Duration| {
+        let mut v: Vec<Duration> = r.iter().map(f).collect();
+        ms(median(&mut v))
+    };
+    let mut total: Vec<Duration> = r.iter().map(|x| x.create + x.first).collect();
     println!(
         "  {what}  {} [{}, {}]  (create answered {}, then first HTTPS {})",
         ms(median(&mut total)),
         ms(p90(&mut total)),
         ms(p99(&mut total)),
-        ms(median(&mut create)),
-        ms(median(&mut first))
+        med(&|x| x.create),
+        med(&|x| x.first)
     );
     println!("          svcd's steps: {phases}");
+    let split = |f: &dyn Fn(&Ready) -> [Duration; 5]| {
+        format!(
+            "DNS {}, TCP {}, TLS {}, first byte {}, total {}",
+            med(&|x| f(x)[0]),
+            med(&|x| f(x)[1]),
+            med(&|x| f(x)[2]),
+            med(&|x| f(x)[3]),
+            med(&|x| f(x)[4])
+        )
+    };
+    println!(
+        "          first HTTPS, curl's own: {}; an exec of `true` {}",
+        split(&|x| x.curl),
+        med(&|x| x.exec_true)
+    );
+    println!("          the same again: {}", split(&|x| x.again));
+    println!(
+        "          again, the sandbox CA alone (--cacert): {}",
+        split(&|x| x.ca_only)
+    );
 }
 
 /// create → first HTTPS request, [`POOL_ROUNDS`] times cold with `runtime_line`'s runtime
 /// (`disk_mib = 0`): the figures, and the medians of svcd's steps.
-fn cold_rounds(
-    runtime_line: &str,
-    prefix: &str,
-    rounds: usize,
-) -> (Vec<(Duration, Duration)>, String) {
+fn cold_rounds(runtime_line: &str, prefix: &str, rounds: usize) -> (Vec<Ready>, String) {
     let w = World::start_with(&format!("disk_mib = 0\n{runtime_line}"));
     create_to_first_https(&w, "warm-up", &[]);
     let r: Vec<_> = (0..rounds)
@@ -226,7 +302,7 @@ fn pooled_rounds(
     full: u32,
     rounds: usize,
     extra: &[&str],
-) -> (Vec<(Duration, Duration)>, String) {
+) -> (Vec<Ready>, String) {
     let mut pooled = Vec::new();
     for i in 0..=rounds {
         let deadline = Instant::now() + Duration::from_secs(180);
@@ -259,17 +335,17 @@ fn pooled_rounds(
 /// a second: a refill starts after the measured request, not during it (on two cores a
 /// refill beside the measured steps would be measured too).
 fn pooled_beside_cold(rounds: usize) {
-    let (mut cold, cold_phases) = cold_rounds("", "c", rounds);
-    let (mut runc, runc_phases) = cold_rounds("runtime = \"runc\"", "r", rounds);
+    let (cold, cold_phases) = cold_rounds("", "c", rounds);
+    let (runc, runc_phases) = cold_rounds("runtime = \"runc\"", "r", rounds);
     let w = World::start_with("disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n");
-    let (mut pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
+    let (pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
     println!(
         "create → first HTTPS request, container backend, disk_mib = 0, {rounds} rounds \
          (median [p90, p99]); pool hits {hits}"
     );
-    report_ready("cold, crun (default)", &mut cold, &cold_phases);
-    report_ready("cold, runc 1.1.5    ", &mut runc, &runc_phases);
-    report_ready("pooled, crun        ", &mut pooled, &phase_medians(&w, "p"));
+    report_ready("cold, crun (default)", &cold, &cold_phases);
+    report_ready("cold, runc 1.1.5    ", &runc, &runc_phases);
+    report_ready("pooled, crun        ", &pooled, &phase_medians(&w, "p"));
     drop(w);
     pooled_with_agent_home(rounds);
     microvm_pooled_beside_cold(rounds.min(MICROVM_ROUNDS));
@@ -286,9 +362,9 @@ fn pooled_with_agent_home(rounds: usize) {
         &home,
         "disk_mib = 0\n[pool]\ncontainer = 2\nrefill_per_second = 1\n",
     );
-    let (mut pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
+    let (pooled, hits) = pooled_rounds(&w, "container", 2, rounds, &[]);
     println!("  (the same pool, each sandbox sharing the agent's home: pool hits {hits})");
-    report_ready("pooled, agent's home", &mut pooled, &phase_medians(&w, "p"));
+    report_ready("pooled, agent's home", &pooled, &phase_medians(&w, "p"));
     drop(w);
     let _ = std::fs::remove_dir_all(&home);
 }
@@ -312,7 +388,7 @@ fn microvm_pooled_beside_cold(rounds: usize) {
         return;
     }
     let vm = ["--backend", "microvm"];
-    let (mut cold, cold_phases) = {
+    let (cold, cold_phases) = {
         let w = World::start();
         create_to_first_https(&w, "warm-up", &vm);
         let r: Vec<_> = (0..rounds)
@@ -321,13 +397,13 @@ fn microvm_pooled_beside_cold(rounds: usize) {
         (r, phase_medians(&w, "c"))
     };
     let w = World::start_with("\n[pool]\nmicrovm = 1\nrefill_per_second = 1\n");
-    let (mut pooled, hits) = pooled_rounds(&w, "microvm", 1, rounds, &vm);
+    let (pooled, hits) = pooled_rounds(&w, "microvm", 1, rounds, &vm);
     println!(
         "create → first HTTPS request, microvm backend, {rounds} rounds (median [p90, \
          p99]); pool hits {hits}"
     );
-    report_ready("cold  ", &mut cold, &cold_phases);
-    report_ready("pooled", &mut pooled, &phase_medians(&w, "p"));
+    report_ready("cold  ", &cold, &cold_phases);
+    report_ready("pooled", &pooled, &phase_medians(&w, "p"));
 }
 
 /// `--id-ranges both [--rounds N]`: the cost of a host id range per sandbox. Two svcds at

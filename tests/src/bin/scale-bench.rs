@@ -49,7 +49,7 @@ fn nft_steps(log: &str) -> Vec<f64> {
 
 /// The container backend's steps of each create so far (svcd's debug log, `container
 /// started create_and_link_ms=… runc_create_ms=… link_ms=… attach_ms=… start_ms=…`), in
-/// order: [runc create, the host link (made beside it), attach, runc start] in milliseconds.
+/// order: [the runtime's create, the host link (made beside it), attach, its start] in milliseconds.
 fn runtime_steps(log: &str) -> Vec<[f64; 4]> {
     let field = |l: &str, key: &str| -> Option<f64> {
         let at = l.find(key)? + key.len();
@@ -286,7 +286,7 @@ fn main() {
             let last = &steps[steps.len().saturating_sub(10)..];
             let med = |k: usize| pct(&mut last.iter().map(|s| s[k]).collect::<Vec<_>>(), 0.5);
             println!(
-                "         runtime steps (median of the last 10): runc create {:.1} ms, beside it the host link {:.1} ms; attach {:.1} ms, runc start {:.1} ms",
+                "         runtime steps (median of the last 10): the runtime's create {:.1} ms, beside it the host link {:.1} ms; attach {:.1} ms, the runtime's start {:.1} ms",
                 med(0),
                 med(1),
                 med(2),

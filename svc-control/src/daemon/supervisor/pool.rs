@@ -1,7 +1,7 @@
 //! Warm pools (docs/pool.md): sandboxes made ahead of their requests up to the point where
 //! nothing depends on the request — state row reserved (its id: link, addresses, fence entry,
-//! host id slice), directory, link made and fenced closed, guest created and started with its
-//! init — kept ready per backend and refilled in the background at `[pool]
+//! host id slice), directory, link made and fenced closed and in the nftables link set, guest
+//! created and started with its init — kept ready per backend and refilled in the background at `[pool]
 //! refill_per_second`. `pool_claim` gives one to a request that fits; svcd's stop drains them.
 //!
 //! A pooled sandbox is a store row in state `creating` named `pool.<backend>.<n>` (a name no
@@ -73,6 +73,14 @@ impl Pool {
         let mut ready = self.ready();
         let at = ready.iter().position(|p| p.backend == backend)?;
         Some(ready.remove(at))
+    }
+
+    /// The host links of the ready sandboxes (each in the nftables link set from its making).
+    pub(super) fn links(&self) -> Vec<String> {
+        self.ready()
+            .iter()
+            .map(|p| format!("svc{}", p.id))
+            .collect()
     }
 
     /// `p` back in the pool (a claim that could not use it).
@@ -217,8 +225,13 @@ impl Supervisor {
             let ca =
                 SandboxCa::generate(&name).map_err(|e| Failure::internal(format!("CA: {e}")))?;
             let files = self.guest_files(&name, gateway, &ca).await?;
-            self.start_guest(&name, id, &envelope, EgressMode::Curated, files, None)
-                .await
+            let started = self
+                .start_guest(&name, id, &envelope, EgressMode::Curated, files, None)
+                .await?;
+            // Its link's element now, not at the claim: it only puts the link under the
+            // table's rules (the guard and the proxy only; the fence is closed).
+            self.sync_nft(Some((&envelope.link, true))).await?;
+            Ok(started)
         }
         .await;
         match started {

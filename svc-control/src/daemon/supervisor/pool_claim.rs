@@ -14,7 +14,7 @@ use super::{
     Failure, Supervisor,
     create::Plan,
     pool::Pooled,
-    sandbox::{self, Phases, write_guest_files},
+    sandbox::{self, Phases},
     sandbox::{Made, live_of},
 };
 use crate::{
@@ -201,14 +201,14 @@ impl Supervisor {
             .map_err(|e| Failure::internal(e.to_string()))?;
         phases.mark("guest");
         let mut live = live_of(req, (pooled.id, owner), made);
-        self.publish(&mut live, &req.secrets, &mut phases).await?;
+        self.publish(&mut live, &req.secrets, &mut phases, true)
+            .await?;
         Ok(self.announce(&live, &phases))
     }
 }
 
 /// The guest files of sandbox `name` written over the pooled ones in `dir`, each in place
-/// (a container guest's binds hold the files themselves, not their names): made in a staging
-/// directory as a fresh sandbox's are, then copied into the bound files. Returns them as
+/// (a container guest's binds hold the files themselves, not their names). Returns them as
 /// (host copy, path in the guest).
 fn rewrite_guest_files(
     dir: &Path,
@@ -216,18 +216,14 @@ fn rewrite_guest_files(
     gateway: std::net::Ipv4Addr,
     ca_pem: &str,
 ) -> std::io::Result<Vec<(std::path::PathBuf, std::path::PathBuf)>> {
-    let staging = dir.join(".claim");
-    let files = write_guest_files(&staging, name, gateway, ca_pem)?;
+    let files = sandbox::guest_files_of(name, gateway, ca_pem)?;
     let mut written = Vec::with_capacity(files.len());
-    for (staged, guest) in files {
-        let rel = staged
-            .strip_prefix(&staging)
-            .map_err(std::io::Error::other)?;
+    for (rel, guest, contents) in files {
         let host = dir.join(rel);
-        std::fs::write(&host, std::fs::read(&staged)?)?;
+        // Truncated and written through the same inode the guest's bind holds.
+        std::fs::write(&host, contents)?;
         written.push((host, guest));
     }
-    std::fs::remove_dir_all(&staging)?;
     Ok(written)
 }
 

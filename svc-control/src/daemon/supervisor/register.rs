@@ -76,21 +76,33 @@ impl Supervisor {
         });
     }
 
-    /// Put every live sandbox's link in the nftables table (one batch).
+    /// Put every live and pooled sandbox's link in the nftables table (one batch).
     /// The first time (at start) the whole table is written; after that `change` — a link
     /// added or removed — is one element of its link set, whatever the number of sandboxes
-    /// (without one, or if that fails, the whole set is written again; the whole table if that
-    /// fails too, e.g. it was removed by hand).
+    /// (if that fails, the whole set is written again; the whole table if that fails too, e.g.
+    /// it was removed by hand). Without a change, nothing is written once the table is.
     pub(super) async fn sync_nft(&self, change: Option<(&str, bool)>) -> Result<(), Failure> {
         let mut written = self.nft_lock.lock().await;
-        let links: Vec<String> = self
+        let whole = !*written;
+        if change.is_none() && !whole {
+            return Ok(());
+        }
+        let mut links: Vec<String> = self
             .live()
             .values()
             .filter(|l| l.ifindex != 0)
             .map(|l| l.envelope.link.clone())
+            .chain(self.pool.links())
             .collect();
+        // The link being added may be in neither yet (a pooled sandbox being made, a claim
+        // between the pool and the live map); the one being removed may be in one still.
+        if let Some((link, add)) = change {
+            links.retain(|l| l != link);
+            if add {
+                links.push(link.to_owned());
+            }
+        }
         let nft = self.nft.clone();
-        let whole = !*written;
         let change = change.map(|(l, add)| (l.to_owned(), add));
         let result = tokio::task::spawn_blocking(move || {
             if let Some((link, add)) = &change

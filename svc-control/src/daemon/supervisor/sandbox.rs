@@ -279,8 +279,45 @@ pub(super) async fn clear_leftover(dir: &std::path::Path, name: &str) -> Result<
         })
 }
 
-/// The files the guest sees read-only: its resolv.conf (the gateway is its only resolver), its
+/// The files the guest sees read-only, each as (its path under the sandbox's directory, its
+/// path in the guest, its contents): its resolv.conf (the gateway is its only resolver), its
 /// hosts file, the CA bundle (the host's roots plus the sandbox CA) and the CA alone.
+pub(super) fn guest_files_of(
+    name: &str,
+    gateway: Ipv4Addr,
+    ca_pem: &str,
+) -> std::io::Result<Vec<(PathBuf, PathBuf, Vec<u8>)>> {
+    let system = std::fs::read_to_string(guest_trust::GUEST_BUNDLE).unwrap_or_default();
+    let trust = guest_trust::trust_files(&system, ca_pem).map_err(std::io::Error::other)?;
+    let in_root = |guest: &str| PathBuf::from("root").join(guest.trim_start_matches('/'));
+    Ok(vec![
+        (
+            "resolv.conf".into(),
+            "/etc/resolv.conf".into(),
+            format!("nameserver {gateway}\noptions edns0\n").into_bytes(),
+        ),
+        (
+            "hosts".into(),
+            "/etc/hosts".into(),
+            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{name}\n")
+                .into_bytes(),
+        ),
+        (
+            in_root(guest_trust::GUEST_BUNDLE),
+            guest_trust::GUEST_BUNDLE.into(),
+            trust.bundle.into_bytes(),
+        ),
+        (
+            in_root(guest_trust::GUEST_CA_FILE),
+            guest_trust::GUEST_CA_FILE.into(),
+            trust.ca_file.into_bytes(),
+        ),
+    ])
+}
+
+/// The guest files of [`guest_files_of`] written under `dir` (made first); returns each as
+/// (host copy, path in the guest). A sandbox's own files, made again whenever it is: written
+/// plainly, without fsync or rename.
 pub(super) fn write_guest_files(
     dir: &std::path::Path,
     name: &str,
@@ -288,32 +325,20 @@ pub(super) fn write_guest_files(
     ca_pem: &str,
 ) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
     use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)?;
-    let resolv = dir.join("resolv.conf");
-    std::fs::write(&resolv, format!("nameserver {gateway}\noptions edns0\n"))?;
-    let hosts = dir.join("hosts");
-    std::fs::write(
-        &hosts,
-        format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{name}\n"),
-    )?;
-    let root = dir.join("root");
-    let bundle = root.join(guest_trust::GUEST_BUNDLE.trim_start_matches('/'));
-    if let Some(parent) = bundle.parent() {
-        std::fs::create_dir_all(parent)?;
+    let files = guest_files_of(name, gateway, ca_pem)?;
+    let mut written = Vec::with_capacity(files.len());
+    for (rel, guest, contents) in files {
+        let host = dir.join(rel);
+        if let Some(parent) = host.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)?;
+        }
+        std::fs::write(&host, contents)?;
+        written.push((host, guest));
     }
-    let system = std::fs::read(guest_trust::GUEST_BUNDLE).unwrap_or_default();
-    std::fs::write(&bundle, system)?;
-    guest_trust::install(&root, ca_pem).map_err(std::io::Error::other)?;
-    let ca_file = root.join(guest_trust::GUEST_CA_FILE.trim_start_matches('/'));
-    Ok(vec![
-        (resolv, PathBuf::from("/etc/resolv.conf")),
-        (hosts, PathBuf::from("/etc/hosts")),
-        (bundle, PathBuf::from(guest_trust::GUEST_BUNDLE)),
-        (ca_file, PathBuf::from(guest_trust::GUEST_CA_FILE)),
-    ])
+    Ok(written)
 }
 
 /// The length of the prefix of each sandbox's guest address (a /30: gateway and guest).
