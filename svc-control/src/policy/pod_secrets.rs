@@ -152,7 +152,9 @@ mod tests {
             ("-a", "starts or ends with '-'"),
         ];
         for (value, why) in bad {
-            let e = entries(&list(&["ok", value])).expect_err(value).to_string();
+            let e = entries(&list(&["ok", *value]))
+                .expect_err(value)
+                .to_string();
             assert!(e.starts_with(&format!("--pod-namespace {value:?}: {why}")), "{e}");
         }
         let long = "a".repeat(MAX_NAMESPACE + 1);

@@ -164,7 +164,7 @@ impl Supervisor {
         let entries = |v: &[String]| {
             pod_secrets::entries(v).map_err(|e| Failure::bad(e.to_string()))
         };
-        let (allow, disallow) = (entries(&req.allow)?, entries(&req.disallow)?);
+        let (allow, disallow) = (entries(req.allow.as_slice())?, entries(req.disallow.as_slice())?);
         if allow.is_empty() && disallow.is_empty() {
             return Err(Failure::bad(format!(
                 "secret {name}: give at least one --pod-namespace NAMESPACE (or '*')"
