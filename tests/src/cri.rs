@@ -5,11 +5,7 @@
 //! as kubelet sends it, `RunPodSandbox`, the sandboxes the shim made.
 
 use std::{
-    collections::HashMap,
-    future::Future,
-    io::Write as _,
-    path::Path,
-    process::Stdio,
+    collections::HashMap, future::Future, io::Write as _, path::Path, process::Stdio,
     time::Duration,
 };
 

@@ -114,7 +114,13 @@ fn a_pod_names_only_the_secrets_allowed_for_its_namespace() {
     .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}"));
 
     // Disallowed again: refused again.
-    w.svc_ok(&["secret", "disallow", "team-a-bot", "--pod-namespace", "team-b"]);
+    w.svc_ok(&[
+        "secret",
+        "disallow",
+        "team-a-bot",
+        "--pod-namespace",
+        "team-b",
+    ]);
     let said = refused(&cri, "team-b", "agent-2", &naming(&bind));
     assert!(said.contains(&want), "{said}");
     assert_nothing_left(&w, &c, &cri);
@@ -145,13 +151,18 @@ fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
     let after = format!("{VAR}=team-b-bot, SVC_CRED_OTHER_EXAMPLE_TEST_TOKEN=team-a-bot");
     let said = refused(&cri, "team-b", "after", &naming(&after));
     assert!(
-        said.contains("=team-a-bot: no stored secret team-a-bot is allowed for pods in namespace team-b"),
+        said.contains(
+            "=team-a-bot: no stored secret team-a-bot is allowed for pods in namespace team-b"
+        ),
         "{said}"
     );
     // The same variable twice (the last one winning would be the bypass): refused outright.
     let twice = format!("{VAR}=team-b-bot, {VAR}=team-a-bot");
     let said = refused(&cri, "team-b", "twice", &naming(&twice));
-    assert!(said.contains(&format!("--secret {VAR} is given twice")), "{said}");
+    assert!(
+        said.contains(&format!("--secret {VAR} is given twice")),
+        "{said}"
+    );
     // The annotation's key spelt differently beside the real one: refused by the shim, so it
     // never stands in for (or beside) `svc.dev/secrets`.
     let own = format!("{VAR}=team-b-bot");
@@ -173,6 +184,9 @@ fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
     assert!(said.contains(&not_for_b), "{said}");
     // A namespace spelt as team-a in other cases is no namespace Kubernetes makes: refused.
     let said = refused(&cri, "Team-A", "cased", &naming(&other));
-    assert!(said.contains("pod namespace \"Team-A\": contains 'T'"), "{said}");
+    assert!(
+        said.contains("pod namespace \"Team-A\": contains 'T'"),
+        "{said}"
+    );
     assert_nothing_left(&w, &c, &cri);
 }

@@ -155,7 +155,10 @@ mod tests {
             let e = entries(&list(&["ok", *value]))
                 .expect_err(value)
                 .to_string();
-            assert!(e.starts_with(&format!("--pod-namespace {value:?}: {why}")), "{e}");
+            assert!(
+                e.starts_with(&format!("--pod-namespace {value:?}: {why}")),
+                "{e}"
+            );
         }
         let long = "a".repeat(MAX_NAMESPACE + 1);
         let e = entries(&[long]).expect_err("long").to_string();

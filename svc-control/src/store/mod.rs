@@ -126,7 +126,10 @@ mod tests {
             .secret_pod_namespaces("gh", &ns(&["*"]), &ns(&["team-a", "nobody"]))
             .unwrap();
         assert_eq!(row.pod_namespaces, ns(&["*", "team-b"]));
-        assert_eq!(s.secret_list().unwrap()[0].pod_namespaces, ns(&["*", "team-b"]));
+        assert_eq!(
+            s.secret_list().unwrap()[0].pod_namespaces,
+            ns(&["*", "team-b"])
+        );
         assert!(matches!(
             s.secret_pod_namespaces("nope", &ns(&["a"]), &[]),
             Err(StoreError::SecretNotFound(_))

@@ -161,10 +161,12 @@ impl Supervisor {
     ) -> Result<SecretInfo, Failure> {
         creds::check_name(name).map_err(Failure::bad)?;
         self.authorize_secret(who, name, SecretAction::PodNamespaces)?;
-        let entries = |v: &[String]| {
-            pod_secrets::entries(v).map_err(|e| Failure::bad(e.to_string()))
-        };
-        let (allow, disallow) = (entries(req.allow.as_slice())?, entries(req.disallow.as_slice())?);
+        let entries =
+            |v: &[String]| pod_secrets::entries(v).map_err(|e| Failure::bad(e.to_string()));
+        let (allow, disallow) = (
+            entries(req.allow.as_slice())?,
+            entries(req.disallow.as_slice())?,
+        );
         if allow.is_empty() && disallow.is_empty() {
             return Err(Failure::bad(format!(
                 "secret {name}: give at least one --pod-namespace NAMESPACE (or '*')"

@@ -69,8 +69,8 @@ impl Supervisor {
         req: api::SetSecret,
     ) -> Result<SecretInfo, Failure> {
         creds::check_name(&req.name).map_err(Failure::bad)?;
-        let pod_namespaces = pod_secrets::entries(&req.pod_namespaces)
-            .map_err(|e| Failure::bad(e.to_string()))?;
+        let pod_namespaces =
+            pod_secrets::entries(&req.pod_namespaces).map_err(|e| Failure::bad(e.to_string()))?;
         if let Some((row, _)) = self.store().secret_get(&req.name)? {
             let access = super::ownership::access_of(&row);
             ownership::secret_name(who, &req.name, Some(&access))?;
