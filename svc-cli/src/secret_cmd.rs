@@ -1,15 +1,19 @@
-//! `svc secret set|list|rm|rotate|share|unshare`: the named secret store on the host. Values come from
-//! standard input or a file, never from the command line (where `ps` and shell history would
-//! keep them); they are sealed with the host key in svcd's state and never shown again.
-//! Sandboxes use them with `--secret VAR@store:NAME`. A secret is its owner's (the uid that
-//! stored it): only the owner and root may use it, unless the owner shares it with a group.
+//! `svc secret set|list|show|rm|rotate|share|unshare|allow|disallow`: the named secret store on
+//! the host. Values come from standard input or a file, never from the command line (where `ps`
+//! and shell history would keep them); they are sealed with the host key in svcd's state and
+//! never shown again. Sandboxes use them with `--secret VAR@store:NAME`. A secret is its
+//! owner's (the uid that stored it): only the owner and root may use it, unless the owner
+//! shares it with a group. Kubernetes pods name them in `svc.dev/secrets`, each secret only
+//! from the pod namespaces it is allowed for (`allow`; none by default).
 
 use std::{io::Read as _, path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::Subcommand;
 use http::Method;
-use svc_control::api::{OAuthSpec, RotateSecret, SecretInfo, SecretValue, SetSecret, ShareSecret};
+use svc_control::api::{
+    OAuthSpec, PodNamespacesChange, RotateSecret, SecretInfo, SecretValue, SetSecret, ShareSecret,
+};
 
 use crate::{
     client::{Client, SocketArg},
@@ -35,6 +39,10 @@ pub enum SecretCommand {
         /// The client_id sent with the refresh grant.
         #[arg(long, value_name = "ID", requires = "oauth_token_endpoint")]
         oauth_client_id: Option<String>,
+        /// Let pods of this Kubernetes namespace name the secret in `svc.dev/secrets`
+        /// (repeatable; `*`: every namespace). Default: no pod may.
+        #[arg(long = "pod-namespace", value_name = "NAMESPACE")]
+        pod_namespaces: Vec<String>,
         /// Print the secret's record (never its value) as JSON.
         #[arg(long)]
         json: bool,
@@ -44,6 +52,43 @@ pub enum SecretCommand {
     List {
         #[command(flatten)]
         output: crate::output::OutputArgs,
+    },
+    /// Show one stored secret you may use: its version, times, owner, sharing and the pod
+    /// namespaces allowed to name it, never its value.
+    Show {
+        /// The secret's name.
+        name: String,
+        #[command(flatten)]
+        output: crate::output::OutputArgs,
+    },
+    /// Let pods of Kubernetes namespaces name a secret of yours in their `svc.dev/secrets`
+    /// annotation (on this node). A pod may name only the secrets allowed for its namespace;
+    /// a new secret is allowed for none. `--pod-namespace '*'` allows every namespace: every
+    /// author of an svc pod on this node may then use it.
+    #[command(
+        after_help = "Examples:\n  svc secret allow acme-bot --pod-namespace team-a\n  svc secret allow ci-token --pod-namespace team-a --pod-namespace team-b\n  svc secret disallow acme-bot --pod-namespace team-a"
+    )]
+    Allow {
+        /// The secret's name.
+        name: String,
+        /// A Kubernetes namespace (repeatable), or `*` for every namespace.
+        #[arg(long = "pod-namespace", value_name = "NAMESPACE", required = true)]
+        pod_namespaces: Vec<String>,
+        /// Print the secret's record (never its value) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop letting pods of Kubernetes namespaces name a secret (`*` removes only the `*`
+    /// entry). Sandboxes that were issued its value keep it until destroyed.
+    Disallow {
+        /// The secret's name.
+        name: String,
+        /// A Kubernetes namespace (repeatable), or `*`.
+        #[arg(long = "pod-namespace", value_name = "NAMESPACE", required = true)]
+        pod_namespaces: Vec<String>,
+        /// Print the secret's record (never its value) as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove a secret. Sandboxes that were issued its value keep it until destroyed.
     #[command(visible_alias = "remove")]
@@ -170,7 +215,77 @@ fn show(json: bool, what: &str, s: &SecretInfo) -> anyhow::Result<()> {
             (None, Some(gid)) => outln!("  shared with gid {gid}"),
             (None, None) => {}
         }
+        if !s.pod_namespaces.is_empty() {
+            outln!("  pods may name it from: {}", pods_text(s));
+        }
     }
+    Ok(())
+}
+
+/// The pod namespaces allowed to name a secret, for people: `-` for none.
+fn pods_text(s: &SecretInfo) -> String {
+    if s.pod_namespaces.is_empty() {
+        "-".to_owned()
+    } else {
+        s.pod_namespaces.join(",")
+    }
+}
+
+/// `svc secret show NAME`: the one the caller may see by that name, as `svc secret list` has it.
+async fn show_one(
+    client: &Client,
+    name: &str,
+    format: crate::output::Format,
+) -> anyhow::Result<()> {
+    let all: Vec<SecretInfo> = client
+        .call::<(), _>(Method::GET, "/v1/secrets", None)
+        .await?;
+    let s = all
+        .iter()
+        .find(|s| s.name == name)
+        .with_context(|| format!("no secret named {name:?} (svc secret list shows them)"))?;
+    crate::output::one(format, s, |s| {
+        outln!("secret {} (version {}, {})", s.name, s.version, s.kind);
+        outln!("  created  {}", s.created_at);
+        outln!("  updated  {}", s.updated_at);
+        if let Some(e) = &s.expires_at {
+            outln!("  expires  {e}");
+        }
+        outln!("  owner    {}", owner_text(s.owner_uid, s.owner.as_deref()));
+        let shared = match (&s.shared_group, s.shared_gid) {
+            (Some(g), _) => g.clone(),
+            (None, Some(gid)) => format!("gid {gid}"),
+            (None, None) => "-".to_owned(),
+        };
+        outln!("  shared   {shared}");
+        outln!(
+            "  pods     {} (Kubernetes namespaces whose pods may name it)",
+            pods_text(s)
+        );
+    })?;
+    Ok(())
+}
+
+/// Allow (`allow`) or disallow pods of `namespaces` to name the secret `name`.
+async fn pod_namespaces(
+    client: &Client,
+    name: &str,
+    change: PodNamespacesChange,
+    json: bool,
+    what: &str,
+) -> anyhow::Result<()> {
+    let s: SecretInfo = client
+        .call(
+            Method::POST,
+            &format!("/v1/secrets/{name}/pod-namespaces"),
+            Some(&change),
+        )
+        .await?;
+    if json {
+        return show(true, what, &s);
+    }
+    outln!("{what} secret {} (version {})", s.name, s.version);
+    outln!("  pods may name it from: {}", pods_text(&s));
     Ok(())
 }
 
@@ -184,6 +299,7 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                 from_file,
                 oauth_token_endpoint,
                 oauth_client_id,
+                pod_namespaces,
                 json,
             } => {
                 let value = read_value(from_file.as_ref())?;
@@ -191,13 +307,13 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                     token_endpoint,
                     client_id: oauth_client_id,
                 });
-                let s: SecretInfo = client
-                    .call(
-                        Method::POST,
-                        "/v1/secrets",
-                        Some(&SetSecret { name, value, oauth }),
-                    )
-                    .await?;
+                let set = SetSecret {
+                    name,
+                    value,
+                    oauth,
+                    pod_namespaces,
+                };
+                let s: SecretInfo = client.call(Method::POST, "/v1/secrets", Some(&set)).await?;
                 show(json, "stored", &s)?;
             }
             SecretCommand::Rotate {
@@ -216,6 +332,31 @@ pub fn run(cmd: SecretCommand, socket: &SocketArg) -> anyhow::Result<ExitCode> {
                 show(json, "rotated", &s)?;
             }
             SecretCommand::List { output } => list(&client, output.format()).await?,
+            SecretCommand::Show { name, output } => {
+                show_one(&client, &name, output.format()).await?;
+            }
+            SecretCommand::Allow {
+                name,
+                pod_namespaces: allow,
+                json,
+            } => {
+                let change = PodNamespacesChange {
+                    allow,
+                    disallow: Vec::new(),
+                };
+                pod_namespaces(&client, &name, change, json, "allowed").await?;
+            }
+            SecretCommand::Disallow {
+                name,
+                pod_namespaces: disallow,
+                json,
+            } => {
+                let change = PodNamespacesChange {
+                    allow: Vec::new(),
+                    disallow,
+                };
+                pod_namespaces(&client, &name, change, json, "disallowed").await?;
+            }
             SecretCommand::Share { name, group, json } => {
                 share(&client, &name, Some(group), json, "shared").await?;
             }
@@ -248,18 +389,19 @@ fn print_secrets(all: &[SecretInfo]) {
         outln!("no secrets (store one: svc secret set NAME < value)");
     } else {
         outln!(
-            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  OWNER",
+            "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {:<16}  OWNER",
             "NAME",
             "VERSION",
             "KIND",
             "CREATED",
             "UPDATED",
             "EXPIRES",
-            "SHARED"
+            "SHARED",
+            "POD-NAMESPACES"
         );
         for s in all {
             outln!(
-                "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {}",
+                "{:<32} {:>7}  {:<5}  {:<24}  {:<24}  {:<24}  {:<12}  {:<16}  {}",
                 s.name,
                 s.version,
                 s.kind,
@@ -267,6 +409,7 @@ fn print_secrets(all: &[SecretInfo]) {
                 s.updated_at,
                 s.expires_at.as_deref().unwrap_or("-"),
                 s.shared_group.as_deref().unwrap_or("-"),
+                pods_text(s),
                 owner_text(s.owner_uid, s.owner.as_deref())
             );
         }

@@ -35,7 +35,7 @@ pub use changes::{AllowChange, ForkRequest};
 mod pod;
 /// A workspace's part of a creation request, and what svcd says of a workspace.
 mod workspace;
-pub use pod::PodRef;
+pub use pod::{PodNamespacesChange, PodRef};
 /// What a sandbox uses (`GET /v1/sandboxes/{name}/stats`).
 mod stats;
 pub use stats::SandboxStats;
@@ -217,6 +217,10 @@ pub struct SecretInfo {
     pub shared_group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_gid: Option<u32>,
+    /// The Kubernetes namespaces whose pods may name it in `svc.dev/secrets` (`*`: every one;
+    /// none: no pod may), as `svc secret allow` set them.
+    #[serde(default)]
+    pub pod_namespaces: Vec<String>,
 }
 
 /// `POST /v1/secrets/{name}/share`: let the members of a unix group of the host use it.
@@ -250,6 +254,9 @@ pub struct SetSecret {
     /// Set: an OAuth secret whose `value` is the refresh token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oauth: Option<OAuthSpec>,
+    /// The Kubernetes namespaces whose pods may name it (`--pod-namespace`); none by default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_namespaces: Vec<String>,
 }
 
 /// `POST /v1/secrets/{name}/rotate`.

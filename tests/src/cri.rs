@@ -1,8 +1,13 @@
 //! A CRI client, as kubelet is one: the CRI v1 API (`runtime.v1`, compiled at build time from
 //! `tests/data/cri-api/api.proto`) over gRPC on containerd's Unix socket. Blocking for the
-//! tests: each call runs on the client's own Tokio runtime.
+//! tests: each call runs on the client's own Tokio runtime. And what the CRI tests share:
+//! containerd with CRI on, a stored secret allowed for pod namespaces, a pod's configuration
+//! as kubelet sends it, `RunPodSandbox`, the sandboxes the shim made.
 
-use std::{future::Future, path::Path, time::Duration};
+use std::{
+    collections::HashMap, future::Future, io::Write as _, path::Path, process::Stdio,
+    time::Duration,
+};
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -19,6 +24,11 @@ pub mod api {
 }
 
 use api::{image_service_client::ImageServiceClient, runtime_service_client::RuntimeServiceClient};
+
+use crate::{
+    containerd::{CRI_HANDLER, Containerd, oci_archive},
+    world::World,
+};
 
 /// A connection to a CRI server.
 pub struct Cri {
@@ -73,4 +83,98 @@ impl Cri {
     ) -> Result<T, tonic::Status> {
         self.rt.block_on(call).map(tonic::Response::into_inner)
     }
+}
+
+/// containerd with CRI on, the base image imported for the CRI plugin, and a client.
+pub fn start(w: &World) -> (Containerd, Cri) {
+    let c = Containerd::start_cri(w, &w.dir.join("containerd"));
+    let archive = oci_archive(&w.dir);
+    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+    let cri = Cri::connect(&c.socket).unwrap_or_else(|e| panic!("{e}"));
+    (c, cri)
+}
+
+/// `svc secret set NAME --pod-namespace NS…` with `value` on its standard input: pods of
+/// `namespaces` may name it.
+pub fn store_secret(w: &World, name: &str, value: &str, namespaces: &[&str]) {
+    let mut args = vec!["secret", "set", name];
+    for ns in namespaces {
+        args.extend(["--pod-namespace", ns]);
+    }
+    let mut child = w
+        .svc_command(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("svc secret set");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{value}\n").as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("svc");
+    assert!(out.status.success(), "svc secret set {name}: {out:?}");
+}
+
+/// A pod named `name` in namespace `default` with `annotations` ([`pod_config_in`]).
+pub fn pod_config(name: &str, annotations: &[(&str, &str)]) -> api::PodSandboxConfig {
+    pod_config_in("default", name, annotations)
+}
+
+/// A pod named `name` in Kubernetes namespace `namespace` with `annotations`, in the node's
+/// network namespace (no CNI: the svc sandbox has its own fenced network namespace whatever
+/// the pod's).
+pub fn pod_config_in(
+    namespace: &str,
+    name: &str,
+    annotations: &[(&str, &str)],
+) -> api::PodSandboxConfig {
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{namespace}-{name}"),
+            namespace: namespace.into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<HashMap<_, _>>(),
+        linux: Some(api::LinuxPodSandboxConfig {
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(api::NamespaceOption {
+                    network: api::NamespaceMode::Node.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `RunPodSandbox` of `config` on the svc handler: the pod's id, or the status it failed with.
+pub fn run_pod(cri: &Cri, config: &api::PodSandboxConfig) -> Result<String, tonic::Status> {
+    cri.call(cri.runtime().run_pod_sandbox(api::RunPodSandboxRequest {
+        config: Some(config.clone()),
+        runtime_handler: CRI_HANDLER.into(),
+    }))
+    .map(|r| r.pod_sandbox_id)
+}
+
+/// The names of svcd's sandboxes the shim made (`ctr-…`).
+pub fn shim_sandboxes(w: &World) -> Vec<String> {
+    let list: serde_json::Value =
+        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list json");
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .filter(|n| n.starts_with("ctr-"))
+        .map(str::to_owned)
+        .collect()
 }

@@ -9,88 +9,21 @@
 //! pod leaves no QEMU. A pod svcd refuses fails `RunPodSandbox` with svcd's message; a backend
 //! svc has no kind of fails it with the shim's, naming the annotation.
 
-use std::{
-    collections::HashMap,
-    io::Write as _,
-    process::Stdio,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use svc_control::{names::SandboxName, policy::pod};
 use svc_tests::{
-    containerd::{CRI_HANDLER, Containerd, IMAGE, oci_archive},
-    cri::{Cri, api},
+    containerd::{Containerd, IMAGE},
+    cri::{Cri, api, pod_config, run_pod, shim_sandboxes, start, store_secret},
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
 };
 
-/// The secret-store entry the pod's credential refers to.
+/// The secret-store entry the pod's credential refers to, allowed for the namespace of the
+/// tests' pods (`pod_config`'s `default`).
 const STORED: &str = "example";
-
-/// containerd with CRI on, the base image imported for the CRI plugin, and a client.
-fn start(w: &World) -> (Containerd, Cri) {
-    let c = Containerd::start_cri(w, &w.dir.join("containerd"));
-    let archive = oci_archive(&w.dir);
-    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
-    let cri = Cri::connect(&c.socket).unwrap_or_else(|e| panic!("{e}"));
-    (c, cri)
-}
-
-/// `svc secret set NAME` with `value` on its standard input.
-fn store_secret(w: &World, name: &str, value: &str) {
-    let mut child = w
-        .svc_command(&["secret", "set", name])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("svc secret set");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{value}\n").as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("svc");
-    assert!(out.status.success(), "svc secret set {name}: {out:?}");
-}
-
-/// A pod named `name` with `annotations`, in the node's network namespace (no CNI: the svc
-/// sandbox has its own fenced network namespace whatever the pod's).
-fn pod_config(name: &str, annotations: &[(&str, &str)]) -> api::PodSandboxConfig {
-    api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        annotations: annotations
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect::<HashMap<_, _>>(),
-        linux: Some(api::LinuxPodSandboxConfig {
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(api::NamespaceOption {
-                    network: api::NamespaceMode::Node.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn run_pod(cri: &Cri, config: &api::PodSandboxConfig) -> Result<String, tonic::Status> {
-    cri.call(cri.runtime().run_pod_sandbox(api::RunPodSandboxRequest {
-        config: Some(config.clone()),
-        runtime_handler: CRI_HANDLER.into(),
-    }))
-    .map(|r| r.pod_sandbox_id)
-}
+/// The namespaces [`STORED`] is allowed for.
+const ALLOWED: &[&str] = &["default"];
 
 /// Create and start container `name` running `command` in pod `pod_id`: its id.
 fn run_container(
@@ -171,19 +104,6 @@ fn exited(cri: &Cri, c: &Containerd, id: &str) -> api::ContainerStatus {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// The names of svcd's sandboxes the shim made (`ctr-…`).
-fn shim_sandboxes(w: &World) -> Vec<String> {
-    let list: serde_json::Value =
-        serde_json::from_str(&w.svc_ok(&["sandbox", "list", "--json"])).expect("list json");
-    list.as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|s| s["name"].as_str())
-        .filter(|n| n.starts_with("ctr-"))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Container `agent` runs in the pod's sandbox `sandbox`, inside its perimeter: the allowed
@@ -349,7 +269,7 @@ fn remove_pod(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) {
 fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     require_root();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN);
+    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
     let v = cri
@@ -402,7 +322,7 @@ fn a_microvm_pod_through_cri_is_one_fenced_vm_and_leaves_nothing() {
     require_root();
     microvm_images();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN);
+    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
     let pod = run_fenced_pod(&w, &c, &cri, "vm-agent", &[(pod::BACKEND, "microvm")]);
@@ -441,7 +361,7 @@ fn a_microvm_pod_through_cri_is_one_fenced_vm_and_leaves_nothing() {
 fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
     require_root();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN);
+    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
     // The code host's token without a repository: svcd's creation rules refuse it. The

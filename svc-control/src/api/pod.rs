@@ -1,6 +1,7 @@
 //! A Kubernetes pod's identity as the API carries it (`pod` of a creation request, a sandbox's
 //! view and each of its audit records): `{"namespace": …, "name": …}`, checked by
 //! `policy::pod_identity` as it is read, so a bad one refuses the request naming what is wrong.
+//! And the change of the pod namespaces a stored secret is allowed for.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,19 @@ impl PodRef {
             .ok_or_else(|| format!("pod {s:?}: expected NAMESPACE/NAME, such as default/web-0"))?;
         Self::new(ns, name).map_err(|e| e.to_string())
     }
+}
+
+/// `POST /v1/secrets/{name}/pod-namespaces`: which Kubernetes namespaces' pods may name a
+/// stored secret in their `svc.dev/secrets` annotation (`policy::pod_secrets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodNamespacesChange {
+    /// Namespaces to allow (`*`: every namespace).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Namespaces to allow no longer (`*` removes only the `*` entry).
+    #[serde(default)]
+    pub disallow: Vec<String>,
 }
 
 impl std::fmt::Display for PodRef {

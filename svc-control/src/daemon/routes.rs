@@ -73,6 +73,7 @@ fn secret_action(method: &Method, rest: &[&str]) -> SecretAction {
         (&Method::POST, ["rotate"]) => SecretAction::Rotate,
         (&Method::DELETE, []) => SecretAction::Remove,
         (&Method::POST, ["share"]) => SecretAction::Share,
+        (&Method::POST, ["pod-namespaces"]) => SecretAction::PodNamespaces,
         _ => SecretAction::Other,
     }
 }
@@ -256,6 +257,11 @@ impl Call<'_> {
                 sup.secret_share(&self.who, name, &r)
                     .map(|v| json(StatusCode::OK, &v))
             }
+            (&Method::POST, [name, "pod-namespaces"]) => {
+                let r = read_json::<api::PodNamespacesChange>(req).await?;
+                sup.secret_pod_namespaces(&self.who, name, &r)
+                    .map(|v| json(StatusCode::OK, &v))
+            }
             _ => Err(self.no_route()),
         }
     }
@@ -361,6 +367,11 @@ mod tests {
             (Method::POST, &["rotate"], SecretAction::Rotate),
             (Method::DELETE, &[], SecretAction::Remove),
             (Method::POST, &["share"], SecretAction::Share),
+            (
+                Method::POST,
+                &["pod-namespaces"],
+                SecretAction::PodNamespaces,
+            ),
             (Method::GET, &[], SecretAction::Other),
             (Method::POST, &["unshare"], SecretAction::Other),
             (Method::PUT, &[], SecretAction::Other),

@@ -31,6 +31,8 @@ pub mod paths;
 pub mod pod;
 /// A pod's namespace and name (from containerd's CRI annotations), checked as Kubernetes does.
 pub mod pod_identity;
+/// Which stored secrets a pod may name: those allowed for its namespace.
+pub mod pod_secrets;
 /// Which host directory a workspace may share into its sandbox.
 pub mod project;
 /// A push's command list as git's receive-pack reads it (the relay and smart-HTTP both ask).

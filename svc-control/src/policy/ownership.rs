@@ -8,7 +8,7 @@
 //!   own sandboxes, sees only those in `list`, and reads only their events and audit records.
 //!   Root acts on every one.
 //! - A stored secret is its owner's: only the owner (or root) may rotate, remove, share or
-//!   unshare it. The owner may share it with one unix group (`svc secret share NAME --group G`,
+//!   unshare it, or allow pods of a Kubernetes namespace to name it (`policy::pod_secrets`). The owner may share it with one unix group (`svc secret share NAME --group G`,
 //!   like a file's group read bit): a caller in that group may then bind it into its own
 //!   sandboxes (`--secret VAR@store:NAME`), but never change it.
 //! - A secret a caller may not see (not its own, not shared with a group it is in) is answered
@@ -105,6 +105,8 @@ pub enum SecretAction {
     Rotate,
     Remove,
     Share,
+    /// `svc secret allow|disallow NAME --pod-namespace NS`: which pods may name it.
+    PodNamespaces,
     /// Any other per-secret route: its owner's (or root's) like the rest.
     Other,
 }
@@ -198,6 +200,7 @@ pub fn secret(
         SecretAction::Rotate => "rotate",
         SecretAction::Remove => "remove",
         SecretAction::Share => "share or unshare",
+        SecretAction::PodNamespaces => "allow or disallow pod namespaces for",
         SecretAction::Other => "act on",
     };
     Err(OwnershipError::SecretNotYours {
@@ -575,6 +578,24 @@ mod tests {
             false,
         ),
         (
+            "shared_secret_not_allowed_for_pods_by_group_member",
+            BOB,
+            &[DEVS],
+            ALICE,
+            Some(DEVS),
+            SecretAction::PodNamespaces,
+            false,
+        ),
+        (
+            "owner_allows_pods_to_name_its_secret",
+            ALICE,
+            &[],
+            ALICE,
+            None,
+            SecretAction::PodNamespaces,
+            true,
+        ),
+        (
             "member_cannot_use_roots_secret",
             BOB,
             &[DEVS],
@@ -600,6 +621,7 @@ mod tests {
             SecretAction::Rotate,
             SecretAction::Remove,
             SecretAction::Share,
+            SecretAction::PodNamespaces,
         ] {
             let e = secret(&who(BOB, &[DEVS]), "gh", &access(ALICE, None), action)
                 .unwrap_err()

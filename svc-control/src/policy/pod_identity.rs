@@ -49,6 +49,12 @@ pub fn check(namespace: &str, name: &str) -> Result<(), PodIdentityError> {
     })
 }
 
+/// A namespace as Kubernetes takes it (a DNS-1123 label of at most [`MAX_NAMESPACE`]), or why
+/// not (`policy::pod_secrets` checks a secret's pod namespaces with it).
+pub fn check_namespace(namespace: &str) -> Result<(), String> {
+    label(namespace, MAX_NAMESPACE)
+}
+
 /// The pod's (namespace, name) from a task's annotations: none when neither CRI annotation is
 /// there (a task `ctr` made), refused when only one is or either breaks Kubernetes' rules.
 pub fn from_annotations(

@@ -45,4 +45,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // from before get one each now.
     "ALTER TABLE sandboxes ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
     UPDATE sandboxes SET incarnation = lower(hex(randomblob(8))) WHERE incarnation = '';",
+    // 5: the Kubernetes pod namespaces whose pods may name each stored secret
+    // (`policy::pod_secrets`). Secrets stored before get none: no pod may name them until
+    // `svc secret allow NAME --pod-namespace NS`.
+    "CREATE TABLE secret_pod_namespaces (
+        name      TEXT NOT NULL REFERENCES secret_store(name) ON DELETE CASCADE,
+        namespace TEXT NOT NULL,
+        PRIMARY KEY (name, namespace)
+    );",
 ];

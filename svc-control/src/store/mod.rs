@@ -92,4 +92,51 @@ mod tests {
         assert_eq!(e.owner_uid, None);
         assert_eq!(s.events_after(0, 10).unwrap()[0].owner_uid, Some(1001));
     }
+
+    #[test]
+    fn secrets_from_before_pod_namespaces_get_none_and_a_removed_one_takes_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // A database at schema 4 (before pod namespaces), with a stored secret.
+            let mut conn = Connection::open(dir.path().join("svcd.db")).unwrap();
+            let tx = conn.transaction().unwrap();
+            for m in &MIGRATIONS[..4] {
+                tx.execute_batch(m).unwrap();
+            }
+            tx.pragma_update(None, "user_version", 4).unwrap();
+            tx.execute(
+                "INSERT INTO secret_store (name, version, sealed, created_at, updated_at) \
+                 VALUES ('gh', 1, x'00', 't', 't')",
+                [],
+            )
+            .unwrap();
+            tx.commit().unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let gh = s.secret_get("gh").unwrap().unwrap();
+        assert_eq!(gh.0.pod_namespaces, Vec::<String>::new());
+        assert_eq!(gh.1, [0u8], "the sealed value is read past the new column");
+        let ns = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let row = s
+            .secret_pod_namespaces("gh", &ns(&["team-b", "team-a", "team-b"]), &[])
+            .unwrap();
+        assert_eq!(row.pod_namespaces, ns(&["team-a", "team-b"]));
+        let row = s
+            .secret_pod_namespaces("gh", &ns(&["*"]), &ns(&["team-a", "nobody"]))
+            .unwrap();
+        assert_eq!(row.pod_namespaces, ns(&["*", "team-b"]));
+        assert_eq!(
+            s.secret_list().unwrap()[0].pod_namespaces,
+            ns(&["*", "team-b"])
+        );
+        assert!(matches!(
+            s.secret_pod_namespaces("nope", &ns(&["a"]), &[]),
+            Err(StoreError::SecretNotFound(_))
+        ));
+        // A secret stored again under a removed one's name starts with none.
+        s.secret_delete("gh").unwrap();
+        let again = s.secret_put("gh", b"x", "t", 0).unwrap();
+        assert_eq!(again.pod_namespaces, Vec::<String>::new());
+    }
 }

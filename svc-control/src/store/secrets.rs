@@ -1,5 +1,6 @@
 //! The named secret store (`svc secret`): values sealed with the host key, each with its
-//! owner, the group it is shared with, and a version that rotation raises.
+//! owner, the group it is shared with, the pod namespaces that may name it, and a version that
+//! rotation raises.
 
 use rusqlite::{OptionalExtension as _, params};
 
@@ -16,10 +17,16 @@ pub struct SecretRow {
     pub owner_uid: u32,
     /// The group whose members may use it (`svc secret share`), if any.
     pub shared_gid: Option<u32>,
+    /// The Kubernetes namespaces whose pods may name it (`svc secret allow`; `*`: every one),
+    /// sorted; none for a secret stored before they were recorded.
+    pub pod_namespaces: Vec<String>,
 }
 
-/// The columns a [`SecretRow`] is read from, in [`from_row`]'s order.
-const COLUMNS: &str = "name, version, created_at, updated_at, owner_uid, shared_gid";
+/// The columns a [`SecretRow`] is read from, in [`from_row`]'s order (the pod namespaces
+/// joined by spaces: a namespace holds none).
+const COLUMNS: &str = "name, version, created_at, updated_at, owner_uid, shared_gid, \
+     (SELECT group_concat(p.namespace, ' ') FROM secret_pod_namespaces p \
+      WHERE p.name = secret_store.name)";
 
 /// A [`SecretRow`] from a row whose first columns are [`COLUMNS`].
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SecretRow> {
@@ -30,6 +37,17 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SecretRow> {
         updated_at: r.get(3)?,
         owner_uid: r.get(4)?,
         shared_gid: r.get(5)?,
+        pod_namespaces: {
+            let joined: Option<String> = r.get(6)?;
+            let mut v: Vec<String> = joined
+                .unwrap_or_default()
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            v.sort();
+            v
+        },
     })
 }
 
@@ -39,7 +57,7 @@ impl Store {
             .query_row(
                 &format!("SELECT {COLUMNS}, sealed FROM secret_store WHERE name = ?1"),
                 params![name],
-                |r| Ok((from_row(r)?, r.get::<_, Vec<u8>>(6)?)),
+                |r| Ok((from_row(r)?, r.get::<_, Vec<u8>>(7)?)),
             )
             .optional()
             .map_err(self.sql_err())
@@ -131,6 +149,34 @@ impl Store {
             "UPDATE secret_store SET shared_gid = ?2 WHERE name = ?1",
             params![name, gid],
         )
+    }
+
+    /// Let pods of the namespaces `add` name the secret `name`, and those of `remove` no
+    /// longer (entries checked by `policy::pod_secrets` already); one transaction.
+    pub fn secret_pod_namespaces(
+        &self,
+        name: &str,
+        add: &[String],
+        remove: &[String],
+    ) -> Result<SecretRow, StoreError> {
+        self.secret_found(name)?;
+        let tx = self.conn.unchecked_transaction().map_err(self.sql_err())?;
+        for ns in add {
+            tx.execute(
+                "INSERT OR IGNORE INTO secret_pod_namespaces (name, namespace) VALUES (?1, ?2)",
+                params![name, ns],
+            )
+            .map_err(self.sql_err())?;
+        }
+        for ns in remove {
+            tx.execute(
+                "DELETE FROM secret_pod_namespaces WHERE name = ?1 AND namespace = ?2",
+                params![name, ns],
+            )
+            .map_err(self.sql_err())?;
+        }
+        tx.commit().map_err(self.sql_err())?;
+        self.secret_found(name)
     }
 
     /// A secret and its sealed value.

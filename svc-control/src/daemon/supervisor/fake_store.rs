@@ -96,6 +96,11 @@ logged! {
         fn secret_rotate(name: &str, sealed: &[u8], now: &str) -> SecretRow, name;
         fn secret_refresh(name: &str, version: u32, sealed: &[u8], now: &str) -> bool, name;
         fn secret_share(name: &str, gid: Option<u32>) -> SecretRow, name;
+        fn secret_pod_namespaces(
+            name: &str,
+            add: &[String],
+            remove: &[String]
+        ) -> SecretRow, name;
         fn secret_get(name: &str) -> Option<(SecretRow, Vec<u8>)>, name;
         fn secret_list() -> Vec<SecretRow>, "";
         fn secret_delete(name: &str) -> SecretRow, name;

@@ -6,7 +6,10 @@ use crate::{
     api::{self, SecretInfo},
     creds,
     daemon::failure::Failure,
-    policy::ownership::{self, Owner, Principal, SandboxAction, SecretAccess, SecretAction},
+    policy::{
+        ownership::{self, Owner, Principal, SandboxAction, SecretAccess, SecretAction},
+        pod_secrets,
+    },
     store::SecretRow,
 };
 
@@ -144,6 +147,50 @@ impl Supervisor {
             None,
             Some(row.owner_uid),
             serde_json::json!({"name": name, "group": req.group}),
+        );
+        self.secret_info(row)
+    }
+
+    /// `POST /v1/secrets/{name}/pod-namespaces`: its owner (or root) lets pods of Kubernetes
+    /// namespaces name it in `svc.dev/secrets`, or no longer (`policy::pod_secrets`).
+    pub fn secret_pod_namespaces(
+        &self,
+        who: &Principal,
+        name: &str,
+        req: &api::PodNamespacesChange,
+    ) -> Result<SecretInfo, Failure> {
+        creds::check_name(name).map_err(Failure::bad)?;
+        self.authorize_secret(who, name, SecretAction::PodNamespaces)?;
+        let entries =
+            |v: &[String]| pod_secrets::entries(v).map_err(|e| Failure::bad(e.to_string()));
+        let (allow, disallow) = (
+            entries(req.allow.as_slice())?,
+            entries(req.disallow.as_slice())?,
+        );
+        if allow.is_empty() && disallow.is_empty() {
+            return Err(Failure::bad(format!(
+                "secret {name}: give at least one --pod-namespace NAMESPACE (or '*')"
+            )));
+        }
+        let row = self
+            .store()
+            .secret_pod_namespaces(name, &allow, &disallow)?;
+        tracing::info!(
+            secret = %name,
+            pod_namespaces = ?row.pod_namespaces,
+            by = who.uid,
+            "secret's pod namespaces changed"
+        );
+        self.event_owned(
+            "secret.pod_namespaces",
+            None,
+            Some(row.owner_uid),
+            serde_json::json!({
+                "name": name,
+                "allowed": allow,
+                "disallowed": disallow,
+                "pod_namespaces": row.pod_namespaces,
+            }),
         );
         self.secret_info(row)
     }

@@ -14,13 +14,17 @@ use crate::{
     api::{self, CreateSandbox, SecretInfo, SecretValue},
     creds::{self, SEALED, grant::GrantState},
     daemon::failure::Failure,
-    policy::ownership::{self, Principal, SecretAction},
+    policy::{
+        ownership::{self, Principal, SecretAction},
+        pod_secrets,
+    },
     store::SecretRow,
 };
 
 fn info_of(r: SecretRow, grant: Option<&GrantState>) -> SecretInfo {
     let (owner, shared) = (r.owner_uid, r.shared_gid);
     let info = SecretInfo {
+        pod_namespaces: r.pod_namespaces,
         name: r.name,
         version: r.version,
         created_at: r.created_at,
@@ -58,13 +62,15 @@ impl Supervisor {
     }
 
     /// `POST /v1/secrets`: a new named secret (409 if the name is taken: rotate it instead).
-    /// The secret belongs to its caller.
+    /// The secret belongs to its caller; pods of `pod_namespaces` may name it.
     pub async fn secret_set(
         &self,
         who: &Principal,
         req: api::SetSecret,
     ) -> Result<SecretInfo, Failure> {
         creds::check_name(&req.name).map_err(Failure::bad)?;
+        let pod_namespaces =
+            pod_secrets::entries(&req.pod_namespaces).map_err(|e| Failure::bad(e.to_string()))?;
         if let Some((row, _)) = self.store().secret_get(&req.name)? {
             let access = super::ownership::access_of(&row);
             ownership::secret_name(who, &req.name, Some(&access))?;
@@ -76,15 +82,30 @@ impl Supervisor {
             .key
             .seal(&creds::store_aad(&req.name), &plain)
             .map_err(|e| Failure::internal(e.to_string()))?;
-        let row = self
+        let mut row = self
             .store()
             .secret_put(&req.name, &sealed, &now_text(), who.uid)?;
-        info!(secret = %req.name, version = row.version, oauth = grant.is_some(), "secret stored");
+        if !pod_namespaces.is_empty() {
+            row = self
+                .store()
+                .secret_pod_namespaces(&req.name, &pod_namespaces, &[])?;
+        }
+        info!(
+            secret = %req.name,
+            version = row.version,
+            oauth = grant.is_some(),
+            pod_namespaces = ?row.pod_namespaces,
+            "secret stored"
+        );
         self.event_owned(
             "secret.created",
             None,
             Some(row.owner_uid),
-            serde_json::json!({"name": row.name, "version": row.version}),
+            serde_json::json!({
+                "name": row.name,
+                "version": row.version,
+                "pod_namespaces": row.pod_namespaces,
+            }),
         );
         Ok(info_of(row, grant.as_ref()))
     }
@@ -162,12 +183,15 @@ impl Supervisor {
     }
 
     /// `--secret VAR@store:NAME`: the stored value as it is now; the source records its version
-    /// (`store:NAME@v3`). Only a secret `who` may use (`policy::ownership`).
+    /// (`store:NAME@v3`). Only a secret `who` may use (`policy::ownership`), and for a pod's
+    /// request only one allowed for the pod's namespace (`policy::pod_secrets`; a missing
+    /// secret is refused in the same words).
     pub(super) fn resolve_store_secrets(
         &self,
         who: &Principal,
         req: &mut CreateSandbox,
     ) -> Result<(), Failure> {
+        let pod = req.pod.clone();
         for s in &mut req.secrets {
             let Some(name) = s.source.strip_prefix("store:") else {
                 continue;
@@ -181,7 +205,13 @@ impl Supervisor {
                     s.name
                 ))
             };
-            let (row, sealed) = self.store().secret_get(&name)?.ok_or_else(missing)?;
+            let found = self.store().secret_get(&name)?;
+            if let Some(pod) = &pod {
+                let allowed = found.as_ref().map(|(row, _)| row.pod_namespaces.as_slice());
+                pod_secrets::may_use(&pod.namespace, &s.name, &name, allowed)
+                    .map_err(|e| Failure::forbidden(e.to_string()))?;
+            }
+            let (row, sealed) = found.ok_or_else(missing)?;
             let access = super::ownership::access_of(&row);
             match ownership::secret(who, &name, &access, SecretAction::Use) {
                 Ok(()) => {}

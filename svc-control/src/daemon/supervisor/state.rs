@@ -93,6 +93,13 @@ pub(crate) trait SecretRows: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Share a secret with group `gid` (`None`: with nobody).
     fn secret_share(&self, name: &str, gid: Option<u32>) -> Result<SecretRow, StoreError>;
+    /// Let pods of the namespaces `add` name a secret, and those of `remove` no longer.
+    fn secret_pod_namespaces(
+        &self,
+        name: &str,
+        add: &[String],
+        remove: &[String],
+    ) -> Result<SecretRow, StoreError>;
     /// A secret's row and sealed value, if there is one.
     fn secret_get(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError>;
     /// Every stored secret, by name, without values.
@@ -208,6 +215,14 @@ impl SecretRows for Mutex<Store> {
     }
     fn secret_share(&self, name: &str, gid: Option<u32>) -> Result<SecretRow, StoreError> {
         lock(self).secret_share(name, gid)
+    }
+    fn secret_pod_namespaces(
+        &self,
+        name: &str,
+        add: &[String],
+        remove: &[String],
+    ) -> Result<SecretRow, StoreError> {
+        lock(self).secret_pod_namespaces(name, add, remove)
     }
     fn secret_get(&self, name: &str) -> Result<Option<(SecretRow, Vec<u8>)>, StoreError> {
         lock(self).secret_get(name)

@@ -22,6 +22,7 @@ use crate::{
 
 /// Forking on the fake backend.
 mod fork;
+mod pod_secrets;
 mod store_failures;
 
 struct NoAudit;

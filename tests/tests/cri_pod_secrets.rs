@@ -1,0 +1,191 @@
+//! Which stored secrets a pod may name, through containerd's CRI as kubelet drives it: a
+//! stored secret is allowed for the pod namespaces `svc secret allow` lists (none by default),
+//! and a pod of another namespace that names it fails `RunPodSandbox` with svcd's message,
+//! which names the secret and the namespace — the same words as for a secret that is not
+//! stored at all. A pod cannot reach another namespace's secret by spelling the secret's name
+//! or the annotation differently, by naming it twice, or by claiming another namespace in its
+//! own annotations.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use svc_control::policy::pod;
+use svc_tests::{
+    containerd::Containerd,
+    cri::{Cri, api, pod_config_in, run_pod, shim_sandboxes, start, store_secret},
+    require_root,
+    world::{EXAMPLE_TOKEN, World},
+};
+
+/// The credential variable the pods bind their secret to (for allowed.example.test).
+const VAR: &str = "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN";
+
+/// svcd's refusal of a pod in `namespace` naming `secret` (as `VAR`).
+fn refusal(secret: &str, namespace: &str) -> String {
+    format!(
+        "pod annotation svc.dev/secrets: {VAR}={secret}: no stored secret {secret} is allowed \
+         for pods in namespace {namespace} (on the node: svc secret allow {secret} \
+         --pod-namespace {namespace})"
+    )
+}
+
+/// `RunPodSandbox` of a pod named `name-N` (a new N each time) in `namespace` with
+/// `annotations` fails: its message, with containerd's escaping of quotes undone.
+fn refused(cri: &Cri, namespace: &str, name: &str, annotations: &[(&str, &str)]) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let name = format!("{name}-{}", N.fetch_add(1, Ordering::Relaxed));
+    let config = pod_config_in(namespace, &name, annotations);
+    match run_pod(cri, &config) {
+        Ok(id) => panic!("pod {namespace}/{name} ({annotations:?}) started as {id}"),
+        Err(e) => e.message().replace("\\\"", "\""),
+    }
+}
+
+/// A pod's annotations: allowed.example.test and other.example.test, and `secrets` as its
+/// `svc.dev/secrets`.
+fn naming(secrets: &str) -> Vec<(&'static str, &str)> {
+    vec![
+        (pod::ALLOW_HOSTS, "allowed.example.test, other.example.test"),
+        (pod::SECRETS, secrets),
+    ]
+}
+
+/// Nothing is left of refused pods: no svc sandbox, no pod in the CRI plugin.
+fn assert_nothing_left(w: &World, c: &Containerd, cri: &Cri) {
+    assert_eq!(shim_sandboxes(w), Vec::<String>::new());
+    let left = cri
+        .call(
+            cri.runtime()
+                .list_pod_sandbox(api::ListPodSandboxRequest::default()),
+        )
+        .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
+    assert!(left.items.is_empty(), "{:?}\n{}", left.items, c.log());
+}
+
+#[test]
+fn a_pod_names_only_the_secrets_allowed_for_its_namespace() {
+    require_root();
+    let w = World::start();
+    store_secret(&w, "team-a-bot", EXAMPLE_TOKEN, &["team-a"]);
+    let (c, cri) = start(&w);
+    let bind = format!("{VAR}=team-a-bot");
+
+    // A pod in team-b names team-a's secret: refused naming the secret and the namespace.
+    let said = refused(&cri, "team-b", "agent", &naming(&bind));
+    let want = refusal("team-a-bot", "team-b");
+    assert!(said.contains(&want), "RunPodSandbox says {want:?}: {said}");
+    // A secret that is not stored at all: the very same words, so the pod's author cannot
+    // tell another namespace's secret from no secret.
+    let missing = format!("{VAR}=no-such-bot");
+    let said = refused(&cri, "team-b", "agent", &naming(&missing));
+    assert!(said.contains(&refusal("no-such-bot", "team-b")), "{said}");
+    assert_nothing_left(&w, &c, &cri);
+
+    // The secret's owner allows team-b (`svc secret show --json` has it); its pod now runs.
+    w.svc_ok(&["secret", "allow", "team-a-bot", "--pod-namespace", "team-b"]);
+    let shown: serde_json::Value =
+        serde_json::from_str(&w.svc_ok(&["secret", "show", "team-a-bot", "--json"]))
+            .expect("show json");
+    assert_eq!(
+        shown["pod_namespaces"],
+        serde_json::json!(["team-a", "team-b"]),
+        "{shown}"
+    );
+    let listed = w.svc_ok(&["secret", "list"]);
+    assert!(listed.contains("team-a,team-b"), "{listed}");
+    let config = pod_config_in("team-b", "agent", &naming(&bind));
+    let id = run_pod(&cri, &config)
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}\nsvcd:\n{}", w.svcd_log()));
+    let names = shim_sandboxes(&w);
+    assert_eq!(names.len(), 1, "{names:?}");
+    let show = w.show(&names[0]);
+    assert_eq!(show["pod"]["namespace"], "team-b", "{show}");
+    assert!(
+        show["secrets"].to_string().contains("store:team-a-bot@v1"),
+        "{show}"
+    );
+    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: id.clone(),
+    }))
+    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}"));
+    cri.call(
+        cri.runtime()
+            .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
+    )
+    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}"));
+
+    // Disallowed again: refused again.
+    w.svc_ok(&[
+        "secret",
+        "disallow",
+        "team-a-bot",
+        "--pod-namespace",
+        "team-b",
+    ]);
+    let said = refused(&cri, "team-b", "agent-2", &naming(&bind));
+    assert!(said.contains(&want), "{said}");
+    assert_nothing_left(&w, &c, &cri);
+}
+
+#[test]
+fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
+    require_root();
+    let w = World::start();
+    store_secret(&w, "team-a-bot", EXAMPLE_TOKEN, &["team-a"]);
+    store_secret(&w, "team-b-bot", EXAMPLE_TOKEN, &["team-b"]);
+    let (c, cri) = start(&w);
+    let not_for_b = refusal("team-a-bot", "team-b");
+
+    // The secret's name in other cases is another (missing) secret, refused alike.
+    let upper = format!("{VAR}=TEAM-A-BOT");
+    let said = refused(&cri, "team-b", "upper", &naming(&upper));
+    assert!(said.contains(&refusal("TEAM-A-BOT", "team-b")), "{said}");
+    // White space around it, a version suffix: the same secret, still not team-b's.
+    for spelled in [
+        format!("  {VAR}=team-a-bot  "),
+        format!("{VAR}=team-a-bot@v1"),
+    ] {
+        let said = refused(&cri, "team-b", "spelled", &naming(&spelled));
+        assert!(said.contains(&not_for_b), "{spelled:?}: {said}");
+    }
+    // Named after one it may name, for another variable: each secret is asked.
+    let after = format!("{VAR}=team-b-bot, SVC_CRED_OTHER_EXAMPLE_TEST_TOKEN=team-a-bot");
+    let said = refused(&cri, "team-b", "after", &naming(&after));
+    assert!(
+        said.contains(
+            "=team-a-bot: no stored secret team-a-bot is allowed for pods in namespace team-b"
+        ),
+        "{said}"
+    );
+    // The same variable twice, its own secret first: the second is asked too, not dropped
+    // or taken as an override of the first.
+    let twice = format!("{VAR}=team-b-bot, {VAR}=team-a-bot");
+    let said = refused(&cri, "team-b", "twice", &naming(&twice));
+    assert!(said.contains(&not_for_b), "{said}");
+    // The annotation's key spelt differently beside the real one: refused by the shim, so it
+    // never stands in for (or beside) `svc.dev/secrets`. (A key with a further `/` never
+    // reaches the shim: containerd's `svc.dev/*` does not match across a `/`.)
+    let own = format!("{VAR}=team-b-bot");
+    let other = format!("{VAR}=team-a-bot");
+    for key in ["svc.dev/Secrets", "svc.dev/secrets ", "svc.dev/secret"] {
+        let mut annotations = naming(&own);
+        annotations.push((key, other.as_str()));
+        let said = refused(&cri, "team-b", "key", &annotations);
+        assert!(
+            said.contains(&format!("pod annotation {key}: unknown svc.dev annotation")),
+            "{key:?}: {said}"
+        );
+    }
+    // The pod claims team-a in its own annotations: containerd passes a runtime only the
+    // `svc.dev/*` ones and sets the CRI's own, so the pod is still team-b's.
+    let mut claims = naming(&other);
+    claims.push(("io.kubernetes.cri.sandbox-namespace", "team-a"));
+    let said = refused(&cri, "team-b", "claims", &claims);
+    assert!(said.contains(&not_for_b), "{said}");
+    // A namespace spelt as team-a in other cases is no namespace Kubernetes makes: refused.
+    let said = refused(&cri, "Team-A", "cased", &naming(&other));
+    assert!(
+        said.contains("pod namespace \"Team-A\": contains 'T'"),
+        "{said}"
+    );
+    assert_nothing_left(&w, &c, &cri);
+}
