@@ -203,8 +203,9 @@ pub enum Request {
     /// Bind the tree the host put at `tree` in the trees share ([`TREES_DIR`]`/tree`, one
     /// path component) at `path` (made if missing; no symbolic link on the way is followed).
     BindTree { tree: String, path: String },
-    /// Undo [`Request::BindTree`]: unmount what is mounted at `path` (no link followed).
-    UnbindTree { path: String },
+    /// Undo [`Request::BindTree`]: unmount what is mounted at `path` (no link followed), and
+    /// the guest's own mount of `tree` in the share, if its kernel made one.
+    UnbindTree { tree: String, path: String },
     /// The git SSH shim (guest → host): run git's SSH request through the host's relay. The
     /// stream then carries git's input and the server's output like an exec.
     GitSsh {

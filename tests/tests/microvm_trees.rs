@@ -49,7 +49,8 @@ impl Overlay {
             .expect("mount");
         assert!(ok.success(), "mounting the overlay");
         std::fs::write(merged.join("marker"), "the pod container's tree\n").expect("marker");
-        Self(merged)
+        // Named without a link, as attach_tree takes it.
+        Self(merged.canonicalize().expect("canonical"))
     }
 }
 

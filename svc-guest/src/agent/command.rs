@@ -42,7 +42,7 @@ pub(super) async fn run(
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, Some(&seen_cwd(&exec)), &e, style, out),
+        Err(e) => return not_started(id, program, Some(seen_cwd(&exec).as_str()), &e, style, out),
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {

@@ -43,9 +43,9 @@ pub trait System: Send + Sync {
         let _ = (tree, path);
         Err("this guest takes no trees from the host".into())
     }
-    /// Unbind the tree at `path` ([`trees::unbind`]).
-    fn unbind_tree(&self, path: &str) -> Result<(), String> {
-        let _ = path;
+    /// Unbind the tree `tree` bound at `path` ([`trees::unbind`]).
+    fn unbind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+        let _ = (tree, path);
         Err("this guest takes no trees from the host".into())
     }
     /// How commands are run: the microvm agent's way unless said otherwise.
@@ -266,8 +266,8 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
             Request::BindTree { tree, path } => {
                 blocking(id, "binding a tree", move || system.bind_tree(&tree, &path)).await
             }
-            Request::UnbindTree { path } => {
-                blocking(id, "unbinding a tree", move || system.unbind_tree(&path)).await
+            Request::UnbindTree { tree, path } => {
+                blocking(id, "unbinding a tree", move || system.unbind_tree(&tree, &path)).await
             }
         };
         lock(&streams).remove(&id);

@@ -50,8 +50,11 @@ pub fn bind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
 }
 
 /// Unmount what is mounted at `path` (and every mount under it): its parent walked as
-/// [`bind`] walks, the last component not followed.
-pub fn unbind(path: &str) -> Result<(), String> {
+/// [`bind`] walks, the last component not followed. Then the guest kernel's own mount of the
+/// tree in the share (`trees`/`tree`: the submount virtio-fs makes for a host mount point), so
+/// nothing of it is cached when the host attaches another tree under that name.
+pub fn unbind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
+    tree_name(tree)?;
     let parts = parts(path)?;
     let Some((last, parents)) = parts.split_last() else {
         return Err("/ is not a tree's path".into());
@@ -61,7 +64,15 @@ pub fn unbind(path: &str) -> Result<(), String> {
         .join(rustix::fd::AsRawFd::as_raw_fd(&parent).to_string())
         .join(last);
     rustix::mount::unmount(&at, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW)
-        .map_err(|e| format!("unmounting {path}: {e}"))
+        .map_err(|e| format!("unmounting {path}: {e}"))?;
+    // EINVAL: the kernel made no submount there (or it is gone already).
+    match rustix::mount::unmount(
+        trees.join(tree),
+        UnmountFlags::DETACH | UnmountFlags::NOFOLLOW,
+    ) {
+        Ok(()) | Err(Errno::INVAL | Errno::NOENT) => Ok(()),
+        Err(e) => Err(format!("unmounting the tree {tree} in the share: {e}")),
+    }
 }
 
 /// A tree's name in the share: one plain path component.
@@ -143,7 +154,13 @@ mod tests {
             let err = bind(Path::new("/nonexistent-trees"), tree, path).expect_err(want);
             assert!(err.contains(want), "{tree} {path}: {err}");
         }
-        assert!(unbind("/").expect_err("root").contains("/ cannot take a tree"));
+        let nowhere = Path::new("/nonexistent-trees");
+        assert!(
+            unbind(nowhere, "t1", "/")
+                .expect_err("root")
+                .contains("/ cannot take a tree")
+        );
+        assert!(unbind(nowhere, "../x", "/pod/c1").is_err());
     }
 
     /// As root on the host: a link on the way to the target is refused, not followed, and a
@@ -172,7 +189,7 @@ mod tests {
         bind(&trees, "t1", &plain).expect("bind");
         let seen = std::fs::read_to_string(format!("{plain}/marker")).expect("marker");
         assert_eq!(seen, "in the tree");
-        unbind(&plain).expect("unbind");
+        unbind(&trees, "t1", &plain).expect("unbind");
         assert!(!Path::new(&format!("{plain}/marker")).exists(), "unbound");
     }
 }

@@ -71,6 +71,7 @@ impl Microvm {
         let tree = tree_name(guest_path).map_err(&failed)?;
         let channel = self.live_channel(guest).await?;
         let unbind = Request::UnbindTree {
+            tree: tree.clone(),
             path: guest_path.to_owned(),
         };
         let guest_said = call(&channel, &unbind).await;
@@ -165,6 +166,7 @@ pub(super) fn request(cmd: &GuestCommand, root: Option<&str>) -> Exec {
 fn tree_name(guest_path: &str) -> Result<String, String> {
     // Written the one way (no `.`, `..`, doubled or trailing `/`): one name per directory.
     let mut rebuilt = String::new();
+    let mut plain = true;
     for c in Path::new(guest_path).components() {
         match c {
             std::path::Component::RootDir => {}
@@ -172,10 +174,10 @@ fn tree_name(guest_path: &str) -> Result<String, String> {
                 rebuilt.push('/');
                 rebuilt.push_str(&n.to_string_lossy());
             }
-            _ => rebuilt.push_str("/.."),
+            _ => plain = false,
         }
     }
-    if rebuilt != guest_path || guest_path.len() > 120 {
+    if !plain || rebuilt.is_empty() || rebuilt != guest_path || guest_path.len() > 120 {
         return Err(format!(
             "guest path {guest_path:?}: a tree goes at an absolute path without `.` or `..`, \
              not `/`, of at most 120 bytes"

@@ -69,8 +69,8 @@ impl svc_guest::agent::System for Guest {
         svc_guest::agent::trees::bind(std::path::Path::new(svc_guest::proto::TREES_DIR), tree, path)
     }
 
-    fn unbind_tree(&self, path: &str) -> Result<(), String> {
-        svc_guest::agent::trees::unbind(path)
+    fn unbind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+        svc_guest::agent::trees::unbind(std::path::Path::new(svc_guest::proto::TREES_DIR), tree, path)
     }
 
     fn mount(&self, tag: &str, path: &str) -> Result<(), String> {
