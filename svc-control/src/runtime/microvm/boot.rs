@@ -35,7 +35,10 @@ impl Microvm {
         // share the trees attached later go in (`trees`), last.
         let shared = self.serve_shared(&dir, &spec.shared).await?;
         let mut devices = shared.clone();
-        devices.push(self.serve_trees(&dir).await?);
+        let trees = self.trees_available();
+        if trees {
+            devices.push(self.serve_trees(&dir).await?);
+        }
         let vsock = self.vsock() && spec.restore.is_none();
         if vsock {
             self.serve_vsock(&dir).await?;
@@ -69,7 +72,7 @@ impl Microvm {
         let channel = self.agent(&dir).await?;
         let t3 = Instant::now();
         set_up_guest(&channel, spec, links, &shared, self.config.disk_mib).await?;
-        if spec.restore.is_none() {
+        if trees && spec.restore.is_none() {
             // A clone's came with its memory.
             super::trees::mount_share(&channel).await?;
         }

@@ -1,8 +1,8 @@
 //! Host directories put into a running guest at a guest path (a pod container's own root file
 //! system): the microvm machine has no hot-plug of any kind (QEMU's `docs/system/i386/microvm`:
 //! "Hotplug of any kind" is not supported), so every VM boots with one spare virtio-fs
-//! share, the *trees share*: `<vm dir>/trees`, bound on itself and made a shared mount
-//! before its virtiofsd starts. virtiofsd's sandbox makes its mounts slaves of the host's,
+//! share, the *trees share*: a small tmpfs at `<vm dir>/trees`, made a shared mount before
+//! its virtiofsd starts. virtiofsd's sandbox makes its mounts slaves of the host's,
 //! so a directory the host later binds at `trees/<tree>` appears inside the share with no
 //! new device and no new virtiofsd; the agent then binds it at the guest path
 //! (`Request::BindTree`, no link on the way followed). Detaching reverses both: the guest's
@@ -22,12 +22,15 @@ use std::{
 use rustix::{
     fs::{CWD, Mode, OFlags},
     io::Errno,
-    mount::{MountPropagationFlags, UnmountFlags},
+    mount::{MountFlags, MountPropagationFlags, UnmountFlags},
 };
 use svc_guest::proto::{Exec, Request, TREES_DIR, TREES_TAG};
 
 use super::{Microvm, RECONNECT_LIMIT, channel::Channel, daemons, virtiofsd, vm_dir::VmDir};
 use crate::runtime::{Backend as _, ExecHandle, GuestCommand, GuestHandle, RuntimeError};
+
+/// The trees share's own file system: room for the trees' mount points and little else.
+const SHARE_SIZE: &std::ffi::CStr = c"size=64k,nr_inodes=1024,mode=0700,uid=0,gid=0";
 
 /// How long the agent may take to bind or unbind a tree.
 const TREE_LIMIT: Duration = Duration::from_secs(30);
@@ -47,6 +50,13 @@ impl Microvm {
         let channel = self.live_channel(guest).await?;
         let tree = tree_name(guest_path).map_err(&failed)?;
         let dir = self.dir(&guest.name);
+        if !dir.trees_pidfile().exists() {
+            return Err(failed(format!(
+                "it booted without a trees share (svcd found no virtiofsd, `microvm.virtiofsd` \
+                 {}): recreate it once virtiofsd is installed",
+                self.config.virtiofsd.display()
+            )));
+        }
         host_bind(&dir, host_dir, &tree).map_err(&failed)?;
         let bind = Request::BindTree {
             tree: tree.clone(),
@@ -109,6 +119,17 @@ impl Microvm {
         )
         .await?;
         Ok((socket, TREES_TAG.to_owned()))
+    }
+
+    /// Whether VMs get a trees share: only when virtiofsd is there to serve it (without it a
+    /// VM boots as before, and attaching a tree to it is refused naming why).
+    pub(super) fn trees_available(&self) -> bool {
+        let bin = &self.config.virtiofsd;
+        if bin.components().count() > 1 {
+            return bin.is_file();
+        }
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(bin).is_file()))
     }
 
     /// The open channel to the agent of a running `guest`.
@@ -258,16 +279,21 @@ fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
-/// Make `trees` (root's, 0700) a mount of its own that shares what is mounted under it.
+/// Mount the trees share at `trees`: a tiny tmpfs (root's, 0700: the guest writes at its top
+/// as root, and may fill no host disk there, only [`SHARE_SIZE`]) made a shared mount, so
+/// virtiofsd's slave copy gets each tree bound under it. (Under a shared parent it is shared
+/// already, with copies in the parent's peers: those get the trees and their unmounts too.)
 fn share_dir(trees: &Path) -> Result<(), String> {
     let said = |e: &dyn std::fmt::Display| format!("the trees share {}: {e}", trees.display());
     std::fs::create_dir_all(trees).map_err(|e| said(&e))?;
-    std::fs::set_permissions(trees, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .map_err(|e| said(&e))?;
-    rustix::mount::mount_bind(trees, trees).map_err(|e| said(&e))?;
-    // Private first (its parent's peers get nothing), then shared (virtiofsd's slave copy
-    // gets each tree bound under it).
-    rustix::mount::mount_change(trees, MountPropagationFlags::PRIVATE).map_err(|e| said(&e))?;
+    rustix::mount::mount(
+        "svc-trees",
+        trees,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        SHARE_SIZE,
+    )
+    .map_err(|e| said(&e))?;
     rustix::mount::mount_change(trees, MountPropagationFlags::SHARED).map_err(|e| said(&e))
 }
 
