@@ -239,14 +239,7 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                 run(id, exec, style, input_rx, &out, &streams, credit).await
             }
             Request::WriteFile { path, mode } => write_file(id, &path, mode, input_rx, &out).await,
-            Request::Setup(setup) => {
-                let system = system.clone();
-                match tokio::task::spawn_blocking(move || system.setup(&setup)).await {
-                    Ok(Ok(())) => Frame::i32(id, Kind::Exit, 0),
-                    Ok(Err(e)) => error(id, format!("setup: {e}")),
-                    Err(e) => error(id, format!("setup: {e}")),
-                }
-            }
+            Request::Setup(setup) => blocking(id, "setup", move || system.setup(&setup)).await,
             Request::GitSsh { .. } => error(
                 id,
                 "git SSH requests go from the guest to the host, not to the agent".into(),
