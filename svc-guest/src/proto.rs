@@ -373,7 +373,10 @@ mod tests {
             ..Exec::default()
         });
         let json = serde_json::to_string(&as_user).expect("json");
-        assert_eq!(serde_json::from_str::<Request>(&json).expect("back"), as_user);
+        assert_eq!(
+            serde_json::from_str::<Request>(&json).expect("back"),
+            as_user
+        );
         for bad in [
             r#"{"op":"shell","argv":[]}"#,
             r#"{"op":"write-file","path":"/x","mode":420,"owner":"root"}"#,

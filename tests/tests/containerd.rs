@@ -187,7 +187,15 @@ fn ctr_runs_a_microvm_task_as_a_fenced_vm_and_leaves_nothing() {
     assert_eq!(exec("code", &["sh", "-c", "exit 3"]).status.code(), Some(3));
     // A process as the user its spec names: the agent sets its ids.
     let user = c.ctr(&[
-        "task", "exec", "--exec-id", "user", "--user", "1000:1000", "vm", "sh", "-c",
+        "task",
+        "exec",
+        "--exec-id",
+        "user",
+        "--user",
+        "1000:1000",
+        "vm",
+        "sh",
+        "-c",
         "id -u; id -g",
     ]);
     assert!(user.status.success(), "{user:?}\nsvcd:\n{}", w.svcd_log());

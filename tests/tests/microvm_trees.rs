@@ -61,7 +61,12 @@ impl Drop for Overlay {
 }
 
 /// What a command said on stdout and its exit code.
-async fn output(vm: &Microvm, guest: &GuestHandle, cmd: GuestCommand, root: Option<&str>) -> (i32, String) {
+async fn output(
+    vm: &Microvm,
+    guest: &GuestHandle,
+    cmd: GuestCommand,
+    root: Option<&str>,
+) -> (i32, String) {
     let mut h = match root {
         Some(r) => vm.exec_in_root(guest, &cmd, r).await,
         None => vm.exec(guest, &cmd).await,
@@ -140,11 +145,16 @@ fn a_tree_attached_to_a_running_vm_is_its_execs_root_and_detaching_leaves_nothin
 
     let host = svc_control::config::loader::load_host_config(Some(&w.config)).expect("config");
     let env = microvm_env();
-    let vm = Microvm::new(&host.microvm, &host.state_dir, &host.container.cgroup_parent, |k| {
-        env.iter()
-            .find(|(var, _)| *var == k)
-            .map(|(_, p)| p.clone().into_os_string())
-    });
+    let vm = Microvm::new(
+        &host.microvm,
+        &host.state_dir,
+        &host.container.cgroup_parent,
+        |k| {
+            env.iter()
+                .find(|(var, _)| *var == k)
+                .map(|(_, p)| p.clone().into_os_string())
+        },
+    );
     let guest = GuestHandle {
         name: "trees".into(),
         pid,
@@ -152,10 +162,14 @@ fn a_tree_attached_to_a_running_vm_is_its_execs_root_and_detaching_leaves_nothin
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        vm.attach_tree(&guest, &overlay.0, "/pod/c1").await.expect("attach");
+        vm.attach_tree(&guest, &overlay.0, "/pod/c1")
+            .await
+            .expect("attach");
         // The tree reached the share's virtiofsd without a new one (mount propagation).
         assert!(
-            helpers.iter().any(|p| tree_mounts(p) == ["/2f706f642f6331"]),
+            helpers
+                .iter()
+                .any(|p| tree_mounts(p) == ["/2f706f642f6331"]),
             "no virtiofsd sees the tree"
         );
         // Chrooted into the tree: its own marker and the image's `id`, as the user named.
@@ -172,13 +186,24 @@ fn a_tree_attached_to_a_running_vm_is_its_execs_root_and_detaching_leaves_nothin
             (0, "the pod container's tree\n1000\n1000 4 27\n/etc\n")
         );
         // The guest writes into it, and the host's upper layer has it.
-        let (code, said) = output(&vm, &guest, sh("echo from-the-guest > /written"), Some("/pod/c1")).await;
+        let (code, said) = output(
+            &vm,
+            &guest,
+            sh("echo from-the-guest > /written"),
+            Some("/pod/c1"),
+        )
+        .await;
         assert_eq!(code, 0, "{said}");
         let upper = w.dir.join("c1/upper/written");
-        assert_eq!(std::fs::read_to_string(&upper).unwrap_or_default(), "from-the-guest\n");
+        assert_eq!(
+            std::fs::read_to_string(&upper).unwrap_or_default(),
+            "from-the-guest\n"
+        );
         let again = vm.attach_tree(&guest, &overlay.0, "/pod/c1").await;
         assert!(
-            again.as_ref().is_err_and(|e| e.to_string().contains("already attached")),
+            again
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("already attached")),
             "{again:?}"
         );
 
@@ -200,13 +225,27 @@ fn a_tree_attached_to_a_running_vm_is_its_execs_root_and_detaching_leaves_nothin
             assert!(e.contains("symbolic link"), "{at}: {e}");
         }
         let (code, said) = output(&vm, &guest, sh("ls -A /victim; readlink /pod/last"), None).await;
-        assert_eq!((code, said.as_str()), (0, "/victim\n"), "the link was followed");
+        assert_eq!(
+            (code, said.as_str()),
+            (0, "/victim\n"),
+            "the link was followed"
+        );
         let left: Vec<_> = std::fs::read_dir(&share).expect("share").collect();
         assert_eq!(left.len(), 1, "only /pod/c1's tree in the share: {left:?}");
 
         vm.detach_tree(&guest, "/pod/c1").await.expect("detach");
-        let (code, said) = output(&vm, &guest, sh("ls -A /pod/c1; grep -c ' /pod/c1 ' /proc/mounts"), None).await;
-        assert_eq!((code, said.as_str()), (1, "0\n"), "the tree is gone from the guest");
+        let (code, said) = output(
+            &vm,
+            &guest,
+            sh("ls -A /pod/c1; grep -c ' /pod/c1 ' /proc/mounts"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (code, said.as_str()),
+            (1, "0\n"),
+            "the tree is gone from the guest"
+        );
     });
     drop(rt);
     // Nothing on the host: no mount in the share (svcd's view, the share's virtiofsd's), no
@@ -221,7 +260,10 @@ fn a_tree_attached_to_a_running_vm_is_its_execs_root_and_detaching_leaves_nothin
 
     w.start_svcd();
     w.destroy_checked("trees");
-    assert!(mounts_under("self", &share).is_empty(), "the share is unmounted with the VM");
+    assert!(
+        mounts_under("self", &share).is_empty(),
+        "the share is unmounted with the VM"
+    );
     drop(overlay);
 }
 

@@ -11,7 +11,11 @@ use crate::proto::{Exec, User};
 pub(super) struct Confinement {
     /// Chroot here, then change into `cwd` inside it.
     root: Option<(CString, CString)>,
-    user: Option<(rustix::process::Uid, rustix::process::Gid, Vec<rustix::process::Gid>)>,
+    user: Option<(
+        rustix::process::Uid,
+        rustix::process::Gid,
+        Vec<rustix::process::Gid>,
+    )>,
 }
 
 impl Confinement {
@@ -85,7 +89,16 @@ pub(super) fn seen_cwd(exec: &Exec) -> String {
     }
 }
 
-fn ids(user: &User) -> Result<(rustix::process::Uid, rustix::process::Gid, Vec<rustix::process::Gid>), String> {
+fn ids(
+    user: &User,
+) -> Result<
+    (
+        rustix::process::Uid,
+        rustix::process::Gid,
+        Vec<rustix::process::Gid>,
+    ),
+    String,
+> {
     // The host checked the ids (`policy::exec_user`); the agent refuses what no user may be.
     if user.uid == u32::MAX || user.gid == u32::MAX || user.groups.contains(&u32::MAX) {
         return Err(format!(
@@ -115,7 +128,9 @@ fn ids(user: &User) -> Result<(rustix::process::Uid, rustix::process::Gid, Vec<r
 fn plain_absolute(what: &str, path: &str) -> Result<(), String> {
     let p = std::path::Path::new(path);
     if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir) {
-        return Err(format!("{what} {path:?}: not an absolute path without `..`"));
+        return Err(format!(
+            "{what} {path:?}: not an absolute path without `..`"
+        ));
     }
     Ok(())
 }

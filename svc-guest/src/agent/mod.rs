@@ -260,7 +260,10 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                 blocking(id, "binding a tree", move || system.bind_tree(&tree, &path)).await
             }
             Request::UnbindTree { tree, path } => {
-                blocking(id, "unbinding a tree", move || system.unbind_tree(&tree, &path)).await
+                blocking(id, "unbinding a tree", move || {
+                    system.unbind_tree(&tree, &path)
+                })
+                .await
             }
         };
         lock(&streams).remove(&id);

@@ -236,10 +236,7 @@ fn host_bind(dir: &VmDir, host_dir: &Path, tree: &str) -> Result<(), String> {
     let target = fd_path(&at);
     rustix::mount::mount_bind_recursive(host_dir, &target).map_err(|e| {
         let _ = rustix::fs::unlinkat(&trees, tree, rustix::fs::AtFlags::REMOVEDIR);
-        format!(
-            "binding {} into the trees share: {e}",
-            host_dir.display()
-        )
+        format!("binding {} into the trees share: {e}", host_dir.display())
     })
 }
 
@@ -255,11 +252,19 @@ fn host_unbind(dir: &VmDir, tree: &str) -> Result<(), String> {
     match rustix::mount::unmount(&at, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW) {
         // EINVAL: not a mount point (never bound, or already unbound).
         Ok(()) | Err(Errno::INVAL | Errno::NOENT) => {}
-        Err(e) => return Err(format!("unmounting {}: {e}", dir.trees().join(tree).display())),
+        Err(e) => {
+            return Err(format!(
+                "unmounting {}: {e}",
+                dir.trees().join(tree).display()
+            ));
+        }
     }
     match rustix::fs::unlinkat(&trees, tree, rustix::fs::AtFlags::REMOVEDIR) {
         Ok(()) | Err(Errno::NOENT) => Ok(()),
-        Err(e) => Err(format!("removing {}: {e}", dir.trees().join(tree).display())),
+        Err(e) => Err(format!(
+            "removing {}: {e}",
+            dir.trees().join(tree).display()
+        )),
     }
 }
 
@@ -324,7 +329,15 @@ mod tests {
             tree_name("/a_b").expect("plain"),
             tree_name("/a/b").expect("plain")
         );
-        for bad in ["/", "pod/c1", "/pod/../etc", "/pod/./c1", "/pod//c1", "/pod/c1/", ""] {
+        for bad in [
+            "/",
+            "pod/c1",
+            "/pod/../etc",
+            "/pod/./c1",
+            "/pod//c1",
+            "/pod/c1/",
+            "",
+        ] {
             let e = tree_name(bad).expect_err(bad);
             assert!(e.contains("absolute path without"), "{bad}: {e}");
         }
