@@ -399,7 +399,7 @@ pub struct ExecRequest {
     #[serde(default)]
     pub tty: Option<TermSize>,
     /// Run it as this user of the guest (ids as the guest sees them, within its id mapping);
-    /// default: the guest's root. The container backend only.
+    /// default: the guest's root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<ExecUser>,
 }

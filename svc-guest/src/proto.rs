@@ -200,6 +200,12 @@ pub enum Request {
     Setup(Setup),
     /// Mount the virtio-fs file system `tag` at `path` (made if missing).
     Mount { tag: String, path: String },
+    /// Bind the tree the host put at `tree` in the trees share ([`TREES_DIR`]`/tree`, one
+    /// path component) at `path` (made if missing; no symbolic link on the way is followed).
+    BindTree { tree: String, path: String },
+    /// Undo [`Request::BindTree`]: unmount what is mounted at `path` (no link followed), and
+    /// the guest's own mount of `tree` in the share, if its kernel made one.
+    UnbindTree { tree: String, path: String },
     /// The git SSH shim (guest → host): run git's SSH request through the host's relay. The
     /// stream then carries git's input and the server's output like an exec.
     GitSsh {
@@ -210,17 +216,43 @@ pub enum Request {
     },
 }
 
+/// The virtio-fs tag of the trees share: the host directory into which the host mounts the
+/// trees it attaches to a running guest ([`Request::BindTree`]).
+pub const TREES_TAG: &str = "svctrees";
+
+/// Where the guest mounts the trees share (at boot, before anything else runs).
+pub const TREES_DIR: &str = "/run/svc/trees";
+
 /// A command to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Exec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Its working directory (inside `root` when that is given); default `/`.
     pub cwd: Option<String>,
     /// The command gets a standard input (else end of file at once).
     pub stdin: bool,
     /// Run on a terminal of (rows, columns).
     pub tty: Option<(u16, u16)>,
+    /// Run as this user (the host checked the ids); none: the guest's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<User>,
+    /// Run chrooted into this directory (absolute, no `..`): a pod container's own tree,
+    /// bound with [`Request::BindTree`]. Its `PATH` lookup and `cwd` are inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+}
+
+/// The user a command runs as: its ids and supplementary groups (none but these: the
+/// agent's own are dropped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<u32>,
 }
 
 /// The guest's identity and network: fresh in every clone of a fork.
@@ -326,10 +358,31 @@ mod tests {
         let json = serde_json::to_string(&exec).expect("json");
         assert!(json.starts_with(r#"{"op":"exec""#), "{json}");
         assert_eq!(serde_json::from_str::<Request>(&json).expect("back"), exec);
+        assert!(
+            !json.contains("user") && !json.contains("root"),
+            "an exec that asks neither says neither (an older agent takes it): {json}"
+        );
+        let as_user = Request::Exec(Exec {
+            argv: vec!["id".into()],
+            user: Some(User {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![4],
+            }),
+            root: Some("/pod/c1".into()),
+            ..Exec::default()
+        });
+        let json = serde_json::to_string(&as_user).expect("json");
+        assert_eq!(
+            serde_json::from_str::<Request>(&json).expect("back"),
+            as_user
+        );
         for bad in [
             r#"{"op":"shell","argv":[]}"#,
             r#"{"op":"write-file","path":"/x","mode":420,"owner":"root"}"#,
             r#"{"op":"exec"}"#,
+            r#"{"op":"exec","argv":["id"],"env":[],"cwd":null,"stdin":false,"tty":null,"user":{"uid":1,"gid":1,"caps":[]}}"#,
+            r#"{"op":"bind-tree","tree":"t1"}"#,
         ] {
             assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
         }

@@ -139,7 +139,8 @@ fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Val
 
 /// A task of its own annotated `svc.dev/backend=microvm` is a VM of the node's microvm image
 /// (real QEMU, TCG here) running the task's process: `ctr task exec` runs on the VM's kernel,
-/// behind the same fence, exit codes come back, and kill + delete leave no QEMU.
+/// behind the same fence, as the user it names, exit codes come back, and kill + delete leave
+/// no QEMU.
 #[test]
 fn ctr_runs_a_microvm_task_as_a_fenced_vm_and_leaves_nothing() {
     require_root();
@@ -184,6 +185,21 @@ fn ctr_runs_a_microvm_task_as_a_fenced_vm_and_leaves_nothing() {
         "the task runs on the host's kernel"
     );
     assert_eq!(exec("code", &["sh", "-c", "exit 3"]).status.code(), Some(3));
+    // A process as the user its spec names: the agent sets its ids.
+    let user = c.ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "user",
+        "--user",
+        "1000:1000",
+        "vm",
+        "sh",
+        "-c",
+        "id -u; id -g",
+    ]);
+    assert!(user.status.success(), "{user:?}\nsvcd:\n{}", w.svcd_log());
+    assert_eq!(String::from_utf8_lossy(&user.stdout), "1000\n1000\n");
     let curl = |id: &str, url: &str| {
         exec(
             id,

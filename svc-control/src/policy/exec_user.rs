@@ -1,7 +1,9 @@
 //! Which guest user an exec may run as (`ExecRequest::user`, an OCI spec's `process.user`):
 //! ids the guest's id mapping holds (guest ids `0..count`, `runtime::ids::ID_COUNT`, each
 //! shifted to a host id of the sandbox's range), so no exec runs as an id outside the sandbox's range, and a bounded list
-//! of supplementary groups. The microvm backend runs commands as its guest's root only.
+//! of supplementary groups. Both backends honour it: the container backend through its
+//! runtime's exec, the microvm backend through its agent (setgroups, setgid, setuid before
+//! the command runs).
 
 use crate::api::ExecUser;
 
@@ -23,10 +25,10 @@ pub enum ExecUserError {
 /// refusal names what is wrong.
 pub fn check(user: &ExecUser, backend: &str, count: u32) -> Result<(), ExecUserError> {
     ids(user, count).map_err(ExecUserError::Bad)?;
-    if backend == "microvm" && !user.is_root() {
+    if !user.is_root() && !matches!(backend, "container" | "microvm") {
         return Err(ExecUserError::Unsupported(format!(
-            "exec user {}:{}: the microvm backend runs commands as its guest's root (its agent \
-             does not change users yet); use the container backend, or run as 0:0",
+            "exec user {}:{}: the {backend} backend runs commands as its guest's root only; \
+             use the container or microvm backend, or run as 0:0",
             user.uid, user.gid
         )));
     }
@@ -92,12 +94,19 @@ mod tests {
                 "container",
                 Some("65 additional gids, the limit is 64"),
             ),
+            (u(1000, 1000, &[4, 27]), "microvm", None),
+            (u(0, 0, &[10]), "microvm", None),
+            (
+                u(65536, 0, &[]),
+                "microvm",
+                Some("uid 65536 is outside the guest's ids"),
+            ),
             (
                 u(1000, 1000, &[]),
-                "microvm",
-                Some("the microvm backend runs commands as its guest's root"),
+                "firecracker",
+                Some("the firecracker backend runs commands as its guest's root only"),
             ),
-            (u(0, 0, &[10]), "microvm", Some("microvm")),
+            (u(0, 0, &[]), "firecracker", None),
         ];
         for (user, backend, want) in cases {
             match (check(user, backend, 65536), want) {

@@ -10,6 +10,7 @@ use tokio::{
 
 use super::{
     ExecStyle,
+    confine::{Confinement, seen_cwd},
     streams::{Out, Streams, error, lock},
 };
 use crate::proto::{Exec, Frame, Kind};
@@ -31,13 +32,17 @@ pub(super) async fn run(
     let Some(program) = exec.argv.first() else {
         return error(id, "exec needs a command".into());
     };
-    let (mut cmd, tty) = match command(program, &exec, style) {
+    let confinement = match Confinement::of(&exec) {
+        Ok(c) => c,
+        Err(e) => return error(id, e),
+    };
+    let (mut cmd, tty) = match command(program, &exec, style, confinement) {
         Ok(c) => c,
         Err(e) => return error(id, format!("opening a terminal: {e}")),
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, exec.cwd.as_deref(), &e, style, out),
+        Err(e) => return not_started(id, program, Some(seen_cwd(&exec).as_str()), &e, style, out),
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {
@@ -74,18 +79,21 @@ pub(super) async fn run(
     Frame::i32(id, Kind::Exit, code)
 }
 
-/// The command `exec` asks for (`program`: its first word), run in `style`, and its terminal's
-/// master end if it runs on one.
+/// The command `exec` asks for (`program`: its first word), run in `style` under
+/// `confinement`, and its terminal's master end if it runs on one.
 fn command(
     program: &str,
     exec: &Exec,
     style: ExecStyle,
+    confinement: Confinement,
 ) -> std::io::Result<(tokio::process::Command, Option<Arc<OwnedFd>>)> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&exec.argv[1..])
         .env_clear()
-        .envs(exec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(exec.cwd.as_deref().unwrap_or("/"));
+        .envs(exec.env.iter().map(|(k, v)| (k, v)));
+    if !confinement.sets_cwd() {
+        cmd.current_dir(exec.cwd.as_deref().unwrap_or("/"));
+    }
     let tty = match exec.tty {
         Some((rows, cols)) => Some(Arc::new(terminal(&mut cmd, rows, cols)?)),
         None => {
@@ -105,6 +113,8 @@ fn command(
             None
         }
     };
+    // Last: the terminal and session above are set up with the agent's root and ids.
+    confinement.apply(&mut cmd);
     Ok((cmd, tty))
 }
 

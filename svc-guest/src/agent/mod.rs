@@ -24,8 +24,10 @@ use self::{
 use crate::proto::{self, Frame, GUEST_STREAM, Kind, ProtoError, Request, Setup, WINDOW};
 
 mod command;
+mod confine;
 pub mod relay;
 mod streams;
+pub mod trees;
 
 /// Largest file the host may write with one request.
 pub const MAX_FILE: usize = 16 << 20;
@@ -36,6 +38,16 @@ pub trait System: Send + Sync {
     fn setup(&self, setup: &Setup) -> Result<(), String>;
     /// Mount the virtio-fs file system `tag` at `path`.
     fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
+    /// Bind the tree the host attached as `tree` at `path` ([`trees::bind`]).
+    fn bind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+        let _ = (tree, path);
+        Err("this guest takes no trees from the host".into())
+    }
+    /// Unbind the tree `tree` bound at `path` ([`trees::unbind`]).
+    fn unbind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+        let _ = (tree, path);
+        Err("this guest takes no trees from the host".into())
+    }
     /// How commands are run: the microvm agent's way unless said otherwise.
     fn exec_style(&self) -> ExecStyle {
         ExecStyle::Agent
@@ -227,21 +239,13 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                 run(id, exec, style, input_rx, &out, &streams, credit).await
             }
             Request::WriteFile { path, mode } => write_file(id, &path, mode, input_rx, &out).await,
-            Request::Setup(setup) => {
-                let system = system.clone();
-                match tokio::task::spawn_blocking(move || system.setup(&setup)).await {
-                    Ok(Ok(())) => Frame::i32(id, Kind::Exit, 0),
-                    Ok(Err(e)) => error(id, format!("setup: {e}")),
-                    Err(e) => error(id, format!("setup: {e}")),
-                }
-            }
+            Request::Setup(setup) => blocking(id, "setup", move || system.setup(&setup)).await,
             Request::GitSsh { .. } => error(
                 id,
                 "git SSH requests go from the guest to the host, not to the agent".into(),
             ),
             Request::Mount { tag, path } => {
-                let system = system.clone();
-                let done = tokio::task::spawn_blocking(move || {
+                blocking(id, "mount", move || {
                     let p = std::path::Path::new(&path);
                     if !p.is_absolute()
                         || p.components().any(|c| c == std::path::Component::ParentDir)
@@ -250,17 +254,34 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                     }
                     system.mount(&tag, &path)
                 })
-                .await;
-                match done {
-                    Ok(Ok(())) => Frame::i32(id, Kind::Exit, 0),
-                    Ok(Err(e)) => error(id, format!("mount: {e}")),
-                    Err(e) => error(id, format!("mount: {e}")),
-                }
+                .await
+            }
+            Request::BindTree { tree, path } => {
+                blocking(id, "binding a tree", move || system.bind_tree(&tree, &path)).await
+            }
+            Request::UnbindTree { tree, path } => {
+                blocking(id, "unbinding a tree", move || {
+                    system.unbind_tree(&tree, &path)
+                })
+                .await
             }
         };
         lock(&streams).remove(&id);
         let _ = out.send(end);
     });
+}
+
+/// Run `work` (`what`, in messages) on a blocking thread: the stream's exit 0, or its error.
+async fn blocking(
+    id: u32,
+    what: &str,
+    work: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Frame {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(())) => Frame::i32(id, Kind::Exit, 0),
+        Ok(Err(e)) => error(id, format!("{what}: {e}")),
+        Err(e) => error(id, format!("{what}: {e}")),
+    }
 }
 
 /// Receive a file's content, then replace `path` with it whole.

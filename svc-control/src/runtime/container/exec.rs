@@ -172,6 +172,7 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
         cwd: Some(cmd.cwd.clone().unwrap_or_else(|| "/".into())),
         stdin: cmd.stdin,
         tty: cmd.tty,
+        ..svc_guest::proto::Exec::default()
     }
 }
 

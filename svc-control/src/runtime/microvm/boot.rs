@@ -31,8 +31,14 @@ impl Microvm {
         let dir = VmDir(spec.dir.clone());
         make_dir(&dir)?;
         let run_as = self.make_disk(spec, &dir, images).await?;
-        // The live mounts: one virtiofsd each, up before QEMU connects to it.
+        // The live mounts: one virtiofsd each, up before QEMU connects to it; then the spare
+        // share the trees attached later go in (`trees`), last.
         let shared = self.serve_shared(&dir, &spec.shared).await?;
+        let mut devices = shared.clone();
+        let trees = self.trees_available();
+        if trees {
+            devices.push(self.serve_trees(&dir).await?);
+        }
         let vsock = self.vsock() && spec.restore.is_none();
         if vsock {
             self.serve_vsock(&dir).await?;
@@ -48,7 +54,7 @@ impl Microvm {
             cpus: self.config.cpus,
             incoming: spec.restore.as_ref().map(|s| s.memory.as_path()),
             run_as,
-            shared: &shared,
+            shared: &devices,
             vsock: vsock.then_some(vsock_device.as_path()),
         };
         // QEMU attaches to the tap by name: it exists first.
@@ -66,6 +72,10 @@ impl Microvm {
         let channel = self.agent(&dir).await?;
         let t3 = Instant::now();
         set_up_guest(&channel, spec, links, &shared, self.config.disk_mib).await?;
+        if trees && spec.restore.is_none() {
+            // A clone's came with its memory.
+            super::trees::mount_share(&channel).await?;
+        }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         tracing::debug!(
             disk_and_launch_ms = ms(t1 - t0),

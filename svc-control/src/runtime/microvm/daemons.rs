@@ -87,7 +87,7 @@ fn shared_owner(host: &Path) -> Result<(u32, u32), String> {
 /// group, its messages in `log` and its pid in `pidfile`, and wait until it has opened
 /// `socket` (QEMU connects to it at launch). It is reaped whenever it ends (with QEMU's
 /// connection); destroy kills it by its pid file.
-async fn spawn_helper(
+pub(super) async fn spawn_helper(
     mut cmd: tokio::process::Command,
     what: &str,
     log: &Path,

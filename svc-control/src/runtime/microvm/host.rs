@@ -100,7 +100,11 @@ pub(super) fn kill_helpers(dir: &VmDir) -> Vec<String> {
     let helpers = (0..)
         .map(|i| dir.fs_pidfile(i))
         .take_while(|p| p.exists())
-        .chain(std::iter::once(dir.vsock_pidfile()).filter(|p| p.exists()))
+        .chain(
+            [dir.trees_pidfile(), dir.vsock_pidfile()]
+                .into_iter()
+                .filter(|p| p.exists()),
+        )
         .collect::<Vec<_>>();
     let mut removed = Vec::new();
     for pidfile in helpers {

@@ -40,7 +40,9 @@ impl Microvm {
         } else {
             VmDir(dir.to_path_buf())
         };
-        let mut removed = Vec::new();
+        // First, whatever fails after: the sandbox's files are removed once this returns, and
+        // no removal may reach into an attached tree (the host's directory, bound in the VM's).
+        let mut removed: Vec<String> = super::trees::release(&dir).into_iter().collect();
         self.channels().remove(name);
         self.services().remove(name);
         if let Some(monitor) =

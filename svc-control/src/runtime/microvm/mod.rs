@@ -25,6 +25,7 @@ pub mod monitor;
 pub mod qemu;
 pub mod qmp;
 mod setup;
+mod trees;
 mod virtiofsd;
 pub mod vm_dir;
 
@@ -34,8 +35,6 @@ use std::{
     sync::{Arc, Mutex},
     time::Duration,
 };
-
-use svc_guest::proto::Exec;
 
 use self::{
     channel::Channel,
@@ -177,6 +176,23 @@ impl Microvm {
         Ok(c)
     }
 
+    /// Run `cmd` in `guest` (chrooted into `root` when given) as its user: the agent sets
+    /// the ids `policy::exec_user` checked.
+    async fn exec_as(
+        &self,
+        guest: &GuestHandle,
+        cmd: &GuestCommand,
+        root: Option<&str>,
+    ) -> Result<ExecHandle, RuntimeError> {
+        if !self.alive(guest) {
+            return Err(RuntimeError::NotRunning);
+        }
+        let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
+        channel
+            .exec(trees::request(cmd, root))
+            .map_err(RuntimeError::Exec)
+    }
+
     /// Whether guests talk to their agent over vsock (`microvm.channel = "vsock"`).
     fn vsock(&self) -> bool {
         self.config.channel == "vsock"
@@ -249,28 +265,7 @@ impl Backend for Microvm {
         guest: &'a GuestHandle,
         cmd: &'a GuestCommand,
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>> {
-        Box::pin(async move {
-            if !self.alive(guest) {
-                return Err(RuntimeError::NotRunning);
-            }
-            // The agent starts commands as the guest's root only (`policy::exec_user`).
-            if let Some(u) = &cmd.user {
-                return Err(RuntimeError::Exec(format!(
-                    "user {}:{}: the microvm guest's agent runs commands as root only",
-                    u.uid, u.gid
-                )));
-            }
-            let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
-            channel
-                .exec(Exec {
-                    argv: cmd.argv.clone(),
-                    env: cmd.env.clone(),
-                    cwd: cmd.cwd.clone(),
-                    stdin: cmd.stdin,
-                    tty: cmd.tty,
-                })
-                .map_err(RuntimeError::Exec)
-        })
+        Box::pin(self.exec_as(guest, cmd, None))
     }
 
     fn snapshot<'a>(

@@ -44,6 +44,18 @@ impl VmDir {
     pub fn fs_socket(&self, i: usize) -> PathBuf {
         self.0.join(format!("fs{i}.sock"))
     }
+    /// The trees share: where the host binds the trees it attaches to the running guest.
+    pub fn trees(&self) -> PathBuf {
+        self.0.join("trees")
+    }
+    /// The trees share's virtiofsd socket.
+    pub fn trees_socket(&self) -> PathBuf {
+        self.0.join("trees.sock")
+    }
+    /// The trees share's virtiofsd pid.
+    pub fn trees_pidfile(&self) -> PathBuf {
+        self.0.join("trees.pid")
+    }
     /// virtiofsd's pid for shared directory `i`.
     pub fn fs_pidfile(&self, i: usize) -> PathBuf {
         self.0.join(format!("fs{i}.pid"))

@@ -65,6 +65,22 @@ async fn link_index(handle: &rtnetlink::Handle, name: &str) -> Result<u32, Strin
 }
 
 impl svc_guest::agent::System for Guest {
+    fn bind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+        svc_guest::agent::trees::bind(
+            std::path::Path::new(svc_guest::proto::TREES_DIR),
+            tree,
+            path,
+        )
+    }
+
+    fn unbind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+        svc_guest::agent::trees::unbind(
+            std::path::Path::new(svc_guest::proto::TREES_DIR),
+            tree,
+            path,
+        )
+    }
+
     fn mount(&self, tag: &str, path: &str) -> Result<(), String> {
         std::fs::create_dir_all(path).map_err(|e| format!("{path}: {e}"))?;
         rustix::mount::mount(
