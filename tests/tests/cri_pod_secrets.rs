@@ -13,7 +13,7 @@ use svc_tests::{
     containerd::Containerd,
     cri::{Cri, api, pod_config_in, run_pod, shim_sandboxes, start, store_secret},
     require_root,
-    world::{EXAMPLE_TOKEN, World},
+    world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
 };
 
 /// The credential variable the pods bind their secret to (for allowed.example.test).
@@ -187,5 +187,50 @@ fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
         said.contains("pod namespace \"Team-A\": contains 'T'"),
         "{said}"
     );
+    assert_nothing_left(&w, &c, &cri);
+}
+
+/// A pod naming a repository gets only a code-host token it names itself: the node's own
+/// (`credentials.code_host_token_file`, which this world has, and which a `svc sandbox create
+/// --repo` by root gets) is never brokered into a pod, whose shim asks as root for any pod
+/// author on the node.
+#[test]
+fn a_pod_never_gets_the_nodes_own_code_host_token() {
+    require_root();
+    let w = World::start();
+    store_secret(&w, "team-a-code", CODE_TOKEN, &["team-a"]);
+    let (c, cri) = start(&w);
+    let repo = [(pod::REPO, "acme/widgets")];
+    let said = refused(&cri, "team-a", "repo", &repo);
+    let want = "pod annotation svc.dev/repo needs CODE_HOST_TOKEN, and a pod never gets the \
+                node's own code-host token (every pod author on the node could use it); name a \
+                stored one allowed for namespace team-a: svc.dev/secrets: CODE_HOST_TOKEN=NAME \
+                (on the node: svc secret set NAME --pod-namespace team-a)";
+    assert!(said.contains(want), "RunPodSandbox says {want:?}: {said}");
+    assert_nothing_left(&w, &c, &cri);
+
+    // Its own stored token, allowed for its namespace: the pod runs with that one.
+    let config = pod_config_in(
+        "team-a",
+        "repo-own",
+        &[repo[0], (pod::SECRETS, "CODE_HOST_TOKEN=team-a-code")],
+    );
+    let id = run_pod(&cri, &config)
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}\nsvcd:\n{}", w.svcd_log()));
+    let names = shim_sandboxes(&w);
+    assert_eq!(names.len(), 1, "{names:?}");
+    let show = w.show(&names[0]);
+    let secrets = show["secrets"].to_string();
+    assert!(secrets.contains("store:team-a-code@v1"), "{show}");
+    assert!(!secrets.contains("host:"), "the node's token is not brokered: {show}");
+    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: id.clone(),
+    }))
+    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}"));
+    cri.call(
+        cri.runtime()
+            .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
+    )
+    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}"));
     assert_nothing_left(&w, &c, &cri);
 }

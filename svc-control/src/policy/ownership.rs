@@ -153,6 +153,13 @@ pub enum OwnershipError {
         }
     )]
     HostCodeToken { caller: u32, group: Option<String> },
+    #[error(
+        "pod annotation svc.dev/repo needs CODE_HOST_TOKEN, and a pod never gets the node's own \
+         code-host token (every pod author on the node could use it); name a stored one allowed \
+         for namespace {namespace}: svc.dev/secrets: CODE_HOST_TOKEN=NAME (on the node: svc \
+         secret set NAME --pod-namespace {namespace})"
+    )]
+    HostCodeTokenForPod { namespace: String },
 }
 
 /// Whether `who` may do `action` to the sandbox `name` owned by `owner`.
@@ -239,11 +246,18 @@ pub fn sees_secret(who: &Principal, access: &SecretAccess) -> bool {
 
 /// The host's code-host token (`credentials.code_host_token_file` or root's code-host CLI
 /// login), brokered by `--repo`: root's, and usable by members of `group` (gid, name) when the
-/// operator names one (`credentials.code_host_token_group`).
+/// operator names one (`credentials.code_host_token_group`). Never a pod's (`pod_namespace`:
+/// the request's pod identity): the shim asks as root for every pod author on the node.
 pub fn host_code_token(
     who: &Principal,
     group: Option<&(u32, String)>,
+    pod_namespace: Option<&str>,
 ) -> Result<(), OwnershipError> {
+    if let Some(namespace) = pod_namespace {
+        return Err(OwnershipError::HostCodeTokenForPod {
+            namespace: namespace.to_owned(),
+        });
+    }
     if who.is_root() || group.is_some_and(|(gid, _)| who.groups.contains(gid)) {
         return Ok(());
     }
@@ -345,42 +359,74 @@ mod tests {
         }
     }
 
-    /// (case, caller uid, caller groups, token group, allowed)
-    type HostTokenCase = (&'static str, u32, &'static [u32], Option<u32>, bool);
+    /// (case, caller uid, caller groups, token group, the request's pod namespace, allowed)
+    type HostTokenCase = (
+        &'static str,
+        u32,
+        &'static [u32],
+        Option<u32>,
+        Option<&'static str>,
+        bool,
+    );
     const HOST_TOKEN_CASES: &[HostTokenCase] = &[
-        ("root_uses_it", 0, &[], None, true),
-        ("root_uses_it_with_a_group_set", 0, &[], Some(DEVS), true),
-        ("member_without_a_group_set_may_not", BOB, &[], None, false),
+        ("root_uses_it", 0, &[], None, None, true),
+        ("root_uses_it_with_a_group_set", 0, &[], Some(DEVS), None, true),
+        ("member_without_a_group_set_may_not", BOB, &[], None, None, false),
         (
             "member_outside_the_group_may_not",
             BOB,
             &[],
             Some(DEVS),
+            None,
             false,
         ),
-        ("member_of_the_group_may", ALICE, &[DEVS], Some(DEVS), true),
+        (
+            "member_of_the_group_may",
+            ALICE,
+            &[DEVS],
+            Some(DEVS),
+            None,
+            true,
+        ),
         (
             "member_of_another_group_may_not",
             BOB,
             &[DEVS + 1],
             Some(DEVS),
+            None,
+            false,
+        ),
+        // The shim asks as root for any pod author on the node.
+        ("root_for_a_pod_may_not", 0, &[], None, Some("team-a"), false),
+        (
+            "group_member_for_a_pod_may_not",
+            ALICE,
+            &[DEVS],
+            Some(DEVS),
+            Some("team-a"),
             false,
         ),
     ];
 
     #[test]
     fn host_code_token_table() {
-        for (case, uid, groups, group, allowed) in HOST_TOKEN_CASES {
+        for (case, uid, groups, group, pod, allowed) in HOST_TOKEN_CASES {
             let g = group.map(|gid| (gid, "devs".to_owned()));
-            let got = host_code_token(&who(*uid, groups), g.as_ref());
+            let got = host_code_token(&who(*uid, groups), g.as_ref(), *pod);
             assert_eq!(got.is_ok(), *allowed, "{case}: {got:?}");
             if let Err(e) = got {
                 let text = e.to_string();
-                assert!(
-                    text.contains("--secret CODE_HOST_TOKEN@store:NAME")
-                        && text.contains(&format!("uid {uid}")),
-                    "{case}: the refusal names the caller and the way out: {text}"
-                );
+                let named = match pod {
+                    Some(ns) => {
+                        text.contains("CODE_HOST_TOKEN=NAME")
+                            && text.contains(&format!("--pod-namespace {ns}"))
+                    }
+                    None => {
+                        text.contains("--secret CODE_HOST_TOKEN@store:NAME")
+                            && text.contains(&format!("uid {uid}"))
+                    }
+                };
+                assert!(named, "{case}: the refusal names the way out: {text}");
             }
         }
     }

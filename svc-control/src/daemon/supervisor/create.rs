@@ -114,7 +114,7 @@ impl Supervisor {
             // host's token, then (with that token, and the workspace's egress section) its plan.
             let secrets = creation::Secret::all_of(&req.secrets);
             let input = creation::Request::of_api(&req, &secrets, None);
-            let brokered = self.host_code_token(who, &input).await?;
+            let brokered = self.host_code_token(who, &input, req.pod.as_ref()).await?;
             let plan = self.plan(&req, input, &secrets, brokered.as_ref(), who)?;
             (plan, brokered)
         };
@@ -169,11 +169,13 @@ impl Supervisor {
     /// host's code-host CLI login (`gh auth token --hostname <code_host>`, `credentials.
     /// code_host_cli`). None of them: refused now, naming each — not a 401 later.
     /// The host's token is the operator's (`policy::ownership::host_code_token`): a caller
-    /// other than root and `credentials.code_host_token_group` gives its own.
+    /// other than root and `credentials.code_host_token_group` gives its own, and so does a
+    /// request for a pod (`pod`), whoever makes it.
     async fn host_code_token(
         &self,
         who: &Principal,
         input: &creation::Request<'_>,
+        pod: Option<&crate::api::PodRef>,
     ) -> Result<Option<SecretValue>, Failure> {
         if !creation::brokers_host_code_token(input) {
             return Ok(None);
@@ -181,6 +183,7 @@ impl Supervisor {
         crate::policy::ownership::host_code_token(
             who,
             self.config.host.code_host_token_group.as_ref(),
+            pod.map(|p| p.namespace.as_str()),
         )
         .map_err(|e| Failure::forbidden(e.to_string()))?;
         let (source, value) = if let Some(path) = &self.config.host.code_host_token_file {
