@@ -6,6 +6,7 @@
 //! reason; the next exec connects again). Nothing the guest says is buffered beyond a window
 //! per stream.
 
+mod ack;
 mod connect;
 mod exec;
 mod frames;
@@ -32,6 +33,7 @@ use self::{
     guest::{Guest, lock_guest},
     streams::{Event, Opened, StreamOut, Streams, lock},
 };
+pub use self::ack::NoAck;
 use crate::runtime::{ExecHandle, GuestService};
 
 /// A connected channel.
@@ -42,6 +44,7 @@ pub struct Channel {
     next: AtomicU32,
     /// Why the channel ended, once it has.
     ended: watch::Receiver<Option<String>>,
+    ended_tx: Arc<watch::Sender<Option<String>>>,
     /// The tasks that read and write the connection: dropping the channel ends them, which
     /// closes the connection (the agent then ends what this host started).
     tasks: [tokio::task::AbortHandle; 2],
@@ -87,6 +90,7 @@ impl Channel {
         });
         let reading = tokio::spawn({
             let (streams, guest, out) = (streams.clone(), guest.clone(), out.clone());
+            let ended_tx = ended_tx.clone();
             async move {
                 let why = read_frames(reader, &streams, &hello_tx, &guest, &out).await;
                 let _ = ended_tx.send(Some(why));
@@ -102,6 +106,7 @@ impl Channel {
                 guest,
                 next: AtomicU32::new(1),
                 ended,
+                ended_tx,
                 tasks: [writing.abort_handle(), reading.abort_handle()],
             }),
             hello_rx,
@@ -131,6 +136,17 @@ impl Channel {
             .borrow()
             .clone()
             .unwrap_or_else(|| "the channel to the agent closed".into())
+    }
+
+    /// Give the channel up: every stream on it ends with `why`, and so does the connection (the
+    /// agent then ends what this host started, once it reads again).
+    pub fn abandon(&self, why: String) {
+        self.ended_tx.send_replace(Some(why));
+        for t in &self.tasks {
+            t.abort();
+        }
+        lock(&self.streams).clear();
+        lock_guest(&self.guest).streams.clear();
     }
 
     /// Open a stream for `request`.
