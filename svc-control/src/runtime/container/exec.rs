@@ -1,9 +1,9 @@
 //! Running a command in a container guest: over the channel to its init (`svc-init`, see
 //! `init`), which starts it as the guest's own child (and must take it within [`START`]: an
-//! init whose server is stopped fails the command naming that, and is given up); or, for a guest without one (made by an
-//! earlier svcd, or from an image without `svc-init`), with `runc exec`, its pid file naming the
-//! guest's process (to kill the command itself, not only runc), on pipes or on a terminal of
-//! svcd's.
+//! init whose server is stopped fails the command naming that, and its channel is given up);
+//! or, for a guest without one (made by an earlier svcd, or from an image without `svc-init`),
+//! with `runc exec`, its pid file naming the guest's process (to kill the command itself, not
+//! only runc), on pipes or on a terminal of svcd's.
 //!
 //! Both give the command the same: the container's user, capabilities, no_new_privs, seccomp
 //! filter, cgroup and limits (the init has the container's process configuration and its
@@ -28,7 +28,7 @@ use crate::runtime::{
 /// How long the init has to take a command (to read its request: the command then runs as
 /// long as it runs). A guest that stops its init's server (`SIGSTOP`) gets an error within
 /// this, not an exec that waits for ever.
-const START: Duration = Duration::from_secs(5);
+const START: Duration = Duration::from_secs(10);
 
 impl Container {
     /// Run `cmd` in `guest` (checked to be running).
