@@ -161,7 +161,10 @@ impl Containerd {
         let gathered = lines.clone();
         std::thread::spawn(move || {
             use std::io::BufRead as _;
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 gathered
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)

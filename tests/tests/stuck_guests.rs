@@ -76,8 +76,8 @@ fn a_sandbox_paused_before_svcd_restarts_is_adopted_paused_then_resumes_or_is_de
             .args(["state", name])
             .output()
             .expect("the runtime's state");
-        let runtime: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        let runtime: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
         assert_eq!(runtime["status"], "paused", "{runtime}");
     }
 
@@ -137,7 +137,10 @@ fn a_guest_that_stops_its_inits_server_gets_its_owner_an_error_not_a_hang() {
     assert_eq!(code, 0, "{err}");
     let deadline = Instant::now() + Duration::from_secs(30);
     while state(server) != 'T' {
-        assert!(Instant::now() < deadline, "the guest did not stop its server");
+        assert!(
+            Instant::now() < deadline,
+            "the guest did not stop its server"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -146,7 +149,11 @@ fn a_guest_that_stops_its_inits_server_gets_its_owner_an_error_not_a_hang() {
     let out = svc_within(&w, &["sandbox", "exec", "fine", "echo", "ok"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{out:?}");
     assert!(svc_within(&w, &["sandbox", "list"]).status.success());
-    assert!(svc_within(&w, &["sandbox", "show", "stuck"]).status.success());
+    assert!(
+        svc_within(&w, &["sandbox", "show", "stuck"])
+            .status
+            .success()
+    );
     assert!(
         long.try_wait().expect("svc").is_none(),
         "the command ended though its init's server is stopped"

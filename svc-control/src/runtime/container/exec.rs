@@ -60,7 +60,9 @@ impl Container {
                     .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
                 match channel.acked(START).await {
                     Ok(()) => Ok(handle),
-                    Err(NoAck::Ended(e)) => Err(fail(format!("the channel to the guest's init: {e}"))),
+                    Err(NoAck::Ended(e)) => {
+                        Err(fail(format!("the channel to the guest's init: {e}")))
+                    }
                     Err(NoAck::Late) => {
                         let why = unanswered(guest);
                         tracing::warn!(guest = %guest.name, "{why}");
@@ -82,7 +84,9 @@ impl Container {
             name.to_owned(),
             std::sync::Arc::new(tokio::sync::OnceCell::new_with(Some(false))),
         );
-        channel.abandon(format!("the channel to the guest's init was given up: {why}"));
+        channel.abandon(format!(
+            "the channel to the guest's init was given up: {why}"
+        ));
     }
 
     /// Run `cmd` in `guest` with `runc exec`.

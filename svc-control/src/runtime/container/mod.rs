@@ -244,7 +244,11 @@ impl Container {
         if !self.svc_init || self.frozen(guest.pid).unwrap_or(false) {
             return None;
         }
-        let once = self.reattached().entry(guest.name.clone()).or_default().clone();
+        let once = self
+            .reattached()
+            .entry(guest.name.clone())
+            .or_default()
+            .clone();
         let took = *once
             .get_or_init(|| async {
                 match reinit::reattach(guest).await {

@@ -87,7 +87,10 @@ mod tests {
         let (r, w) = host.into_split();
         let (channel, mut hellos) = Channel::over(r, w);
         channel
-            .greet(&mut hellos, std::time::Instant::now() + Duration::from_secs(5))
+            .greet(
+                &mut hellos,
+                std::time::Instant::now() + Duration::from_secs(5),
+            )
             .await
             .expect("greeted");
         assert_eq!(channel.acked(Duration::from_secs(5)).await, Ok(()));

@@ -27,13 +27,13 @@ use tokio::{
     sync::{Semaphore, mpsc, oneshot, watch},
 };
 
+pub use self::ack::NoAck;
 use self::{
     exec::{Remote, deliver, forward_input, send_input},
     frames::{read_frames, write_frames},
     guest::{Guest, lock_guest},
     streams::{Event, Opened, StreamOut, Streams, lock},
 };
-pub use self::ack::NoAck;
 use crate::runtime::{ExecHandle, GuestService};
 
 /// A connected channel.
