@@ -50,14 +50,22 @@ impl Channel {
             lock(&self.streams).remove(&id);
             return Err(NoAck::Ended(self.ended_reason()));
         }
+        // The channel may have ended before the stream was there to hear it.
+        let mut ended = self.ended.clone();
         let answer = tokio::time::timeout(limit, async {
             loop {
-                match events.recv().await {
-                    Some(Event::Exit(_) | Event::Error(_)) => return Ok(()),
-                    // Output on it is the agent's to send on no request of ours: ignored (and
-                    // bounded by the stream's window, as any stream's).
-                    Some(Event::Stdout(_) | Event::Stderr(_)) => {}
-                    None => return Err(NoAck::Ended(self.ended_reason())),
+                tokio::select! {
+                    biased;
+                    event = events.recv() => match event {
+                        Some(Event::Exit(_) | Event::Error(_)) => return Ok(()),
+                        // Output on it is the agent's to send on no request of ours: ignored
+                        // (and bounded by the stream's window, as any stream's).
+                        Some(Event::Stdout(_) | Event::Stderr(_)) => {}
+                        None => return Err(NoAck::Ended(self.ended_reason())),
+                    },
+                    _ = ended.wait_for(Option::is_some) => {
+                        return Err(NoAck::Ended(self.ended_reason()));
+                    }
                 }
             }
         })
