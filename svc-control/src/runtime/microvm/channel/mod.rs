@@ -66,6 +66,18 @@ impl std::fmt::Debug for Channel {
     }
 }
 
+/// The channel ended for `why`, unless it had already: the first reason is the one told
+/// (a write that fails after the reader saw the guest's end says less).
+fn end(ended: &watch::Sender<Option<String>>, why: String) {
+    ended.send_if_modified(|now| {
+        if now.is_some() {
+            return false;
+        }
+        *now = Some(why);
+        true
+    });
+}
+
 impl Channel {
     /// A channel over any byte stream (the tests run the agent over a socket pair); the
     /// receiver of the agent's hello answers.
@@ -84,7 +96,14 @@ impl Channel {
             let ended_tx = ended_tx.clone();
             async move {
                 if let Err(e) = write_frames(writer, out_rx).await {
-                    let _ = ended_tx.send(Some(format!("writing to the agent: {e}")));
+                    // The guest's end went (a killed agent or init): it ended, it broke nothing.
+                    let why = match e.kind() {
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                            "the agent's channel closed (the guest's end went away)".to_owned()
+                        }
+                        _ => format!("writing to the agent: {e}"),
+                    };
+                    end(&ended_tx, why);
                 }
             }
         });
@@ -93,7 +112,7 @@ impl Channel {
             let ended_tx = ended_tx.clone();
             async move {
                 let why = read_frames(reader, &streams, &hello_tx, &guest, &out).await;
-                let _ = ended_tx.send(Some(why));
+                end(&ended_tx, why);
                 // Every stream still open learns that the channel ended.
                 lock(&streams).clear();
                 lock_guest(&guest).streams.clear();
@@ -141,7 +160,7 @@ impl Channel {
     /// Give the channel up: every stream on it ends with `why`, and so does the connection (the
     /// agent then ends what this host started, once it reads again).
     pub fn abandon(&self, why: String) {
-        self.ended_tx.send_replace(Some(why));
+        end(&self.ended_tx, why);
         for t in &self.tasks {
             t.abort();
         }
