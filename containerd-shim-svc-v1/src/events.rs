@@ -1,4 +1,5 @@
-//! containerd's task events (`/tasks/create`, `/tasks/start`, `/tasks/exit`, …), published to
+//! containerd's task events (`/tasks/create`, `/tasks/start`, `/tasks/paused`, `/tasks/exit`,
+//! …), published to
 //! containerd's TTRPC address from one thread in the order the shim raised them: the CRI
 //! plugin updates a container's state from them (`TaskExit` ends `StopContainer` and
 //! `StopPodSandbox`), and `ctr events` shows them.
@@ -12,7 +13,8 @@ use containerd_shim::{
     event::Event,
     protos::{
         events::task::{
-            TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskStart,
+            TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused,
+            TaskResumed, TaskStart,
         },
         protobuf::{MessageDyn, MessageField, well_known_types::timestamp::Timestamp},
         ttrpc::context::Context,
@@ -92,6 +94,22 @@ impl Events {
         self.send(TaskExecAdded {
             container_id: id.to_owned(),
             exec_id: exec_id.to_owned(),
+            ..Default::default()
+        });
+    }
+
+    /// Task `id` was paused (`/tasks/paused`): its sandbox is frozen.
+    pub fn paused(&self, id: &str) {
+        self.send(TaskPaused {
+            container_id: id.to_owned(),
+            ..Default::default()
+        });
+    }
+
+    /// Task `id` was resumed (`/tasks/resumed`): its sandbox is thawed.
+    pub fn resumed(&self, id: &str) {
+        self.send(TaskResumed {
+            container_id: id.to_owned(),
             ..Default::default()
         });
     }

@@ -357,13 +357,18 @@ impl shim::Task for Service {
         crate::ops::pids(&self.svcd, self.task(&req.id)?.sandbox.as_str())
     }
 
-    /// A pod's container pauses (and resumes) its whole pod's sandbox.
+    /// A pod's container pauses (and resumes) its whole pod's sandbox; containerd hears
+    /// `TaskPaused` (`TaskResumed`) for the task asked.
     fn pause(&self, _: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
-        crate::ops::pause(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+        let done = crate::ops::pause(&self.svcd, self.task(&req.id)?.sandbox.as_str())?;
+        self.events.paused(&req.id);
+        Ok(done)
     }
 
     fn resume(&self, _: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
-        crate::ops::resume(&self.svcd, self.task(&req.id)?.sandbox.as_str())
+        let done = crate::ops::resume(&self.svcd, self.task(&req.id)?.sandbox.as_str())?;
+        self.events.resumed(&req.id);
+        Ok(done)
     }
 
     fn stats(&self, _: &TtrpcContext, req: api::StatsRequest) -> TtrpcResult<api::StatsResponse> {

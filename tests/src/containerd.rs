@@ -143,6 +143,76 @@ impl Containerd {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
     }
+
+    /// `ctr events` from now on, its lines gathered as they come (`topic` and event JSON
+    /// each); ended on drop.
+    pub fn events(&self) -> Events {
+        let mut child = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["--namespace", self.namespace, "events"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ctr events");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("ctr events' output");
+        let gathered = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                gathered
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(line);
+            }
+        });
+        Events { child, lines }
+    }
+}
+
+/// A running `ctr events` ([`Containerd::events`]).
+pub struct Events {
+    child: Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Events {
+    /// Wait (at most 30 s) for an event of `topic` naming `container`; its line.
+    pub fn wait_for(&self, topic: &str, container: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let id = format!("\"container_id\":\"{container}\"");
+        loop {
+            let seen = self
+                .lines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            if let Some(l) = seen
+                .iter()
+                .find(|l| l.split_whitespace().any(|w| w == topic) && l.contains(&id))
+            {
+                return l.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {topic} event of {container} from `ctr events`; it said:\n{}",
+                seen.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Containerd {

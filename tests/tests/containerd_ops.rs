@@ -1,8 +1,8 @@
 //! The shim's task operations beyond running processes, through a real containerd and svcd:
 //! `ctr task pause`/`resume` freeze and thaw the sandbox (a counter its process writes stops,
-//! then grows again; the perimeter still answers after), `ctr task metrics` prints the
-//! sandbox's cgroup figures, `ctr task ps` its processes' host pids, `ctr task exec --user` runs
-//! the process as that guest user; the pod's identity (containerd's CRI annotations) is shown by
+//! then grows again; `ctr events` shows `/tasks/paused` and `/tasks/resumed`; the perimeter
+//! still answers after), `ctr task metrics` prints the sandbox's cgroup figures, `ctr task ps`
+//! its processes' host pids, `ctr task exec --user` runs the process as that guest user; the pod's identity (containerd's CRI annotations) is shown by
 //! `svc sandbox show`, written in the sandbox's audit records (`svc audit --pod`) and put on
 //! its metrics; `svc sandbox stats`; a paused sandbox is destroyed; and `svc doctor
 //! --kubernetes` passes against a containerd configuration registering the runtime and fails
@@ -54,6 +54,9 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     let archive = oci_archive(&w.dir);
     c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
 
+    // What the shim tells containerd, from before the task exists.
+    let events = c.events();
+
     // A pod's task (the CRI's annotations) whose process counts.
     c.ctr_ok(&[
         "run",
@@ -72,6 +75,7 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
         "-c",
         "while :; do echo x >> /tmp/ticks; sleep 0.05; done",
     ]);
+    events.wait_for("/tasks/start", "counter");
     let sandbox = "ctr-counter";
     let s = w.show(sandbox);
     assert_eq!(
@@ -137,7 +141,7 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
         "{table}"
     );
 
-    // Pause: the process does not run; resume: it does again.
+    // Pause: the process does not run; resume: it does again. containerd hears both.
     c.ctr_ok(&["task", "pause", "counter"]);
     let state = |c: &Containerd| {
         c.ctr_ok(&["task", "ls"])
@@ -151,8 +155,11 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     let frozen = ticks(pid);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(ticks(pid), frozen, "the paused task's process went on");
+    events.wait_for("/tasks/paused", "counter");
     c.ctr_ok(&["task", "resume", "counter"]);
     assert!(state(&c).contains("RUNNING"), "{}", state(&c));
+    events.wait_for("/tasks/resumed", "counter");
+    drop(events);
     until("the resumed task's process did not go on", || {
         ticks(pid) > frozen + 2
     });

@@ -1,8 +1,9 @@
 //! A sandbox's resource figures, read from the cgroups its guest's processes are in: CPU time,
 //! memory use and limit, process count and limit, and the processes themselves, as the host
-//! sees them. Each controller is read where `/proc/PID/cgroup` puts the process: on a v1
-//! hierarchy of its own (`ROOT/<controllers>/<path>`), or on the v2 one (`ROOT/<path>`, or
-//! `ROOT/unified/<path>` on a hybrid host), so a v1, a v2 and a hybrid host are read alike.
+//! sees them; and whether they are frozen (paused). Each controller is read where
+//! `/proc/PID/cgroup` puts the process: on a v1 hierarchy of its own
+//! (`ROOT/<controllers>/<path>`), or on the v2 one (`ROOT/<path>`, or `ROOT/unified/<path>` on
+//! a hybrid host), so a v1, a v2 and a hybrid host are read alike.
 //!
 //! A container sandbox's init is in the sandbox's own cgroup (`/<cgroup_parent>/<name>` in
 //! each controller), so every figure is the sandbox's. A microvm's QEMU is in a memory cgroup
@@ -134,6 +135,42 @@ impl Host {
         Ok(f)
     }
 
+    /// Whether the processes of the cgroup `pid` is in are frozen (or being frozen), as the
+    /// OCI runtime's `pause` leaves them: cgroup v1's freezer (`freezer.state` other than
+    /// `THAWED`) where a v1 freezer hierarchy holds the process, else v2's `cgroup.freeze`. A
+    /// cgroup without the file (the root, a kernel without the v2 freezer) is not frozen.
+    pub fn frozen(&self, pid: u32) -> Result<bool, String> {
+        let text = read(&self.proc_root.join(pid.to_string()).join("cgroup"))?;
+        let mut v2_path = None;
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(id), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let rel = path.trim_start_matches('/');
+            if id == "0" && controllers.is_empty() {
+                v2_path = Some(rel.to_owned());
+            } else if controllers.split(',').any(|c| c == "freezer") {
+                let file = self.cgroup_root.join(controllers).join(rel);
+                return Ok(read_if_there(&file.join("freezer.state"))?
+                    .is_some_and(|state| state.trim() != "THAWED"));
+            }
+        }
+        let Some(rel) = v2_path else {
+            return Ok(false);
+        };
+        let root = &self.cgroup_root;
+        let v2_root = if root.join("cgroup.controllers").exists() {
+            root.clone()
+        } else {
+            root.join("unified")
+        };
+        let freeze = v2_root.join(rel).join("cgroup.freeze");
+        Ok(read_if_there(&freeze)?.is_some_and(|v| v.trim() == "1"))
+    }
+
     fn memory(&self, dirs: &Dirs, f: &mut Figures) -> Result<(), String> {
         match &dirs.memory {
             Some((dir, Version::V1)) => {
@@ -245,6 +282,15 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// `path`'s text, or none when there is no such file.
+fn read_if_there(path: &Path) -> Result<Option<String>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
 fn read_u64(path: &Path) -> Result<u64, String> {
     let t = read(path)?;
     t.trim()
@@ -348,6 +394,40 @@ mod tests {
         };
         let e = host.container(5).expect_err("no process");
         assert!(e.contains("proc/5/cgroup"), "{e}");
+    }
+
+    #[test]
+    fn a_frozen_cgroup_is_read_from_v1s_freezer_on_a_hybrid_host_and_v2s_freeze_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cg, proc) = (dir.path().join("cg"), dir.path().join("proc"));
+        let host = Host {
+            cgroup_root: cg.clone(),
+            proc_root: proc.clone(),
+        };
+        // Hybrid: the v1 freezer decides, whatever the v2 side says.
+        write(
+            &proc,
+            "42/cgroup",
+            "6:freezer:/svc/dev\n4:memory:/svc/dev\n0::/svc/dev\n",
+        );
+        write(&cg, "unified/cgroup.controllers", "");
+        write(&cg, "unified/svc/dev/cgroup.freeze", "0\n");
+        for (state, frozen) in [("FROZEN", true), ("FREEZING", true), ("THAWED", false)] {
+            write(&cg, "freezer/svc/dev/freezer.state", &format!("{state}\n"));
+            assert_eq!(host.frozen(42), Ok(frozen), "{state}");
+        }
+        // v2 only.
+        write(&proc, "7/cgroup", "0::/svc/ci\n");
+        write(&cg, "cgroup.controllers", "cpu memory pids\n");
+        write(&cg, "svc/ci/cgroup.freeze", "1\n");
+        assert_eq!(host.frozen(7), Ok(true));
+        write(&cg, "svc/ci/cgroup.freeze", "0\n");
+        assert_eq!(host.frozen(7), Ok(false));
+        // The root cgroup has no freeze file: never frozen.
+        write(&proc, "8/cgroup", "0::/\n");
+        assert_eq!(host.frozen(8), Ok(false));
+        let gone = host.frozen(5).expect_err("no process");
+        assert!(gone.contains("proc/5/cgroup"), "{gone}");
     }
 
     #[test]

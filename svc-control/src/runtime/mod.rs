@@ -539,6 +539,11 @@ pub trait Backend: Send + Sync {
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>>;
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>>;
+    /// Whether the guest is paused now (read when svcd adopts it); a backend that cannot tell
+    /// says it is not.
+    fn paused<'a>(&'a self, _guest: &'a GuestHandle) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async { Ok(false) })
+    }
     /// Give a running guest made ahead of its request (a warm pool's) to the sandbox that
     /// claims it: its host name, and its guest files where the backend does not bind the
     /// host's copies. Backends that cannot are not pooled.

@@ -320,6 +320,9 @@ impl<B: Backend> Backend for Described<B> {
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
         self.inner.resume(guest)
     }
+    fn paused<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        self.inner.paused(guest)
+    }
     fn snapshot<'a>(
         &'a self,
         guest: &'a GuestHandle,

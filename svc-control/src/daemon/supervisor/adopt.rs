@@ -44,9 +44,13 @@ impl Supervisor {
                 continue;
             }
             match self.adopt(&row).await {
-                Ok(()) => {
-                    info!(sandbox = %row.name, "re-adopted");
-                    self.event("sandbox.adopted", Some(&row.name), serde_json::json!({}));
+                Ok(paused) => {
+                    info!(sandbox = %row.name, paused, "re-adopted");
+                    self.event(
+                        "sandbox.adopted",
+                        Some(&row.name),
+                        serde_json::json!({"paused": paused}),
+                    );
                 }
                 Err(f) => {
                     // Whatever failed, its link drops everything until it is destroyed.
@@ -76,8 +80,10 @@ impl Supervisor {
     }
 
     /// Re-adopt the running sandbox of `row`: its record again on its link, its registry
-    /// entry, guardian and relay. A guest or link that is gone leaves it listed as dead.
-    async fn adopt(&self, row: &SandboxRow) -> Result<(), Failure> {
+    /// entry, guardian and relay, and whether it is paused (an earlier svcd paused it: it
+    /// stays so, and says so, until resumed); that. A guest or link that is gone leaves it
+    /// listed as dead.
+    async fn adopt(&self, row: &SandboxRow) -> Result<bool, Failure> {
         let envelope: Envelope = serde_json::from_str(&row.envelope)
             .map_err(|e| Failure::internal(format!("stored envelope: {e}")))?;
         let guest = row
@@ -93,7 +99,8 @@ impl Supervisor {
                 start,
             })
             .ok_or_else(|| Failure::internal("no guest recorded"))?;
-        let alive = self.backends.get(&super::row_backend(row)).alive(&guest);
+        let backend = self.backends.get(&super::row_backend(row));
+        let alive = backend.alive(&guest);
         let ifindex = self
             .links
             .ifindex(&envelope.link)
@@ -113,6 +120,10 @@ impl Supervisor {
                 "its processes are gone".to_owned()
             }));
         }
+        live.paused = backend.paused(&live.guest).await.unwrap_or_else(|e| {
+            warn!(sandbox = %row.name, error = %e, "cannot tell whether it is paused; taken as running");
+            false
+        });
         let known: Vec<IpAddr> = self.fence.allow_entries(row.id);
         self.registry.bind_unknown(row.id, known);
         self.enforce(&mut live, to_map(&secrets))?;
@@ -120,8 +131,9 @@ impl Supervisor {
         if let Err(e) = self.serve_git_ssh(&live).await {
             warn!(sandbox = %row.name, error = %e, "git over SSH will not work in this sandbox until it is recreated");
         }
+        let paused = live.paused;
         self.live().insert(row.name.clone(), live);
-        Ok(())
+        Ok(paused)
     }
 
     /// The sandbox of `row` as it was (its CA, policy, secrets' sources, workspace run and

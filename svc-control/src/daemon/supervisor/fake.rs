@@ -299,6 +299,8 @@ impl HostLinks for FakeLinks {
 pub(super) struct FakeBackend {
     calls: Arc<Calls>,
     pub(super) running: Mutex<BTreeSet<String>>,
+    /// The guests paused (and not resumed): what `paused` says, across a restart.
+    paused: Mutex<BTreeSet<String>>,
 }
 
 /// The fake backend's kind.
@@ -313,6 +315,7 @@ impl FakeBackend {
         Self {
             calls,
             running: Mutex::default(),
+            paused: Mutex::default(),
         }
     }
 
@@ -398,10 +401,21 @@ impl Backend for FakeBackend {
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>> {
         Box::pin(async move { Err(RuntimeError::NotRunning) })
     }
-    fn pause<'a>(&'a self, _guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move { Ok(()) })
+    fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.calls.call("guest.pause", &guest.name);
+            lock(&self.paused).insert(guest.name.clone());
+            Ok(())
+        })
     }
-    fn resume<'a>(&'a self, _guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move { Ok(()) })
+    fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.calls.call("guest.resume", &guest.name);
+            lock(&self.paused).remove(&guest.name);
+            Ok(())
+        })
+    }
+    fn paused<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async move { Ok(lock(&self.paused).contains(&guest.name)) })
     }
 }

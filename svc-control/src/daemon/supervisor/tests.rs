@@ -423,6 +423,25 @@ async fn a_restart_readopts_a_live_guest() {
 }
 
 #[tokio::test]
+async fn a_restart_readopts_a_paused_guest_paused_and_its_destroy_thaws_it_first() {
+    let mut w = World::new();
+    w.create("held").await.expect("created");
+    w.sup.lifecycle("held", "pause").await.expect("paused");
+    w.restart();
+    w.sup.reconcile().await.expect("reconciled");
+    assert_eq!(w.sup.show("held").expect("adopted").state, "paused");
+    w.calls.clear();
+    w.sup.destroy("held").await.expect("destroyed");
+    let steps = w.calls.steps();
+    let at = |step: &str| steps.iter().position(|s| s == step);
+    assert!(
+        at("guest.resume").is_some() && at("guest.resume") < at("guest.stop"),
+        "thawed, then stopped: {steps:?}"
+    );
+    w.assert_empty();
+}
+
+#[tokio::test]
 async fn a_restart_finds_a_dead_guest_and_closes_its_fence() {
     let mut w = World::new();
     w.create("dead").await.expect("created");

@@ -1,8 +1,9 @@
 //! Running a command in a container guest: over the channel to its init (`svc-init`, see
-//! `init`), which starts it as the guest's own child; or, for a guest without one (made by an
-//! earlier svcd, or from an image without `svc-init`), with `runc exec`, its pid file naming the
-//! guest's process (to kill the command itself, not only runc), on pipes or on a terminal of
-//! svcd's.
+//! `init`), which starts it as the guest's own child (and must take it within [`START`]: an
+//! init whose server is stopped fails the command naming that, and its channel is given up);
+//! or, for a guest without one (made by an earlier svcd, or from an image without `svc-init`),
+//! with `runc exec`, its pid file naming the guest's process (to kill the command itself, not
+//! only runc), on pipes or on a terminal of svcd's.
 //!
 //! Both give the command the same: the container's user, capabilities, no_new_privs, seccomp
 //! filter, cgroup and limits (the init has the container's process configuration and its
@@ -16,10 +17,18 @@
 //! supplementary groups with runc's `--additional-gids` or, crun having no such flag, a
 //! `--process` file holding the whole process.
 
-use std::process::Stdio;
+use std::{process::Stdio, time::Duration};
 
 use super::{Container, oci};
-use crate::runtime::{ExecHandle, GuestCommand, GuestHandle, GuestProcess, RuntimeError};
+use crate::runtime::{
+    ExecHandle, GuestCommand, GuestHandle, GuestProcess, RuntimeError,
+    microvm::channel::{Channel, NoAck},
+};
+
+/// How long the init has to take a command (to read its request: the command then runs as
+/// long as it runs). A guest that stops its init's server (`SIGSTOP`) gets an error within
+/// this, not an exec that waits for ever.
+const START: Duration = Duration::from_secs(10);
 
 impl Container {
     /// Run `cmd` in `guest` (checked to be running).
@@ -46,12 +55,38 @@ impl Container {
                     .get()
                     .await
                     .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
-                channel
+                let handle = channel
                     .exec(request(cmd))
-                    .map_err(|e| fail(format!("the channel to the guest's init: {e}")))
+                    .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
+                match channel.acked(START).await {
+                    Ok(()) => Ok(handle),
+                    Err(NoAck::Ended(e)) => {
+                        Err(fail(format!("the channel to the guest's init: {e}")))
+                    }
+                    Err(NoAck::Late) => {
+                        let why = unanswered(guest);
+                        tracing::warn!(guest = %guest.name, "{why}");
+                        self.give_up_init(&guest.name, &channel, &why);
+                        Err(fail(why))
+                    }
+                }
             }
             None => self.runc_exec(guest, cmd),
         }
+    }
+
+    /// Stop using the channel to `name`'s init (its server took no command in time): what
+    /// runs over it ends with `why`, and the guest's commands run with the runtime's exec from
+    /// now on (no hand-over is tried either: its server does not answer).
+    fn give_up_init(&self, name: &str, channel: &Channel, why: &str) {
+        self.inits().remove(name);
+        self.reattached().insert(
+            name.to_owned(),
+            std::sync::Arc::new(tokio::sync::OnceCell::new_with(Some(false))),
+        );
+        channel.abandon(format!(
+            "the channel to the guest's init was given up: {why}"
+        ));
     }
 
     /// Run `cmd` in `guest` with `runc exec`.
@@ -149,6 +184,29 @@ impl Container {
 
 fn fail(m: String) -> RuntimeError {
     RuntimeError::Exec(m)
+}
+
+/// Why the init of `guest` took no command within [`START`]: its server's state, as the host
+/// sees it.
+fn unanswered(guest: &GuestHandle) -> String {
+    let server = match super::reinit::server_of(guest.pid) {
+        Some(pid) if matches!(process_state(pid), Some('T' | 't')) => {
+            format!("its server (host pid {pid}) is stopped")
+        }
+        Some(pid) => format!("its server (host pid {pid}) did not answer"),
+        None => "it has no server".to_owned(),
+    };
+    format!(
+        "the guest's init took no command within {} s: {server}; this sandbox's commands run \
+         with the runtime's exec from now on",
+        START.as_secs()
+    )
+}
+
+/// The state letter of process `pid` (`/proc/PID/stat`'s third field: `T` stopped).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
 }
 
 /// What the init is asked to run for `cmd`: its environment is the container process's

@@ -234,18 +234,18 @@ impl Container {
     }
 
     /// The guest's channel to its init: the one made at create, or for a guest an earlier
-    /// svcd made, one made through its init's hand-over socket (tried once per guest).
+    /// svcd made, one made through its init's hand-over socket (tried once per guest, and not
+    /// while the guest is frozen: its init's server could not answer, so the attempt waits for
+    /// the guest's resume).
     async fn init_of(&self, guest: &GuestHandle) -> Option<std::sync::Arc<init::InitChannel>> {
         if let Some(init) = self.inits().get(&guest.name).cloned() {
             return Some(init);
         }
-        if !self.svc_init {
+        if !self.svc_init || self.frozen(guest.pid).unwrap_or(false) {
             return None;
         }
         let once = self
-            .reattached
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .reattached()
             .entry(guest.name.clone())
             .or_default()
             .clone();
@@ -257,6 +257,12 @@ impl Container {
                         self.inits()
                             .insert(guest.name.clone(), std::sync::Arc::new(init));
                         true
+                    }
+                    Err(e) if self.frozen(guest.pid).unwrap_or(false) => {
+                        // Paused meanwhile: not spent; tried again once it is resumed.
+                        tracing::info!(guest = %guest.name, reason = %e, "no channel to the adopted guest's init while it is paused");
+                        self.reattached().remove(&guest.name);
+                        false
                     }
                     Err(e) => {
                         tracing::info!(guest = %guest.name, reason = %e, "no channel to the adopted guest's init: its commands run with the runtime's exec");
@@ -270,6 +276,22 @@ impl Container {
         } else {
             None
         }
+    }
+
+    /// Whether the processes of the guest whose init is `pid` are frozen (`pause`).
+    fn frozen(&self, pid: u32) -> Result<bool, String> {
+        crate::runtime::cgroup_stats::Host::default().frozen(pid)
+    }
+
+    fn reattached(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<String, std::sync::Arc<tokio::sync::OnceCell<bool>>>,
+    > {
+        self.reattached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn inits(
@@ -438,12 +460,31 @@ impl Backend for Container {
         })
     }
 
+    /// An adopted guest's channel to its init is made now if it was left for its resume (a
+    /// frozen init's server cannot answer the hand-over: `init_of`).
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             self.run(&["resume", &guest.name])
                 .await
                 .map_err(|message| RuntimeError::Lifecycle {
                     operation: "resuming",
+                    name: guest.name.clone(),
+                    message,
+                })?;
+            if self.svc_init && !self.inits().contains_key(&guest.name) {
+                let (this, guest) = (self.clone(), guest.clone());
+                tokio::spawn(async move { this.init_of(&guest).await });
+            }
+            Ok(())
+        })
+    }
+
+    /// Frozen by the runtime's freezer (an earlier svcd's `pause`).
+    fn paused<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async move {
+            self.frozen(guest.pid)
+                .map_err(|message| RuntimeError::Lifecycle {
+                    operation: "reading the freezer state of",
                     name: guest.name.clone(),
                     message,
                 })

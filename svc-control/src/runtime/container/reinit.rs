@@ -100,7 +100,7 @@ fn check(handover: &OwnedFd, server: u32) -> Result<(), String> {
 }
 
 /// The init's oldest child: the server it starts before anything of the guest's runs.
-fn server_of(init: u32) -> Option<u32> {
+pub(super) fn server_of(init: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
     children
         .split_whitespace()

@@ -21,10 +21,7 @@ impl Container {
         let mut removed = Vec::new();
         // The init's channel ends with it (its commands are ended with the container).
         self.inits().remove(name);
-        self.reattached
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name);
+        self.reattached().remove(name);
         if let Some(relay) = self.relays().remove(name) {
             relay.abort();
             removed.push("git SSH relay socket".to_owned());
@@ -40,6 +37,9 @@ impl Container {
         if let Some(what) = disk::release(dir).await.map_err(err)? {
             removed.push(what);
         }
+        // A channel to its init made meanwhile (a hand-over begun at a resume) goes too.
+        self.inits().remove(name);
+        self.reattached().remove(name);
         Ok(removed)
     }
 
@@ -48,9 +48,17 @@ impl Container {
         // `runc delete --force` waits a fixed 100 ms after its SIGKILL before it looks
         // again; killing the init (the kernel then kills the whole pid namespace) and
         // watching it go is quicker. `delete --force` stays the fallback for anything odd.
-        let init = read_init(dir);
+        let init = read_init(dir).filter(|(p, s)| start_time(*p) == Some(*s));
+        // A frozen guest's processes take no signal until thawed (cgroup v1's freezer): one
+        // still paused here (a crash interrupted its destroy) is thawed first.
+        if let Some((pid, _)) = init
+            && self.frozen(pid).unwrap_or(false)
+            && let Err(e) = self.run(&["resume", name]).await
+        {
+            tracing::warn!(sandbox = %name, error = %e, "thawing the paused guest to stop it");
+        }
         let mut forced = true;
-        if let Some((pid, start)) = init.filter(|(p, s)| start_time(*p) == Some(*s))
+        if let Some((pid, start)) = init
             && self.run(&["kill", name, "KILL"]).await.is_ok()
         {
             forced = !gone_within(pid, start, Duration::from_secs(2)).await;

@@ -6,6 +6,7 @@
 //! reason; the next exec connects again). Nothing the guest says is buffered beyond a window
 //! per stream.
 
+mod ack;
 mod connect;
 mod exec;
 mod frames;
@@ -26,6 +27,7 @@ use tokio::{
     sync::{Semaphore, mpsc, oneshot, watch},
 };
 
+pub use self::ack::NoAck;
 use self::{
     exec::{Remote, deliver, forward_input, send_input},
     frames::{read_frames, write_frames},
@@ -42,6 +44,7 @@ pub struct Channel {
     next: AtomicU32,
     /// Why the channel ended, once it has.
     ended: watch::Receiver<Option<String>>,
+    ended_tx: Arc<watch::Sender<Option<String>>>,
     /// The tasks that read and write the connection: dropping the channel ends them, which
     /// closes the connection (the agent then ends what this host started).
     tasks: [tokio::task::AbortHandle; 2],
@@ -63,6 +66,18 @@ impl std::fmt::Debug for Channel {
     }
 }
 
+/// The channel ended for `why`, unless it had already: the first reason is the one told
+/// (a write that fails after the reader saw the guest's end says less).
+fn end(ended: &watch::Sender<Option<String>>, why: String) {
+    ended.send_if_modified(|now| {
+        if now.is_some() {
+            return false;
+        }
+        *now = Some(why);
+        true
+    });
+}
+
 impl Channel {
     /// A channel over any byte stream (the tests run the agent over a socket pair); the
     /// receiver of the agent's hello answers.
@@ -81,15 +96,23 @@ impl Channel {
             let ended_tx = ended_tx.clone();
             async move {
                 if let Err(e) = write_frames(writer, out_rx).await {
-                    let _ = ended_tx.send(Some(format!("writing to the agent: {e}")));
+                    // The guest's end went (a killed agent or init): it ended, it broke nothing.
+                    let why = match e.kind() {
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                            "the agent's channel closed (the guest's end went away)".to_owned()
+                        }
+                        _ => format!("writing to the agent: {e}"),
+                    };
+                    end(&ended_tx, why);
                 }
             }
         });
         let reading = tokio::spawn({
             let (streams, guest, out) = (streams.clone(), guest.clone(), out.clone());
+            let ended_tx = ended_tx.clone();
             async move {
                 let why = read_frames(reader, &streams, &hello_tx, &guest, &out).await;
-                let _ = ended_tx.send(Some(why));
+                end(&ended_tx, why);
                 // Every stream still open learns that the channel ended.
                 lock(&streams).clear();
                 lock_guest(&guest).streams.clear();
@@ -102,6 +125,7 @@ impl Channel {
                 guest,
                 next: AtomicU32::new(1),
                 ended,
+                ended_tx,
                 tasks: [writing.abort_handle(), reading.abort_handle()],
             }),
             hello_rx,
@@ -131,6 +155,17 @@ impl Channel {
             .borrow()
             .clone()
             .unwrap_or_else(|| "the channel to the agent closed".into())
+    }
+
+    /// Give the channel up: every stream on it ends with `why`, and so does the connection (the
+    /// agent then ends what this host started, once it reads again).
+    pub fn abandon(&self, why: String) {
+        end(&self.ended_tx, why);
+        for t in &self.tasks {
+            t.abort();
+        }
+        lock(&self.streams).clear();
+        lock_guest(&self.guest).streams.clear();
     }
 
     /// Open a stream for `request`.
