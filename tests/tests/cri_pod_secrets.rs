@@ -222,7 +222,10 @@ fn a_pod_never_gets_the_nodes_own_code_host_token() {
     let show = w.show(&names[0]);
     let secrets = show["secrets"].to_string();
     assert!(secrets.contains("store:team-a-code@v1"), "{show}");
-    assert!(!secrets.contains("host:"), "the node's token is not brokered: {show}");
+    assert!(
+        !secrets.contains("host:"),
+        "the node's token is not brokered: {show}"
+    );
     cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
         pod_sandbox_id: id.clone(),
     }))

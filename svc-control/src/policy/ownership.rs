@@ -370,8 +370,22 @@ mod tests {
     );
     const HOST_TOKEN_CASES: &[HostTokenCase] = &[
         ("root_uses_it", 0, &[], None, None, true),
-        ("root_uses_it_with_a_group_set", 0, &[], Some(DEVS), None, true),
-        ("member_without_a_group_set_may_not", BOB, &[], None, None, false),
+        (
+            "root_uses_it_with_a_group_set",
+            0,
+            &[],
+            Some(DEVS),
+            None,
+            true,
+        ),
+        (
+            "member_without_a_group_set_may_not",
+            BOB,
+            &[],
+            None,
+            None,
+            false,
+        ),
         (
             "member_outside_the_group_may_not",
             BOB,
@@ -397,7 +411,14 @@ mod tests {
             false,
         ),
         // The shim asks as root for any pod author on the node.
-        ("root_for_a_pod_may_not", 0, &[], None, Some("team-a"), false),
+        (
+            "root_for_a_pod_may_not",
+            0,
+            &[],
+            None,
+            Some("team-a"),
+            false,
+        ),
         (
             "group_member_for_a_pod_may_not",
             ALICE,
