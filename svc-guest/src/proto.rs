@@ -221,6 +221,16 @@ pub struct Exec {
     pub stdin: bool,
     /// Run on a terminal of (rows, columns).
     pub tty: Option<(u16, u16)>,
+    /// Run it chrooted into this directory of the guest (a pod container's root file system
+    /// svcd attached, `/.svc/ctr/<id>`); `cwd` is then a path inside it. None: the guest's
+    /// own root. Sent only when set, so an older init never sees the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// Run it as this user (uid, gid, supplementary groups) once chrooted; only with `root`
+    /// (without one, svcd runs another user through the runtime's exec). None: the guest's
+    /// root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<(u32, u32, Vec<u32>)>,
 }
 
 /// The guest's identity and network: fresh in every clone of a fork.

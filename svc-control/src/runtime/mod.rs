@@ -179,6 +179,10 @@ pub struct GuestCommand {
     pub tty: Option<(u16, u16)>,
     /// Run it as this guest user (checked to be within the guest's ids); none: the guest's root.
     pub user: Option<crate::api::ExecUser>,
+    /// Run it chrooted into this guest directory: a pod container's root file system
+    /// attached with [`Backend::attach_root`] (`/.svc/ctr/<id>`, checked by svcd to be
+    /// attached); `cwd` is then a path inside it. None: the guest's own root.
+    pub root: Option<String>,
 }
 
 /// How a running command is controlled: each backend's own (a host process for the
@@ -482,6 +486,15 @@ pub enum RuntimeError {
     Setup(String),
 }
 
+/// What a backend without pod containers' root file systems answers.
+pub fn roots_unsupported(backend: &'static str) -> RuntimeError {
+    RuntimeError::Unsupported {
+        backend,
+        operation: "attach a container's root file system to",
+        hint: ": not supported on this backend yet (the container backend has it)",
+    }
+}
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A sandbox backend.
@@ -574,6 +587,35 @@ pub trait Backend: Send + Sync {
                 hint: " (its shared directories are made when its guest starts)",
             })
         })
+    }
+    /// Attach `layers` (directories, top first: an image's root file system as containerd
+    /// unpacked it) into the running `guest` of sandbox `id` (directory `dir`) as pod
+    /// container `ctr`'s root file system, read-only under a writable layer of its own, mapped
+    /// to the sandbox's ids; its guest path, where [`GuestCommand::root`] names it.
+    fn attach_root<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _id: u32,
+        _dir: &'a std::path::Path,
+        _ctr: &'a str,
+        _layers: &'a [PathBuf],
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(async move { Err(roots_unsupported(self.name())) })
+    }
+    /// Detach pod container `ctr`'s root file system from `guest` (directory `dir`) and remove
+    /// its writable layer; whether it was attached.
+    fn detach_root<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _dir: &'a std::path::Path,
+        _ctr: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async move { Err(roots_unsupported(self.name())) })
+    }
+    /// The guest path of pod container `ctr`'s root file system if it is attached to the
+    /// sandbox in `dir`.
+    fn root_attached(&self, _dir: &std::path::Path, _ctr: &str) -> Option<String> {
+        None
     }
     /// Pause the guest (it stays paused) and save it under `into` for clones to start from.
     fn snapshot<'a>(

@@ -12,7 +12,10 @@ use super::{
     ExecStyle,
     streams::{Out, Streams, error, lock},
 };
-use crate::proto::{Exec, Frame, Kind};
+use crate::{
+    enter::Enter,
+    proto::{Exec, Frame, Kind},
+};
 
 /// How long output may keep coming after a command exited before its stream is closed (a
 /// background process that kept the command's stdout open would hold it forever).
@@ -31,13 +34,23 @@ pub(super) async fn run(
     let Some(program) = exec.argv.first() else {
         return error(id, "exec needs a command".into());
     };
-    let (mut cmd, tty) = match command(program, &exec, style) {
+    let enter = match rooted(&exec) {
+        Ok(e) => e.map(Arc::new),
+        Err(e) => return error(id, e.to_string()),
+    };
+    let (mut cmd, tty) = match command(program, &exec, style, enter.clone()) {
         Ok(c) => c,
         Err(e) => return error(id, format!("opening a terminal: {e}")),
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, exec.cwd.as_deref(), &e, style, out),
+        Err(e) => {
+            let no_cwd = match &enter {
+                Some(enter) => enter.cwd_missing(),
+                None => !std::path::Path::new(exec.cwd.as_deref().unwrap_or("/")).is_dir(),
+            };
+            return not_started(id, program, exec.cwd.as_deref(), no_cwd, &e, style, out);
+        }
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {
@@ -74,18 +87,48 @@ pub(super) async fn run(
     Frame::i32(id, Kind::Exit, code)
 }
 
-/// The command `exec` asks for (`program`: its first word), run in `style`, and its terminal's
-/// master end if it runs on one.
+/// The root file system `exec` runs in, prepared (none: the guest's own). A user without a
+/// root is refused: only a rooted command takes its user here.
+fn rooted(exec: &Exec) -> std::io::Result<Option<Enter>> {
+    match (&exec.root, &exec.user) {
+        (Some(root), user) => {
+            Enter::new(root, exec.cwd.as_deref().unwrap_or("/"), user.as_ref()).map(Some)
+        }
+        (None, Some(_)) => Err(std::io::Error::other(
+            "a user is given only with a root (svcd runs another user through the runtime)",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The command `exec` asks for (`program`: its first word), run in `style` (chrooted into
+/// `enter`'s root when given), and its terminal's master end if it runs on one.
 fn command(
     program: &str,
     exec: &Exec,
     style: ExecStyle,
+    enter: Option<Arc<Enter>>,
 ) -> std::io::Result<(tokio::process::Command, Option<Arc<OwnedFd>>)> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&exec.argv[1..])
         .env_clear()
-        .envs(exec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(exec.cwd.as_deref().unwrap_or("/"));
+        .envs(exec.env.iter().map(|(k, v)| (k, v)));
+    match enter {
+        // The working directory is inside the root: entered after the chroot (and the
+        // program is looked up there, at exec).
+        Some(enter) => {
+            #[expect(unsafe_code, reason = "pre_exec: chroot, chdir and the user")]
+            // SAFETY: between fork and exec the closure only makes system calls on data
+            // prepared before the fork (`Enter::enter`); it allocates nothing and takes no
+            // locks.
+            unsafe {
+                cmd.pre_exec(move || enter.enter());
+            }
+        }
+        None => {
+            cmd.current_dir(exec.cwd.as_deref().unwrap_or("/"));
+        }
+    }
     let tty = match exec.tty {
         Some((rows, cols)) => Some(Arc::new(terminal(&mut cmd, rows, cols)?)),
         None => {
@@ -134,12 +177,12 @@ fn not_started(
     id: u32,
     program: &str,
     cwd: Option<&str>,
+    no_cwd: bool,
     e: &std::io::Error,
     style: ExecStyle,
     out: &Out,
 ) -> Frame {
     let cwd = cwd.unwrap_or("/");
-    let no_cwd = !std::path::Path::new(cwd).is_dir();
     let code = if no_cwd || e.kind() != std::io::ErrorKind::NotFound {
         126
     } else {
@@ -343,7 +386,8 @@ mod tests {
             epoch: 0,
             current: Arc::new(AtomicU64::new(0)),
         };
-        let exit = not_started(7, program, Some(cwd), &e, style, &out);
+        let no_cwd = !std::path::Path::new(cwd).is_dir();
+        let exit = not_started(7, program, Some(cwd), no_cwd, &e, style, &out);
         let (_, said) = rx.try_recv().expect("a stderr frame");
         let code = i32::from_be_bytes(exit.payload.try_into().expect("an i32"));
         (code, String::from_utf8_lossy(&said.payload).into_owned())

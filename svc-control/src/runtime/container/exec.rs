@@ -35,10 +35,11 @@ impl Container {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
         // The init starts commands as the guest's root: another user goes through the
-        // runtime's exec, which sets it.
-        let init = match cmd.user {
-            None => self.init_of(guest).await,
-            Some(_) => None,
+        // runtime's exec, which sets it — but for a command in a pod container's root file
+        // system, which the init enters and takes the user in itself.
+        let init = match (&cmd.user, &cmd.root) {
+            (None, _) | (_, Some(_)) => self.init_of(guest).await,
+            (Some(_), None) => None,
         };
         match init {
             Some(init) => {
@@ -50,6 +51,7 @@ impl Container {
                     .exec(request(cmd))
                     .map_err(|e| fail(format!("the channel to the guest's init: {e}")))
             }
+            None if cmd.root.is_some() => self.runc_exec(guest, &entering(guest, cmd)),
             None => self.runc_exec(guest, cmd),
         }
     }
@@ -138,6 +140,43 @@ fn write_process(
         .map_err(|e| fail(format!("writing {}: {e}", file.display())))
 }
 
+/// A rooted `cmd` for the runtime's exec: the guest's `svc-init --enter` (as the guest's root,
+/// from `/`) chroots into the root, enters the working directory, takes the user and execs the
+/// command. The init is the one the guest runs: bound at [`super::handed::HANDED_INIT`] on a
+/// handed root file system (a pod's), else the base image's.
+fn entering(guest: &GuestHandle, cmd: &GuestCommand) -> GuestCommand {
+    let handed = std::path::Path::new(&format!("/proc/{}/root", guest.pid))
+        .join(super::handed::HANDED_INIT.trim_start_matches('/'));
+    let init = if std::fs::symlink_metadata(handed).is_ok() {
+        super::handed::HANDED_INIT
+    } else {
+        super::INIT[0]
+    };
+    let user = cmd.user.as_ref().map_or_else(
+        || "-".to_owned(),
+        |u| {
+            let groups: Vec<String> = u.additional_gids.iter().map(ToString::to_string).collect();
+            format!("{}:{}:{}", u.uid, u.gid, groups.join(","))
+        },
+    );
+    let mut argv = vec![
+        init.to_owned(),
+        "--enter".to_owned(),
+        cmd.root.clone().unwrap_or_default(),
+        cmd.cwd.clone().unwrap_or_else(|| "/".into()),
+        user,
+        "--".to_owned(),
+    ];
+    argv.extend(cmd.argv.iter().cloned());
+    GuestCommand {
+        argv,
+        cwd: None,
+        user: None,
+        root: None,
+        ..cmd.clone()
+    }
+}
+
 impl Container {
     /// Whether the OCI runtime is runc (by its file name); else crun, whose exec flags differ.
     fn runtime_is_runc(&self) -> bool {
@@ -172,6 +211,11 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
         cwd: Some(cmd.cwd.clone().unwrap_or_else(|| "/".into())),
         stdin: cmd.stdin,
         tty: cmd.tty,
+        root: cmd.root.clone(),
+        // Only a rooted command takes its user from the init.
+        user: cmd.root.as_ref().and(cmd.user.as_ref()).map(|u| {
+            (u.uid, u.gid, u.additional_gids.clone())
+        }),
     }
 }
 
