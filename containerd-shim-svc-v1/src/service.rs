@@ -4,7 +4,9 @@
 //! node's microvm image running its process (`svc.dev/backend=microvm`). A pod (containerd's
 //! CRI plugin) has one shim for all its containers (`start_shim` groups them by their pod
 //! sandbox's id) and one svc sandbox: its sandbox ("pause") container makes it, with the
-//! pod's policy, and stands for it; each of its containers runs its processes in it. Every
+//! pod's policy, and stands for it; each of its containers runs its processes in it, on the
+//! container backend chrooted into its own image's root file system, which svcd attaches into
+//! the running sandbox at the container's `Create` and detaches at its `Delete`. Every
 //! process, and each one `exec` adds, is an exec of svcd's in its task's sandbox. Task events
 //! go to containerd.
 
@@ -155,7 +157,8 @@ impl Service {
     /// The task `req` asks for: a task of its own or a pod's sandbox container makes its
     /// sandbox (on the container backend: on its root file system, mounted at
     /// `<bundle>/rootfs` first when containerd hands mounts; on the microvm backend: a VM of
-    /// the node's microvm image), a pod's container joins its pod's.
+    /// the node's microvm image), a pod's container joins its pod's (on the container backend
+    /// with its root file system attached to it).
     fn create_task(&self, req: &api::CreateTaskRequest) -> Result<Task, String> {
         let bundle = PathBuf::from(&req.bundle);
         let spec = Spec::read(&bundle)?;

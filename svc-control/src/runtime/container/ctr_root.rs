@@ -291,8 +291,11 @@ fn place_points(
     ids: IdRange,
 ) -> Result<(), String> {
     match idmap::open_under(root, Path::new(".svc"), true) {
-        Ok(fd) if fd_identity(&fd)? == host => return Ok(()),
-        Ok(_) => {}
+        Ok(fd) => {
+            if fd_identity(&fd)? == host {
+                return Ok(());
+            }
+        }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err("/.svc in the guest is a symbolic link: nothing attached".into());
