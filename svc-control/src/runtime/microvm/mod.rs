@@ -268,6 +268,9 @@ impl Backend for Microvm {
                     cwd: cmd.cwd.clone(),
                     stdin: cmd.stdin,
                     tty: cmd.tty,
+                    // svcd refuses a root on this backend (none can be attached yet).
+                    root: None,
+                    user: None,
                 })
                 .map_err(RuntimeError::Exec)
         })

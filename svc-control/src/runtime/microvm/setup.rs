@@ -99,6 +99,7 @@ async fn grow_root(channel: &Arc<Channel>) -> Result<(), String> {
         cwd: None,
         stdin: false,
         tty: None,
+        ..Exec::default()
     })?;
     let mut said = Vec::new();
     if let Some(mut out) = h.stdout.take() {
