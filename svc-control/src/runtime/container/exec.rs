@@ -298,5 +298,52 @@ mod tests {
             ]
         );
         assert_eq!(exec.cwd.as_deref(), Some("/"), "runc exec's default");
+        assert_eq!((exec.root, exec.user), (None, None), "the guest's own root");
+    }
+
+    #[test]
+    fn a_rooted_command_takes_its_user_in_the_root_and_the_runtime_runs_it_through_the_init() {
+        let user = crate::api::ExecUser {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![27, 1000],
+        };
+        let cmd = GuestCommand {
+            argv: vec!["id".into(), "-u".into()],
+            cwd: Some("/work".into()),
+            user: Some(user),
+            root: Some("/.svc/ctr/c1".into()),
+            ..GuestCommand::default()
+        };
+        let exec = request(&cmd);
+        assert_eq!(exec.root.as_deref(), Some("/.svc/ctr/c1"));
+        assert_eq!(exec.user, Some((1000, 1000, vec![27, 1000])));
+        let guest = GuestHandle {
+            name: "s".into(),
+            // No such process: the base image's init path is taken.
+            pid: u32::MAX,
+            start: 0,
+        };
+        let via = entering(&guest, &cmd);
+        assert_eq!(
+            via.argv,
+            [
+                crate::runtime::container::INIT[0],
+                "--enter",
+                "/.svc/ctr/c1",
+                "/work",
+                "1000:1000:27,1000",
+                "--",
+                "id",
+                "-u"
+            ]
+        );
+        assert_eq!((via.cwd, via.user, via.root), (None, None, None));
+        let unrooted = GuestCommand {
+            user: cmd.user.clone(),
+            root: None,
+            ..cmd
+        };
+        assert_eq!(request(&unrooted).user, None, "only a rooted command's");
     }
 }
