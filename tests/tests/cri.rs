@@ -11,11 +11,11 @@
 
 use svc_control::{names::SandboxName, policy::pod};
 use svc_tests::{
-    containerd::Containerd,
-    cri::api,
+    containerd::{Containerd, IMAGE},
+    cri::{Cri, api},
     pods::{
-        STORED, exec, exited, remove_pod, run_container, run_fenced_pod, shim_sandboxes, start,
-        status, store_secret, Pod,
+        Pod, STORED, assert_fenced, exec, exited, image, remove_pod, run_container,
+        run_fenced_pod, shim_sandboxes, start, status, store_secret,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
