@@ -35,6 +35,9 @@ fn import(c: &Containerd, w: &World, name: &str, stem: &str, build: impl FnOnce(
     build(&extra);
     let archive = oci_archive_of(&w.dir, name, stem, Some(&extra));
     c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+    // containerd holds its own copy: the disk is the tests' to spare.
+    let _ = std::fs::remove_file(&archive);
+    let _ = std::fs::remove_dir_all(&extra);
 }
 
 /// The two images that differ by a file, and the one whose tree holds links.

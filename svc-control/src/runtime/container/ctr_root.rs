@@ -297,8 +297,11 @@ fn place_points(
             }
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err("/.svc in the guest is a symbolic link: nothing attached".into());
+        // A link is opened as itself (O_NOFOLLOW) and is no directory; one on the way is ELOOP.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            return Err(
+                "/.svc in the guest is a symbolic link or no directory: nothing attached".into(),
+            );
         }
         Err(e) => return Err(format!("/.svc in the guest: {e}")),
     }
@@ -328,6 +331,7 @@ fn bind_into(
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
         Err(e) => return Err(format!("the guest's /{}: {e}", rel.display())),
     };
+    of_kind(&source, dir).map_err(|e| format!("the guest's /{}: {e}", rel.display()))?;
     let copy = idmap::clone_tree(
         raw(&source),
         c"",
@@ -342,7 +346,23 @@ fn bind_into(
         }
         Err(e) => return Err(format!("the container's /{}: {e}", rel.display())),
     };
+    of_kind(&target, dir).map_err(|e| format!("the container's /{}: {e}", rel.display()))?;
     idmap::move_tree_onto(raw(&copy), raw(&target)).map_err(|e| e.to_string())
+}
+
+/// `fd` is a directory (`dir`) or a regular file: a link (opened as itself) or anything else
+/// is left alone.
+fn of_kind(fd: &OwnedFd, dir: bool) -> Result<(), String> {
+    let mode = nix::sys::stat::fstat(fd).map_err(|e| e.to_string())?.st_mode & libc::S_IFMT;
+    let want = if dir { libc::S_IFDIR } else { libc::S_IFREG };
+    if mode == want {
+        return Ok(());
+    }
+    Err(if mode == libc::S_IFLNK {
+        "a symbolic link: left as it is, never followed".to_owned()
+    } else {
+        format!("not a {}: left as it is", if dir { "directory" } else { "file" })
+    })
 }
 
 /// Make `rel` (its last part; its parent must be there) in `tree`, a directory or an empty
