@@ -174,7 +174,12 @@ impl Service {
             Role::PodSandbox => None,
             _ => Some(spec.process.exec_request(!req.stdin.is_empty())?),
         };
-        let procs = |request| Mutex::new(HashMap::from([(String::new(), Arc::new(Proc::new(stdio, request)))]));
+        let procs = |request| {
+            Mutex::new(HashMap::from([(
+                String::new(),
+                Arc::new(Proc::new(stdio, request)),
+            )]))
+        };
         if let Role::PodContainer { sandbox_id } = role {
             let pod = self.tasks().get(&sandbox_id).cloned().ok_or_else(|| {
                 format!(
@@ -185,7 +190,10 @@ impl Service {
             })?;
             let (root, mounted) = if pod.takes_rootfs {
                 let (layers, mounted) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
-                if let Err(e) = self.svcd.attach_root(pod.sandbox.as_str(), &req.id, &layers) {
+                if let Err(e) = self
+                    .svcd
+                    .attach_root(pod.sandbox.as_str(), &req.id, &layers)
+                {
                     mounted.iter().for_each(|r| unmount_rootfs(r));
                     return Err(e.to_string());
                 }

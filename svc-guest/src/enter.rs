@@ -59,7 +59,9 @@ impl Enter {
         use std::os::unix::ffi::OsStrExt as _;
         let root = std::path::Path::new(std::ffi::OsStr::from_bytes(self.root.as_bytes()));
         let cwd = std::ffi::OsStr::from_bytes(self.cwd.as_bytes());
-        let inside = std::path::Path::new(cwd).strip_prefix("/").unwrap_or(std::path::Path::new(cwd));
+        let inside = std::path::Path::new(cwd)
+            .strip_prefix("/")
+            .unwrap_or(std::path::Path::new(cwd));
         !root.join(inside).is_dir()
     }
 

@@ -230,7 +230,13 @@ pub struct Pod {
 
 /// `RunPodSandbox` of pod `name` allowing allowed.example.test with the stored credential
 /// for it, plus `extra` annotations: one svc sandbox, with that policy.
-pub fn run_fenced_pod(w: &World, c: &Containerd, cri: &Cri, name: &str, extra: &[(&str, &str)]) -> Pod {
+pub fn run_fenced_pod(
+    w: &World,
+    c: &Containerd,
+    cri: &Cri,
+    name: &str,
+    extra: &[(&str, &str)],
+) -> Pod {
     let secret = format!("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN={STORED}");
     let mut annotations = vec![
         (pod::ALLOW_HOSTS, "allowed.example.test"),

@@ -16,9 +16,7 @@
 use svc_tests::{
     containerd::{Containerd, oci_archive_of},
     cri::{Cri, api},
-    pods::{
-        Pod, STORED, assert_fenced, exec, remove_pod, run_fenced_pod, start, store_secret,
-    },
+    pods::{Pod, STORED, assert_fenced, exec, remove_pod, run_fenced_pod, start, store_secret},
     require_root,
     users::User,
     world::{EXAMPLE_TOKEN, World},
@@ -126,8 +124,14 @@ fn each_pod_container_runs_on_its_own_images_root_file_system() {
     assert_eq!(read(&cri, &a, "/etc/svc-image-b"), None, "b's file in a");
     assert_eq!(read(&cri, &b, "/etc/svc-image-b").as_deref(), Some("b"));
     assert_eq!(read(&cri, &b, "/etc/svc-image-a"), None, "a's file in b");
-    let (code, _, _) = w.sh(&pod.sandbox, "test -e /etc/svc-image-a || test -e /etc/svc-image-b");
-    assert_ne!(code, 0, "the pod sandbox's own root has neither image's file");
+    let (code, _, _) = w.sh(
+        &pod.sandbox,
+        "test -e /etc/svc-image-a || test -e /etc/svc-image-b",
+    );
+    assert_ne!(
+        code, 0,
+        "the pod sandbox's own root has neither image's file"
+    );
     // Each writes its own tree.
     let (code, _, err) = exec(&cri, &a, &["sh", "-c", "echo mine > /etc/written-by-a"]);
     assert_eq!(code, 0, "{err}");
@@ -151,15 +155,30 @@ fn each_pod_container_runs_on_its_own_images_root_file_system() {
         !mounts.iter().any(|m| m.contains(&a)),
         "a mount of the removed container is left in the guest: {mounts:?}"
     );
-    let layers = w.dir.join("state/sandboxes").join(&pod.sandbox).join("ctr").join(&a);
+    let layers = w
+        .dir
+        .join("state/sandboxes")
+        .join(&pod.sandbox)
+        .join("ctr")
+        .join(&a);
     assert!(!layers.exists(), "{} is left", layers.display());
     let host = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(!host.contains(&a), "a mount of the container is left on the host:\n{host}");
-    assert_eq!(read(&cri, &b, "/etc/svc-image-b").as_deref(), Some("b"), "b runs on");
+    assert!(
+        !host.contains(&a),
+        "a mount of the container is left on the host:\n{host}"
+    );
+    assert_eq!(
+        read(&cri, &b, "/etc/svc-image-b").as_deref(),
+        Some("b"),
+        "b runs on"
+    );
 
     remove_pod(&w, &c, &cri, &pod);
     let host = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(!host.contains(&b), "a mount of the container is left on the host:\n{host}");
+    assert!(
+        !host.contains(&b),
+        "a mount of the container is left on the host:\n{host}"
+    );
 }
 
 #[test]
@@ -189,8 +208,14 @@ fn no_tree_places_a_root_outside_its_own_and_the_guest_cannot_replace_one() {
         read(&cri, &links, "/etc/svc-image-links").as_deref(),
         Some("links")
     );
-    let (code, out, _) = w.sh(&pod.sandbox, "cat /etc/shadow >/dev/null && ls /dev | head -3");
-    assert_eq!(code, 0, "the guest's own /etc and /dev are as they were: {out}");
+    let (code, out, _) = w.sh(
+        &pod.sandbox,
+        "cat /etc/shadow >/dev/null && ls /dev | head -3",
+    );
+    assert_eq!(
+        code, 0,
+        "the guest's own /etc and /dev are as they were: {out}"
+    );
 
     // The guest's root cannot unmount, move, replace or add to the mount points.
     for (what, script) in [
@@ -198,19 +223,29 @@ fn no_tree_places_a_root_outside_its_own_and_the_guest_cannot_replace_one() {
         ("move /.svc", "mv /.svc /.svc-moved".to_owned()),
         ("remove a's mount point", format!("rmdir /.svc/ctr/{a}")),
         ("add a mount point", "mkdir /.svc/ctr/planted".to_owned()),
-        ("replace /.svc/ctr", "mv /.svc/ctr /.svc/ctr-moved".to_owned()),
+        (
+            "replace /.svc/ctr",
+            "mv /.svc/ctr /.svc/ctr-moved".to_owned(),
+        ),
     ] {
         let (code, _, _) = w.sh(&pod.sandbox, &script);
         assert_ne!(code, 0, "the guest could {what}");
     }
-    assert_eq!(read(&cri, &a, "/etc/svc-image-a").as_deref(), Some("a"), "a's own tree");
+    assert_eq!(
+        read(&cri, &a, "/etc/svc-image-a").as_deref(),
+        Some("a"),
+        "a's own tree"
+    );
 
     // An exec naming a root that is not attached is refused, naming it.
     let body = serde_json::json!({"argv": ["true"], "root": "planted"}).to_string();
     let route = format!("/v1/sandboxes/{}/exec", pod.sandbox);
     let (status, said) = w.api(&[], "POST", &route, Some(body.as_bytes()));
     assert_eq!(status, 400, "{said}");
-    assert!(said.contains("planted") && said.contains("is attached"), "{said}");
+    assert!(
+        said.contains("planted") && said.contains("is attached"),
+        "{said}"
+    );
 
     // Another API user may not attach to the pod's sandbox.
     let u = User::add(svc_tests::unique("rootfs"), None);
@@ -220,7 +255,10 @@ fn no_tree_places_a_root_outside_its_own_and_the_guest_cannot_replace_one() {
     let route = format!("/v1/sandboxes/{}/roots", pod.sandbox);
     let (status, said) = w.api(&ids, "POST", &route, Some(body.as_bytes()));
     assert_eq!(status, 403, "{said}");
-    assert!(said.contains("attach a container's root file system"), "{said}");
+    assert!(
+        said.contains("attach a container's root file system"),
+        "{said}"
+    );
     remove_pod(&w, &c, &cri, &pod);
 
     // A `/.svc` the guest made a link before its pod's first container: refused, nothing
@@ -231,7 +269,11 @@ fn no_tree_places_a_root_outside_its_own_and_the_guest_cannot_replace_one() {
     let before = guest_mounts(&w, &pod.sandbox);
     let refused = container(&cri, &pod, "a", IMAGE_A).expect_err("attached through a link");
     assert!(refused.message().contains("symbolic link"), "{refused:?}");
-    assert_eq!(guest_mounts(&w, &pod.sandbox), before, "nothing mounted in the guest");
+    assert_eq!(
+        guest_mounts(&w, &pod.sandbox),
+        before,
+        "nothing mounted in the guest"
+    );
     let layers = w.dir.join("state/sandboxes").join(&pod.sandbox).join("ctr");
     let left = std::fs::read_dir(&layers).map_or(0, Iterator::count);
     assert_eq!(left, 0, "layers left in {}", layers.display());

@@ -166,7 +166,13 @@ mod tests {
         );
         let cases: &[(&str, &str, &[&str], bool, &str)] = &[
             ("a user", "c1", &["/l"], false, "only root may hand"),
-            ("a bad id", "../x", &["/l"], true, "containerd's identifiers"),
+            (
+                "a bad id",
+                "../x",
+                &["/l"],
+                true,
+                "containerd's identifiers",
+            ),
             ("no layers", "c1", &[], true, "no layers given"),
             ("relative", "c1", &["l/fs"], true, "is not absolute"),
             ("a dot-dot step", "c1", &["/l/../etc"], true, "'..' step"),

@@ -150,4 +150,3 @@ impl ExecControl for HostProcess {
         })
     }
 }
-

@@ -11,12 +11,12 @@
 pub mod cgroup_stats;
 mod claim;
 pub mod container;
+/// A command run by a host process (the OCI runtime's `exec`) and its guest process.
+mod host_process;
 pub mod ids;
 pub mod microvm;
 /// The calls through which a mode reaches a file: the share rules' seccomp form.
 mod not_started;
-/// A command run by a host process (the OCI runtime's `exec`) and its guest process.
-mod host_process;
 /// A guest's host process: its start time, whether it died, waiting for it to go.
 mod process;
 /// The backends an svcd has, by kind (`Arc<dyn Backend>` each, with what it is and whether
@@ -30,9 +30,9 @@ pub use process::{is_zombie, start_time};
 use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
 pub use claim::Claim;
-use host_process::HostProcess;
-pub use host_process::GuestProcess;
 pub use container::Container;
+pub use host_process::GuestProcess;
+use host_process::HostProcess;
 pub use microvm::Microvm;
 pub use registry::{Backends, Description, KINDS, Kind, choices};
 

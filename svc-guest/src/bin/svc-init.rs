@@ -87,9 +87,7 @@ fn enter(args: Vec<String>) -> ExitCode {
     };
     let no_cwd = entry.cwd_missing();
     if let Err(e) = entry.enter() {
-        eprintln!(
-            "exec failed: unable to start container process: entering the root {root}: {e}"
-        );
+        eprintln!("exec failed: unable to start container process: entering the root {root}: {e}");
         return ExitCode::from(if no_cwd { 126 } else { 125 });
     }
     let e = std::os::unix::process::CommandExt::exec(

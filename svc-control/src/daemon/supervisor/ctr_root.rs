@@ -21,12 +21,11 @@ impl Supervisor {
         req: AttachRoot,
     ) -> Result<AttachedRoot, Failure> {
         SandboxName::check(name).map_err(Failure::bad)?;
-        let layers = ctr_root::check_attach(&req.id, &req.layers, who.is_root()).map_err(
-            |e| match e {
+        let layers =
+            ctr_root::check_attach(&req.id, &req.layers, who.is_root()).map_err(|e| match e {
                 ctr_root::CtrRootError::NotRoot { .. } => Failure::forbidden(e.to_string()),
                 _ => Failure::bad(e.to_string()),
-            },
-        )?;
+            })?;
         for l in &layers {
             let shown = l.display().to_string();
             rootfs::check_dir(&shown).map_err(|e| {
@@ -36,7 +35,11 @@ impl Supervisor {
         let (guest, id, backend) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
-            (l.guest.clone(), l.id, self.backends.get(&l.envelope.backend))
+            (
+                l.guest.clone(),
+                l.id,
+                self.backends.get(&l.envelope.backend),
+            )
         };
         let dir = self.sandbox_dir(name);
         let guest_path = backend

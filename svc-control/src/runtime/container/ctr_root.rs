@@ -249,7 +249,10 @@ fn attach(job: &Job) -> Result<(), String> {
     job.overlay
         .mount_in_private_namespace()
         .map_err(|e| format!("mounting its overlay: {e}"))?;
-    let tree = detached_copy(&job.merged, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)?;
+    let tree = detached_copy(
+        &job.merged,
+        libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+    )?;
     let points = detached_copy(
         &job.points,
         libc::MOUNT_ATTR_RDONLY
@@ -353,7 +356,10 @@ fn bind_into(
 /// `fd` is a directory (`dir`) or a regular file: a link (opened as itself) or anything else
 /// is left alone.
 fn of_kind(fd: &OwnedFd, dir: bool) -> Result<(), String> {
-    let mode = nix::sys::stat::fstat(fd).map_err(|e| e.to_string())?.st_mode & libc::S_IFMT;
+    let mode = nix::sys::stat::fstat(fd)
+        .map_err(|e| e.to_string())?
+        .st_mode
+        & libc::S_IFMT;
     let want = if dir { libc::S_IFDIR } else { libc::S_IFREG };
     if mode == want {
         return Ok(());
@@ -361,7 +367,10 @@ fn of_kind(fd: &OwnedFd, dir: bool) -> Result<(), String> {
     Err(if mode == libc::S_IFLNK {
         "a symbolic link: left as it is, never followed".to_owned()
     } else {
-        format!("not a {}: left as it is", if dir { "directory" } else { "file" })
+        format!(
+            "not a {}: left as it is",
+            if dir { "directory" } else { "file" }
+        )
     })
 }
 
@@ -434,8 +443,8 @@ fn detach(guest: &GuestHandle, points: &Path, ctr: &str) -> Result<(), String> {
 
 /// A detached, private copy of the mount at `path` (in this thread's namespace) with `attrs`.
 fn detached_copy(path: &Path, attrs: u64) -> Result<OwnedFd, String> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|e| e.to_string())?;
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     let tree = idmap::clone_tree(libc::AT_FDCWD, &c, 0)
         .map_err(|e| format!("copying {}: {e}", path.display()))?;
     idmap::set_tree_attrs(&tree, attrs, libc::MS_PRIVATE, 0, 0)

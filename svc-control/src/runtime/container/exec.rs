@@ -213,9 +213,11 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
         tty: cmd.tty,
         root: cmd.root.clone(),
         // Only a rooted command takes its user from the init.
-        user: cmd.root.as_ref().and(cmd.user.as_ref()).map(|u| {
-            (u.uid, u.gid, u.additional_gids.clone())
-        }),
+        user: cmd
+            .root
+            .as_ref()
+            .and(cmd.user.as_ref())
+            .map(|u| (u.uid, u.gid, u.additional_gids.clone())),
     }
 }
 
