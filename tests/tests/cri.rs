@@ -14,8 +14,8 @@ use svc_tests::{
     containerd::{Containerd, IMAGE},
     cri::{Cri, api},
     pods::{
-        Pod, STORED, assert_fenced, exec, exited, image, remove_pod, run_container, run_fenced_pod,
-        shim_sandboxes, start, status, store_secret,
+        Pod, STORED, assert_fenced, exec, exited, image, pod_config, remove_pod, run_container,
+        run_fenced_pod, run_pod, shim_sandboxes, start, status, store_secret,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
