@@ -40,6 +40,41 @@ impl Svcd {
         })
     }
 
+    /// `POST /v1/sandboxes/{name}/roots`: container `id`'s root file system (`layers`, top
+    /// first) attached to sandbox `name`.
+    pub fn attach_root(
+        &self,
+        name: &str,
+        id: &str,
+        layers: &[std::path::PathBuf],
+    ) -> Result<(), SvcdError> {
+        let call = format!("attaching container {id}'s root file system to sandbox {name}");
+        let body = serde_json::to_vec(&svc_control::api::ctr_root::AttachRoot {
+            id: id.to_owned(),
+            layers: layers.iter().map(|l| l.display().to_string()).collect(),
+        })
+        .map_err(|e| SvcdError::Protocol {
+            call: call.clone(),
+            message: e.to_string(),
+        })?;
+        self.call("POST", &format!("/v1/sandboxes/{name}/roots"), &body, &call)
+            .map(drop)
+    }
+
+    /// `DELETE /v1/sandboxes/{name}/roots/{id}`; a sandbox already gone is no error.
+    pub fn detach_root(&self, name: &str, id: &str) -> Result<(), SvcdError> {
+        let call = format!("detaching container {id}'s root file system from sandbox {name}");
+        match self.call(
+            "DELETE",
+            &format!("/v1/sandboxes/{name}/roots/{id}"),
+            b"",
+            &call,
+        ) {
+            Err(SvcdError::Refused { status: 404, .. }) | Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `GET /v1/sandboxes/{name}/stats`.
     pub fn stats(&self, name: &str) -> Result<SandboxStats, SvcdError> {
         let call = format!("the figures of sandbox {name}");

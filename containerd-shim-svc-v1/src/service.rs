@@ -4,7 +4,9 @@
 //! node's microvm image running its process (`svc.dev/backend=microvm`). A pod (containerd's
 //! CRI plugin) has one shim for all its containers (`start_shim` groups them by their pod
 //! sandbox's id) and one svc sandbox: its sandbox ("pause") container makes it, with the
-//! pod's policy, and stands for it; each of its containers runs its processes in it. Every
+//! pod's policy, and stands for it; each of its containers runs its processes in it, on the
+//! container backend chrooted into its own image's root file system, which svcd attaches into
+//! the running sandbox at the container's `Create` and detaches at its `Delete`. Every
 //! process, and each one `exec` adds, is an exec of svcd's in its task's sandbox. Task events
 //! go to containerd.
 
@@ -55,6 +57,12 @@ struct Task {
     /// Where the shim mounted containerd's root file system mounts (none given: the spec's
     /// root is used as it is, and never unmounted).
     mounted: Option<PathBuf>,
+    /// A pod's container on the container backend: its root file system is attached to its
+    /// pod's sandbox under this id (its task's), and its processes run chrooted into it.
+    root: Option<String>,
+    /// A sandbox container whose sandbox runs on root file systems handed to it (the container
+    /// backend): its pod's containers get theirs attached.
+    takes_rootfs: bool,
     procs: Mutex<HashMap<String, Arc<Proc>>>,
 }
 
@@ -90,13 +98,20 @@ impl shim::Shim for Service {
     fn delete_shim(&mut self) -> Result<DeleteResponse, shim::Error> {
         let bundle = std::env::current_dir().unwrap_or_default();
         let role = Spec::read(&bundle).and_then(|s| s.role());
-        if !matches!(role, Ok(Role::PodContainer { .. })) {
+        if let Ok(Role::PodContainer { sandbox_id }) = role {
+            // Its root file system leaves its pod's sandbox (one never attached, or a sandbox
+            // gone already, is no error).
+            let pod = spec::sandbox_name(&sandbox_id).map_err(shim::Error::InvalidArgument)?;
+            self.svcd
+                .detach_root(pod.as_str(), &self.id)
+                .map_err(|e| shim::Error::Other(e.to_string()))?;
+        } else {
             let name = spec::sandbox_name(&self.id).map_err(shim::Error::InvalidArgument)?;
             self.svcd
                 .destroy(name.as_str())
                 .map_err(|e| shim::Error::Other(e.to_string()))?;
-            unmount_rootfs(&bundle.join("rootfs"));
         }
+        unmount_rootfs(&bundle.join("rootfs"));
         let mut resp = DeleteResponse::new();
         resp.exit_status = 137;
         resp.exited_at = MessageField::some(timestamp(SystemTime::now()));
@@ -142,7 +157,8 @@ impl Service {
     /// The task `req` asks for: a task of its own or a pod's sandbox container makes its
     /// sandbox (on the container backend: on its root file system, mounted at
     /// `<bundle>/rootfs` first when containerd hands mounts; on the microvm backend: a VM of
-    /// the node's microvm image), a pod's container joins its pod's.
+    /// the node's microvm image), a pod's container joins its pod's (on the container backend
+    /// with its root file system attached to it).
     fn create_task(&self, req: &api::CreateTaskRequest) -> Result<Task, String> {
         let bundle = PathBuf::from(&req.bundle);
         let spec = Spec::read(&bundle)?;
@@ -158,12 +174,13 @@ impl Service {
             Role::PodSandbox => None,
             _ => Some(spec.process.exec_request(!req.stdin.is_empty())?),
         };
-        let procs = Mutex::new(HashMap::from([(
-            String::new(),
-            Arc::new(Proc::new(stdio, request)),
-        )]));
+        let procs = |request| {
+            Mutex::new(HashMap::from([(
+                String::new(),
+                Arc::new(Proc::new(stdio, request)),
+            )]))
+        };
         if let Role::PodContainer { sandbox_id } = role {
-            // Its own image's root file system is not used yet: it runs on the pod's.
             let pod = self.tasks().get(&sandbox_id).cloned().ok_or_else(|| {
                 format!(
                     "container {}: its pod sandbox {sandbox_id} is not served by this shim \
@@ -171,12 +188,32 @@ impl Service {
                     req.id
                 )
             })?;
+            let (root, mounted) = if pod.takes_rootfs {
+                let (layers, mounted) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
+                if let Err(e) = self
+                    .svcd
+                    .attach_root(pod.sandbox.as_str(), &req.id, &layers)
+                {
+                    mounted.iter().for_each(|r| unmount_rootfs(r));
+                    return Err(e.to_string());
+                }
+                (Some(req.id.clone()), mounted)
+            } else {
+                // The microvm backend: the container runs on the VM's own root file system.
+                (None, None)
+            };
+            let request = request.map(|r| svc_control::api::ExecRequest {
+                root: root.clone(),
+                ..r
+            });
             return Ok(Task {
                 sandbox: pod.sandbox.clone(),
                 owns_sandbox: false,
                 bundle,
-                mounted: None,
-                procs,
+                mounted,
+                root,
+                takes_rootfs: false,
+                procs: procs(request),
             });
         }
         let name = spec::sandbox_name(&req.id)?;
@@ -184,7 +221,8 @@ impl Service {
         // A container sandbox runs on the task's root file system; a microvm boots the
         // node's microvm image and the task's is left unmounted, unused.
         let mut mounted = None;
-        if spec::takes_rootfs(&create) {
+        let takes_rootfs = spec::takes_rootfs(&create);
+        if takes_rootfs {
             let (layers, m) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
             create = spec::with_rootfs(create, &layers);
             mounted = m;
@@ -198,7 +236,9 @@ impl Service {
             owns_sandbox: true,
             bundle,
             mounted,
-            procs,
+            root: None,
+            takes_rootfs,
+            procs: procs(request),
         })
     }
 }
@@ -272,9 +312,13 @@ impl shim::Task for Service {
             stderr: req.stderr.clone(),
             terminal: req.terminal,
         };
-        let request = process
-            .exec_request(!req.stdin.is_empty())
-            .map_err(failed)?;
+        let request = svc_control::api::ExecRequest {
+            // A pod's container's execs run in its root file system too.
+            root: task.root.clone(),
+            ..process
+                .exec_request(!req.stdin.is_empty())
+                .map_err(failed)?
+        };
         {
             let mut procs = task.procs();
             if procs.contains_key(&req.exec_id) {
@@ -404,6 +448,12 @@ impl shim::Task for Service {
             for p in task.procs().values() {
                 let _ = p.kill(libc::SIGKILL.unsigned_abs());
             }
+            if let Some(root) = &task.root {
+                self.svcd
+                    .detach_root(task.sandbox.as_str(), root)
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+            task.mounted.iter().for_each(|r| unmount_rootfs(r));
             self.tasks().remove(&req.id);
         }
         if req.exec_id.is_empty() {

@@ -146,6 +146,7 @@ impl Process {
                 .terminal
                 .then_some(svc_control::api::TermSize { rows: 24, cols: 80 }),
             user,
+            root: None,
         })
     }
 }

@@ -218,6 +218,7 @@ async fn fork(
 async fn answers(client: &Client, name: &str) -> anyhow::Result<()> {
     let body = serde_json::to_vec(&ExecRequest {
         user: None,
+        root: None,
         argv: vec!["hostname".into()],
         env: Vec::new(),
         cwd: None,

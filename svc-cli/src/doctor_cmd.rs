@@ -76,6 +76,7 @@ impl svc_control::doctor::Runner for InSandbox<'_> {
         );
         let req = ExecRequest {
             user: None,
+            root: None,
             argv,
             env: Vec::new(),
             cwd: Some(svc_control::api::WORKSPACE_GUEST_DIR.into()),

@@ -100,6 +100,7 @@ async fn attach(client: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
     let forward = a.interactive || a.tty || !stdin_is_tty;
     let req = ExecRequest {
         user: None,
+        root: None,
         argv: a.command,
         env,
         cwd: a.workdir,

@@ -31,6 +31,8 @@ pub use trust::{ProjectPerimeter, TrustCheck, TrustRequest};
 /// What changes a running sandbox: its allowlist, a fork into clones.
 mod changes;
 pub use changes::{AllowChange, ForkRequest};
+/// A pod container's root file system attached into its pod's sandbox.
+pub mod ctr_root;
 /// A pod's identity (Kubernetes namespace and name), checked as it is read.
 mod pod;
 /// A workspace's part of a creation request, and what svcd says of a workspace.
@@ -402,6 +404,11 @@ pub struct ExecRequest {
     /// default: the guest's root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<ExecUser>,
+    /// Run it chrooted into this attached container's root file system (its id,
+    /// [`ctr_root::AttachRoot::id`]); `cwd` is then a path inside it. Default: the guest's own
+    /// root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
 }
 
 /// The guest user an exec runs as (an OCI spec's `process.user`).

@@ -6,6 +6,8 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+/// Entering a pod container's root file system for one command (chroot, cwd, user).
+pub mod enter;
 pub mod proto;
 pub mod services;
 

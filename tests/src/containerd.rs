@@ -294,22 +294,32 @@ pub fn cri_config(dir: &Path) -> String {
 /// named [`IMAGE`], at `<dir>/base.oci.tar`: one uncompressed layer, its config, manifest,
 /// index and `oci-layout`, each blob under its sha256.
 pub fn oci_archive(dir: &Path) -> PathBuf {
-    let layout = dir.join("layout");
+    oci_archive_of(dir, IMAGE, "base", None)
+}
+
+/// An OCI image archive named `name` at `<dir>/<stem>.oci.tar`: the base image's root file
+/// system as its first layer and, when given, the tree `extra` as a second layer on top (a
+/// file it holds is added, a link replaces what the base has there).
+pub fn oci_archive_of(dir: &Path, name: &str, stem: &str, extra: Option<&Path>) -> PathBuf {
+    let layout = dir.join(format!("layout-{stem}"));
     let blobs = layout.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).expect("blobs");
-    let layer = blobs.join("layer.tmp");
-    run(Command::new("tar")
-        .arg("--numeric-owner")
-        .arg("-C")
-        .arg(image_dir().join("rootfs"))
-        .arg("-cf")
-        .arg(&layer)
-        .arg("."));
-    let (layer_digest, layer_size) = store(&blobs, &layer);
+    let mut layers = Vec::new();
+    for tree in std::iter::once(image_dir().join("rootfs")).chain(extra.map(Path::to_path_buf)) {
+        let layer = blobs.join("layer.tmp");
+        run(Command::new("tar")
+            .arg("--numeric-owner")
+            .arg("-C")
+            .arg(&tree)
+            .arg("-cf")
+            .arg(&layer)
+            .arg("."));
+        layers.push(store(&blobs, &layer));
+    }
     let config = serde_json::json!({
         "architecture": "amd64", "os": "linux",
         "config": {"Cmd": ["/bin/sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
+        "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|(d, _)| format!("sha256:{d}")).collect::<Vec<_>>()},
     });
     let (config_digest, config_size) = store_json(&blobs, &config);
     let manifest = serde_json::json!({
@@ -317,17 +327,19 @@ pub fn oci_archive(dir: &Path) -> PathBuf {
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                    "digest": format!("sha256:{config_digest}"), "size": config_size},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": format!("sha256:{layer_digest}"), "size": layer_size}],
+        "layers": layers.iter().map(|(d, size)| serde_json::json!(
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar",
+             "digest": format!("sha256:{d}"), "size": size})).collect::<Vec<_>>(),
     });
     let (manifest_digest, manifest_size) = store_json(&blobs, &manifest);
+    let tag = name.rsplit_once(':').map_or("latest", |(_, t)| t);
     let index = serde_json::json!({
         "schemaVersion": 2,
         "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
                        "digest": format!("sha256:{manifest_digest}"), "size": manifest_size,
                        "platform": {"architecture": "amd64", "os": "linux"},
-                       "annotations": {"io.containerd.image.name": IMAGE,
-                                       "org.opencontainers.image.ref.name": "1"}}],
+                       "annotations": {"io.containerd.image.name": name,
+                                       "org.opencontainers.image.ref.name": tag}}],
     });
     std::fs::write(layout.join("index.json"), index.to_string()).expect("index.json");
     std::fs::write(
@@ -335,7 +347,7 @@ pub fn oci_archive(dir: &Path) -> PathBuf {
         r#"{"imageLayoutVersion":"1.0.0"}"#,
     )
     .expect("oci-layout");
-    let archive = dir.join("base.oci.tar");
+    let archive = dir.join(format!("{stem}.oci.tar"));
     run(Command::new("tar")
         .arg("-C")
         .arg(&layout)

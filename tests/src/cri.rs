@@ -90,6 +90,8 @@ pub fn start(w: &World) -> (Containerd, Cri) {
     let c = Containerd::start_cri(w, &w.dir.join("containerd"));
     let archive = oci_archive(&w.dir);
     c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+    // containerd holds the image now: the archive's space goes back.
+    let _ = std::fs::remove_file(&archive);
     let cri = Cri::connect(&c.socket).unwrap_or_else(|e| panic!("{e}"));
     (c, cri)
 }

@@ -367,6 +367,8 @@ pub mod cri;
 pub mod dns;
 pub mod frames;
 pub mod git;
+/// What the CRI tests share: pods, containers, exec, the perimeter checks.
+pub mod pods;
 pub mod project;
 pub mod rootfs;
 pub mod servers;

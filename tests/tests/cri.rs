@@ -9,141 +9,17 @@
 //! pod leaves no QEMU. A pod svcd refuses fails `RunPodSandbox` with svcd's message; a backend
 //! svc has no kind of fails it with the shim's, naming the annotation.
 
-use std::time::{Duration, Instant};
-
 use svc_control::{names::SandboxName, policy::pod};
 use svc_tests::{
     containerd::{Containerd, IMAGE},
-    cri::{Cri, api, pod_config, run_pod, shim_sandboxes, start, store_secret},
+    cri::{Cri, api},
+    pods::{
+        ALLOWED, Pod, STORED, assert_fenced, exec, exited, image, pod_config, remove_pod,
+        run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status, store_secret,
+    },
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
 };
-
-/// The secret-store entry the pod's credential refers to, allowed for the namespace of the
-/// tests' pods (`pod_config`'s `default`).
-const STORED: &str = "example";
-/// The namespaces [`STORED`] is allowed for.
-const ALLOWED: &[&str] = &["default"];
-
-/// Create and start container `name` running `command` in pod `pod_id`: its id.
-fn run_container(
-    cri: &Cri,
-    pod_id: &str,
-    config: &api::PodSandboxConfig,
-    name: &str,
-    command: &[&str],
-) -> String {
-    let id = cri
-        .call(cri.runtime().create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod_id.into(),
-            config: Some(api::ContainerConfig {
-                metadata: Some(api::ContainerMetadata {
-                    name: name.into(),
-                    attempt: 0,
-                }),
-                image: Some(image()),
-                command: command.iter().map(|s| (*s).to_owned()).collect(),
-                ..Default::default()
-            }),
-            sandbox_config: Some(config.clone()),
-        }))
-        .unwrap_or_else(|e| panic!("CreateContainer {name}: {e:?}"))
-        .container_id;
-    cri.call(cri.runtime().start_container(api::StartContainerRequest {
-        container_id: id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StartContainer {name}: {e:?}"));
-    id
-}
-
-fn image() -> api::ImageSpec {
-    api::ImageSpec {
-        image: IMAGE.into(),
-        ..Default::default()
-    }
-}
-
-fn status(cri: &Cri, id: &str) -> api::ContainerStatus {
-    cri.call(cri.runtime().container_status(api::ContainerStatusRequest {
-        container_id: id.into(),
-        verbose: false,
-    }))
-    .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e:?}"))
-    .status
-    .expect("a status")
-}
-
-/// `ExecSync` of `cmd` in container `id`: (exit code, stdout, stderr).
-fn exec(cri: &Cri, id: &str, cmd: &[&str]) -> (i32, String, String) {
-    let r = cri
-        .call(cri.runtime().exec_sync(api::ExecSyncRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
-            timeout: 60,
-        }))
-        .unwrap_or_else(|e| panic!("ExecSync {cmd:?}: {e:?}"));
-    (
-        r.exit_code,
-        String::from_utf8_lossy(&r.stdout).into_owned(),
-        String::from_utf8_lossy(&r.stderr).into_owned(),
-    )
-}
-
-/// Wait until container `id` has exited: its status.
-fn exited(cri: &Cri, c: &Containerd, id: &str) -> api::ContainerStatus {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = status(cri, id);
-        if s.state == i32::from(api::ContainerState::ContainerExited) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "container {id} did not exit: {s:?}\ncontainerd log:\n{}",
-            c.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Container `agent` runs in the pod's sandbox `sandbox`, inside its perimeter: the allowed
-/// host is reached, with the stored credential swapped in on the wire; a denied host and an
-/// IP literal are refused.
-fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
-    let (code, host, err) = exec(cri, agent, &["cat", "/proc/sys/kernel/hostname"]);
-    assert_eq!((code, host.trim()), (0, sandbox), "{err}");
-    let curl = |url: &str| {
-        exec(
-            cri,
-            agent,
-            &["curl", "-sS", "-o", "/dev/null", "--max-time", "20", url],
-        )
-    };
-    let (code, _, err) = curl("https://allowed.example.test/from-cri");
-    assert_eq!(code, 0, "the allowed host: {err}");
-    assert_ne!(
-        curl("https://forbidden.example.test/").0,
-        0,
-        "a denied host"
-    );
-    assert_ne!(curl("http://192.0.2.66/").0, 0, "an IP literal");
-    let (code, _, err) = exec(
-        cri,
-        agent,
-        &[
-            "sh",
-            "-c",
-            "curl -sS --max-time 20 -o /dev/null -H \"Authorization: Bearer \
-             $SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN\" https://allowed.example.test/cri-secret",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        w.received_auth("/cri-secret"),
-        format!("Bearer {EXAMPLE_TOKEN}"),
-        "the stored credential, swapped in on the wire"
-    );
-}
 
 /// The shim told containerd each step as a task event (containerd's debug log names each
 /// event it forwards): the CRI plugin keeps its state from them.
@@ -162,49 +38,6 @@ fn assert_events_forwarded(c: &Containerd) {
             log.contains(&forwarded),
             "no /tasks/{topic} event reached containerd:\n{log}"
         );
-    }
-}
-
-/// A pod of the `svc` handler and its svc sandbox.
-struct Pod {
-    id: String,
-    config: api::PodSandboxConfig,
-    /// Its svc sandbox's name and `svc sandbox show --json`.
-    sandbox: String,
-    show: serde_json::Value,
-}
-
-/// `RunPodSandbox` of pod `name` allowing allowed.example.test with the stored credential
-/// for it, plus `extra` annotations: one svc sandbox, with that policy.
-fn run_fenced_pod(w: &World, c: &Containerd, cri: &Cri, name: &str, extra: &[(&str, &str)]) -> Pod {
-    let secret = format!("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN={STORED}");
-    let mut annotations = vec![
-        (pod::ALLOW_HOSTS, "allowed.example.test"),
-        (pod::SECRETS, secret.as_str()),
-    ];
-    annotations.extend_from_slice(extra);
-    let config = pod_config(name, &annotations);
-    let id = run_pod(cri, &config).unwrap_or_else(|e| {
-        panic!(
-            "RunPodSandbox: {e:?}\ncontainerd:\n{}\nsvcd:\n{}",
-            c.log(),
-            w.svcd_log()
-        )
-    });
-    let names = shim_sandboxes(w);
-    assert_eq!(names.len(), 1, "one sandbox for the pod: {names:?}");
-    let sandbox = names[0].clone();
-    let show = w.show(&sandbox);
-    let allowed = show["allowed_hosts"].as_array().expect("allowed_hosts");
-    assert!(
-        allowed.iter().any(|h| h == "allowed.example.test"),
-        "{show}"
-    );
-    Pod {
-        id,
-        config,
-        sandbox,
-        show,
     }
 }
 
@@ -229,40 +62,6 @@ fn run_containers(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) -> String {
         "still one sandbox"
     );
     agent
-}
-
-/// `StopPodSandbox` and `RemovePodSandbox`: nothing of its sandbox is left (no sandbox, link,
-/// fence entry, init or VM monitor, mount), and the CRI plugin has no pod.
-fn remove_pod(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) {
-    let s = &pod.show;
-    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
-    let (id, pid) = (num("id"), num("pid"));
-    let link = s["link"].as_str().unwrap_or_default().to_owned();
-    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
-        pod_sandbox_id: pod.id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}\n{}", c.log()));
-    cri.call(
-        cri.runtime()
-            .remove_pod_sandbox(api::RemovePodSandboxRequest {
-                pod_sandbox_id: pod.id.clone(),
-            }),
-    )
-    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}\n{}", c.log()));
-    w.assert_gone(id, &link, pid, &pod.sandbox);
-    assert_eq!(shim_sandboxes(w), Vec::<String>::new());
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(
-        !mounts.contains(&pod.id),
-        "a mount of the pod is left:\n{mounts}"
-    );
-    let left = cri
-        .call(
-            cri.runtime()
-                .list_pod_sandbox(api::ListPodSandboxRequest::default()),
-        )
-        .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
-    assert!(left.items.is_empty(), "{:?}", left.items);
 }
 
 #[test]

@@ -135,7 +135,10 @@ pub(super) async fn upgraded(
 /// devcontainers do), else `/`. A sandbox that does not exist is left to the exec to refuse.
 fn in_workdir(sup: &Supervisor, name: &str, req: &ExecRequest) -> ExecRequest {
     let mut req = req.clone();
-    if req.cwd.is_none() {
+    if req.cwd.is_none() && req.root.is_some() {
+        // In a container's root file system: its `/`.
+        req.cwd = Some("/".to_owned());
+    } else if req.cwd.is_none() {
         let workspace = sup.show(name).is_ok_and(|v| {
             v.live_mounts.iter().any(|m| {
                 m.rsplit_once(" -> ")

@@ -62,6 +62,8 @@ fn sandbox_action(method: &Method, rest: &[&str]) -> SandboxAction {
         (&Method::POST, ["resume"]) => SandboxAction::Resume,
         (&Method::POST, ["allow"]) => SandboxAction::Allow,
         (&Method::GET, ["workspace", "log"]) => SandboxAction::WorkspaceLog,
+        (&Method::POST, ["roots"]) => SandboxAction::AttachRoot,
+        (&Method::DELETE, ["roots", _]) => SandboxAction::DetachRoot,
         _ => SandboxAction::Other,
     }
 }
@@ -209,6 +211,16 @@ impl Call<'_> {
                     .await
                     .map(|v| json(StatusCode::OK, &v))
             }
+            (&Method::POST, [name, "roots"]) => {
+                let a = read_json::<api::ctr_root::AttachRoot>(req).await?;
+                sup.attach_root(&self.who, name, a)
+                    .await
+                    .map(|v| json(StatusCode::OK, &v))
+            }
+            (&Method::DELETE, [name, "roots", id]) => sup
+                .detach_root(name, id)
+                .await
+                .map(|v| json(StatusCode::OK, &v)),
             (&Method::POST, [name, op @ ("pause" | "resume")]) => sup
                 .lifecycle(name, op)
                 .await
@@ -351,6 +363,10 @@ mod tests {
                 &["workspace", "log"],
                 SandboxAction::WorkspaceLog,
             ),
+            (Method::POST, &["roots"], SandboxAction::AttachRoot),
+            (Method::DELETE, &["roots", "c1"], SandboxAction::DetachRoot),
+            (Method::GET, &["roots"], SandboxAction::Other),
+            (Method::DELETE, &["roots"], SandboxAction::Other),
             (Method::POST, &["something-new"], SandboxAction::Other),
             (Method::PUT, &[], SandboxAction::Other),
         ];

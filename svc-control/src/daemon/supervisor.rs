@@ -8,6 +8,7 @@
 
 mod adopt;
 mod create;
+mod ctr_root;
 mod destroy;
 mod effects;
 #[cfg(test)]

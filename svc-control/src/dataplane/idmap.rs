@@ -367,6 +367,20 @@ pub(crate) fn open_beneath(dir: &Path, rel: &Path) -> io::Result<OwnedFd> {
     })
 }
 
+/// A handle (`O_PATH`, and `O_DIRECTORY` when `dir`) on `rel` beneath the directory handle
+/// `at`, no symbolic or magic link followed anywhere in `rel` and nothing outside `at` reached
+/// (ELOOP for a link in the way, ENOENT for nothing there).
+pub(crate) fn open_under(at: &OwnedFd, rel: &Path, dir: bool) -> io::Result<OwnedFd> {
+    let p = cstr(rel)?;
+    let kind = if dir { libc::O_DIRECTORY } else { 0 };
+    openat2(
+        at.as_raw_fd(),
+        &p,
+        libc::O_PATH | libc::O_NOFOLLOW | kind,
+        NO_LINKS | libc::RESOLVE_BENEATH,
+    )
+}
+
 /// A handle (`O_PATH`) on the directory `path` (absolute, as a guest names it) beneath the
 /// directory handle `root` (a guest's root), each missing directory on the way made (mode 0755,
 /// owned by `owner`: the guest's root, as the runtime makes a mount point the image lacks). No

@@ -10,6 +10,8 @@ mod code_host;
 /// Which creation flags combine, the mode they imply, which secrets fit.
 pub mod creation;
 pub mod credentials;
+/// Which pod containers' root file systems a sandbox takes, and from whom.
+pub mod ctr_root;
 /// What the request decision reads and answers (its input, outcome, rule).
 mod decision;
 pub mod destination;

@@ -76,6 +76,10 @@ pub enum SandboxAction {
     Resume,
     Allow,
     WorkspaceLog,
+    /// Attach a pod container's root file system into it.
+    AttachRoot,
+    /// Detach a pod container's root file system from it.
+    DetachRoot,
     /// Any other per-sandbox route: refused to non-owners like the rest.
     Other,
 }
@@ -92,6 +96,8 @@ impl SandboxAction {
             Self::Resume => "resume it",
             Self::Allow => "change its allowlist",
             Self::WorkspaceLog => "read its workspace log",
+            Self::AttachRoot => "attach a container's root file system to it",
+            Self::DetachRoot => "detach a container's root file system from it",
             Self::Other => "act on it",
         }
     }

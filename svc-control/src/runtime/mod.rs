@@ -11,6 +11,8 @@
 pub mod cgroup_stats;
 mod claim;
 pub mod container;
+/// A command run by a host process (the OCI runtime's `exec`) and its guest process.
+mod host_process;
 pub mod ids;
 pub mod microvm;
 /// The calls through which a mode reaches a file: the share rules' seccomp form.
@@ -29,6 +31,8 @@ use std::{future::Future, path::PathBuf, pin::Pin, sync::Arc};
 
 pub use claim::Claim;
 pub use container::Container;
+pub use host_process::GuestProcess;
+use host_process::HostProcess;
 pub use microvm::Microvm;
 pub use registry::{Backends, Description, KINDS, Kind, choices};
 
@@ -179,6 +183,10 @@ pub struct GuestCommand {
     pub tty: Option<(u16, u16)>,
     /// Run it as this guest user (checked to be within the guest's ids); none: the guest's root.
     pub user: Option<crate::api::ExecUser>,
+    /// Run it chrooted into this guest directory: a pod container's root file system
+    /// attached with [`Backend::attach_root`] (`/.svc/ctr/<id>`, checked by svcd to be
+    /// attached); `cwd` is then a path inside it. None: the guest's own root.
+    pub root: Option<String>,
 }
 
 /// How a running command is controlled: each backend's own (a host process for the
@@ -307,154 +315,6 @@ impl<T: Send> ExecControl for Holding<T> {
     }
 }
 
-/// A command run by a host process (the OCI runtime's `exec`), maybe on a host terminal.
-struct HostProcess {
-    child: tokio::process::Child,
-    /// The terminal's master end, when the command has one.
-    tty: Option<std::os::fd::OwnedFd>,
-    /// The command's own process in the guest: killing the runtime's exec alone would leave it
-    /// running.
-    guest: Option<GuestProcess>,
-}
-
-/// Which guest process a runtime's exec started: the pid the runtime writes to `pid_file`
-/// once the command runs, in the pid namespace of the guest whose init is `init`; `log`: where
-/// the runtime writes its own errors (`--log-format json`). The files are removed with it.
-#[derive(Debug)]
-pub struct GuestProcess {
-    pub pid_file: std::path::PathBuf,
-    pub init: u32,
-    pub log: std::path::PathBuf,
-}
-
-impl GuestProcess {
-    /// SIGKILL the command's process if it is still in the guest's pid namespace (a pid reused
-    /// by a host process is never signalled: the process is held by a pidfd before its
-    /// namespace is checked). `Ok(false)`: the runtime has not said which process it is yet.
-    fn kill(&self) -> Result<bool, String> {
-        let text = match std::fs::read_to_string(&self.pid_file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(format!("{}: {e}", self.pid_file.display())),
-        };
-        let pid = text
-            .trim()
-            .parse::<i32>()
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .ok_or_else(|| format!("{}: not a pid: {text:?}", self.pid_file.display()))?;
-        let raw = pid.as_raw_nonzero();
-        let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-            .map_err(|e| format!("pid {raw}: {e}"))?;
-        let ns = |p: String| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
-        let theirs = ns(raw.to_string());
-        if theirs.is_none() || theirs != ns(self.init.to_string()) {
-            return Err(format!("pid {raw} is no longer the guest's"));
-        }
-        rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL)
-            .map_err(|e| format!("pid {raw}: {e}"))?;
-        Ok(true)
-    }
-}
-
-impl Drop for GuestProcess {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.pid_file);
-        let _ = std::fs::remove_file(&self.log);
-        // crun's `exec --process` file, when there was one.
-        let _ = std::fs::remove_file(self.log.with_extension("process.json"));
-    }
-}
-
-impl ExecControl for HostProcess {
-    /// The runtime's exec copies the new size into the guest's terminal when told by SIGWINCH.
-    fn resize(&self, rows: u16, cols: u16) -> Result<(), RuntimeError> {
-        let Some(master) = &self.tty else {
-            return Ok(());
-        };
-        rustix::termios::tcsetwinsize(
-            master,
-            rustix::termios::Winsize {
-                ws_row: rows,
-                ws_col: cols,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            },
-        )
-        .map_err(|e| RuntimeError::Exec(format!("setting the terminal size: {e}")))?;
-        self.signal(nix::sys::signal::Signal::SIGWINCH);
-        Ok(())
-    }
-
-    /// The runtime's exec forwards signals into the guest.
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-        }
-    }
-
-    fn wait(&mut self) -> BoxFuture<'_, Result<i32, RuntimeError>> {
-        Box::pin(async move {
-            let status = self
-                .child
-                .wait()
-                .await
-                .map_err(|e| RuntimeError::Exec(format!("waiting for the command: {e}")))?;
-            let code = status.code().unwrap_or_else(|| {
-                128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-            });
-            Ok(self
-                .guest
-                .as_ref()
-                .and_then(|g| not_started::status(&g.pid_file, &g.log, code))
-                .unwrap_or(code))
-        })
-    }
-
-    /// The command's guest process first, then (if it is not gone with it in two seconds) the
-    /// runtime's exec. An exec still starting is let start (up to ten seconds): killed then,
-    /// the runtime could leave its command running with no one to end it.
-    fn kill(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            if let Some(guest) = &self.guest {
-                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-                loop {
-                    match guest.kill() {
-                        Ok(true) => {
-                            let gone = tokio::time::timeout(
-                                std::time::Duration::from_secs(2),
-                                self.child.wait(),
-                            );
-                            if gone.await.is_ok() {
-                                return;
-                            }
-                            break;
-                        }
-                        Ok(false) => {
-                            let started = tokio::time::timeout(
-                                std::time::Duration::from_millis(50),
-                                self.child.wait(),
-                            );
-                            // The runtime ended without starting it: nothing runs.
-                            if started.await.is_ok() {
-                                return;
-                            }
-                            if tokio::time::Instant::now() >= deadline {
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "killing an exec's guest process");
-                            break;
-                        }
-                    }
-                }
-            }
-            let _ = self.child.kill().await;
-        })
-    }
-}
-
 /// Errors of a backend.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -480,6 +340,15 @@ pub enum RuntimeError {
     },
     #[error("the container backend cannot start: {0}")]
     Setup(String),
+}
+
+/// What a backend without pod containers' root file systems answers.
+pub fn roots_unsupported(backend: &'static str) -> RuntimeError {
+    RuntimeError::Unsupported {
+        backend,
+        operation: "attach a container's root file system to",
+        hint: ": not supported on this backend yet (the container backend has it)",
+    }
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -579,6 +448,35 @@ pub trait Backend: Send + Sync {
                 hint: " (its shared directories are made when its guest starts)",
             })
         })
+    }
+    /// Attach `layers` (directories, top first: an image's root file system as containerd
+    /// unpacked it) into the running `guest` of sandbox `id` (directory `dir`) as pod
+    /// container `ctr`'s root file system, read-only under a writable layer of its own, mapped
+    /// to the sandbox's ids; its guest path, where [`GuestCommand::root`] names it.
+    fn attach_root<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _id: u32,
+        _dir: &'a std::path::Path,
+        _ctr: &'a str,
+        _layers: &'a [PathBuf],
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(async move { Err(roots_unsupported(self.name())) })
+    }
+    /// Detach pod container `ctr`'s root file system from `guest` (directory `dir`) and remove
+    /// its writable layer; whether it was attached.
+    fn detach_root<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _dir: &'a std::path::Path,
+        _ctr: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async move { Err(roots_unsupported(self.name())) })
+    }
+    /// The guest path of pod container `ctr`'s root file system if it is attached to the
+    /// sandbox in `dir`.
+    fn root_attached(&self, _dir: &std::path::Path, _ctr: &str) -> Option<String> {
+        None
     }
     /// Pause the guest (it stays paused) and save it under `into` for clones to start from.
     fn snapshot<'a>(

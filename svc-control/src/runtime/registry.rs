@@ -346,6 +346,27 @@ impl<B: Backend> Backend for Described<B> {
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         self.inner.share_into(guest, id, dir, dirs)
     }
+    fn attach_root<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        id: u32,
+        dir: &'a std::path::Path,
+        ctr: &'a str,
+        layers: &'a [std::path::PathBuf],
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        self.inner.attach_root(guest, id, dir, ctr, layers)
+    }
+    fn detach_root<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        dir: &'a std::path::Path,
+        ctr: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        self.inner.detach_root(guest, dir, ctr)
+    }
+    fn root_attached(&self, dir: &std::path::Path, ctr: &str) -> Option<String> {
+        self.inner.root_attached(dir, ctr)
+    }
 }
 
 #[cfg(test)]

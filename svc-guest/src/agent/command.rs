@@ -42,7 +42,12 @@ pub(super) async fn run(
     };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return not_started(id, program, Some(seen_cwd(&exec).as_str()), &e, style, out),
+        Err(e) => {
+            // Whether the working directory is missing, as the agent sees it (inside the root
+            // when there is one); the words name it as the command was given it.
+            let no_cwd = !std::path::Path::new(&seen_cwd(&exec)).is_dir();
+            return not_started(id, program, exec.cwd.as_deref(), no_cwd, &e, style, out);
+        }
     };
     let pid = child.id().and_then(|p| i32::try_from(p).ok());
     if let Some(s) = lock(streams).get_mut(&id) {
@@ -144,12 +149,12 @@ fn not_started(
     id: u32,
     program: &str,
     cwd: Option<&str>,
+    no_cwd: bool,
     e: &std::io::Error,
     style: ExecStyle,
     out: &Out,
 ) -> Frame {
     let cwd = cwd.unwrap_or("/");
-    let no_cwd = !std::path::Path::new(cwd).is_dir();
     let code = if no_cwd || e.kind() != std::io::ErrorKind::NotFound {
         126
     } else {
@@ -353,7 +358,8 @@ mod tests {
             epoch: 0,
             current: Arc::new(AtomicU64::new(0)),
         };
-        let exit = not_started(7, program, Some(cwd), &e, style, &out);
+        let no_cwd = !std::path::Path::new(cwd).is_dir();
+        let exit = not_started(7, program, Some(cwd), no_cwd, &e, style, &out);
         let (_, said) = rx.try_recv().expect("a stderr frame");
         let code = i32::from_be_bytes(exit.payload.try_into().expect("an i32"));
         (code, String::from_utf8_lossy(&said.payload).into_owned())

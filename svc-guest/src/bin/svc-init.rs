@@ -43,10 +43,85 @@ const CHANNEL_FD: i32 = 3;
 const HANDOVER_FD: i32 = 5;
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("--serve") {
-        return serve();
+    match std::env::args().nth(1).as_deref() {
+        Some("--serve") => serve(),
+        Some("--enter") => enter(std::env::args().skip(2).collect()),
+        _ => init(),
     }
-    init()
+}
+
+/// `svc-init --enter ROOT CWD USER -- COMMAND…`: the runtime-exec fallback of a rooted exec
+/// (a guest with no channel to its init, or an older svcd's): started by `runc exec` as the
+/// guest's root, chroot into ROOT (a pod container's root file system under `/.svc/ctr`),
+/// enter CWD inside it, take USER (`UID:GID[:G1,G2…]`, or `-` for root) and exec COMMAND
+/// (looked up on `PATH` inside the root). A command that cannot start is said in runc's words
+/// with the shell's codes, as the server says it.
+fn enter(args: Vec<String>) -> ExitCode {
+    let (Some(root), Some(cwd), Some(user), Some("--")) = (
+        args.first(),
+        args.get(1),
+        args.get(2),
+        args.get(3).map(String::as_str),
+    ) else {
+        eprintln!("svc-init --enter: usage: svc-init --enter ROOT CWD USER -- COMMAND…");
+        return ExitCode::from(125);
+    };
+    let command = &args[4..];
+    let Some(program) = command.first() else {
+        eprintln!("svc-init --enter: no command");
+        return ExitCode::from(125);
+    };
+    let user = match parse_user(user) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("svc-init --enter: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    let entry = match svc_guest::enter::Enter::new(root, cwd, user.as_ref()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("svc-init --enter: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    let no_cwd = entry.cwd_missing();
+    if let Err(e) = entry.enter() {
+        eprintln!("exec failed: unable to start container process: entering the root {root}: {e}");
+        return ExitCode::from(if no_cwd { 126 } else { 125 });
+    }
+    let e = std::os::unix::process::CommandExt::exec(
+        std::process::Command::new(program).args(&command[1..]),
+    );
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    eprintln!("exec failed: unable to start container process: exec: {program:?}: {e}");
+    ExitCode::from(code)
+}
+
+/// `UID:GID[:G1,G2…]`, or `-`: the guest's root.
+fn parse_user(s: &str) -> Result<Option<(u32, u32, Vec<u32>)>, String> {
+    if s == "-" {
+        return Ok(None);
+    }
+    let bad = || format!("user {s:?}: expected UID:GID[:G1,G2…] or -");
+    let mut parts = s.split(':');
+    let uid = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+    let gid = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+    let groups = match parts.next() {
+        None | Some("") => Vec::new(),
+        Some(g) => g
+            .split(',')
+            .map(|g| g.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?,
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(Some((uid, gid, groups)))
 }
 
 /// PID 1: start the server, then reap and pass signals on until it ends.

@@ -40,7 +40,7 @@ pub(super) fn check(
 }
 
 /// `dir` is an absolute, canonical path (no link on the way) to a directory.
-fn check_dir(dir: &str) -> Result<PathBuf, String> {
+pub(super) fn check_dir(dir: &str) -> Result<PathBuf, String> {
     let path = Path::new(dir);
     if !path.is_absolute() || dir.contains('\0') {
         return Err(format!(

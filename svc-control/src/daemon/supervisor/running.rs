@@ -170,7 +170,7 @@ impl Supervisor {
                 t.rows, t.cols
             )));
         }
-        let (whose, guest, mut env, paused, backend) = {
+        let (whose, guest, mut env, paused, backend, root) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
             if let Some(user) = &req.user {
@@ -181,12 +181,19 @@ impl Supervisor {
                     ExecUserError::Unsupported(m) => Failure::unsupported(m),
                 })?;
             }
+            let backend = self.backends.get(&l.envelope.backend);
+            let root = req
+                .root
+                .as_deref()
+                .map(|id| self.exec_root(name, backend.as_ref(), id))
+                .transpose()?;
             (
                 crate::limits::Guest::new(l.id, l.incarnation.key.clone()),
                 l.guest.clone(),
                 l.env.clone(),
                 l.paused,
-                self.backends.get(&l.envelope.backend),
+                backend,
+                root,
             )
         };
         if paused {
@@ -220,6 +227,7 @@ impl Supervisor {
                     stdin: req.stdin,
                     tty: req.tty.map(|t| (t.rows, t.cols)),
                     user: req.user.clone().filter(|u| !u.is_root()),
+                    root,
                 },
             )
             .await

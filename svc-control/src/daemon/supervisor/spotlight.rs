@@ -158,6 +158,7 @@ impl Supervisor {
     ) -> Result<(), String> {
         let req = api::ExecRequest {
             user: None,
+            root: None,
             argv: vec![
                 svc_guest::services::BINARY.into(),
                 "--connect".into(),

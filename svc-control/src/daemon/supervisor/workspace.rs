@@ -462,6 +462,7 @@ impl Supervisor {
 fn hook_request(phase: Phase, command: &str, timeout_ms: u64) -> api::ExecRequest {
     api::ExecRequest {
         user: None,
+        root: None,
         argv: crate::workspace::under_guest_timeout(
             timeout_ms,
             ["/bin/sh".into(), "-c".into(), command.to_owned()],

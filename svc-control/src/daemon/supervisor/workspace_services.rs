@@ -108,6 +108,7 @@ impl Supervisor {
         };
         let req = api::ExecRequest {
             user: None,
+            root: None,
             argv: vec![
                 BINARY.into(),
                 "--spec".into(),

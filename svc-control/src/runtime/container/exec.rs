@@ -44,10 +44,11 @@ impl Container {
             return Err(RuntimeError::Exec("the command name is empty".into()));
         }
         // The init starts commands as the guest's root: another user goes through the
-        // runtime's exec, which sets it.
-        let init = match cmd.user {
-            None => self.init_of(guest).await,
-            Some(_) => None,
+        // runtime's exec, which sets it — but for a command in a pod container's root file
+        // system, which the init enters and takes the user in itself.
+        let init = match (&cmd.user, &cmd.root) {
+            (None, _) | (_, Some(_)) => self.init_of(guest).await,
+            (Some(_), None) => None,
         };
         match init {
             Some(init) => {
@@ -71,6 +72,7 @@ impl Container {
                     }
                 }
             }
+            None if cmd.root.is_some() => self.runc_exec(guest, &entering(guest, cmd)),
             None => self.runc_exec(guest, cmd),
         }
     }
@@ -173,6 +175,43 @@ fn write_process(
         .map_err(|e| fail(format!("writing {}: {e}", file.display())))
 }
 
+/// A rooted `cmd` for the runtime's exec: the guest's `svc-init --enter` (as the guest's root,
+/// from `/`) chroots into the root, enters the working directory, takes the user and execs the
+/// command. The init is the one the guest runs: bound at [`super::handed::HANDED_INIT`] on a
+/// handed root file system (a pod's), else the base image's.
+fn entering(guest: &GuestHandle, cmd: &GuestCommand) -> GuestCommand {
+    let handed = std::path::Path::new(&format!("/proc/{}/root", guest.pid))
+        .join(super::handed::HANDED_INIT.trim_start_matches('/'));
+    let init = if std::fs::symlink_metadata(handed).is_ok() {
+        super::handed::HANDED_INIT
+    } else {
+        super::INIT[0]
+    };
+    let user = cmd.user.as_ref().map_or_else(
+        || "-".to_owned(),
+        |u| {
+            let groups: Vec<String> = u.additional_gids.iter().map(ToString::to_string).collect();
+            format!("{}:{}:{}", u.uid, u.gid, groups.join(","))
+        },
+    );
+    let mut argv = vec![
+        init.to_owned(),
+        "--enter".to_owned(),
+        cmd.root.clone().unwrap_or_default(),
+        cmd.cwd.clone().unwrap_or_else(|| "/".into()),
+        user,
+        "--".to_owned(),
+    ];
+    argv.extend(cmd.argv.iter().cloned());
+    GuestCommand {
+        argv,
+        cwd: None,
+        user: None,
+        root: None,
+        ..cmd.clone()
+    }
+}
+
 impl Container {
     /// Whether the OCI runtime is runc (by its file name); else crun, whose exec flags differ.
     fn runtime_is_runc(&self) -> bool {
@@ -230,7 +269,17 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
         cwd: Some(cmd.cwd.clone().unwrap_or_else(|| "/".into())),
         stdin: cmd.stdin,
         tty: cmd.tty,
-        ..svc_guest::proto::Exec::default()
+        root: cmd.root.clone(),
+        // Only a rooted command takes its user from the init.
+        user: cmd
+            .root
+            .as_ref()
+            .and(cmd.user.as_ref())
+            .map(|u| svc_guest::proto::User {
+                uid: u.uid,
+                gid: u.gid,
+                groups: u.additional_gids.clone(),
+            }),
     }
 }
 
@@ -313,5 +362,59 @@ mod tests {
             ]
         );
         assert_eq!(exec.cwd.as_deref(), Some("/"), "runc exec's default");
+        assert_eq!((exec.root, exec.user), (None, None), "the guest's own root");
+    }
+
+    #[test]
+    fn a_rooted_command_takes_its_user_in_the_root_and_the_runtime_runs_it_through_the_init() {
+        let user = crate::api::ExecUser {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![27, 1000],
+        };
+        let cmd = GuestCommand {
+            argv: vec!["id".into(), "-u".into()],
+            cwd: Some("/work".into()),
+            user: Some(user),
+            root: Some("/.svc/ctr/c1".into()),
+            ..GuestCommand::default()
+        };
+        let exec = request(&cmd);
+        assert_eq!(exec.root.as_deref(), Some("/.svc/ctr/c1"));
+        assert_eq!(
+            exec.user,
+            Some(svc_guest::proto::User {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![27, 1000],
+            })
+        );
+        let guest = GuestHandle {
+            name: "s".into(),
+            // No such process: the base image's init path is taken.
+            pid: u32::MAX,
+            start: 0,
+        };
+        let via = entering(&guest, &cmd);
+        assert_eq!(
+            via.argv,
+            [
+                crate::runtime::container::INIT[0],
+                "--enter",
+                "/.svc/ctr/c1",
+                "/work",
+                "1000:1000:27,1000",
+                "--",
+                "id",
+                "-u"
+            ]
+        );
+        assert_eq!((via.cwd, via.user, via.root), (None, None, None));
+        let unrooted = GuestCommand {
+            user: cmd.user.clone(),
+            root: None,
+            ..cmd
+        };
+        assert_eq!(request(&unrooted).user, None, "only a rooted command's");
     }
 }

@@ -28,6 +28,8 @@ mod attach;
 pub mod binary;
 mod cgroup;
 mod create;
+/// A pod container's root file system attached into its pod's running guest.
+pub mod ctr_root;
 pub mod disk;
 mod exec;
 mod handed;
@@ -108,6 +110,8 @@ pub struct Container {
     /// `runc create`s at once: a burst of creates queues here rather than each running the
     /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
     starts: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Attaching and detaching pod containers' root file systems, one at a time.
+    roots: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// `runc create`s run at once: two per core (a create is mostly CPU: mounts, the seccomp
@@ -179,6 +183,7 @@ impl Container {
             disk_mib: config.disk_mib,
             relays: std::sync::Arc::default(),
             starts: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent_starts())),
+            roots: std::sync::Arc::default(),
         })
     }
 
@@ -446,6 +451,30 @@ impl Backend for Container {
         dirs: &'a [super::SharedDir],
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(self.share_into_guest(guest, id, dir, dirs))
+    }
+
+    fn attach_root<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        id: u32,
+        dir: &'a Path,
+        ctr: &'a str,
+        layers: &'a [PathBuf],
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(self.attach_root_in(guest, id, dir, ctr, layers))
+    }
+
+    fn detach_root<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        dir: &'a Path,
+        ctr: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(self.detach_root_in(guest, dir, ctr))
+    }
+
+    fn root_attached(&self, dir: &Path, ctr: &str) -> Option<String> {
+        ctr_root::attached(dir, ctr).then(|| ctr_root::guest_path(ctr))
     }
 
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {

@@ -286,6 +286,26 @@ impl Backend for Microvm {
 
     /// The guest's files live on its own disk: the claimer's are written over the pooled
     /// ones through the agent, with its host name and a fresh entropy seed.
+    /// Not yet: a pod container's layers would reach the guest as a share does (virtiofs),
+    /// and the agent would chroot into them.
+    fn attach_root<'a>(
+        &'a self,
+        _guest: &'a GuestHandle,
+        _id: u32,
+        _dir: &'a std::path::Path,
+        _ctr: &'a str,
+        _layers: &'a [std::path::PathBuf],
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(async {
+            Err(RuntimeError::Unsupported {
+                backend: "microvm",
+                operation: "attach a container's root file system to",
+                hint: ": not supported on the microvm backend yet (a pod's containers run on \
+                       the VM's own root file system)",
+            })
+        })
+    }
+
     fn claim_guest<'a>(
         &'a self,
         guest: &'a GuestHandle,
