@@ -1,0 +1,237 @@
+//! The microvm trees share attacked from inside the VM (real QEMU), as microvm_trees.rs sets
+//! it up: svcd makes the VM, the test's own backend takes its agent over to attach a tree.
+
+use std::{path::Path, process::Command};
+
+use svc_control::{
+    api::ExecUser,
+    runtime::{Backend as _, GuestCommand, GuestHandle, Microvm, start_time},
+};
+use svc_tests::{
+    require_root,
+    world::{World, image_dir, microvm_env, microvm_images},
+};
+use tokio::io::AsyncReadExt as _;
+
+use super::setid_or_devices;
+
+const PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// An overlay of the base image at `dir/merged` (upper and work beside it).
+struct Overlay(std::path::PathBuf);
+
+impl Overlay {
+    fn mount(dir: &Path) -> Self {
+        for d in ["upper", "work", "merged"] {
+            std::fs::create_dir_all(dir.join(d)).expect("overlay dirs");
+        }
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            image_dir().join("rootfs").display(),
+            dir.join("upper").display(),
+            dir.join("work").display()
+        );
+        let merged = dir.join("merged");
+        let ok = Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &opts])
+            .arg(&merged)
+            .status()
+            .expect("mount");
+        assert!(ok.success(), "mounting the overlay");
+        Self(merged.canonicalize().expect("canonical"))
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn sh(script: &str) -> GuestCommand {
+    GuestCommand {
+        argv: ["sh", "-c", script].map(str::to_owned).to_vec(),
+        env: vec![("PATH".into(), PATH.into())],
+        ..GuestCommand::default()
+    }
+}
+
+/// What a command said (stdout then stderr) and its exit code.
+async fn output(
+    vm: &Microvm,
+    guest: &GuestHandle,
+    cmd: GuestCommand,
+    root: Option<&str>,
+) -> (i32, String) {
+    let mut h = match root {
+        Some(r) => vm.exec_in_root(guest, &cmd, r).await,
+        None => vm.exec(guest, &cmd).await,
+    }
+    .expect("exec");
+    let mut out = String::new();
+    if let Some(mut s) = h.stdout.take() {
+        s.read_to_string(&mut out).await.expect("stdout");
+    }
+    if let Some(mut s) = h.stderr.take() {
+        let _ = s.read_to_string(&mut out).await;
+    }
+    (h.wait().await.expect("exit code"), out)
+}
+
+/// The mount points of this process under `path`.
+fn mounts_under(path: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        .filter(|m| Path::new(m).starts_with(path))
+        .collect()
+}
+
+fn hex(path: &str) -> String {
+    path.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Exec users the guest's ids do not hold, through svcd's API on a microvm: each refused.
+fn exec_users_outside_the_guests_ids_are_refused(w: &World, name: &str) {
+    let many: Vec<u32> = (1..=65).collect();
+    for user in [
+        serde_json::json!({"uid": 4_294_967_295u32, "gid": 0}),
+        serde_json::json!({"uid": 0, "gid": 4_294_967_295u32}),
+        serde_json::json!({"uid": 65536, "gid": 0}),
+        serde_json::json!({"uid": 1000, "gid": 1000, "additional_gids": [65536]}),
+        serde_json::json!({"uid": 1000, "gid": 1000, "additional_gids": [4_294_967_295u32]}),
+        serde_json::json!({"uid": 1000, "gid": 1000, "additional_gids": many}),
+        serde_json::json!({"uid": -1, "gid": 0}),
+    ] {
+        let body = serde_json::json!({"argv": ["id"], "user": user});
+        let (status, answer) = w.api(
+            &[],
+            "POST",
+            &format!("/v1/sandboxes/{name}/exec"),
+            Some(body.to_string().as_bytes()),
+        );
+        assert_eq!(status, 400, "{user}: {answer}");
+    }
+}
+
+#[test]
+fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
+    require_root();
+    microvm_images();
+    let mut w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "trees45"]);
+    exec_users_outside_the_guests_ids_are_refused(&w, "trees45");
+    let pid = u32::try_from(w.show("trees45")["pid"].as_u64().expect("pid")).expect("pid");
+    let share = w.dir.join("state/sandboxes/trees45/trees");
+    let overlay = Overlay::mount(&w.dir.join("c1"));
+    let upper = w.dir.join("c1/upper");
+    w.kill_svcd();
+    let host = svc_control::config::loader::load_host_config(Some(&w.config)).expect("config");
+    let env = microvm_env();
+    let vm = Microvm::new(
+        &host.microvm,
+        &host.state_dir,
+        &host.container.cgroup_parent,
+        |k| {
+            env.iter()
+                .find(|(var, _)| *var == k)
+                .map(|(_, p)| p.clone().into_os_string())
+        },
+    );
+    let guest = GuestHandle {
+        name: "trees45".into(),
+        pid,
+        start: start_time(pid).expect("QEMU runs"),
+    };
+    let mounts_before = mounts_under(Path::new("/")).len();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        // Names planted at the share's top before the host makes them: a link to the
+        // guest's `/` (the host's `/` were it followed there) and a directory.
+        let planted = format!(
+            "ln -s / /run/svc/trees/{l} && ln -s /etc /run/svc/trees/{e} && \
+             mkdir /run/svc/trees/{d}",
+            l = hex("/pod/link"),
+            e = hex("/etc"),
+            d = hex("/pod/dir"),
+        );
+        let (code, said) = output(&vm, &guest, sh(&planted), None).await;
+        assert_eq!(code, 0, "{said}");
+        for at in ["/pod/link", "/etc", "/pod/dir"] {
+            let e = vm.attach_tree(&guest, &overlay.0, at).await;
+            assert!(e.is_err(), "attached at {at} over a planted name");
+        }
+        assert_eq!(
+            mounts_under(Path::new("/")).len(),
+            mounts_before,
+            "a planted name made a mount on the host"
+        );
+
+        vm.attach_tree(&guest, &overlay.0, "/pod/c1")
+            .await
+            .expect("attach");
+        // The guest's root writes setid files and device nodes into the tree, directly and
+        // through the share, and fills the share's top.
+        let attack = "cd /pod/c1; \
+            echo x > suid; chmod 4755 suid; chmod u+s suid; \
+            cp /bin/true sgid; chmod 2755 sgid; \
+            mknod null2 c 1 3; mknod sda2 b 8 0; mkfifo fifo; \
+            install -m 6755 /bin/true made-setid; \
+            cat /bin/sh > usr/bin/passwd; echo '#' >> usr/bin/newgrp; \
+            cd /run/svc/trees/2f706f642f6331 && mknod null3 c 1 3; chmod 4755 suid; \
+            dd if=/dev/zero of=/run/svc/trees/fill bs=64k count=64 2>&1; \
+            for i in $(seq 1 2000); do : > /run/svc/trees/f$i || break; done; \
+            true";
+        let (code, said) = output(&vm, &guest, sh(attack), None).await;
+        assert_eq!(code, 0, "{said}");
+        // Non-root, chrooted into the tree: no way out to the share or another tree.
+        let mut out = sh("ls /run/svc/trees 2>&1; chroot / true 2>&1; echo done");
+        out.user = Some(ExecUser {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![],
+        });
+        let (_, said) = output(&vm, &guest, out, Some("/pod/c1")).await;
+        assert!(!said.contains("2f706f64"), "the chrooted user sees the share: {said}");
+
+        // Detach while the guest races to put a link where the tree's directory was.
+        let racer = format!(
+            "t=/run/svc/trees/{h}; for i in $(seq 1 3000); do \
+               rmdir $t 2>/dev/null && ln -s / $t 2>/dev/null; done &",
+            h = hex("/pod/c1")
+        );
+        let (_, _) = output(&vm, &guest, sh(&racer), None).await;
+        let _ = vm.detach_tree(&guest, "/pod/c1").await;
+    });
+    drop(rt);
+    // A setid file of the image copied up unchanged is the image's own; any other is the
+    // guest's (new, or the image's with the guest's contents).
+    let lower = image_dir().join("rootfs");
+    let bad: Vec<_> = setid_or_devices(&upper)
+        .into_iter()
+        .filter(|p| {
+            let rel = p.strip_prefix(&upper).expect("under upper");
+            let (Ok(mine), Ok(image)) = (std::fs::read(p), std::fs::read(lower.join(rel))) else {
+                return true;
+            };
+            mine != image
+        })
+        .collect();
+    assert!(bad.is_empty(), "setid files or devices on the host: {bad:?}");
+    let top: u64 = std::fs::read_dir(&share)
+        .expect("share")
+        .flatten()
+        .filter_map(|e| e.path().symlink_metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(top <= 64 * 1024, "the guest wrote {top} bytes at the share's top");
+    assert!(Path::new("/etc/passwd").exists() && Path::new("/usr/bin").is_dir());
+    w.start_svcd();
+    w.destroy_checked("trees45");
+    assert!(
+        mounts_under(&share).is_empty(),
+        "the share is unmounted with the VM"
+    );
+    drop(overlay);
+}
