@@ -205,7 +205,10 @@ fn a_claimed_guest_trusts_only_its_own_ca() {
             1,
             "{name}: svc blocks in its bundle"
         );
-        assert!(files.contains(pem.trim()), "{name}: its CA not in its bundle");
+        assert!(
+            files.contains(pem.trim()),
+            "{name}: its CA not in its bundle"
+        );
         assert!(!files.contains("pool."), "{name}: the pool's name is left");
         seen.push(pem);
     }

@@ -115,17 +115,9 @@ fn exec_users_outside_the_guests_ids_are_refused(w: &World, name: &str) {
     }
 }
 
-#[test]
-fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
-    require_root();
-    microvm_images();
-    let mut w = World::start();
-    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "trees45"]);
-    exec_users_outside_the_guests_ids_are_refused(&w, "trees45");
-    let pid = u32::try_from(w.show("trees45")["pid"].as_u64().expect("pid")).expect("pid");
-    let share = w.dir.join("state/sandboxes/trees45/trees");
-    let overlay = Overlay::mount(&w.dir.join("c1"));
-    let upper = w.dir.join("c1/upper");
+/// The test's own backend over svcd's VM `name` (svcd killed first: the VM outlives it).
+fn take_over(w: &mut World, name: &str) -> (Microvm, GuestHandle) {
+    let pid = u32::try_from(w.show(name)["pid"].as_u64().expect("pid")).expect("pid");
     w.kill_svcd();
     let host = svc_control::config::loader::load_host_config(Some(&w.config)).expect("config");
     let env = microvm_env();
@@ -140,87 +132,86 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
         },
     );
     let guest = GuestHandle {
-        name: "trees45".into(),
+        name: name.into(),
         pid,
         start: start_time(pid).expect("QEMU runs"),
     };
-    let mounts_before = mounts_under(Path::new("/")).len();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        // Names planted at the share's top before the host makes them: a link to the
-        // guest's `/` (the host's `/` were it followed there) and a directory.
-        let planted = format!(
-            "ln -s / /run/svc/trees/{l} && ln -s /etc /run/svc/trees/{e} && \
-             mkdir /run/svc/trees/{d}",
-            l = hex("/pod/link"),
-            e = hex("/etc"),
-            d = hex("/pod/dir"),
-        );
-        let (code, said) = output(&vm, &guest, sh(&planted), None).await;
-        assert_eq!(code, 0, "{said}");
-        for at in ["/pod/link", "/etc", "/pod/dir"] {
-            let e = vm.attach_tree(&guest, &overlay.0, at).await;
-            assert!(e.is_err(), "attached at {at} over a planted name");
-        }
-        assert_eq!(
-            mounts_under(Path::new("/")).len(),
-            mounts_before,
-            "a planted name made a mount on the host"
-        );
+    (vm, guest)
+}
 
-        vm.attach_tree(&guest, &overlay.0, "/pod/c1")
-            .await
-            .expect("attach");
-        // The guest's root writes setid files and device nodes into the tree, directly and
-        // through the share, and fills the share's top.
-        let attack = "cd /pod/c1; \
-            echo x > suid; chmod 4755 suid; chmod u+s suid; \
-            cp /bin/true sgid; chmod 2755 sgid; \
-            mknod null2 c 1 3; mknod sda2 b 8 0; mkfifo fifo; \
-            install -m 6755 /bin/true made-setid; \
-            cat /bin/sh > usr/bin/passwd; echo '#' >> usr/bin/newgrp; \
-            cd /run/svc/trees/2f706f642f6331 && mknod null3 c 1 3; chmod 4755 suid; \
-            dd if=/dev/zero of=/run/svc/trees/fill bs=64k count=64 2>&1; \
-            for i in $(seq 1 2000); do touch /run/svc/trees/f$i 2>/dev/null || break; done; \
-            true";
-        let (code, said) = output(&vm, &guest, sh(attack), None).await;
-        assert_eq!(code, 0, "{said}");
-        // Non-root, chrooted into the tree: no way out to the share or another tree.
-        let mut out = sh("ls /run/svc/trees 2>&1; chroot / true 2>&1; echo done");
-        out.user = Some(ExecUser {
-            uid: 1000,
-            gid: 1000,
-            additional_gids: vec![],
-        });
-        let (_, said) = output(&vm, &guest, out, Some("/pod/c1")).await;
-        assert!(!said.contains("2f706f64"), "the chrooted user sees the share: {said}");
+/// Names the guest plants at the share's top before the host makes them (a link to the
+/// guest's `/`, the host's `/` were it followed there; a link to `/etc`; a directory): each
+/// attach there refused, and no mount made on the host.
+async fn planted_names_are_refused(vm: &Microvm, guest: &GuestHandle, tree: &Path) {
+    let before = mounts_under(Path::new("/")).len();
+    let planted = format!(
+        "ln -s / /run/svc/trees/{l} && ln -s /etc /run/svc/trees/{e} && \
+         mkdir /run/svc/trees/{d}",
+        l = hex("/pod/link"),
+        e = hex("/etc"),
+        d = hex("/pod/dir"),
+    );
+    let (code, said) = output(vm, guest, sh(&planted), None).await;
+    assert_eq!(code, 0, "{said}");
+    for at in ["/pod/link", "/etc", "/pod/dir"] {
+        let e = vm.attach_tree(guest, tree, at).await;
+        assert!(e.is_err(), "attached at {at} over a planted name");
+    }
+    assert_eq!(
+        mounts_under(Path::new("/")).len(),
+        before,
+        "a planted name made a mount on the host"
+    );
+}
 
-        // Detach while the guest races to put a link where the tree's directory was.
-        let racer = format!(
-            "t=/run/svc/trees/{h}; for i in $(seq 1 3000); do \
-               rmdir $t 2>/dev/null && ln -s / $t 2>/dev/null; done &",
-            h = hex("/pod/c1")
-        );
-        let (_, _) = output(&vm, &guest, sh(&racer), None).await;
-        let _ = vm.detach_tree(&guest, "/pod/c1").await;
+/// The guest's root writes setid files and device nodes into the tree at /pod/c1, directly
+/// and through the share, rewrites the image's setuid programs there, and fills the share's
+/// top; a non-root command chrooted into the tree sees nothing of the share.
+async fn write_through_the_tree(vm: &Microvm, guest: &GuestHandle) {
+    let attack = "cd /pod/c1; \
+        echo x > suid; chmod 4755 suid; chmod u+s suid; \
+        cp /bin/true sgid; chmod 2755 sgid; \
+        mknod null2 c 1 3; mknod sda2 b 8 0; mkfifo fifo; \
+        install -m 6755 /bin/true made-setid; \
+        cat /bin/sh > usr/bin/passwd; echo '#' >> usr/bin/newgrp; \
+        cd /run/svc/trees/2f706f642f6331 && mknod null3 c 1 3; chmod 4755 suid; \
+        dd if=/dev/zero of=/run/svc/trees/fill bs=64k count=64 2>&1; \
+        for i in $(seq 1 2000); do touch /run/svc/trees/f$i 2>/dev/null || break; done; \
+        true";
+    let (code, said) = output(vm, guest, sh(attack), None).await;
+    assert_eq!(code, 0, "{said}");
+    let mut out = sh("ls /run/svc/trees 2>&1; chroot / true 2>&1; echo done");
+    out.user = Some(ExecUser {
+        uid: 1000,
+        gid: 1000,
+        additional_gids: vec![],
     });
-    drop(rt);
-    // A setid file of the image copied up unchanged is the image's own; any other is the
-    // guest's (new, or the image's with the guest's contents).
+    let (_, said) = output(vm, guest, out, Some("/pod/c1")).await;
+    assert!(
+        !said.contains("2f706f64"),
+        "the chrooted user sees the share: {said}"
+    );
+}
+
+/// The setid files and device nodes under the tree's upper layer `upper` that the guest made:
+/// a setid file of the image copied up unchanged is the image's own; any other is the
+/// guest's (new, or the image's program with the guest's contents).
+fn guest_written_setid(upper: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt as _;
     let lower = image_dir().join("rootfs");
-    let bad: Vec<_> = setid_or_devices(&upper)
+    let sh = std::fs::read(lower.join("bin/sh")).ok();
+    setid_or_devices(upper)
         .into_iter()
         .filter(|p| {
-            let rel = p.strip_prefix(&upper).expect("under upper");
+            let rel = p.strip_prefix(upper).expect("under upper");
             let (Ok(mine), Ok(image)) = (std::fs::read(p), std::fs::read(lower.join(rel))) else {
                 return true;
             };
             mine != image
         })
         .map(|p| {
-            use std::os::unix::fs::MetadataExt as _;
             let m = p.symlink_metadata().expect("stat");
-            let same_as_sh = std::fs::read(&p).ok() == std::fs::read(lower.join("bin/sh")).ok();
+            let same_as_sh = std::fs::read(&p).ok() == sh;
             format!(
                 "{} mode {:o} uid {} (the guest's /bin/sh: {same_as_sh})",
                 p.display(),
@@ -228,15 +219,48 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
                 m.uid()
             )
         })
-        .collect();
-    assert!(bad.is_empty(), "setid files or devices the guest wrote on the host: {bad:?}");
-    let top: u64 = std::fs::read_dir(&share)
+        .collect()
+}
+
+#[test]
+fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
+    require_root();
+    microvm_images();
+    let mut w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "trees45"]);
+    exec_users_outside_the_guests_ids_are_refused(&w, "trees45");
+    let share = w.dir.join("state/sandboxes/trees45/trees");
+    let overlay = Overlay::mount(&w.dir.join("c1"));
+    let (vm, guest) = take_over(&mut w, "trees45");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        planted_names_are_refused(&vm, &guest, &overlay.0).await;
+        vm.attach_tree(&guest, &overlay.0, "/pod/c1")
+            .await
+            .expect("attach");
+        write_through_the_tree(&vm, &guest).await;
+        // Detach while the guest races to put a link where the tree's directory was.
+        let racer = format!(
+            "t=/run/svc/trees/{h}; for i in $(seq 1 3000); do \
+               rmdir $t 2>/dev/null && ln -s / $t 2>/dev/null; done &",
+            h = hex("/pod/c1")
+        );
+        let _ = output(&vm, &guest, sh(&racer), None).await;
+        let _ = vm.detach_tree(&guest, "/pod/c1").await;
+    });
+    drop(rt);
+    // What the guest wrote at the share's top: regular files' bytes, and entries.
+    let entries: Vec<std::fs::Metadata> = std::fs::read_dir(&share)
         .expect("share")
         .flatten()
         .filter_map(|e| e.path().symlink_metadata().ok())
-        .map(|m| m.len())
+        .collect();
+    let top: u64 = entries
+        .iter()
+        .filter(|m| m.is_file())
+        .map(std::fs::Metadata::len)
         .sum();
-    assert!(top <= 64 * 1024, "the guest wrote {top} bytes at the share's top");
+    let count = entries.len();
     assert!(Path::new("/etc/passwd").exists() && Path::new("/usr/bin").is_dir());
     w.start_svcd();
     w.destroy_checked("trees45");
@@ -244,5 +268,14 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
         mounts_under(&share).is_empty(),
         "the share is unmounted with the VM"
     );
+    assert!(
+        top <= 64 * 1024 && count <= 1024,
+        "the guest wrote {top} bytes in {count} entries at the share's top"
+    );
+    let bad = guest_written_setid(&w.dir.join("c1/upper"));
     drop(overlay);
+    assert!(
+        bad.is_empty(),
+        "setid files or devices the guest wrote on the host: {bad:?}"
+    );
 }
