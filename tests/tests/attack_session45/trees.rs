@@ -143,7 +143,7 @@ fn take_over(w: &mut World, name: &str) -> (Microvm, GuestHandle) {
 /// guest's `/`, the host's `/` were it followed there; a link to `/etc`; a directory): each
 /// attach there refused, and no mount made on the host.
 async fn planted_names_are_refused(vm: &Microvm, guest: &GuestHandle, tree: &Path) {
-    let before = mounts_under(Path::new("/")).len();
+    let before = mounts_under(Path::new("/"));
     let planted = format!(
         "ln -s / /run/svc/trees/{l} && ln -s /etc /run/svc/trees/{e} && \
          mkdir /run/svc/trees/{d}",
@@ -157,10 +157,11 @@ async fn planted_names_are_refused(vm: &Microvm, guest: &GuestHandle, tree: &Pat
         let e = vm.attach_tree(guest, tree, at).await;
         assert!(e.is_err(), "attached at {at} over a planted name");
     }
-    assert_eq!(
-        mounts_under(Path::new("/")).len(),
-        before,
-        "a planted name made a mount on the host"
+    let after = mounts_under(Path::new("/"));
+    let new: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
+    assert!(
+        new.is_empty(),
+        "a planted name made a mount on the host: {new:?}"
     );
 }
 
@@ -231,6 +232,9 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
     exec_users_outside_the_guests_ids_are_refused(&w, "trees45");
     let share = w.dir.join("state/sandboxes/trees45/trees");
     let overlay = Overlay::mount(&w.dir.join("c1"));
+    // A second tree, left attached when the VM is destroyed: its files must outlive it.
+    let kept = Overlay::mount(&w.dir.join("c2"));
+    std::fs::write(kept.0.join("keep-me"), "the host's\n").expect("keep-me");
     let (vm, guest) = take_over(&mut w, "trees45");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -238,6 +242,9 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
         vm.attach_tree(&guest, &overlay.0, "/pod/c1")
             .await
             .expect("attach");
+        vm.attach_tree(&guest, &kept.0, "/pod/c2")
+            .await
+            .expect("attach c2");
         write_through_the_tree(&vm, &guest).await;
         // Detach while the guest races to put a link where the tree's directory was.
         let racer = format!(
@@ -272,7 +279,14 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
         top <= 64 * 1024 && count <= 1024,
         "the guest wrote {top} bytes in {count} entries at the share's top"
     );
+    assert_eq!(
+        std::fs::read_to_string(kept.0.join("keep-me")).unwrap_or_default(),
+        "the host's\n",
+        "destroying the VM removed files of a tree still attached"
+    );
+    assert!(kept.0.join("usr/bin").is_dir());
     let bad = guest_written_setid(&w.dir.join("c1/upper"));
+    drop(kept);
     drop(overlay);
     assert!(
         bad.is_empty(),
