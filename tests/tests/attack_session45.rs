@@ -1,17 +1,23 @@
 //! Session 45's changes attacked, against the real svcd, crun, containerd's CRI and QEMU.
 //!
 //! - Warm pools (the pooled link in the nftables link set from its making; the claim writing
-//!   the guest files in place): claims and destroys at once, and svcd killed in the middle of
-//!   claims, leave the link set holding exactly the links of svcd's sandboxes and pool, and no
-//!   link of a sandbox svcd no longer has; each claimed guest trusts only its own CA (the CA
-//!   file is its own, the bundle has one svc block, no pool name is left in its files).
+//!   the guest files in place): claims and destroys at once, and svcd killed before, during
+//!   and after claims, leave the link set holding exactly the links of svcd's sandboxes and
+//!   pool, and no link of a sandbox svcd no longer has; each claimed guest trusts only its own
+//!   CA (the CA file is its own, the bundle has one svc block, no pool name in its files).
 //! - Pod secrets scoped to namespaces: a member cannot allow or disallow pod namespaces for
-//!   another's secret (shared with its group or not) nor store one over it; a pod naming a
-//!   repository and no secret gets no token of the node's (`credentials.code_host_token_file`).
-//! - Microvm trees: the guest's root writes no setid file and no device node through a tree
-//!   onto the host, fills no more than the share's own tmpfs at its top, and a name it plants
-//!   at the share's top (a link to the host's `/`) is refused, not followed; exec users the
-//!   guest's ids do not hold are refused.
+//!   another's secret (shared with its group or not, CLI or API) nor store one over it.
+//!   FOUND: a pod of any namespace that names a repository (`svc.dev/repo`) and no
+//!   CODE_HOST_TOKEN secret is given the node's own code-host token (the shim asks as root,
+//!   and `policy::ownership::host_code_token` lets root have it): the real token reaches the
+//!   code host for the pod's requests.
+//! - Microvm trees: a name the guest plants at the share's top (a link to `/`, a directory) is
+//!   refused, not followed; the share's top holds at most its tmpfs; a tree left attached at
+//!   destroy keeps its files; after a filled share and a raced detach the agent serves the next
+//!   tree; exec users the guest's ids do not hold are refused. FOUND: the guest's root
+//!   rewrites a setuid-root program of the tree (`cat /bin/sh > usr/bin/passwd`) and the
+//!   host's file keeps its setuid bit (the share's virtiofsd writes with CAP_FSETID): a
+//!   setuid-root copy of the guest's bytes on the host.
 
 use std::{
     io::Write as _,

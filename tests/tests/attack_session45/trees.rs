@@ -293,3 +293,43 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
         "setid files or devices the guest wrote on the host: {bad:?}"
     );
 }
+
+/// After the guest filled the share's top and raced a detach (putting a link where the tree's
+/// directory was), the host's tree directory is gone and the agent still serves the next
+/// tree and commands.
+#[test]
+fn the_agent_serves_a_tree_after_a_filled_share_and_a_raced_detach() {
+    require_root();
+    microvm_images();
+    let mut w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "trees46"]);
+    let one = Overlay::mount(&w.dir.join("t1"));
+    let two = Overlay::mount(&w.dir.join("t2"));
+    let (vm, guest) = take_over(&mut w, "trees46");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        vm.attach_tree(&guest, &one.0, "/pod/c1")
+            .await
+            .expect("attach");
+        let racer = format!(
+            "dd if=/dev/zero of=/run/svc/trees/fill bs=64k count=64 2>/dev/null; \
+             for i in $(seq 1 2000); do touch /run/svc/trees/f$i 2>/dev/null || break; done; \
+             t=/run/svc/trees/{h}; for i in $(seq 1 3000); do \
+               rmdir $t 2>/dev/null && ln -s / $t 2>/dev/null; done &",
+            h = hex("/pod/c1")
+        );
+        let _ = output(&vm, &guest, sh(&racer), None).await;
+        let _ = vm.detach_tree(&guest, "/pod/c1").await;
+        vm.attach_tree(&guest, &two.0, "/pod/c2")
+            .await
+            .expect("attach after the raced detach");
+        let (code, said) = output(&vm, &guest, sh("echo alive"), None).await;
+        assert_eq!((code, said.as_str()), (0, "alive\n"));
+    });
+    drop(rt);
+    assert!(one.0.join("usr/bin").is_dir() && two.0.join("usr/bin").is_dir());
+    w.start_svcd();
+    w.destroy_checked("trees46");
+    drop(two);
+    drop(one);
+}
