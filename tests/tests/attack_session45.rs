@@ -5,6 +5,9 @@
 //!   and after claims, leave the link set holding exactly the links of svcd's sandboxes and
 //!   pool, and no link of a sandbox svcd no longer has; each claimed guest trusts only its own
 //!   CA (the CA file is its own, the bundle has one svc block, no pool name in its files).
+//!   FOUND: after svcd's table was removed (a firewall reload), a claim no longer writes it
+//!   again (it skips the nftables step): the claimed link runs without the table's rules until
+//!   some later change (the pool's next refill) writes it; a fresh creation writes it at once.
 //! - Pod secrets scoped to namespaces: a member cannot allow or disallow pod namespaces for
 //!   another's secret (shared with its group or not, CLI or API) nor store one over it.
 //!   FOUND: a pod of any namespace that names a repository (`svc.dev/repo`) and no
@@ -172,6 +175,41 @@ fn svcd_killed_during_claims_leaves_no_link_or_element_of_a_gone_sandbox() {
     }
     wait_pool(&w, 2);
     check_links(&w, 2);
+}
+
+/// Whether `nft list table inet svc` finds svcd's table in the world's host namespace.
+fn svc_table_exists(w: &World) -> bool {
+    w.host
+        .exec("nft", &["list", "table", "inet", "svc"])
+        .status
+        .success()
+}
+
+#[test]
+fn a_claim_after_the_table_was_flushed_puts_its_link_under_the_rules() {
+    require_root();
+    let w = World::start_with(POOL);
+    wait_pool(&w, 2);
+    // Another tool flushes the host's ruleset (a firewall reload): svcd's table goes.
+    let out = w.host.exec("nft", &["delete", "table", "inet", "svc"]);
+    assert!(out.status.success(), "{out:?}");
+    w.sandbox_with_example_secret_ok("after-flush", "env:EXAMPLE");
+    assert_eq!(w.metric(r#"svc_pool_hits_total{backend="container"}"#), 1);
+    let link = w.show("after-flush")["link"]
+        .as_str()
+        .expect("link")
+        .to_owned();
+    // A fresh creation writes the table again; a claim must leave its link as ruled when it
+    // returns (not only once the pool's next refill writes the table: that is later).
+    assert!(
+        svc_table_exists(&w),
+        "a claimed sandbox {link} runs with no svc table on the host"
+    );
+    assert!(
+        w.nft_link_set().contains(&link),
+        "{link} not in the link set"
+    );
+    w.destroy_checked("after-flush");
 }
 
 #[test]
