@@ -108,6 +108,31 @@ fn the_attack_leaves_nothing_on_the_host(backend: &str) {
         (home.clone(), guest_path(&home)),
     ];
 
+    // A setid program already in the project (the owner's own): rewritten by the guest with
+    // its bytes, it keeps no bit (the kernel keeps it only for a writer with CAP_FSETID in the
+    // host's user namespace: no container guest; virtiofsd runs without it).
+    let setid = project.join("setid-prog");
+    std::fs::write(&setid, b"#!/bin/sh\n").expect("setid-prog");
+    std::os::unix::fs::chown(&setid, Some(OWNER), Some(OWNER)).expect("chown");
+    std::fs::set_permissions(
+        &setid,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o6755),
+    )
+    .expect("chmod");
+    let (code, _, err) = w.sh("sh", "cat /bin/sh > /workspace/setid-prog");
+    assert_eq!(
+        code, 0,
+        "rewriting /workspace/setid-prog ({backend}): {err}"
+    );
+    let m = std::fs::metadata(&setid).expect("setid-prog");
+    assert_eq!(
+        m.mode() & 0o6000,
+        0,
+        "a setid program the guest rewrote ({backend}) keeps mode {:o}",
+        m.mode()
+    );
+    assert!(m.len() > 1000, "the guest's bytes landed ({backend})");
+
     let mut args = vec!["sandbox", "exec", "sh", "--", "python3", "-c", ATTACK];
     args.extend(shares.iter().map(|(_, g)| g.as_str()));
     let out = w.svc(&args);

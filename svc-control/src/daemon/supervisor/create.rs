@@ -401,8 +401,7 @@ impl Supervisor {
                 when: (created, created_at, incarnation),
             },
         );
-        self.publish(&mut live, &req.secrets, &mut phases, false)
-            .await?;
+        self.publish(&mut live, &req.secrets, &mut phases).await?;
         Ok(self.announce(&live, &phases))
     }
 
@@ -453,14 +452,12 @@ impl Supervisor {
     }
 
     /// Make the started sandbox reachable: its environment, guardian and workspace run, its
-    /// relay, its registry entry, its nftables element (`claimed`: a pooled sandbox's, there
-    /// already), and its row marked running.
+    /// relay, its registry entry, its nftables element, and its row marked running.
     pub(super) async fn publish(
         &self,
         live: &mut Live,
         secrets: &[SecretValue],
         phases: &mut Phases,
-        claimed: bool,
     ) -> Result<(), Failure> {
         let name = live.name.clone();
         live.workspace = live.envelope.workspace.clone().map(|spec| {
@@ -485,9 +482,10 @@ impl Supervisor {
         self.register(live, values);
         phases.mark("register");
         self.live().insert(name.clone(), live.clone());
-        // A claimed pooled sandbox's link is in the set from its making.
-        self.sync_nft((!claimed).then_some((&live.envelope.link, true)))
-            .await?;
+        // A claimed pooled sandbox's link is in the set from its making; it is added again
+        // (an element already there is no change) so a table removed meanwhile (a firewall
+        // reload) is written again before the sandbox is used.
+        self.sync_nft(Some((&live.envelope.link, true))).await?;
         phases.mark("nft");
         let envelope_json =
             serde_json::to_string(&live.envelope).map_err(|e| Failure::internal(e.to_string()))?;

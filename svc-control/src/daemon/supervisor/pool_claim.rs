@@ -201,8 +201,7 @@ impl Supervisor {
             .map_err(|e| Failure::internal(e.to_string()))?;
         phases.mark("guest");
         let mut live = live_of(req, (pooled.id, owner), made);
-        self.publish(&mut live, &req.secrets, &mut phases, true)
-            .await?;
+        self.publish(&mut live, &req.secrets, &mut phases).await?;
         Ok(self.announce(&live, &phases))
     }
 }

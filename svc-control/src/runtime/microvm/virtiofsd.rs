@@ -39,6 +39,11 @@ pub(super) fn command(
         .arg("--shared-dir")
         .arg(shared)
         .args(["--sandbox", "namespace", "--cache", "auto"])
+        // Without CAP_FSETID the host's kernel clears a file's set-user-ID and set-group-ID
+        // bits at each write or truncate virtiofsd makes for the guest: a setid program already
+        // in the share (an image's `passwd`) cannot be rewritten with the guest's bytes and
+        // keep its bit.
+        .arg("--modcaps=-fsetid")
         .args([
             "--migration-mode",
             "find-paths",
