@@ -66,7 +66,7 @@ fn a_containers_figures_are_its_cgroups_paused_or_not() {
 }
 
 #[test]
-fn a_microvms_figures_are_its_vms_and_it_runs_commands_as_root_only() {
+fn a_microvms_figures_are_its_vms_and_it_runs_commands_as_the_user_named() {
     require_root();
     microvm_images();
     let w = World::start();
@@ -94,10 +94,13 @@ fn a_microvms_figures_are_its_vms_and_it_runs_commands_as_root_only() {
         "/v1/sandboxes/vmfig/exec",
         Some(body.to_string().as_bytes()),
     );
-    assert_eq!(status, 409, "{answer}");
+    // The guest's agent takes the user (groups, gid, then uid) as the container backend does.
+    assert_eq!(status, 200, "{answer}");
+    // "uid=1000 gid=1000 groups=1000\n", base64.
     assert!(
-        answer.contains("the microvm backend runs commands as its guest's root"),
+        answer.contains("dWlkPTEwMDAgZ2lkPTEwMDAgZ3JvdXBzPTEwMDAK"),
         "{answer}"
     );
+    assert!(answer.contains("{\"exit\":0}"), "{answer}");
     w.destroy_checked("vmfig");
 }
