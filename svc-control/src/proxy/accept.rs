@@ -22,13 +22,17 @@ use crate::{
     },
 };
 
-/// Serve one guest connection from `peer` to its end. Refusals are audited, and the
-/// connection closed.
-pub(super) async fn connection(ctx: Arc<Ctx>, mut tcp: TcpStream, peer: SocketAddr) {
+/// Admit one guest connection from `peer`, at once and in the accept loop: one from no
+/// sandbox, or over its sandbox's `limits.proxy_connections`, is closed right here (the
+/// latter audited), so a flood of connections never has more than the cap's worth of them
+/// waiting in tasks. An admitted one is served to its end by the future returned.
+pub(super) fn admit(
+    ctx: Arc<Ctx>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
     let source = peer.ip().to_canonical();
-    let Some(sandbox) = ctx.sandboxes.sandbox_for(source) else {
-        return;
-    };
+    let sandbox = ctx.sandboxes.sandbox_for(source)?;
     // Subscribed before anything is decided: a change after this is not missed.
     let mut cut = Cut {
         revocations: ctx.sandboxes.revocations(),
@@ -39,7 +43,10 @@ pub(super) async fn connection(ctx: Arc<Ctx>, mut tcp: TcpStream, peer: SocketAd
     // Counted against this creation of the sandbox only, and ended with it.
     let slot = match ctx.config.limits.acquire(&sandbox.guest(), Channel::Proxy) {
         Ok(slot) => HeldSlot(Arc::new(slot)),
-        Err(hit) => return ctx.audit_conn(&sandbox, hit.to_string()),
+        Err(hit) => {
+            ctx.audit_conn(&sandbox, hit.to_string());
+            return None;
+        }
     };
     cut.ended = Some(Box::pin(slot.0.ended()));
     let conn = Conn {
@@ -49,6 +56,12 @@ pub(super) async fn connection(ctx: Arc<Ctx>, mut tcp: TcpStream, peer: SocketAd
         cut,
         slot,
     };
+    Some(connection(conn, tcp))
+}
+
+/// Serve one admitted guest connection to its end. Refusals are audited, and the connection
+/// closed.
+async fn connection(conn: Conn, mut tcp: TcpStream) {
     let mut buf = Vec::with_capacity(2048);
     let hello = tokio::time::timeout(
         conn.ctx.config.hello_timeout,

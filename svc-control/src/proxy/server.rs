@@ -146,11 +146,13 @@ impl Proxy {
         }
     }
 
-    /// Serve one accepted connection on a task of its own.
+    /// Serve one accepted connection on a task of its own, once admitted (a refused one is
+    /// closed here).
     fn spawn_connection(&self, conn: TcpStream, peer: SocketAddr) {
         // Requests and answers are small writes: no Nagle delay on either leg.
         let _ = conn.set_nodelay(true);
-        let ctx = self.ctx.clone();
-        tokio::spawn(accept::connection(ctx, conn, peer));
+        if let Some(serve) = accept::admit(self.ctx.clone(), conn, peer) {
+            tokio::spawn(serve);
+        }
     }
 }

@@ -27,7 +27,8 @@
 //!
 //! Two paths stream, for tests that hold a connection open: `/drip` answers with `tick N` lines,
 //! one every 100 ms, 300 in all; `/ws-drip` is a WebSocket that sends the same lines as text
-//! frames; `/ws-echo-headers` is a WebSocket whose one frame is the handshake's headers.
+//! frames; `/ws-hold` is a WebSocket that sends nothing and stays open until its client goes;
+//! `/ws-echo-headers` is a WebSocket whose one frame is the handshake's headers.
 //! `/echo/headers` answers with the request's headers in its body, as httpbin's
 //! `/headers` does (the Authorization a proxy sent among them).
 //!
@@ -244,6 +245,13 @@ async fn answer(
                     }
                 }
                 let _ = ws.close(None).await;
+            })
+        }
+        "/ws-hold" => {
+            log_request(world, name, scheme, &req);
+            websocket(&mut req, move |mut ws| async move {
+                use futures::StreamExt as _;
+                while let Some(Ok(_)) = ws.next().await {}
             })
         }
         "/ws-echo-headers" => {
