@@ -57,12 +57,9 @@ struct Task {
     /// Where the shim mounted containerd's root file system mounts (none given: the spec's
     /// root is used as it is, and never unmounted).
     mounted: Option<PathBuf>,
-    /// A pod's container on the container backend: its root file system is attached to its
-    /// pod's sandbox under this id (its task's), and its processes run chrooted into it.
+    /// A pod's container (either backend): its root file system is attached to its pod's
+    /// sandbox under this id (its task's), and its processes run chrooted into it.
     root: Option<String>,
-    /// A sandbox container whose sandbox runs on root file systems handed to it (the container
-    /// backend): its pod's containers get theirs attached.
-    takes_rootfs: bool,
     procs: Mutex<HashMap<String, Arc<Proc>>>,
 }
 
@@ -157,8 +154,8 @@ impl Service {
     /// The task `req` asks for: a task of its own or a pod's sandbox container makes its
     /// sandbox (on the container backend: on its root file system, mounted at
     /// `<bundle>/rootfs` first when containerd hands mounts; on the microvm backend: a VM of
-    /// the node's microvm image), a pod's container joins its pod's (on the container backend
-    /// with its root file system attached to it).
+    /// the node's microvm image), a pod's container joins its pod's with its root file system
+    /// attached to it (either backend).
     fn create_task(&self, req: &api::CreateTaskRequest) -> Result<Task, String> {
         let bundle = PathBuf::from(&req.bundle);
         let spec = Spec::read(&bundle)?;
@@ -188,20 +185,16 @@ impl Service {
                     req.id
                 )
             })?;
-            let (root, mounted) = if pod.takes_rootfs {
-                let (layers, mounted) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
-                if let Err(e) = self
-                    .svcd
-                    .attach_root(pod.sandbox.as_str(), &req.id, &layers)
-                {
-                    mounted.iter().for_each(|r| unmount_rootfs(r));
-                    return Err(e.to_string());
-                }
-                (Some(req.id.clone()), mounted)
-            } else {
-                // The microvm backend: the container runs on the VM's own root file system.
-                (None, None)
-            };
+            // On either backend: the container's own image, attached into its pod's sandbox.
+            let (layers, mounted) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
+            if let Err(e) = self
+                .svcd
+                .attach_root(pod.sandbox.as_str(), &req.id, &layers)
+            {
+                mounted.iter().for_each(|r| unmount_rootfs(r));
+                return Err(e.to_string());
+            }
+            let root = Some(req.id.clone());
             let request = request.map(|r| svc_control::api::ExecRequest {
                 root: root.clone(),
                 ..r
@@ -212,7 +205,6 @@ impl Service {
                 bundle,
                 mounted,
                 root,
-                takes_rootfs: false,
                 procs: procs(request),
             });
         }
@@ -221,8 +213,7 @@ impl Service {
         // A container sandbox runs on the task's root file system; a microvm boots the
         // node's microvm image and the task's is left unmounted, unused.
         let mut mounted = None;
-        let takes_rootfs = spec::takes_rootfs(&create);
-        if takes_rootfs {
+        if spec::takes_rootfs(&create) {
             let (layers, m) = root_layers(&req.rootfs, spec.rootfs(&bundle))?;
             create = spec::with_rootfs(create, &layers);
             mounted = m;
@@ -237,7 +228,6 @@ impl Service {
             bundle,
             mounted,
             root: None,
-            takes_rootfs,
             procs: procs(request),
         })
     }

@@ -201,8 +201,14 @@ pub enum Request {
     /// Mount the virtio-fs file system `tag` at `path` (made if missing).
     Mount { tag: String, path: String },
     /// Bind the tree the host put at `tree` in the trees share ([`TREES_DIR`]`/tree`, one
-    /// path component) at `path` (made if missing; no symbolic link on the way is followed).
-    BindTree { tree: String, path: String },
+    /// path component) at `path` (made if missing; no symbolic link on the way is followed),
+    /// then the guest's own `binds` inside it (a pod container's root file system).
+    BindTree {
+        tree: String,
+        path: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        binds: Vec<GuestBind>,
+    },
     /// Undo [`Request::BindTree`]: unmount what is mounted at `path` (no link followed), and
     /// the guest's own mount of `tree` in the share, if its kernel made one.
     UnbindTree { tree: String, path: String },
@@ -214,6 +220,17 @@ pub enum Request {
         /// git's `GIT_PROTOCOL` (e.g. `version=2`), sent on to the server.
         git_protocol: Option<String>,
     },
+}
+
+/// A place of the guest bound over the same place inside a tree ([`Request::BindTree`]):
+/// the guest's `/proc`, `/dev`, its resolver's files, as a pod container sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestBind {
+    /// Relative to both roots (`proc`, `etc/hosts`): no `..`, no leading `/`.
+    pub path: String,
+    /// A directory (else a regular file).
+    pub dir: bool,
 }
 
 /// The virtio-fs tag of the trees share: the host directory into which the host mounts the

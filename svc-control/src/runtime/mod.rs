@@ -17,6 +17,8 @@ pub mod ids;
 pub mod microvm;
 /// The calls through which a mode reaches a file: the share rules' seccomp form.
 mod not_started;
+/// Where a pod container's root file system goes in its guest and what of the guest it gets.
+pub mod pod_root;
 /// A guest's host process: its start time, whether it died, waiting for it to go.
 mod process;
 /// The backends an svcd has, by kind (`Arc<dyn Backend>` each, with what it is and whether

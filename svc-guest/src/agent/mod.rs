@@ -21,12 +21,15 @@ use self::{
     command::run,
     streams::{Out, StreamIn, Streams, error, lock},
 };
-use crate::proto::{self, Frame, GUEST_STREAM, Kind, ProtoError, Request, Setup, WINDOW};
+use crate::proto::{
+    self, Frame, GUEST_STREAM, GuestBind, Kind, ProtoError, Request, Setup, WINDOW,
+};
 
 mod command;
 mod confine;
 pub mod relay;
 mod streams;
+mod tree_binds;
 pub mod trees;
 
 /// Largest file the host may write with one request.
@@ -38,9 +41,10 @@ pub trait System: Send + Sync {
     fn setup(&self, setup: &Setup) -> Result<(), String>;
     /// Mount the virtio-fs file system `tag` at `path`.
     fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
-    /// Bind the tree the host attached as `tree` at `path` ([`trees::bind`]).
-    fn bind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
-        let _ = (tree, path);
+    /// Bind the tree the host attached as `tree` at `path`, the guest's `binds` inside it
+    /// ([`trees::bind`]).
+    fn bind_tree(&self, tree: &str, path: &str, binds: &[GuestBind]) -> Result<(), String> {
+        let _ = (tree, path, binds);
         Err("this guest takes no trees from the host".into())
     }
     /// Unbind the tree `tree` bound at `path` ([`trees::unbind`]).
@@ -256,8 +260,11 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                 })
                 .await
             }
-            Request::BindTree { tree, path } => {
-                blocking(id, "binding a tree", move || system.bind_tree(&tree, &path)).await
+            Request::BindTree { tree, path, binds } => {
+                blocking(id, "binding a tree", move || {
+                    system.bind_tree(&tree, &path, &binds)
+                })
+                .await
             }
             Request::UnbindTree { tree, path } => {
                 blocking(id, "unbinding a tree", move || {

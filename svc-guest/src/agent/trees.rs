@@ -15,8 +15,12 @@ use rustix::{
     mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags},
 };
 
-/// Bind `trees`/`tree` (the trees share's directory of one tree) at `path`.
-pub fn bind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
+use crate::proto::GuestBind;
+
+/// Bind `trees`/`tree` (the trees share's directory of one tree) at `path`, then the guest's
+/// `binds` inside it ([`super::tree_binds`]; a place the tree holds a link at is skipped, and
+/// said on the agent's standard error).
+pub fn bind(trees: &Path, tree: &str, path: &str, binds: &[GuestBind]) -> Result<(), String> {
     tree_name(tree)?;
     let parts = parts(path)?;
     let source = trees.join(tree);
@@ -46,7 +50,11 @@ pub fn bind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
         "",
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
     )
-    .map_err(|e| format!("binding the tree {tree} at {path}: {e}"))
+    .map_err(|e| format!("binding the tree {tree} at {path}: {e}"))?;
+    for skipped in super::tree_binds::bind_all(&clone, binds) {
+        eprintln!("svc-microvm-agent: tree {path}: {skipped}: not bound");
+    }
+    Ok(())
 }
 
 /// Unmount what is mounted at `path` (and every mount under it): its parent walked as
@@ -151,7 +159,7 @@ mod tests {
             ("t1", "/pod/../etc", "not an absolute path"),
             ("t1", "/", "/ cannot take a tree"),
         ] {
-            let err = bind(Path::new("/nonexistent-trees"), tree, path).expect_err(want);
+            let err = bind(Path::new("/nonexistent-trees"), tree, path, &[]).expect_err(want);
             assert!(err.contains(want), "{tree} {path}: {err}");
         }
         let nowhere = Path::new("/nonexistent-trees");
@@ -179,17 +187,17 @@ mod tests {
         std::fs::create_dir_all(&elsewhere).expect("elsewhere");
         std::os::unix::fs::symlink(&elsewhere, t.path().join("link")).expect("link");
         let via_link = format!("{}/link/c1", t.path().display());
-        let err = bind(&trees, "t1", &via_link).expect_err("a link on the way");
+        let err = bind(&trees, "t1", &via_link, &[]).expect_err("a link on the way");
         assert!(err.contains("link is a symbolic link"), "{err}");
         assert!(
             !elsewhere.join("c1").exists(),
             "nothing was made through the link"
         );
         let plain = format!("{}/pod/c1", t.path().display());
-        bind(&trees, "t1", &plain).expect("bind");
+        bind(&trees, "t1", &plain, &[]).expect("bind");
         let seen = std::fs::read_to_string(format!("{plain}/marker")).expect("marker");
         assert_eq!(seen, "in the tree");
-        unbind(&trees, "t1", &plain).expect("unbind");
+        unbind(&trees, "t1", &plain, &[]).expect("unbind");
         assert!(!Path::new(&format!("{plain}/marker")).exists(), "unbound");
     }
 }

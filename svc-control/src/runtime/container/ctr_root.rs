@@ -40,8 +40,11 @@ use super::{
 };
 use crate::{
     dataplane::idmap,
-    proxy::guest_trust,
-    runtime::{GuestHandle, RuntimeError, start_time},
+    runtime::{
+        GuestHandle, RuntimeError,
+        pod_root::{guest_binds, guest_path},
+        start_time,
+    },
 };
 
 /// Where the mount points live on the host, under the sandbox's directory (bound at `/.svc`).
@@ -49,32 +52,6 @@ const POINTS: &str = "ctr-points";
 
 /// Where each container's layers live on the host, under the sandbox's directory.
 const STATE: &str = "ctr";
-
-/// The guest's paths bound into each container's tree: (path, a directory).
-fn guest_binds() -> [(&'static str, bool); 8] {
-    [
-        ("proc", true),
-        ("dev", true),
-        ("sys", true),
-        ("run/svc", true),
-        ("etc/resolv.conf", false),
-        ("etc/hosts", false),
-        (trimmed(guest_trust::GUEST_BUNDLE), false),
-        (trimmed(guest_trust::GUEST_CA_FILE), false),
-    ]
-}
-
-const fn trimmed(p: &'static str) -> &'static str {
-    match p.as_bytes() {
-        [b'/', ..] => p.split_at(1).1,
-        _ => p,
-    }
-}
-
-/// The guest path of container `ctr`'s root.
-pub fn guest_path(ctr: &str) -> String {
-    format!("{}/{ctr}", svc_guest::enter::ROOTS_DIR)
-}
 
 /// What the thread that enters the guest is given.
 struct Job {

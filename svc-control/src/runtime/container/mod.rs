@@ -474,7 +474,7 @@ impl Backend for Container {
     }
 
     fn root_attached(&self, dir: &Path, ctr: &str) -> Option<String> {
-        ctr_root::attached(dir, ctr).then(|| ctr_root::guest_path(ctr))
+        ctr_root::attached(dir, ctr).then(|| super::pod_root::guest_path(ctr))
     }
 
     fn pause<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {

@@ -23,6 +23,10 @@ pub enum Lower {
     /// A root file system handed to the sandbox as layers, top first (one: a whole tree),
     /// each mounted idmapped to the sandbox's ids, read-only, as a lower layer of its overlay.
     Layers(Vec<PathBuf>),
+    /// Layers (top first) used as they are, read-only, with no id mapping: a tree the host's
+    /// root reads and writes for a guest that does not share the host's kernel (the microvm
+    /// backend's pod containers, served to the VM by virtiofsd with its own id translation).
+    Plain(Vec<PathBuf>),
 }
 
 impl Lower {
@@ -30,7 +34,7 @@ impl Lower {
     pub fn path(&self) -> &Path {
         match self {
             Self::Shifted(p) | Self::Idmapped(p) => p,
-            Self::Layers(l) => l.first().map_or(Path::new("/"), PathBuf::as_path),
+            Self::Layers(l) | Self::Plain(l) => l.first().map_or(Path::new("/"), PathBuf::as_path),
         }
     }
 }
@@ -274,6 +278,7 @@ impl Layers {
                     .collect::<Result<_, _>>()?;
                 (at, trees)
             }
+            Lower::Plain(layers) => (layers.clone(), Vec::new()),
         };
         let lower = lowers
             .iter()
@@ -371,7 +376,7 @@ struct DiskMount {
 /// The sandbox file system's mount options: its inode tables are never zeroed in the
 /// background (that would write ~1.6% of its size to the host's disk whatever the guest
 /// does), and blocks the guest frees are given back to the host (holes punched in the image).
-const DISK_OPTIONS: &std::ffi::CStr = c"noinit_itable,discard";
+pub(in crate::runtime) const DISK_OPTIONS: &std::ffi::CStr = c"noinit_itable,discard";
 
 impl Overlay {
     /// For a runtime's `pre_exec`: a mount namespace of the runtime's own (a private copy of
@@ -393,17 +398,23 @@ impl Overlay {
             MsFlags::MS_REC | MsFlags::MS_PRIVATE,
             None::<&std::ffi::CStr>,
         )?;
+        self.mount_here()
+    }
+
+    /// Mount the overlay (and the disk under it, and its idmapped layers) in the caller's
+    /// mount namespace. Only system calls.
+    pub fn mount_here(&self) -> std::io::Result<()> {
         if let Some(d) = &self.disk {
             d.mount()?;
         }
         for tree in &self.idmapped {
             tree.attach()?;
         }
-        mount(
+        nix::mount::mount(
             Some(c"overlay"),
             self.target.as_c_str(),
             Some(c"overlay"),
-            MsFlags::MS_NODEV,
+            nix::mount::MsFlags::MS_NODEV,
             Some(self.options.as_c_str()),
         )?;
         Ok(())

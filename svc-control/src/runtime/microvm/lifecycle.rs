@@ -56,6 +56,8 @@ impl Microvm {
             removed.push(monitor);
         }
         removed.extend(host::kill_helpers(&dir));
+        // The pod containers' overlays and disk, once no virtiofsd holds them.
+        removed.extend(super::ctr_root::release(&dir.0).await);
         removed.extend(self.remove_cgroup(name).await);
         Ok(removed)
     }

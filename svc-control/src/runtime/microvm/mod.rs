@@ -15,6 +15,7 @@
 
 mod boot;
 pub mod channel;
+mod ctr_root;
 mod daemons;
 #[cfg(test)]
 mod fake;
@@ -69,6 +70,8 @@ pub struct Microvm {
     channels: Mutex<HashMap<String, Arc<Channel>>>,
     /// What each guest's own connections go to (`serve_guest`), kept for its next channel.
     services: Mutex<HashMap<String, GuestService>>,
+    /// One pod container's root file system attached or detached at a time.
+    roots: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Microvm {
@@ -125,6 +128,7 @@ impl Microvm {
             cgroup_parent: cgroup_parent.to_owned(),
             channels: Mutex::default(),
             services: Mutex::default(),
+            roots: tokio::sync::Mutex::default(),
         }
     }
 
@@ -265,7 +269,7 @@ impl Backend for Microvm {
         guest: &'a GuestHandle,
         cmd: &'a GuestCommand,
     ) -> BoxFuture<'a, Result<ExecHandle, RuntimeError>> {
-        Box::pin(self.exec_as(guest, cmd, None))
+        Box::pin(self.exec_as(guest, cmd, cmd.root.as_deref()))
     }
 
     fn snapshot<'a>(
@@ -284,28 +288,34 @@ impl Backend for Microvm {
         Box::pin(self.resume_vm(guest))
     }
 
-    /// The guest's files live on its own disk: the claimer's are written over the pooled
-    /// ones through the agent, with its host name and a fresh entropy seed.
-    /// Not yet: a pod container's layers would reach the guest as a share does (virtiofs),
-    /// and the agent would chroot into them.
+    /// A pod container's root file system: an overlay of its layers on the host, put into
+    /// the VM as a tree (`ctr_root`).
     fn attach_root<'a>(
         &'a self,
-        _guest: &'a GuestHandle,
+        guest: &'a GuestHandle,
         _id: u32,
-        _dir: &'a std::path::Path,
-        _ctr: &'a str,
-        _layers: &'a [std::path::PathBuf],
+        dir: &'a Path,
+        ctr: &'a str,
+        layers: &'a [PathBuf],
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
-        Box::pin(async {
-            Err(RuntimeError::Unsupported {
-                backend: "microvm",
-                operation: "attach a container's root file system to",
-                hint: ": not supported on the microvm backend yet (a pod's containers run on \
-                       the VM's own root file system)",
-            })
-        })
+        Box::pin(self.attach_root_in(guest, dir, ctr, layers))
     }
 
+    fn detach_root<'a>(
+        &'a self,
+        guest: &'a GuestHandle,
+        dir: &'a Path,
+        ctr: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(self.detach_root_in(guest, dir, ctr))
+    }
+
+    fn root_attached(&self, dir: &Path, ctr: &str) -> Option<String> {
+        ctr_root::attached(dir, ctr).then(|| super::pod_root::guest_path(ctr))
+    }
+
+    /// The guest's files live on its own disk: the claimer's are written over the pooled
+    /// ones through the agent, with its host name and a fresh entropy seed.
     fn claim_guest<'a>(
         &'a self,
         guest: &'a GuestHandle,

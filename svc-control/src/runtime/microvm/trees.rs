@@ -24,7 +24,7 @@ use rustix::{
     io::Errno,
     mount::{MountFlags, MountPropagationFlags, UnmountFlags},
 };
-use svc_guest::proto::{Exec, Request, TREES_DIR, TREES_TAG};
+use svc_guest::proto::{Exec, GuestBind, Request, TREES_DIR, TREES_TAG};
 
 use super::{Microvm, RECONNECT_LIMIT, channel::Channel, daemons, virtiofsd, vm_dir::VmDir};
 use crate::runtime::{Backend as _, ExecHandle, GuestCommand, GuestHandle, RuntimeError};
@@ -46,6 +46,19 @@ impl Microvm {
         host_dir: &Path,
         guest_path: &str,
     ) -> Result<(), RuntimeError> {
+        self.attach_tree_with(guest, host_dir, guest_path, Vec::new())
+            .await
+    }
+
+    /// [`Microvm::attach_tree`], then the guest's own `binds` bound inside the tree by the
+    /// agent (a pod container's root file system: `svc_guest::agent::tree_binds`).
+    pub(super) async fn attach_tree_with(
+        &self,
+        guest: &GuestHandle,
+        host_dir: &Path,
+        guest_path: &str,
+        binds: Vec<GuestBind>,
+    ) -> Result<(), RuntimeError> {
         let failed = failed("attaching a tree to", guest);
         let channel = self.live_channel(guest).await?;
         let tree = tree_name(guest_path).map_err(&failed)?;
@@ -61,6 +74,7 @@ impl Microvm {
         let bind = Request::BindTree {
             tree: tree.clone(),
             path: guest_path.to_owned(),
+            binds,
         };
         if let Err(e) = call(&channel, &bind).await {
             // Nothing of it stays on the host when the guest refused it.

@@ -65,11 +65,17 @@ async fn link_index(handle: &rtnetlink::Handle, name: &str) -> Result<u32, Strin
 }
 
 impl svc_guest::agent::System for Guest {
-    fn bind_tree(&self, tree: &str, path: &str) -> Result<(), String> {
+    fn bind_tree(
+        &self,
+        tree: &str,
+        path: &str,
+        binds: &[svc_guest::proto::GuestBind],
+    ) -> Result<(), String> {
         svc_guest::agent::trees::bind(
             std::path::Path::new(svc_guest::proto::TREES_DIR),
             tree,
             path,
+            binds,
         )
     }
 

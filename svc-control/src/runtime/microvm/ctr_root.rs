@@ -1,0 +1,271 @@
+//! A pod container's root file system on the microvm backend (the containerd shim's `Create`
+//! of a pod's container, docs/shim.md): the image's layers as containerd unpacked them,
+//! read-only, under a writable layer of the container's own — an overlay made with the
+//! container backend's [`Layers`] — mounted on the host in the sandbox's directory and put
+//! into the running VM as a tree ([`Microvm::attach_tree`]) at `/.svc/ctr/<id>`, where the
+//! agent binds the guest's `/proc`, `/dev`, `/sys`, `/run/svc`, resolv.conf, hosts and CA
+//! files inside it (`pod_root::guest_binds`, no link of the image followed) and rooted execs
+//! chroot.
+//!
+//! No id mapping: the guest's ids are not the host's (the VM has a kernel of its own), and
+//! the tree reaches it only through the trees share's virtiofsd, which shows the host's root
+//! as guest root and makes every file the guest writes the host root's, never with a setid
+//! bit or as a device node (`virtiofsd`). The layers are containerd's files as they are, and
+//! the overlay's own writes go to the writable layer alone.
+//!
+//! Disk bound: every container's writable layer lives on one file system of the sandbox's —
+//! a sparse ext4 image bound to a loop device (the container backend's `disk::make`), of
+//! `[container] disk_mib` MiB (the guest's own disk size; when 0, the VM image's size) —
+//! mounted at `<sandbox>/ctr-disk/fs`. A pod container that fills it gets ENOSPC in the
+//! guest; the state file system never holds more than the image's size. It is made at the
+//! first attach and removed when the last container's root is detached, or with the VM.
+//!
+//! Mounts live in svcd's own mount namespace (virtiofsd's copy of the trees share follows
+//! them): they outlive an svcd restart, where an attached root is found again
+//! ([`attached`]: its overlay is mounted).
+
+use std::{
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+use svc_guest::proto::GuestBind;
+
+use super::Microvm;
+use crate::runtime::{
+    Backend as _, GuestHandle, RuntimeError,
+    container::{
+        disk,
+        rootfs::{self, IdRange, Layers, Lower},
+    },
+    pod_root,
+};
+
+/// Where each container's overlay is mounted on the host, under the sandbox's directory.
+const STATE: &str = "ctr";
+/// The sandbox's containers' disk: its image and loop record, and its mount point `fs`.
+const DISK: &str = "ctr-disk";
+
+impl Microvm {
+    /// Attach `layers` (top first) as container `ctr`'s root file system into the running
+    /// `guest` of the sandbox in `dir`; its guest path.
+    pub(super) async fn attach_root_in(
+        &self,
+        guest: &GuestHandle,
+        dir: &Path,
+        ctr: &str,
+        layers: &[PathBuf],
+    ) -> Result<String, RuntimeError> {
+        let _one = self.roots.lock().await;
+        let err = lifecycle("attaching a root file system to", guest, ctr);
+        if !self.alive(guest) {
+            return Err(RuntimeError::NotRunning);
+        }
+        let state = dir.join(STATE).join(ctr);
+        if state.exists() {
+            return Err(err("it is attached already".into()));
+        }
+        let fs = self.containers_disk(dir).await.map_err(&err)?;
+        let l = Layers {
+            lower: state.join("lower"),
+            upper: fs.join(ctr).join("upper"),
+            work: fs.join(ctr).join("work"),
+            merged: state.join("merged"),
+            disk: None,
+        };
+        let guest_path = pod_root::guest_path(ctr);
+        let mounted = l
+            .prepare(
+                &Lower::Plain(layers.to_vec()),
+                IdRange { uid: 0, gid: 0 },
+                None,
+            )
+            .and_then(|o| {
+                o.mount_here()
+                    .map_err(|e| format!("mounting its overlay on {}: {e}", l.merged.display()))
+            })
+            .and_then(|()| {
+                std::fs::canonicalize(&l.merged).map_err(|e| format!("{}: {e}", l.merged.display()))
+            });
+        let attached = match mounted {
+            Ok(merged) => self
+                .attach_tree_with(guest, &merged, &guest_path, binds())
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = attached {
+            forget(dir, ctr).await;
+            return Err(err(e));
+        }
+        Ok(guest_path)
+    }
+
+    /// Detach container `ctr`'s root file system from `guest` (the sandbox in `dir`) and
+    /// remove its layers (and the containers' disk with the last); whether it was attached.
+    pub(super) async fn detach_root_in(
+        &self,
+        guest: &GuestHandle,
+        dir: &Path,
+        ctr: &str,
+    ) -> Result<bool, RuntimeError> {
+        let _one = self.roots.lock().await;
+        let err = lifecycle("detaching a root file system from", guest, ctr);
+        if !dir.join(STATE).join(ctr).exists() && !dir.join(DISK).join("fs").join(ctr).exists() {
+            return Ok(false);
+        }
+        let guest_said = if self.alive(guest) {
+            self.detach_tree(guest, &pod_root::guest_path(ctr)).await
+        } else {
+            Ok(())
+        };
+        forget(dir, ctr).await;
+        guest_said.map_err(|e| err(e.to_string()))?;
+        Ok(true)
+    }
+
+    /// The sandbox's containers' disk mounted at `<dir>/ctr-disk/fs`: made and mounted now
+    /// unless it is already.
+    async fn containers_disk(&self, dir: &Path) -> Result<PathBuf, String> {
+        let at = dir.join(DISK);
+        let fs = at.join("fs");
+        if mounted_on(&fs) {
+            return Ok(fs);
+        }
+        std::fs::create_dir_all(&fs).map_err(|e| format!("{}: {e}", fs.display()))?;
+        let device = disk::make(&at, self.containers_mib()).await?;
+        let c = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        nix::mount::mount(
+            Some(c(&device.path())?.as_c_str()),
+            c(&fs)?.as_c_str(),
+            Some(c"ext4"),
+            nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOSUID,
+            Some(rootfs::DISK_OPTIONS),
+        )
+        .map_err(|e| format!("mounting the containers' disk on {}: {e}", fs.display()))?;
+        // The mount holds the device now (bound with autoclear: it goes with the last mount).
+        drop(device);
+        std::fs::set_permissions(&fs, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(|e| format!("{}: {e}", fs.display()))?;
+        Ok(fs)
+    }
+
+    /// The containers' disk size: the guest's own (`[container] disk_mib`), or the VM
+    /// image's when that is 0.
+    fn containers_mib(&self) -> u64 {
+        if self.config.disk_mib > 0 {
+            return self.config.disk_mib;
+        }
+        self.images()
+            .and_then(|i| std::fs::metadata(&i.rootfs).ok())
+            .map_or(1024, |m| m.len().div_ceil(1 << 20).max(64))
+    }
+}
+
+/// Whether container `ctr`'s root file system is attached to the sandbox in `dir`: its
+/// overlay is mounted (it outlives an svcd restart).
+pub(super) fn attached(dir: &Path, ctr: &str) -> bool {
+    mounted_on(&dir.join(STATE).join(ctr).join("merged"))
+}
+
+/// With the VM (its trees share released first): every container's overlay and the
+/// containers' disk unmounted, the disk's image removed. What was.
+pub(super) async fn release(dir: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir.join(STATE)) {
+        for e in entries.flatten() {
+            if unmount(&e.path().join("merged")) {
+                done.push(format!(
+                    "container root {}",
+                    e.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    done.extend(release_disk(dir).await);
+    done
+}
+
+/// Remove container `ctr`'s overlay and layers on the host, and the containers' disk when
+/// no container is left on it.
+async fn forget(dir: &Path, ctr: &str) {
+    let state = dir.join(STATE).join(ctr);
+    unmount(&state.join("merged"));
+    for d in [state, dir.join(DISK).join("fs").join(ctr)] {
+        if d.exists()
+            && let Err(e) = rootfs::remove_tree(&d).await
+        {
+            tracing::warn!(error = %e, "removing a container's layers");
+        }
+    }
+    let _ = std::fs::remove_dir(dir.join(STATE));
+    let left = std::fs::read_dir(dir.join(DISK).join("fs"))
+        .map(|d| d.flatten().any(|e| e.file_name() != "lost+found"))
+        .unwrap_or(false);
+    if !left {
+        release_disk(dir).await;
+    }
+}
+
+/// Unmount the containers' disk, remove its image and mount point. What was removed.
+async fn release_disk(dir: &Path) -> Option<String> {
+    let at = dir.join(DISK);
+    if !at.exists() {
+        return None;
+    }
+    unmount(&at.join("fs"));
+    let removed = disk::release(&at).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "removing the containers' disk");
+        None
+    });
+    let _ = std::fs::remove_dir(at.join("fs"));
+    let _ = std::fs::remove_dir(&at);
+    removed.map(|r| format!("containers' {r}"))
+}
+
+/// Unmount what is mounted at `path` (lazily: a virtiofsd still holding a file lets go when
+/// it closes it); whether something was.
+fn unmount(path: &Path) -> bool {
+    nix::mount::umount2(
+        path,
+        nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW,
+    )
+    .is_ok()
+}
+
+/// Whether `path` is a mount point (another device than its parent's).
+fn mounted_on(path: &Path) -> bool {
+    let (Ok(m), Some(Ok(p))) = (
+        std::fs::symlink_metadata(path),
+        path.parent().map(std::fs::symlink_metadata),
+    ) else {
+        return false;
+    };
+    m.is_dir() && m.dev() != p.dev()
+}
+
+/// The guest's places bound inside each container's tree.
+fn binds() -> Vec<GuestBind> {
+    pod_root::guest_binds()
+        .into_iter()
+        .map(|(path, dir)| GuestBind {
+            path: path.to_owned(),
+            dir,
+        })
+        .collect()
+}
+
+fn lifecycle<'a>(
+    operation: &'static str,
+    guest: &'a GuestHandle,
+    ctr: &'a str,
+) -> impl Fn(String) -> RuntimeError + 'a {
+    move |message| RuntimeError::Lifecycle {
+        operation,
+        name: guest.name.clone(),
+        message: format!("container {ctr}: {message}"),
+    }
+}
