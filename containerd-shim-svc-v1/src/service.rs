@@ -4,8 +4,8 @@
 //! node's microvm image running its process (`svc.dev/backend=microvm`). A pod (containerd's
 //! CRI plugin) has one shim for all its containers (`start_shim` groups them by their pod
 //! sandbox's id) and one svc sandbox: its sandbox ("pause") container makes it, with the
-//! pod's policy, and stands for it; each of its containers runs its processes in it, on the
-//! container backend chrooted into its own image's root file system, which svcd attaches into
+//! pod's policy, and stands for it; each of its containers runs its processes in it, on
+//! either backend chrooted into its own image's root file system, which svcd attaches into
 //! the running sandbox at the container's `Create` and detaches at its `Delete`. Every
 //! process, and each one `exec` adds, is an exec of svcd's in its task's sandbox. Task events
 //! go to containerd.

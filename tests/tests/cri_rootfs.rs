@@ -12,7 +12,12 @@
 //! mount points; a `/.svc` the guest made a link before the first container is refused,
 //! nothing attached; an exec naming a root that is not attached is refused; another API user
 //! cannot attach to the pod's sandbox.
+//!
+//! On a VM (`svc.dev/backend=microvm`): the two images' containers the same (and an svcd
+//! restart in between), an image's links get nothing, and a container's writes end at its
+//! sandbox's containers' disk (ENOSPC in the guest).
 
+use svc_control::policy::pod;
 use svc_tests::{
     containerd::{Containerd, oci_archive_of},
     cri::{Cri, api},
@@ -21,7 +26,7 @@ use svc_tests::{
     },
     require_root,
     users::User,
-    world::{EXAMPLE_TOKEN, World},
+    world::{EXAMPLE_TOKEN, World, microvm_images},
 };
 
 const IMAGE_A: &str = "svc.test/image-a:1";
@@ -112,11 +117,26 @@ fn read(cri: &Cri, id: &str, file: &str) -> Option<String> {
 #[test]
 fn each_pod_container_runs_on_its_own_images_root_file_system() {
     require_root();
-    let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
-    let (c, cri) = start(&w);
-    import_images(&c, &w);
-    let pod = run_fenced_pod(&w, &c, &cri, "images", &[]);
+    two_images(&mut World::start(), &[]);
+}
+
+/// The same on a VM (`svc.dev/backend=microvm`, real QEMU): each container's tree is an
+/// overlay on the host put into the guest through the trees share, and it survives an svcd
+/// restart (found again, still used by the container's execs).
+#[test]
+fn each_microvm_pod_container_runs_on_its_own_images_root_file_system() {
+    require_root();
+    microvm_images();
+    two_images(&mut World::start(), &[(pod::BACKEND, "microvm")]);
+}
+
+/// The two images' containers in one pod of the `extra` annotations (the backend).
+fn two_images(w: &mut World, extra: &[(&str, &str)]) {
+    let microvm = !extra.is_empty();
+    store_secret(w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    let (c, cri) = start(w);
+    import_images(&c, w);
+    let pod = run_fenced_pod(w, &c, &cri, "images", extra);
     let a = container(&cri, &pod, "a", IMAGE_A)
         .unwrap_or_else(|e| panic!("container a: {e:?}\n{}", w.svcd_log()));
     let b = container(&cri, &pod, "b", IMAGE_B)
@@ -141,46 +161,130 @@ fn each_pod_container_runs_on_its_own_images_root_file_system() {
     assert_eq!(read(&cri, &b, "/etc/written-by-a"), None, "a's write in b");
 
     // The same perimeter for both.
-    assert_fenced(&w, &cri, &a, &pod.sandbox);
-    assert_fenced(&w, &cri, &b, &pod.sandbox);
+    assert_fenced(w, &cri, &a, &pod.sandbox);
+    assert_fenced(w, &cri, &b, &pod.sandbox);
 
-    let mounts = guest_mounts(&w, &pod.sandbox);
+    let mounts = guest_mounts(w, &pod.sandbox);
     for id in [&a, &b] {
         let at = format!("/.svc/ctr/{id}");
         assert!(mounts.contains(&at), "{at} in the guest: {mounts:?}");
     }
+    if microvm {
+        // An svcd restart: the roots stay attached and are found again.
+        w.kill_svcd();
+        w.start_svcd();
+        assert_eq!(read(&cri, &a, "/etc/written-by-a").as_deref(), Some("mine"));
+    }
 
     // Removing a container takes its tree out of the guest and its layers off the host.
     remove_container(&cri, &a);
-    let mounts = guest_mounts(&w, &pod.sandbox);
+    let mounts = guest_mounts(w, &pod.sandbox);
     assert!(
         !mounts.iter().any(|m| m.contains(&a)),
         "a mount of the removed container is left in the guest: {mounts:?}"
     );
-    let layers = w
-        .dir
-        .join("state/sandboxes")
-        .join(&pod.sandbox)
-        .join("ctr")
-        .join(&a);
-    assert!(!layers.exists(), "{} is left", layers.display());
+    let dir = w.dir.join("state/sandboxes").join(&pod.sandbox);
+    for left in [dir.join("ctr").join(&a), dir.join("ctr-disk/fs").join(&a)] {
+        assert!(!left.exists(), "{} is left", left.display());
+    }
     let host = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     assert!(
         !host.contains(&a),
         "a mount of the container is left on the host:\n{host}"
     );
+    if microvm {
+        // One tree left in the VM's trees share: b's.
+        let trees = std::fs::read_dir(dir.join("trees")).map_or(0, Iterator::count);
+        assert_eq!(trees, 1, "the trees share holds b's tree alone");
+    }
     assert_eq!(
         read(&cri, &b, "/etc/svc-image-b").as_deref(),
         Some("b"),
         "b runs on"
     );
 
-    remove_pod(&w, &c, &cri, &pod);
+    remove_pod(w, &c, &cri, &pod);
     let host = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     assert!(
-        !host.contains(&b),
-        "a mount of the container is left on the host:\n{host}"
+        !host.contains(&b) && !host.contains(&dir.display().to_string()),
+        "a mount of the container or its sandbox is left on the host:\n{host}"
     );
+}
+
+/// On a VM: an image whose `/dev` is a link to `/` and `/etc/hosts` to `/etc/shadow` gets
+/// nothing placed through them; a container that writes until refused gets ENOSPC in the
+/// guest, from its sandbox's containers' disk (`disk_mib`), and the host's disk holds no more
+/// than that disk's size.
+#[test]
+fn a_microvm_pod_containers_links_place_nothing_and_its_writes_are_bounded() {
+    require_root();
+    microvm_images();
+    let w = World::start_with("disk_mib = 64");
+    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    let (c, cri) = start(&w);
+    import_images(&c, &w);
+    let pod = run_fenced_pod(&w, &c, &cri, "vm-links", &[(pod::BACKEND, "microvm")]);
+    let before = guest_mounts(&w, &pod.sandbox);
+    let links = container(&cri, &pod, "links", IMAGE_LINKS)
+        .unwrap_or_else(|e| panic!("container links: {e:?}\n{}", w.svcd_log()));
+    let after = guest_mounts(&w, &pod.sandbox);
+    let inside = format!("/.svc/ctr/{links}");
+    let added: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
+    assert!(added.contains(&&inside), "its tree is attached: {added:?}");
+    assert!(
+        added.iter().all(|m| m.starts_with(&inside)),
+        "a mount outside {inside}: {added:?}"
+    );
+    for skipped in ["dev", "etc/hosts"] {
+        let at = format!("{inside}/{skipped}");
+        assert!(
+            !added.contains(&&at),
+            "bound through the image's link: {at}"
+        );
+    }
+    assert!(
+        added.contains(&&format!("{inside}/proc")),
+        "the guest's /proc is bound in the container: {added:?}"
+    );
+    assert_eq!(
+        read(&cri, &links, "/etc/svc-image-links").as_deref(),
+        Some("links")
+    );
+    let (code, out, _) = w.sh(
+        &pod.sandbox,
+        "cat /etc/shadow >/dev/null && ls /dev | head -3",
+    );
+    assert_eq!(
+        code, 0,
+        "the guest's own /etc and /dev are as they were: {out}"
+    );
+
+    // A flood: refused in the guest once the containers' disk is full.
+    let (code, out, err) = exec(
+        &cri,
+        &links,
+        &["sh", "-c", "dd if=/dev/zero of=/flood bs=1M count=512 2>&1"],
+    );
+    assert_ne!(code, 0, "512 MiB fit in a 64 MiB disk: {out}");
+    assert!(
+        out.contains("No space left on device"),
+        "not ENOSPC: {out} {err}"
+    );
+    let dir = w.dir.join("state/sandboxes").join(&pod.sandbox);
+    let image = std::fs::metadata(dir.join("ctr-disk/disk.img")).expect("the containers' disk");
+    let on_host = std::os::unix::fs::MetadataExt::blocks(&image) * 512;
+    assert!(
+        on_host <= 64 << 20,
+        "the containers' disk holds {on_host} bytes on the host"
+    );
+    let (code, _, err) = w.sh(&pod.sandbox, "echo ok > /root/after-flood");
+    assert_eq!(code, 0, "the sandbox's own disk is another: {err}");
+    remove_container(&cri, &links);
+    assert!(
+        !dir.join("ctr-disk").exists(),
+        "the containers' disk is left"
+    );
+    remove_pod(&w, &c, &cri, &pod);
 }
 
 #[test]
