@@ -9,7 +9,8 @@ use crate::{
 };
 
 /// `left` (another sandbox than `right`'s) finds none of the files and processes `right`
-/// makes; `right` still sees its own file.
+/// makes, in its own tree nor in its sandbox's root as its init sees it (`/proc/1/root`: a pod
+/// container's tree is chrooted in its pod's sandbox); `right` still sees its own file.
 pub fn a_guest_cannot_reach_another_sandboxs_files_or_processes(
     left: &dyn Guest,
     right: &dyn Guest,
@@ -25,7 +26,7 @@ pub fn a_guest_cannot_reach_another_sandboxs_files_or_processes(
     let out = guest_checks(
         left,
         &format!(
-            r#"if grep -rqs --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev {secret} /; then
+            r#"if grep -rqs --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev {secret} / /proc/1/root/; then
   echo "ESCAPED: found the other sandbox's file"; exit 1; fi
 if ps -eo args | grep -v grep | grep -q holder-{secret}; then
   echo "ESCAPED: the other sandbox's process is visible"; exit 1; fi
