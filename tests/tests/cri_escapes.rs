@@ -12,11 +12,14 @@ use std::path::Path;
 use svc_control::policy::pod;
 use svc_tests::{
     containerd::Containerd,
-    cri::{Cri, api},
+    cri::Cri,
     escapes::{
         InPodContainer, InSandbox, RemovedAtEnd, container, limits, microvm, plant_hostile_layer,
     },
-    pods::{ALLOWED, Pod, STORED, remove_pod, run_container, run_fenced_pod, start, store_secret},
+    pods::{
+        ALLOWED, Pod, STORED, remove_container, remove_pod, run_container, run_fenced_pod, start,
+        store_secret,
+    },
     require_root,
     world::{EXAMPLE_TOKEN, World},
 };
@@ -116,15 +119,7 @@ fn a_pod_containers_hostile_layer_goes_with_it_and_svcd_lives_on() {
         "the container's layer is under {}",
         layers.display()
     );
-    cri.call(cri.runtime().stop_container(api::StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 5,
-    }))
-    .unwrap_or_else(|e| panic!("StopContainer: {e:?}"));
-    cri.call(cri.runtime().remove_container(api::RemoveContainerRequest {
-        container_id: id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("RemoveContainer: {e:?}\n{}", w.svcd_log()));
+    remove_container(&cri, &id);
     let pid = w.svcd_pid().expect("svcd was started");
     assert!(
         Path::new(&format!("/proc/{pid}")).exists() && !svc_control::runtime::is_zombie(pid),
