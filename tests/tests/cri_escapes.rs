@@ -6,6 +6,11 @@
 //! image's root file system, chrooted at `/.svc/ctr/<id>` in its pod's sandbox; on a microvm pod
 //! (`svc.dev/backend=microvm`) its commands run on the VM's kernel. Besides svcd's paths, the
 //! node's containerd (its root, state and socket) must not be visible in a pod container.
+//!
+//! Not run here, for a reason: `runtime_escapes.rs`'s leftover layer under a later create (a pod
+//! container's layer is named by containerd's container id, new at each `CreateContainer`, and
+//! svcd refuses to attach a root over a layer already there), and svcd's start-up warning about
+//! an old runc (no guest takes part in it).
 
 use std::path::Path;
 
