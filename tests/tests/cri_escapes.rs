@@ -17,13 +17,13 @@ use std::path::Path;
 use svc_control::policy::pod;
 use svc_tests::{
     containerd::Containerd,
-    cri::Cri,
+    cri::{Cri, api},
     escapes::{
         InPodContainer, InSandbox, RemovedAtEnd, container, limits, microvm, plant_hostile_layer,
     },
     pods::{
-        ALLOWED, Pod, STORED, remove_container, remove_pod, run_container, run_fenced_pod, start,
-        store_secret,
+        ALLOWED, Pod, STORED, pod_config, remove_container, remove_pod, run_container,
+        run_fenced_pod, run_pod, shim_sandboxes, start, store_secret,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World},
@@ -69,8 +69,10 @@ fn no_escape_from_a_pod_container_reaches_the_host_the_fence_or_svcd() {
     remove_pod(&w, &c, &cri, &pod);
 }
 
+/// Pod containers are as far apart as sandboxes: a pod's container and a sandbox, and the
+/// containers of two pods, see none of each other's files or processes, either way.
 #[test]
-fn a_pod_container_and_a_sandbox_cannot_reach_each_others_files_or_processes() {
+fn a_pod_container_cannot_reach_a_sandboxs_or_another_pods_files_or_processes() {
     require_root();
     let w = World::start();
     w.svc_ok(&["sandbox", "create", "neighbour"]);
@@ -79,6 +81,28 @@ fn a_pod_container_and_a_sandbox_cannot_reach_each_others_files_or_processes() {
     let neighbour = InSandbox::new(&w, "neighbour");
     limits::a_guest_cannot_reach_another_sandboxs_files_or_processes(&in_pod, &neighbour);
     limits::a_guest_cannot_reach_another_sandboxs_files_or_processes(&neighbour, &in_pod);
+
+    let other = pod_config("other", &[]);
+    let other_id = run_pod(&cri, &other).unwrap_or_else(|e| panic!("RunPodSandbox other: {e:?}"));
+    assert_eq!(shim_sandboxes(&w).len(), 2, "a sandbox for each pod");
+    let in_other = InPodContainer {
+        cri: &cri,
+        id: run_container(&cri, &other_id, &other, "other", &["sleep", "1000"]),
+    };
+    limits::a_guest_cannot_reach_another_sandboxs_files_or_processes(&in_pod, &in_other);
+    limits::a_guest_cannot_reach_another_sandboxs_files_or_processes(&in_other, &in_pod);
+    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: other_id.clone(),
+    }))
+    .unwrap_or_else(|e| panic!("StopPodSandbox other: {e:?}"));
+    cri.call(
+        cri.runtime()
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: other_id,
+            }),
+    )
+    .unwrap_or_else(|e| panic!("RemovePodSandbox other: {e:?}"));
+    // Checks that nothing of either pod is left.
     remove_pod(&w, &c, &cri, &pod);
     w.destroy_checked("neighbour");
 }
