@@ -365,6 +365,8 @@ impl Drop for PinDir {
 pub mod containerd;
 pub mod cri;
 pub mod dns;
+/// The sandbox-escape checks, each run in a sandbox or in a pod's container.
+pub mod escapes;
 pub mod frames;
 pub mod git;
 /// What the CRI tests share: pods, containers, exec, the perimeter checks.

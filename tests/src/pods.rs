@@ -50,6 +50,19 @@ pub fn run_container(
     id
 }
 
+/// Stop and remove container `id` through the CRI.
+pub fn remove_container(cri: &Cri, id: &str) {
+    cri.call(cri.runtime().stop_container(api::StopContainerRequest {
+        container_id: id.into(),
+        timeout: 5,
+    }))
+    .unwrap_or_else(|e| panic!("StopContainer {id}: {e:?}"));
+    cri.call(cri.runtime().remove_container(api::RemoveContainerRequest {
+        container_id: id.into(),
+    }))
+    .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e:?}"));
+}
+
 pub fn image() -> api::ImageSpec {
     api::ImageSpec {
         image: IMAGE.into(),

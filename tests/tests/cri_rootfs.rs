@@ -17,7 +17,8 @@ use svc_tests::{
     containerd::{Containerd, oci_archive_of},
     cri::{Cri, api},
     pods::{
-        ALLOWED, Pod, STORED, assert_fenced, exec, remove_pod, run_fenced_pod, start, store_secret,
+        ALLOWED, Pod, STORED, assert_fenced, exec, remove_container, remove_pod, run_fenced_pod,
+        start, store_secret,
     },
     require_root,
     users::User,
@@ -81,19 +82,6 @@ fn container(cri: &Cri, pod: &Pod, name: &str, image: &str) -> Result<String, to
         container_id: id.clone(),
     }))?;
     Ok(id)
-}
-
-/// Stop and remove container `id` through the CRI.
-fn remove_container(cri: &Cri, id: &str) {
-    cri.call(cri.runtime().stop_container(api::StopContainerRequest {
-        container_id: id.into(),
-        timeout: 5,
-    }))
-    .unwrap_or_else(|e| panic!("StopContainer {id}: {e:?}"));
-    cri.call(cri.runtime().remove_container(api::RemoveContainerRequest {
-        container_id: id.into(),
-    }))
-    .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e:?}"));
 }
 
 /// The mount points of the pod sandbox's guest (its root's view).
