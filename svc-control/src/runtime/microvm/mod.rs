@@ -300,13 +300,21 @@ impl Backend for Microvm {
         Box::pin(async move {
             self.services().insert(guest.name.clone(), service.clone());
             // With no channel yet (adopted), a paused VM's agent cannot answer: its channel is
-            // made at its resume.
+            // made at its resume. Nor is one waited for when QEMU does not say its state (a
+            // held or hung monitor): the guest's next command connects, and serves it.
             let open = self
                 .channels()
                 .get(&guest.name)
                 .is_some_and(|c| c.is_open());
-            if !open && self.paused_vm(guest).await.unwrap_or(false) {
-                return Ok(());
+            if !open {
+                match self.paused_vm(guest).await {
+                    Ok(false) => {}
+                    Ok(true) => return Ok(()),
+                    Err(e) => {
+                        tracing::warn!(guest = %guest.name, error = %e, "no channel to the guest's agent until its next command");
+                        return Ok(());
+                    }
+                }
             }
             let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
             channel.serve_guest(service);

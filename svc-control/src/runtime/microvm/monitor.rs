@@ -41,7 +41,11 @@ pub trait Monitor: Send + Sync {
     fn quit<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>>;
     /// The VM's run state as the monitor says it (QEMU's: `running`, `paused`, `io-error`, …),
     /// within `limit` (a monitor that does not answer in time is an error saying so).
-    fn status<'a>(&'a self, dir: &'a VmDir, limit: Duration) -> BoxFuture<'a, Result<String, String>>;
+    fn status<'a>(
+        &'a self,
+        dir: &'a VmDir,
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<String, String>>;
     /// The last of what the guest wrote on its console (for an error that explains a boot).
     fn console<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<String, String>>;
     /// The monitor's process for the VM in `dir`, if it still runs: (pid, start time, as

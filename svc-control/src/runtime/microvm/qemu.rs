@@ -368,7 +368,11 @@ impl Monitor for Qemu {
 
     /// `query-status`, the whole exchange within `limit`: QEMU serves one QMP client at a
     /// time, so a monitor another client holds (or a hung QEMU) is an error, not a wait.
-    fn status<'a>(&'a self, dir: &'a VmDir, limit: Duration) -> BoxFuture<'a, Result<String, String>> {
+    fn status<'a>(
+        &'a self,
+        dir: &'a VmDir,
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let asked = async {
                 let mut qmp = Qmp::connect(&dir.qmp(), limit).await?;
@@ -381,7 +385,11 @@ impl Monitor for Qemu {
                     dir.qmp().display(),
                     limit.as_secs_f32()
                 )),
-                Ok(Err(e)) => Err(format!("QEMU's monitor ({}): {}", dir.qmp().display(), chain(&e))),
+                Ok(Err(e)) => Err(format!(
+                    "QEMU's monitor ({}): {}",
+                    dir.qmp().display(),
+                    chain(&e)
+                )),
             }
         })
     }
