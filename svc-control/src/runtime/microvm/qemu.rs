@@ -385,6 +385,16 @@ impl Monitor for Qemu {
                     dir.qmp().display(),
                     limit.as_secs_f32()
                 )),
+                // Its queue full of clients that wait as svcd would (QEMU listens with a
+                // backlog of one while it serves another).
+                Ok(Err(QmpError::Connect { source, .. }))
+                    if source.kind() == std::io::ErrorKind::WouldBlock =>
+                {
+                    Err(format!(
+                        "QEMU's monitor ({}) takes no connection now (another client holds it)",
+                        dir.qmp().display()
+                    ))
+                }
                 Ok(Err(e)) => Err(format!(
                     "QEMU's monitor ({}): {}",
                     dir.qmp().display(),
