@@ -256,14 +256,6 @@ fn refused_within(w: &World, name: &str, script: &str, limit: Duration) -> Strin
     said
 }
 
-/// svcd's open descriptors.
-fn svcd_fds(w: &World) -> usize {
-    let pid = w.svcd_pid().expect("svcd runs");
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("svcd's fds")
-        .count()
-}
-
 #[test]
 fn a_microvm_paused_before_svcd_restarts_is_adopted_paused_and_a_silent_monitor_is_named() {
     require_root();
@@ -359,7 +351,7 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
     let w = World::start();
     w.svc_ok(&["sandbox", "create", "--backend", "microvm", "vmstuck"]);
     assert_eq!(w.sh("vmstuck", "echo up").1, "up\n", "{}", w.svcd_log());
-    let fds = svcd_fds(&w);
+    let fds = w.svcd_fds();
 
     // QEMU stopped behind svcd's back: svcd still shows it running; its exec is refused
     // within the agent's limit, naming the VM's state.
@@ -411,11 +403,11 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
         std::thread::sleep(Duration::from_secs(1));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while svcd_fds(&w) > fds {
+    while w.svcd_fds() > fds {
         assert!(
             Instant::now() < deadline,
             "svcd holds {} descriptors, {fds} before",
-            svcd_fds(&w)
+            w.svcd_fds()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
