@@ -341,6 +341,8 @@ fn a_microvm_paused_before_svcd_restarts_is_adopted_paused_and_a_silent_monitor_
         "{}",
         w.svcd_log()
     );
+    // Destroyed while paused: thawed to be stopped, nothing left.
+    w.svc_ok(&["sandbox", "pause", "vmheld"]);
     w.destroy_checked("vmheld");
 }
 

@@ -37,7 +37,7 @@ use std::{
 };
 
 use self::{
-    channel::{Channel, NoAck},
+    channel::{Channel, NoAck, START},
     images::Images,
     monitor::{Accel, Monitor},
     qemu::Qemu,
@@ -51,10 +51,6 @@ use crate::config::host::MicrovmConfig;
 
 /// How long an exec waits to reach an agent that was up before (after an svcd restart).
 const RECONNECT_LIMIT: Duration = Duration::from_secs(10);
-
-/// How long the agent has to take a command (as a container's init has: a loaded host is not
-/// taken for a stuck agent).
-const START: Duration = Duration::from_secs(10);
 
 /// The microvm backend.
 pub struct Microvm {
