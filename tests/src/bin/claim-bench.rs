@@ -392,14 +392,23 @@ fn through_svcd() {
     );
     let pool = "\n[pool]\nmicrovm = 1\nrefill_per_second = 1\n";
     let no_disk = format!("disk_mib = 0{pool}");
+    let before: Option<PathBuf> = std::env::args()
+        .skip_while(|a| a != "--before")
+        .nth(1)
+        .map(PathBuf::from);
     let worlds = [
-        ("trees share", World::start_with_tables("", pool)),
-        if std::env::args().any(|a| a == "--no-disk") {
-            ("trees, no disk", World::start_with_tables("", &no_disk))
+        (
+            if before.is_some() { "after" } else { "trees share" },
+            World::start_with_tables(None, "", pool),
+        ),
+        if let Some(svcd) = &before {
+            ("before", World::start_with_tables(Some(svcd), "", pool))
+        } else if std::env::args().any(|a| a == "--no-disk") {
+            ("trees, no disk", World::start_with_tables(None, "", &no_disk))
         } else {
             (
                 "no trees share",
-                World::start_with_tables("virtiofsd = \"/nonexistent/virtiofsd\"\n", pool),
+                World::start_with_tables(None, "virtiofsd = \"/nonexistent/virtiofsd\"\n", pool),
             )
         },
     ];
@@ -421,18 +430,22 @@ fn through_svcd() {
             std::thread::sleep(settle);
             let name = format!("p{round}");
             let qemu = pooled_qemu(w);
-            // How busy the pooled guest is on its own, just before the claim.
-            let idle = cpu_ms(qemu);
-            std::thread::sleep(Duration::from_millis(500));
-            let idle = (cpu_ms(qemu) - idle) * 2.0;
+            // `--idle`: how busy the pooled guest is on its own for half a second before the
+            // claim (which then comes that much later).
+            let idle = if std::env::args().any(|a| a == "--idle") {
+                let before = cpu_ms(qemu);
+                std::thread::sleep(Duration::from_millis(500));
+                format!(", {:.0} ms/s before it", (cpu_ms(qemu) - before) * 2.0)
+            } else {
+                String::new()
+            };
             let (t, cpu) = (Instant::now(), cpu_ms(qemu));
             w.svc_ok(&["sandbox", "create", "--backend", "microvm", &name]);
             let took = t.elapsed().as_secs_f64() * 1000.0;
             let cpu = cpu_ms(qemu) - cpu;
             w.svc_ok(&["sandbox", "destroy", &name]);
             println!(
-                "round {round} {:<15} create answered {took:.1} ms, QEMU's CPU in it {cpu:.1} ms, \
-                 before it {idle:.0} ms/s",
+                "round {round} {:<15} create answered {took:.1} ms, QEMU's CPU in it {cpu:.1} ms{idle}",
                 worlds[i].0
             );
             // Round 0 is the warm-up.
@@ -444,8 +457,9 @@ fn through_svcd() {
     }
     println!(
         "pooled microvm create through svcd, {rounds} alternating rounds, each claim {} ms \
-         after both pools were full",
-        settle.as_millis()
+         after both pools were full{}",
+        settle.as_millis(),
+        if std::env::args().any(|a| a == "--idle") { " (+500 ms: --idle)" } else { "" }
     );
     for (i, (label, w)) in worlds.iter().enumerate() {
         let mut guest: Vec<f64> = w

@@ -110,10 +110,12 @@ impl World {
         })
     }
 
-    /// [`World::start`] with extra lines for svcd.toml's `[microvm]` table (a `virtiofsd`
-    /// line there replaces the tools' one) and for its `[container]` table (and any after it).
-    pub fn start_with_tables(microvm: &str, container: &str) -> Self {
+    /// [`World::start`] with svcd from `svcd` (the workspace's when `None`) and extra lines for
+    /// svcd.toml's `[microvm]` table (a `virtiofsd` line there replaces the tools' one) and for
+    /// its `[container]` table (and any after it).
+    pub fn start_with_tables(svcd: Option<&Path>, microvm: &str, container: &str) -> Self {
         Self::start_full(&Options {
+            svcd,
             microvm,
             container,
             ..Options::default()
