@@ -127,7 +127,9 @@ fn stats(v: &mut [f64]) -> String {
 /// the sandbox CA appended, the CA alone.
 fn guest_files() -> Vec<(String, Vec<u8>)> {
     let ca = "-----BEGIN CERTIFICATE-----\n".to_owned()
-        + &"A".repeat(64 * 10).replace(&"A".repeat(64), &("A".repeat(64) + "\n"))
+        + &"A"
+            .repeat(64 * 10)
+            .replace(&"A".repeat(64), &("A".repeat(64) + "\n"))
         + "-----END CERTIFICATE-----\n";
     let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     vec![
@@ -177,27 +179,7 @@ async fn one_vm(
     } else {
         Vec::new()
     };
-    let tap = format!("svcl{}", std::process::id() % 100_000);
-    let qemu = Qemu {
-        binary: "qemu-system-x86_64".into(),
-        accel,
-    };
-    let launch = Launch {
-        dir: &dir,
-        images,
-        tap: &tap,
-        memory_mib: 512,
-        cpus: 1,
-        incoming: None,
-        run_as: (0, 0),
-        shared: &shared,
-        vsock: None,
-    };
-    let mut args = variant_args(qemu.args(&launch), variant);
-    // As root, without the switch to an unprivileged user (as `bench microvm`'s bare boot).
-    if let Some(i) = args.iter().position(|a| a == "-run-with") {
-        args.drain(i..i + 2);
-    }
+    let args = launch_args(&dir, images, accel, variant, &shared);
     let t = Instant::now();
     let mut child = tokio::process::Command::new("qemu-system-x86_64")
         .args(args)
@@ -216,38 +198,7 @@ async fn one_vm(
         .await
         .expect("the agent answers");
     let boot = t.elapsed().as_secs_f64() * 1000.0;
-    // The pool's set-up of a fresh guest: its files, its root file system grown to its disk,
-    // then its trees share mounted.
-    claim(&channel, "pooled", files).await;
-    if grown {
-        run(&channel, "resize2fs \"$(findmnt -n -o SOURCE /)\" >/dev/null 2>&1").await;
-    }
-    if variant == "grown+sync" {
-        run(&channel, "sync").await;
-    }
-    if variant == "grown+wait" {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    if trees {
-        channel
-            .call(
-                &Request::Mount {
-                    tag: TREES_TAG.to_owned(),
-                    path: TREES_DIR.to_owned(),
-                },
-                b"",
-            )
-            .await
-            .expect("the trees share mounted");
-    }
-    if variant == "grown+trees+files" {
-        claim(&channel, "pooled", files).await;
-    }
-    if variant == "grown+trees+warm" {
-        run(&channel, "sync").await;
-        claim(&channel, "pooled", files).await;
-        run(&channel, "sync").await;
-    }
+    pool_set_up(&channel, variant, files).await;
     // The pool claims a VM as soon as it is ready.
     let mut each = Vec::new();
     let pid = child.id().expect("QEMU's pid");
@@ -265,6 +216,51 @@ async fn one_vm(
     }
     let _ = std::fs::remove_dir_all(&dir.0);
     (boot, each)
+}
+
+/// What the pool's boot gives a fresh guest of `variant`: its files, its root file system
+/// grown to its disk (`grown…`), then its trees share mounted (`…trees…`), with the variant's
+/// extra step.
+async fn pool_set_up(
+    channel: &std::sync::Arc<Channel>,
+    variant: &str,
+    files: &[(String, Vec<u8>)],
+) {
+    let (grown, trees) = (variant.starts_with("grown"), variant.contains("trees"));
+    claim(channel, "pooled", files).await;
+    if grown {
+        run(
+            channel,
+            "resize2fs \"$(findmnt -n -o SOURCE /)\" >/dev/null 2>&1",
+        )
+        .await;
+    }
+    if variant == "grown+sync" {
+        run(channel, "sync").await;
+    }
+    if variant == "grown+wait" {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    if trees {
+        channel
+            .call(
+                &Request::Mount {
+                    tag: TREES_TAG.to_owned(),
+                    path: TREES_DIR.to_owned(),
+                },
+                b"",
+            )
+            .await
+            .expect("the trees share mounted");
+    }
+    if variant == "grown+trees+files" {
+        claim(channel, "pooled", files).await;
+    }
+    if variant == "grown+trees+warm" {
+        run(channel, "sync").await;
+        claim(channel, "pooled", files).await;
+        run(channel, "sync").await;
+    }
 }
 
 /// The CPU time every thread of process `pid` has had, in milliseconds (schedstat: ns).
@@ -314,6 +310,38 @@ async fn claim(channel: &Channel, name: &str, files: &[(String, Vec<u8>)]) {
     for r in w {
         r.expect("write");
     }
+}
+
+/// QEMU's command line for a VM of `variant` in `dir`, as root.
+fn launch_args(
+    dir: &VmDir,
+    images: &Images,
+    accel: Accel,
+    variant: &str,
+    shared: &[(PathBuf, String)],
+) -> Vec<OsString> {
+    let tap = format!("svcl{}", std::process::id() % 100_000);
+    let qemu = Qemu {
+        binary: "qemu-system-x86_64".into(),
+        accel,
+    };
+    let launch = Launch {
+        dir,
+        images,
+        tap: &tap,
+        memory_mib: 512,
+        cpus: 1,
+        incoming: None,
+        run_as: (0, 0),
+        shared,
+        vsock: None,
+    };
+    let mut args = variant_args(qemu.args(&launch), variant);
+    // As root, without the switch to an unprivileged user (as `bench microvm`'s bare boot).
+    if let Some(i) = args.iter().position(|a| a == "-run-with") {
+        args.drain(i..i + 2);
+    }
+    args
 }
 
 /// The command line of `variant` from the one `Qemu::args` gave a VM without (`legacy`) or
@@ -375,10 +403,11 @@ fn virtiofsd() -> PathBuf {
     svc_tests::world::tool("virtiofsd").expect("virtiofsd (`cargo xtask setup --tests` builds it)")
 }
 
-/// `--svcd [--rounds N]`: pooled microvm creates through two svcds at once, one whose VMs get
-/// the trees share (virtiofsd found) and one whose VMs do not (`virtiofsd` names no file),
-/// their rounds alternating; each round waits for its pool to be full, creates, destroys.
-/// The create's answer and svcd's `guest` step (the claim through the agent), per svcd.
+/// `--svcd [--rounds N]`: pooled microvm creates through two svcds at once ([`two_worlds`]),
+/// their rounds alternating; each round waits for both pools to be full (no VM boots during a
+/// claim), creates (`--idle`: half a second later, the guest's own CPU before it measured),
+/// destroys. The create's answer, svcd's `guest` step (the claim through the agent) and the
+/// pooled VM's QEMU CPU time during the create, per svcd.
 fn through_svcd() {
     let rounds: usize = std::env::args()
         .skip_while(|a| a != "--rounds")
@@ -390,28 +419,7 @@ fn through_svcd() {
             .nth(1)
             .map_or(0, |n| n.parse().expect("--settle-ms N")),
     );
-    let pool = "\n[pool]\nmicrovm = 1\nrefill_per_second = 1\n";
-    let no_disk = format!("disk_mib = 0{pool}");
-    let before: Option<PathBuf> = std::env::args()
-        .skip_while(|a| a != "--before")
-        .nth(1)
-        .map(PathBuf::from);
-    let worlds = [
-        (
-            if before.is_some() { "after" } else { "trees share" },
-            World::start_with_tables(None, "", pool),
-        ),
-        if let Some(svcd) = &before {
-            ("before", World::start_with_tables(Some(svcd), "", pool))
-        } else if std::env::args().any(|a| a == "--no-disk") {
-            ("trees, no disk", World::start_with_tables(None, "", &no_disk))
-        } else {
-            (
-                "no trees share",
-                World::start_with_tables(None, "virtiofsd = \"/nonexistent/virtiofsd\"\n", pool),
-            )
-        },
-    ];
+    let worlds = two_worlds();
     let mut answers: Vec<Vec<f64>> = vec![Vec::new(); worlds.len()];
     let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); worlds.len()];
     for round in 0..=rounds {
@@ -459,8 +467,17 @@ fn through_svcd() {
         "pooled microvm create through svcd, {rounds} alternating rounds, each claim {} ms \
          after both pools were full{}",
         settle.as_millis(),
-        if std::env::args().any(|a| a == "--idle") { " (+500 ms: --idle)" } else { "" }
+        if std::env::args().any(|a| a == "--idle") {
+            " (+500 ms: --idle)"
+        } else {
+            ""
+        }
     );
+    report(&worlds, &mut answers, &mut cpus);
+}
+
+/// Each svcd's figures (and with `CLAIM_BENCH_LOG` set, its log's set-up lines).
+fn report(worlds: &[(&str, World)], answers: &mut [Vec<f64>], cpus: &mut [Vec<f64>]) {
     for (i, (label, w)) in worlds.iter().enumerate() {
         let mut guest: Vec<f64> = w
             .create_phases("p")
@@ -482,6 +499,40 @@ fn through_svcd() {
             }
         }
     }
+}
+
+/// The two svcds `--svcd` compares: the workspace's beside `--before PATH`'s, or with and
+/// without the trees share (`--no-disk`: with it, and without the disk growth).
+fn two_worlds() -> [(&'static str, World); 2] {
+    let pool = "\n[pool]\nmicrovm = 1\nrefill_per_second = 1\n";
+    let no_disk = format!("disk_mib = 0{pool}");
+    let before: Option<PathBuf> = std::env::args()
+        .skip_while(|a| a != "--before")
+        .nth(1)
+        .map(PathBuf::from);
+    [
+        (
+            if before.is_some() {
+                "after"
+            } else {
+                "trees share"
+            },
+            World::start_with_tables(None, "", pool),
+        ),
+        if let Some(svcd) = &before {
+            ("before", World::start_with_tables(Some(svcd), "", pool))
+        } else if std::env::args().any(|a| a == "--no-disk") {
+            (
+                "trees, no disk",
+                World::start_with_tables(None, "", &no_disk),
+            )
+        } else {
+            (
+                "no trees share",
+                World::start_with_tables(None, "virtiofsd = \"/nonexistent/virtiofsd\"\n", pool),
+            )
+        },
+    ]
 }
 
 /// The pid of the one QEMU of world `w` (its pooled VM: each claimed one is destroyed).
