@@ -22,7 +22,7 @@ use svc_control::runtime::microvm::{
 };
 use svc_guest::proto::{Request, Setup, TREES_DIR, TREES_TAG};
 use svc_tests::{
-    unique,
+    ms_stats, unique,
     world::{World, microvm_images},
 };
 
@@ -105,22 +105,11 @@ fn main() {
     for (i, v) in variants.iter().enumerate() {
         println!(
             "  {v:<13} claim {}   QEMU's CPU in it {}   boot to hello {}",
-            stats(&mut claims[i]),
-            stats(&mut cpus[i]),
-            stats(&mut boots[i])
+            ms_stats(&mut claims[i]),
+            ms_stats(&mut cpus[i]),
+            ms_stats(&mut boots[i])
         );
     }
-}
-
-fn stats(v: &mut [f64]) -> String {
-    v.sort_by(f64::total_cmp);
-    format!(
-        "median {:>7.1} ms (range {:.1}–{:.1}, n={})",
-        v[v.len() / 2],
-        v[0],
-        v[v.len() - 1],
-        v.len()
-    )
 }
 
 /// The files a claim writes, as svcd writes them: resolv.conf, hosts, the system bundle with
@@ -487,9 +476,9 @@ fn report(worlds: &[(&str, World)], answers: &mut [Vec<f64>], cpus: &mut [Vec<f6
             .unwrap_or_default();
         println!(
             "  {label:<15} create answered {}   guest step {}   QEMU's CPU {}",
-            stats(&mut answers[i]),
-            stats(&mut guest),
-            stats(&mut cpus[i])
+            ms_stats(&mut answers[i]),
+            ms_stats(&mut guest),
+            ms_stats(&mut cpus[i])
         );
         if std::env::var_os("CLAIM_BENCH_LOG").is_some() {
             for l in w.svcd_log().lines().filter(|l| {
