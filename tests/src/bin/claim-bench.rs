@@ -42,6 +42,7 @@ const VARIANTS: &[&str] = &[
     "grown+wait",
     "grown+trees+files",
     "grown+trees+warm",
+    "grown+warm",
 ];
 
 /// The guest's disk in the `grown` variants: `[container] disk_mib`'s default, 10 GiB.
@@ -245,7 +246,7 @@ async fn pool_set_up(
     if variant == "grown+trees+files" {
         claim(channel, "pooled", files).await;
     }
-    if variant == "grown+trees+warm" {
+    if variant.ends_with("+warm") {
         run(channel, "sync").await;
         claim(channel, "pooled", files).await;
         run(channel, "sync").await;

@@ -19,9 +19,10 @@ pub(super) const SETUP_LIMIT: Duration = Duration::from_secs(60);
 /// the `shared` devices; then the grown file system's writes flushed.
 ///
 /// The first block allocation after a grown file system's journal commit costs the guest
-/// ~150 ms of emulated CPU under TCG, once (docs/PERFORMANCE.md, "the claim regression"). The
-/// growth is committed (`sync`), the files written after it and flushed (`sync`) here, at the
-/// boot: not at the first writes after it, which for a pooled guest are its claim's.
+/// ~150 ms of emulated CPU under TCG, once (docs/PERFORMANCE.md, "The microvm claim
+/// regression"). The growth is committed (`sync`), the files written after it and flushed
+/// (`sync`) here, at the boot: not at the first writes after it, which for a pooled guest are
+/// its claim's (on the trees share's machine; a VM without it still pays part later).
 pub(super) async fn set_up_guest(
     channel: &Arc<Channel>,
     spec: &GuestSpec,
