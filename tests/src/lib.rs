@@ -9,6 +9,18 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
+/// `v` (milliseconds) sorted, as a benchmark prints it: median, range and count.
+pub fn ms_stats(v: &mut [f64]) -> String {
+    v.sort_by(f64::total_cmp);
+    match (v.first(), v.get(v.len() / 2), v.last()) {
+        (Some(lo), Some(mid), Some(hi)) => format!(
+            "median {mid:>8.1} ms  (range {lo:.1}–{hi:.1}, n={})",
+            v.len()
+        ),
+        _ => "no figures".to_owned(),
+    }
+}
+
 /// A process's resident memory in KiB (`VmRSS`), 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

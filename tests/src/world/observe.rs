@@ -1,6 +1,8 @@
 //! What a test reads of svcd's host state: its metrics, its open descriptors, the sandbox links
 //! on its host and the nftables link set svcd keeps of them.
 
+use std::time::Duration;
+
 use super::{METRICS_PORT, World};
 
 impl World {
@@ -57,5 +59,35 @@ impl World {
             .exec("nft", &["-j", "list", "set", "inet", "svc", "links"]);
         assert!(out.status.success(), "nft list set: {out:?}");
         svc_control::dataplane::nft_set_elements(&out.stdout).expect("nft's JSON")
+    }
+
+    /// Each step of the creates of sandboxes named `prefix…` as svcd's log times them (its
+    /// `sandbox created … phases=step=1.2ms …` lines), in the order first seen.
+    pub fn create_phases(&self, prefix: &str) -> Vec<(String, Vec<Duration>)> {
+        let log = self.svcd_log();
+        let mut steps: Vec<(String, Vec<Duration>)> = Vec::new();
+        let mine = format!("sandbox={prefix}");
+        for line in log
+            .lines()
+            .filter(|l| l.contains("sandbox created") && l.contains(&mine))
+        {
+            let Some((_, phases)) = line.split_once("phases=") else {
+                continue;
+            };
+            for part in phases.split_whitespace() {
+                let Some((step, v)) = part.split_once('=') else {
+                    continue;
+                };
+                let Some(ms) = v.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
+                    continue;
+                };
+                let d = Duration::from_secs_f64(ms / 1000.0);
+                match steps.iter_mut().find(|(s, _)| s == step) {
+                    Some((_, v)) => v.push(d),
+                    None => steps.push((step.to_owned(), vec![d])),
+                }
+            }
+        }
+        steps
     }
 }
