@@ -317,7 +317,9 @@ impl World {
 
     /// [`World::assert_gone`] for the sandbox `shown` (as `svc sandbox show --json` had it).
     pub fn assert_gone_shown(&self, shown: &serde_json::Value) {
-        let name = shown["name"].as_str().unwrap_or_default();
+        let name = shown["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a sandbox without a name: {shown}"));
         let num = |k: &str| {
             shown[k]
                 .as_u64()
