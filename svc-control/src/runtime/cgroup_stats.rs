@@ -89,31 +89,21 @@ struct Field {
 
 impl Version {
     fn files(self) -> Files {
-        let whole = |file| Field {
-            file,
-            key: None,
-            scale: 1,
-        };
-        let usec = |key| Field {
-            file: "cpu.stat",
-            key: Some(key),
-            scale: 1000,
-        };
         match self {
             Self::V1 => Files {
                 memory: ("memory.usage_in_bytes", "memory.limit_in_bytes"),
                 cpu: CpuFiles {
-                    total: whole("cpuacct.usage"),
-                    user: whole("cpuacct.usage_user"),
-                    system: whole("cpuacct.usage_sys"),
+                    total: Field::whole("cpuacct.usage"),
+                    user: Field::whole("cpuacct.usage_user"),
+                    system: Field::whole("cpuacct.usage_sys"),
                 },
             },
             Self::V2 => Files {
                 memory: ("memory.current", "memory.max"),
                 cpu: CpuFiles {
-                    total: usec("usage_usec"),
-                    user: usec("user_usec"),
-                    system: usec("system_usec"),
+                    total: Field::cpu_stat_usec("usage_usec"),
+                    user: Field::cpu_stat_usec("user_usec"),
+                    system: Field::cpu_stat_usec("system_usec"),
                 },
             },
         }
@@ -121,6 +111,24 @@ impl Version {
 }
 
 impl Field {
+    /// A file holding one number of nanoseconds (v1's `cpuacct.*`).
+    const fn whole(file: &'static str) -> Self {
+        Self {
+            file,
+            key: None,
+            scale: 1,
+        }
+    }
+
+    /// A key of v2's `cpu.stat`, in microseconds.
+    const fn cpu_stat_usec(key: &'static str) -> Self {
+        Self {
+            file: "cpu.stat",
+            key: Some(key),
+            scale: 1000,
+        }
+    }
+
     /// The figure in `dir`: an error where its file cannot be read (or a whole-file figure is
     /// not a number), none where a keyed file has no such key.
     fn read(&self, dir: &Path) -> Result<Option<u64>, String> {
