@@ -33,6 +33,17 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The oldest child of a sandbox's init `init`: the server of its channel.
+pub fn init_server_pid(init: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .expect("the init's children");
+    children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the init has its server")
+}
+
 /// The loop devices bound to an image under `dir`: (`/dev/loopN`, image).
 pub fn loop_devices_under(dir: &std::path::Path) -> Vec<(String, String)> {
     let Ok(entries) = std::fs::read_dir("/sys/block") else {
@@ -389,6 +400,8 @@ pub mod servers;
 pub mod ssh_host;
 pub mod topology;
 pub mod users;
+/// A microvm of svcd's taken over by the test's backend; trees attached to it.
+pub mod vm;
 pub mod world;
 
 /// A loaded fence with a standard sandbox, for `BPF_PROG_TEST_RUN` tables.

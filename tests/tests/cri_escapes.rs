@@ -23,7 +23,7 @@ use svc_tests::{
     },
     pods::{
         ALLOWED, Pod, STORED, pod_config, remove_container, remove_pod, run_container,
-        run_fenced_pod, run_pod, shim_sandboxes, start, store_secret,
+        run_fenced_pod, run_pod, shim_sandboxes, start,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World},
@@ -33,7 +33,7 @@ use svc_tests::{
 /// allowed.example.test, `extra` annotations) and one container of the base image in it,
 /// running `sleep`: the pod and the container's id.
 fn pod_with_container(w: &World, extra: &[(&str, &str)]) -> (Containerd, Cri, Pod, String) {
-    store_secret(w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(w);
     let pod = run_fenced_pod(w, &c, &cri, "jail", extra);
     let id = run_container(&cri, &pod.id, &pod.config, "agent", &["sleep", "1000"]);

@@ -18,26 +18,9 @@ use std::{
 
 use svc_control::runtime::microvm::qmp::Qmp;
 use svc_tests::{
-    output_within, require_root,
+    init_server_pid, output_within, require_root,
     world::{World, microvm_images},
 };
-
-/// The sandbox's init on the host (its pid as `svc sandbox show` says it).
-fn init_pid(w: &World, name: &str) -> u32 {
-    let pid = w.show(name)["pid"].as_u64().expect("pid");
-    u32::try_from(pid).expect("pid")
-}
-
-/// The init's oldest child: the server of its channel.
-fn server_pid(init: u32) -> u32 {
-    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
-        .expect("the init's children");
-    children
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("the init has its server")
-}
 
 /// The state letter of process `pid` (`T`: stopped).
 fn state(pid: u32) -> char {
@@ -122,8 +105,8 @@ fn a_guest_that_stops_its_inits_server_gets_its_owner_an_error_not_a_hang() {
     let w = World::start();
     w.svc_ok(&["sandbox", "create", "stuck"]);
     w.svc_ok(&["sandbox", "create", "fine"]);
-    let init = init_pid(&w, "stuck");
-    let server = server_pid(init);
+    let init = w.init_pid("stuck");
+    let server = init_server_pid(init);
 
     // A command that runs a while, started over the channel before the guest acts.
     let mut long = w

@@ -1,11 +1,34 @@
-//! What a test reads of svcd's host state: its metrics, its open descriptors, the sandbox links
-//! on its host and the nftables link set svcd keeps of them.
+//! What a test reads of svcd's host state: its metrics, its open descriptors, a sandbox's init,
+//! the sandbox links on its host and the nftables link set svcd keeps of them.
 
 use std::time::Duration;
 
 use super::{METRICS_PORT, World};
 
 impl World {
+    /// Wait (at most `within`) until svcd's warm pool of `backend` holds `n` sandboxes, as its
+    /// metrics say.
+    pub fn wait_pool(&self, backend: &str, n: u64, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        let series = format!("svc_pool_size{{backend=\"{backend}\"}}");
+        while self.metric(&series) != n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the {backend} pool did not reach {n} within {} s:\n{}\n{}",
+                within.as_secs(),
+                self.metrics(),
+                self.svcd_log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Sandbox `name`'s init on the host (its pid as `svc sandbox show` says it).
+    pub fn init_pid(&self, name: &str) -> u32 {
+        let pid = self.show(name)["pid"].as_u64().expect("pid");
+        u32::try_from(pid).expect("pid")
+    }
+
     /// svcd's /metrics, scraped from inside its namespace.
     pub fn metrics(&self) -> String {
         let out = self.host.exec(
