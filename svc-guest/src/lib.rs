@@ -6,7 +6,8 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
-/// Entering a pod container's root file system for one command (chroot, cwd, user).
+/// Entering a root and a user for one command (chroot, cwd, ids): the agent's execs and
+/// `svc-init --enter` share it.
 pub mod enter;
 pub mod proto;
 pub mod services;

@@ -19,6 +19,8 @@ pub const NAMESPACE: &str = "svc-test";
 pub const CRI_NAMESPACE: &str = "k8s.io";
 /// The CRI runtime handler (`RuntimeClass` handler) the shim is registered as.
 pub const CRI_HANDLER: &str = "svc";
+/// The shim's runtime type (`ctr run --runtime`).
+pub const RUNTIME: &str = "io.containerd.svc.v1";
 /// The image [`oci_archive`] names.
 pub const IMAGE: &str = "svc.test/base:1";
 
@@ -76,15 +78,7 @@ impl Containerd {
             ),
         )
         .expect("config.toml");
-        let shim_dir = workspace_bin("containerd-shim-svc-v1")
-            .parent()
-            .expect("target dir")
-            .to_path_buf();
-        let path = format!(
-            "{}:{}",
-            shim_dir.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = shim_path();
         let log = std::fs::File::create(dir.join("containerd.log")).expect("log");
         let child = Command::new(bin)
             .arg("--config")
@@ -112,6 +106,41 @@ impl Containerd {
             std::thread::sleep(Duration::from_millis(200));
         }
         c
+    }
+
+    /// [`Containerd::start`] under `w`'s `containerd/`, with the base image ([`IMAGE`])
+    /// imported.
+    pub fn start_with_base(w: &World) -> Self {
+        let c = Self::start(w, &w.dir.join("containerd"));
+        c.import(&oci_archive(&w.dir));
+        c
+    }
+
+    /// `ctr images import ARCHIVE`, which must succeed; the archive is removed then
+    /// (containerd holds its own copy: the disk is the tests' to spare).
+    pub fn import(&self, archive: &Path) {
+        self.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+        let _ = std::fs::remove_file(archive);
+    }
+
+    /// `curl URL` (at most 5 s) in task `task` through `ctr task exec`: its exit code.
+    pub fn curl(&self, task: &str, url: &str) -> Option<i32> {
+        self.ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            &format!("curl{}", url.len()),
+            task,
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            "5",
+            url,
+        ])
+        .status
+        .code()
     }
 
     /// `ctr --address SOCKET --namespace NAMESPACE ARGS`, as it went (at most two minutes).
@@ -252,6 +281,18 @@ impl Drop for Containerd {
             .arg(self.dir.join("root"))
             .output();
     }
+}
+
+/// `PATH` with the workspace's `containerd-shim-svc-v1` first, as containerd and `svc doctor`
+/// find the shim.
+pub fn shim_path() -> String {
+    let bin = workspace_bin("containerd-shim-svc-v1");
+    let shim_dir = bin.parent().expect("target dir");
+    format!(
+        "{}:{}",
+        shim_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }
 
 /// The CRI plugin's part of the configuration of a containerd under `dir`: its root and

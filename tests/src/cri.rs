@@ -1,13 +1,10 @@
 //! A CRI client, as kubelet is one: the CRI v1 API (`runtime.v1`, compiled at build time from
 //! `tests/data/cri-api/api.proto`) over gRPC on containerd's Unix socket. Blocking for the
 //! tests: each call runs on the client's own Tokio runtime. And what the CRI tests share:
-//! containerd with CRI on, a stored secret allowed for pod namespaces, a pod's configuration
+//! containerd with CRI on, a pod's configuration
 //! as kubelet sends it, `RunPodSandbox`, the sandboxes the shim made.
 
-use std::{
-    collections::HashMap, future::Future, io::Write as _, path::Path, process::Stdio,
-    time::Duration,
-};
+use std::{collections::HashMap, future::Future, path::Path, time::Duration};
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -88,36 +85,9 @@ impl Cri {
 /// containerd with CRI on, the base image imported for the CRI plugin, and a client.
 pub fn start(w: &World) -> (Containerd, Cri) {
     let c = Containerd::start_cri(w, &w.dir.join("containerd"));
-    let archive = oci_archive(&w.dir);
-    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
-    // containerd holds the image now: the archive's space goes back.
-    let _ = std::fs::remove_file(&archive);
+    c.import(&oci_archive(&w.dir));
     let cri = Cri::connect(&c.socket).unwrap_or_else(|e| panic!("{e}"));
     (c, cri)
-}
-
-/// `svc secret set NAME --pod-namespace NS…` with `value` on its standard input: pods of
-/// `namespaces` may name it.
-pub fn store_secret(w: &World, name: &str, value: &str, namespaces: &[&str]) {
-    let mut args = vec!["secret", "set", name];
-    for ns in namespaces {
-        args.extend(["--pod-namespace", ns]);
-    }
-    let mut child = w
-        .svc_command(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("svc secret set");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{value}\n").as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("svc");
-    assert!(out.status.success(), "svc secret set {name}: {out:?}");
 }
 
 /// A pod named `name` in namespace `default` with `annotations` ([`pod_config_in`]).

@@ -9,6 +9,18 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
+/// `v` (milliseconds) sorted, as a benchmark prints it: median, range and count.
+pub fn ms_stats(v: &mut [f64]) -> String {
+    v.sort_by(f64::total_cmp);
+    match (v.first(), v.get(v.len() / 2), v.last()) {
+        (Some(lo), Some(mid), Some(hi)) => format!(
+            "median {mid:>8.1} ms  (range {lo:.1}–{hi:.1}, n={})",
+            v.len()
+        ),
+        _ => "no figures".to_owned(),
+    }
+}
+
 /// A process's resident memory in KiB (`VmRSS`), 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -19,6 +31,17 @@ pub fn rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The oldest child of a sandbox's init `init`: the server of its channel.
+pub fn init_server_pid(init: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .expect("the init's children");
+    children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the init has its server")
 }
 
 /// The loop devices bound to an image under `dir`: (`/dev/loopN`, image).
@@ -365,6 +388,8 @@ impl Drop for PinDir {
 pub mod containerd;
 pub mod cri;
 pub mod dns;
+/// The sandbox-escape checks, each run in a sandbox or in a pod's container.
+pub mod escapes;
 pub mod frames;
 pub mod git;
 /// What the CRI tests share: pods, containers, exec, the perimeter checks.
@@ -375,6 +400,8 @@ pub mod servers;
 pub mod ssh_host;
 pub mod topology;
 pub mod users;
+/// A microvm of svcd's taken over by the test's backend; trees attached to it.
+pub mod vm;
 pub mod world;
 
 /// A loaded fence with a standard sandbox, for `BPF_PROG_TEST_RUN` tables.

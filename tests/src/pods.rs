@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use svc_control::policy::pod;
 
-pub use crate::cri::{pod_config, pod_config_in, run_pod, shim_sandboxes, start, store_secret};
+pub use crate::cri::{pod_config, pod_config_in, run_pod, shim_sandboxes, start};
 use crate::{
     containerd::{Containerd, IMAGE},
     cri::{Cri, api},
@@ -27,6 +27,20 @@ pub fn run_container(
     name: &str,
     command: &[&str],
 ) -> String {
+    try_run_container(cri, pod_id, config, name, IMAGE, command)
+        .unwrap_or_else(|e| panic!("CreateContainer/StartContainer {name}: {e:?}"))
+}
+
+/// Create and start container `name` of `image` running `command` in pod `pod_id`: its id,
+/// or the CRI's refusal.
+pub fn try_run_container(
+    cri: &Cri,
+    pod_id: &str,
+    config: &api::PodSandboxConfig,
+    name: &str,
+    image: &str,
+    command: &[&str],
+) -> Result<String, tonic::Status> {
     let id = cri
         .call(cri.runtime().create_container(api::CreateContainerRequest {
             pod_sandbox_id: pod_id.into(),
@@ -35,19 +49,38 @@ pub fn run_container(
                     name: name.into(),
                     attempt: 0,
                 }),
-                image: Some(image()),
+                image: Some(api::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
                 command: command.iter().map(|s| (*s).to_owned()).collect(),
                 ..Default::default()
             }),
             sandbox_config: Some(config.clone()),
-        }))
-        .unwrap_or_else(|e| panic!("CreateContainer {name}: {e:?}"))
+        }))?
         .container_id;
     cri.call(cri.runtime().start_container(api::StartContainerRequest {
         container_id: id.clone(),
+    }))?;
+    Ok(id)
+}
+
+/// `StopContainer` of container `id`, given `timeout` seconds before it is killed.
+pub fn stop_container(cri: &Cri, id: &str, timeout: i64) {
+    cri.call(cri.runtime().stop_container(api::StopContainerRequest {
+        container_id: id.into(),
+        timeout,
     }))
-    .unwrap_or_else(|e| panic!("StartContainer {name}: {e:?}"));
-    id
+    .unwrap_or_else(|e| panic!("StopContainer {id}: {e:?}"));
+}
+
+/// Stop and remove container `id` through the CRI.
+pub fn remove_container(cri: &Cri, id: &str) {
+    stop_container(cri, id, 5);
+    cri.call(cri.runtime().remove_container(api::RemoveContainerRequest {
+        container_id: id.into(),
+    }))
+    .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e:?}"));
 }
 
 pub fn image() -> api::ImageSpec {
@@ -191,33 +224,39 @@ pub fn run_fenced_pod(
 /// `StopPodSandbox` and `RemovePodSandbox`: nothing of its sandbox is left (no sandbox, link,
 /// fence entry, init or VM monitor, mount), and the CRI plugin has no pod.
 pub fn remove_pod(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) {
-    let s = &pod.show;
-    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
-    let (id, pid) = (num("id"), num("pid"));
-    let link = s["link"].as_str().unwrap_or_default().to_owned();
-    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
-        pod_sandbox_id: pod.id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}\n{}", c.log()));
-    cri.call(
-        cri.runtime()
-            .remove_pod_sandbox(api::RemovePodSandboxRequest {
-                pod_sandbox_id: pod.id.clone(),
-            }),
-    )
-    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}\n{}", c.log()));
-    w.assert_gone(id, &link, pid, &pod.sandbox);
-    assert_eq!(shim_sandboxes(w), Vec::<String>::new());
+    stop_remove_pod(c, cri, &pod.id);
+    w.assert_gone_shown(&pod.show);
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     assert!(
         !mounts.contains(&pod.id),
         "a mount of the pod is left:\n{mounts}"
     );
+    assert_no_pods(w, c, cri);
+}
+
+/// `StopPodSandbox` and `RemovePodSandbox` of pod `id` (containerd's log in a failure).
+pub fn stop_remove_pod(c: &Containerd, cri: &Cri, id: &str) {
+    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    }))
+    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}\n{}", c.log()));
+    cri.call(
+        cri.runtime()
+            .remove_pod_sandbox(api::RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }),
+    )
+    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}\n{}", c.log()));
+}
+
+/// Nothing is left of the pods: no svc sandbox of the shim's, no pod in the CRI plugin.
+pub fn assert_no_pods(w: &World, c: &Containerd, cri: &Cri) {
+    assert_eq!(shim_sandboxes(w), Vec::<String>::new());
     let left = cri
         .call(
             cri.runtime()
                 .list_pod_sandbox(api::ListPodSandboxRequest::default()),
         )
         .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
-    assert!(left.items.is_empty(), "{:?}", left.items);
+    assert!(left.items.is_empty(), "{:?}\n{}", left.items, c.log());
 }

@@ -92,3 +92,15 @@ impl World {
         dir
     }
 }
+
+/// A Python script that exchanges two paths (`argv[1]`, `argv[2]`: `renameat2(RENAME_EXCHANGE)`)
+/// as fast as it goes for `argv[3]` seconds: a race against svcd's path checks.
+pub const SWAP: &str = r#"
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = sys.argv[1].encode(), sys.argv[2].encode()
+end = time.time() + float(sys.argv[3])
+while time.time() < end:
+    for _ in range(1000):
+        libc.renameat2(-100, a, -100, b, 2)
+"#;

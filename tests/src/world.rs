@@ -311,15 +311,23 @@ impl World {
     /// `svc sandbox destroy NAME`, then [`World::assert_gone`] for everything it had.
     pub fn destroy_checked(&self, name: &str) {
         let s = self.show(name);
-        let num = |k: &str| {
-            s[k].as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .unwrap_or_else(|| panic!("{name} has no {k}: {s}"))
-        };
-        let (id, pid) = (num("id"), num("pid"));
-        let link = s["link"].as_str().unwrap_or_default().to_owned();
         self.svc_ok(&["sandbox", "destroy", name]);
-        self.assert_gone(id, &link, pid, name);
+        self.assert_gone_shown(&s);
+    }
+
+    /// [`World::assert_gone`] for the sandbox `shown` (as `svc sandbox show --json` had it).
+    pub fn assert_gone_shown(&self, shown: &serde_json::Value) {
+        let name = shown["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a sandbox without a name: {shown}"));
+        let num = |k: &str| {
+            shown[k]
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or_else(|| panic!("{name} has no {k}: {shown}"))
+        };
+        let link = shown["link"].as_str().unwrap_or_default();
+        self.assert_gone(num("id"), link, num("pid"), name);
     }
 
     /// Everything svcd made for sandbox `id` (link `link`, init `pid`) is gone.

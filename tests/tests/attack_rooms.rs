@@ -9,7 +9,7 @@ use std::{
     sync::Arc,
 };
 
-use svc_tests::{require_root, users::User, world::World};
+use svc_tests::{project::SWAP, require_root, users::User, world::World};
 
 /// svcd's view of every sandbox (as root).
 fn listed(w: &World) -> Vec<String> {
@@ -372,17 +372,6 @@ fn a_second_users_bent_paths_never_reach_anothers_sandbox() {
         wrong.join("\n")
     );
 }
-
-/// Exchange two paths (`renameat2(RENAME_EXCHANGE)`) as fast as it goes for `argv[3]` seconds.
-const SWAP: &str = r#"
-import ctypes, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-a, b = sys.argv[1].encode(), sys.argv[2].encode()
-end = time.time() + float(sys.argv[3])
-while time.time() < end:
-    for _ in range(1000):
-        libc.renameat2(-100, a, -100, b, 2)
-"#;
 
 /// A member's project directory itself swapped, while `svc workspace up` runs, with a link to
 /// root's 0700 directory: svcd must never share root's directory with the member's guest,

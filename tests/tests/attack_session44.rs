@@ -34,12 +34,7 @@ fn privileges(w: &World, name: &str, user: Option<serde_json::Value>, out: &str)
     if let Some(u) = user {
         body["user"] = u;
     }
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        &format!("/v1/sandboxes/{name}/exec"),
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec(name, &body);
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("{\"exit\":0}"), "{body}: {answer}");
     let (code, text, err) = w.sh(name, &format!("cat {out}"));

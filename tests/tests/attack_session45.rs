@@ -27,12 +27,13 @@ use std::{
     os::unix::fs::{FileTypeExt as _, MetadataExt as _},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use svc_control::policy::pod;
 use svc_tests::{
-    cri::{api, pod_config_in, run_pod, shim_sandboxes, start},
+    cri::{pod_config_in, run_pod, shim_sandboxes, start},
+    pods::stop_remove_pod,
     project::text,
     require_root,
     users::{Group, User},
@@ -44,16 +45,7 @@ const POOL: &str = "\n[pool]\ncontainer = 2\nrefill_per_second = 20\n";
 
 /// Wait until the container pool holds `n` sandboxes.
 fn wait_pool(w: &World, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while w.metric(r#"svc_pool_size{backend="container"}"#) != n {
-        assert!(
-            Instant::now() < deadline,
-            "the pool did not reach {n}:\n{}\n{}",
-            w.metrics(),
-            w.svcd_log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    w.wait_pool("container", n, Duration::from_secs(90));
 }
 
 /// The links of svcd's listed sandboxes, sorted.
@@ -388,7 +380,7 @@ fn a_pod_naming_a_repo_and_no_secret_gets_no_token_of_the_nodes() {
     require_root();
     // The node has a code-host token (`credentials.code_host_token_file`: CODE_TOKEN).
     let w = World::start();
-    let (_c, cri) = start(&w);
+    let (c, cri) = start(&w);
     let config = pod_config_in("team-b", "repo-only", &[(pod::REPO, "acme/widget")]);
     let id = match run_pod(&cri, &config) {
         // Refused: the node's token is not a pod author's.
@@ -415,15 +407,7 @@ fn a_pod_naming_a_repo_and_no_secret_gets_no_token_of_the_nodes() {
         .filter(|r| r["kind"] == "http" && r["host"] == "code.test")
         .filter(|r| r["authorization"] == format!("Bearer {CODE_TOKEN}"))
         .collect();
-    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}"));
-    cri.call(
-        cri.runtime()
-            .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
-    )
-    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}"));
+    stop_remove_pod(&c, &cri, &id);
     let brokered = show["secrets"].to_string().contains("host:");
     assert!(
         !brokered && reached.is_empty(),

@@ -8,20 +8,16 @@
 //! annotated `svc.dev/backend=microvm` is a VM running its process, fenced the same.
 
 use svc_tests::{
-    containerd::{Containerd, IMAGE, oci_archive},
+    containerd::{Containerd, IMAGE, RUNTIME},
     require_root,
     world::{World, microvm_images},
 };
-
-const RUNTIME: &str = "io.containerd.svc.v1";
 
 #[test]
 fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
     require_root();
     let w = World::start();
-    let c = Containerd::start(&w, &w.dir.join("containerd"));
-    let archive = oci_archive(&w.dir);
-    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+    let c = Containerd::start_with_base(&w);
 
     // Output and the exit code come back to ctr.
     let out = c.ctr(&[
@@ -64,24 +60,7 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
     let s = w.show(sandbox);
     let allowed = s["allowed_hosts"].as_array().expect("allowed_hosts");
     assert!(allowed.iter().any(|h| h == "allowed.example.test"), "{s}");
-    let curl = |url: &str| {
-        c.ctr(&[
-            "task",
-            "exec",
-            "--exec-id",
-            &format!("curl{}", url.len()),
-            "fenced",
-            "curl",
-            "-sS",
-            "-o",
-            "/dev/null",
-            "--max-time",
-            "5",
-            url,
-        ])
-        .status
-        .code()
-    };
+    let curl = |url: &str| c.curl("fenced", url);
     assert_eq!(curl("https://allowed.example.test/from-ctr"), Some(0));
     assert_ne!(curl("https://forbidden.example.test/"), Some(0));
     assert_ne!(curl("http://192.0.2.66/"), Some(0));
@@ -110,15 +89,6 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
 /// `ctr task kill -s SIGKILL` of `task`, then its task and container deleted: nothing of its
 /// sandbox (`show`, as `svc sandbox show --json` had it) is left.
 fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Value) {
-    let num = |k: &str| {
-        show[k]
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .expect(k)
-    };
-    let (id, pid) = (num("id"), num("pid"));
-    let link = show["link"].as_str().unwrap_or_default().to_owned();
-    let sandbox = show["name"].as_str().expect("name").to_owned();
     c.ctr_ok(&["task", "kill", "--signal", "SIGKILL", task]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !c
@@ -134,7 +104,7 @@ fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Val
     }
     c.ctr_ok(&["task", "delete", task]);
     c.ctr_ok(&["container", "delete", task]);
-    w.assert_gone(id, &link, pid, &sandbox);
+    w.assert_gone_shown(show);
 }
 
 /// A task of its own annotated `svc.dev/backend=microvm` is a VM of the node's microvm image
@@ -146,9 +116,7 @@ fn ctr_runs_a_microvm_task_as_a_fenced_vm_and_leaves_nothing() {
     require_root();
     microvm_images();
     let w = World::start();
-    let c = Containerd::start(&w, &w.dir.join("containerd"));
-    let archive = oci_archive(&w.dir);
-    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+    let c = Containerd::start_with_base(&w);
     let out = c.ctr(&[
         "run",
         "-d",

@@ -11,12 +11,10 @@
 use std::time::{Duration, Instant};
 
 use svc_tests::{
-    containerd::{Containerd, IMAGE, oci_archive},
+    containerd::{Containerd, IMAGE, RUNTIME, shim_path},
     require_root,
-    world::{World, workspace_bin},
+    world::World,
 };
-
-const RUNTIME: &str = "io.containerd.svc.v1";
 
 /// Lines written so far by the task's counter, read from the host through its init's root.
 fn ticks(pid: u64) -> usize {
@@ -50,9 +48,7 @@ fn metric(table: &str, metric: &str) -> u64 {
 fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     require_root();
     let w = World::start();
-    let c = Containerd::start(&w, &w.dir.join("containerd"));
-    let archive = oci_archive(&w.dir);
-    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
+    let c = Containerd::start_with_base(&w);
 
     // What the shim tells containerd, from before the task exists.
     let events = c.events();
@@ -165,24 +161,7 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     });
 
     // The perimeter still answers after the resume; the pod is in the audit and the metrics.
-    let curl = |url: &str| {
-        c.ctr(&[
-            "task",
-            "exec",
-            "--exec-id",
-            &format!("curl{}", url.len()),
-            "counter",
-            "curl",
-            "-sS",
-            "-o",
-            "/dev/null",
-            "--max-time",
-            "5",
-            url,
-        ])
-        .status
-        .code()
-    };
+    let curl = |url: &str| c.curl("counter", url);
     assert_eq!(curl("https://allowed.example.test/after-resume"), Some(0));
     assert_ne!(curl("https://forbidden.example.test/"), Some(0));
     let pod = serde_json::json!({"namespace": "team-a", "name": "agent-7"});
@@ -227,10 +206,8 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
 
     // A paused task is destroyed whole.
     c.ctr_ok(&["task", "pause", "counter"]);
-    let num = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).expect(k);
-    let (id, link) = (num("id"), s["link"].as_str().unwrap_or_default().to_owned());
     w.svc_ok(&["sandbox", "destroy", sandbox]);
-    w.assert_gone(id, &link, num("pid"), sandbox);
+    w.assert_gone_shown(&s);
     let _ = c.ctr(&["task", "kill", "--signal", "SIGKILL", "counter"]);
     let _ = c.ctr(&["task", "delete", "--force", "counter"]);
     let _ = c.ctr(&["container", "delete", "counter"]);
@@ -242,24 +219,14 @@ fn a_user_outside_the_guests_ids_is_refused_naming_it() {
     let w = World::start();
     w.svc_ok(&["sandbox", "create", "users"]);
     let body = serde_json::json!({"argv": ["id"], "user": {"uid": 70000, "gid": 0}});
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/users/exec",
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec("users", &body);
     assert_eq!(status, 400, "{answer}");
     assert!(
         answer.contains("uid 70000 is outside the guest's ids (0-65535)"),
         "{answer}"
     );
     let body = serde_json::json!({"argv": ["id", "-u"], "user": {"uid": 1234, "gid": 1234}});
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/users/exec",
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec("users", &body);
     assert_eq!(status, 200, "{answer}");
     // "1234\n", base64.
     assert!(answer.contains("MTIzNAo="), "{answer}");
@@ -268,12 +235,7 @@ fn a_user_outside_the_guests_ids_is_refused_naming_it() {
         "argv": ["sh", "-c", "[ \"$(id -u) $(id -G)\" = '1234 1234 4 27' ]"],
         "user": {"uid": 1234, "gid": 1234, "additional_gids": [27, 4]},
     });
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/users/exec",
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec("users", &body);
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("{\"exit\":0}"), "{answer}");
     w.destroy_checked("users");
@@ -284,15 +246,7 @@ fn doctor_kubernetes_passes_with_the_runtime_registered_and_names_the_table_with
     require_root();
     let w = World::start();
     let c = Containerd::start(&w, &w.dir.join("containerd"));
-    let shim_dir = workspace_bin("containerd-shim-svc-v1")
-        .parent()
-        .expect("target dir")
-        .to_path_buf();
-    let path = format!(
-        "{}:{}",
-        shim_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = shim_path();
     let config = |name: &str, runtime: bool| {
         let p = w.dir.join(name);
         let table = if runtime {

@@ -14,8 +14,9 @@ use svc_tests::{
     containerd::{Containerd, IMAGE},
     cri::{Cri, api},
     pods::{
-        ALLOWED, Pod, STORED, assert_fenced, exec, exited, image, pod_config, remove_pod,
-        run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status, store_secret,
+        ALLOWED, Pod, STORED, assert_fenced, assert_no_pods, exec, exited, image, pod_config,
+        remove_pod, run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status,
+        stop_container,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
@@ -68,7 +69,7 @@ fn run_containers(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) -> String {
 fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     require_root();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
     let v = cri
@@ -104,11 +105,7 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     let agent = run_containers(&w, &c, &cri, &pod);
 
     // Stopping the running container ends it (TaskExit reaches the CRI plugin).
-    cri.call(cri.runtime().stop_container(api::StopContainerRequest {
-        container_id: agent.clone(),
-        timeout: 10,
-    }))
-    .unwrap_or_else(|e| panic!("StopContainer: {e:?}"));
+    stop_container(&cri, &agent, 10);
     let st = exited(&cri, &c, &agent);
     assert_ne!(st.exit_code, 0, "stopped by a signal: {st:?}");
 
@@ -121,7 +118,7 @@ fn a_microvm_pod_through_cri_is_one_fenced_vm_and_leaves_nothing() {
     require_root();
     microvm_images();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
     let pod = run_fenced_pod(&w, &c, &cri, "vm-agent", &[(pod::BACKEND, "microvm")]);
@@ -160,7 +157,7 @@ fn a_microvm_pod_through_cri_is_one_fenced_vm_and_leaves_nothing() {
 fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
     require_root();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
     // The code host's token without a repository: svcd's creation rules refuse it. The
@@ -201,12 +198,5 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
     );
 
     // Nothing is left of either.
-    assert_eq!(shim_sandboxes(&w), Vec::<String>::new());
-    let left = cri
-        .call(
-            cri.runtime()
-                .list_pod_sandbox(api::ListPodSandboxRequest::default()),
-        )
-        .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
-    assert!(left.items.is_empty(), "{:?}\n{}", left.items, c.log());
+    assert_no_pods(&w, &c, &cri);
 }

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use svc_control::policy::pod;
 use svc_tests::{
-    containerd::Containerd,
-    cri::{Cri, api, pod_config_in, run_pod, shim_sandboxes, start, store_secret},
+    cri::{Cri, pod_config_in, run_pod, shim_sandboxes, start},
+    pods::{assert_no_pods, stop_remove_pod},
     require_root,
     world::{CODE_TOKEN, EXAMPLE_TOKEN, World},
 };
@@ -49,23 +49,11 @@ fn naming(secrets: &str) -> Vec<(&'static str, &str)> {
     ]
 }
 
-/// Nothing is left of refused pods: no svc sandbox, no pod in the CRI plugin.
-fn assert_nothing_left(w: &World, c: &Containerd, cri: &Cri) {
-    assert_eq!(shim_sandboxes(w), Vec::<String>::new());
-    let left = cri
-        .call(
-            cri.runtime()
-                .list_pod_sandbox(api::ListPodSandboxRequest::default()),
-        )
-        .unwrap_or_else(|e| panic!("ListPodSandbox: {e:?}"));
-    assert!(left.items.is_empty(), "{:?}\n{}", left.items, c.log());
-}
-
 #[test]
 fn a_pod_names_only_the_secrets_allowed_for_its_namespace() {
     require_root();
     let w = World::start();
-    store_secret(&w, "team-a-bot", EXAMPLE_TOKEN, &["team-a"]);
+    w.store_secret("team-a-bot", EXAMPLE_TOKEN, &["team-a"]);
     let (c, cri) = start(&w);
     let bind = format!("{VAR}=team-a-bot");
 
@@ -78,7 +66,7 @@ fn a_pod_names_only_the_secrets_allowed_for_its_namespace() {
     let missing = format!("{VAR}=no-such-bot");
     let said = refused(&cri, "team-b", "agent", &naming(&missing));
     assert!(said.contains(&refusal("no-such-bot", "team-b")), "{said}");
-    assert_nothing_left(&w, &c, &cri);
+    assert_no_pods(&w, &c, &cri);
 
     // The secret's owner allows team-b (`svc secret show --json` has it); its pod now runs.
     w.svc_ok(&["secret", "allow", "team-a-bot", "--pod-namespace", "team-b"]);
@@ -103,15 +91,7 @@ fn a_pod_names_only_the_secrets_allowed_for_its_namespace() {
         show["secrets"].to_string().contains("store:team-a-bot@v1"),
         "{show}"
     );
-    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}"));
-    cri.call(
-        cri.runtime()
-            .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
-    )
-    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}"));
+    stop_remove_pod(&c, &cri, &id);
 
     // Disallowed again: refused again.
     w.svc_ok(&[
@@ -123,15 +103,15 @@ fn a_pod_names_only_the_secrets_allowed_for_its_namespace() {
     ]);
     let said = refused(&cri, "team-b", "agent-2", &naming(&bind));
     assert!(said.contains(&want), "{said}");
-    assert_nothing_left(&w, &c, &cri);
+    assert_no_pods(&w, &c, &cri);
 }
 
 #[test]
 fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
     require_root();
     let w = World::start();
-    store_secret(&w, "team-a-bot", EXAMPLE_TOKEN, &["team-a"]);
-    store_secret(&w, "team-b-bot", EXAMPLE_TOKEN, &["team-b"]);
+    w.store_secret("team-a-bot", EXAMPLE_TOKEN, &["team-a"]);
+    w.store_secret("team-b-bot", EXAMPLE_TOKEN, &["team-b"]);
     let (c, cri) = start(&w);
     let not_for_b = refusal("team-a-bot", "team-b");
 
@@ -187,7 +167,7 @@ fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
         said.contains("pod namespace \"Team-A\": contains 'T'"),
         "{said}"
     );
-    assert_nothing_left(&w, &c, &cri);
+    assert_no_pods(&w, &c, &cri);
 }
 
 /// A pod naming a repository gets only a code-host token it names itself: the node's own
@@ -198,7 +178,7 @@ fn a_pod_cannot_reach_another_namespaces_secret_by_spelling_or_annotations() {
 fn a_pod_never_gets_the_nodes_own_code_host_token() {
     require_root();
     let w = World::start();
-    store_secret(&w, "team-a-code", CODE_TOKEN, &["team-a"]);
+    w.store_secret("team-a-code", CODE_TOKEN, &["team-a"]);
     let (c, cri) = start(&w);
     let repo = [(pod::REPO, "acme/widgets")];
     let said = refused(&cri, "team-a", "repo", &repo);
@@ -207,7 +187,7 @@ fn a_pod_never_gets_the_nodes_own_code_host_token() {
                 stored one allowed for namespace team-a: svc.dev/secrets: CODE_HOST_TOKEN=NAME \
                 (on the node: svc secret set NAME --pod-namespace team-a)";
     assert!(said.contains(want), "RunPodSandbox says {want:?}: {said}");
-    assert_nothing_left(&w, &c, &cri);
+    assert_no_pods(&w, &c, &cri);
 
     // Its own stored token, allowed for its namespace: the pod runs with that one.
     let config = pod_config_in(
@@ -226,14 +206,6 @@ fn a_pod_never_gets_the_nodes_own_code_host_token() {
         !secrets.contains("host:"),
         "the node's token is not brokered: {show}"
     );
-    cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    }))
-    .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}"));
-    cri.call(
-        cri.runtime()
-            .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
-    )
-    .unwrap_or_else(|e| panic!("RemovePodSandbox: {e:?}"));
-    assert_nothing_left(&w, &c, &cri);
+    stop_remove_pod(&c, &cri, &id);
+    assert_no_pods(&w, &c, &cri);
 }

@@ -20,9 +20,10 @@
 use svc_control::policy::pod;
 use svc_tests::{
     containerd::{Containerd, oci_archive_of},
-    cri::{Cri, api},
+    cri::Cri,
     pods::{
-        ALLOWED, Pod, STORED, assert_fenced, exec, remove_pod, run_fenced_pod, start, store_secret,
+        ALLOWED, Pod, STORED, assert_fenced, exec, remove_container, remove_pod, run_fenced_pod,
+        start, try_run_container,
     },
     require_root,
     users::User,
@@ -38,10 +39,7 @@ fn import(c: &Containerd, w: &World, name: &str, stem: &str, build: impl FnOnce(
     let extra = w.dir.join(format!("extra-{stem}"));
     std::fs::create_dir_all(extra.join("etc")).expect("extra layer");
     build(&extra);
-    let archive = oci_archive_of(&w.dir, name, stem, Some(&extra));
-    c.ctr_ok(&["images", "import", archive.to_str().expect("utf-8")]);
-    // containerd holds its own copy: the disk is the tests' to spare.
-    let _ = std::fs::remove_file(&archive);
+    c.import(&oci_archive_of(&w.dir, name, stem, Some(&extra)));
     let _ = std::fs::remove_dir_all(&extra);
 }
 
@@ -64,41 +62,7 @@ fn import_images(c: &Containerd, w: &World) {
 /// Create and start container `name` of `image` in `pod`, running `sleep`: its id, or the
 /// CRI's refusal.
 fn container(cri: &Cri, pod: &Pod, name: &str, image: &str) -> Result<String, tonic::Status> {
-    let id = cri
-        .call(cri.runtime().create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod.id.clone(),
-            config: Some(api::ContainerConfig {
-                metadata: Some(api::ContainerMetadata {
-                    name: name.into(),
-                    attempt: 0,
-                }),
-                image: Some(api::ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                command: vec!["sleep".into(), "1000".into()],
-                ..Default::default()
-            }),
-            sandbox_config: Some(pod.config.clone()),
-        }))?
-        .container_id;
-    cri.call(cri.runtime().start_container(api::StartContainerRequest {
-        container_id: id.clone(),
-    }))?;
-    Ok(id)
-}
-
-/// Stop and remove container `id` through the CRI.
-fn remove_container(cri: &Cri, id: &str) {
-    cri.call(cri.runtime().stop_container(api::StopContainerRequest {
-        container_id: id.into(),
-        timeout: 5,
-    }))
-    .unwrap_or_else(|e| panic!("StopContainer {id}: {e:?}"));
-    cri.call(cri.runtime().remove_container(api::RemoveContainerRequest {
-        container_id: id.into(),
-    }))
-    .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e:?}"));
+    try_run_container(cri, &pod.id, &pod.config, name, image, &["sleep", "1000"])
 }
 
 /// The mount points of the pod sandbox's guest (its root's view).
@@ -132,7 +96,7 @@ fn each_microvm_pod_container_runs_on_its_own_images_root_file_system() {
 /// The two images' containers in one pod of the `extra` annotations (the backend).
 fn two_images(w: &World, extra: &[(&str, &str)]) {
     let microvm = !extra.is_empty();
-    store_secret(w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(w);
     import_images(&c, w);
     let pod = run_fenced_pod(w, &c, &cri, "images", extra);
@@ -223,7 +187,7 @@ fn a_microvm_pod_containers_links_place_nothing_its_writes_are_bounded_and_it_ou
     require_root();
     microvm_images();
     let mut w = World::start_with("disk_mib = 64");
-    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
     import_images(&c, &w);
     let pod = run_fenced_pod(&w, &c, &cri, "vm-links", &[(pod::BACKEND, "microvm")]);
@@ -325,7 +289,7 @@ fn a_microvm_pod_containers_links_place_nothing_its_writes_are_bounded_and_it_ou
 fn no_tree_places_a_root_outside_its_own_and_the_guest_cannot_replace_one() {
     require_root();
     let w = World::start();
-    store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
     import_images(&c, &w);
     let pod = run_fenced_pod(&w, &c, &cri, "links", &[]);

@@ -15,30 +15,13 @@ use std::{
     time::Duration,
 };
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{init_server_pid, require_root, world::World};
 
 /// What a process says of itself: everything `runc exec` sets for it but the environment
 /// (svcd adds the sandbox's own to each command's).
 const SELF: &str = "grep -E '^(Uid|Gid|Groups|Cap[A-Za-z]+|NoNewPrivs|Seccomp|Seccomp_filters):' \
                     /proc/self/status; cat /proc/self/limits; cat /proc/self/cgroup; umask; \
                     pwd; ps -o sid= -o pgid= -p $$ | awk '$1==$2{print \"leads\"}'";
-
-/// The sandbox's init on the host (its pid as `svc sandbox show` says it).
-fn init_pid(w: &World, name: &str) -> u32 {
-    let pid = w.show(name)["pid"].as_u64().expect("pid");
-    u32::try_from(pid).expect("pid")
-}
-
-/// The init's one child: the server of its channel.
-fn server_pid(init: u32) -> i32 {
-    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
-        .expect("the init's children");
-    children
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("the init has its server")
-}
 
 /// svcd's resident memory (kB) and open descriptors.
 fn svcd_use(w: &World) -> (u64, usize) {
@@ -105,7 +88,8 @@ fn the_init_runs_commands_as_runc_exec_did_and_a_hostile_one_ends_only_its_own_c
 
     // A sandbox an earlier svcd made: its init's server cannot answer (stopped from the host),
     // so the new svcd gives up on a channel within its limit and `runc exec` runs its commands.
-    let server = nix::unistd::Pid::from_raw(server_pid(init_pid(&w, "dev")));
+    let server = i32::try_from(init_server_pid(w.init_pid("dev"))).expect("pid");
+    let server = nix::unistd::Pid::from_raw(server);
     nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
     w.kill_svcd();
     w.start_svcd();
@@ -250,7 +234,8 @@ fn an_output_flood_and_a_thousand_execs_stay_bounded(w: &World) {
 fn garbage_ends_that_sandboxs_channel_only(w: &World, name: &str) {
     // The guest's side of the sandbox's channel, taken from its server as a hostile init would use it:
     // a frame of a kind that does not exist.
-    let server = rustix::process::Pid::from_raw(server_pid(init_pid(w, name))).expect("pid");
+    let server = i32::try_from(init_server_pid(w.init_pid(name))).expect("pid");
+    let server = rustix::process::Pid::from_raw(server).expect("pid");
     let pidfd = rustix::process::pidfd_open(server, rustix::process::PidfdFlags::empty())
         .expect("pidfd_open");
     let end =

@@ -17,7 +17,7 @@
 use std::{os::unix::fs::MetadataExt as _, process::Command};
 
 use svc_tests::{
-    project::{MINIMAL_WORKSPACE, project_at},
+    project::{MINIMAL_WORKSPACE, SWAP, project_at},
     require_root,
     users::User,
     world::{World, git},
@@ -138,16 +138,6 @@ fn a_guest_link_in_dot_git_is_named_at_down() {
     );
     let _ = pwn;
 }
-
-const SWAP: &str = r#"
-import ctypes, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-a, b = sys.argv[1].encode(), sys.argv[2].encode()
-end = time.time() + float(sys.argv[3])
-while time.time() < end:
-    for _ in range(1000):
-        libc.renameat2(-100, a, -100, b, 2)
-"#;
 
 #[test]
 fn a_member_cannot_make_svcd_create_a_directory_outside_its_project() {

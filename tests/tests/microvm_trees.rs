@@ -9,98 +9,14 @@
 //! svcd makes the VM; the test's own backend then takes over its agent's channel (as svcd
 //! does after a restart: svcd is stopped first) and svcd, started again, destroys it.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::Path;
 
-use svc_control::{
-    api::ExecUser,
-    runtime::{Backend as _, GuestCommand, GuestHandle, Microvm, start_time},
-};
+use svc_control::api::ExecUser;
 use svc_tests::{
     require_root,
-    world::{World, image_dir, microvm_env, microvm_images},
+    vm::{Overlay, mounts_under, output, sh, take_over},
+    world::{World, microvm_images},
 };
-use tokio::io::AsyncReadExt as _;
-
-const PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
-
-/// An overlay of the base image at `dir/merged` (upper and work beside it) with `/marker`.
-struct Overlay(PathBuf);
-
-impl Overlay {
-    fn mount(dir: &Path) -> Self {
-        for d in ["upper", "work", "merged"] {
-            std::fs::create_dir_all(dir.join(d)).expect("overlay dirs");
-        }
-        let lower = image_dir().join("rootfs");
-        let opts = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            lower.display(),
-            dir.join("upper").display(),
-            dir.join("work").display()
-        );
-        let merged = dir.join("merged");
-        let ok = Command::new("mount")
-            .args(["-t", "overlay", "overlay", "-o", &opts])
-            .arg(&merged)
-            .status()
-            .expect("mount");
-        assert!(ok.success(), "mounting the overlay");
-        std::fs::write(merged.join("marker"), "the pod container's tree\n").expect("marker");
-        // Named without a link, as attach_tree takes it.
-        Self(merged.canonicalize().expect("canonical"))
-    }
-}
-
-impl Drop for Overlay {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// What a command said on stdout and its exit code.
-async fn output(
-    vm: &Microvm,
-    guest: &GuestHandle,
-    cmd: GuestCommand,
-    root: Option<&str>,
-) -> (i32, String) {
-    let mut h = match root {
-        Some(r) => vm.exec_in_root(guest, &cmd, r).await,
-        None => vm.exec(guest, &cmd).await,
-    }
-    .expect("exec");
-    let mut out = String::new();
-    if let Some(mut s) = h.stdout.take() {
-        s.read_to_string(&mut out).await.expect("stdout");
-    }
-    let mut err = String::new();
-    if let Some(mut s) = h.stderr.take() {
-        let _ = s.read_to_string(&mut err).await;
-    }
-    let code = h.wait().await.expect("exit code");
-    (code, format!("{out}{err}"))
-}
-
-fn sh(script: &str) -> GuestCommand {
-    GuestCommand {
-        argv: ["sh", "-c", script].map(str::to_owned).to_vec(),
-        env: vec![("PATH".into(), PATH.into())],
-        ..GuestCommand::default()
-    }
-}
-
-/// Mount points of process `pid` (its namespace's `mountinfo`) under `path`.
-fn mounts_under(pid: &str, path: &Path) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_owned))
-        .filter(|m| Path::new(m).starts_with(path))
-        .collect()
-}
 
 /// The trees mounted in the share as virtiofsd `pid` sees it (its root is the share: a tree
 /// is `/<hex of its guest path>`).
@@ -133,33 +49,15 @@ fn a_tree_attached_to_a_running_vm_is_its_execs_root_and_detaching_leaves_nothin
     microvm_images();
     let mut w = World::start();
     w.svc_ok(&["sandbox", "create", "--backend", "microvm", "trees"]);
-    let pid = u32::try_from(w.show("trees")["pid"].as_u64().expect("pid")).expect("pid");
     let vm_dir = w.dir.join("state/sandboxes/trees");
     let share = vm_dir.join("trees");
     // The trees share's virtiofsd (its parent and its sandboxed child).
     let helpers = virtiofsds(&vm_dir);
     assert!(!helpers.is_empty(), "no virtiofsd serves the trees share");
     let overlay = Overlay::mount(&w.dir.join("c1"));
+    std::fs::write(overlay.0.join("marker"), "the pod container's tree\n").expect("marker");
     // The VM outlives svcd; this test's backend takes over its agent.
-    w.kill_svcd();
-
-    let host = svc_control::config::loader::load_host_config(Some(&w.config)).expect("config");
-    let env = microvm_env();
-    let vm = Microvm::new(
-        &host.microvm,
-        &host.state_dir,
-        &host.container.cgroup_parent,
-        |k| {
-            env.iter()
-                .find(|(var, _)| *var == k)
-                .map(|(_, p)| p.clone().into_os_string())
-        },
-    );
-    let guest = GuestHandle {
-        name: "trees".into(),
-        pid,
-        start: start_time(pid).expect("QEMU runs"),
-    };
+    let (vm, guest) = take_over(&mut w, "trees");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         vm.attach_tree(&guest, &overlay.0, "/pod/c1")
@@ -278,21 +176,11 @@ fn a_microvm_exec_runs_as_the_user_it_names() {
         "argv": ["sh", "-c", "[ \"$(id -u) $(id -G)\" = '1234 1234 4 27' ]"],
         "user": {"uid": 1234, "gid": 1234, "additional_gids": [27, 4]},
     });
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/vmusers/exec",
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec("vmusers", &body);
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("{\"exit\":0}"), "{answer}");
     let body = serde_json::json!({"argv": ["id"], "user": {"uid": 70000, "gid": 0}});
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/vmusers/exec",
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec("vmusers", &body);
     assert_eq!(status, 400, "{answer}");
     assert!(answer.contains("uid 70000 is outside"), "{answer}");
     w.destroy_checked("vmusers");

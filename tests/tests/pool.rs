@@ -11,12 +11,7 @@
 //! `.git/hooks` read-only); a link planted at a mount point in a pooled guest is refused and
 //! that guest removed; destroy leaves no mount on the host.
 
-use std::{
-    os::unix::fs::MetadataExt as _,
-    path::Path,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{os::unix::fs::MetadataExt as _, path::Path, process::Command, time::Duration};
 
 use svc_tests::{
     project::{MINIMAL_WORKSPACE, chown_tree, project_at},
@@ -29,16 +24,7 @@ const POOL: &str = "\n[pool]\ncontainer = 2\nrefill_per_second = 20\n";
 
 /// Wait until the container pool holds `n` sandboxes.
 fn wait_pool(w: &World, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while w.metric(r#"svc_pool_size{backend="container"}"#) != n {
-        assert!(
-            Instant::now() < deadline,
-            "the pool did not reach {n} within 60 s:\n{}\n{}",
-            w.metrics(),
-            w.svcd_log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    w.wait_pool("container", n, Duration::from_secs(60));
 }
 
 /// The containers the runtime knows in this world.

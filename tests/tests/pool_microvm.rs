@@ -17,18 +17,9 @@ use svc_tests::{
 /// svcd.toml's extra lines: one booted VM kept ready.
 const POOL: &str = "\n[pool]\nmicrovm = 1\nrefill_per_second = 20\n";
 
-/// Wait until the microvm pool holds `n` VMs (a boot under TCG takes seconds).
+/// Wait until the microvm pool holds `n` sandboxes.
 fn wait_pool(w: &World, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while w.metric(r#"svc_pool_size{backend="microvm"}"#) != n {
-        assert!(
-            Instant::now() < deadline,
-            "the microvm pool did not reach {n} within 180 s:\n{}\n{}",
-            w.metrics(),
-            w.svcd_log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    w.wait_pool("microvm", n, Duration::from_secs(180));
 }
 
 /// The QEMU processes running now whose command line names `needle`.

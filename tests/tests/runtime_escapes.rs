@@ -1,12 +1,16 @@
 //! The runtime's own escapes (docs/isolation.md): a container is never created over files a
 //! guest wrote, and svcd says at start when its runc predates the fixes for CVE-2025-31133,
 //! CVE-2025-52565 and CVE-2025-52881. From inside a real container sandbox, with the real svcd
-//! and runc.
+//! and runc. `cri_escapes.rs` plants the same tree in a pod container's own layer.
 #![expect(clippy::expect_used, reason = "test helpers")]
 
 use std::{os::unix::fs::PermissionsExt as _, path::Path};
 
-use svc_tests::{require_root, world::World};
+use svc_tests::{
+    escapes::{InSandbox, RemovedAtEnd, plant_hostile_layer},
+    require_root,
+    world::World,
+};
 
 /// A guest's writable layer ends with its sandbox, however the guest shaped it: a tree deeper
 /// than svcd's stack and descriptors allow a recursive walk (which crashed svcd at destroy, or
@@ -21,17 +25,7 @@ fn a_guest_written_layer_never_reaches_a_later_create() {
     let w = World::start_with("disk_mib = 0");
     let create = ["sandbox", "create", "--backend", "container", "reuse"];
     w.svc_ok(&create);
-    let (code, out, err) = w.sh(
-        "reuse",
-        "echo planted > /etc/planted && ln -s /proc/sys/kernel/core_pattern /etc/null-link && \
-         cd /var/tmp && python3 -c '
-import os
-for _ in range(25000):
-    os.mkdir(\"d\")
-    os.chdir(\"d\")
-print(\"deep\")'",
-    );
-    assert!(code == 0 && out.contains("deep"), "{out}{err}");
+    plant_hostile_layer(&InSandbox::new(&w, "reuse"));
     let dir = w.dir.join("state/sandboxes/reuse");
     // Dropped before the world: whatever the guest's tree outlives goes without a recursive
     // walk (the world's own removal would overflow this test's stack on it).
@@ -80,18 +74,6 @@ print(\"deep\")'",
         w.svcd_log()
     );
     w.destroy_checked("reuse");
-}
-
-/// A directory removed with `rm -rf` when dropped.
-struct RemovedAtEnd(std::path::PathBuf);
-
-impl Drop for RemovedAtEnd {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rm")
-            .args(["-rf", "--one-file-system", "--"])
-            .arg(&self.0)
-            .status();
-    }
 }
 
 /// A runc that reports `version` (and runs the real one for everything else).

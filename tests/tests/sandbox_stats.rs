@@ -88,12 +88,7 @@ fn a_microvms_figures_are_its_vms_and_it_runs_commands_as_the_user_named() {
     assert_eq!(s["pids_current"], serde_json::Value::Null, "{s}");
 
     let body = serde_json::json!({"argv": ["id"], "user": {"uid": 1000, "gid": 1000}});
-    let (status, answer) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/vmfig/exec",
-        Some(body.to_string().as_bytes()),
-    );
+    let (status, answer) = w.api_exec("vmfig", &body);
     // The guest's agent takes the user (groups, gid, then uid) as the container backend does.
     assert_eq!(status, 200, "{answer}");
     // "uid=1000 gid=1000 groups=1000\n", base64.

@@ -4,37 +4,10 @@
 //! an svcd restart too); the real values appear nowhere in the guests, svcd's log, the audit,
 //! the listing, or svcd's state on disk (sealed with the host key).
 
-use std::{
-    io::Write as _,
-    process::{Command, Output, Stdio},
-};
-
-use svc_tests::{
-    require_root,
-    world::{World, workspace_bin},
-};
+use svc_tests::{require_root, world::World};
 
 const FIRST: &str = "store-value-one-5b2e";
 const SECOND: &str = "store-value-two-9c4d";
-
-/// `svc secret …` with `value` on standard input.
-fn with_stdin(w: &World, args: &[&str], value: &str) -> Output {
-    let mut child = Command::new(workspace_bin("svc"))
-        .args(args)
-        .env("SVC_SOCKET", &w.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("svc");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{value}\n").as_bytes())
-        .expect("write");
-    child.wait_with_output().expect("svc")
-}
 
 /// What the outside world's allowed host last received as Authorization on `path`.
 fn request(w: &World, sandbox: &str, path: &str) {
@@ -55,12 +28,12 @@ fn create(w: &World, name: &str) {
 fn stored_secrets_are_brokered_rotated_and_never_shown() {
     require_root();
     let mut w = World::start();
-    let out = with_stdin(&w, &["secret", "set", "example", "--json"], FIRST);
+    let out = w.svc_stdin(&["secret", "set", "example", "--json"], FIRST);
     assert!(out.status.success(), "{out:?}");
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(info["version"], 1, "{info}");
     // Taken again: refused, pointing at rotate.
-    let out = with_stdin(&w, &["secret", "set", "example"], FIRST);
+    let out = w.svc_stdin(&["secret", "set", "example"], FIRST);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("rotate"),
@@ -77,7 +50,7 @@ fn stored_secrets_are_brokered_rotated_and_never_shown() {
     );
 
     // Rotation: new sandboxes get the new value; the running one keeps its own.
-    let out = with_stdin(&w, &["secret", "rotate", "example", "--json"], SECOND);
+    let out = w.svc_stdin(&["secret", "rotate", "example", "--json"], SECOND);
     assert!(out.status.success(), "{out:?}");
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(info["version"], 2, "{info}");
@@ -170,8 +143,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
     let w = World::start_with_credentials("refresh_poll_secs = 1");
     // A refresh token the endpoint does not take, or an endpoint that is not HTTPS: nothing
     // is stored.
-    let out = with_stdin(
-        &w,
+    let out = w.svc_stdin(
         &["secret", "set", "bad", "--oauth-token-endpoint", ENDPOINT],
         "rt-wrong",
     );
@@ -183,8 +155,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
         )),
         "{err}"
     );
-    let out = with_stdin(
-        &w,
+    let out = w.svc_stdin(
         &[
             "secret",
             "set",
@@ -199,8 +170,7 @@ fn oauth_secrets_are_refreshed_on_the_host_and_an_expired_one_is_refused_by_name
         "{out:?}"
     );
     // Tokens of 20 seconds: refreshed after 10.
-    let out = with_stdin(
-        &w,
+    let out = w.svc_stdin(
         &[
             "secret",
             "set",

@@ -69,7 +69,9 @@ enum Command {
     /// and HTTP/2, leaf minting) or
     /// `sandbox` (svc sandbox create to the first HTTPS request, and destroy, beside runc's
     /// own run, exec and delete of the same bundle) or `microvm` (the lifecycle canary's steps
-    /// beside a bare QEMU boot of the same images) or `git-ssh` (a clone over SSH through the
+    /// beside a bare QEMU boot of the same images) or `claim` (a microvm pool claim's guest
+    /// step: bare VMs by machine and disk variant, interleaved, with QEMU's CPU time; `--svcd`:
+    /// through two svcds at once, `--before SVCD` against an older svcd binary) or `git-ssh` (a clone over SSH through the
     /// relay from a sandbox beside the host's own ssh to the same server) or `scale` (container
     /// sandboxes created up to the largest count live at once: create time, svcd's nftables
     /// step beside a whole-set rewrite, list latency and memory at each count, requests from
@@ -83,7 +85,7 @@ enum Command {
     /// through `runc exec`, alternating on one svcd; rounds as the argument, default 100).
     Bench {
         /// Which benchmark.
-        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "git-ssh", "scale", "soak", "runtime", "exec"])]
+        #[arg(value_parser = ["policy", "fence", "dns", "proxy", "sandbox", "microvm", "claim", "git-ssh", "scale", "soak", "runtime", "exec"])]
         which: String,
         /// Arguments for the benchmark (`scale`: the counts; `soak`: the seconds, default 180;
         /// `fence`: the alternating rounds, default 5; `proxy`: `--rounds N` of each comparison
@@ -91,7 +93,8 @@ enum Command {
         /// `--warm-up N`, default 3; `sandbox`: `--id-ranges both` for shared against
         /// per-sandbox id ranges alternating in one run, with `--rounds N`, default 20, or
         /// `--pool [--rounds N]`: cold on crun and on runc 1.1.5 beside the warm pools, default
-        /// 50, and the microvm pool, at most 10).
+        /// 50, and the microvm pool, at most 10; `claim`: `--rounds N`, `--variants A,B`, or
+        /// `--svcd [--before SVCD | --no-disk] [--idle]`).
         args: Vec<String>,
     },
     /// Build the Debian package `svc_<version>_amd64.deb` (svcd, svc, the guest binaries, man
@@ -184,6 +187,13 @@ fn bench(which: &str, args: &[String]) -> anyhow::Result<()> {
         "sandbox" => demo::build_bins(true).and_then(|()| {
             ui::run(std::process::Command::new("target/release/sandbox-bench").args(args))
         }),
+        // The microvm claim's guest step (`tests/src/bin/claim-bench.rs`): bare VMs by
+        // variant, or `--svcd` through two svcds.
+        "claim" => demo::build_bins(true)
+            .and_then(|()| images::build_all(&images::default_dir()))
+            .and_then(|()| {
+                ui::run(std::process::Command::new("target/release/claim-bench").args(args))
+            }),
         "microvm" => demo::build_bins(true)
             .and_then(|()| images::build_all(&images::default_dir()))
             .and_then(|()| {

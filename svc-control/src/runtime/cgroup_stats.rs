@@ -65,6 +65,82 @@ enum Version {
     V2,
 }
 
+/// Where a cgroup version keeps the figures: one reader serves both.
+struct Files {
+    /// The memory controller's usage and limit files.
+    memory: (&'static str, &'static str),
+    cpu: CpuFiles,
+}
+
+/// CPU time in all, in user mode and in the kernel.
+struct CpuFiles {
+    total: Field,
+    user: Field,
+    system: Field,
+}
+
+/// A figure in a controller's directory: a file holding one number, or the value of a key in
+/// a `key value` file; `scale` turns its unit into nanoseconds.
+struct Field {
+    file: &'static str,
+    key: Option<&'static str>,
+    scale: u64,
+}
+
+impl Version {
+    fn files(self) -> Files {
+        match self {
+            Self::V1 => Files {
+                memory: ("memory.usage_in_bytes", "memory.limit_in_bytes"),
+                cpu: CpuFiles {
+                    total: Field::whole("cpuacct.usage"),
+                    user: Field::whole("cpuacct.usage_user"),
+                    system: Field::whole("cpuacct.usage_sys"),
+                },
+            },
+            Self::V2 => Files {
+                memory: ("memory.current", "memory.max"),
+                cpu: CpuFiles {
+                    total: Field::cpu_stat_usec("usage_usec"),
+                    user: Field::cpu_stat_usec("user_usec"),
+                    system: Field::cpu_stat_usec("system_usec"),
+                },
+            },
+        }
+    }
+}
+
+impl Field {
+    /// A file holding one number of nanoseconds (v1's `cpuacct.*`).
+    const fn whole(file: &'static str) -> Self {
+        Self {
+            file,
+            key: None,
+            scale: 1,
+        }
+    }
+
+    /// A key of v2's `cpu.stat`, in microseconds.
+    const fn cpu_stat_usec(key: &'static str) -> Self {
+        Self {
+            file: "cpu.stat",
+            key: Some(key),
+            scale: 1000,
+        }
+    }
+
+    /// The figure in `dir`: an error where its file cannot be read (or a whole-file figure is
+    /// not a number), none where a keyed file has no such key.
+    fn read(&self, dir: &Path) -> Result<Option<u64>, String> {
+        let path = dir.join(self.file);
+        let value = match self.key {
+            None => Some(read_u64(&path)?),
+            Some(key) => keyed(&read(&path)?, key),
+        };
+        Ok(value.map(|v| v.saturating_mul(self.scale)))
+    }
+}
+
 impl Host {
     /// A container sandbox whose init is `pid`: every figure of its cgroup.
     pub fn container(&self, pid: u32) -> Result<Figures, String> {
@@ -75,20 +151,10 @@ impl Host {
         };
         self.memory(&dirs, &mut f)?;
         if let Some((dir, v)) = &dirs.cpu {
-            match v {
-                Version::V1 => {
-                    f.cpu_ns = read_u64(&dir.join("cpuacct.usage"))?;
-                    f.cpu_user_ns = read_u64(&dir.join("cpuacct.usage_user")).ok();
-                    f.cpu_system_ns = read_u64(&dir.join("cpuacct.usage_sys")).ok();
-                }
-                Version::V2 => {
-                    let stat = read(&dir.join("cpu.stat"))?;
-                    let field = |k: &str| keyed(&stat, k).map(|us| us.saturating_mul(1000));
-                    f.cpu_ns = field("usage_usec").unwrap_or(0);
-                    f.cpu_user_ns = field("user_usec");
-                    f.cpu_system_ns = field("system_usec");
-                }
-            }
+            let cpu = v.files().cpu;
+            f.cpu_ns = cpu.total.read(dir)?.unwrap_or(0);
+            f.cpu_user_ns = cpu.user.read(dir).ok().flatten();
+            f.cpu_system_ns = cpu.system.read(dir).ok().flatten();
         }
         if let Some((dir, _)) = &dirs.pids {
             f.pids_current = Some(read_u64(&dir.join("pids.current"))?);
@@ -142,13 +208,7 @@ impl Host {
     pub fn frozen(&self, pid: u32) -> Result<bool, String> {
         let text = read(&self.proc_root.join(pid.to_string()).join("cgroup"))?;
         let mut v2_path = None;
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(id), Some(controllers), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
+        for (id, controllers, path) in cgroup_lines(&text) {
             let rel = path.trim_start_matches('/');
             if id == "0" && controllers.is_empty() {
                 v2_path = Some(rel.to_owned());
@@ -161,29 +221,28 @@ impl Host {
         let Some(rel) = v2_path else {
             return Ok(false);
         };
-        let root = &self.cgroup_root;
-        let v2_root = if root.join("cgroup.controllers").exists() {
-            root.clone()
-        } else {
-            root.join("unified")
-        };
-        let freeze = v2_root.join(rel).join("cgroup.freeze");
+        let freeze = self.v2_root().join(rel).join("cgroup.freeze");
         Ok(read_if_there(&freeze)?.is_some_and(|v| v.trim() == "1"))
     }
 
     fn memory(&self, dirs: &Dirs, f: &mut Figures) -> Result<(), String> {
-        match &dirs.memory {
-            Some((dir, Version::V1)) => {
-                f.memory_bytes = read_u64(&dir.join("memory.usage_in_bytes"))?;
-                f.memory_limit = limit(&read(&dir.join("memory.limit_in_bytes"))?);
-            }
-            Some((dir, Version::V2)) => {
-                f.memory_bytes = read_u64(&dir.join("memory.current"))?;
-                f.memory_limit = limit(&read(&dir.join("memory.max"))?);
-            }
-            None => {}
+        if let Some((dir, v)) = &dirs.memory {
+            let (usage, max) = v.files().memory;
+            f.memory_bytes = read_u64(&dir.join(usage))?;
+            f.memory_limit = limit(&read(&dir.join(max))?);
         }
         Ok(())
+    }
+
+    /// The v2 hierarchy's root: the cgroup root itself on a v2 host, `unified/` under it on a
+    /// hybrid one.
+    fn v2_root(&self) -> PathBuf {
+        let root = &self.cgroup_root;
+        if root.join("cgroup.controllers").exists() {
+            root.clone()
+        } else {
+            root.join("unified")
+        }
     }
 
     /// Where `pid`'s memory, cpu accounting and pids controllers are.
@@ -191,20 +250,9 @@ impl Host {
         let file = self.proc_root.join(pid.to_string()).join("cgroup");
         let text = read(&file)?;
         let root = &self.cgroup_root;
-        let v2_root = if root.join("cgroup.controllers").exists() {
-            root.clone()
-        } else {
-            root.join("unified")
-        };
         let mut dirs = Dirs::default();
         let mut v2_path = None;
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(id), Some(controllers), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
+        for (id, controllers, path) in cgroup_lines(&text) {
             let rel = path.trim_start_matches('/');
             if id == "0" && controllers.is_empty() {
                 v2_path = Some(path.to_owned());
@@ -225,7 +273,7 @@ impl Host {
         }
         // A controller on no v1 hierarchy is the v2 one's, where it is enabled there.
         if let Some(path) = v2_path {
-            let dir = v2_root.join(path.trim_start_matches('/'));
+            let dir = self.v2_root().join(path.trim_start_matches('/'));
             let on = |file: &str| dir.join(file).exists();
             if dirs.memory.is_none() && on("memory.current") {
                 dirs.memory = Some((dir.clone(), Version::V2));
@@ -268,6 +316,15 @@ fn limit(text: &str) -> Option<u64> {
         return None;
     }
     t.parse::<u64>().ok().filter(|v| *v < (1 << 62))
+}
+
+/// `/proc/PID/cgroup`'s lines as (hierarchy id, controllers, path); a malformed line is
+/// passed over.
+fn cgroup_lines(text: &str) -> impl Iterator<Item = (&str, &str, &str)> {
+    text.lines().filter_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        Some((parts.next()?, parts.next()?, parts.next()?))
+    })
 }
 
 /// `key value` lines: the value of `key`.

@@ -32,7 +32,7 @@ pub(super) async fn run(
     let Some(program) = exec.argv.first() else {
         return error(id, "exec needs a command".into());
     };
-    let confinement = match Confinement::of(&exec) {
+    let confinement = match Confinement::of(&exec, style) {
         Ok(c) => c,
         Err(e) => return error(id, e),
     };

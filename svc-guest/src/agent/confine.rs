@@ -1,53 +1,48 @@
 //! Who and where a command runs as: the user of [`Exec::user`] (its uid, gid and only its
 //! supplementary groups) and the root of [`Exec::root`] (chrooted into, its working directory
-//! inside it), set in the child between fork and exec.
+//! inside it), set in the child between fork and exec by the shared [`crate::enter::Entry`].
 
-use std::ffi::CString;
+use super::ExecStyle;
+use crate::{
+    enter::{Entry, container_root},
+    proto::Exec,
+};
 
-use crate::proto::{Exec, User};
-
-/// What the child does before exec, prepared before the fork (the child allocates nothing).
+/// What the child does before exec, prepared before the fork (the child allocates nothing):
+/// the shared [`Entry`], as the exec asks for it.
 #[derive(Debug, Default)]
-pub(super) struct Confinement {
-    /// Chroot here, then change into `cwd` inside it.
-    root: Option<(CString, CString)>,
-    user: Option<(
-        rustix::process::Uid,
-        rustix::process::Gid,
-        Vec<rustix::process::Gid>,
-    )>,
-}
+pub(super) struct Confinement(Entry);
 
 impl Confinement {
-    /// The confinement `exec` asks for; what is wrong with it, named.
-    pub(super) fn of(exec: &Exec) -> Result<Self, String> {
+    /// The confinement `exec` asks for, run in `style`; what is wrong with it, named. A
+    /// container guest's (`svc-init`'s, [`ExecStyle::Runtime`]) root must be a pod
+    /// container's, as `svc-init --enter` requires.
+    pub(super) fn of(exec: &Exec, style: ExecStyle) -> Result<Self, String> {
         let root = match &exec.root {
             None => None,
             Some(root) => {
-                plain_absolute("root", root)?;
-                let cwd = exec.cwd.as_deref().unwrap_or("/");
-                plain_absolute("working directory", cwd)?;
-                Some((c_string(root)?, c_string(cwd)?))
+                if style == ExecStyle::Runtime {
+                    container_root(root)?;
+                }
+                Some((root.as_str(), exec.cwd.as_deref().unwrap_or("/")))
             }
         };
-        let user = exec.user.as_ref().map(ids).transpose()?;
-        Ok(Self { root, user })
-    }
-
-    /// Whether there is anything to do (else the command runs as the agent does).
-    pub(super) fn is_empty(&self) -> bool {
-        self.root.is_none() && self.user.is_none()
+        let user = exec
+            .user
+            .as_ref()
+            .map(|u| (u.uid, u.gid, u.groups.as_slice()));
+        Entry::new(root, user).map(Self)
     }
 
     /// Whether the working directory is set here (inside the root), not by the command.
     pub(super) fn sets_cwd(&self) -> bool {
-        self.root.is_some()
+        self.0.sets_cwd()
     }
 
     /// Have `cmd`'s child take this confinement just before it runs the program (after its
     /// terminal and session are set up, which need the agent's root and ids).
     pub(super) fn apply(self, cmd: &mut tokio::process::Command) {
-        if self.is_empty() {
+        if self.0.is_empty() {
             return;
         }
         #[expect(unsafe_code, reason = "pre_exec: the command's root and ids")]
@@ -55,24 +50,8 @@ impl Confinement {
         // setgroups, setgid, setuid) on data prepared before the fork; it allocates nothing and
         // takes no locks.
         unsafe {
-            cmd.pre_exec(move || self.enter());
+            cmd.pre_exec(move || self.0.enter());
         }
-    }
-
-    /// In the child: the root first (chroot needs the agent's privilege), then the groups and
-    /// ids, the uid last (after it nothing may change ids again).
-    fn enter(&self) -> std::io::Result<()> {
-        if let Some((root, cwd)) = &self.root {
-            rustix::process::chroot(root.as_c_str())?;
-            rustix::process::chdir(cwd.as_c_str())?;
-        }
-        if let Some((uid, gid, groups)) = &self.user {
-            // The child is single-threaded: the per-thread calls are the process's.
-            rustix::thread::set_thread_groups(groups)?;
-            rustix::thread::set_thread_gid(*gid)?;
-            rustix::thread::set_thread_uid(*uid)?;
-        }
-        Ok(())
     }
 }
 
@@ -89,59 +68,10 @@ pub(super) fn seen_cwd(exec: &Exec) -> String {
     }
 }
 
-fn ids(
-    user: &User,
-) -> Result<
-    (
-        rustix::process::Uid,
-        rustix::process::Gid,
-        Vec<rustix::process::Gid>,
-    ),
-    String,
-> {
-    // The host checked the ids (`policy::exec_user`); the agent refuses what no user may be.
-    if user.uid == u32::MAX || user.gid == u32::MAX || user.groups.contains(&u32::MAX) {
-        return Err(format!(
-            "user {}:{}: id 4294967295 is no user's (it means \"unchanged\")",
-            user.uid, user.gid
-        ));
-    }
-    if user.groups.len() > 64 {
-        return Err(format!(
-            "user {}:{}: {} supplementary groups, the limit is 64",
-            user.uid,
-            user.gid,
-            user.groups.len()
-        ));
-    }
-    Ok((
-        rustix::process::Uid::from_raw(user.uid),
-        rustix::process::Gid::from_raw(user.gid),
-        user.groups
-            .iter()
-            .map(|g| rustix::process::Gid::from_raw(*g))
-            .collect(),
-    ))
-}
-
-/// `path` (called `what`) is absolute and has no `..`.
-fn plain_absolute(what: &str, path: &str) -> Result<(), String> {
-    let p = std::path::Path::new(path);
-    if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir) {
-        return Err(format!(
-            "{what} {path:?}: not an absolute path without `..`"
-        ));
-    }
-    Ok(())
-}
-
-fn c_string(s: &str) -> Result<CString, String> {
-    CString::new(s).map_err(|_| format!("{s:?} has a NUL byte"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::User;
 
     #[test]
     fn a_bad_root_or_user_is_named_before_anything_runs() {
@@ -162,15 +92,26 @@ mod tests {
             (exec(Some("/pod/c1"), Some("../x"), 1), "working directory"),
             (exec(None, None, u32::MAX), "no user's"),
         ] {
-            let err = Confinement::of(&e).expect_err(want);
+            let err = Confinement::of(&e, ExecStyle::Agent).expect_err(want);
             assert!(err.contains(want), "{err}");
         }
-        let ok = Confinement::of(&exec(Some("/pod/c1"), Some("/srv"), 1000)).expect("ok");
-        assert!(ok.sets_cwd() && !ok.is_empty());
+        let ok = Confinement::of(&exec(Some("/pod/c1"), Some("/srv"), 1000), ExecStyle::Agent)
+            .expect("ok");
+        assert!(ok.sets_cwd() && !ok.0.is_empty());
         assert_eq!(
             seen_cwd(&exec(Some("/pod/c1/"), Some("/srv"), 1)),
             "/pod/c1/srv"
         );
-        assert!(Confinement::of(&Exec::default()).expect("none").is_empty());
+        assert!(
+            Confinement::of(&Exec::default(), ExecStyle::Agent)
+                .expect("none")
+                .0
+                .is_empty()
+        );
+        // A container guest's root is a pod container's, nothing else.
+        let e = Confinement::of(&exec(Some("/pod/c1"), None, 1), ExecStyle::Runtime)
+            .expect_err("not a container root");
+        assert!(e.contains("is not a container root"), "{e}");
+        assert!(Confinement::of(&exec(Some("/.svc/ctr/c1"), None, 1), ExecStyle::Runtime).is_ok());
     }
 }

@@ -250,10 +250,7 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
             ),
             Request::Mount { tag, path } => {
                 blocking(id, "mount", move || {
-                    let p = std::path::Path::new(&path);
-                    if !p.is_absolute()
-                        || p.components().any(|c| c == std::path::Component::ParentDir)
-                    {
+                    if !crate::enter::is_plain_absolute(std::path::Path::new(&path)) {
                         return Err(format!("{path}: not an absolute path without `..`"));
                     }
                     system.mount(&tag, &path)
@@ -300,11 +297,7 @@ async fn write_file(
     out: &Out,
 ) -> Frame {
     let path = std::path::PathBuf::from(path);
-    if !path.is_absolute()
-        || path
-            .components()
-            .any(|c| c == std::path::Component::ParentDir)
-    {
+    if !crate::enter::is_plain_absolute(&path) {
         return error(
             id,
             format!("{}: not an absolute path without `..`", path.display()),

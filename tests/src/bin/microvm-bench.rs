@@ -17,22 +17,11 @@ use svc_control::runtime::microvm::{
     qmp::Qmp,
 };
 use svc_tests::{
-    unique,
+    ms_stats, unique,
     world::{World, microvm_images},
 };
 
 const ROUNDS: usize = 5;
-
-fn stats(v: &mut [f64]) -> String {
-    v.sort_by(f64::total_cmp);
-    format!(
-        "median {:>8.1} ms  (range {:.1}–{:.1}, n={})",
-        v[v.len() / 2],
-        v[0],
-        v[v.len() - 1],
-        v.len()
-    )
-}
 
 /// One bare boot: overlay, QEMU paused, cont, the agent's hello; then quit. Milliseconds.
 async fn bare_boot(images: &Images, accel: Accel) -> f64 {
@@ -159,31 +148,31 @@ fn main() {
     );
     println!(
         "  bare QEMU boot to the agent's hello  {}",
-        stats(&mut bare)
+        ms_stats(&mut bare)
     );
     println!(
         "  svc create → READY                   {}",
-        stats(&mut create)
+        ms_stats(&mut create)
     );
     println!(
         "  pause                                {}",
-        stats(&mut pause)
+        ms_stats(&mut pause)
     );
     println!(
         "  snapshot (fork, source paused)       {}",
-        stats(&mut snapshot)
+        ms_stats(&mut snapshot)
     );
     println!(
         "  fork → clone READY                   {}",
-        stats(&mut fork_ready)
+        ms_stats(&mut fork_ready)
     );
     println!(
         "  resume                               {}",
-        stats(&mut resume)
+        ms_stats(&mut resume)
     );
     println!(
         "  destroy (source and clone)           {}",
-        stats(&mut destroy)
+        ms_stats(&mut destroy)
     );
     // Where svcd's part of create goes (its debug log: launch, fence and cont, boot to the
     // agent's hello, setup), for the last rounds.

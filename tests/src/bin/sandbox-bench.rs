@@ -211,31 +211,7 @@ fn timed_curl(w: &World, name: &str, extra: &[&str]) -> Option<[Duration; 5]> {
 /// The median of each step svcd's log gives its creates of sandboxes named `prefix…`
 /// (`phases=files=1.0ms guest=40.0ms …`), in the log's order.
 fn phase_medians(w: &World, prefix: &str) -> String {
-    let log = w.svcd_log();
-    let mut steps: Vec<(String, Vec<Duration>)> = Vec::new();
-    let mine = format!("sandbox={prefix}");
-    for line in log
-        .lines()
-        .filter(|l| l.contains("sandbox created") && l.contains(&mine))
-    {
-        let Some((_, phases)) = line.split_once("phases=") else {
-            continue;
-        };
-        for part in phases.split_whitespace() {
-            let Some((step, v)) = part.split_once('=') else {
-                continue;
-            };
-            let Some(ms) = v.strip_suffix("ms").and_then(|m| m.parse::<f64>().ok()) else {
-                continue;
-            };
-            let d = Duration::from_secs_f64(ms / 1000.0);
-            match steps.iter_mut().find(|(s, _)| s == step) {
-                Some((_, v)) => v.push(d),
-                None => steps.push((step.to_owned(), vec![d])),
-            }
-        }
-    }
-    steps
+    w.create_phases(prefix)
         .iter_mut()
         .map(|(s, v)| format!("{s} {}", ms(median(v))))
         .collect::<Vec<_>>()

@@ -63,6 +63,37 @@ impl World {
             .unwrap_or_else(|e| panic!("{e}\nsvcd log:\n{}", self.svcd_log()))
     }
 
+    /// `svc ARGS` with `value` and a newline on its standard input (as a secret's value is
+    /// given), run to its end.
+    pub fn svc_stdin(&self, args: &[&str], value: &str) -> Output {
+        use std::io::Write as _;
+        let mut child = self
+            .svc_command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("svc");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(format!("{value}\n").as_bytes())
+            .expect("write");
+        child.wait_with_output().expect("svc")
+    }
+
+    /// `svc secret set NAME --pod-namespace NS…` with `value` on its standard input, which
+    /// must succeed: pods of `namespaces` may name it.
+    pub fn store_secret(&self, name: &str, value: &str, namespaces: &[&str]) {
+        let mut args = vec!["secret", "set", name];
+        for ns in namespaces {
+            args.extend(["--pod-namespace", ns]);
+        }
+        let out = self.svc_stdin(&args, value);
+        assert!(out.status.success(), "svc secret set {name}: {out:?}");
+    }
+
     /// `svc …`, asserting success; its stdout.
     pub fn svc_ok(&self, args: &[&str]) -> String {
         self.succeeded(args, self.svc(args))
@@ -208,6 +239,12 @@ impl World {
     /// `svc sandbox show NAME --json`.
     pub fn show(&self, name: &str) -> serde_json::Value {
         serde_json::from_str(&self.svc_ok(&["sandbox", "show", name, "--json"])).expect("show json")
+    }
+
+    /// `POST /v1/sandboxes/NAME/exec` of `body` as root: (HTTP status, body).
+    pub fn api_exec(&self, name: &str, body: &serde_json::Value) -> (u16, String) {
+        let path = format!("/v1/sandboxes/{name}/exec");
+        self.api(&[], "POST", &path, Some(body.to_string().as_bytes()))
     }
 
     /// `curl` to svcd's API socket as root (or under `ids`, setpriv's): (HTTP status, body).

@@ -110,6 +110,18 @@ impl World {
         })
     }
 
+    /// [`World::start`] with svcd from `svcd` (the workspace's when `None`) and extra lines for
+    /// svcd.toml's `[microvm]` table (a `virtiofsd` line there replaces the tools' one) and for
+    /// its `[container]` table (and any after it).
+    pub fn start_with_tables(svcd: Option<&Path>, microvm: &str, container: &str) -> Self {
+        Self::start_full(&Options {
+            svcd,
+            microvm,
+            container,
+            ..Options::default()
+        })
+    }
+
     /// [`World::start`] with extra lines for svcd.toml's `[microvm]` table.
     pub fn start_with_microvm(microvm: &str) -> Self {
         Self::start_full(&Options {
@@ -349,7 +361,11 @@ cgroup_parent = "{cgroup_parent}"
 listen = "127.0.0.1:{METRICS_PORT}"
 "#,
         image = image.display(),
-        virtiofsd = tool_line("virtiofsd", "virtiofsd"),
+        virtiofsd = if o.microvm.lines().any(|l| l.starts_with("virtiofsd")) {
+            String::new()
+        } else {
+            tool_line("virtiofsd", "virtiofsd")
+        },
         vhost_vsock = tool_line("vhost_vsock", "vhost-device-vsock"),
         state = dir.join("state").display(),
         socket = dir.join("svcd.sock").display(),

@@ -1,120 +1,31 @@
 //! The microvm trees share attacked from inside the VM (real QEMU), as microvm_trees.rs sets
 //! it up: svcd makes the VM, the test's own backend takes its agent over to attach a tree.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use svc_control::{
     api::ExecUser,
-    runtime::{Backend as _, GuestCommand, GuestHandle, Microvm, start_time},
+    runtime::{GuestHandle, Microvm},
 };
 use svc_tests::{
     require_root,
-    world::{World, image_dir, microvm_env, microvm_images},
+    vm::{Overlay, hex, mountinfo, mounts_under, output, sh, take_over},
+    world::{World, image_dir, microvm_images},
 };
-use tokio::io::AsyncReadExt as _;
 
 use super::setid_or_devices;
-
-const PATH: &str = "/usr/bin:/bin:/usr/sbin:/sbin";
-
-/// An overlay of the base image at `dir/merged` (upper and work beside it).
-struct Overlay(std::path::PathBuf);
-
-impl Overlay {
-    fn mount(dir: &Path) -> Self {
-        for d in ["upper", "work", "merged"] {
-            std::fs::create_dir_all(dir.join(d)).expect("overlay dirs");
-        }
-        let opts = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            image_dir().join("rootfs").display(),
-            dir.join("upper").display(),
-            dir.join("work").display()
-        );
-        let merged = dir.join("merged");
-        let ok = Command::new("mount")
-            .args(["-t", "overlay", "overlay", "-o", &opts])
-            .arg(&merged)
-            .status()
-            .expect("mount");
-        assert!(ok.success(), "mounting the overlay");
-        Self(merged.canonicalize().expect("canonical"))
-    }
-}
-
-impl Drop for Overlay {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-fn sh(script: &str) -> GuestCommand {
-    GuestCommand {
-        argv: ["sh", "-c", script].map(str::to_owned).to_vec(),
-        env: vec![("PATH".into(), PATH.into())],
-        ..GuestCommand::default()
-    }
-}
-
-/// What a command said (stdout then stderr) and its exit code.
-async fn output(
-    vm: &Microvm,
-    guest: &GuestHandle,
-    cmd: GuestCommand,
-    root: Option<&str>,
-) -> (i32, String) {
-    let mut h = match root {
-        Some(r) => vm.exec_in_root(guest, &cmd, r).await,
-        None => vm.exec(guest, &cmd).await,
-    }
-    .expect("exec");
-    let mut out = String::new();
-    if let Some(mut s) = h.stdout.take() {
-        s.read_to_string(&mut out).await.expect("stdout");
-    }
-    if let Some(mut s) = h.stderr.take() {
-        let _ = s.read_to_string(&mut out).await;
-    }
-    (h.wait().await.expect("exit code"), out)
-}
-
-/// The mount points of this process under `path`.
-fn mounts_under(path: &Path) -> Vec<String> {
-    mounts()
-        .into_iter()
-        .map(|(_, m)| m)
-        .filter(|m| Path::new(m).starts_with(path))
-        .collect()
-}
-
-/// This process's mounts as (mount id, mount point): the id tells a second mount over the
-/// same point (a mount over `/` reads `/` again) from the first.
-fn mounts() -> Vec<(String, String)> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some(((*f.first()?).to_owned(), (*f.get(4)?).to_owned()))
-        })
-        .collect()
-}
 
 /// The mounts made since `before`, leaving out those of the other tests' worlds running in
 /// this process beside `ours` (their sandboxes attach trees of their own meanwhile).
 fn new_mounts(before: &[(String, String)], ours: &Path) -> Vec<String> {
     let worlds = std::env::temp_dir().join("svw");
     let worlds = worlds.to_string_lossy().into_owned();
-    mounts()
+    mountinfo("self")
         .into_iter()
         .filter(|m| !before.contains(m))
         .map(|(_, m)| m)
         .filter(|m| !m.starts_with(&worlds) || Path::new(m).starts_with(ours))
         .collect()
-}
-
-fn hex(path: &str) -> String {
-    path.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Exec users the guest's ids do not hold, through svcd's API on a microvm: each refused.
@@ -130,45 +41,16 @@ fn exec_users_outside_the_guests_ids_are_refused(w: &World, name: &str) {
         serde_json::json!({"uid": -1, "gid": 0}),
     ] {
         let body = serde_json::json!({"argv": ["id"], "user": user});
-        let (status, answer) = w.api(
-            &[],
-            "POST",
-            &format!("/v1/sandboxes/{name}/exec"),
-            Some(body.to_string().as_bytes()),
-        );
+        let (status, answer) = w.api_exec(name, &body);
         assert_eq!(status, 400, "{user}: {answer}");
     }
-}
-
-/// The test's own backend over svcd's VM `name` (svcd killed first: the VM outlives it).
-fn take_over(w: &mut World, name: &str) -> (Microvm, GuestHandle) {
-    let pid = u32::try_from(w.show(name)["pid"].as_u64().expect("pid")).expect("pid");
-    w.kill_svcd();
-    let host = svc_control::config::loader::load_host_config(Some(&w.config)).expect("config");
-    let env = microvm_env();
-    let vm = Microvm::new(
-        &host.microvm,
-        &host.state_dir,
-        &host.container.cgroup_parent,
-        |k| {
-            env.iter()
-                .find(|(var, _)| *var == k)
-                .map(|(_, p)| p.clone().into_os_string())
-        },
-    );
-    let guest = GuestHandle {
-        name: name.into(),
-        pid,
-        start: start_time(pid).expect("QEMU runs"),
-    };
-    (vm, guest)
 }
 
 /// Names the guest plants at the share's top before the host makes them (a link to the
 /// guest's `/`, the host's `/` were it followed there; a link to `/etc`; a directory): each
 /// attach there refused, and no mount made on the host.
 async fn planted_names_are_refused(vm: &Microvm, guest: &GuestHandle, tree: &Path, world: &Path) {
-    let before = mounts();
+    let before = mountinfo("self");
     let planted = format!(
         "ln -s / /run/svc/trees/{l} && ln -s /etc /run/svc/trees/{e} && \
          mkdir /run/svc/trees/{d}",
@@ -296,7 +178,7 @@ fn a_vm_guest_gets_nothing_onto_the_host_through_the_trees_share() {
     w.start_svcd();
     w.destroy_checked("trees45");
     assert!(
-        mounts_under(&share).is_empty(),
+        mounts_under("self", &share).is_empty(),
         "the share is unmounted with the VM"
     );
     assert!(

@@ -17,18 +17,13 @@
 //! supplementary groups with runc's `--additional-gids` or, crun having no such flag, a
 //! `--process` file holding the whole process.
 
-use std::{process::Stdio, time::Duration};
+use std::process::Stdio;
 
 use super::{Container, oci};
 use crate::runtime::{
     ExecHandle, GuestCommand, GuestHandle, GuestProcess, RuntimeError,
-    microvm::channel::{Channel, NoAck},
+    microvm::channel::{Channel, NoAck, START},
 };
-
-/// How long the init has to take a command (to read its request: the command then runs as
-/// long as it runs). A guest that stops its init's server (`SIGSTOP`) gets an error within
-/// this, not an exec that waits for ever.
-const START: Duration = Duration::from_secs(10);
 
 impl Container {
     /// Run `cmd` in `guest` (checked to be running).

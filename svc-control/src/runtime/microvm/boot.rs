@@ -71,11 +71,12 @@ impl Microvm {
         let t2 = Instant::now();
         let channel = self.agent(&dir).await?;
         let t3 = Instant::now();
-        set_up_guest(&channel, spec, links, &shared, self.config.disk_mib).await?;
         if trees && spec.restore.is_none() {
-            // A clone's came with its memory.
+            // A clone's came with its memory. First: the set-up's last step flushes the
+            // guest's writes (`set_up_guest`), and the mount point is one.
             super::trees::mount_share(&channel).await?;
         }
+        set_up_guest(&channel, spec, links, &shared, self.config.disk_mib).await?;
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         tracing::debug!(
             disk_and_launch_ms = ms(t1 - t0),

@@ -13,9 +13,16 @@ use crate::runtime::{Claim, GuestLinks, GuestNet, GuestSpec, SharedDir};
 /// host name and files; the live mounts after it have their own limit).
 pub(super) const SETUP_LIMIT: Duration = Duration::from_secs(60);
 
-/// Everything the guest of `spec` needs once its agent answered: identity, network and files,
-/// then (a fresh guest only: a clone's came with its memory and disk) its live mounts on the
-/// `shared` devices and, when `disk_mib` is set, its root file system grown to its disk.
+/// Everything the guest of `spec` needs once its agent answered: (a fresh guest only: a
+/// clone's came with its memory and disk) its root file system grown to its disk when
+/// `disk_mib` is set; identity, network and files; (a fresh guest only) its live mounts on
+/// the `shared` devices; then the grown file system's writes flushed.
+///
+/// The first block allocation after a grown file system's journal commit costs the guest
+/// ~150 ms of emulated CPU under TCG, once (docs/PERFORMANCE.md, "The microvm claim
+/// regression"). The growth is committed (`sync`), the files written after it and flushed
+/// (`sync`) here, at the boot: not at the first writes after it, which for a pooled guest are
+/// its claim's (on the trees share's machine; a VM without it still pays part later).
 pub(super) async fn set_up_guest(
     channel: &Arc<Channel>,
     spec: &GuestSpec,
@@ -23,21 +30,30 @@ pub(super) async fn set_up_guest(
     shared: &[(PathBuf, String)],
     disk_mib: u64,
 ) -> Result<(), String> {
+    // A clone's file system grew with its source's.
+    let grow = spec.restore.is_none() && disk_mib > 0;
+    if grow {
+        in_guest(channel, GROW_ROOT)
+            .await
+            .map_err(|e| format!("growing the guest's root file system to its disk: {e}"))?;
+    }
     set_up_within(channel, &spec.name, &links.guest_net(), &spec.files).await?;
     if spec.restore.is_none() {
         // A clone's mounts came with its memory.
         mount_shared(channel, shared, &spec.shared).await?;
     }
-    if spec.restore.is_none() && disk_mib > 0 {
-        // A clone's file system grew with its source's.
-        tokio::time::timeout(SETUP_LIMIT, grow_root(channel))
+    if grow {
+        // Last: nothing the guest was given waits to be written when it is handed over.
+        in_guest(channel, "sync 2>&1")
             .await
-            .map_err(|_| format!("timed out after {} s", SETUP_LIMIT.as_secs()))
-            .flatten()
-            .map_err(|e| format!("growing the guest's root file system to its disk: {e}"))?;
+            .map_err(|e| format!("flushing the guest's writes on its grown file system: {e}"))?;
     }
     Ok(())
 }
+
+/// Grow the guest's root file system to its disk (online, with the image's resize2fs: the
+/// image is made small, each guest's disk is `disk_mib`), and commit the growth.
+const GROW_ROOT: &str = "resize2fs \"$(findmnt -n -o SOURCE /)\" 2>&1 && sync 2>&1";
 
 /// A pooled guest given to the sandbox that claims it: the same identity, network and files a
 /// fresh guest of that sandbox is set up with (its address is the pooled one's, kept), a fresh
@@ -83,18 +99,18 @@ async fn mount_shared(
     Ok(())
 }
 
-/// Grow the guest's root file system to its disk (online, with the image's resize2fs): the
-/// image is made small, each guest's disk is `disk_mib`.
-async fn grow_root(channel: &Arc<Channel>) -> Result<(), String> {
+/// `sh -c script` in the guest, within [`SETUP_LIMIT`]; what it said when it failed.
+async fn in_guest(channel: &Arc<Channel>, script: &str) -> Result<(), String> {
+    tokio::time::timeout(SETUP_LIMIT, run_sh(channel, script))
+        .await
+        .map_err(|_| format!("timed out after {} s", SETUP_LIMIT.as_secs()))
+        .flatten()
+}
+
+async fn run_sh(channel: &Arc<Channel>, script: &str) -> Result<(), String> {
     use tokio::io::AsyncReadExt as _;
     let mut h = channel.exec(Exec {
-        argv: [
-            "/bin/sh",
-            "-c",
-            "resize2fs \"$(findmnt -n -o SOURCE /)\" 2>&1",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+        argv: ["/bin/sh", "-c", script].map(str::to_owned).to_vec(),
         env: Vec::new(),
         cwd: None,
         stdin: false,
@@ -108,7 +124,7 @@ async fn grow_root(channel: &Arc<Channel>) -> Result<(), String> {
     match h.wait().await.map_err(|e| e.to_string())? {
         0 => Ok(()),
         code => Err(format!(
-            "resize2fs exited with {code}: {}",
+            "`{script}` exited with {code}: {}",
             String::from_utf8_lossy(&said).trim()
         )),
     }

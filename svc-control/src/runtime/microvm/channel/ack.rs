@@ -17,6 +17,11 @@ use super::{
     streams::{Event, StreamOut, lock},
 };
 
+/// How long a guest's agent (or a container's init) has to take a command, that is to read its
+/// request (the command then runs as long as it runs): long enough that a loaded host is not
+/// taken for a stopped or stuck guest.
+pub const START: Duration = Duration::from_secs(10);
+
 /// The request: an operation no agent has, so every agent refuses it at once.
 const PROBE: &[u8] = br#"{"op":"ping"}"#;
 

@@ -27,7 +27,7 @@ use tokio::{
     sync::{Semaphore, mpsc, oneshot, watch},
 };
 
-pub use self::ack::NoAck;
+pub use self::ack::{NoAck, START};
 use self::{
     exec::{Remote, deliver, forward_input, send_input},
     frames::{read_frames, write_frames},
