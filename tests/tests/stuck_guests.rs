@@ -4,13 +4,23 @@
 //! guest that stops its own init's server (`SIGSTOP`) gets its owner's next command an error
 //! naming that within the init's time limit, while another sandbox's commands and svcd's API
 //! go on, and the sandbox's later commands run with the runtime's exec.
+//!
+//! The same on the microvm backend, against real QEMU: a VM paused before svcd restarts is
+//! adopted paused (QEMU's run state says so), refuses commands until resumed, then runs them;
+//! a monitor held by another client makes svcd's question fail in bounded time, saying so;
+//! and a VM stopped behind svcd's back, or whose agent the guest stops, gets its next command
+//! an error naming that within the agent's limit, and its later commands run once it can.
 
 use std::{
     process::{Output, Stdio},
     time::{Duration, Instant},
 };
 
-use svc_tests::{output_within, require_root, world::World};
+use svc_control::runtime::microvm::qmp::Qmp;
+use svc_tests::{
+    output_within, require_root,
+    world::{World, microvm_images},
+};
 
 /// The sandbox's init on the host (its pid as `svc sandbox show` says it).
 fn init_pid(w: &World, name: &str) -> u32 {
@@ -196,4 +206,210 @@ fn a_guest_that_stops_its_inits_server_gets_its_owner_an_error_not_a_hang() {
     .expect("SIGCONT");
     w.destroy_checked("stuck");
     w.destroy_checked("fine");
+}
+
+/// The QMP socket of microvm sandbox `name`'s QEMU.
+fn qmp_socket(w: &World, name: &str) -> std::path::PathBuf {
+    w.dir.join("state/sandboxes").join(name).join("qmp.sock")
+}
+
+/// Run QMP `command` on sandbox `name`'s QEMU behind svcd's back; QEMU's run state after it.
+fn qmp(w: &World, name: &str, command: &str) -> String {
+    let socket = qmp_socket(w, name);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut qmp = Qmp::connect(&socket, Duration::from_secs(10))
+            .await
+            .expect("QMP");
+        if command != "query-status" {
+            qmp.execute(command, None).await.expect(command);
+        }
+        qmp.status().await.expect("query-status")
+    })
+}
+
+/// A client that holds sandbox `name`'s QMP monitor (QEMU serves one at a time) and says
+/// nothing: others' connections wait unanswered while it is held.
+fn hold_qmp(w: &World, name: &str) -> std::os::unix::net::UnixStream {
+    let held = std::os::unix::net::UnixStream::connect(qmp_socket(w, name)).expect("QMP");
+    let mut greeting = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&held), &mut greeting)
+        .expect("QMP's greeting");
+    assert!(greeting.contains("QMP"), "{greeting}");
+    held
+}
+
+/// `svc sandbox exec NAME -- sh -c SCRIPT`, which must fail within `limit`: what it said.
+fn refused_within(w: &World, name: &str, script: &str, limit: Duration) -> String {
+    let started = Instant::now();
+    let out = svc_within(w, &["sandbox", "exec", name, "--", "sh", "-c", script]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the exec ran: {said}");
+    assert!(
+        started.elapsed() < limit,
+        "refused after {:?} (over {limit:?}): {said}",
+        started.elapsed()
+    );
+    said
+}
+
+#[test]
+fn a_microvm_paused_before_svcd_restarts_is_adopted_paused_and_a_silent_monitor_is_named() {
+    require_root();
+    microvm_images();
+    let mut w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "vmheld"]);
+    assert_eq!(w.sh("vmheld", "echo up").1, "up\n", "{}", w.svcd_log());
+    w.svc_ok(&["sandbox", "pause", "vmheld"]);
+
+    // Killed and started again: QEMU says the VM is paused, and so does svcd.
+    w.kill_svcd();
+    w.start_svcd();
+    assert_eq!(w.show("vmheld")["state"], "paused", "{}", w.svcd_log());
+    let shown = w.svc_ok(&["sandbox", "show", "vmheld"]);
+    assert!(shown.contains("paused"), "{shown}");
+    assert_eq!(qmp(&w, "vmheld", "query-status"), "paused");
+    let adopted = w.events("sandbox.adopted", "vmheld");
+    assert_eq!(
+        adopted.last().map(|e| &e["detail"]["paused"]),
+        Some(&true.into()),
+        "{adopted:?}"
+    );
+    let said = refused_within(&w, "vmheld", "true", Duration::from_secs(5));
+    assert!(
+        said.contains("is paused") && said.contains("resume"),
+        "{said}"
+    );
+
+    // Resumed: its agent's channel is made again and runs its commands.
+    w.svc_ok(&["sandbox", "resume", "vmheld"]);
+    assert_eq!(w.show("vmheld")["state"], "running");
+    assert_eq!(qmp(&w, "vmheld", "query-status"), "running");
+    let (code, out, err) = w.sh("vmheld", "echo back; exit 3");
+    assert_eq!(
+        (code, out.as_str()),
+        (3, "back\n"),
+        "{err}\n{}",
+        w.svcd_log()
+    );
+
+    // Paused again, then started while another client holds QEMU's monitor: svcd starts
+    // (its question is bounded), says why it cannot tell, and takes the VM as running.
+    w.svc_ok(&["sandbox", "pause", "vmheld"]);
+    w.kill_svcd();
+    let held = hold_qmp(&w, "vmheld");
+    let started = Instant::now();
+    w.start_svcd();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let adopted = w.events("sandbox.adopted", "vmheld");
+    let unknown = adopted
+        .last()
+        .and_then(|e| e["detail"]["paused_unknown"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        unknown.contains("reading the run state of the guest of vmheld")
+            && unknown.contains("did not answer within 3 s"),
+        "{adopted:?}"
+    );
+    assert_eq!(w.show("vmheld")["state"], "running");
+    // Its exec fails in bounded time, naming both: no agent, no monitor.
+    let said = refused_within(&w, "vmheld", "true", Duration::from_secs(30));
+    assert!(
+        said.contains("no answer to hello in time")
+            && said.contains("its VM's run state is unknown: QEMU's monitor"),
+        "{said}"
+    );
+    // The monitor let go: the exec names the VM's state; resume lets it run again.
+    drop(held);
+    let said = refused_within(&w, "vmheld", "true", Duration::from_secs(30));
+    assert!(
+        said.contains("its VM is paused (QEMU's run state: paused)"),
+        "{said}"
+    );
+    w.svc_ok(&["sandbox", "resume", "vmheld"]);
+    assert_eq!(
+        w.sh("vmheld", "echo again").1,
+        "again\n",
+        "{}",
+        w.svcd_log()
+    );
+    w.destroy_checked("vmheld");
+}
+
+#[test]
+fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "vmstuck"]);
+    assert_eq!(w.sh("vmstuck", "echo up").1, "up\n", "{}", w.svcd_log());
+    let fds = w.svcd_fds();
+
+    // QEMU stopped behind svcd's back: svcd still shows it running; its exec is refused
+    // within the agent's limit, naming the VM's state.
+    assert_eq!(qmp(&w, "vmstuck", "stop"), "paused");
+    assert_eq!(w.show("vmstuck")["state"], "running");
+    let said = refused_within(&w, "vmstuck", "echo late", Duration::from_secs(30));
+    assert!(
+        said.contains("the guest's agent took no command within 10 s")
+            && said.contains("its VM is paused (QEMU's run state: paused)")
+            && said.contains("given up"),
+        "{said}"
+    );
+    assert_eq!(qmp(&w, "vmstuck", "cont"), "running");
+    let (code, out, err) = w.sh("vmstuck", "echo on");
+    assert_eq!((code, out.as_str()), (0, "on\n"), "{err}\n{}", w.svcd_log());
+
+    // The guest stops its own agent (continued 40 s later by the same shell).
+    let (code, _, err) = w.sh(
+        "vmstuck",
+        "a=$(grep -l '^svc-microvm-age' /proc/[0-9]*/comm | cut -d/ -f3 | head -n1); \
+         [ -n \"$a\" ] || exit 9; \
+         setsid sh -c \"sleep 1; kill -STOP $a; sleep 40; kill -CONT $a\" \
+           </dev/null >/dev/null 2>&1 &",
+    );
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_secs(3));
+    let said = refused_within(&w, "vmstuck", "echo late", Duration::from_secs(30));
+    assert!(
+        said.contains("the guest's agent took no command within 10 s")
+            && said.contains("its VM runs but its agent does not answer"),
+        "{said}"
+    );
+    // svcd's API goes on meanwhile.
+    assert!(svc_within(&w, &["sandbox", "list"]).status.success());
+
+    // Once the agent runs again, the next command connects anew and runs; nothing of the
+    // given-up channels is left open in svcd.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (code, out, err) = w.sh("vmstuck", "echo back");
+        if (code, out.as_str()) == (0, "back\n") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{code} {out} {err}\n{}",
+            w.svcd_log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.svcd_fds() > fds {
+        assert!(
+            Instant::now() < deadline,
+            "svcd holds {} descriptors, {fds} before",
+            w.svcd_fds()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    w.destroy_checked("vmstuck");
 }

@@ -1,5 +1,5 @@
-//! What a test reads of svcd's host state: its metrics, the sandbox links on its host and the
-//! nftables link set svcd keeps of them.
+//! What a test reads of svcd's host state: its metrics, its open descriptors, the sandbox links
+//! on its host and the nftables link set svcd keeps of them.
 
 use super::{METRICS_PORT, World};
 
@@ -21,6 +21,14 @@ impl World {
             .find_map(|l| l.strip_prefix(&format!("{series} ")))
             .and_then(|v| v.trim().parse::<f64>().ok())
             .map_or(0, |v| v as u64)
+    }
+
+    /// How many descriptors svcd holds open now.
+    pub fn svcd_fds(&self) -> usize {
+        let pid = self.svcd_pid().expect("svcd runs");
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("svcd's descriptors")
+            .count()
     }
 
     /// The sandbox links (`svc<id>`) on svcd's host, sorted.

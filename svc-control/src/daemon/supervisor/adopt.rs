@@ -44,13 +44,13 @@ impl Supervisor {
                 continue;
             }
             match self.adopt(&row).await {
-                Ok(paused) => {
+                Ok((paused, unknown)) => {
                     info!(sandbox = %row.name, paused, "re-adopted");
-                    self.event(
-                        "sandbox.adopted",
-                        Some(&row.name),
-                        serde_json::json!({"paused": paused}),
-                    );
+                    let mut said = serde_json::json!({"paused": paused});
+                    if let Some(why) = unknown {
+                        said["paused_unknown"] = why.into();
+                    }
+                    self.event("sandbox.adopted", Some(&row.name), said);
                 }
                 Err(f) => {
                     // Whatever failed, its link drops everything until it is destroyed.
@@ -81,9 +81,9 @@ impl Supervisor {
 
     /// Re-adopt the running sandbox of `row`: its record again on its link, its registry
     /// entry, guardian and relay, and whether it is paused (an earlier svcd paused it: it
-    /// stays so, and says so, until resumed); that. A guest or link that is gone leaves it
-    /// listed as dead.
-    async fn adopt(&self, row: &SandboxRow) -> Result<bool, Failure> {
+    /// stays so, and says so, until resumed), with why that could not be told (then it is
+    /// taken as running); that. A guest or link that is gone leaves it listed as dead.
+    async fn adopt(&self, row: &SandboxRow) -> Result<(bool, Option<String>), Failure> {
         let envelope: Envelope = serde_json::from_str(&row.envelope)
             .map_err(|e| Failure::internal(format!("stored envelope: {e}")))?;
         let guest = row
@@ -120,10 +120,16 @@ impl Supervisor {
                 "its processes are gone".to_owned()
             }));
         }
-        live.paused = backend.paused(&live.guest).await.unwrap_or_else(|e| {
-            warn!(sandbox = %row.name, error = %e, "cannot tell whether it is paused; taken as running");
-            false
-        });
+        let unknown = match backend.paused(&live.guest).await {
+            Ok(paused) => {
+                live.paused = paused;
+                None
+            }
+            Err(e) => {
+                warn!(sandbox = %row.name, error = %e, "cannot tell whether it is paused; taken as running");
+                Some(e.to_string())
+            }
+        };
         let known: Vec<IpAddr> = self.fence.allow_entries(row.id);
         self.registry.bind_unknown(row.id, known);
         self.enforce(&mut live, to_map(&secrets))?;
@@ -133,7 +139,7 @@ impl Supervisor {
         }
         let paused = live.paused;
         self.live().insert(row.name.clone(), live);
-        Ok(paused)
+        Ok((paused, unknown))
     }
 
     /// The sandbox of `row` as it was (its CA, policy, secrets' sources, workspace run and

@@ -20,8 +20,10 @@ use crate::{config::host::MicrovmConfig, runtime::BoxFuture};
 pub(super) struct FakeMonitor {
     /// Each call: `pause <dir name>`, `quit <dir name>`, ...
     pub calls: Mutex<Vec<String>>,
-    /// Why `pause`, `resume`, `snapshot` and `quit` fail, if they do.
+    /// Why `pause`, `resume`, `snapshot`, `status` and `quit` fail, if they do.
     pub fails: Option<String>,
+    /// The run state `status` answers (`running` when not set).
+    pub status: Option<String>,
     /// What `console` answers.
     pub console: String,
     /// The monitor process `running` names (pid, start time).
@@ -88,6 +90,17 @@ impl Monitor for FakeMonitor {
                 let _ = nix::sys::signal::kill(pid, signal);
             }
             self.answer("quit", dir)
+        })
+    }
+
+    fn status<'a>(
+        &'a self,
+        dir: &'a VmDir,
+        _limit: std::time::Duration,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            self.answer("status", dir)?;
+            Ok(self.status.clone().unwrap_or_else(|| "running".into()))
         })
     }
 

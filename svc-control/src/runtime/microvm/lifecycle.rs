@@ -1,11 +1,16 @@
-//! A running VM's lifecycle through its monitor: pause and resume, the snapshot a fork's
-//! clones start from, and stop (the monitor asked to quit, killed if slow, then its helpers
-//! and memory cgroup).
+//! A running VM's lifecycle through its monitor: pause and resume, its run state (read when
+//! svcd adopts it, and to explain an agent that took no command), the snapshot a fork's clones
+//! start from, and stop (the monitor asked to quit, killed if slow, then its helpers and memory
+//! cgroup).
 
 use std::{path::Path, time::Duration};
 
-use super::{Microvm, host, vm_dir::VmDir};
+use super::{Microvm, RECONNECT_LIMIT, host, vm_dir::VmDir};
 use crate::runtime::{GuestHandle, RuntimeError, Snapshot, gone_within};
+
+/// How long QEMU's monitor has to say a VM's run state: svcd's start (which asks it of every
+/// VM it adopts) waits no longer for a monitor that is held or hung.
+const STATUS_LIMIT: Duration = Duration::from_secs(3);
 
 impl Microvm {
     /// Freeze the guest's CPUs.
@@ -17,13 +22,53 @@ impl Microvm {
             .map_err(failed("pausing", guest))
     }
 
-    /// Let the guest run again.
+    /// Let the guest run again. A guest whose own connections have a service but no channel
+    /// (adopted while paused: its agent could not answer) gets its channel now.
     pub(super) async fn resume_vm(&self, guest: &GuestHandle) -> Result<(), RuntimeError> {
         let dir = self.dir(&guest.name);
         self.monitor
             .resume(&dir)
             .await
-            .map_err(failed("resuming", guest))
+            .map_err(failed("resuming", guest))?;
+        let unserved = self.services().contains_key(&guest.name)
+            && !self
+                .channels()
+                .get(&guest.name)
+                .is_some_and(|c| c.is_open());
+        if unserved && let Err(e) = self.channel(&guest.name, RECONNECT_LIMIT).await {
+            tracing::warn!(guest = %guest.name, error = %e, "no channel to the resumed guest's agent yet: its next command connects again");
+        }
+        Ok(())
+    }
+
+    /// Whether the guest's CPUs are stopped: its monitor's run state is other than `running`
+    /// (an earlier svcd's pause, or QEMU's own stop on a disk error), asked within
+    /// [`STATUS_LIMIT`].
+    pub(super) async fn paused_vm(&self, guest: &GuestHandle) -> Result<bool, RuntimeError> {
+        let status = self
+            .monitor
+            .status(&self.dir(&guest.name), STATUS_LIMIT)
+            .await
+            .map_err(failed("reading the run state of", guest))?;
+        if status != "running" && status != "paused" {
+            tracing::warn!(guest = %guest.name, status, "the VM is stopped in a state of QEMU's own: taken as paused");
+        }
+        Ok(status != "running")
+    }
+
+    /// What the host sees of a guest whose agent did not answer: its VM's run state.
+    pub(super) async fn unanswered(&self, guest: &GuestHandle) -> String {
+        match self
+            .monitor
+            .status(&self.dir(&guest.name), STATUS_LIMIT)
+            .await
+        {
+            Ok(s) if s == "running" => {
+                "its VM runs but its agent does not answer (stopped or stuck)".to_owned()
+            }
+            Ok(s) => format!("its VM is paused (QEMU's run state: {s})"),
+            Err(e) => format!("its VM's run state is unknown: {e}"),
+        }
     }
 
     /// Stop the VM of sandbox `name` in `dir`; what was removed.
@@ -192,6 +237,71 @@ mod tests {
             err.to_string(),
             "resuming the guest of a: QMP: connection refused"
         );
+    }
+
+    #[tokio::test]
+    async fn paused_is_qemus_run_state_and_a_silent_monitor_is_an_error() {
+        let state = tempfile::tempdir().expect("tempdir");
+        for (status, paused) in [("running", false), ("paused", true), ("io-error", true)] {
+            let fake = Arc::new(FakeMonitor {
+                status: Some(status.into()),
+                ..FakeMonitor::default()
+            });
+            let vm = microvm(fake.clone(), state.path());
+            assert_eq!(vm.paused(&guest("a")).await.ok(), Some(paused), "{status}");
+            assert_eq!(fake.calls(), ["status a"]);
+        }
+        let fake = Arc::new(FakeMonitor {
+            fails: Some("QEMU's monitor (qmp.sock) did not answer within 3 s".into()),
+            ..FakeMonitor::default()
+        });
+        let vm = microvm(fake, state.path());
+        let err = vm.paused(&guest("a")).await.expect_err("no answer");
+        assert_eq!(
+            err.to_string(),
+            "reading the run state of the guest of a: QEMU's monitor (qmp.sock) did not answer \
+             within 3 s"
+        );
+    }
+
+    /// An agent that reads nothing (a peer that never answers) fails the command within the
+    /// start limit, naming the VM's run state, and its channel is given up.
+    #[tokio::test]
+    async fn an_exec_the_agent_does_not_take_fails_naming_the_vms_state() {
+        let state = tempfile::tempdir().expect("tempdir");
+        let fake = Arc::new(FakeMonitor {
+            status: Some("paused".into()),
+            ..FakeMonitor::default()
+        });
+        let vm = microvm(fake, state.path());
+        let (host, silent) = tokio::net::UnixStream::pair().expect("pair");
+        let (r, w) = host.into_split();
+        let (channel, _hellos) = super::super::channel::Channel::over(r, w);
+        vm.channels().insert("a".into(), channel.clone());
+        // The test's own process stands in for the VM's (alive).
+        let me = std::process::id();
+        let guest = GuestHandle {
+            name: "a".into(),
+            pid: me,
+            start: start_time(me).expect("start time"),
+        };
+        let cmd = crate::runtime::GuestCommand {
+            argv: vec!["true".into()],
+            ..Default::default()
+        };
+        let started = std::time::Instant::now();
+        let Err(err) = vm.exec(&guest, &cmd).await else {
+            panic!("the exec was taken");
+        };
+        assert!(started.elapsed() < std::time::Duration::from_secs(15));
+        assert_eq!(
+            err.to_string(),
+            "the guest's agent took no command within 10 s: its VM is paused (QEMU's run \
+             state: paused); the channel to it was given up (its next command connects again)"
+        );
+        assert!(!channel.is_open(), "given up");
+        assert!(vm.channels().get("a").is_none(), "forgotten");
+        drop(silent);
     }
 
     #[tokio::test]

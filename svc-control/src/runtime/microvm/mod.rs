@@ -38,7 +38,7 @@ use std::{
 };
 
 use self::{
-    channel::Channel,
+    channel::{Channel, NoAck},
     images::Images,
     monitor::{Accel, Monitor},
     qemu::Qemu,
@@ -52,6 +52,10 @@ use crate::config::host::MicrovmConfig;
 
 /// How long an exec waits to reach an agent that was up before (after an svcd restart).
 const RECONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long the agent has to take a command (as a container's init has: a loaded host is not
+/// taken for a stuck agent).
+const START: Duration = Duration::from_secs(10);
 
 /// The microvm backend.
 pub struct Microvm {
@@ -181,7 +185,11 @@ impl Microvm {
     }
 
     /// Run `cmd` in `guest` (chrooted into `root` when given) as its user: the agent sets
-    /// the ids `policy::exec_user` checked.
+    /// the ids `policy::exec_user` checked. The agent must take the command within [`START`]
+    /// (read its request: the command then runs as long as it runs); one that does not — its
+    /// VM paused behind svcd's back, its agent stopped — fails the command naming the VM's run
+    /// state, and the channel is given up (what ran over it ends; the next command connects
+    /// again).
     async fn exec_as(
         &self,
         guest: &GuestHandle,
@@ -191,10 +199,47 @@ impl Microvm {
         if !self.alive(guest) {
             return Err(RuntimeError::NotRunning);
         }
-        let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
-        channel
+        let channel = match self.channel(&guest.name, RECONNECT_LIMIT).await {
+            Ok(c) => c,
+            Err(e) => {
+                let state = self.unanswered(guest).await;
+                return Err(RuntimeError::Exec(format!("{e}; {state}")));
+            }
+        };
+        let handle = channel
             .exec(trees::request(cmd, root))
-            .map_err(RuntimeError::Exec)
+            .map_err(RuntimeError::Exec)?;
+        match channel.acked(START).await {
+            Ok(()) => Ok(handle),
+            Err(NoAck::Ended(e)) => Err(RuntimeError::Exec(format!(
+                "the channel to the guest's agent: {e}"
+            ))),
+            Err(NoAck::Late) => {
+                let why = format!(
+                    "the guest's agent took no command within {} s: {}; the channel to it was \
+                     given up (its next command connects again)",
+                    START.as_secs(),
+                    self.unanswered(guest).await
+                );
+                tracing::warn!(guest = %guest.name, "{why}");
+                self.give_up(&guest.name, &channel, &why);
+                Err(RuntimeError::Exec(why))
+            }
+        }
+    }
+
+    /// Stop using `channel` to `name`'s agent: what runs over it ends with `why`, its
+    /// connection closes (the agent ends what this host started once it reads again), and the
+    /// next command connects anew.
+    fn give_up(&self, name: &str, channel: &Arc<Channel>, why: &str) {
+        let mut channels = self.channels();
+        if channels.get(name).is_some_and(|c| Arc::ptr_eq(c, channel)) {
+            channels.remove(name);
+        }
+        drop(channels);
+        channel.abandon(format!(
+            "the channel to the guest's agent was given up: {why}"
+        ));
     }
 
     /// Whether guests talk to their agent over vsock (`microvm.channel = "vsock"`).
@@ -258,6 +303,23 @@ impl Backend for Microvm {
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             self.services().insert(guest.name.clone(), service.clone());
+            // With no channel yet (adopted), a paused VM's agent cannot answer: its channel is
+            // made at its resume. Nor is one waited for when QEMU does not say its state (a
+            // held or hung monitor): the guest's next command connects, and serves it.
+            let open = self
+                .channels()
+                .get(&guest.name)
+                .is_some_and(|c| c.is_open());
+            if !open {
+                match self.paused_vm(guest).await {
+                    Ok(false) => {}
+                    Ok(true) => return Ok(()),
+                    Err(e) => {
+                        tracing::warn!(guest = %guest.name, error = %e, "no channel to the guest's agent until its next command");
+                        return Ok(());
+                    }
+                }
+            }
             let channel = self.channel(&guest.name, RECONNECT_LIMIT).await?;
             channel.serve_guest(service);
             Ok(())
@@ -286,6 +348,11 @@ impl Backend for Microvm {
 
     fn resume<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(self.resume_vm(guest))
+    }
+
+    /// QEMU's run state (`query-status`), asked when svcd adopts the VM.
+    fn paused<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(self.paused_vm(guest))
     }
 
     /// A pod container's root file system: an overlay of its layers on the host, put into

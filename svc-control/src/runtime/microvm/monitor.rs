@@ -3,7 +3,10 @@
 //! cloud-hypervisor would each be one more module), what it is asked to launch ([`Launch`])
 //! and how guest code runs under it ([`Accel`]).
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use super::{images::Images, vm_dir::VmDir};
 use crate::runtime::BoxFuture;
@@ -36,6 +39,13 @@ pub trait Monitor: Send + Sync {
     fn snapshot<'a>(&'a self, dir: &'a VmDir, file: &'a Path) -> BoxFuture<'a, Result<(), String>>;
     /// Ask the monitor to exit (the guest ends with it).
     fn quit<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>>;
+    /// The VM's run state as the monitor says it (QEMU's: `running`, `paused`, `io-error`, …),
+    /// within `limit` (a monitor that does not answer in time is an error saying so).
+    fn status<'a>(
+        &'a self,
+        dir: &'a VmDir,
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<String, String>>;
     /// The last of what the guest wrote on its console (for an error that explains a boot).
     fn console<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<String, String>>;
     /// The monitor's process for the VM in `dir`, if it still runs: (pid, start time, as

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::qmp::Qmp;
+use super::qmp::{Qmp, QmpError};
 pub use super::{
     images::Images,
     monitor::{Accel, Launch, Monitor},
@@ -63,14 +63,9 @@ impl Qemu {
     }
 
     async fn qmp(&self, dir: &VmDir) -> Result<Qmp, String> {
-        Qmp::connect(&dir.qmp(), QMP_TIMEOUT).await.map_err(|e| {
-            format!(
-                "{e}: {}",
-                std::error::Error::source(&e)
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            )
-        })
+        Qmp::connect(&dir.qmp(), QMP_TIMEOUT)
+            .await
+            .map_err(|e| chain(&e))
     }
 
     async fn command(&self, dir: &VmDir, command: &str) -> Result<(), String> {
@@ -371,6 +366,44 @@ impl Monitor for Qemu {
         })
     }
 
+    /// `query-status`, the whole exchange within `limit`: QEMU serves one QMP client at a
+    /// time, so a monitor another client holds (or a hung QEMU) is an error, not a wait.
+    fn status<'a>(
+        &'a self,
+        dir: &'a VmDir,
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let asked = async {
+                let mut qmp = Qmp::connect(&dir.qmp(), limit).await?;
+                qmp.status().await
+            };
+            match tokio::time::timeout(limit, asked).await {
+                Ok(Ok(status)) => Ok(status),
+                Ok(Err(QmpError::Timeout(_))) | Err(_) => Err(format!(
+                    "QEMU's monitor ({}) did not answer within {} s",
+                    dir.qmp().display(),
+                    limit.as_secs_f32()
+                )),
+                // Its queue full of clients that wait as svcd would (QEMU listens with a
+                // backlog of one while it serves another).
+                Ok(Err(QmpError::Connect { source, .. }))
+                    if source.kind() == std::io::ErrorKind::WouldBlock =>
+                {
+                    Err(format!(
+                        "QEMU's monitor ({}) takes no connection now (another client holds it)",
+                        dir.qmp().display()
+                    ))
+                }
+                Ok(Err(e)) => Err(format!(
+                    "QEMU's monitor ({}): {}",
+                    dir.qmp().display(),
+                    chain(&e)
+                )),
+            }
+        })
+    }
+
     fn quit<'a>(&'a self, dir: &'a VmDir) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let mut qmp = Qmp::connect(&dir.qmp(), Duration::from_secs(2))
@@ -380,6 +413,14 @@ impl Monitor for Qemu {
             let _ = qmp.execute("quit", None).await;
             Ok(())
         })
+    }
+}
+
+/// A QMP error with its cause (a connection's error names the socket, its source why).
+fn chain(e: &QmpError) -> String {
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
     }
 }
 
