@@ -1,0 +1,107 @@
+//! Session 46's changes attacked, against the real svcd, QEMU, virtiofsd and the guest's agent.
+//!
+//! - Microvm pod containers' root file systems (`POST/DELETE /v1/sandboxes/{name}/roots`):
+//!   FOUND: one lock over every VM's attaches and detaches. A guest that stops its own agent
+//!   (`kill -STOP`, as VM root may) makes the detach of its container's root wait the agent's
+//!   whole 30 s limit while holding that lock: every other sandbox's attach (the shim's
+//!   `Create` of any other pod's container) waited behind it. Fixed: the lock is per VM.
+//!   Another API user may not detach a root from a sandbox that is not theirs; the root stays
+//!   attached.
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use svc_tests::{
+    require_root,
+    users::User,
+    world::{World, microvm_images},
+};
+
+/// A directory to hand as a container's one layer (its canonical path, as the API wants).
+fn layer(w: &World, name: &str) -> PathBuf {
+    let dir = w.dir.join(name);
+    std::fs::create_dir_all(dir.join("etc")).expect("layer");
+    std::fs::write(dir.join("etc/svc-layer"), name).expect("layer file");
+    std::fs::canonicalize(&dir).expect("canonical")
+}
+
+/// `POST /v1/sandboxes/{sandbox}/roots` as root: status, body.
+fn attach(w: &World, sandbox: &str, id: &str, layer: &Path) -> (u16, String) {
+    let body = serde_json::json!({"id": id, "layers": [layer]}).to_string();
+    let route = format!("/v1/sandboxes/{sandbox}/roots");
+    w.api(&[], "POST", &route, Some(body.as_bytes()))
+}
+
+/// Whether container `id`'s overlay is mounted on the host for `sandbox`.
+fn overlay_mounted(w: &World, sandbox: &str, id: &str) -> bool {
+    let merged = w
+        .dir
+        .join("state/sandboxes")
+        .join(sandbox)
+        .join("ctr")
+        .join(id)
+        .join("merged");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let shown = merged.display().to_string();
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(shown.as_str()))
+}
+
+#[test]
+fn a_guest_that_stops_its_agent_holds_no_other_sandboxs_roots() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    for name in ["vmhog", "vmok"] {
+        w.svc_ok(&["sandbox", "create", "--backend", "microvm", name]);
+        assert_eq!(w.sh(name, "echo up").1, "up\n", "{}", w.svcd_log());
+    }
+    let hog = layer(&w, "layer-hog");
+    let ok = layer(&w, "layer-ok");
+    let (status, said) = attach(&w, "vmhog", "c1", &hog);
+    assert_eq!(status, 200, "{said}\n{}", w.svcd_log());
+
+    // Another API user may not detach it.
+    let u = User::add(svc_tests::unique("roots46"), None);
+    let ids = u.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (status, said) = w.api(&ids, "DELETE", "/v1/sandboxes/vmhog/roots/c1", None);
+    assert!(status == 403 || status == 404, "{status} {said}");
+    assert!(overlay_mounted(&w, "vmhog", "c1"), "detached by another user");
+
+    // vmhog's guest stops its own agent for 60 s.
+    let (code, _, err) = w.sh(
+        "vmhog",
+        "a=$(grep -l '^svc-microvm-age' /proc/[0-9]*/comm | cut -d/ -f3 | head -n1); \
+         [ -n \"$a\" ] || exit 9; \
+         setsid sh -c \"sleep 1; kill -STOP $a; sleep 60; kill -CONT $a\" \
+           </dev/null >/dev/null 2>&1 &",
+    );
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_secs(3));
+
+    std::thread::scope(|s| {
+        // The detach of vmhog's root waits on its stopped agent (the shim removing the
+        // container)...
+        let stuck = s.spawn(|| w.api(&[], "DELETE", "/v1/sandboxes/vmhog/roots/c1", None));
+        std::thread::sleep(Duration::from_secs(2));
+        // ... while another sandbox's attach goes on.
+        let started = Instant::now();
+        let (status, said) = attach(&w, "vmok", "c2", &ok);
+        let took = started.elapsed();
+        assert_eq!(status, 200, "{said}\n{}", w.svcd_log());
+        assert!(
+            took < Duration::from_secs(15),
+            "vmok's attach waited {took:?} behind vmhog's stopped agent"
+        );
+        stuck.join().expect("the detach");
+    });
+    assert!(overlay_mounted(&w, "vmok", "c2"), "vmok's root is attached");
+    let (status, said) = w.api(&[], "DELETE", "/v1/sandboxes/vmok/roots/c2", None);
+    assert_eq!(status, 200, "{said}");
+    w.destroy_checked("vmhog");
+    w.destroy_checked("vmok");
+}
