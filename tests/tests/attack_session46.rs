@@ -70,7 +70,10 @@ fn a_guest_that_stops_its_agent_holds_no_other_sandboxs_roots() {
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let (status, said) = w.api(&ids, "DELETE", "/v1/sandboxes/vmhog/roots/c1", None);
     assert!(status == 403 || status == 404, "{status} {said}");
-    assert!(overlay_mounted(&w, "vmhog", "c1"), "detached by another user");
+    assert!(
+        overlay_mounted(&w, "vmhog", "c1"),
+        "detached by another user"
+    );
 
     // vmhog's guest stops its own agent for 60 s.
     let (code, _, err) = w.sh(

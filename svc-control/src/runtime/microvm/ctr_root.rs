@@ -56,7 +56,8 @@ impl Microvm {
         ctr: &str,
         layers: &[PathBuf],
     ) -> Result<String, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots_lock(&guest.name);
+        let _one = one.lock().await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         if !self.alive(guest) {
             return Err(RuntimeError::NotRunning);
@@ -109,7 +110,8 @@ impl Microvm {
         dir: &Path,
         ctr: &str,
     ) -> Result<bool, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots_lock(&guest.name);
+        let _one = one.lock().await;
         let err = lifecycle("detaching a root file system from", guest, ctr);
         if !dir.join(STATE).join(ctr).exists() && !dir.join(DISK).join("fs").join(ctr).exists() {
             return Ok(false);
@@ -122,6 +124,16 @@ impl Microvm {
         forget(dir, ctr).await;
         guest_said.map_err(|e| err(e.to_string()))?;
         Ok(true)
+    }
+
+    /// Guest `name`'s lock over its roots (the locks no attach or detach holds are dropped).
+    fn roots_lock(&self, name: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .roots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.retain(|n, l| n == name || std::sync::Arc::strong_count(l) > 1);
+        locks.entry(name.to_owned()).or_default().clone()
     }
 
     /// The sandbox's containers' disk mounted at `<dir>/ctr-disk/fs`: made and mounted now
