@@ -7,6 +7,11 @@
 //!   `Create` of any other pod's container) waited behind it. Fixed: the lock is per VM.
 //!   Another API user may not detach a root from a sandbox that is not theirs; the root stays
 //!   attached.
+//! - A guest that powers its VM off (`sysrq o`, QEMU exits) with a root attached, once while
+//!   svcd runs (then the root is detached, then the sandbox destroyed) and once while svcd is
+//!   killed (adopted dead, then destroyed): nothing of the roots is left on the host (no
+//!   mount under the sandbox's directory, no loop device over its containers' disk, no
+//!   state).
 
 use std::{
     path::{Path, PathBuf},
@@ -48,6 +53,84 @@ fn overlay_mounted(w: &World, sandbox: &str, id: &str) -> bool {
     mounts
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(shown.as_str()))
+}
+
+/// Loop devices whose backing file is under `dir`.
+fn loops_under(dir: &Path) -> Vec<String> {
+    let out = std::process::Command::new("losetup")
+        .args(["-l", "-n", "-O", "NAME,BACK-FILE"])
+        .output()
+        .expect("losetup");
+    let shown = dir.display().to_string();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&shown))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Sandbox `name`'s guest powers its VM off in `after` seconds (QEMU exits: `-no-reboot`).
+fn power_off_in(w: &World, name: &str, after: u32) {
+    let (code, _, err) = w.sh(
+        name,
+        &format!(
+            "echo 1 > /proc/sys/kernel/sysrq; \
+             setsid sh -c 'sleep {after}; echo o > /proc/sysrq-trigger' \
+               </dev/null >/dev/null 2>&1 &"
+        ),
+    );
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Wait until process `pid` is gone (90 s at most).
+fn wait_gone(pid: u64) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "QEMU {pid} did not exit");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
+    require_root();
+    microvm_images();
+    let mut w = World::start_with("disk_mib = 64");
+    let sandboxes = w.dir.join("state/sandboxes");
+    for (name, kill) in [("vmoff", false), ("vmoffk", true)] {
+        w.svc_ok(&["sandbox", "create", "--backend", "microvm", name]);
+        let l = layer(&w, &format!("layer-{name}"));
+        let (status, said) = attach(&w, name, "c1", &l);
+        assert_eq!(status, 200, "{said}\n{}", w.svcd_log());
+        let (code, _, err) = w.sh(name, "echo guest > /.svc/ctr/c1/written");
+        assert_eq!(code, 0, "{err}");
+        assert!(!loops_under(&sandboxes.join(name)).is_empty(), "no containers' disk");
+        let pid = w.show(name)["pid"].as_u64().expect("pid");
+        power_off_in(&w, name, if kill { 5 } else { 1 });
+        if kill {
+            w.kill_svcd();
+            wait_gone(pid);
+            w.start_svcd();
+        } else {
+            wait_gone(pid);
+            let route = format!("/v1/sandboxes/{name}/roots/c1");
+            let (status, said) = w.api(&[], "DELETE", &route, None);
+            assert!(status < 500 || said.contains("not running"), "{status} {said}");
+        }
+        let s = w.show(name);
+        let (id, link) = (
+            u32::try_from(s["id"].as_u64().expect("id")).expect("id"),
+            s["link"].as_str().unwrap_or_default().to_owned(),
+        );
+        w.svc_ok(&["sandbox", "destroy", name]);
+        w.assert_gone(id, &link, u32::try_from(pid).expect("pid"), name);
+        let left = loops_under(&sandboxes.join(name));
+        assert!(left.is_empty(), "loop devices left: {left:?}");
+        assert!(
+            !layer(&w, &format!("layer-{name}")).join("written").exists(),
+            "the guest wrote into the layer"
+        );
+    }
 }
 
 #[test]
