@@ -5,13 +5,15 @@
 //!   (`kill -STOP`, as VM root may) makes the detach of its container's root wait the agent's
 //!   whole 30 s limit while holding that lock: every other sandbox's attach (the shim's
 //!   `Create` of any other pod's container) waited behind it. Fixed: the lock is per VM.
-//!   Another API user may not detach a root from a sandbox that is not theirs; the root stays
-//!   attached.
+//!   Another API user may not detach a root from a sandbox that is not theirs (the root stays
+//!   attached) nor exec with it.
 //! - A guest that powers its VM off (`sysrq o`, QEMU exits) with a root attached, once while
 //!   svcd runs (then the root is detached, then the sandbox destroyed) and once while svcd is
 //!   killed (adopted dead, then destroyed): nothing of the roots is left on the host (no
 //!   mount under the sandbox's directory, no loop device over its containers' disk, no
 //!   state).
+//! - Attaches raced with the sandbox's destroy (four containers' roots at once): whichever
+//!   wins, nothing of any root is left on the host once the sandbox is gone.
 
 use std::{
     path::{Path, PathBuf},
@@ -19,7 +21,7 @@ use std::{
 };
 
 use svc_tests::{
-    require_root,
+    loop_devices_under, require_root,
     users::User,
     world::{World, microvm_images},
 };
@@ -53,20 +55,6 @@ fn overlay_mounted(w: &World, sandbox: &str, id: &str) -> bool {
     mounts
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(shown.as_str()))
-}
-
-/// Loop devices whose backing file is under `dir`.
-fn loops_under(dir: &Path) -> Vec<String> {
-    let out = std::process::Command::new("losetup")
-        .args(["-l", "-n", "-O", "NAME,BACK-FILE"])
-        .output()
-        .expect("losetup");
-    let shown = dir.display().to_string();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(&shown))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Sandbox `name`'s guest powers its VM off in `after` seconds (QEMU exits: `-no-reboot`).
@@ -104,7 +92,10 @@ fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
         assert_eq!(status, 200, "{said}\n{}", w.svcd_log());
         let (code, _, err) = w.sh(name, "echo guest > /.svc/ctr/c1/written");
         assert_eq!(code, 0, "{err}");
-        assert!(!loops_under(&sandboxes.join(name)).is_empty(), "no containers' disk");
+        assert!(
+            !loop_devices_under(&sandboxes.join(name)).is_empty(),
+            "no containers' disk"
+        );
         let pid = w.show(name)["pid"].as_u64().expect("pid");
         power_off_in(&w, name, if kill { 5 } else { 1 });
         if kill {
@@ -115,7 +106,10 @@ fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
             wait_gone(pid);
             let route = format!("/v1/sandboxes/{name}/roots/c1");
             let (status, said) = w.api(&[], "DELETE", &route, None);
-            assert!(status < 500 || said.contains("not running"), "{status} {said}");
+            assert!(
+                status < 500 || said.contains("not running"),
+                "{status} {said}"
+            );
         }
         let s = w.show(name);
         let (id, link) = (
@@ -124,7 +118,7 @@ fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
         );
         w.svc_ok(&["sandbox", "destroy", name]);
         w.assert_gone(id, &link, u32::try_from(pid).expect("pid"), name);
-        let left = loops_under(&sandboxes.join(name));
+        let left = loop_devices_under(&sandboxes.join(name));
         assert!(left.is_empty(), "loop devices left: {left:?}");
         assert!(
             !layer(&w, &format!("layer-{name}")).join("written").exists(),
@@ -190,4 +184,38 @@ fn a_guest_that_stops_its_agent_holds_no_other_sandboxs_roots() {
     assert_eq!(status, 200, "{said}");
     w.destroy_checked("vmhog");
     w.destroy_checked("vmok");
+}
+
+#[test]
+fn roots_attached_while_the_sandbox_is_destroyed_leave_nothing() {
+    require_root();
+    microvm_images();
+    let w = World::start_with("disk_mib = 64");
+    for (round, wait_ms) in [(1, 30u64), (2, 90), (3, 160), (4, 250)] {
+        let name = format!("vmrace{round}");
+        w.svc_ok(&["sandbox", "create", "--backend", "microvm", &name]);
+        let s = w.show(&name);
+        let (id, pid, link) = (
+            u32::try_from(s["id"].as_u64().expect("id")).expect("id"),
+            u32::try_from(s["pid"].as_u64().expect("pid")).expect("pid"),
+            s["link"].as_str().unwrap_or_default().to_owned(),
+        );
+        let layers: Vec<PathBuf> = (0..4)
+            .map(|i| layer(&w, &format!("layer-{name}-{i}")))
+            .collect();
+        std::thread::scope(|sc| {
+            for (i, l) in layers.iter().enumerate() {
+                let name = &name;
+                let w = &w;
+                sc.spawn(move || {
+                    let (status, said) = attach(w, name, &format!("c{i}"), l);
+                    eprintln!("{name} c{i}: {status} {said}");
+                });
+            }
+            std::thread::sleep(Duration::from_millis(wait_ms));
+            w.svc_ok(&["sandbox", "destroy", &name]);
+        });
+        // The attaches have all answered: nothing of theirs may be left.
+        w.assert_gone(id, &link, pid, &name);
+    }
 }
