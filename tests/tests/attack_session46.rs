@@ -6,7 +6,11 @@
 //!   whole 30 s limit while holding that lock: every other sandbox's attach (the shim's
 //!   `Create` of any other pod's container) waited behind it. Fixed: the lock is per VM.
 //!   Another API user may not detach a root from a sandbox that is not theirs (the root stays
-//!   attached) nor exec with it.
+//!   attached) nor exec with it. FOUND: the host overlay of a root (`<sandbox>/ctr/<id>/merged`)
+//!   was mounted `nodev` but not `nosuid`, under directories every host user may pass
+//!   (`StateDirectory=svc` is 0755): any host user read the guest's container files there
+//!   and could run an image's setuid-root program set-id on the host. Fixed: `<sandbox>/ctr`
+//!   is root's alone (0700) and the overlay is bind-remounted `nosuid,nodev`.
 //! - A guest that powers its VM off (`sysrq o`, QEMU exits) with a root attached, once while
 //!   svcd runs (then the root is detached, then the sandbox destroyed) and once while svcd is
 //!   killed (adopted dead, then destroyed): nothing of the roots is left on the host (no
@@ -150,6 +154,43 @@ fn a_guest_that_stops_its_agent_holds_no_other_sandboxs_roots() {
     assert!(
         overlay_mounted(&w, "vmhog", "c1"),
         "detached by another user"
+    );
+    // Nor exec in its sandbox with that root.
+    let body = serde_json::json!({"argv": ["true"], "root": "c1"}).to_string();
+    let (status, said) = w.api(
+        &ids,
+        "POST",
+        "/v1/sandboxes/vmhog/exec",
+        Some(body.as_bytes()),
+    );
+    assert!(status == 403 || status == 404, "{status} {said}");
+    // Nor any host user reach its files through the overlay svcd mounted in the sandbox's
+    // directory; and an image's setid program is never set-id there.
+    let merged = w
+        .dir
+        .join("state/sandboxes/vmhog/ctr/c1/merged/etc/svc-layer");
+    let seen = std::process::Command::new("setpriv")
+        .args(&ids)
+        .args(["--inh-caps=-all", "--", "cat"])
+        .arg(&merged)
+        .output()
+        .expect("setpriv");
+    assert!(
+        !seen.status.success(),
+        "a host user read {}: {}",
+        merged.display(),
+        String::from_utf8_lossy(&seen.stdout)
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let line = mounts
+        .lines()
+        .find(|l| l.contains("vmhog/ctr/c1/merged"))
+        .unwrap_or_default()
+        .to_owned();
+    let options = line.split(' ').nth(5).unwrap_or_default();
+    assert!(
+        options.split(',').any(|o| o == "nosuid"),
+        "the overlay is set-id on the host: {line}"
     );
 
     // vmhog's guest stops its own agent for 60 s.
