@@ -13,9 +13,9 @@
 //! nothing attached; an exec naming a root that is not attached is refused; another API user
 //! cannot attach to the pod's sandbox.
 //!
-//! On a VM (`svc.dev/backend=microvm`): the two images' containers the same (and an svcd
-//! restart in between), an image's links get nothing, and a container's writes end at its
-//! sandbox's containers' disk (ENOSPC in the guest).
+//! On a VM (`svc.dev/backend=microvm`): the two images' containers the same, an image's links
+//! get nothing, a container's writes end at its sandbox's containers' disk (ENOSPC in the
+//! guest), and an attached root outlives an svcd restart.
 
 use svc_control::policy::pod;
 use svc_tests::{
@@ -117,21 +117,20 @@ fn read(cri: &Cri, id: &str, file: &str) -> Option<String> {
 #[test]
 fn each_pod_container_runs_on_its_own_images_root_file_system() {
     require_root();
-    two_images(&mut World::start(), &[]);
+    two_images(&World::start(), &[]);
 }
 
 /// The same on a VM (`svc.dev/backend=microvm`, real QEMU): each container's tree is an
-/// overlay on the host put into the guest through the trees share, and it survives an svcd
-/// restart (found again, still used by the container's execs).
+/// overlay on the host put into the guest through the trees share.
 #[test]
 fn each_microvm_pod_container_runs_on_its_own_images_root_file_system() {
     require_root();
     microvm_images();
-    two_images(&mut World::start(), &[(pod::BACKEND, "microvm")]);
+    two_images(&World::start(), &[(pod::BACKEND, "microvm")]);
 }
 
 /// The two images' containers in one pod of the `extra` annotations (the backend).
-fn two_images(w: &mut World, extra: &[(&str, &str)]) {
+fn two_images(w: &World, extra: &[(&str, &str)]) {
     let microvm = !extra.is_empty();
     store_secret(w, STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(w);
@@ -169,12 +168,6 @@ fn two_images(w: &mut World, extra: &[(&str, &str)]) {
         let at = format!("/.svc/ctr/{id}");
         assert!(mounts.contains(&at), "{at} in the guest: {mounts:?}");
     }
-    if microvm {
-        // An svcd restart: the roots stay attached and are found again.
-        w.kill_svcd();
-        w.start_svcd();
-        assert_eq!(read(&cri, &a, "/etc/written-by-a").as_deref(), Some("mine"));
-    }
 
     // Removing a container takes its tree out of the guest and its layers off the host.
     remove_container(&cri, &a);
@@ -194,8 +187,18 @@ fn two_images(w: &mut World, extra: &[(&str, &str)]) {
     );
     if microvm {
         // One tree left in the VM's trees share: b's.
-        let trees = std::fs::read_dir(dir.join("trees")).map_or(0, Iterator::count);
-        assert_eq!(trees, 1, "the trees share holds b's tree alone");
+        let trees: Vec<_> = std::fs::read_dir(dir.join("trees"))
+            .expect("the VM's trees share")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        let host = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let shared: Vec<&str> = host.lines().filter(|l| l.contains("/trees")).collect();
+        assert_eq!(
+            trees.len(),
+            1,
+            "the trees share holds b's tree alone: {trees:?} {shared:#?} {}",
+            w.svcd_log()
+        );
     }
     assert_eq!(
         read(&cri, &b, "/etc/svc-image-b").as_deref(),
@@ -214,12 +217,12 @@ fn two_images(w: &mut World, extra: &[(&str, &str)]) {
 /// On a VM: an image whose `/dev` is a link to `/` and `/etc/hosts` to `/etc/shadow` gets
 /// nothing placed through them; a container that writes until refused gets ENOSPC in the
 /// guest, from its sandbox's containers' disk (`disk_mib`), and the host's disk holds no more
-/// than that disk's size.
+/// than that disk's size. A root attached through svcd's API outlives an svcd restart.
 #[test]
-fn a_microvm_pod_containers_links_place_nothing_and_its_writes_are_bounded() {
+fn a_microvm_pod_containers_links_place_nothing_its_writes_are_bounded_and_it_outlives_svcd() {
     require_root();
     microvm_images();
-    let w = World::start_with("disk_mib = 64");
+    let mut w = World::start_with("disk_mib = 64");
     store_secret(&w, STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
     import_images(&c, &w);
@@ -231,8 +234,12 @@ fn a_microvm_pod_containers_links_place_nothing_and_its_writes_are_bounded() {
     let inside = format!("/.svc/ctr/{links}");
     let added: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
     assert!(added.contains(&&inside), "its tree is attached: {added:?}");
+    // The guest kernel's own mount of the tree in the trees share aside.
+    let share = format!("{}/", svc_guest::proto::TREES_DIR);
     assert!(
-        added.iter().all(|m| m.starts_with(&inside)),
+        added
+            .iter()
+            .all(|m| m.starts_with(&inside) || m.starts_with(&share)),
         "a mount outside {inside}: {added:?}"
     );
     for skipped in ["dev", "etc/hosts"] {
@@ -259,13 +266,14 @@ fn a_microvm_pod_containers_links_place_nothing_and_its_writes_are_bounded() {
         "the guest's own /etc and /dev are as they were: {out}"
     );
 
-    // A flood: refused in the guest once the containers' disk is full.
+    // A flood (its image's /dev is no device directory: `yes`, not /dev/zero): refused in
+    // the guest once the containers' disk is full.
     let (code, out, err) = exec(
         &cri,
         &links,
-        &["sh", "-c", "dd if=/dev/zero of=/flood bs=1M count=512 2>&1"],
+        &["sh", "-c", "yes 0123456789abcdef 2>&1 >/flood"],
     );
-    assert_ne!(code, 0, "512 MiB fit in a 64 MiB disk: {out}");
+    assert_ne!(code, 0, "the flood was never refused: {out}");
     assert!(
         out.contains("No space left on device"),
         "not ENOSPC: {out} {err}"
@@ -284,6 +292,32 @@ fn a_microvm_pod_containers_links_place_nothing_and_its_writes_are_bounded() {
         !dir.join("ctr-disk").exists(),
         "the containers' disk is left"
     );
+
+    // A root attached through svcd's API outlives an svcd restart and is found again.
+    let top = w.dir.join("restart-layer");
+    std::fs::create_dir_all(top.join("etc")).expect("layer");
+    std::fs::write(top.join("etc/svc-restart"), "found-again\n").expect("marker");
+    let base = svc_tests::world::image_dir().join("rootfs");
+    let body = serde_json::json!({"id": "r1", "layers": [top, base]}).to_string();
+    let roots = format!("/v1/sandboxes/{}/roots", pod.sandbox);
+    let (status, said) = w.api(&[], "POST", &roots, Some(body.as_bytes()));
+    assert_eq!(status, 200, "{said}");
+    w.kill_svcd();
+    w.start_svcd();
+    let body = serde_json::json!({"argv": ["cat", "/etc/svc-restart"], "root": "r1"}).to_string();
+    let route = format!("/v1/sandboxes/{}/exec", pod.sandbox);
+    let (status, said) = w.api(&[], "POST", &route, Some(body.as_bytes()));
+    // base64 of "found-again\n", the exec's standard output.
+    assert!(
+        status == 200 && said.contains("Zm91bmQtYWdhaW4K"),
+        "{status} {said}"
+    );
+    let (status, said) = w.api(&[], "DELETE", &format!("{roots}/r1"), None);
+    assert_eq!(status, 200, "{said}");
+    assert!(said.contains("\"was_attached\":true"), "{said}");
+    for left in [dir.join("ctr"), dir.join("ctr-disk")] {
+        assert!(!left.exists(), "{} is left", left.display());
+    }
     remove_pod(&w, &c, &cri, &pod);
 }
 

@@ -2,7 +2,10 @@
 //! container backend's `container::ctr_root`, the microvm's `microvm::ctr_root`): where it goes
 //! in the guest, and the guest's places bound over the same places inside it.
 
-use crate::proxy::guest_trust;
+use crate::{
+    proxy::guest_trust,
+    runtime::{GuestHandle, RuntimeError},
+};
 
 /// The guest path of container `ctr`'s root.
 pub fn guest_path(ctr: &str) -> String {
@@ -24,6 +27,19 @@ pub fn guest_binds() -> [(&'static str, bool); 8] {
         (trimmed(guest_trust::GUEST_BUNDLE), false),
         (trimmed(guest_trust::GUEST_CA_FILE), false),
     ]
+}
+
+/// An `operation` on container `ctr`'s root file system in `guest` that failed, saying why.
+pub(crate) fn lifecycle<'a>(
+    operation: &'static str,
+    guest: &'a GuestHandle,
+    ctr: &'a str,
+) -> impl Fn(String) -> RuntimeError + 'a {
+    move |message| RuntimeError::Lifecycle {
+        operation,
+        name: guest.name.clone(),
+        message: format!("container {ctr}: {message}"),
+    }
 }
 
 const fn trimmed(p: &'static str) -> &'static str {

@@ -1,4 +1,4 @@
-//! The guest's own places bound inside a tree just bound ([`super::trees::bind`]): a pod
+//! The guest's own places bound inside a tree just bound by the agent's `trees` module: a pod
 //! container's root file system gets the guest's `/proc`, `/dev`, `/sys`, relay directory and
 //! resolver and CA files, as the container backend gives them (the host names the list).
 //!

@@ -197,7 +197,7 @@ mod tests {
         bind(&trees, "t1", &plain, &[]).expect("bind");
         let seen = std::fs::read_to_string(format!("{plain}/marker")).expect("marker");
         assert_eq!(seen, "in the tree");
-        unbind(&trees, "t1", &plain, &[]).expect("unbind");
+        unbind(&trees, "t1", &plain).expect("unbind");
         assert!(!Path::new(&format!("{plain}/marker")).exists(), "unbound");
     }
 }

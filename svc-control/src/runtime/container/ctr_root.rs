@@ -42,7 +42,7 @@ use crate::{
     dataplane::idmap,
     runtime::{
         GuestHandle, RuntimeError,
-        pod_root::{guest_binds, guest_path},
+        pod_root::{guest_binds, guest_path, lifecycle},
         start_time,
     },
 };
@@ -150,18 +150,6 @@ fn places(dir: &Path, ctr: &str) -> (PathBuf, PathBuf) {
         dir.join(STATE).join(ctr),
         dir.join(POINTS).join("ctr").join(ctr),
     )
-}
-
-fn lifecycle<'a>(
-    operation: &'static str,
-    guest: &'a GuestHandle,
-    ctr: &'a str,
-) -> impl Fn(String) -> RuntimeError + 'a {
-    move |message| RuntimeError::Lifecycle {
-        operation,
-        name: guest.name.clone(),
-        message: format!("container {ctr}: {message}"),
-    }
 }
 
 /// The mount points' directory (owned by the host's root, mode 0755: the guest reads it but

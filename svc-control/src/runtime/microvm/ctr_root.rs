@@ -38,7 +38,7 @@ use crate::runtime::{
         disk,
         rootfs::{self, IdRange, Layers, Lower},
     },
-    pod_root,
+    pod_root::{self, lifecycle},
 };
 
 /// Where each container's overlay is mounted on the host, under the sandbox's directory.
@@ -297,16 +297,4 @@ fn binds() -> Vec<GuestBind> {
             dir,
         })
         .collect()
-}
-
-fn lifecycle<'a>(
-    operation: &'static str,
-    guest: &'a GuestHandle,
-    ctr: &'a str,
-) -> impl Fn(String) -> RuntimeError + 'a {
-    move |message| RuntimeError::Lifecycle {
-        operation,
-        name: guest.name.clone(),
-        message: format!("container {ctr}: {message}"),
-    }
 }
