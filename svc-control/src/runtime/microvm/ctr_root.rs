@@ -56,7 +56,8 @@ impl Microvm {
         ctr: &str,
         layers: &[PathBuf],
     ) -> Result<String, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots_lock(&guest.name);
+        let _one = one.lock().await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         if !self.alive(guest) {
             return Err(RuntimeError::NotRunning);
@@ -66,6 +67,7 @@ impl Microvm {
             return Err(err("it is attached already".into()));
         }
         let fs = self.containers_disk(dir).await.map_err(&err)?;
+        private_dir(&dir.join(STATE)).map_err(&err)?;
         let l = Layers {
             lower: state.join("lower"),
             upper: fs.join(ctr).join("upper"),
@@ -82,6 +84,7 @@ impl Microvm {
             )
             .and_then(|o| {
                 o.mount_here()
+                    .and_then(|()| no_setid(&l.merged))
                     .map_err(|e| format!("mounting its overlay on {}: {e}", l.merged.display()))
             })
             .and_then(|()| {
@@ -109,7 +112,8 @@ impl Microvm {
         dir: &Path,
         ctr: &str,
     ) -> Result<bool, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots_lock(&guest.name);
+        let _one = one.lock().await;
         let err = lifecycle("detaching a root file system from", guest, ctr);
         if !dir.join(STATE).join(ctr).exists() && !dir.join(DISK).join("fs").join(ctr).exists() {
             return Ok(false);
@@ -122,6 +126,16 @@ impl Microvm {
         forget(dir, ctr).await;
         guest_said.map_err(|e| err(e.to_string()))?;
         Ok(true)
+    }
+
+    /// Guest `name`'s lock over its roots (the locks no attach or detach holds are dropped).
+    fn roots_lock(&self, name: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .roots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.retain(|n, l| n == name || std::sync::Arc::strong_count(l) > 1);
+        locks.entry(name.to_owned()).or_default().clone()
     }
 
     /// The sandbox's containers' disk mounted at `<dir>/ctr-disk/fs`: made and mounted now
@@ -224,6 +238,33 @@ async fn release_disk(dir: &Path) -> Option<String> {
     let _ = std::fs::remove_dir(at.join("fs"));
     let _ = std::fs::remove_dir(&at);
     removed.map(|r| format!("containers' {r}"))
+}
+
+/// `dir` made (if missing) root's alone, 0700: the overlays under it are the guest's files
+/// (its containers' writes) and the images' (their setid programs), for no host user to reach.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let said = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)
+        .map_err(said)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(said)
+}
+
+/// The overlay at `merged` made `nosuid` (and `nodev`) on the host: an image's setid program
+/// runs set-id in the guest (its own mount's flags), never on the host through svcd's mount.
+fn no_setid(merged: &Path) -> std::io::Result<()> {
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        None::<&str>,
+        merged,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )?;
+    Ok(())
 }
 
 /// Unmount what is mounted at `path` (lazily: a virtiofsd still holding a file lets go when

@@ -70,8 +70,9 @@ pub struct Microvm {
     channels: Mutex<HashMap<String, Arc<Channel>>>,
     /// What each guest's own connections go to (`serve_guest`), kept for its next channel.
     services: Mutex<HashMap<String, GuestService>>,
-    /// One pod container's root file system attached or detached at a time.
-    roots: tokio::sync::Mutex<()>,
+    /// One pod container's root file system attached or detached at a time in each guest
+    /// (per guest: a guest whose agent stalls its own attach or detach holds no other's).
+    roots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for Microvm {
@@ -128,7 +129,7 @@ impl Microvm {
             cgroup_parent: cgroup_parent.to_owned(),
             channels: Mutex::default(),
             services: Mutex::default(),
-            roots: tokio::sync::Mutex::default(),
+            roots: Mutex::default(),
         }
     }
 
