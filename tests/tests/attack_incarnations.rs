@@ -454,9 +454,7 @@ fn a_relay_session_outliving_its_sandbox_is_not_the_next_sandboxs() {
         w.svcd_log()
     );
     let a_incarnation = w
-        .audit()
-        .iter()
-        .find(|r| r["layer"] == "ssh")
+        .audit_record(|r| r["layer"] == "ssh")
         .and_then(|r| r["incarnation"].as_str().map(str::to_owned))
         .expect("the session's record has an incarnation");
     let hold = format!(
@@ -485,9 +483,7 @@ fn a_relay_session_outliving_its_sandbox_is_not_the_next_sandboxs() {
         "the next sandbox's first git session is refused for the destroyed one's: {err}"
     );
     let next_incarnation = w
-        .audit()
-        .iter()
-        .rfind(|r| r["layer"] == "ssh")
+        .audit_record(|r| r["layer"] == "ssh" && r["sandbox_name"] == "next")
         .and_then(|r| r["incarnation"].as_str().map(str::to_owned))
         .expect("a record of the next sandbox's session");
     assert_ne!(next_incarnation, a_incarnation);

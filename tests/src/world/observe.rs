@@ -113,4 +113,23 @@ impl World {
         }
         steps
     }
+
+    /// The last of svcd's audit records that `pred` takes, waiting up to 10 s for one to be
+    /// written (a relay session's record follows its end on the host, after the guest's
+    /// command has returned).
+    pub fn audit_record(
+        &self,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Option<serde_json::Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(r) = self.audit().into_iter().rfind(|r| pred(r)) {
+                return Some(r);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
