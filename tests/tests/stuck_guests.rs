@@ -8,6 +8,8 @@
 //! The same on the microvm backend, against real QEMU: a VM paused before svcd restarts is
 //! adopted paused (QEMU's run state says so), refuses commands until resumed, then runs them;
 //! a monitor held by another client makes svcd's question fail in bounded time, saying so;
+//! VMs whose QEMU is stopped are adopted side by side, so svcd is ready within about one
+//! question's limit, not one per VM, each saying why its state is unknown;
 //! and a VM stopped behind svcd's back, or whose agent the guest stops, gets its next command
 //! an error naming that within the agent's limit, and its later commands run once it can.
 
@@ -16,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use svc_control::runtime::microvm::qmp::Qmp;
+use svc_control::runtime::microvm::{STATUS_LIMIT, qmp::Qmp};
 use svc_tests::{
     init_server_pid, output_within, require_root,
     world::{World, microvm_images},
@@ -327,6 +329,62 @@ fn a_microvm_paused_before_svcd_restarts_is_adopted_paused_and_a_silent_monitor_
     // Destroyed while paused: thawed to be stopped, nothing left.
     w.svc_ok(&["sandbox", "pause", "vmheld"]);
     w.destroy_checked("vmheld");
+}
+
+#[test]
+fn microvms_whose_qemu_is_stopped_are_adopted_side_by_side_within_about_one_status_limit() {
+    require_root();
+    microvm_images();
+    let mut w = World::start();
+    let names = ["vmstopa", "vmstopb"];
+    for name in names {
+        w.svc_ok(&["sandbox", "create", "--backend", "microvm", name]);
+        assert_eq!(w.sh(name, "echo up").1, "up\n", "{}", w.svcd_log());
+    }
+    let qemus = names.map(|name| {
+        let pid = w.show(name)["pid"].as_u64().expect("pid");
+        nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"))
+    });
+    // How long svcd takes to start with both VMs answering.
+    w.kill_svcd();
+    let started = Instant::now();
+    w.start_svcd();
+    let answered = started.elapsed();
+
+    // Both QEMUs stopped: neither monitor answers; svcd waits for them at once.
+    w.kill_svcd();
+    for pid in qemus {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    }
+    let started = Instant::now();
+    w.start_svcd();
+    let took = started.elapsed();
+    for pid in qemus {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    }
+    assert!(
+        took < answered + 2 * STATUS_LIMIT,
+        "ready after {took:?} ({answered:?} with the monitors answering, each may wait {STATUS_LIMIT:?})"
+    );
+    for name in names {
+        let adopted = w.events("sandbox.adopted", name);
+        let unknown = adopted
+            .last()
+            .and_then(|e| e["detail"]["paused_unknown"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            unknown.contains(&format!("reading the run state of the guest of {name}"))
+                && unknown.contains("did not answer within 3 s"),
+            "{adopted:?}"
+        );
+        assert_eq!(w.show(name)["state"], "running");
+        // Continued, it runs commands again (its agent's channel made at the first).
+        assert_eq!(w.sh(name, "echo back").1, "back\n", "{}", w.svcd_log());
+    }
+    for name in names {
+        w.destroy_checked(name);
+    }
 }
 
 #[test]

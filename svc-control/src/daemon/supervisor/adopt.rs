@@ -3,6 +3,7 @@
 
 use std::{net::IpAddr, sync::Arc, time::SystemTime};
 
+use futures::StreamExt;
 use tracing::{info, warn};
 
 use super::{
@@ -25,50 +26,68 @@ use crate::{
     store::SandboxRow,
 };
 
+/// How many sandboxes are adopted at once at start.
+const ADOPT_AT_ONCE: usize = 16;
+
 impl Supervisor {
     /// At start: re-adopt every running sandbox whose guest is still there, tear down what a
     /// crash left half-built or half-destroyed, and put every link in the nftables table.
     pub async fn reconcile(&self) -> Result<(), Failure> {
-        let rows = self.store().list()?;
-        for row in rows {
-            if row.state != "running" {
-                warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
-                self.teardown(
-                    &row.name,
-                    row.id,
-                    &format!("svc{}", row.id),
-                    &super::row_backend(&row),
-                )
-                .await;
-                let _ = self.store().delete(&row.name);
-                continue;
+        let (running, interrupted): (Vec<_>, Vec<_>) = self
+            .store()
+            .list()?
+            .into_iter()
+            .partition(|row| row.state == "running");
+        for row in interrupted {
+            warn!(sandbox = %row.name, state = %row.state, "found a sandbox a crash interrupted; removing it");
+            self.teardown(
+                &row.name,
+                row.id,
+                &format!("svc{}", row.id),
+                &super::row_backend(&row),
+            )
+            .await;
+            let _ = self.store().delete(&row.name);
+        }
+        // Adopted side by side: each may wait on its guest (a hung VM's monitor answers
+        // nothing for its whole limit), so svcd is ready within about one such wait, not one
+        // per guest.
+        futures::stream::iter(running)
+            .for_each_concurrent(ADOPT_AT_ONCE, |row| async move {
+                let outcome = self.adopt(&row).await;
+                self.adopted(&row, outcome).await;
+            })
+            .await;
+        self.sync_nft(None).await
+    }
+
+    /// Say how adopting `row` went: its event, and, when it failed, its fence closed and the
+    /// sandbox listed as dead.
+    async fn adopted(&self, row: &SandboxRow, outcome: Result<(bool, Option<String>), Failure>) {
+        match outcome {
+            Ok((paused, unknown)) => {
+                info!(sandbox = %row.name, paused, "re-adopted");
+                let mut said = serde_json::json!({"paused": paused});
+                if let Some(why) = unknown {
+                    said["paused_unknown"] = why.into();
+                }
+                self.event("sandbox.adopted", Some(&row.name), said);
             }
-            match self.adopt(&row).await {
-                Ok((paused, unknown)) => {
-                    info!(sandbox = %row.name, paused, "re-adopted");
-                    let mut said = serde_json::json!({"paused": paused});
-                    if let Some(why) = unknown {
-                        said["paused_unknown"] = why.into();
-                    }
-                    self.event("sandbox.adopted", Some(&row.name), said);
-                }
-                Err(f) => {
-                    // Whatever failed, its link drops everything until it is destroyed.
-                    self.close_fence(row.id).await;
-                    self.dead
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(row.name.clone());
-                    warn!(sandbox = %row.name, error = %f.message, "cannot re-adopt; its fence stays closed");
-                    self.event(
-                        "sandbox.dead",
-                        Some(&row.name),
-                        serde_json::json!({"reason": f.message}),
-                    );
-                }
+            Err(f) => {
+                // Whatever failed, its link drops everything until it is destroyed.
+                self.close_fence(row.id).await;
+                self.dead
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(row.name.clone());
+                warn!(sandbox = %row.name, error = %f.message, "cannot re-adopt; its fence stays closed");
+                self.event(
+                    "sandbox.dead",
+                    Some(&row.name),
+                    serde_json::json!({"reason": f.message}),
+                );
             }
         }
-        self.sync_nft(None).await
     }
 
     /// Remove the fence record of sandbox `id`'s link, if the link is there: it then drops

@@ -10,7 +10,7 @@ use crate::runtime::{GuestHandle, RuntimeError, Snapshot, gone_within};
 
 /// How long QEMU's monitor has to say a VM's run state: svcd's start (which asks it of every
 /// VM it adopts) waits no longer for a monitor that is held or hung.
-const STATUS_LIMIT: Duration = Duration::from_secs(3);
+pub const STATUS_LIMIT: Duration = Duration::from_secs(3);
 
 impl Microvm {
     /// Freeze the guest's CPUs.
@@ -90,6 +90,7 @@ impl Microvm {
         let mut removed: Vec<String> = super::trees::release(&dir).into_iter().collect();
         self.channels().remove(name);
         self.services().remove(name);
+        self.adopted().remove(name);
         if let Some(monitor) =
             self.stop_monitor(&dir)
                 .await

@@ -30,6 +30,7 @@ mod trees;
 mod virtiofsd;
 pub mod vm_dir;
 
+pub use lifecycle::STATUS_LIMIT;
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
@@ -70,6 +71,9 @@ pub struct Microvm {
     channels: Mutex<HashMap<String, Arc<Channel>>>,
     /// What each guest's own connections go to (`serve_guest`), kept for its next channel.
     services: Mutex<HashMap<String, GuestService>>,
+    /// The run state each adopted VM's QEMU told (or why it told none), kept for the
+    /// adoption's `serve_guest`, so that a hung monitor is waited for once, not twice.
+    adopted: Mutex<HashMap<String, Result<bool, String>>>,
     /// One pod container's root file system attached or detached at a time in each guest
     /// (per guest: a guest whose agent stalls its own attach or detach holds no other's).
     roots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -129,6 +133,7 @@ impl Microvm {
             cgroup_parent: cgroup_parent.to_owned(),
             channels: Mutex::default(),
             services: Mutex::default(),
+            adopted: Mutex::default(),
             roots: Mutex::default(),
         }
     }
@@ -160,6 +165,12 @@ impl Microvm {
 
     fn services(&self) -> std::sync::MutexGuard<'_, HashMap<String, GuestService>> {
         self.services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn adopted(&self) -> std::sync::MutexGuard<'_, HashMap<String, Result<bool, String>>> {
+        self.adopted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -308,7 +319,12 @@ impl Backend for Microvm {
                 .get(&guest.name)
                 .is_some_and(|c| c.is_open());
             if !open {
-                match self.paused_vm(guest).await {
+                let told = self.adopted().remove(&guest.name);
+                let state = match told {
+                    Some(state) => state,
+                    None => self.paused_vm(guest).await.map_err(|e| e.to_string()),
+                };
+                match state {
                     Ok(false) => {}
                     Ok(true) => return Ok(()),
                     Err(e) => {
@@ -347,9 +363,15 @@ impl Backend for Microvm {
         Box::pin(self.resume_vm(guest))
     }
 
-    /// QEMU's run state (`query-status`), asked when svcd adopts the VM.
+    /// QEMU's run state (`query-status`), asked when svcd adopts the VM; the answer is
+    /// kept for the adoption's `serve_guest`.
     fn paused<'a>(&'a self, guest: &'a GuestHandle) -> BoxFuture<'a, Result<bool, RuntimeError>> {
-        Box::pin(self.paused_vm(guest))
+        Box::pin(async move {
+            let state = self.paused_vm(guest).await;
+            let told = state.as_ref().copied().map_err(ToString::to_string);
+            self.adopted().insert(guest.name.clone(), told);
+            state
+        })
     }
 
     /// A pod container's root file system: an overlay of its layers on the host, put into
