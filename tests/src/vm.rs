@@ -1,7 +1,7 @@
 //! A microvm of svcd's taken over by the test's own backend (as svcd does after a restart:
 //! svcd is killed first, and the VM outlives it), and what the trees tests do with it:
 //! commands through the agent, overlays of the base image to attach as trees, the mounts a
-//! process sees.
+//! process sees; and a guest that stops its own agent for a while.
 
 use std::{
     path::{Path, PathBuf},
@@ -38,6 +38,23 @@ pub fn take_over(w: &mut World, name: &str) -> (Microvm, GuestHandle) {
         start: start_time(pid).expect("QEMU runs"),
     };
     (vm, guest)
+}
+
+/// Microvm sandbox `name`'s guest stops its own agent (`kill -STOP`, as VM root may) a second
+/// after this returns from its exec, and continues it `secs` seconds later, from a shell that
+/// outlives the exec; back once the agent is stopped (3 s).
+pub fn stop_agent_for(w: &World, name: &str, secs: u64) {
+    let (code, _, err) = w.sh(
+        name,
+        &format!(
+            "a=$(grep -l '^svc-microvm-age' /proc/[0-9]*/comm | cut -d/ -f3 | head -n1); \
+             [ -n \"$a\" ] || exit 9; \
+             setsid sh -c \"sleep 1; kill -STOP $a; sleep {secs}; kill -CONT $a\" \
+               </dev/null >/dev/null 2>&1 &"
+        ),
+    );
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(std::time::Duration::from_secs(3));
 }
 
 /// `sh -c SCRIPT` in the guest, with a plain `PATH`.

@@ -194,15 +194,7 @@ fn a_guest_that_stops_its_agent_holds_no_other_sandboxs_roots() {
     );
 
     // vmhog's guest stops its own agent for 60 s.
-    let (code, _, err) = w.sh(
-        "vmhog",
-        "a=$(grep -l '^svc-microvm-age' /proc/[0-9]*/comm | cut -d/ -f3 | head -n1); \
-         [ -n \"$a\" ] || exit 9; \
-         setsid sh -c \"sleep 1; kill -STOP $a; sleep 60; kill -CONT $a\" \
-           </dev/null >/dev/null 2>&1 &",
-    );
-    assert_eq!(code, 0, "{err}");
-    std::thread::sleep(Duration::from_secs(3));
+    svc_tests::vm::stop_agent_for(&w, "vmhog", 60);
 
     std::thread::scope(|s| {
         // The detach of vmhog's root waits on its stopped agent (the shim removing the

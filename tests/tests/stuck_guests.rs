@@ -362,6 +362,7 @@ fn microvms_whose_qemu_is_stopped_are_adopted_side_by_side_within_about_one_stat
     for pid in qemus {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
     }
+    println!("ready after {took:?}, {answered:?} with the monitors answering");
     assert!(
         took < answered + 2 * STATUS_LIMIT,
         "ready after {took:?} ({answered:?} with the monitors answering, each may wait {STATUS_LIMIT:?})"
@@ -412,15 +413,7 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
     assert_eq!((code, out.as_str()), (0, "on\n"), "{err}\n{}", w.svcd_log());
 
     // The guest stops its own agent (continued 40 s later by the same shell).
-    let (code, _, err) = w.sh(
-        "vmstuck",
-        "a=$(grep -l '^svc-microvm-age' /proc/[0-9]*/comm | cut -d/ -f3 | head -n1); \
-         [ -n \"$a\" ] || exit 9; \
-         setsid sh -c \"sleep 1; kill -STOP $a; sleep 40; kill -CONT $a\" \
-           </dev/null >/dev/null 2>&1 &",
-    );
-    assert_eq!(code, 0, "{err}");
-    std::thread::sleep(Duration::from_secs(3));
+    svc_tests::vm::stop_agent_for(&w, "vmstuck", 40);
     let said = refused_within(&w, "vmstuck", "echo late", Duration::from_secs(30));
     assert!(
         said.contains("the guest's agent took no command within 10 s")
