@@ -385,6 +385,8 @@ impl Drop for PinDir {
     }
 }
 
+/// A VM booted bare (no svcd), for the benches' floor.
+pub mod bare_vm;
 pub mod containerd;
 pub mod cri;
 pub mod dns;
@@ -400,7 +402,7 @@ pub mod servers;
 pub mod ssh_host;
 pub mod topology;
 pub mod users;
-/// A microvm of svcd's taken over by the test's backend; trees attached to it.
+/// A microvm of svcd's taken over by the test's backend; trees attached to it; its agent stopped.
 pub mod vm;
 pub mod world;
 

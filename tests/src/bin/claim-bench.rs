@@ -17,12 +17,11 @@ use std::{
 
 use svc_control::runtime::microvm::{
     channel::Channel,
-    qemu::{Accel, Images, Launch, Qemu, VmDir},
-    qmp::Qmp,
+    qemu::{Accel, Images, VmDir},
 };
 use svc_guest::proto::{Request, Setup, TREES_DIR, TREES_TAG};
 use svc_tests::{
-    ms_stats, unique,
+    bare_vm, ms_stats, unique,
     world::{World, microvm_images},
 };
 
@@ -154,14 +153,7 @@ async fn one_vm(
     let dir = VmDir(std::env::temp_dir().join(unique("svcl")));
     std::fs::create_dir_all(&dir.0).expect("dir");
     let grown = variant.starts_with("grown");
-    let mut made = tokio::process::Command::new("qemu-img");
-    made.args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
-        .arg(&images.rootfs)
-        .arg(dir.disk());
-    if grown {
-        made.arg(format!("{GROWN_MIB}M"));
-    }
-    assert!(made.status().await.expect("qemu-img").success());
+    bare_vm::overlay(images, &dir, grown.then_some(GROWN_MIB)).await;
     let trees = variant.contains("trees");
     let mut virtiofsd = trees.then(|| start_virtiofsd(&dir));
     let shared = if trees {
@@ -169,37 +161,26 @@ async fn one_vm(
     } else {
         Vec::new()
     };
-    let args = launch_args(&dir, images, accel, variant, &shared);
+    let tap = format!("svcl{}", std::process::id() % 100_000);
+    let args = variant_args(
+        bare_vm::root_args(&dir, images, accel, &tap, &shared),
+        variant,
+    );
     let t = Instant::now();
-    let mut child = tokio::process::Command::new("qemu-system-x86_64")
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("qemu");
-    let mut qmp = loop {
-        if let Ok(q) = Qmp::connect(&dir.qmp(), Duration::from_secs(10)).await {
-            break q;
-        }
-        assert!(child.try_wait().expect("qemu").is_none(), "QEMU ended");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    qmp.execute("cont", None).await.expect("cont");
-    let channel = Channel::connect(&dir.agent(), Duration::from_secs(120))
-        .await
-        .expect("the agent answers");
+    let vm = bare_vm::boot(&dir, args).await;
     let boot = t.elapsed().as_secs_f64() * 1000.0;
-    pool_set_up(&channel, variant, files).await;
+    let channel = &vm.channel;
+    pool_set_up(channel, variant, files).await;
     // The pool claims a VM as soon as it is ready.
     let mut each = Vec::new();
-    let pid = child.id().expect("QEMU's pid");
+    let pid = vm.child.id().expect("QEMU's pid");
     for n in 0..CLAIMS {
         let (t, cpu) = (Instant::now(), cpu_ms(pid));
-        claim(&channel, &format!("claimed{n}"), files).await;
+        claim(channel, &format!("claimed{n}"), files).await;
         each.push((t.elapsed().as_secs_f64() * 1000.0, cpu_ms(pid) - cpu));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let _ = qmp.execute("quit", None).await;
-    let _ = child.wait().await;
+    vm.quit().await;
     if let Some(v) = virtiofsd.as_mut() {
         let _ = v.kill();
         let _ = v.wait();
@@ -300,38 +281,6 @@ async fn claim(channel: &Channel, name: &str, files: &[(String, Vec<u8>)]) {
     for r in w {
         r.expect("write");
     }
-}
-
-/// QEMU's command line for a VM of `variant` in `dir`, as root.
-fn launch_args(
-    dir: &VmDir,
-    images: &Images,
-    accel: Accel,
-    variant: &str,
-    shared: &[(PathBuf, String)],
-) -> Vec<OsString> {
-    let tap = format!("svcl{}", std::process::id() % 100_000);
-    let qemu = Qemu {
-        binary: "qemu-system-x86_64".into(),
-        accel,
-    };
-    let launch = Launch {
-        dir,
-        images,
-        tap: &tap,
-        memory_mib: 512,
-        cpus: 1,
-        incoming: None,
-        run_as: (0, 0),
-        shared,
-        vsock: None,
-    };
-    let mut args = variant_args(qemu.args(&launch), variant);
-    // As root, without the switch to an unprivileged user (as `bench microvm`'s bare boot).
-    if let Some(i) = args.iter().position(|a| a == "-run-with") {
-        args.drain(i..i + 2);
-    }
-    args
 }
 
 /// The command line of `variant` from the one `Qemu::args` gave a VM without (`legacy`) or

@@ -6,18 +6,11 @@
 //! over the rounds (TCG here; KVM hosts are an order of magnitude faster).
 #![expect(clippy::expect_used, reason = "a benchmark: any failure ends it")]
 
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, time::Instant};
 
-use svc_control::runtime::microvm::{
-    channel::Channel,
-    qemu::{Accel, Images, Launch, Qemu, VmDir},
-    qmp::Qmp,
-};
+use svc_control::runtime::microvm::qemu::{Accel, Images, VmDir};
 use svc_tests::{
-    ms_stats, unique,
+    bare_vm, ms_stats, unique,
     world::{World, microvm_images},
 };
 
@@ -28,60 +21,11 @@ async fn bare_boot(images: &Images, accel: Accel) -> f64 {
     let dir = VmDir(std::env::temp_dir().join(unique("svb")));
     std::fs::create_dir_all(&dir.0).expect("dir");
     let t = Instant::now();
-    let made = tokio::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
-        .arg(&images.rootfs)
-        .arg(dir.disk())
-        .status()
-        .await
-        .expect("qemu-img");
-    assert!(made.success());
-    let qemu = Qemu {
-        binary: "qemu-system-x86_64".into(),
-        accel,
-    };
+    bare_vm::overlay(images, &dir, None).await;
     let tap = format!("svb{}", std::process::id() % 100_000);
-    let launch = Launch {
-        dir: &dir,
-        images,
-        tap: &tap,
-        memory_mib: 512,
-        cpus: 1,
-        incoming: None,
-        // Dropped below: the bare floor runs as root.
-        run_as: (0, 0),
-        shared: &[],
-        vsock: None,
-    };
-    // As root, without the switch to the unprivileged user (the bare floor).
-    let mut args = qemu.args(&launch);
-    if let Some(i) = args.iter().position(|a| a == "-run-with") {
-        args.drain(i..i + 2);
-    }
-    let mut child = tokio::process::Command::new("qemu-system-x86_64")
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("qemu");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut qmp = loop {
-        if let Ok(q) = Qmp::connect(&dir.qmp(), Duration::from_secs(10)).await {
-            break q;
-        }
-        assert!(
-            child.try_wait().expect("qemu").is_none() && Instant::now() < deadline,
-            "QEMU did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    qmp.execute("cont", None).await.expect("cont");
-    let _channel = Channel::connect(&dir.agent(), Duration::from_secs(120))
-        .await
-        .expect("the agent answers");
+    let vm = bare_vm::boot(&dir, bare_vm::root_args(&dir, images, accel, &tap, &[])).await;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
-    let _ = qmp.execute("quit", None).await;
-    let _ = child.wait().await;
+    vm.quit().await;
     let _ = std::fs::remove_dir_all(&dir.0);
     ms
 }
