@@ -72,6 +72,54 @@ fn guest_mounts(w: &World, sandbox: &str) -> Vec<String> {
     out.lines().map(str::to_owned).collect()
 }
 
+/// Container `links` of the links image in `pod` (on a VM when `microvm`): its tree attached
+/// at its mount point and nothing outside it (on a VM, the guest kernel's own mount of the
+/// tree in the trees share aside, and the guest's `/proc` bound in it); nothing bound through
+/// the image's links (`/dev` → `/`, `/etc/hosts` → `/etc/shadow`); its own file read; the
+/// guest's own `/etc` and `/dev` as they were. Its id.
+fn links_place_nothing(w: &World, cri: &Cri, pod: &Pod, microvm: bool) -> String {
+    let before = guest_mounts(w, &pod.sandbox);
+    let links = container(cri, pod, "links", IMAGE_LINKS)
+        .unwrap_or_else(|e| panic!("container links: {e:?}\n{}", w.svcd_log()));
+    let after = guest_mounts(w, &pod.sandbox);
+    let inside = format!("/.svc/ctr/{links}");
+    let added: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
+    assert!(added.contains(&&inside), "its tree is attached: {added:?}");
+    let share = format!("{}/", svc_guest::proto::TREES_DIR);
+    assert!(
+        added
+            .iter()
+            .all(|m| m.starts_with(&inside) || (microvm && m.starts_with(&share))),
+        "a mount outside {inside}: {added:?}"
+    );
+    for skipped in ["dev", "etc/hosts"] {
+        let at = format!("{inside}/{skipped}");
+        assert!(
+            !added.contains(&&at),
+            "bound through the image's link: {at}"
+        );
+    }
+    if microvm {
+        assert!(
+            added.contains(&&format!("{inside}/proc")),
+            "the guest's /proc is bound in the container: {added:?}"
+        );
+    }
+    assert_eq!(
+        read(cri, &links, "/etc/svc-image-links").as_deref(),
+        Some("links")
+    );
+    let (code, out, _) = w.sh(
+        &pod.sandbox,
+        "cat /etc/shadow >/dev/null && ls /dev | head -3",
+    );
+    assert_eq!(
+        code, 0,
+        "the guest's own /etc and /dev are as they were: {out}"
+    );
+    links
+}
+
 /// `cat FILE` in container `id`: its text, or none when it has no such file.
 fn read(cri: &Cri, id: &str, file: &str) -> Option<String> {
     let (code, out, _) = exec(cri, id, &["cat", file]);
@@ -191,44 +239,7 @@ fn a_microvm_pod_containers_links_place_nothing_its_writes_are_bounded_and_it_ou
     let (c, cri) = start(&w);
     import_images(&c, &w);
     let pod = run_fenced_pod(&w, &c, &cri, "vm-links", &[(pod::BACKEND, "microvm")]);
-    let before = guest_mounts(&w, &pod.sandbox);
-    let links = container(&cri, &pod, "links", IMAGE_LINKS)
-        .unwrap_or_else(|e| panic!("container links: {e:?}\n{}", w.svcd_log()));
-    let after = guest_mounts(&w, &pod.sandbox);
-    let inside = format!("/.svc/ctr/{links}");
-    let added: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
-    assert!(added.contains(&&inside), "its tree is attached: {added:?}");
-    // The guest kernel's own mount of the tree in the trees share aside.
-    let share = format!("{}/", svc_guest::proto::TREES_DIR);
-    assert!(
-        added
-            .iter()
-            .all(|m| m.starts_with(&inside) || m.starts_with(&share)),
-        "a mount outside {inside}: {added:?}"
-    );
-    for skipped in ["dev", "etc/hosts"] {
-        let at = format!("{inside}/{skipped}");
-        assert!(
-            !added.contains(&&at),
-            "bound through the image's link: {at}"
-        );
-    }
-    assert!(
-        added.contains(&&format!("{inside}/proc")),
-        "the guest's /proc is bound in the container: {added:?}"
-    );
-    assert_eq!(
-        read(&cri, &links, "/etc/svc-image-links").as_deref(),
-        Some("links")
-    );
-    let (code, out, _) = w.sh(
-        &pod.sandbox,
-        "cat /etc/shadow >/dev/null && ls /dev | head -3",
-    );
-    assert_eq!(
-        code, 0,
-        "the guest's own /etc and /dev are as they were: {out}"
-    );
+    let links = links_place_nothing(&w, &cri, &pod, true);
 
     // A flood (its image's /dev is no device directory: `yes`, not /dev/zero): refused in
     // the guest once the containers' disk is full.
@@ -297,29 +308,7 @@ fn no_tree_places_a_root_outside_its_own_and_the_guest_cannot_replace_one() {
         .unwrap_or_else(|e| panic!("container a: {e:?}\n{}", w.svcd_log()));
 
     // Links in a container's tree are never followed: nothing lands outside its mount point.
-    let before = guest_mounts(&w, &pod.sandbox);
-    let links = container(&cri, &pod, "links", IMAGE_LINKS)
-        .unwrap_or_else(|e| panic!("container links: {e:?}\n{}", w.svcd_log()));
-    let after = guest_mounts(&w, &pod.sandbox);
-    let inside = format!("/.svc/ctr/{links}");
-    let added: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
-    assert!(!added.is_empty(), "its tree is attached");
-    assert!(
-        added.iter().all(|m| m.starts_with(&inside)),
-        "a mount outside {inside}: {added:?}"
-    );
-    assert_eq!(
-        read(&cri, &links, "/etc/svc-image-links").as_deref(),
-        Some("links")
-    );
-    let (code, out, _) = w.sh(
-        &pod.sandbox,
-        "cat /etc/shadow >/dev/null && ls /dev | head -3",
-    );
-    assert_eq!(
-        code, 0,
-        "the guest's own /etc and /dev are as they were: {out}"
-    );
+    links_place_nothing(&w, &cri, &pod, false);
 
     // The guest's root cannot unmount, move, replace or add to the mount points.
     for (what, script) in [
