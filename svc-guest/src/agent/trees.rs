@@ -102,7 +102,7 @@ fn tree_name(tree: &str) -> Result<(), String> {
 /// The components of `path`: absolute, no `..`, not `/` itself.
 fn parts(path: &str) -> Result<Vec<&str>, String> {
     let p = Path::new(path);
-    if !p.is_absolute() || p.components().any(|c| c == Component::ParentDir) {
+    if !crate::enter::is_plain_absolute(p) {
         return Err(format!("{path}: not an absolute path without `..`"));
     }
     let parts: Vec<&str> = p
