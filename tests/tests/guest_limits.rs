@@ -49,6 +49,24 @@ def nameserver():
             return l.split()[1]
 "#;
 
+/// How many of `socks` their refusals closed, from Python: waited for until `expected` are
+/// (a loaded host takes its time; 30 s at most), then a second more to see that no more are.
+const REFUSED: &str = r#"
+import select, time
+def refused(socks, expected):
+    p = select.poll()
+    for s in socks:
+        p.register(s, select.POLLIN)
+    ended = set()
+    deadline = time.time() + 30
+    while len(ended) < expected and time.time() < deadline:
+        for fd, _ in p.poll(500):
+            ended.add(fd)
+            p.unregister(fd)
+    time.sleep(1)
+    return len(ended) + len(p.poll(0))
+"#;
+
 /// The other sandbox's checks: a name over UDP and over TCP, HTTPS through the proxy. Prints
 /// `udp ADDR`, `tcp RCODE ANSWERS`, `https STATUS`.
 const CALM: &str = r#"
@@ -80,7 +98,7 @@ print("https", status, flush=True)
 /// closed (or 30 s), how many svcd kept and how many it closed unread. Holds them 6 s more (the guard's idle timeout is
 /// 10 s), then ends.
 const DNS_FLOOD: &str = r#"
-import select, socket, sys, time
+import socket, sys, time
 N, CAP = int(sys.argv[1]), int(sys.argv[2])
 ns = nameserver()
 socks = []
@@ -89,19 +107,8 @@ for i in range(N):
         socks.append(socket.create_connection((ns, 53), timeout=20))
     except OSError as e:
         print("connection", i, e, file=sys.stderr, flush=True)
-# Wait for the refusals beyond the cap to be closed (a loaded host takes its time), then a
-# little more to see that no more are.
-p = select.poll()
-for s in socks:
-    p.register(s, select.POLLIN)
-ended = set()
-deadline = time.time() + 30
-while len(ended) < len(socks) - CAP and time.time() < deadline:
-    for fd, _ in p.poll(500):
-        ended.add(fd)
-        p.unregister(fd)
-time.sleep(1)
-closed = len(ended) + len(p.poll(0))
+# The refusals beyond the cap.
+closed = refused(socks, len(socks) - CAP)
 print("opened %d kept %d closed %d" % (len(socks), len(socks) - closed, closed), flush=True)
 time.sleep(6)
 "#;
@@ -111,7 +118,7 @@ time.sleep(6)
 /// closed (or 30 s), how many of those the proxy kept waiting and how many it closed. Holds the
 /// WebSockets 6 s more.
 const PROXY_FLOOD: &str = r#"
-import base64, os, select, socket, ssl, sys, time
+import base64, os, socket, ssl, sys, time
 W, E = int(sys.argv[1]), int(sys.argv[2])
 ctx = ssl.create_default_context()
 # Resolved once: 224 lookups of A and AAAA would be over the guard's query burst.
@@ -141,19 +148,8 @@ for i in range(E):
         extra.append(socket.create_connection(at, timeout=20))
     except OSError as e:
         print("extra", i, e, file=sys.stderr, flush=True)
-# Each refusal closes its connection; wait for them all (a loaded host takes its time), and
-# then a little more to see that none of the rest is held.
-p = select.poll()
-for s in extra:
-    p.register(s, select.POLLIN)
-ended = set()
-deadline = time.time() + 30
-while len(ended) < len(extra) and time.time() < deadline:
-    for fd, _ in p.poll(500):
-        ended.add(fd)
-        p.unregister(fd)
-time.sleep(1)
-closed = len(ended) + len(p.poll(0))
+# Each refusal closes its connection.
+closed = refused(extra, len(extra))
 print("websockets %d extra %d kept %d closed %d" % (len(ws), len(extra), len(extra) - closed,
       closed), flush=True)
 time.sleep(6)
@@ -269,9 +265,12 @@ fn spawn_exec(w: &World, name: &str, script: &str) -> Child {
         .expect("svc sandbox exec")
 }
 
-/// A Python script in sandbox `name` (with `nameserver()` defined) as a shell script.
+/// A Python script in sandbox `name` (with `nameserver()` and `refused()` defined) as a
+/// shell script.
 fn python(script: &str, args: &str) -> String {
-    format!("cat > /tmp/s.py <<'EOF'\n{NAMESERVER}\n{script}\nEOF\npython3 /tmp/s.py {args}")
+    format!(
+        "cat > /tmp/s.py <<'EOF'\n{NAMESERVER}\n{REFUSED}\n{script}\nEOF\npython3 /tmp/s.py {args}"
+    )
 }
 
 /// The first line `child` prints, or a failure with svcd's log after [`STEP`].
