@@ -22,6 +22,28 @@ pub struct BareVm {
     pub channel: Arc<Channel>,
 }
 
+/// The test images a bare VM boots (`world::microvm_images`).
+pub fn images() -> Images {
+    let dir = crate::world::microvm_images();
+    Images {
+        kernel: dir.join("vmlinuz"),
+        initrd: Some(dir.join("initrd.img")),
+        rootfs: dir.join("rootfs.ext4"),
+    }
+}
+
+/// The runtime the benches boot bare VMs on: two workers.
+///
+/// # Panics
+/// When tokio cannot make it.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// The guest's disk in `dir`: a qcow2 overlay of `images.rootfs`, of `size_mib` when given
 /// (else the image's size).
 ///

@@ -327,6 +327,21 @@ impl Drop for Killed {
     }
 }
 
+/// Sandbox `flood` runs `script` (its `what`) while the other sandbox's checks run, svcd held
+/// to `fd_bound` more descriptors; the flood must end well: its first line, and what it said on
+/// its standard error.
+fn flooded(w: &World, what: &str, script: &str, fd_bound: u64) -> (String, String) {
+    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
+    let mut flood = spawn_exec(w, "flood", script);
+    let line = first_line(w, &mut flood);
+    calm_works(w, &format!("during a {what}"));
+    let ended = flood.wait_with_output().expect("flood");
+    sampler.check(what, fd_bound);
+    let said = String::from_utf8_lossy(&ended.stderr).into_owned();
+    assert!(ended.status.success(), "the flood: {line}{said}");
+    (line, said)
+}
+
 fn numbers(line: &str) -> Vec<u64> {
     line.split_whitespace()
         .filter_map(|t| t.parse().ok())
@@ -337,25 +352,15 @@ fn numbers(line: &str) -> Vec<u64> {
 fn a_dns_over_tcp_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
     require_root();
     let w = world();
-    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
-    let mut flood = spawn_exec(
+    let (line, said) = flooded(
         &w,
-        "flood",
+        "DNS-over-TCP flood",
         &python(DNS_FLOOD, &format!("400 {DNS_TCP_CAP}")),
-    );
-    let line = first_line(&w, &mut flood);
-    calm_works(&w, "during a DNS-over-TCP flood");
-    let ended = flood.wait_with_output().expect("flood");
-    sampler.check("DNS-over-TCP flood", DNS_TCP_CAP + FD_SLACK);
-    assert!(
-        ended.status.success(),
-        "the flood: {line}{}",
-        String::from_utf8_lossy(&ended.stderr)
+        DNS_TCP_CAP + FD_SLACK,
     );
     let [opened, kept, closed] = numbers(&line)[..] else {
         panic!("the flood said {line:?}");
     };
-    let said = String::from_utf8_lossy(&ended.stderr);
     assert_eq!(opened, 400, "{line}{said}");
     assert_eq!(
         kept, DNS_TCP_CAP,
@@ -377,36 +382,24 @@ fn a_dns_over_tcp_flood_is_held_to_its_cap_and_another_sandbox_keeps_working() {
 fn a_proxy_flood_with_upgraded_websockets_is_held_to_its_cap_and_another_sandbox_keeps_working() {
     require_root();
     let w = world();
-    let sampler = Sampler::start(w.svcd_pid().expect("svcd runs"));
-    let mut flood = spawn_exec(
+    let (line, said) = flooded(
         &w,
-        "flood",
+        "proxy flood",
         &python(PROXY_FLOOD, &format!("{PROXY_CAP} 200")),
-    );
-    let line = first_line(&w, &mut flood);
-    calm_works(&w, "during a proxy flood");
-    let ended = flood.wait_with_output().expect("flood");
-    // Each connection is two descriptors: the guest's and its upstream.
-    sampler.check("proxy flood", 2 * PROXY_CAP + FD_SLACK);
-    assert!(
-        ended.status.success(),
-        "the flood: {line}{}",
-        String::from_utf8_lossy(&ended.stderr)
+        // Each connection is two descriptors: the guest's and its upstream.
+        2 * PROXY_CAP + FD_SLACK,
     );
     let [websockets, extra, kept, closed] = numbers(&line)[..] else {
         panic!("the flood said {line:?}");
     };
     assert_eq!(
-        websockets,
-        PROXY_CAP,
-        "the cap's worth of WebSockets: {line}{}",
-        String::from_utf8_lossy(&ended.stderr)
+        websockets, PROXY_CAP,
+        "the cap's worth of WebSockets: {line}{said}"
     );
     assert_eq!(
         (extra, kept),
         (200, 0),
-        "upgraded WebSockets hold their slots: nothing more is kept: {line}{}",
-        String::from_utf8_lossy(&ended.stderr)
+        "upgraded WebSockets hold their slots: nothing more is kept: {line}{said}"
     );
     assert_eq!(hits(&w, "proxy_connections"), closed, "one hit per refusal");
     logged_once(&w, "proxy_connections");

@@ -227,6 +227,23 @@ fn hold_qmp(w: &World, name: &str) -> std::os::unix::net::UnixStream {
     held
 }
 
+/// Sandbox `name`'s last adoption says its run state is unknown: its QEMU's monitor did not
+/// answer within [`STATUS_LIMIT`].
+fn adopted_unanswered(w: &World, name: &str) {
+    let adopted = w.events("sandbox.adopted", name);
+    let unknown = adopted
+        .last()
+        .and_then(|e| e["detail"]["paused_unknown"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let limit = format!("did not answer within {} s", STATUS_LIMIT.as_secs());
+    assert!(
+        unknown.contains(&format!("reading the run state of the guest of {name}"))
+            && unknown.contains(&limit),
+        "{adopted:?}"
+    );
+}
+
 /// `svc sandbox exec NAME -- sh -c SCRIPT`, which must fail within `limit`: what it said.
 fn refused_within(w: &World, name: &str, script: &str, limit: Duration) -> String {
     let started = Instant::now();
@@ -293,17 +310,7 @@ fn a_microvm_paused_before_svcd_restarts_is_adopted_paused_and_a_silent_monitor_
         "{:?}",
         started.elapsed()
     );
-    let adopted = w.events("sandbox.adopted", "vmheld");
-    let unknown = adopted
-        .last()
-        .and_then(|e| e["detail"]["paused_unknown"].as_str())
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        unknown.contains("reading the run state of the guest of vmheld")
-            && unknown.contains("did not answer within 3 s"),
-        "{adopted:?}"
-    );
+    adopted_unanswered(&w, "vmheld");
     assert_eq!(w.show("vmheld")["state"], "running");
     // Its exec fails in bounded time, naming both: no agent, no monitor.
     let said = refused_within(&w, "vmheld", "true", Duration::from_secs(30));
@@ -368,17 +375,7 @@ fn microvms_whose_qemu_is_stopped_are_adopted_side_by_side_within_about_one_stat
         "ready after {took:?} ({answered:?} with the monitors answering, each may wait {STATUS_LIMIT:?})"
     );
     for name in names {
-        let adopted = w.events("sandbox.adopted", name);
-        let unknown = adopted
-            .last()
-            .and_then(|e| e["detail"]["paused_unknown"].as_str())
-            .unwrap_or_default()
-            .to_owned();
-        assert!(
-            unknown.contains(&format!("reading the run state of the guest of {name}"))
-                && unknown.contains("did not answer within 3 s"),
-            "{adopted:?}"
-        );
+        adopted_unanswered(&w, name);
         assert_eq!(w.show(name)["state"], "running");
         // Continued, it runs commands again (its agent's channel made at the first).
         assert_eq!(w.sh(name, "echo back").1, "back\n", "{}", w.svcd_log());

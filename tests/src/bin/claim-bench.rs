@@ -20,10 +20,7 @@ use svc_control::runtime::microvm::{
     qemu::{Accel, Images, VmDir},
 };
 use svc_guest::proto::{Request, Setup, TREES_DIR, TREES_TAG};
-use svc_tests::{
-    bare_vm, ms_stats, unique,
-    world::{World, microvm_images},
-};
+use svc_tests::{bare_vm, ms_stats, unique, world::World};
 
 /// Claims per booted VM (the first is counted too: a pooled VM is claimed once).
 const CLAIMS: usize = 4;
@@ -64,18 +61,9 @@ fn main() {
         .copied()
         .filter(|v| only.as_ref().is_none_or(|o| o.iter().any(|x| x == v)))
         .collect();
-    let dir = microvm_images();
-    let images = Images {
-        kernel: dir.join("vmlinuz"),
-        initrd: Some(dir.join("initrd.img")),
-        rootfs: dir.join("rootfs.ext4"),
-    };
+    let images = bare_vm::images();
     let (accel, why) = Accel::choose("auto");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = bare_vm::runtime();
     let files = guest_files();
     let mut claims: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     let mut boots: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];

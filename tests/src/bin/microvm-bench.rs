@@ -6,13 +6,10 @@
 //! over the rounds (TCG here; KVM hosts are an order of magnitude faster).
 #![expect(clippy::expect_used, reason = "a benchmark: any failure ends it")]
 
-use std::{path::PathBuf, time::Instant};
+use std::time::Instant;
 
 use svc_control::runtime::microvm::qemu::{Accel, Images, VmDir};
-use svc_tests::{
-    bare_vm, ms_stats, unique,
-    world::{World, microvm_images},
-};
+use svc_tests::{bare_vm, ms_stats, unique, world::World};
 
 const ROUNDS: usize = 5;
 
@@ -42,18 +39,9 @@ fn canary(w: &World) -> serde_json::Value {
 }
 
 fn main() {
-    let dir: PathBuf = microvm_images();
-    let images = Images {
-        kernel: dir.join("vmlinuz"),
-        initrd: Some(dir.join("initrd.img")),
-        rootfs: dir.join("rootfs.ext4"),
-    };
+    let images = bare_vm::images();
     let (accel, why) = Accel::choose("auto");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = bare_vm::runtime();
     let w = World::start();
     // Warm up both (page cache, first-use costs).
     rt.block_on(bare_boot(&images, accel));
