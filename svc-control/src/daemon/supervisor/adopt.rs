@@ -30,8 +30,9 @@ use crate::{
 const ADOPT_AT_ONCE: usize = 16;
 
 impl Supervisor {
-    /// At start: re-adopt every running sandbox whose guest is still there, tear down what a
-    /// crash left half-built or half-destroyed, and put every link in the nftables table.
+    /// At start: tear down what a crash left half-built or half-destroyed, re-adopt every
+    /// running sandbox whose guest is still there ([`ADOPT_AT_ONCE`] at a time), and put every
+    /// link in the nftables table.
     pub async fn reconcile(&self) -> Result<(), Failure> {
         let (running, interrupted): (Vec<_>, Vec<_>) = self
             .store()
