@@ -30,6 +30,8 @@ mod cgroup;
 mod create;
 /// A pod container's root file system attached into its pod's running guest.
 pub mod ctr_root;
+/// A pod container's processes, ended with its removal.
+mod ctr_procs;
 pub mod disk;
 mod exec;
 mod handed;
