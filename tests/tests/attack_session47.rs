@@ -54,9 +54,8 @@ fn fenced_pod(w: &World, privileged: bool) -> (Containerd, Cri, Pod) {
     let ns = sc.namespace_options.get_or_insert_default();
     ns.pid = api::NamespaceMode::Node.into();
     ns.ipc = api::NamespaceMode::Node.into();
-    let id = run_pod(&cri, &config).unwrap_or_else(|e| {
-        panic!("RunPodSandbox: {e:?}\n{}\n{}", c.log(), w.svcd_log())
-    });
+    let id = run_pod(&cri, &config)
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}\n{}\n{}", c.log(), w.svcd_log()));
     let names = shim_sandboxes(w);
     assert_eq!(names.len(), 1, "one sandbox for the pod: {names:?}");
     let show = w.show(&names[0]);
@@ -70,7 +69,11 @@ fn fenced_pod(w: &World, privileged: bool) -> (Containerd, Cri, Pod) {
 }
 
 /// `CreateContainer` and `StartContainer` of `config` in `pod`: its id, or the refusal.
-fn create_start(cri: &Cri, pod: &Pod, config: api::ContainerConfig) -> Result<String, tonic::Status> {
+fn create_start(
+    cri: &Cri,
+    pod: &Pod,
+    config: api::ContainerConfig,
+) -> Result<String, tonic::Status> {
     let id = cri
         .call(cri.runtime().create_container(api::CreateContainerRequest {
             pod_sandbox_id: pod.id.clone(),
@@ -135,7 +138,10 @@ fn a_privileged_pods_host_mounts_namespaces_devices_and_capabilities_are_not_gra
     // A container's own svc.dev annotations (containerd passes them: `container_annotations`)
     // are no pod's policy.
     config.annotations = [
-        (pod::ALLOW_HOSTS.to_owned(), "forbidden.example.test".to_owned()),
+        (
+            pod::ALLOW_HOSTS.to_owned(),
+            "forbidden.example.test".to_owned(),
+        ),
         (pod::BACKEND.to_owned(), "microvm".to_owned()),
     ]
     .into();
@@ -163,7 +169,10 @@ fn a_privileged_pods_host_mounts_namespaces_devices_and_capabilities_are_not_gra
     let id = match create_start(&cri, &pod, config) {
         // Refused, saying why: nothing ran.
         Err(e) => {
-            assert!(e.message().contains("privileged"), "refused, not saying why: {e:?}");
+            assert!(
+                e.message().contains("privileged"),
+                "refused, not saying why: {e:?}"
+            );
             remove_pod(&w, &c, &cri, &pod);
             return;
         }
@@ -171,7 +180,12 @@ fn a_privileged_pods_host_mounts_namespaces_devices_and_capabilities_are_not_gra
     };
     let sh = |script: &str| exec(&cri, &id, &["sh", "-c", script]);
     // No node path is bound in: not the node's root, the world's files, svcd's socket.
-    for path in ["/node/etc/hostname", "/world/node-marker", "/svcd", "/dev/node-kmsg"] {
+    for path in [
+        "/node/etc/hostname",
+        "/world/node-marker",
+        "/svcd",
+        "/dev/node-kmsg",
+    ] {
         let (code, out, _) = sh(&format!("ls -d {path} 2>/dev/null; cat {path} 2>/dev/null"));
         assert!(
             code != 0 || out.trim().is_empty(),
@@ -280,11 +294,7 @@ fn a_daemon_a_pod_container_leaves_behind_ends_with_its_removal() {
     let (code, _, err) = exec(
         &cri,
         &id,
-        &[
-            "sh",
-            "-c",
-            "setsid sleep 4242 </dev/null >/dev/null 2>&1 &",
-        ],
+        &["sh", "-c", "setsid sleep 4242 </dev/null >/dev/null 2>&1 &"],
     );
     assert_eq!(code, 0, "{err}");
     std::thread::sleep(std::time::Duration::from_millis(500));
@@ -310,5 +320,68 @@ fn a_daemon_a_pod_container_leaves_behind_ends_with_its_removal() {
         left.is_empty(),
         "the removed container's daemons run on in the pod's sandbox: {left:?}"
     );
+    remove_pod(&w, &c, &cri, &pod);
+}
+
+/// A pod author's process spec with bytes no process takes (a NUL in an argument, an
+/// environment variable's name or value), a working directory that is relative or leaves the
+/// tree through `/proc`, a 1 MiB variable: each is refused or runs harmlessly; svcd, the
+/// guest's init and the pod live on, and a plain container of the pod still runs fenced.
+#[test]
+fn a_process_spec_with_bytes_no_process_takes_harms_neither_svcd_nor_the_pod() {
+    require_root();
+    let w = World::start();
+    let (c, cri, pod) = fenced_pod(&w, false);
+    let kv = |k: &str, v: &str| api::KeyValue {
+        key: k.into(),
+        value: v.into(),
+    };
+    let big = "x".repeat(1 << 20);
+    let cases: Vec<(&str, api::ContainerConfig)> = vec![
+        ("nul-arg", container("nul-arg", &["sleep", "10\u{0}00"])),
+        ("nul-env-value", {
+            let mut k = container("nul-env-value", &["sleep", "1000"]);
+            k.envs = vec![kv("A", "x\u{0}y")];
+            k
+        }),
+        ("nul-env-name", {
+            let mut k = container("nul-env-name", &["sleep", "1000"]);
+            k.envs = vec![kv("A\u{0}B", "y")];
+            k
+        }),
+        ("big-env", {
+            let mut k = container("big-env", &["sleep", "1000"]);
+            k.envs = vec![kv("BIG", &big)];
+            k
+        }),
+        ("proc-cwd", {
+            let mut k = container(
+                "proc-cwd",
+                &["sh", "-c", "ls /etc/svc-guest* >&2; sleep 1000"],
+            );
+            k.working_dir = "/proc/1/root".into();
+            k
+        }),
+    ];
+    for (what, config) in cases {
+        let outcome = create_start(&cri, &pod, config);
+        eprintln!("{what}: {outcome:?}");
+        if let Ok(id) = &outcome {
+            let (_, root, _) = exec(&cri, id, &["sh", "-c", "cd /proc/1/root 2>&1 && ls"]);
+            eprintln!("{what}: /proc/1/root seen as: {root}");
+            remove_container(&cri, id);
+        }
+        w.svc_ok(&["sandbox", "list"]);
+        let (code, _, err) = w.sh(&pod.sandbox, "true");
+        assert_eq!(
+            code,
+            0,
+            "after {what}: the pod's guest: {err}\n{}",
+            w.svcd_log()
+        );
+    }
+    let id = run_container(&cri, &pod.id, &pod.config, "plain", &["sleep", "1000"]);
+    assert_fenced(&w, &cri, &id, &pod.sandbox);
+    remove_container(&cri, &id);
     remove_pod(&w, &c, &cri, &pod);
 }

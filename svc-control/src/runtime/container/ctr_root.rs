@@ -130,10 +130,11 @@ impl Container {
         if start_time(guest.pid) == Some(guest.start) {
             // Its processes first, daemons it left included: none runs on in the sandbox.
             let (g, c) = (guest.clone(), ctr.to_owned());
-            let ended = tokio::task::spawn_blocking(move || super::ctr_procs::end_processes(&g, &c))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r);
+            let ended =
+                tokio::task::spawn_blocking(move || super::ctr_procs::end_processes(&g, &c))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r);
             match ended {
                 Ok(n) => tracing::debug!(ctr, ended = n, "a container's processes ended"),
                 Err(e) => tracing::warn!(ctr, error = %e, "ending a container's processes"),

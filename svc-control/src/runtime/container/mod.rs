@@ -28,10 +28,10 @@ mod attach;
 pub mod binary;
 mod cgroup;
 mod create;
-/// A pod container's root file system attached into its pod's running guest.
-pub mod ctr_root;
 /// A pod container's processes, ended with its removal.
 mod ctr_procs;
+/// A pod container's root file system attached into its pod's running guest.
+pub mod ctr_root;
 pub mod disk;
 mod exec;
 mod handed;
