@@ -21,7 +21,7 @@ use svc_tests::{
     containerd::{Containerd, IMAGE},
     cri::{Cri, api},
     pods::{
-        ALLOWED, Pod, STORED, assert_fenced, exec, pod_config, remove_container, remove_pod,
+        self, ALLOWED, Pod, STORED, assert_fenced, exec, pod_config, remove_container, remove_pod,
         run_container, run_fenced_pod, run_pod, shim_sandboxes, start,
     },
     require_root,
@@ -74,33 +74,12 @@ fn create_start(
     pod: &Pod,
     config: api::ContainerConfig,
 ) -> Result<String, tonic::Status> {
-    let id = cri
-        .call(cri.runtime().create_container(api::CreateContainerRequest {
-            pod_sandbox_id: pod.id.clone(),
-            config: Some(config),
-            sandbox_config: Some(pod.config.clone()),
-        }))?
-        .container_id;
-    cri.call(cri.runtime().start_container(api::StartContainerRequest {
-        container_id: id.clone(),
-    }))?;
-    Ok(id)
+    pods::create_start(cri, &pod.id, &pod.config, config)
 }
 
 /// A container of the base image named `name` running `command`.
 fn container(name: &str, command: &[&str]) -> api::ContainerConfig {
-    api::ContainerConfig {
-        metadata: Some(api::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(api::ImageSpec {
-            image: IMAGE.into(),
-            ..Default::default()
-        }),
-        command: command.iter().map(|s| (*s).to_owned()).collect(),
-        ..Default::default()
-    }
+    pods::container_config(name, IMAGE, command)
 }
 
 /// The namespace link `/proc/self/ns/<kind>` of the test (the node's).
