@@ -364,3 +364,47 @@ fn a_process_spec_with_bytes_no_process_takes_harms_neither_svcd_nor_the_pod() {
     remove_container(&cri, &id);
     remove_pod(&w, &c, &cri, &pod);
 }
+
+/// A pod stopped while three of its containers are being created and started (each leaving
+/// a daemon): whichever calls win, once the pod is removed nothing of it is left — no
+/// sandbox, link, fence entry, init, mount or state of any container's tree.
+#[test]
+fn containers_created_while_their_pod_stops_leave_nothing() {
+    require_root();
+    let w = World::start();
+    let (c, cri, pod) = fenced_pod(&w, false);
+    let outcomes: Vec<String> = std::thread::scope(|s| {
+        let made: Vec<_> = (0..3)
+            .map(|i| {
+                let (cri, pod) = (&cri, &pod);
+                s.spawn(move || {
+                    let name = format!("racer{i}");
+                    let script = "setsid sleep 4343 </dev/null >/dev/null 2>&1 & exec sleep 1000";
+                    let config = container(&name, &["sh", "-c", script]);
+                    format!("{name}: {:?}", create_start(cri, pod, config).map(drop))
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        }))
+        .unwrap_or_else(|e| panic!("StopPodSandbox: {e:?}\n{}", c.log()));
+        made.into_iter()
+            .map(|t| t.join().expect("a creating thread"))
+            .collect()
+    });
+    eprintln!("{outcomes:#?}");
+    remove_pod(&w, &c, &cri, &pod);
+    // (`434[3]`: the pattern does not match this shell's own command line.)
+    let left = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "pgrep -af 'sleep 434[3]'; grep -F '{}' /proc/self/mountinfo",
+            pod.sandbox
+        ))
+        .output()
+        .expect("sh");
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(left.trim().is_empty(), "left of the pod:\n{left}");
+}
