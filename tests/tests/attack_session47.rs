@@ -8,13 +8,16 @@
 //!   itself `svc.dev/allow-hosts` for a denied host: none of it is granted (no node path in the
 //!   container, the sandbox's namespaces, seccomp on, no `CAP_SYS_ADMIN`) and the pod's
 //!   perimeter is the pod's annotations' alone.
-//! - A container asking for a read-only root file system (`readOnlyRootFilesystem`, a
-//!   hardening the restricted Pod Security Standard's users rely on): it must either get one
-//!   or fail `CreateContainer` saying so, never run on a writable root silently.
-//! - A daemon a pod container leaves behind (`setsid`, from its process and from an
-//!   `ExecSync`): `RemoveContainer` must end it, as a container's removal ends all its
-//!   processes on any other runtime; none of it may go on running in the pod's sandbox on a
-//!   tree that was taken away.
+//! - FOUND: a container asking for a read-only root file system (`readOnlyRootFilesystem`, a
+//!   hardening the restricted Pod Security Standard's users rely on) ran on a writable root,
+//!   silently. Fixed: refused at `CreateContainer`, naming it (`policy::pod::container_root`).
+//! - FOUND: a daemon a pod container left behind (`setsid`, from its process and from an
+//!   `ExecSync`) ran on in the pod's sandbox after `RemoveContainer`, on a tree taken away and
+//!   out of kubelet's sight. Fixed (container backend): svcd's detach of the container's root
+//!   kills every process of the guest rooted on its tree first.
+//! - A process spec with a NUL in an argument or an environment variable, a 1 MiB variable, a
+//!   working directory through `/proc/1/root`: refused or harmless; svcd and the pod live on.
+//! - Containers created and started while their pod is stopped: nothing of the pod is left.
 
 use svc_control::policy::pod;
 use svc_tests::{
@@ -365,7 +368,7 @@ fn a_process_spec_with_bytes_no_process_takes_harms_neither_svcd_nor_the_pod() {
     remove_pod(&w, &c, &cri, &pod);
 }
 
-/// A pod stopped while three of its containers are being created and started (each leaving
+/// A pod stopped while six of its containers are being created and started (each leaving
 /// a daemon): whichever calls win, once the pod is removed nothing of it is left — no
 /// sandbox, link, fence entry, init, mount or state of any container's tree.
 #[test]
@@ -374,7 +377,7 @@ fn containers_created_while_their_pod_stops_leave_nothing() {
     let w = World::start();
     let (c, cri, pod) = fenced_pod(&w, false);
     let outcomes: Vec<String> = std::thread::scope(|s| {
-        let made: Vec<_> = (0..3)
+        let made: Vec<_> = (0..6)
             .map(|i| {
                 let (cri, pod) = (&cri, &pod);
                 s.spawn(move || {
@@ -385,7 +388,7 @@ fn containers_created_while_their_pod_stops_leave_nothing() {
                 })
             })
             .collect();
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::thread::sleep(std::time::Duration::from_millis(60));
         cri.call(cri.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
         }))
