@@ -166,6 +166,7 @@ impl Service {
             terminal: req.terminal,
         };
         let role = spec.role()?;
+        spec.check_root(&req.id, &role)?;
         // The pod's sandbox container runs nothing: the sandbox is the pod's.
         let request = match role {
             Role::PodSandbox => None,

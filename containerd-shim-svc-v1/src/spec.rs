@@ -47,6 +47,9 @@ pub struct Spec {
 pub struct Root {
     /// Relative to the bundle, or absolute (`ctr run --rootfs DIR`).
     pub path: String,
+    /// A read-only root asked (`readOnlyRootFilesystem`, `ctr run --read-only`).
+    #[serde(default)]
+    pub readonly: bool,
 }
 
 /// The spec's process: what runs, with what, where.
@@ -107,6 +110,16 @@ impl Spec {
             Some(sandbox) if !sandbox.is_empty() => sandbox.clone(),
             _ => id.to_owned(),
         }
+    }
+
+    /// What the task asks of its root that svc cannot give, refused by
+    /// `policy::pod::container_root` (a pod's sandbox container is not asked).
+    pub fn check_root(&self, id: &str, role: &Role) -> Result<(), String> {
+        if *role == Role::PodSandbox {
+            return Ok(());
+        }
+        let readonly = self.root.as_ref().is_some_and(|r| r.readonly);
+        pod::container_root(id, readonly).map_err(|e| e.to_string())
     }
 
     /// `<bundle>/config.json`; an error names the file.
@@ -307,6 +320,29 @@ mod tests {
         assert!(orphan.role().expect_err("no pod").contains(SANDBOX_ID));
         let odd = spec(&[(CONTAINER_TYPE, "init")]);
         assert!(odd.role().expect_err("unknown").contains("\"init\""));
+    }
+
+    #[test]
+    fn a_read_only_root_asked_is_refused_but_for_the_pods_sandbox_container() {
+        let ro = Spec {
+            root: Some(Root {
+                path: "rootfs".into(),
+                readonly: true,
+            }),
+            ..Spec::default()
+        };
+        let app = Role::PodContainer {
+            sandbox_id: "p1".into(),
+        };
+        for role in [app, Role::Alone] {
+            let e = ro.check_root("c1", &role).expect_err("refused");
+            assert!(
+                e.contains("container c1: asks for a read-only root file system"),
+                "{e}"
+            );
+        }
+        assert_eq!(ro.check_root("p1", &Role::PodSandbox), Ok(()), "pause's");
+        assert_eq!(Spec::default().check_root("c1", &Role::Alone), Ok(()));
     }
 
     #[test]

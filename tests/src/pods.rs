@@ -41,21 +41,37 @@ pub fn try_run_container(
     image: &str,
     command: &[&str],
 ) -> Result<String, tonic::Status> {
+    create_start(cri, pod_id, config, container_config(name, image, command))
+}
+
+/// A container named `name` of `image` running `command`, as kubelet asks for it.
+pub fn container_config(name: &str, image: &str, command: &[&str]) -> api::ContainerConfig {
+    api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(api::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+/// `CreateContainer` of `container` in pod `pod_id` (made of `config`) and `StartContainer`:
+/// its id, or the CRI's refusal.
+pub fn create_start(
+    cri: &Cri,
+    pod_id: &str,
+    config: &api::PodSandboxConfig,
+    container: api::ContainerConfig,
+) -> Result<String, tonic::Status> {
     let id = cri
         .call(cri.runtime().create_container(api::CreateContainerRequest {
             pod_sandbox_id: pod_id.into(),
-            config: Some(api::ContainerConfig {
-                metadata: Some(api::ContainerMetadata {
-                    name: name.into(),
-                    attempt: 0,
-                }),
-                image: Some(api::ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                command: command.iter().map(|s| (*s).to_owned()).collect(),
-                ..Default::default()
-            }),
+            config: Some(container),
             sandbox_config: Some(config.clone()),
         }))?
         .container_id;

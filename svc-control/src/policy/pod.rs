@@ -59,6 +59,12 @@ pub enum PodError {
          (netns is container's old name)"
     )]
     UnknownBackend { value: String },
+    #[error(
+        "container {id}: asks for a read-only root file system (readOnlyRootFilesystem, ctr run \
+         --read-only), which svc does not give a container yet; it runs on no writable root it \
+         was not asked for: leave the setting out"
+    )]
+    ReadOnlyRoot { id: String },
     /// The request the annotations make is refused by the creation rules (their message).
     #[error(transparent)]
     Creation(#[from] CreationError),
@@ -118,6 +124,17 @@ fn backend_name(value: &str) -> Result<&'static str, PodError> {
         .ok_or_else(|| PodError::UnknownBackend {
             value: value.to_owned(),
         })
+}
+
+/// What container `id` (a pod's, or a task of its own) asks of its root file system: a
+/// read-only root (`readonly`, the OCI spec's `root.readonly`) is refused, naming it, rather
+/// than run with less than was asked. A pod's sandbox ("pause") container, whose root the
+/// CRI plugin always makes read-only and which runs nothing, is not checked.
+pub fn container_root(id: &str, readonly: bool) -> Result<(), PodError> {
+    if readonly {
+        return Err(PodError::ReadOnlyRoot { id: id.to_owned() });
+    }
+    Ok(())
 }
 
 /// A pod's request checked by the creation rules as svcd checks a `svc sandbox create`:

@@ -114,7 +114,7 @@ impl Container {
     }
 
     /// Detach container `ctr`'s root file system from `guest` (directory `dir`) and remove its
-    /// layers; whether it was attached.
+    /// layers, once every process of the guest rooted in it is ended; whether it was attached.
     pub(super) async fn detach_root_in(
         &self,
         guest: &GuestHandle,
@@ -128,6 +128,17 @@ impl Container {
             return Ok(false);
         }
         if start_time(guest.pid) == Some(guest.start) {
+            // Its processes first, daemons it left included: none runs on in the sandbox.
+            let (g, c) = (guest.clone(), ctr.to_owned());
+            let ended =
+                tokio::task::spawn_blocking(move || super::ctr_procs::end_processes(&g, &c))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r);
+            match ended {
+                Ok(n) => tracing::debug!(ctr, ended = n, "a container's processes ended"),
+                Err(e) => tracing::warn!(ctr, error = %e, "ending a container's processes"),
+            }
             let (g, points, c) = (guest.clone(), dir.join(POINTS), ctr.to_owned());
             on_own_thread(move || detach(&g, &points, &c))
                 .await

@@ -28,6 +28,8 @@ mod attach;
 pub mod binary;
 mod cgroup;
 mod create;
+/// A pod container's processes, ended with its removal.
+mod ctr_procs;
 /// A pod container's root file system attached into its pod's running guest.
 pub mod ctr_root;
 pub mod disk;
