@@ -42,7 +42,7 @@ use crate::{
     dataplane::idmap,
     runtime::{
         GuestHandle, RuntimeError,
-        pod_root::{guest_binds, guest_path, lifecycle},
+        pod_root::{self, guest_binds, guest_path, lifecycle, remove_set_aside},
         start_time,
     },
 };
@@ -75,7 +75,7 @@ impl Container {
         ctr: &str,
         layers: &[PathBuf],
     ) -> Result<String, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         let ids = self.guest_ids(id).map_err(&err)?;
         let (state, point) = places(dir, ctr);
@@ -106,10 +106,11 @@ impl Container {
             Ok(job) => on_own_thread(move || attach(&job)).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = done {
-            forget(&state, &point).await;
-            return Err(err(e));
-        }
+        let aside = done.is_err().then(|| set_aside(&state, &point)).flatten();
+        drop(one);
+        // Outside the lock: what an earlier svcd left set aside, and a failed attach's files.
+        remove_set_aside(aside, &dir.join(STATE)).await;
+        done.map_err(err)?;
         Ok(guest_path(ctr))
     }
 
@@ -121,7 +122,7 @@ impl Container {
         dir: &Path,
         ctr: &str,
     ) -> Result<bool, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("detaching a root file system from", guest, ctr);
         let (state, point) = places(dir, ctr);
         if !state.exists() && !point.exists() {
@@ -133,7 +134,11 @@ impl Container {
                 .await
                 .map_err(&err)?;
         }
-        forget(&state, &point).await;
+        let aside = set_aside(&state, &point);
+        drop(one);
+        // The writable layer the guest filled goes outside the lock: however many files it
+        // holds, no other attach or detach of this sandbox waits for them.
+        remove_set_aside(aside, &dir.join(STATE)).await;
         Ok(true)
     }
 }
@@ -168,12 +173,16 @@ fn make_points(dir: &Path, point: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Remove a container's layers and mount point on the host.
-async fn forget(state: &Path, point: &Path) {
-    if let Err(e) = super::rootfs::remove_tree(state).await {
-        tracing::warn!(error = %e, "removing a container's layers");
-    }
+/// Under the sandbox's lock: a container's layers set aside for removal (a rename: when that
+/// fails they stay, logged, until the sandbox's destroy) and its mount point removed. What
+/// was set aside.
+fn set_aside(state: &Path, point: &Path) -> Option<PathBuf> {
+    let aside = pod_root::set_aside(state).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "setting a container's layers aside");
+        None
+    });
     let _ = std::fs::remove_dir(point);
+    aside
 }
 
 /// Run `work` on a thread of its own (it changes its mount namespace) and wait for it.

@@ -110,8 +110,9 @@ pub struct Container {
     /// `runc create`s at once: a burst of creates queues here rather than each running the
     /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
     starts: std::sync::Arc<tokio::sync::Semaphore>,
-    /// Attaching and detaching pod containers' root file systems, one at a time.
-    roots: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Attaching and detaching pod containers' root file systems, one at a time in each
+    /// sandbox.
+    roots: std::sync::Arc<super::pod_root::RootLocks>,
 }
 
 /// `runc create`s run at once: two per core (a create is mostly CPU: mounts, the seccomp

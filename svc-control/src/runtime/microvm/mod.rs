@@ -72,7 +72,7 @@ pub struct Microvm {
     services: Mutex<HashMap<String, GuestService>>,
     /// One pod container's root file system attached or detached at a time in each guest
     /// (per guest: a guest whose agent stalls its own attach or detach holds no other's).
-    roots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    roots: crate::runtime::pod_root::RootLocks,
 }
 
 impl std::fmt::Debug for Microvm {
@@ -129,7 +129,7 @@ impl Microvm {
             cgroup_parent: cgroup_parent.to_owned(),
             channels: Mutex::default(),
             services: Mutex::default(),
-            roots: Mutex::default(),
+            roots: crate::runtime::pod_root::RootLocks::default(),
         }
     }
 

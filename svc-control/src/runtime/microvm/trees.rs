@@ -104,6 +104,12 @@ impl Microvm {
         guest_said.map_err(|e| failed(format!("the guest's agent: {e}")))
     }
 
+    /// The host's side of the tree at `guest_path` of sandbox `name` whose VM is gone (no
+    /// agent to ask): its mount in the trees share and its directory there.
+    pub(super) fn release_tree(&self, name: &str, guest_path: &str) -> Result<(), String> {
+        host_unbind(&self.dir(name), &tree_name(guest_path)?)
+    }
+
     /// Run `cmd` in the guest of `guest` chrooted into `root` (a guest path, e.g. a tree
     /// attached with [`Microvm::attach_tree`]).
     pub async fn exec_in_root(
