@@ -1,0 +1,134 @@
+//! A pod container that filled its root file system's writable layer with many small files
+//! stalls no other sandbox's pod containers (container backend, real crun, through svcd's
+//! API `POST/DELETE /v1/sandboxes/{name}/roots` as the containerd shim calls it): while the
+//! flooding container's root is detached and its files removed, another sandbox's container
+//! root is attached, an exec runs in it and it is detached, about as fast as with no flood
+//! (a bound relative to a baseline measured in the same test). Its files are gone after, and
+//! nothing of them is left set aside in the sandbox's directory.
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use svc_tests::{
+    require_root,
+    world::{World, image_dir},
+};
+
+/// Files the flooding container writes in its root.
+const FILES: u32 = 200_000;
+
+/// How many times slower than the baseline the other sandbox's round may be during the flood.
+const SLOWER: u32 = 8;
+
+/// A layer over the base image: the container's root is `[layer, base]` (top first).
+fn layers(w: &World) -> serde_json::Value {
+    let top = w.dir.join("flood-layer");
+    std::fs::create_dir_all(top.join("etc")).expect("layer");
+    std::fs::write(top.join("etc/svc-flood"), "flood\n").expect("layer file");
+    let top = std::fs::canonicalize(&top).expect("canonical layer");
+    let base = std::fs::canonicalize(image_dir().join("rootfs")).expect("canonical base");
+    serde_json::json!([top, base])
+}
+
+/// Attach container `id`'s root in `sandbox`, asserting success.
+fn attach(w: &World, sandbox: &str, id: &str, layers: &serde_json::Value) {
+    let body = serde_json::json!({"id": id, "layers": layers}).to_string();
+    let route = format!("/v1/sandboxes/{sandbox}/roots");
+    let (status, said) = w.api(&[], "POST", &route, Some(body.as_bytes()));
+    assert_eq!(status, 200, "attaching {id} to {sandbox}: {said}\n{}", w.svcd_log());
+}
+
+/// Detach container `id`'s root from `sandbox`, asserting it was attached.
+fn detach(w: &World, sandbox: &str, id: &str) {
+    let route = format!("/v1/sandboxes/{sandbox}/roots/{id}");
+    let (status, said) = w.api(&[], "DELETE", &route, None);
+    assert_eq!(status, 200, "detaching {id} from {sandbox}: {said}");
+    assert!(said.contains("\"was_attached\":true"), "{said}");
+}
+
+/// Run `script` in container `id`'s root in `sandbox`, asserting it exits 0.
+fn run_in(w: &World, sandbox: &str, id: &str, script: &str) {
+    let body = serde_json::json!({"argv": ["sh", "-c", script], "root": id});
+    let (status, answer) = w.api_exec(sandbox, &body);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("{\"exit\":0}"), "{script}: {answer}");
+}
+
+/// The other sandbox's pod container's whole life: attach, an exec in it, detach.
+fn round(w: &World, layers: &serde_json::Value, id: &str) -> Duration {
+    let began = Instant::now();
+    attach(w, "rootcalm", id, layers);
+    run_in(w, "rootcalm", id, "grep -q flood /etc/svc-flood");
+    detach(w, "rootcalm", id);
+    began.elapsed()
+}
+
+/// Entries of `dir` (none when it is missing).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_container_that_filled_its_root_with_files_stalls_no_other_sandboxs_roots() {
+    require_root();
+    let w = World::start();
+    for name in ["rootflood", "rootcalm"] {
+        w.svc_ok(&["sandbox", "create", name]);
+    }
+    let layers = layers(&w);
+    attach(&w, "rootflood", "f1", &layers);
+    run_in(
+        &w,
+        "rootflood",
+        "f1",
+        &format!("mkdir /flood && cd /flood && seq 1 {FILES} | xargs touch"),
+    );
+    let state = w.dir.join("state/sandboxes/rootflood/ctr");
+    assert!(state.join("f1/upper/flood").is_dir(), "the flood's files");
+
+    // The first round warms up what every round reads; the baseline is the median of three.
+    round(&w, &layers, "warm");
+    let mut rounds: Vec<Duration> = (0..3)
+        .map(|i| round(&w, &layers, &format!("base{i}")))
+        .collect();
+    rounds.sort();
+    let baseline = rounds[1];
+
+    // The flooding container's delete: its files removed, however long that takes.
+    let flood = std::thread::scope(|s| {
+        let removal = s.spawn(|| {
+            let began = Instant::now();
+            detach(&w, "rootflood", "f1");
+            began.elapsed()
+        });
+        // Its detach has begun (unmounting in the guest takes milliseconds).
+        std::thread::sleep(Duration::from_millis(300));
+        let during = round(&w, &layers, "during");
+        let removal_ended_after = !removal.is_finished();
+        (during, removal.join().expect("removal"), removal_ended_after)
+    });
+    let (during, removal, overlapped) = flood;
+    eprintln!("baseline {baseline:?}, during the flood's removal {during:?}, removal {removal:?}");
+    assert!(
+        removal > baseline * SLOWER * 2,
+        "removing {FILES} files took {removal:?}, too little against a round of {baseline:?} \
+         to show a stall: the test proves nothing here"
+    );
+    assert!(
+        during <= baseline * SLOWER,
+        "the other sandbox's attach, exec and detach took {during:?} during the flood's \
+         removal ({removal:?}), {baseline:?} without"
+    );
+    assert!(
+        overlapped,
+        "the flood's removal ({removal:?}) ended before the other sandbox's round: no overlap"
+    );
+    let left = entries(&state);
+    assert!(left.is_empty(), "left in {}: {left:?}", state.display());
+    w.destroy_checked("rootflood");
+    w.destroy_checked("rootcalm");
+}
