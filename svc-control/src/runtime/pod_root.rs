@@ -17,6 +17,16 @@ use crate::{
     runtime::{GuestHandle, RuntimeError},
 };
 
+/// A pod container's root attached into its guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootIn {
+    /// Where the guest sees it.
+    pub guest_path: String,
+    /// The guest's places ([`guest_binds`]) not bound inside it, each with why (a link in the
+    /// image where one goes, …).
+    pub skipped: Vec<String>,
+}
+
 /// The guest path of container `ctr`'s root.
 pub fn guest_path(ctr: &str) -> String {
     format!("{}/{ctr}", svc_guest::enter::ROOTS_DIR)

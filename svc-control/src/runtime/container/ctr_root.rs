@@ -42,7 +42,7 @@ use crate::{
     dataplane::idmap,
     runtime::{
         GuestHandle, RuntimeError,
-        pod_root::{self, guest_binds, guest_path, lifecycle, remove_set_aside},
+        pod_root::{self, RootIn, guest_binds, guest_path, lifecycle, remove_set_aside},
         start_time,
     },
 };
@@ -74,7 +74,7 @@ impl Container {
         dir: &Path,
         ctr: &str,
         layers: &[PathBuf],
-    ) -> Result<String, RuntimeError> {
+    ) -> Result<RootIn, RuntimeError> {
         let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         let ids = self.guest_ids(id).map_err(&err)?;
@@ -110,8 +110,11 @@ impl Container {
         drop(one);
         // Outside the lock: what an earlier svcd left set aside, and a failed attach's files.
         remove_set_aside(aside, &dir.join(STATE)).await;
-        done.map_err(err)?;
-        Ok(guest_path(ctr))
+        let skipped = done.map_err(err)?;
+        Ok(RootIn {
+            guest_path: guest_path(ctr),
+            skipped,
+        })
     }
 
     /// Detach container `ctr`'s root file system from `guest` (directory `dir`) and remove its
@@ -217,8 +220,9 @@ fn guest_mnt_ns(guest: &GuestHandle) -> Result<(std::fs::File, OwnedFd), String>
 }
 
 /// On the job's own thread: make the overlay in a private namespace, copy it off, enter the
-/// guest's namespace and put it (and the mount points' bind, the first time) in place.
-fn attach(job: &Job) -> Result<(), String> {
+/// guest's namespace and put it (and the mount points' bind, the first time) in place. The
+/// guest's places not bound inside it, each with why.
+fn attach(job: &Job) -> Result<Vec<String>, String> {
     let (ns, root) = guest_mnt_ns(&job.guest)?;
     job.overlay
         .mount_in_private_namespace()
@@ -250,12 +254,14 @@ fn attach(job: &Job) -> Result<(), String> {
     }
     idmap::move_tree_onto(raw(&tree), raw(&at))
         .map_err(|e| format!("moving it into the guest: {e}"))?;
+    let mut skipped = Vec::new();
     for (path, dir) in guest_binds() {
         if let Err(e) = bind_into(&root, &tree, Path::new(path), dir, job.ids) {
-            tracing::warn!(container = %job.ctr, path, error = %e, "a guest path not bound into a container's root");
+            tracing::warn!(sandbox = %job.guest.name, container = %job.ctr, place = path, error = %e, "a guest place not bound into a container's root");
+            skipped.push(format!("/{path}: {e}"));
         }
     }
-    Ok(())
+    Ok(skipped)
 }
 
 /// `/.svc` in the guest (under `root`) as the read-only bind `points` of svcd's mount points'

@@ -461,7 +461,7 @@ impl Backend for Container {
         dir: &'a Path,
         ctr: &'a str,
         layers: &'a [PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         Box::pin(self.attach_root_in(guest, id, dir, ctr, layers))
     }
 

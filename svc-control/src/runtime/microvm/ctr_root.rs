@@ -55,7 +55,7 @@ impl Microvm {
         dir: &Path,
         ctr: &str,
         layers: &[PathBuf],
-    ) -> Result<String, RuntimeError> {
+    ) -> Result<pod_root::RootIn, RuntimeError> {
         let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         if !self.alive(guest) {
@@ -97,14 +97,20 @@ impl Microvm {
             Err(e) => Err(e),
         };
         let aside = match attached {
-            Ok(()) => None,
+            Ok(_) => None,
             Err(_) => forget(dir, ctr).await,
         };
         drop(one);
         // Outside the lock: what an earlier svcd left set aside, and a failed attach's files.
         remove_set_aside(aside, &dir.join(DISK).join("fs")).await;
-        attached.map_err(err)?;
-        Ok(guest_path)
+        let skipped = attached.map_err(err)?;
+        for place in &skipped {
+            tracing::warn!(sandbox = %guest.name, container = ctr, place = %place, "a guest place not bound into a container's root");
+        }
+        Ok(pod_root::RootIn {
+            guest_path,
+            skipped,
+        })
     }
 
     /// Detach container `ctr`'s root file system from `guest` (the sandbox in `dir`) and

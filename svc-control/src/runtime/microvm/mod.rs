@@ -361,7 +361,7 @@ impl Backend for Microvm {
         dir: &'a Path,
         ctr: &'a str,
         layers: &'a [PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         Box::pin(self.attach_root_in(guest, dir, ctr, layers))
     }
 
