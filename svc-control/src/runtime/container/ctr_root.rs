@@ -327,6 +327,14 @@ fn bind_into(
             make_as(tree, rel, dir, ids)?;
             idmap::open_under(tree, rel, dir).map_err(|e| e.to_string())?
         }
+        // A link is opened as itself (O_NOFOLLOW): no directory; one on the way is ELOOP.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            return Err(format!(
+                "the container's /{}: a symbolic link (or reached through one, or no \
+                 directory): left as it is, never followed",
+                rel.display()
+            ));
+        }
         Err(e) => return Err(format!("the container's /{}: {e}", rel.display())),
     };
     of_kind(&target, dir).map_err(|e| format!("the container's /{}: {e}", rel.display()))?;

@@ -1,10 +1,16 @@
-//! A pod container that filled its root file system's writable layer with many small files
-//! stalls no other sandbox's pod containers (container backend, real crun, through svcd's
-//! API `POST/DELETE /v1/sandboxes/{name}/roots` as the containerd shim calls it): while the
-//! flooding container's root is detached and its files removed, another sandbox's container
-//! root is attached, an exec runs in it and it is detached, about as fast as with no flood
-//! (a bound relative to a baseline measured in the same test). Its files are gone after, and
-//! nothing of them is left set aside in the sandbox's directory.
+//! Pod containers' root file systems through svcd's API (`POST/DELETE
+//! /v1/sandboxes/{name}/roots`, as the containerd shim calls it), with the real runtime.
+//!
+//! - A pod container that filled its root's writable layer with many small files stalls no
+//!   other sandbox's pod containers (container backend, real crun): while the flooding
+//!   container's root is detached and its files removed, another sandbox's container root is
+//!   attached, an exec runs in it and it is detached, about as fast as with no flood (a bound
+//!   relative to a baseline measured in the same test). Its files are gone after, and nothing
+//!   of them is left set aside in the sandbox's directory.
+//! - The guest's places an image's links keep out of a container's tree (`/dev` a link to
+//!   `/`) are named in the attach's answer, its `sandbox.root-attached` event and svcd's log,
+//!   on the container backend and on a VM (where the guest's agent binds them and says which
+//!   it skipped).
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +19,7 @@ use std::{
 
 use svc_tests::{
     require_root,
-    world::{World, image_dir},
+    world::{World, image_dir, microvm_images},
 };
 
 /// Files the flooding container writes in its root.
@@ -32,12 +38,13 @@ fn layers(w: &World) -> serde_json::Value {
     serde_json::json!([top, base])
 }
 
-/// Attach container `id`'s root in `sandbox`, asserting success.
-fn attach(w: &World, sandbox: &str, id: &str, layers: &serde_json::Value) {
+/// Attach container `id`'s root in `sandbox`, asserting success: the answer.
+fn attach(w: &World, sandbox: &str, id: &str, layers: &serde_json::Value) -> serde_json::Value {
     let body = serde_json::json!({"id": id, "layers": layers}).to_string();
     let route = format!("/v1/sandboxes/{sandbox}/roots");
     let (status, said) = w.api(&[], "POST", &route, Some(body.as_bytes()));
     assert_eq!(status, 200, "attaching {id} to {sandbox}: {said}\n{}", w.svcd_log());
+    serde_json::from_str(&said).expect("an attach's answer")
 }
 
 /// Detach container `id`'s root from `sandbox`, asserting it was attached.
@@ -131,4 +138,60 @@ fn a_container_that_filled_its_root_with_files_stalls_no_other_sandboxs_roots() 
     assert!(left.is_empty(), "left in {}: {left:?}", state.display());
     w.destroy_checked("rootflood");
     w.destroy_checked("rootcalm");
+}
+
+#[test]
+fn the_places_an_images_links_keep_out_of_a_containers_tree_are_named() {
+    require_root();
+    skipped_named(&World::start(), &["sandbox", "create", "linkroots"]);
+}
+
+#[test]
+fn the_places_a_vms_agent_skipped_in_a_containers_tree_are_named() {
+    require_root();
+    microvm_images();
+    skipped_named(
+        &World::start(),
+        &["sandbox", "create", "--backend", "microvm", "linkroots"],
+    );
+}
+
+/// Sandbox `linkroots` made with `create`; a root whose image has `/dev` a link to `/`:
+/// `/dev` named as skipped in the answer, the event and the log, nothing bound through it.
+fn skipped_named(w: &World, create: &[&str]) {
+    w.svc_ok(create);
+    let top = w.dir.join("links-layer");
+    std::fs::create_dir_all(top.join("etc")).expect("layer");
+    std::os::unix::fs::symlink("/", top.join("dev")).expect("link dev");
+    let top = std::fs::canonicalize(&top).expect("canonical layer");
+    let base = std::fs::canonicalize(image_dir().join("rootfs")).expect("canonical base");
+    let answer = attach(w, "linkroots", "l1", &serde_json::json!([top, base]));
+    let skipped: Vec<String> = serde_json::from_value(answer["skipped"].clone())
+        .unwrap_or_else(|e| panic!("no skipped places in {answer}: {e}"));
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.starts_with("/dev:") && s.contains("symbolic link")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped.iter().all(|s| s.starts_with("/dev:")),
+        "only /dev is skipped: {skipped:?}"
+    );
+    let events = w.events("sandbox.root-attached", "linkroots");
+    assert_eq!(
+        events.last().map(|e| e["detail"]["skipped"].clone()),
+        Some(answer["skipped"].clone()),
+        "{events:?}"
+    );
+    let log = w.svcd_log();
+    assert!(
+        log.contains("not bound into a container's root") && log.contains("/dev"),
+        "svcd's log does not name the skipped place"
+    );
+    // Nothing was bound through the link: the guest's /dev is where it was, the tree's /dev
+    // the image's link.
+    run_in(w, "linkroots", "l1", "[ -L /dev ] && [ -d /proc/self ]");
+    detach(w, "linkroots", "l1");
+    w.destroy_checked("linkroots");
 }
