@@ -124,7 +124,10 @@ fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
                 std::thread::sleep(Duration::from_millis(200));
             }
             let left = loop_devices_under(&dir);
-            assert!(left.is_empty(), "loop devices left after the detach: {left:?}");
+            assert!(
+                left.is_empty(),
+                "loop devices left after the detach: {left:?}"
+            );
             let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
             let held: Vec<&str> = mounts
                 .lines()
@@ -135,7 +138,10 @@ fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
                 })
                 .collect();
             assert!(held.is_empty(), "mounts left after the detach: {held:?}");
-            assert!(!dir.join("ctr-disk").exists(), "the containers' disk is left");
+            assert!(
+                !dir.join("ctr-disk").exists(),
+                "the containers' disk is left"
+            );
         }
         let s = w.show(name);
         let (id, link) = (

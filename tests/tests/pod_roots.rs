@@ -43,7 +43,12 @@ fn attach(w: &World, sandbox: &str, id: &str, layers: &serde_json::Value) -> ser
     let body = serde_json::json!({"id": id, "layers": layers}).to_string();
     let route = format!("/v1/sandboxes/{sandbox}/roots");
     let (status, said) = w.api(&[], "POST", &route, Some(body.as_bytes()));
-    assert_eq!(status, 200, "attaching {id} to {sandbox}: {said}\n{}", w.svcd_log());
+    assert_eq!(
+        status,
+        200,
+        "attaching {id} to {sandbox}: {said}\n{}",
+        w.svcd_log()
+    );
     serde_json::from_str(&said).expect("an attach's answer")
 }
 
@@ -116,7 +121,11 @@ fn a_container_that_filled_its_root_with_files_stalls_no_other_sandboxs_roots() 
         std::thread::sleep(Duration::from_millis(300));
         let during = round(&w, &layers, "during");
         let removal_ended_after = !removal.is_finished();
-        (during, removal.join().expect("removal"), removal_ended_after)
+        (
+            during,
+            removal.join().expect("removal"),
+            removal_ended_after,
+        )
     });
     let (during, removal, overlapped) = flood;
     eprintln!("baseline {baseline:?}, during the flood's removal {during:?}, removal {removal:?}");

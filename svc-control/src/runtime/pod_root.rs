@@ -101,7 +101,10 @@ const ASIDE: &str = ".gone-";
 pub(crate) fn set_aside(path: &Path) -> Result<Option<PathBuf>, String> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let Some(parent) = path.parent() else {
-        return Err(format!("{}: no directory to set it aside in", path.display()));
+        return Err(format!(
+            "{}: no directory to set it aside in",
+            path.display()
+        ));
     };
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let aside = parent.join(format!("{ASIDE}{}-{n}", epoch()));
