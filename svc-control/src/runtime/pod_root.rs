@@ -172,3 +172,47 @@ fn epoch() -> &'static str {
         format!("{}.{since:x}", std::process::id())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_set_aside_root_and_an_earlier_svcds_leftovers_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let within = dir.path();
+        let layer = within.join("c1");
+        std::fs::create_dir_all(layer.join("upper/deep")).expect("layer");
+        std::fs::write(layer.join("upper/deep/f"), "x").expect("file");
+        // An earlier svcd's (another epoch), and another container still attached.
+        let leftover = within.join(format!("{ASIDE}1.0-7"));
+        std::fs::create_dir_all(leftover.join("upper")).expect("leftover");
+        std::fs::create_dir_all(within.join("c2/upper")).expect("c2");
+
+        let aside = set_aside(&layer).expect("set aside").expect("it was there");
+        assert!(!layer.exists(), "still at its own name");
+        assert!(is_set_aside(aside.file_name().expect("name")));
+        remove_set_aside(Some(aside.clone()), within).await;
+        assert!(!aside.exists() && !leftover.exists());
+        assert!(
+            within.join("c2/upper").is_dir(),
+            "another container's layer"
+        );
+        assert_eq!(set_aside(&layer).expect("nothing there"), None);
+    }
+
+    #[tokio::test]
+    async fn one_sandboxs_roots_lock_holds_no_other_sandboxs() {
+        let locks = RootLocks::default();
+        let held = locks.lock("a").await;
+        let other = tokio::time::timeout(std::time::Duration::from_secs(1), locks.lock("b"))
+            .await
+            .expect("b's lock while a's is held");
+        let same =
+            tokio::time::timeout(std::time::Duration::from_millis(50), locks.lock("a")).await;
+        assert!(same.is_err(), "a's lock taken twice");
+        drop((held, other));
+        let again = tokio::time::timeout(std::time::Duration::from_secs(1), locks.lock("a")).await;
+        assert!(again.is_ok(), "a's lock once let go");
+    }
+}
