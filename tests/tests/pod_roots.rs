@@ -6,7 +6,8 @@
 //!   container's root is detached and its files removed, another sandbox's container root is
 //!   attached, an exec runs in it and it is detached, about as fast as with no flood (a bound
 //!   relative to a baseline measured in the same test). Its files are gone after, and nothing
-//!   of them is left set aside in the sandbox's directory.
+//!   of them is left set aside in the sandbox's directory; what an earlier svcd left set aside
+//!   (it ended mid-removal) goes at the sandbox's next attach.
 //! - The guest's places an image's links keep out of a container's tree (`/dev` a link to
 //!   `/`) are named in the attach's answer, its `sandbox.root-attached` event and svcd's log,
 //!   on the container backend and on a VM (where the guest's agent binds them and says which
@@ -145,6 +146,15 @@ fn a_container_that_filled_its_root_with_files_stalls_no_other_sandboxs_roots() 
     );
     let left = entries(&state);
     assert!(left.is_empty(), "left in {}: {left:?}", state.display());
+
+    // What an svcd that ended mid-removal left set aside goes at the sandbox's next attach.
+    let planted = state.join(".gone-1.0-1/upper/flood");
+    std::fs::create_dir_all(&planted).expect("a leftover");
+    std::fs::write(planted.join("f"), "x").expect("a leftover's file");
+    attach(&w, "rootflood", "f2", &layers);
+    let left = entries(&state);
+    assert_eq!(left, [state.join("f2")], "after the next attach");
+    detach(&w, "rootflood", "f2");
     w.destroy_checked("rootflood");
     w.destroy_checked("rootcalm");
 }
