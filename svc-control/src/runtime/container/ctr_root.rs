@@ -19,6 +19,10 @@
 //! - The overlay is made in a private mount namespace and moved into the guest's as a
 //!   detached tree (`open_tree`, `move_mount`): the host's mount table never holds it.
 //!
+//! Each sandbox's roots are attached and detached one at a time under its own lock
+//! ([`pod_root::RootLocks`]); a detached container's layers (a writable layer the guest may
+//! have filled with files) are renamed aside under it and removed after it is let go.
+//!
 //! The work in the guest's mount namespace runs on a thread of its own that leaves svcd's
 //! file-system context first (`unshare(CLONE_FS)`) and ends with the work: no other thread of
 //! svcd ever runs in a guest's namespace.
