@@ -210,7 +210,7 @@ impl Channel {
     }
 
     /// [`Channel::call`], and what the agent said on the stream's standard error (kept up to
-    /// [`MAX_SAID`] bytes: the agent is the guest's).
+    /// 16 KiB: the agent is the guest's).
     pub async fn call_said(&self, request: &Request, input: &[u8]) -> Result<String, String> {
         let mut opened = self.open(request)?;
         let id = opened.id;
