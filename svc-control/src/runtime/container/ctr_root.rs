@@ -20,7 +20,7 @@
 //!   detached tree (`open_tree`, `move_mount`): the host's mount table never holds it.
 //!
 //! Each sandbox's roots are attached and detached one at a time under its own lock
-//! ([`RootLocks`](crate::runtime::pod_root::RootLocks)); a detached container's layers (a writable layer the guest may
+//! (`pod_root::RootLocks`); a detached container's layers (a writable layer the guest may
 //! have filled with files) are renamed aside under it and removed after it is let go.
 //!
 //! The work in the guest's mount namespace runs on a thread of its own that leaves svcd's

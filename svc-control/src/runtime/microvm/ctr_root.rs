@@ -21,7 +21,7 @@
 //! first attach and removed when the last container's root is detached, or with the VM.
 //!
 //! Each sandbox's roots are attached and detached one at a time under its own lock
-//! ([`RootLocks`](crate::runtime::pod_root::RootLocks)); a detached container's writable layer is renamed aside on the
+//! (`pod_root::RootLocks`); a detached container's writable layer is renamed aside on the
 //! disk under it and removed after. A root detached after its VM is gone has the host's side
 //! of its tree released then (its bind in the trees share, the overlay, the disk with the
 //! last), not at the sandbox's destroy. The places the agent skipped while binding the
