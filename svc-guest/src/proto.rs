@@ -202,7 +202,9 @@ pub enum Request {
     Mount { tag: String, path: String },
     /// Bind the tree the host put at `tree` in the trees share ([`TREES_DIR`]`/tree`, one
     /// path component) at `path` (made if missing; no symbolic link on the way is followed),
-    /// then the guest's own `binds` inside it (a pod container's root file system).
+    /// then the guest's own `binds` inside it (a pod container's root file system). The
+    /// places of `binds` skipped (a link in the tree where one goes, …) come back on the
+    /// stream's standard error, one line each with why, before its exit 0.
     BindTree {
         tree: String,
         path: String,

@@ -42,8 +42,13 @@ pub trait System: Send + Sync {
     /// Mount the virtio-fs file system `tag` at `path`.
     fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
     /// Bind the tree the host attached as `tree` at `path`, the guest's `binds` inside it
-    /// ([`trees::bind`]).
-    fn bind_tree(&self, tree: &str, path: &str, binds: &[GuestBind]) -> Result<(), String> {
+    /// ([`trees::bind`]): the places skipped, each with why.
+    fn bind_tree(
+        &self,
+        tree: &str,
+        path: &str,
+        binds: &[GuestBind],
+    ) -> Result<Vec<String>, String> {
         let _ = (tree, path, binds);
         Err("this guest takes no trees from the host".into())
     }
@@ -258,8 +263,14 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                 .await
             }
             Request::BindTree { tree, path, binds } => {
+                // The places skipped go back to the host, one line each on the stream's
+                // standard error, before its exit.
+                let said = out.clone();
                 blocking(id, "binding a tree", move || {
-                    system.bind_tree(&tree, &path, &binds)
+                    for skipped in system.bind_tree(&tree, &path, &binds)? {
+                        let _ = said.send(Frame::new(id, Kind::Stderr, format!("{skipped}\n")));
+                    }
+                    Ok(())
                 })
                 .await
             }

@@ -76,7 +76,7 @@ pub struct Microvm {
     adopted: Mutex<HashMap<String, Result<bool, String>>>,
     /// One pod container's root file system attached or detached at a time in each guest
     /// (per guest: a guest whose agent stalls its own attach or detach holds no other's).
-    roots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    roots: crate::runtime::pod_root::RootLocks,
 }
 
 impl std::fmt::Debug for Microvm {
@@ -134,7 +134,7 @@ impl Microvm {
             channels: Mutex::default(),
             services: Mutex::default(),
             adopted: Mutex::default(),
-            roots: Mutex::default(),
+            roots: crate::runtime::pod_root::RootLocks::default(),
         }
     }
 
@@ -383,7 +383,7 @@ impl Backend for Microvm {
         dir: &'a Path,
         ctr: &'a str,
         layers: &'a [PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         Box::pin(self.attach_root_in(guest, dir, ctr, layers))
     }
 

@@ -36,6 +36,9 @@ use self::{
 };
 use crate::runtime::{ExecHandle, GuestService};
 
+/// The most of an agent's standard error a [`Channel::call_said`] keeps.
+const MAX_SAID: usize = 16 << 10;
+
 /// A connected channel.
 pub struct Channel {
     out: mpsc::UnboundedSender<Frame>,
@@ -203,16 +206,27 @@ impl Channel {
     /// Run a request that takes `input` and answers with success or an error: a file write,
     /// the guest's setup.
     pub async fn call(&self, request: &Request, input: &[u8]) -> Result<(), String> {
+        self.call_said(request, input).await.map(drop)
+    }
+
+    /// [`Channel::call`], and what the agent said on the stream's standard error (kept up to
+    /// 16 KiB: the agent is the guest's).
+    pub async fn call_said(&self, request: &Request, input: &[u8]) -> Result<String, String> {
         let mut opened = self.open(request)?;
         let id = opened.id;
         send_input(&self.out, id, &opened.credit, input).await?;
         let _ = self.out.send(Frame::new(id, Kind::Eof, Vec::new()));
+        let mut said = Vec::new();
         loop {
             match opened.events.recv().await {
-                Some(Event::Exit(0)) => return Ok(()),
+                Some(Event::Exit(0)) => return Ok(String::from_utf8_lossy(&said).into_owned()),
                 Some(Event::Exit(code)) => return Err(format!("the agent ended it with {code}")),
                 Some(Event::Error(e)) => return Err(e),
-                Some(Event::Stdout(_) | Event::Stderr(_)) => {}
+                Some(Event::Stderr(b)) => {
+                    let room = MAX_SAID.saturating_sub(said.len());
+                    said.extend_from_slice(&b[..b.len().min(room)]);
+                }
+                Some(Event::Stdout(_)) => {}
                 None => return Err(self.ended_reason()),
             }
         }
