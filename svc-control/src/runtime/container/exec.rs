@@ -51,11 +51,8 @@ impl Container {
                     .get()
                     .await
                     .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
-                let handle = channel
-                    .exec(request(cmd))
-                    .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
-                match channel.acked(START).await {
-                    Ok(()) => Ok(handle),
+                match channel.start(request(cmd), START).await {
+                    Ok(handle) => Ok(handle),
                     Err(NoAck::Ended(e)) => {
                         Err(fail(format!("the channel to the guest's init: {e}")))
                     }
@@ -275,6 +272,8 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
                 gid: u.gid,
                 groups: u.additional_gids.clone(),
             }),
+        // `Channel::start` asks it of an init that holds commands.
+        held: false,
     }
 }
 
