@@ -129,4 +129,140 @@ mod tests {
             assert!(said.contains(want) && said.contains("never started"), "{said}");
         }
     }
+
+    /// The real agent (`serve`) over a socket pair, driven frame by frame, its commands real
+    /// processes on this host.
+    mod served {
+        use std::{sync::Arc, time::Duration};
+
+        use tokio::{
+            io::AsyncWriteExt as _,
+            net::{UnixStream, unix::OwnedReadHalf, unix::OwnedWriteHalf},
+        };
+
+        use crate::proto::{self, Exec, FEATURES, Frame, HELD_EXEC, Kind, Request};
+
+        struct NoSystem;
+
+        impl crate::agent::System for NoSystem {
+            fn setup(&self, _: &crate::proto::Setup) -> Result<(), String> {
+                Err("no".into())
+            }
+            fn mount(&self, _: &str, _: &str) -> Result<(), String> {
+                Err("no".into())
+            }
+        }
+
+        fn agent() -> (OwnedReadHalf, OwnedWriteHalf) {
+            let (host, agent) = UnixStream::pair().expect("pair");
+            let (ar, aw) = agent.into_split();
+            tokio::spawn(crate::agent::serve(
+                ar,
+                aw,
+                Arc::new(NoSystem),
+                Arc::default(),
+            ));
+            host.into_split()
+        }
+
+        async fn send(w: &mut OwnedWriteHalf, f: Frame) {
+            w.write_all(&f.encode()).await.expect("write");
+        }
+
+        /// A held `touch MARKER`.
+        fn touch(marker: &std::path::Path) -> Frame {
+            let exec = Exec {
+                argv: vec!["touch".into(), marker.display().to_string()],
+                env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+                held: true,
+                ..Exec::default()
+            };
+            let json = serde_json::to_vec(&Request::Exec(exec)).expect("json");
+            Frame::new(0, Kind::Open, json)
+        }
+
+        fn on(stream: u32, mut f: Frame) -> Frame {
+            f.stream = stream;
+            f
+        }
+
+        /// The agent's next frame on `stream` (others skipped), within 10 s.
+        async fn next_on(r: &mut OwnedReadHalf, stream: u32) -> Frame {
+            tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    let f = proto::read_frame(r).await.expect("frame").expect("open");
+                    if f.stream == stream && f.kind != Kind::Credit {
+                        return f;
+                    }
+                }
+            })
+            .await
+            .expect("an answer within 10 s")
+        }
+
+        #[tokio::test]
+        async fn the_agent_says_it_holds_before_it_says_ready() {
+            let (mut r, mut w) = agent();
+            send(&mut w, Frame::new(0, Kind::Hello, "n1")).await;
+            let first = next_on(&mut r, 0).await;
+            assert_eq!(
+                String::from_utf8_lossy(&first.payload),
+                format!("{FEATURES} n1 {HELD_EXEC}")
+            );
+            let second = next_on(&mut r, 0).await;
+            assert_eq!(
+                String::from_utf8_lossy(&second.payload),
+                format!("{} n1", crate::READY)
+            );
+        }
+
+        #[tokio::test]
+        async fn a_held_command_starts_on_go_and_only_then() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let marker = dir.path().join("ran");
+            let (mut r, mut w) = agent();
+            send(&mut w, Frame::new(0, Kind::Hello, "n1")).await;
+            send(&mut w, on(1, touch(&marker))).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(!marker.exists(), "started before its go");
+            send(&mut w, Frame::new(1, Kind::Go, Vec::new())).await;
+            let end = next_on(&mut r, 1).await;
+            assert_eq!((end.kind, end.as_i32()), (Kind::Exit, Some(0)), "{end:?}");
+            assert!(marker.exists());
+        }
+
+        #[tokio::test]
+        async fn a_held_command_cancelled_or_left_never_starts() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut r, mut w) = agent();
+            send(&mut w, Frame::new(0, Kind::Hello, "n1")).await;
+
+            // Cancelled: a go after it starts nothing, and the agent says so.
+            let cancelled = dir.path().join("cancelled");
+            send(&mut w, on(1, touch(&cancelled))).await;
+            send(&mut w, Frame::new(1, Kind::Cancel, Vec::new())).await;
+            send(&mut w, Frame::new(1, Kind::Go, Vec::new())).await;
+            let end = next_on(&mut r, 1).await;
+            let said = String::from_utf8_lossy(&end.payload);
+            assert!(
+                end.kind == Kind::Error && said.contains("cancelled"),
+                "{end:?}"
+            );
+
+            // Left by a host that another replaced (a new hello), then by one that went away
+            // (its end closed): neither starts, even told to go by the next host.
+            let replaced = dir.path().join("replaced");
+            send(&mut w, on(2, touch(&replaced))).await;
+            send(&mut w, Frame::new(0, Kind::Hello, "n2")).await;
+            send(&mut w, Frame::new(2, Kind::Go, Vec::new())).await;
+            let gone = dir.path().join("gone");
+            send(&mut w, on(3, touch(&gone))).await;
+            drop(w);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for m in [&cancelled, &replaced, &gone] {
+                assert!(!m.exists(), "{} ran", m.display());
+            }
+            drop(r);
+        }
+    }
 }

@@ -177,6 +177,12 @@ impl Microvm {
         if let Some(service) = self.services().get(name) {
             c.serve_guest(service.clone());
         }
+        if !c.holds_exec() {
+            tracing::warn!(
+                guest = %name,
+                "the guest's agent predates held starts: a command it takes too late is refused                  but may still run once the agent reads it; recreate the sandbox (or refill the                  pool) with the current image"
+            );
+        }
         self.channels().insert(name.to_owned(), c.clone());
         Ok(c)
     }
