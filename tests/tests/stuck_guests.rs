@@ -406,12 +406,7 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
 /// `svc sandbox exec NAME -- sh -c 'touch MARKER'`, refused within 30 s as the guest's init or
 /// agent took no command within 10 s; what it said.
 fn marker_refused(w: &World, name: &str, marker: &str) -> String {
-    let said = refused_within(
-        w,
-        name,
-        &format!("touch {marker}"),
-        Duration::from_secs(30),
-    );
+    let said = refused_within(w, name, &format!("touch {marker}"), Duration::from_secs(30));
     assert!(said.contains("took no command within 10 s"), "{said}");
     said
 }

@@ -160,7 +160,11 @@ fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) 
         Kind::Hello => {
             let nonce = String::from_utf8_lossy(&frame.payload);
             // What this agent can do, before the answer the host waits for (proto's docs).
-            let _ = out.send(Frame::new(0, Kind::Hello, format!("{FEATURES} {nonce} {HELD_EXEC}")));
+            let _ = out.send(Frame::new(
+                0,
+                Kind::Hello,
+                format!("{FEATURES} {nonce} {HELD_EXEC}"),
+            ));
             let _ = out.send(Frame::new(
                 0,
                 Kind::Hello,

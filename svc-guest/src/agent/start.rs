@@ -53,10 +53,14 @@ impl Verdict {
     pub(super) fn refusal(self, id: u32) -> Option<Frame> {
         let why = match self {
             Self::Go => return None,
-            Self::Cancelled => "the host cancelled this command before it started (its caller \
-                                was told it did not run): discarded, never started",
-            Self::HostGone => "the host went away before it said to start this command: \
-                               discarded, never started",
+            Self::Cancelled => {
+                "the host cancelled this command before it started (its caller \
+                                was told it did not run): discarded, never started"
+            }
+            Self::HostGone => {
+                "the host went away before it said to start this command: \
+                               discarded, never started"
+            }
         };
         Some(error(id, why.to_owned()))
     }
@@ -126,7 +130,10 @@ mod tests {
             let f = v.refusal(3).expect("a refusal");
             assert_eq!((f.stream, f.kind), (3, crate::proto::Kind::Error));
             let said = String::from_utf8_lossy(&f.payload);
-            assert!(said.contains(want) && said.contains("never started"), "{said}");
+            assert!(
+                said.contains(want) && said.contains("never started"),
+                "{said}"
+            );
         }
     }
 

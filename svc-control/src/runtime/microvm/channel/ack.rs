@@ -24,8 +24,7 @@ use svc_guest::proto::{Exec, Frame, Kind};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::{
-    Channel,
-    ExecHandle,
+    Channel, ExecHandle,
     streams::{Event, StreamOut, lock},
 };
 
@@ -157,6 +156,70 @@ mod tests {
             Err(NoAck::Late)
         );
         drop(silent);
+    }
+
+    /// A held command starts (this host said `Go`) once the real agent answered in time; one
+    /// whose agent was silent past the limit is cancelled and never told to go, as the agent
+    /// finds once it reads its queue.
+    #[tokio::test]
+    async fn a_late_start_is_cancelled_and_never_told_to_go() {
+        let (host, agent) = tokio::net::UnixStream::pair().expect("pair");
+        let (ar, aw) = agent.into_split();
+        let served = tokio::spawn(svc_guest::agent::serve(
+            ar,
+            aw,
+            Arc::new(NoSystem),
+            Arc::default(),
+        ));
+        let (r, w) = host.into_split();
+        let (channel, mut hellos) = Channel::over(r, w);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        channel.greet(&mut hellos, deadline).await.expect("greeted");
+        assert!(channel.holds_exec(), "the agent said it holds commands");
+        let exec = |argv: &[&str]| Exec {
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            ..Exec::default()
+        };
+        let mut started = channel
+            .start(exec(&["true"]), Duration::from_secs(5))
+            .await
+            .expect("started");
+        assert_eq!(started.control.wait().await.expect("its end"), 0);
+        served.abort();
+        let _ = served.await;
+
+        // An agent that says it holds commands, then reads nothing until the host gave up.
+        let (host, silent) = tokio::net::UnixStream::pair().expect("pair");
+        let (r, w) = host.into_split();
+        let (channel, _hellos) = Channel::over(r, w);
+        channel
+            .held_exec
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let late = channel
+            .start(
+                exec(&["touch", "/nonexistent/never"]),
+                Duration::from_millis(200),
+            )
+            .await;
+        assert!(matches!(late, Err(NoAck::Late)), "{:?}", late.err());
+        channel.abandon("given up".into());
+        drop(channel);
+        let mut queued = silent;
+        let mut frames = Vec::new();
+        while let Some(f) = svc_guest::proto::read_frame(&mut queued)
+            .await
+            .expect("frames")
+        {
+            frames.push((f.stream, f.kind));
+        }
+        let open = frames
+            .iter()
+            .find(|(_, k)| *k == Kind::Open)
+            .map(|(s, _)| *s)
+            .expect("the command's open");
+        assert!(frames.contains(&(open, Kind::Cancel)), "{frames:?}");
+        assert!(!frames.iter().any(|(_, k)| *k == Kind::Go), "{frames:?}");
     }
 
     struct NoSystem;

@@ -39,6 +39,7 @@ pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
         // A guest that reads nothing blocks the write until the channel ends: then nothing
         // more can follow a frame cut short.
         tokio::select! {
+            biased;
             written = write_one(&mut w, &f) => written?,
             _ = ended.wait_for(Option::is_some) => return Ok(()),
         }
