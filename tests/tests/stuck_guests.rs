@@ -378,19 +378,7 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
 
     // Once the agent runs again, the next command connects anew and runs; nothing of the
     // given-up channels is left open in svcd.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (code, out, err) = w.sh("vmstuck", "echo back");
-        if (code, out.as_str()) == (0, "back\n") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{code} {out} {err}\n{}",
-            w.svcd_log()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    runs_again(&w, "vmstuck");
     let deadline = Instant::now() + Duration::from_secs(10);
     while w.svcd_fds() > fds {
         assert!(
@@ -401,6 +389,24 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
         std::thread::sleep(Duration::from_millis(200));
     }
     w.destroy_checked("vmstuck");
+}
+
+/// Wait (2 min at most) until microvm sandbox `name` runs a command again: its agent reads
+/// again and the next command connects anew.
+fn runs_again(w: &World, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (code, out, err) = w.sh(name, "echo back");
+        if (code, out.as_str()) == (0, "back\n") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{code} {out} {err}\n{}",
+            w.svcd_log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
 
 /// `svc sandbox exec NAME -- sh -c 'touch MARKER'`, refused within 30 s as the guest's init or
@@ -456,15 +462,7 @@ fn a_command_refused_while_a_microvm_or_its_agent_is_stopped_never_runs_once_it_
     // The next command, after a refusal, runs once the agent reads again (within 2 min);
     // then, a few seconds on, the refused one has still not run.
     let runs_again_without = |marker: &str| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let (code, out, _) = w.sh("vmlate", "echo back");
-            if (code, out.as_str()) == (0, "back\n") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{}", w.svcd_log());
-            std::thread::sleep(Duration::from_secs(1));
-        }
+        runs_again(&w, "vmlate");
         std::thread::sleep(Duration::from_secs(4));
         let (code, out, err) = w.sh("vmlate", &format!("test -e {marker}; echo $?"));
         assert_eq!(

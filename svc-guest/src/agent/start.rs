@@ -5,8 +5,7 @@
 
 use tokio::sync::oneshot;
 
-use super::streams::error;
-use crate::proto::Frame;
+use crate::proto::{Frame, Kind};
 
 /// What became of a held command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +61,7 @@ impl Verdict {
                                discarded, never started"
             }
         };
-        Some(error(id, why.to_owned()))
+        Some(Frame::new(id, Kind::Error, why))
     }
 }
 
@@ -128,7 +127,7 @@ mod tests {
             (Verdict::HostGone, "went away"),
         ] {
             let f = v.refusal(3).expect("a refusal");
-            assert_eq!((f.stream, f.kind), (3, crate::proto::Kind::Error));
+            assert_eq!((f.stream, f.kind), (3, Kind::Error));
             let said = String::from_utf8_lossy(&f.payload);
             assert!(
                 said.contains(want) && said.contains("never started"),
