@@ -30,11 +30,11 @@ pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
     loop {
         let f = tokio::select! {
             biased;
+            _ = ended.wait_for(Option::is_some) => break,
             f = rx.recv() => match f {
                 Some(f) => f,
                 None => return Ok(()),
             },
-            _ = ended.wait_for(Option::is_some) => break,
         };
         // A guest that reads nothing blocks the write until the channel ends: then nothing
         // more can follow a frame cut short.

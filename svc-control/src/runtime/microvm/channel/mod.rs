@@ -55,7 +55,10 @@ pub struct Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        end(&self.ended_tx, "the channel was dropped".into());
+        end(
+            &self.ended_tx,
+            "svcd closed the channel to the agent".into(),
+        );
         self.reading.abort();
     }
 }
