@@ -154,6 +154,30 @@ impl Containerd {
             .unwrap_or_else(|e| panic!("ctr {args:?}: {e}\ncontainerd log:\n{}", self.log()))
     }
 
+    /// `ctr ARGS` on a terminal (util-linux `script` gives it a pseudo-terminal, as a person's
+    /// shell would, so `--tty` has a console to put in raw mode), as it went.
+    pub fn ctr_on_a_terminal(&self, args: &[&str]) -> Output {
+        let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
+        let mut line = vec![
+            "ctr".to_owned(),
+            "--address".to_owned(),
+            quote(self.socket.to_str().expect("utf-8 socket path")),
+            "--namespace".to_owned(),
+            self.namespace.to_owned(),
+        ];
+        line.extend(args.iter().map(|a| quote(a)));
+        let mut c = Command::new("script");
+        c.args([
+            "--quiet",
+            "--return",
+            "--command",
+            &line.join(" "),
+            "/dev/null",
+        ]);
+        crate::output_within(&mut c, Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("ctr {args:?} on a terminal: {e}\n{}", self.log()))
+    }
+
     /// [`Containerd::ctr`], asserting success; its standard output.
     pub fn ctr_ok(&self, args: &[&str]) -> String {
         let out = self.ctr(args);

@@ -134,8 +134,8 @@ pub fn exited(cri: &Cri, c: &Containerd, id: &str) -> api::ContainerStatus {
 }
 
 /// Container `agent` runs in the pod's sandbox `sandbox`, inside its perimeter: the allowed
-/// host is reached, with the stored credential swapped in on the wire; a denied host and an
-/// IP literal are refused.
+/// host is reached, with the stored credential swapped in on the wire (the container holds only
+/// a placeholder); a denied host and an IP literal are refused.
 pub fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
     let (code, host, err) = exec(cri, agent, &["cat", "/proc/sys/kernel/hostname"]);
     assert_eq!((code, host.trim()), (0, sandbox), "{err}");
@@ -154,6 +154,15 @@ pub fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
         "a denied host"
     );
     assert_ne!(curl("http://192.0.2.66/").0, 0, "an IP literal");
+    let (code, seen, err) = exec(
+        cri,
+        agent,
+        &["printenv", "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN"],
+    );
+    assert!(
+        code == 0 && !seen.trim().is_empty() && !seen.contains(EXAMPLE_TOKEN),
+        "the container sees {seen:?}, not a placeholder: {err}"
+    );
     let (code, _, err) = exec(
         cri,
         agent,
