@@ -83,13 +83,6 @@ pub fn remove_container(cri: &Cri, id: &str) {
     .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e:?}"));
 }
 
-pub fn image() -> api::ImageSpec {
-    api::ImageSpec {
-        image: IMAGE.into(),
-        ..Default::default()
-    }
-}
-
 pub fn status(cri: &Cri, id: &str) -> api::ContainerStatus {
     cri.call(cri.runtime().container_status(api::ContainerStatusRequest {
         container_id: id.into(),

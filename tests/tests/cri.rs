@@ -1,6 +1,7 @@
 //! The kubelet path: Debian's containerd, started by the test with its CRI plugin on and the
 //! shim registered as runtime handler `svc`, driven through its CRI socket by the tests' CRI
-//! client exactly as kubelet drives it. A pod is one svc sandbox with the pod's policy (its
+//! client exactly as kubelet drives it. `PullImage` pulls from a registry of the test's on
+//! loopback (the CRI plugin's mirror for `svc.test`). A pod is one svc sandbox with the pod's policy (its
 //! `svc.dev/*` annotations): its containers run in it, an allowed host is reached with the
 //! credential swapped on the wire, another host and an IP literal are refused, exit codes
 //! reach `ContainerStatus`, and stopping and removing the pod leaves no sandbox, link, fence
@@ -14,13 +15,15 @@ use svc_tests::{
     containerd::{Containerd, IMAGE},
     cri::{Cri, api},
     pods::{
-        ALLOWED, Pod, STORED, assert_fenced, assert_no_pods, exec, exited, image, pod_config,
-        remove_pod, run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status,
-        stop_container,
+        ALLOWED, Pod, STORED, assert_fenced, assert_no_pods, exec, exited, pod_config, remove_pod,
+        run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status, stop_container,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
 };
+
+/// An image only the test's registry has (every name there is the base image).
+const PULLED: &str = "svc.test/pulled:1";
 
 /// The shim told containerd each step as a task event (containerd's debug log names each
 /// event it forwards): the CRI plugin keeps its state from them.
@@ -65,6 +68,50 @@ fn run_containers(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) -> String {
     agent
 }
 
+/// `PullImage` as kubelet calls it, from the registry (containerd 1.6 always asks it): of the
+/// imported image, and of one only the registry has, which the CRI plugin then knows.
+fn pull_images(c: &Containerd, cri: &Cri) {
+    for name in [IMAGE, PULLED] {
+        let pulled = cri
+            .call(cri.images().pull_image(api::PullImageRequest {
+                image: Some(api::ImageSpec {
+                    image: name.into(),
+                    ..Default::default()
+                }),
+                auth: None,
+                sandbox_config: None,
+            }))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "PullImage {name}: {e:?}
+{}",
+                    c.log()
+                )
+            });
+        assert!(pulled.image_ref.starts_with("sha256:"), "{pulled:?}");
+        let img = cri
+            .call(cri.images().image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: name.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            }))
+            .unwrap_or_else(|e| panic!("ImageStatus {name}: {e:?}"))
+            .image
+            .unwrap_or_else(|| panic!("the pulled {name} is unknown to the CRI plugin"));
+        assert!(img.repo_tags.iter().any(|t| t == name), "{img:?}");
+        assert_eq!(img.id, pulled.image_ref, "{img:?}");
+    }
+    let served = c.registry.as_ref().expect("a registry").served();
+    for want in ["/v2/base/manifests/1", "/v2/pulled/manifests/1"] {
+        assert!(
+            served.iter().any(|r| r.ends_with(want)),
+            "PullImage never asked the registry for {want}: {served:?}"
+        );
+    }
+}
+
 #[test]
 fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     require_root();
@@ -82,23 +129,7 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         ("containerd", "v1"),
         "{v:?}"
     );
-    // containerd 1.6's PullImage always resolves the reference at the image's registry, even
-    // for an image it has (for this one: `failed to resolve reference "svc.test/base:1"`):
-    // offline, the imported image is looked up with ImageStatus instead.
-    let img = cri
-        .call(cri.images().image_status(api::ImageStatusRequest {
-            image: Some(image()),
-            verbose: false,
-        }))
-        .unwrap_or_else(|e| panic!("ImageStatus: {e:?}"));
-    let img = img
-        .image
-        .expect("the imported image is known to the CRI plugin");
-    assert!(
-        img.repo_tags.iter().any(|t| t == IMAGE),
-        "{:?}",
-        img.repo_tags
-    );
+    pull_images(&c, &cri);
 
     let pod = run_fenced_pod(&w, &c, &cri, "agent", &[]);
     assert_eq!(pod.show["backend"], "container", "{}", pod.show);
