@@ -191,38 +191,46 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
     w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
-    // The code host's token without a repository: svcd's creation rules refuse it. The
-    // message expected is svcd's own, for the request these annotations make.
+    // Annotations svcd's creation rules refuse: the code host's token without a repository,
+    // a repository that is none, a host that is none, a branch pattern outside refs/.
+    // RunPodSandbox fails with svcd's own message for the request they make.
     let secret = format!("CODE_HOST_TOKEN={STORED}");
-    let annotations = [(pod::SECRETS, secret.as_str())];
-    let req = pod::request_from_annotations(
-        SandboxName::new("refused").expect("name"),
-        &annotations
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    )
-    .expect("a request");
-    let (code, body) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes",
-        Some(&serde_json::to_vec(&req).expect("json")),
-    );
-    assert!((400..500).contains(&code), "svcd refuses it: {code} {body}");
-    let svcd_says: serde_json::Value = serde_json::from_str(&body).expect("error json");
-    let svcd_says = svcd_says["error"].as_str().expect("a message").to_owned();
-    assert!(svcd_says.contains("CODE_HOST_TOKEN"), "{svcd_says}");
-    let e = run_pod(&cri, &pod_config("no-repo", &annotations)).expect_err("refused");
-    assert!(
-        e.message().contains(&svcd_says),
-        "RunPodSandbox's error carries svcd's message {svcd_says:?}: {e:?}"
-    );
+    let cases: [(&str, &[(&str, &str)], &str); 4] = [
+        (
+            "no-repo",
+            &[(pod::SECRETS, secret.as_str())],
+            "CODE_HOST_TOKEN",
+        ),
+        (
+            "bad-repo",
+            &[(pod::REPO, "widget"), (pod::SECRETS, secret.as_str())],
+            "--repo \"widget\"",
+        ),
+        (
+            "bad-host",
+            &[(pod::ALLOW_HOSTS, "bad!host.example")],
+            "bad!host.example",
+        ),
+        (
+            "bad-branch",
+            &[(pod::BRANCHES, "main")],
+            "allowed branch \"main\"",
+        ),
+    ];
+    for (name, annotations, names) in cases {
+        let svcd_says = svcd_refuses(&w, name, annotations);
+        assert!(svcd_says.contains(names), "{name}: {svcd_says}");
+        let e = run_pod(&cri, &pod_config(name, annotations)).expect_err("refused");
+        let said = unquoted(e.message());
+        assert!(
+            said.contains(&svcd_says),
+            "{name}: RunPodSandbox's error carries svcd's message {svcd_says:?}: {e:?}"
+        );
+    }
 
     // A backend svc has no kind of: refused by the shim, naming the annotation.
     let e = run_pod(&cri, &pod_config("vm", &[(pod::BACKEND, "gvisor")])).expect_err("refused");
-    // (containerd quotes the shim's message, escaping its quotes.)
-    let said = e.message().replace("\\\"", "\"");
+    let said = unquoted(e.message());
     assert!(
         said.contains("pod annotation svc.dev/backend: \"gvisor\" is no backend; expected container or microvm"),
         "{e:?}"
@@ -230,4 +238,46 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
 
     // Nothing is left of either.
     assert_no_pods(&w, &c, &cri);
+}
+
+/// The message svcd refuses the creation request of pod `default/name` with `annotations`
+/// with (its API, called directly as the shim calls it).
+fn svcd_refuses(w: &World, name: &str, annotations: &[(&str, &str)]) -> String {
+    let mut req = pod::request_from_annotations(
+        SandboxName::new("refused").expect("name"),
+        &annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+    .expect("a request");
+    req.pod = Some(svc_control::api::PodRef {
+        namespace: "default".into(),
+        name: name.into(),
+    });
+    let (code, body) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes",
+        Some(&serde_json::to_vec(&req).expect("json")),
+    );
+    assert!((400..500).contains(&code), "svcd refuses it: {code} {body}");
+    let said: serde_json::Value = serde_json::from_str(&body).expect("error json");
+    said["error"].as_str().expect("a message").to_owned()
+}
+
+/// containerd's quoting of the shim's error undone (`\"` and `\\` as Go's `%q` writes them).
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('\\', Some(next @ ('"' | '\\'))) => {
+                out.push(next);
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
