@@ -22,6 +22,9 @@ use svc_tests::{
     world::{EXAMPLE_TOKEN, World, microvm_images},
 };
 
+/// A pod refused: its name, its annotations, and what svcd's message names.
+type Refused<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+
 /// An image only the test's registry has (every name there is the base image).
 const PULLED: &str = "svc.test/pulled:1";
 
@@ -195,7 +198,7 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
     // a repository that is none, a host that is none, a branch pattern outside refs/.
     // RunPodSandbox fails with svcd's own message for the request they make.
     let secret = format!("CODE_HOST_TOKEN={STORED}");
-    let cases: [(&str, &[(&str, &str)], &str); 4] = [
+    let cases: [Refused; 4] = [
         (
             "no-repo",
             &[(pod::SECRETS, secret.as_str())],
