@@ -137,6 +137,21 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     let pod = run_fenced_pod(&w, &c, &cri, "agent", &[]);
     assert_eq!(pod.show["backend"], "container", "{}", pod.show);
     let agent = run_containers(&w, &c, &cri, &pod);
+    // The pod's namespace and name, as the CRI plugin gives them, are on its audit records.
+    let identity = serde_json::json!({"namespace": "default", "name": "agent"});
+    assert_eq!(pod.show["pod"], identity, "{}", pod.show);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !w
+        .audit()
+        .iter()
+        .any(|r| r["path"] == "/from-cri" && r["pod"] == identity)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no audit record of the pod's request with its identity"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 
     // Stopping the running container ends it (TaskExit reaches the CRI plugin).
     stop_container(&cri, &agent, 10);
