@@ -6,12 +6,16 @@
 //! its mounts undone) on drop.
 
 use std::{
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::world::{World, image_dir, workspace_bin};
+use crate::{
+    registry::Registry,
+    world::{World, image_dir, workspace_bin},
+};
 
 /// The namespace the tests' containers live in.
 pub const NAMESPACE: &str = "svc-test";
@@ -32,6 +36,8 @@ pub struct Containerd {
     /// The namespace `ctr` works in.
     namespace: &'static str,
     child: Child,
+    /// The registry its CRI plugin pulls [`IMAGE`]'s registry's images from, when it has one.
+    pub registry: Option<Registry>,
 }
 
 impl Containerd {
@@ -47,9 +53,11 @@ impl Containerd {
     }
 
     /// Start containerd under `dir` for `w`'s svcd with its CRI plugin on, as a node's
-    /// containerd serves kubelet ([`cri_config`]); `ctr` works in [`CRI_NAMESPACE`].
-    pub fn start_cri(w: &World, dir: &Path) -> Self {
-        let c = Self::start_with(w, dir, CRI_NAMESPACE, &cri_config(dir));
+    /// containerd serves kubelet ([`cri_config`]), pulling from `registry`; `ctr` works in
+    /// [`CRI_NAMESPACE`].
+    pub fn start_cri(w: &World, dir: &Path, registry: Registry) -> Self {
+        let mut c = Self::start_with(w, dir, CRI_NAMESPACE, &cri_config(dir, registry.addr));
+        c.registry = Some(registry);
         let log = c.log();
         assert!(
             !log.contains("failed to load plugin io.containerd.grpc.v1.cri"),
@@ -95,6 +103,7 @@ impl Containerd {
             socket,
             namespace,
             child,
+            registry: None,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !c.ctr(&["version"]).status.success() {
@@ -152,6 +161,30 @@ impl Containerd {
             .args(args);
         crate::output_within(&mut c, Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("ctr {args:?}: {e}\ncontainerd log:\n{}", self.log()))
+    }
+
+    /// `ctr ARGS` on a terminal (util-linux `script` gives it a pseudo-terminal, as a person's
+    /// shell would, so `--tty` has a console to put in raw mode), as it went.
+    pub fn ctr_on_a_terminal(&self, args: &[&str]) -> Output {
+        let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
+        let mut line = vec![
+            "ctr".to_owned(),
+            "--address".to_owned(),
+            quote(self.socket.to_str().expect("utf-8 socket path")),
+            "--namespace".to_owned(),
+            self.namespace.to_owned(),
+        ];
+        line.extend(args.iter().map(|a| quote(a)));
+        let mut c = Command::new("script");
+        c.args([
+            "--quiet",
+            "--return",
+            "--command",
+            &line.join(" "),
+            "/dev/null",
+        ]);
+        crate::output_within(&mut c, Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("ctr {args:?} on a terminal: {e}\n{}", self.log()))
     }
 
     /// [`Containerd::ctr`], asserting success; its standard output.
@@ -297,7 +330,8 @@ pub fn shim_path() -> String {
 
 /// The CRI plugin's part of the configuration of a containerd under `dir`: its root and
 /// state are under containerd's (so under `dir`); the sandbox ("pause") image is [`IMAGE`],
-/// which the test imports into [`CRI_NAMESPACE`] (nothing is pulled: the test is offline);
+/// which the test imports into [`CRI_NAMESPACE`]; `PullImage` of an image of [`IMAGE`]'s
+/// registry (`svc.test`) pulls from the test's registry at `registry` (the test is offline);
 /// the shim is runtime handler [`CRI_HANDLER`], the only one and so the default, which gets the pod's `svc.dev/*` annotations
 /// (`pod_annotations`: the CRI plugin passes a pod's annotations to a runtime only if listed).
 /// Pods use the node's network namespace (the tests ask for it), so CNI is never called:
@@ -305,7 +339,7 @@ pub fn shim_path() -> String {
 /// on a port of the kernel's choosing (tests run side by side); AppArmor is not asked for (the
 /// shim runs nothing under a profile: the svc sandbox is the boundary). containerd logs at
 /// debug level, so its log shows each event the shim forwards (`/tasks/exit`, …).
-pub fn cri_config(dir: &Path) -> String {
+pub fn cri_config(dir: &Path, registry: SocketAddr) -> String {
     let cni = dir.join("cni");
     std::fs::create_dir_all(&cni).expect("cni dir");
     format!(
@@ -326,8 +360,11 @@ pub fn cri_config(dir: &Path) -> String {
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni}"
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{host}"]
+    endpoint = ["http://{registry}"]
 "#,
-        cni = cni.display()
+        cni = cni.display(),
+        host = IMAGE.split_once('/').map_or(IMAGE, |(h, _)| h),
     )
 }
 

@@ -24,6 +24,7 @@ use api::{image_service_client::ImageServiceClient, runtime_service_client::Runt
 
 use crate::{
     containerd::{CRI_HANDLER, Containerd, oci_archive},
+    registry::Registry,
     world::World,
 };
 
@@ -82,10 +83,13 @@ impl Cri {
     }
 }
 
-/// containerd with CRI on, the base image imported for the CRI plugin, and a client.
+/// containerd with CRI on, the base image imported for the CRI plugin and served by a registry
+/// of the test's (its `PullImage` source), and a client.
 pub fn start(w: &World) -> (Containerd, Cri) {
-    let c = Containerd::start_cri(w, &w.dir.join("containerd"));
-    c.import(&oci_archive(&w.dir));
+    let archive = oci_archive(&w.dir);
+    let registry = Registry::serve(&archive, &w.dir.join("registry"));
+    let c = Containerd::start_cri(w, &w.dir.join("containerd"), registry);
+    c.import(&archive);
     let cri = Cri::connect(&c.socket).unwrap_or_else(|e| panic!("{e}"));
     (c, cri)
 }

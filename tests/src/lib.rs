@@ -397,6 +397,8 @@ pub mod git;
 /// What the CRI tests share: pods, containers, exec, the perimeter checks.
 pub mod pods;
 pub mod project;
+/// A read-only OCI registry on loopback for the CRI plugin's `PullImage`.
+pub mod registry;
 pub mod rootfs;
 pub mod servers;
 pub mod ssh_host;

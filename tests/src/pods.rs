@@ -99,13 +99,6 @@ pub fn remove_container(cri: &Cri, id: &str) {
     .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e:?}"));
 }
 
-pub fn image() -> api::ImageSpec {
-    api::ImageSpec {
-        image: IMAGE.into(),
-        ..Default::default()
-    }
-}
-
 pub fn status(cri: &Cri, id: &str) -> api::ContainerStatus {
     cri.call(cri.runtime().container_status(api::ContainerStatusRequest {
         container_id: id.into(),
@@ -150,8 +143,8 @@ pub fn exited(cri: &Cri, c: &Containerd, id: &str) -> api::ContainerStatus {
 }
 
 /// Container `agent` runs in the pod's sandbox `sandbox`, inside its perimeter: the allowed
-/// host is reached, with the stored credential swapped in on the wire; a denied host and an
-/// IP literal are refused.
+/// host is reached, with the stored credential swapped in on the wire (the container holds only
+/// a placeholder); a denied host and an IP literal are refused.
 pub fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
     let (code, host, err) = exec(cri, agent, &["cat", "/proc/sys/kernel/hostname"]);
     assert_eq!((code, host.trim()), (0, sandbox), "{err}");
@@ -170,6 +163,15 @@ pub fn assert_fenced(w: &World, cri: &Cri, agent: &str, sandbox: &str) {
         "a denied host"
     );
     assert_ne!(curl("http://192.0.2.66/").0, 0, "an IP literal");
+    let (code, seen, err) = exec(
+        cri,
+        agent,
+        &["printenv", "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN"],
+    );
+    assert!(
+        code == 0 && !seen.trim().is_empty() && !seen.contains(EXAMPLE_TOKEN),
+        "the container sees {seen:?}, not a placeholder: {err}"
+    );
     let (code, _, err) = exec(
         cri,
         agent,

@@ -3,20 +3,27 @@
 //! `containerd-shim-svc-v1` against a real svcd. The image is an OCI archive of the base image
 //! imported with `ctr image import`; each task is an svc sandbox on the root file system
 //! containerd unpacked: its output and exit code reach `ctr`, `ctr task exec` runs in it, the
-//! pod annotation's allowed host is reached and another host and an IP literal are refused,
-//! and `ctr task kill` + `delete` leave no sandbox, link, fence entry or mount. A task
-//! annotated `svc.dev/backend=microvm` is a VM running its process, fenced the same.
+//! pod annotation's allowed host is reached with the stored credential swapped in on the wire
+//! (the task sees only a placeholder) and another host and an IP literal are refused, `ctr task
+//! exec --tty` runs on a terminal, the signal `ctr task kill` names reaches the process, and
+//! `ctr task kill` + `delete` leave no sandbox, link, fence entry or mount. A task annotated
+//! `svc.dev/backend=microvm` is a VM running its process, fenced the same.
 
 use svc_tests::{
     containerd::{Containerd, IMAGE, RUNTIME},
     require_root,
-    world::{World, microvm_images},
+    world::{EXAMPLE_TOKEN, World, microvm_images},
 };
+
+/// The stored secret the fenced task names, and the credential variable it brokers.
+const STORED: &str = "example";
+const VAR: &str = "SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN";
 
 #[test]
 fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
     require_root();
     let w = World::start();
+    w.store_secret(STORED, EXAMPLE_TOKEN, &[]);
     let c = Containerd::start_with_base(&w);
 
     // Output and the exit code come back to ctr.
@@ -44,6 +51,7 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
     );
 
     // A detached task with its pod's policy: the perimeter holds.
+    let secret = format!("svc.dev/secrets={VAR}={STORED}");
     c.ctr_ok(&[
         "run",
         "-d",
@@ -51,6 +59,8 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
         RUNTIME,
         "--annotation",
         "svc.dev/allow-hosts=allowed.example.test",
+        "--annotation",
+        &secret,
         IMAGE,
         "fenced",
         "sleep",
@@ -74,6 +84,9 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
         "/proc/sys/kernel/hostname",
     ]);
     assert_eq!(exec.trim(), sandbox);
+    assert_swapped_on_the_wire(&w, &c, "fenced");
+    assert_exec_on_a_terminal(&c, "fenced");
+    assert_signals_reach_the_process(&w, &c);
 
     // Kill and delete: nothing of the sandbox is left, on the host or in containerd's tree.
     kill_and_delete(&w, &c, "fenced", &s);
@@ -86,10 +99,110 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
     assert!(!list.contains("ctr-"), "{list}");
 }
 
-/// `ctr task kill -s SIGKILL` of `task`, then its task and container deleted: nothing of its
-/// sandbox (`show`, as `svc sandbox show --json` had it) is left.
-fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Value) {
-    c.ctr_ok(&["task", "kill", "--signal", "SIGKILL", task]);
+/// Task `task` holds only a placeholder for the stored secret; the allowed host gets the real
+/// value, swapped in by the proxy on the wire.
+fn assert_swapped_on_the_wire(w: &World, c: &Containerd, task: &str) {
+    let seen = c.ctr_ok(&["task", "exec", "--exec-id", "env", task, "printenv", VAR]);
+    let seen = seen.trim();
+    assert!(
+        !seen.is_empty() && !seen.contains(EXAMPLE_TOKEN),
+        "the task sees {seen:?}, not a placeholder"
+    );
+    let header = format!("Authorization: Bearer {seen}");
+    c.ctr_ok(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "secret",
+        task,
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "--max-time",
+        "20",
+        "-H",
+        &header,
+        "https://allowed.example.test/ctr-secret",
+    ]);
+    assert_eq!(
+        w.received_auth("/ctr-secret"),
+        format!("Bearer {EXAMPLE_TOKEN}"),
+        "the stored credential, swapped in on the wire"
+    );
+}
+
+/// `ctr task exec --tty`: the process's standard input and output are a terminal, and its
+/// output and exit code reach ctr.
+fn assert_exec_on_a_terminal(c: &Containerd, task: &str) {
+    let out = c.ctr_on_a_terminal(&[
+        "task",
+        "exec",
+        "--tty",
+        "--exec-id",
+        "tty",
+        task,
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && tty && exit 5",
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("/dev/pts/"), "no terminal: {out:?}");
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+}
+
+/// The signal `ctr task kill` names reaches the task's process (its trap's exit code is the
+/// task's, in containerd's exit event); the task then leaves nothing.
+fn assert_signals_reach_the_process(w: &World, c: &Containerd) {
+    c.ctr_ok(&[
+        "run",
+        "-d",
+        "--runtime",
+        RUNTIME,
+        IMAGE,
+        "trap",
+        "sh",
+        "-c",
+        "trap 'exit 43' USR1; trap 'exit 44' TERM; touch /tmp/trapped; \
+         while :; do sleep 0.1; done",
+    ]);
+    let s = w.show("ctr-trap");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !c
+        .ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            "t",
+            "trap",
+            "test",
+            "-e",
+            "/tmp/trapped",
+        ])
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trap was never set"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let events = c.events();
+    c.ctr_ok(&["task", "kill", "--signal", "SIGUSR1", "trap"]);
+    let exit = events.wait_for("/tasks/exit", "trap");
+    assert!(
+        exit.contains("\"exit_status\":43"),
+        "SIGUSR1's trap: {exit}"
+    );
+    wait_stopped(c, "trap");
+    c.ctr_ok(&["task", "delete", "trap"]);
+    c.ctr_ok(&["container", "delete", "trap"]);
+    w.assert_gone_shown(&s);
+}
+
+/// Wait until `ctr task ls` shows task `task` stopped.
+fn wait_stopped(c: &Containerd, task: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !c
         .ctr_ok(&["task", "ls"])
@@ -102,6 +215,13 @@ fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Val
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// `ctr task kill -s SIGKILL` of `task`, then its task and container deleted: nothing of its
+/// sandbox (`show`, as `svc sandbox show --json` had it) is left.
+fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Value) {
+    c.ctr_ok(&["task", "kill", "--signal", "SIGKILL", task]);
+    wait_stopped(c, task);
     c.ctr_ok(&["task", "delete", task]);
     c.ctr_ok(&["container", "delete", task]);
     w.assert_gone_shown(show);

@@ -1,6 +1,7 @@
 //! The kubelet path: Debian's containerd, started by the test with its CRI plugin on and the
 //! shim registered as runtime handler `svc`, driven through its CRI socket by the tests' CRI
-//! client exactly as kubelet drives it. A pod is one svc sandbox with the pod's policy (its
+//! client exactly as kubelet drives it. `PullImage` pulls from a registry of the test's on
+//! loopback (the CRI plugin's mirror for `svc.test`). A pod is one svc sandbox with the pod's policy (its
 //! `svc.dev/*` annotations): its containers run in it, an allowed host is reached with the
 //! credential swapped on the wire, another host and an IP literal are refused, exit codes
 //! reach `ContainerStatus`, and stopping and removing the pod leaves no sandbox, link, fence
@@ -14,13 +15,18 @@ use svc_tests::{
     containerd::{Containerd, IMAGE},
     cri::{Cri, api},
     pods::{
-        ALLOWED, Pod, STORED, assert_fenced, assert_no_pods, exec, exited, image, pod_config,
-        remove_pod, run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status,
-        stop_container,
+        ALLOWED, Pod, STORED, assert_fenced, assert_no_pods, exec, exited, pod_config, remove_pod,
+        run_container, run_fenced_pod, run_pod, shim_sandboxes, start, status, stop_container,
     },
     require_root,
     world::{EXAMPLE_TOKEN, World, microvm_images},
 };
+
+/// A pod refused: its name, its annotations, and what svcd's message names.
+type Refused<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+
+/// An image only the test's registry has (every name there is the base image).
+const PULLED: &str = "svc.test/pulled:1";
 
 /// The shim told containerd each step as a task event (containerd's debug log names each
 /// event it forwards): the CRI plugin keeps its state from them.
@@ -65,6 +71,50 @@ fn run_containers(w: &World, c: &Containerd, cri: &Cri, pod: &Pod) -> String {
     agent
 }
 
+/// `PullImage` as kubelet calls it, from the registry (containerd 1.6 always asks it): of the
+/// imported image, and of one only the registry has, which the CRI plugin then knows.
+fn pull_images(c: &Containerd, cri: &Cri) {
+    for name in [IMAGE, PULLED] {
+        let pulled = cri
+            .call(cri.images().pull_image(api::PullImageRequest {
+                image: Some(api::ImageSpec {
+                    image: name.into(),
+                    ..Default::default()
+                }),
+                auth: None,
+                sandbox_config: None,
+            }))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "PullImage {name}: {e:?}
+{}",
+                    c.log()
+                )
+            });
+        assert!(pulled.image_ref.starts_with("sha256:"), "{pulled:?}");
+        let img = cri
+            .call(cri.images().image_status(api::ImageStatusRequest {
+                image: Some(api::ImageSpec {
+                    image: name.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            }))
+            .unwrap_or_else(|e| panic!("ImageStatus {name}: {e:?}"))
+            .image
+            .unwrap_or_else(|| panic!("the pulled {name} is unknown to the CRI plugin"));
+        assert!(img.repo_tags.iter().any(|t| t == name), "{img:?}");
+        assert_eq!(img.id, pulled.image_ref, "{img:?}");
+    }
+    let served = c.registry.as_ref().expect("a registry").served();
+    for want in ["/v2/base/manifests/1", "/v2/pulled/manifests/1"] {
+        assert!(
+            served.iter().any(|r| r.ends_with(want)),
+            "PullImage never asked the registry for {want}: {served:?}"
+        );
+    }
+}
+
 #[test]
 fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
     require_root();
@@ -82,27 +132,26 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         ("containerd", "v1"),
         "{v:?}"
     );
-    // containerd 1.6's PullImage always resolves the reference at the image's registry, even
-    // for an image it has (for this one: `failed to resolve reference "svc.test/base:1"`):
-    // offline, the imported image is looked up with ImageStatus instead.
-    let img = cri
-        .call(cri.images().image_status(api::ImageStatusRequest {
-            image: Some(image()),
-            verbose: false,
-        }))
-        .unwrap_or_else(|e| panic!("ImageStatus: {e:?}"));
-    let img = img
-        .image
-        .expect("the imported image is known to the CRI plugin");
-    assert!(
-        img.repo_tags.iter().any(|t| t == IMAGE),
-        "{:?}",
-        img.repo_tags
-    );
+    pull_images(&c, &cri);
 
     let pod = run_fenced_pod(&w, &c, &cri, "agent", &[]);
     assert_eq!(pod.show["backend"], "container", "{}", pod.show);
     let agent = run_containers(&w, &c, &cri, &pod);
+    // The pod's namespace and name, as the CRI plugin gives them, are on its audit records.
+    let identity = serde_json::json!({"namespace": "default", "name": "agent"});
+    assert_eq!(pod.show["pod"], identity, "{}", pod.show);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !w
+        .audit()
+        .iter()
+        .any(|r| r["path"] == "/from-cri" && r["pod"] == identity)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no audit record of the pod's request with its identity"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 
     // Stopping the running container ends it (TaskExit reaches the CRI plugin).
     stop_container(&cri, &agent, 10);
@@ -160,38 +209,46 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
     w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(&w);
 
-    // The code host's token without a repository: svcd's creation rules refuse it. The
-    // message expected is svcd's own, for the request these annotations make.
+    // Annotations svcd's creation rules refuse: the code host's token without a repository,
+    // a repository that is none, a host that is none, a branch pattern outside refs/.
+    // RunPodSandbox fails with svcd's own message for the request they make.
     let secret = format!("CODE_HOST_TOKEN={STORED}");
-    let annotations = [(pod::SECRETS, secret.as_str())];
-    let req = pod::request_from_annotations(
-        SandboxName::new("refused").expect("name"),
-        &annotations
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    )
-    .expect("a request");
-    let (code, body) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes",
-        Some(&serde_json::to_vec(&req).expect("json")),
-    );
-    assert!((400..500).contains(&code), "svcd refuses it: {code} {body}");
-    let svcd_says: serde_json::Value = serde_json::from_str(&body).expect("error json");
-    let svcd_says = svcd_says["error"].as_str().expect("a message").to_owned();
-    assert!(svcd_says.contains("CODE_HOST_TOKEN"), "{svcd_says}");
-    let e = run_pod(&cri, &pod_config("no-repo", &annotations)).expect_err("refused");
-    assert!(
-        e.message().contains(&svcd_says),
-        "RunPodSandbox's error carries svcd's message {svcd_says:?}: {e:?}"
-    );
+    let cases: [Refused; 4] = [
+        (
+            "no-repo",
+            &[(pod::SECRETS, secret.as_str())],
+            "CODE_HOST_TOKEN",
+        ),
+        (
+            "bad-repo",
+            &[(pod::REPO, "widget"), (pod::SECRETS, secret.as_str())],
+            "--repo \"widget\"",
+        ),
+        (
+            "bad-host",
+            &[(pod::ALLOW_HOSTS, "bad!host.example")],
+            "bad!host.example",
+        ),
+        (
+            "bad-branch",
+            &[(pod::BRANCHES, "main")],
+            "allowed branch \"main\"",
+        ),
+    ];
+    for (name, annotations, names) in cases {
+        let svcd_says = svcd_refuses(&w, name, annotations);
+        assert!(svcd_says.contains(names), "{name}: {svcd_says}");
+        let e = run_pod(&cri, &pod_config(name, annotations)).expect_err("refused");
+        let said = unquoted(e.message());
+        assert!(
+            said.contains(&svcd_says),
+            "{name}: RunPodSandbox's error carries svcd's message {svcd_says:?}: {e:?}"
+        );
+    }
 
     // A backend svc has no kind of: refused by the shim, naming the annotation.
     let e = run_pod(&cri, &pod_config("vm", &[(pod::BACKEND, "gvisor")])).expect_err("refused");
-    // (containerd quotes the shim's message, escaping its quotes.)
-    let said = e.message().replace("\\\"", "\"");
+    let said = unquoted(e.message());
     assert!(
         said.contains("pod annotation svc.dev/backend: \"gvisor\" is no backend; expected container or microvm"),
         "{e:?}"
@@ -199,4 +256,46 @@ fn a_pod_svc_refuses_fails_run_pod_sandbox_with_the_reason() {
 
     // Nothing is left of either.
     assert_no_pods(&w, &c, &cri);
+}
+
+/// The message svcd refuses the creation request of pod `default/name` with `annotations`
+/// with (its API, called directly as the shim calls it).
+fn svcd_refuses(w: &World, name: &str, annotations: &[(&str, &str)]) -> String {
+    let mut req = pod::request_from_annotations(
+        SandboxName::new("refused").expect("name"),
+        &annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+    .expect("a request");
+    req.pod = Some(svc_control::api::PodRef {
+        namespace: "default".into(),
+        name: name.into(),
+    });
+    let (code, body) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes",
+        Some(&serde_json::to_vec(&req).expect("json")),
+    );
+    assert!((400..500).contains(&code), "svcd refuses it: {code} {body}");
+    let said: serde_json::Value = serde_json::from_str(&body).expect("error json");
+    said["error"].as_str().expect("a message").to_owned()
+}
+
+/// containerd's quoting of the shim's error undone (`\"` and `\\` as Go's `%q` writes them).
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('\\', Some(next @ ('"' | '\\'))) => {
+                out.push(next);
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
