@@ -6,15 +6,24 @@
 //! `svc sandbox show`, written in the sandbox's audit records (`svc audit --pod`) and put on
 //! its metrics; `svc sandbox stats`; a paused sandbox is destroyed; and `svc doctor
 //! --kubernetes` passes against a containerd configuration registering the runtime and fails
-//! naming the table against one that does not.
+//! naming the table against one that does not, naming svcd's socket when svcd does not answer,
+//! and naming the shim when the one on `PATH` is not executable or not a regular file. A
+//! signal `ctr task kill --exec-id` sends reaches a command the runtime's exec runs (one as
+//! another user than the guest's root): its trap's exit code is the exec's.
 
-use std::time::{Duration, Instant};
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    time::{Duration, Instant},
+};
 
 use svc_tests::{
     containerd::{Containerd, IMAGE, RUNTIME, shim_path},
     require_root,
     world::World,
 };
+
+/// The shim's file name, as containerd looks it up on its `PATH`.
+const SHIM: &str = "containerd-shim-svc-v1";
 
 /// Lines written so far by the task's counter, read from the host through its init's root.
 fn ticks(pid: u64) -> usize {
@@ -242,54 +251,69 @@ fn a_user_outside_the_guests_ids_is_refused_naming_it() {
 }
 
 #[test]
+fn signals_reach_a_command_the_runtimes_exec_runs() {
+    require_root();
+    let w = World::start();
+    let c = Containerd::start(&w, &w.dir.join("containerd"));
+    c.ctr_ok(&[
+        "run",
+        "-d",
+        "--runtime",
+        RUNTIME,
+        IMAGE,
+        "sig",
+        "sh",
+        "-c",
+        "while :; do sleep 1; done",
+    ]);
+    let pid = w.show("ctr-sig")["pid"].as_u64().expect("pid");
+    // A process as a user other than the guest's root runs with the runtime's exec, not
+    // through the init's channel: its parent is outside the guest's pid namespace ($PPID 0).
+    for (signal, code) in [("SIGUSR1", 43), ("SIGTERM", 44)] {
+        let id = format!("trap-{code}");
+        let marker = format!("/proc/{pid}/root/tmp/{id}");
+        let script = format!(
+            "trap 'exit 43' USR1; trap 'exit 44' TERM; echo $PPID > /tmp/{id}; \
+             while :; do sleep 0.1; done"
+        );
+        let out = std::thread::scope(|s| {
+            let exec = s.spawn(|| {
+                c.ctr(&[
+                    "task",
+                    "exec",
+                    "--exec-id",
+                    &id,
+                    "--user",
+                    "1000:1000",
+                    "sig",
+                    "sh",
+                    "-c",
+                    &script,
+                ])
+            });
+            until("the trap was never set", || {
+                std::fs::read_to_string(&marker).is_ok_and(|t| t.ends_with('\n'))
+            });
+            c.ctr_ok(&["task", "kill", "--exec-id", &id, "--signal", signal, "sig"]);
+            exec.join().expect("ctr task exec")
+        });
+        let parent = std::fs::read_to_string(&marker).expect("marker");
+        assert_eq!(parent, "0\n", "not the runtime's exec");
+        assert_eq!(out.status.code(), Some(code), "{signal}'s trap: {out:?}");
+    }
+    let _ = c.ctr(&["task", "kill", "--signal", "SIGKILL", "sig"]);
+    let _ = c.ctr(&["task", "delete", "--force", "sig"]);
+    let _ = c.ctr(&["container", "delete", "sig"]);
+}
+
+#[test]
 fn doctor_kubernetes_passes_with_the_runtime_registered_and_names_the_table_without() {
     require_root();
     let w = World::start();
     let c = Containerd::start(&w, &w.dir.join("containerd"));
     let path = shim_path();
-    let config = |name: &str, runtime: bool| {
-        let p = w.dir.join(name);
-        let table = if runtime {
-            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.svc]\n  runtime_type = \"io.containerd.svc.v1\"\n"
-        } else {
-            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
-        };
-        let text = format!(
-            "version = 2\n[grpc]\n  address = \"{}\"\n{table}",
-            c.socket.display()
-        );
-        std::fs::write(&p, text).expect("config");
-        p
-    };
-    let workspace = w.dir.join("doctor-ws");
-    std::fs::create_dir_all(&workspace).expect("workspace");
-    let doctor = |config: &std::path::Path| {
-        let mut cmd = w.svc_command(&[
-            "doctor",
-            "--kubernetes",
-            "--no-host",
-            "--json",
-            "--containerd-config",
-            config.to_str().expect("utf-8"),
-            workspace.to_str().expect("utf-8"),
-        ]);
-        cmd.env("PATH", &path);
-        let out = cmd.output().expect("svc doctor");
-        let report: serde_json::Value =
-            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
-        (out.status.code(), report)
-    };
-    let probe = |report: &serde_json::Value, name: &str| {
-        report["results"]
-            .as_array()
-            .expect("results")
-            .iter()
-            .find(|r| r["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("{name} in {report:#}"))
-    };
 
-    let (code, report) = doctor(&config("with.toml", true));
+    let (code, report) = doctor(&w, &k8s_config(&w, &c, "with.toml", true), &path, None);
     assert_eq!(code, Some(0), "{report:#}");
     for name in [
         "host:svcd",
@@ -306,14 +330,141 @@ fn doctor_kubernetes_passes_with_the_runtime_registered_and_names_the_table_with
         "{shim}"
     );
 
-    let (code, report) = doctor(&config("without.toml", false));
+    let (code, report) = doctor(&w, &k8s_config(&w, &c, "without.toml", false), &path, None);
     assert_ne!(code, Some(0), "{report:#}");
-    let registered = probe(&report, "kubernetes:containerd-config");
-    assert_eq!(registered["status"], "failed", "{report:#}");
-    let why = registered["reason"].as_str().unwrap_or_default();
+    let why = only_failure(&report, "kubernetes:containerd-config");
     assert!(
         why.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.svc]")
             && why.contains("runc (io.containerd.runc.v2)"),
         "{why}"
     );
+}
+
+#[test]
+fn doctor_kubernetes_fails_naming_an_unreachable_svcd_and_a_shim_that_cannot_run() {
+    require_root();
+    let w = World::start();
+    let c = Containerd::start(&w, &w.dir.join("containerd"));
+    let config = k8s_config(&w, &c, "with.toml", true);
+    let path = shim_path();
+
+    let gone = w.dir.join("no-svcd.sock");
+    let (code, report) = doctor(&w, &config, &path, Some(&gone));
+    assert_ne!(code, Some(0), "{report:#}");
+    let why = only_failure(&report, "host:svcd");
+    assert!(
+        why.contains(&format!("svcd does not answer on {}", gone.display()))
+            && why.contains("fix: start it"),
+        "{why}"
+    );
+
+    // A shim that is a plain file without an execute bit, then a directory in its place: each
+    // alone on PATH fails naming itself and the fix.
+    let plain = w.dir.join("bin-plain");
+    std::fs::create_dir_all(&plain).expect("bin-plain");
+    std::fs::write(plain.join(SHIM), "#!/bin/sh\n").expect("shim file");
+    std::fs::set_permissions(plain.join(SHIM), std::fs::Permissions::from_mode(0o644))
+        .expect("chmod 644");
+    let dir = w.dir.join("bin-dir");
+    std::fs::create_dir_all(dir.join(SHIM)).expect("shim directory");
+    let system = "/usr/bin:/bin";
+    for (bin, wrong, fix) in [
+        (
+            &plain,
+            "is not executable (mode 100644)",
+            "fix: chmod 755 it",
+        ),
+        (
+            &dir,
+            "is not a regular file",
+            "fix: remove what is in its place",
+        ),
+    ] {
+        let path = format!("{}:{system}", bin.display());
+        let (code, report) = doctor(&w, &config, &path, None);
+        assert_ne!(code, Some(0), "{report:#}");
+        let why = only_failure(&report, "kubernetes:shim");
+        let shim = bin.join(SHIM);
+        assert!(
+            why.contains(&format!("{} {wrong}", shim.display())) && why.contains(fix),
+            "{why}"
+        );
+    }
+    // As containerd's lookup does, an unusable entry before the real shim is passed over.
+    let path = format!("{}:{path}", plain.display());
+    let (code, report) = doctor(&w, &config, &path, None);
+    assert_eq!(code, Some(0), "{report:#}");
+}
+
+/// A containerd configuration in `w`'s directory naming `c`'s socket, with the svc runtime
+/// registered for the CRI plugin or (without `runtime`) only runc.
+fn k8s_config(w: &World, c: &Containerd, name: &str, runtime: bool) -> std::path::PathBuf {
+    let p = w.dir.join(name);
+    let table = if runtime {
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.svc]\n  runtime_type = \"io.containerd.svc.v1\"\n"
+    } else {
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+    };
+    let text = format!(
+        "version = 2\n[grpc]\n  address = \"{}\"\n{table}",
+        c.socket.display()
+    );
+    std::fs::write(&p, text).expect("config");
+    p
+}
+
+/// `svc doctor --kubernetes --no-host --json` against `config` with `PATH` = `path` (and svcd's
+/// socket `socket`, else `w`'s): its exit code and its report.
+fn doctor(
+    w: &World,
+    config: &std::path::Path,
+    path: &str,
+    socket: Option<&std::path::Path>,
+) -> (Option<i32>, serde_json::Value) {
+    let workspace = w.dir.join("doctor-ws");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let mut cmd = w.svc_command(&[
+        "doctor",
+        "--kubernetes",
+        "--no-host",
+        "--json",
+        "--containerd-config",
+        config.to_str().expect("utf-8"),
+        workspace.to_str().expect("utf-8"),
+    ]);
+    cmd.env("PATH", path);
+    if let Some(socket) = socket {
+        cmd.env("SVC_SOCKET", socket);
+    }
+    let out = cmd.output().expect("svc doctor");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    (out.status.code(), report)
+}
+
+/// The result named `name` in a doctor report.
+fn probe(report: &serde_json::Value, name: &str) -> serde_json::Value {
+    report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|r| r["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} in {report:#}"))
+}
+
+/// The reason of `name`, the report's one failed result.
+fn only_failure(report: &serde_json::Value, name: &str) -> String {
+    let failed: Vec<_> = report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["status"] == "failed")
+        .map(|r| r["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(failed, [name], "{report:#}");
+    probe(report, name)["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }

@@ -8,7 +8,8 @@
 //! entry or mount. A pod annotated `svc.dev/backend=microvm` is the same on a VM (real QEMU,
 //! TCG here): its containers run on the VM's kernel, behind the same fence, and removing the
 //! pod leaves no QEMU. A pod svcd refuses fails `RunPodSandbox` with svcd's message; a backend
-//! svc has no kind of fails it with the shim's, naming the annotation.
+//! svc has no kind of fails it with the shim's, naming the annotation. The pod's namespace and
+//! name (as the CRI plugin gives them) are on its audit records and its sandbox's metrics.
 
 use svc_control::{names::SandboxName, policy::pod};
 use svc_tests::{
@@ -152,6 +153,23 @@ fn a_pod_through_cri_is_one_fenced_sandbox_and_leaves_nothing() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    // And on its sandbox's series in svcd's metrics.
+    let metrics = w.metrics();
+    let labelled: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.contains(&format!("sandbox=\"{}\"", pod.sandbox)))
+        .collect();
+    assert!(
+        !labelled.is_empty(),
+        "no series of {}:\n{metrics}",
+        pod.sandbox
+    );
+    assert!(
+        labelled
+            .iter()
+            .all(|l| l.contains("pod_namespace=\"default\",pod_name=\"agent\"")),
+        "a series of the pod's sandbox without its identity:\n{metrics}"
+    );
 
     // Stopping the running container ends it (TaskExit reaches the CRI plugin).
     stop_container(&cri, &agent, 10);

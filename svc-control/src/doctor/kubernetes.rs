@@ -58,30 +58,42 @@ pub fn kubernetes_probes(config: &Path, path: &str) -> Vec<CheckResult> {
     vec![shim, registered, socket]
 }
 
-/// `containerd-shim-svc-v1` in a directory of `path`, executable, and its version.
+/// `containerd-shim-svc-v1` in a directory of `path`, executable, and its version. As
+/// containerd's lookup does, an entry that is not an executable regular file is passed over;
+/// when no entry is one, the first entry found is named with what is wrong with it.
 fn shim_on_path(path: &str) -> HostOutcome {
-    let found = path
+    let mut unusable = None;
+    for shim in path
         .split(':')
         .filter(|d| !d.is_empty())
         .map(|d| PathBuf::from(d).join(SHIM))
-        .find(|p| p.is_file());
-    let Some(shim) = found else {
-        return Err((
+    {
+        let Ok(meta) = std::fs::metadata(&shim) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        let wrong = if !meta.is_file() {
+            (
+                format!("{} is not a regular file", shim.display()),
+                "remove what is in its place and install the shim there (the svc package does)",
+            )
+        } else if mode & 0o111 == 0 {
+            (
+                format!("{} is not executable (mode {mode:o})", shim.display()),
+                "chmod 755 it",
+            )
+        } else {
+            return Ok(format!("{} ({})", shim.display(), version(&shim)));
+        };
+        unusable.get_or_insert(wrong);
+    }
+    Err(unusable.unwrap_or_else(|| {
+        (
             format!("{SHIM} is not on PATH ({path})"),
             "install it into a directory of containerd's PATH, e.g. /usr/local/bin (the svc \
              package does)",
-        ));
-    };
-    let mode = std::fs::metadata(&shim)
-        .map(|m| m.permissions().mode())
-        .unwrap_or(0);
-    if mode & 0o111 == 0 {
-        return Err((
-            format!("{} is not executable (mode {mode:o})", shim.display()),
-            "chmod 755 it",
-        ));
-    }
-    Ok(format!("{} ({})", shim.display(), version(&shim)))
+        )
+    }))
 }
 
 /// What `SHIM -v` says of its version (its line naming one), or that it does not say; a shim
