@@ -254,7 +254,7 @@ fn a_user_outside_the_guests_ids_is_refused_naming_it() {
 fn signals_reach_a_command_the_runtimes_exec_runs() {
     require_root();
     let w = World::start();
-    let c = Containerd::start(&w, &w.dir.join("containerd"));
+    let c = Containerd::start_with_base(&w);
     c.ctr_ok(&[
         "run",
         "-d",
@@ -299,7 +299,12 @@ fn signals_reach_a_command_the_runtimes_exec_runs() {
         });
         let parent = std::fs::read_to_string(&marker).expect("marker");
         assert_eq!(parent, "0\n", "not the runtime's exec");
-        assert_eq!(out.status.code(), Some(code), "{signal}'s trap: {out:?}");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{signal}'s trap, through {}'s exec: {out:?}",
+            w.oci_runtime().display()
+        );
     }
     let _ = c.ctr(&["task", "kill", "--signal", "SIGKILL", "sig"]);
     let _ = c.ctr(&["task", "delete", "--force", "sig"]);
