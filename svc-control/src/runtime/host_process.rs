@@ -83,8 +83,8 @@ impl ExecControl for HostProcess {
     }
 
     /// The runtime's exec forwards signals into the guest: crun's and runc's (not detached)
-    /// pass each signal they get to the command's process (`signals_reach_a_command_the_
-    /// runtimes_exec_runs` in tests/tests/containerd_ops.rs, with real crun).
+    /// pass each signal they get to the command's process (tested with real crun in
+    /// `tests/tests/containerd_ops.rs`, `signals_reach_a_command_the_runtimes_exec_runs`).
     fn signal(&self, signal: nix::sys::signal::Signal) {
         if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
