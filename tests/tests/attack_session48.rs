@@ -49,45 +49,57 @@ fn left_after(pattern: &str, secs: u64) -> Vec<String> {
     }
 }
 
-/// A container of `pod` running `daemon` (a shell script) in the background in a session
-/// of its own, then sleeping; once `pattern` shows it running (or `start_secs` passed:
-/// the attack could not start, which is said), the container is removed and nothing matching
-/// `pattern` may be left. The pod is removed at the end.
-fn removal_ends(w: &World, name: &str, daemon: &str, pattern: &str) {
-    let (c, cri, pod) = fenced_pod(w, name);
-    let script = format!("setsid sh -c '{daemon}' </dev/null >/dev/null 2>&1 & exec sleep 1000");
-    let id = pods::run_container(&cri, &pod.id, &pod.config, name, &["sh", "-c", &script]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node_processes(pattern).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let started = node_processes(pattern);
-    let (_, seen, _) = exec(&cri, &id, &["sh", "-c", "ps -ef 2>/dev/null | tail -5"]);
-    eprintln!("{name}: started: {started:?}\n{seen}");
-    assert!(
-        !started.is_empty(),
-        "{name}: the attack's process never started (the sandbox refused it?): nothing tried\n{}",
-        w.svcd_log()
+/// How many pids the pod's sandbox allocated over one second (the last pid of its pid
+/// namespace, `/proc/loadavg`, read twice from the sandbox): a process that hops from pid to
+/// pid shows as hundreds, an idle sandbox as the few the reads themselves take.
+fn pids_per_second(w: &World, sandbox: &str) -> u64 {
+    let (code, out, err) = w.sh(
+        sandbox,
+        "a=$(cut -d/ -f2 /proc/loadavg | cut -d' ' -f2); sleep 1; \
+         b=$(cut -d/ -f2 /proc/loadavg | cut -d' ' -f2); echo $((b - a))",
     );
-    remove_container(&cri, &id);
-    let left = left_after(pattern, 5);
-    // The pod goes whatever was found: its sandbox's end kills what is left.
-    remove_pod(w, &c, &cri, &pod);
-    assert!(
-        left.is_empty(),
-        "{name}: the removed container's processes run on in the pod's sandbox: {left:?}"
-    );
+    assert_eq!(code, 0, "{err}");
+    out.trim().parse().unwrap_or_else(|e| panic!("{out:?}: {e}"))
 }
+
+/// The pids an idle sandbox allocates in a second, at most (the reads' own processes).
+const IDLE_PIDS: u64 = 20;
 
 #[test]
 fn a_daemon_in_a_pid_namespace_of_its_own_ends_with_its_containers_removal() {
     require_root();
     let w = World::start();
-    removal_ends(
-        &w,
-        "pidns",
-        "exec unshare --user --map-root-user --pid --fork sleep 4251",
-        "sleep 425[1]",
+    let (c, cri, pod) = fenced_pod(&w, "pidns");
+    let id = pods::run_container(&cri, &pod.id, &pod.config, "pidns", &["sleep", "1000"]);
+    // The daemon leaves the sandbox's pid namespace for one of its own (a user namespace
+    // of its own gives it the right to).
+    let (code, _, err) = exec(
+        &cri,
+        &id,
+        &[
+            "sh",
+            "-c",
+            "setsid unshare --user --map-root-user --pid --fork sleep 4251 \
+             </dev/null >/dev/null 2>/tmp/unshare.err & sleep 1; cat /tmp/unshare.err >&2",
+        ],
+    );
+    eprintln!("pidns: exec {code}: {err}");
+    std::thread::sleep(Duration::from_millis(500));
+    let started = node_processes("sleep 425[1]");
+    if started.is_empty() {
+        // Refused inside the sandbox: nothing to end. Say so, and why.
+        assert!(
+            !err.trim().is_empty(),
+            "the daemon neither started nor said why"
+        );
+        eprintln!("pidns: the sandbox refused a pid namespace of its own: {err}");
+    }
+    remove_container(&cri, &id);
+    let left = left_after("sleep 425[1]", 5);
+    remove_pod(&w, &c, &cri, &pod);
+    assert!(
+        left.is_empty(),
+        "the removed container's daemon runs on in its own pid namespace: {left:?}"
     );
 }
 
@@ -95,12 +107,31 @@ fn a_daemon_in_a_pid_namespace_of_its_own_ends_with_its_containers_removal() {
 fn a_process_hopping_from_pid_to_pid_ends_with_its_containers_removal() {
     require_root();
     let w = World::start();
-    // Each process starts the next and ends at once: at any time one or two are alive,
-    // never the same pid for long.
-    removal_ends(
-        &w,
-        "hopper",
-        "echo \"sh /tmp/hop.sh 4253 &\" > /tmp/hop.sh; exec sh /tmp/hop.sh 4253",
-        "hop.sh 425[3]",
+    let (c, cri, pod) = fenced_pod(&w, "hopper");
+    let id = pods::run_container(&cri, &pod.id, &pod.config, "hopper", &["sleep", "1000"]);
+    // Each process starts the next and ends at once: one or two alive at any time, never
+    // the same pid for long.
+    let (code, _, err) = exec(
+        &cri,
+        &id,
+        &[
+            "sh",
+            "-c",
+            "echo 'sh /tmp/hop.sh &' > /tmp/hop.sh; \
+             setsid sh /tmp/hop.sh </dev/null >/dev/null 2>&1",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let before = pids_per_second(&w, &pod.sandbox);
+    eprintln!("hopper: {before} pids a second before the removal");
+    assert!(before > 10 * IDLE_PIDS, "the hopper did not start: {before}");
+    remove_container(&cri, &id);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = pids_per_second(&w, &pod.sandbox);
+    eprintln!("hopper: {after} pids a second after the removal");
+    remove_pod(&w, &c, &cri, &pod);
+    assert!(
+        after <= IDLE_PIDS,
+        "the removed container's hopping process runs on in the pod's sandbox: {after} pids a second"
     );
 }
