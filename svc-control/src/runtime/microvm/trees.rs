@@ -206,6 +206,8 @@ pub(super) fn request(cmd: &GuestCommand, root: Option<&str>) -> Exec {
             groups: u.additional_gids.clone(),
         }),
         root: root.map(str::to_owned),
+        // `Channel::start` asks it of an agent that holds commands.
+        held: false,
     }
 }
 
