@@ -1,10 +1,19 @@
-//! Session 48's changes attacked from inside a pod's containers, against containerd's CRI
-//! (kubelet's calls), the shim, a real svcd, crun and the guest's init.
+//! Session 48's changes attacked from inside a pod's containers and a microvm's guest,
+//! against containerd's CRI (kubelet's calls), the shim, a real svcd, crun, QEMU and the
+//! guest's init and agent.
 //!
+//! - FOUND: the places a microvm's agent says it skipped while binding a container's tree
+//!   came back as the agent wrote them. A guest that replaces its agent (VM root may: it
+//!   stops it, takes its port from it and speaks the channel's frames) put carriage returns,
+//!   terminal escapes and bidirectional overrides into the attach's answer, its event and
+//!   svcd's log (the log's own escaping leaves `\r` and U+202E), 16 lines of 16 KiB each.
+//!   Fixed: svcd passes them on through `policy::ctr_root::skipped_places` (escaped, 16
+//!   lines of at most 200 characters).
 //! - A pod container's removal ends every process of its sandbox rooted on its tree
 //!   (`container::ctr_procs`): a daemon that left the sandbox's pid namespace for one of its
-//!   own (`unshare -Upf`), and a process that hops from pid to pid faster than a sweep looks,
-//!   each must end with it too.
+//!   own (`unshare -Upf`), and a process that hops from pid to pid faster than a sweep
+//!   looks, each must end with it too. Neither gets through: the sandbox refuses a user
+//!   namespace of its own (so a pid namespace), and the sweep ends the hopper.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +22,7 @@ use svc_tests::{
     cri::Cri,
     pods::{self, ALLOWED, Pod, STORED, exec, remove_container, remove_pod, run_fenced_pod, start},
     require_root,
-    world::{EXAMPLE_TOKEN, World},
+    world::{EXAMPLE_TOKEN, World, microvm_images},
 };
 
 /// containerd with CRI on and a fenced pod named `name`.
@@ -59,7 +68,9 @@ fn pids_per_second(w: &World, sandbox: &str) -> u64 {
          b=$(cut -d/ -f2 /proc/loadavg | cut -d' ' -f2); echo $((b - a))",
     );
     assert_eq!(code, 0, "{err}");
-    out.trim().parse().unwrap_or_else(|e| panic!("{out:?}: {e}"))
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{out:?}: {e}"))
 }
 
 /// The pids an idle sandbox allocates in a second, at most (the reads' own processes).
@@ -124,7 +135,10 @@ fn a_process_hopping_from_pid_to_pid_ends_with_its_containers_removal() {
     assert_eq!(code, 0, "{err}");
     let before = pids_per_second(&w, &pod.sandbox);
     eprintln!("hopper: {before} pids a second before the removal");
-    assert!(before > 10 * IDLE_PIDS, "the hopper did not start: {before}");
+    assert!(
+        before > 10 * IDLE_PIDS,
+        "the hopper did not start: {before}"
+    );
     remove_container(&cri, &id);
     std::thread::sleep(Duration::from_secs(2));
     let after = pids_per_second(&w, &pod.sandbox);
@@ -134,4 +148,120 @@ fn a_process_hopping_from_pid_to_pid_ends_with_its_containers_removal() {
         after <= IDLE_PIDS,
         "the removed container's hopping process runs on in the pod's sandbox: {after} pids a second"
     );
+}
+
+/// A guest's own agent, in Python: it stops the real one, takes the channel's port from it and
+/// answers the host's hello as an agent does; every request succeeds, and a tree's binding
+/// says on its standard error what `EVIL` holds.
+const FORGED_AGENT: &str = r#"
+import glob, os, struct, time
+EVIL = ("\x1b[2J\x1b[31mFORGED\r/etc/hosts: fine\u202egnp.exe\n" + "y" * 20000 + "\n"
+        + "line\n" * 100).encode()
+import ctypes, signal
+agent = None
+for comm in glob.glob('/proc/[0-9]*/comm'):
+    if open(comm).read().startswith('svc-microvm-age'):
+        agent = int(comm.split('/')[2])
+time.sleep(1)
+# The agent stopped (it dies, the VM's init ends with it) and its port taken from it.
+os.kill(agent, signal.SIGSTOP)
+port = None
+for link in glob.glob('/proc/%d/fd/*' % agent):
+    if os.readlink(link).startswith('/dev/vport'):
+        port = int(link.rsplit('/', 1)[1])
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.syscall(438, os.pidfd_open(agent), port, 0)
+assert fd >= 0, ctypes.get_errno()
+print('forged agent on', port, flush=True)
+def send(sid, kind, payload):
+    os.write(fd, struct.pack('>IBI', sid, kind, len(payload)) + payload)
+buf = b''
+while True:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        time.sleep(0.05)
+        continue
+    buf += chunk
+    while len(buf) >= 9:
+        sid, kind, n = struct.unpack('>IBI', buf[:9])
+        if len(buf) < 9 + n:
+            break
+        payload, buf = buf[9:9 + n], buf[9 + n:]
+        print('frame', sid, kind, payload[:80], flush=True)
+        if kind == 1:
+            send(0, 1, b'svc-microvm-agent ready v1 ' + payload)
+        elif kind == 2:
+            if b'"bind-tree"' in payload:
+                for i in range(0, len(EVIL), 4096):
+                    send(sid, 6, EVIL[i:i + 4096])
+            send(sid, 7, struct.pack('>i', 0))
+"#;
+
+/// Whether `c` would move a terminal's cursor, colour it or reorder what it shows.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[test]
+fn places_skipped_a_forged_agent_names_reach_no_answer_event_or_log_as_written() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "forger"]);
+    let script = format!(
+        "cat > /tmp/forge.py <<'EOF'\n{FORGED_AGENT}\nEOF\n\
+         setsid python3 /tmp/forge.py </dev/null >/tmp/forge.log 2>&1 &"
+    );
+    let (code, _, err) = w.sh("forger", &script);
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_secs(4));
+    let layer = w.dir.join("layer-forged");
+    std::fs::create_dir_all(layer.join("etc")).expect("layer");
+    let layer = std::fs::canonicalize(&layer).expect("canonical");
+    let body = serde_json::json!({"id": "c1", "layers": [layer]}).to_string();
+    let (status, said) = w.api(
+        &[],
+        "POST",
+        "/v1/sandboxes/forger/roots",
+        Some(body.as_bytes()),
+    );
+    eprintln!(
+        "attach: {status} {}",
+        said.chars().take(2000).collect::<String>()
+    );
+    assert_eq!(
+        status,
+        200,
+        "the forged agent's attach: {said}\n{}",
+        w.svcd_log()
+    );
+    let answer: serde_json::Value = serde_json::from_str(&said).expect("json");
+    let skipped: Vec<String> = answer["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| s.as_str().expect("a string").to_owned())
+        .collect();
+    assert!(
+        skipped.iter().any(|s| s.contains("FORGED")),
+        "the forged agent's words did not come back at all: {skipped:?}"
+    );
+    assert!(skipped.len() <= 16, "{} places skipped", skipped.len());
+    for s in &skipped {
+        assert!(
+            !s.chars().any(unsafe_char),
+            "a place skipped as the guest wrote it: {s:?}"
+        );
+        assert!(s.chars().count() <= 201, "{} characters", s.chars().count());
+    }
+    let log = w.svcd_log();
+    for line in log.lines().filter(|l| l.contains("FORGED")) {
+        assert!(
+            !line.chars().any(unsafe_char),
+            "svcd's log holds the guest's words as written: {line:?}"
+        );
+        assert!(line.len() < 4096, "a log line of {} bytes", line.len());
+    }
+    w.svc(&["sandbox", "destroy", "forger"]);
 }
