@@ -175,6 +175,7 @@ assert fd >= 0, ctypes.get_errno()
 print('forged agent on', port, flush=True)
 def send(sid, kind, payload):
     os.write(fd, struct.pack('>IBI', sid, kind, len(payload)) + payload)
+#PRELUDE#
 buf = b''
 while True:
     chunk = os.read(fd, 65536)
@@ -197,6 +198,31 @@ while True:
             send(sid, 7, struct.pack('>i', 0))
 "#;
 
+/// A microvm sandbox `name` whose guest replaced its agent by [`FORGED_AGENT`], which first
+/// runs `prelude` (Python; `send(stream, kind, payload)` writes a frame to the host).
+fn forge(w: &World, name: &str, prelude: &str) {
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", name]);
+    let agent = FORGED_AGENT.replace("#PRELUDE#", prelude);
+    let script = format!(
+        "cat > /tmp/forge.py <<'EOF'\n{agent}\nEOF\n\
+         setsid python3 /tmp/forge.py </dev/null >/tmp/forge.log 2>&1 &"
+    );
+    let (code, _, err) = w.sh(name, &script);
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_secs(4));
+}
+
+/// `POST /v1/sandboxes/{sandbox}/roots` of container c1 (one empty layer) as root: status,
+/// body.
+fn attach_root(w: &World, sandbox: &str) -> (u16, String) {
+    let layer = w.dir.join(format!("layer-{sandbox}"));
+    std::fs::create_dir_all(layer.join("etc")).expect("layer");
+    let layer = std::fs::canonicalize(&layer).expect("canonical");
+    let body = serde_json::json!({"id": "c1", "layers": [layer]}).to_string();
+    let route = format!("/v1/sandboxes/{sandbox}/roots");
+    w.api(&[], "POST", &route, Some(body.as_bytes()))
+}
+
 /// Whether `c` would move a terminal's cursor, colour it or reorder what it shows.
 fn unsafe_char(c: char) -> bool {
     c.is_control()
@@ -208,24 +234,8 @@ fn places_skipped_a_forged_agent_names_reach_no_answer_event_or_log_as_written()
     require_root();
     microvm_images();
     let w = World::start();
-    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "forger"]);
-    let script = format!(
-        "cat > /tmp/forge.py <<'EOF'\n{FORGED_AGENT}\nEOF\n\
-         setsid python3 /tmp/forge.py </dev/null >/tmp/forge.log 2>&1 &"
-    );
-    let (code, _, err) = w.sh("forger", &script);
-    assert_eq!(code, 0, "{err}");
-    std::thread::sleep(Duration::from_secs(4));
-    let layer = w.dir.join("layer-forged");
-    std::fs::create_dir_all(layer.join("etc")).expect("layer");
-    let layer = std::fs::canonicalize(&layer).expect("canonical");
-    let body = serde_json::json!({"id": "c1", "layers": [layer]}).to_string();
-    let (status, said) = w.api(
-        &[],
-        "POST",
-        "/v1/sandboxes/forger/roots",
-        Some(body.as_bytes()),
-    );
+    forge(&w, "forger", "");
+    let (status, said) = attach_root(&w, "forger");
     eprintln!(
         "attach: {status} {}",
         said.chars().take(2000).collect::<String>()
@@ -264,4 +274,43 @@ fn places_skipped_a_forged_agent_names_reach_no_answer_event_or_log_as_written()
         assert!(line.len() < 4096, "a log line of {} bytes", line.len());
     }
     w.svc(&["sandbox", "destroy", "forger"]);
+}
+
+/// A guest whose agent sends the frames only the host sends (`Go`, `Cancel`, `Open`,
+/// `Signal`) on every kind of stream id, replays them, and claims features in hellos no host
+/// asked for (a megabyte of them, in frames of the largest size): svcd takes none of it for anything — its channel to that
+/// guest still works, another sandbox's exec works, svcd lives on.
+#[test]
+fn host_only_frames_and_features_a_forged_agent_sends_are_taken_for_nothing() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "other"]);
+    let prelude = "
+for rnd in range(3):
+    for sid in [0, 1, 2, 3, 7, 0x7fffffff, 0x80000001, 0xffffffff]:
+        for kind in (12, 13, 2, 9, 12, 13):
+            send(sid, kind, b'')
+    for _ in range(20):
+        send(0, 1, b'svc-agent features 0000000000000000 held-exec ' + b'x' * 60000)
+    send(0, 1, b'svc-microvm-agent ready v1 0000000000000000')
+";
+    forge(&w, "forger2", prelude);
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, said) = attach_root(&w, "forger2");
+    assert_eq!(
+        status,
+        200,
+        "the forged agent's channel broke: {said}\n{}",
+        w.svcd_log()
+    );
+    let (code, out, err) = w.sh("other", "echo fine");
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "fine\n"),
+        "another sandbox: {err}"
+    );
+    w.svc_ok(&["sandbox", "list"]);
+    w.svc(&["sandbox", "destroy", "forger2"]);
+    w.svc(&["sandbox", "destroy", "other"]);
 }
