@@ -174,7 +174,9 @@ fd = libc.syscall(438, os.pidfd_open(agent), port, 0)
 assert fd >= 0, ctypes.get_errno()
 print('forged agent on', port, flush=True)
 def send(sid, kind, payload):
-    os.write(fd, struct.pack('>IBI', sid, kind, len(payload)) + payload)
+    frame = memoryview(struct.pack('>IBI', sid, kind, len(payload)) + payload)
+    while frame:
+        frame = frame[os.write(fd, frame):]
 #PRELUDE#
 buf = b''
 while True:
