@@ -13,7 +13,8 @@
 //!   (`container::ctr_procs`): a daemon that left the sandbox's pid namespace for one of its
 //!   own (`unshare -Upf`), and a process that hops from pid to pid faster than a sweep
 //!   looks, each must end with it too. Neither gets through: the sandbox refuses a user
-//!   namespace of its own (so a pid namespace), and the sweep ends the hopper.
+//!   namespace of its own (so a pid namespace), and the sweep ends the hopper. A daemon of
+//!   the sandbox's own that works in the container's tree (not rooted on it) lives on.
 
 use std::time::{Duration, Instant};
 
@@ -105,9 +106,32 @@ fn a_daemon_in_a_pid_namespace_of_its_own_ends_with_its_containers_removal() {
         );
         eprintln!("pidns: the sandbox refused a pid namespace of its own: {err}");
     }
+    // A daemon of the sandbox's own (not the container's) that works in the container's tree
+    // (its working directory there, a file of it open) is no process of the container: it
+    // lives on.
+    let (code, _, err) = w.sh(
+        &pod.sandbox,
+        &format!(
+            "cd /.svc/ctr/{id}/etc && setsid sh -c 'exec sleep 4262 < hostname' \
+             </dev/null >/dev/null 2>&1 &"
+        ),
+    );
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        node_processes("sleep 426[2]").len(),
+        1,
+        "the sandbox's daemon"
+    );
     remove_container(&cri, &id);
     let left = left_after("sleep 425[1]", 5);
+    let own = node_processes("sleep 426[2]");
     remove_pod(&w, &c, &cri, &pod);
+    assert_eq!(
+        own.len(),
+        1,
+        "the sandbox's own daemon working in the container's tree was ended with it"
+    );
     assert!(
         left.is_empty(),
         "the removed container's daemon runs on in its own pid namespace: {left:?}"
