@@ -15,6 +15,11 @@
 //!   trailing `/`), without the characters an overlay's options split on (`,`, `:`, `\`); at
 //!   most [`MAX_LAYERS`]. svcd then checks each on disk as `--rootfs` (a directory, no link on
 //!   the way).
+//! - The places the guest's agent says it skipped while binding a tree (its words: the guest
+//!   is hostile) reach the API's answer, the event and svcd's log only as [`skipped_places`]
+//!   gives them: at most [`MAX_SKIPPED`] lines of at most [`MAX_SKIPPED_CHARS`] characters,
+//!   no control or bidirectional-format character left as it is (no line break, carriage
+//!   return or terminal escape lands in a log line or on an operator's terminal).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -24,6 +29,12 @@ pub const MAX_LAYERS: usize = 128;
 
 /// The longest container id (containerd's identifiers).
 pub const MAX_ID: usize = 76;
+
+/// The most places skipped taken from what the guest's agent said (it binds fewer).
+pub const MAX_SKIPPED: usize = 16;
+
+/// The most characters of one place skipped, as shown.
+pub const MAX_SKIPPED_CHARS: usize = 200;
 
 /// Why an attach (or an exec's root) is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +110,40 @@ pub fn check_attach(
         .collect()
 }
 
+/// What the guest's agent `said` it skipped while binding a tree (one place a line), as svcd
+/// passes it on: blank lines dropped, at most [`MAX_SKIPPED`] lines, each escaped
+/// ([`shown`]) and cut to [`MAX_SKIPPED_CHARS`] characters (`…` said where it was).
+pub fn skipped_places(said: &str) -> Vec<String> {
+    said.split('\n')
+        .filter(|l| !l.trim().is_empty())
+        .take(MAX_SKIPPED)
+        .map(shown)
+        .collect()
+}
+
+/// `line` with every control character (`\r`, ESC, DEL, C1, …) and bidirectional-format
+/// character (U+200E/F, U+202A–E, U+2066–9) written as an escape (`\u{1b}`), cut to
+/// [`MAX_SKIPPED_CHARS`] characters.
+fn shown(line: &str) -> String {
+    let mut out = String::new();
+    let mut count = 0;
+    for c in line.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        let piece = if c.is_control() || bidi {
+            c.escape_unicode().to_string()
+        } else {
+            c.to_string()
+        };
+        count += piece.chars().count();
+        if count > MAX_SKIPPED_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
 /// What is wrong with layer path `l`, if anything.
 fn layer_fault(l: &str) -> Option<&'static str> {
     if !l.starts_with('/') {
@@ -129,6 +174,28 @@ fn layer_fault(l: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn places_skipped_come_back_escaped_bounded_and_few() {
+        let plain = "/etc/hosts: a symbolic link: left as it is, never followed";
+        assert_eq!(skipped_places(&format!("{plain}\n\n")), vec![plain]);
+        let cases: &[(&str, &str)] = &[
+            ("/x\r/y: forged", "/x\\u{d}/y: forged"),
+            ("\u{1b}[2J\u{1b}[31mred", "\\u{1b}[2J\\u{1b}[31mred"),
+            ("a\u{202e}b\u{2066}c", "a\\u{202e}b\\u{2066}c"),
+            ("nul\u{0}del\u{7f}c1\u{85}", "nul\\u{0}del\\u{7f}c1\\u{85}"),
+        ];
+        for (said, want) in cases {
+            assert_eq!(skipped_places(said), vec![*want], "{said:?}");
+        }
+        let many = "x\n".repeat(100);
+        assert_eq!(skipped_places(&many).len(), MAX_SKIPPED);
+        let long = skipped_places(&"y".repeat(10_000));
+        assert_eq!(long[0].chars().count(), MAX_SKIPPED_CHARS + 1);
+        assert!(long[0].ends_with('…'));
+        let escapes = skipped_places(&"\u{1b}".repeat(10_000));
+        assert!(escapes[0].chars().count() <= MAX_SKIPPED_CHARS + 1);
+    }
 
     #[test]
     fn container_ids_are_containerds_identifiers() {

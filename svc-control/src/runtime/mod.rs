@@ -342,6 +342,12 @@ pub enum RuntimeError {
     },
     #[error("the container backend cannot start: {0}")]
     Setup(String),
+    /// A pod container's root attached to a sandbox that has one of that id (the caller's
+    /// conflict, not svcd's failure).
+    #[error(
+        "attaching a root file system to the guest of {name}: container {ctr}: it is attached already"
+    )]
+    RootAttached { name: String, ctr: String },
 }
 
 /// What a backend without pod containers' root file systems answers.

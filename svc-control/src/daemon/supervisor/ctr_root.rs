@@ -112,6 +112,11 @@ fn runtime_failure(e: RuntimeError) -> Failure {
         RuntimeError::Unsupported { .. } | RuntimeError::NotRunning => {
             Failure::unsupported(e.to_string())
         }
+        RuntimeError::RootAttached { .. } => Failure {
+            status: 409,
+            code: "exists",
+            message: e.to_string(),
+        },
         other => Failure::internal(other.to_string()),
     }
 }

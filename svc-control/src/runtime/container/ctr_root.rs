@@ -84,7 +84,10 @@ impl Container {
         let ids = self.guest_ids(id).map_err(&err)?;
         let (state, point) = places(dir, ctr);
         if state.exists() || point.exists() {
-            return Err(err("it is attached already".into()));
+            return Err(RuntimeError::RootAttached {
+                name: guest.name.clone(),
+                ctr: ctr.to_owned(),
+            });
         }
         let made = (|| {
             make_points(dir, &point)?;

@@ -70,7 +70,10 @@ impl Microvm {
         }
         let state = dir.join(STATE).join(ctr);
         if state.exists() {
-            return Err(err("it is attached already".into()));
+            return Err(RuntimeError::RootAttached {
+                name: guest.name.clone(),
+                ctr: ctr.to_owned(),
+            });
         }
         let fs = self.containers_disk(dir).await.map_err(&err)?;
         private_dir(&dir.join(STATE)).map_err(&err)?;

@@ -32,9 +32,6 @@ use crate::runtime::{Backend as _, ExecHandle, GuestCommand, GuestHandle, Runtim
 /// The trees share's own file system: room for the trees' mount points and little else.
 const SHARE_SIZE: &std::ffi::CStr = c"size=64k,nr_inodes=1024,mode=0700,uid=0,gid=0";
 
-/// The most places skipped inside a tree taken from the agent's answer (it binds fewer).
-const MAX_SKIPPED: usize = 16;
-
 /// How long the agent may take to bind or unbind a tree.
 const TREE_LIMIT: Duration = Duration::from_secs(30);
 
@@ -56,7 +53,7 @@ impl Microvm {
 
     /// [`Microvm::attach_tree`], then the guest's own `binds` bound inside the tree by the
     /// agent (a pod container's root file system: `svc_guest::agent::tree_binds`): the places
-    /// the agent skipped, each with why (at most [`MAX_SKIPPED`]).
+    /// the agent skipped, each with why, as `policy::ctr_root::skipped_places` passes them on.
     pub(super) async fn attach_tree_with(
         &self,
         guest: &GuestHandle,
@@ -82,12 +79,7 @@ impl Microvm {
             binds,
         };
         match call(&channel, &bind).await {
-            Ok(said) => Ok(said
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .take(MAX_SKIPPED)
-                .map(str::to_owned)
-                .collect()),
+            Ok(said) => Ok(crate::policy::ctr_root::skipped_places(&said)),
             Err(e) => {
                 // Nothing of it stays on the host when the guest refused it.
                 let _ = host_unbind(&dir, &tree);
