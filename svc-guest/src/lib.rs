@@ -9,6 +9,8 @@ pub mod agent;
 /// Entering a root and a user for one command (chroot, cwd, ids): the agent's execs and
 /// `svc-init --enter` share it.
 pub mod enter;
+/// Ending the processes rooted on a pod container's tree at its removal (both backends).
+pub mod procs;
 pub mod proto;
 pub mod services;
 
