@@ -6,6 +6,8 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+/// A command's capability sets and `no_new_privs`, as a pod container's spec asks them.
+pub mod caps;
 /// Entering a root and a user for one command (chroot, cwd, ids): the agent's execs and
 /// `svc-init --enter` share it.
 pub mod enter;

@@ -259,6 +259,12 @@ pub struct Exec {
     /// bound with [`Request::BindTree`]. Its `PATH` lookup and `cwd` are inside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
+    /// Keep only these capability sets (the host checked them); none: the agent's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<crate::caps::Caps>,
+    /// Set `no_new_privs` before the command runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_new_privs: bool,
 }
 
 /// The user a command runs as: its ids and supplementary groups (none but these: the

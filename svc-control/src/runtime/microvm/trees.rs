@@ -193,6 +193,8 @@ pub(super) fn request(cmd: &GuestCommand, root: Option<&str>) -> Exec {
             groups: u.additional_gids.clone(),
         }),
         root: root.map(str::to_owned),
+        caps: cmd.hardening.caps,
+        no_new_privs: cmd.hardening.no_new_privs,
     }
 }
 
