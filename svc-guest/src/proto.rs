@@ -17,6 +17,26 @@
 //! turn: the guest sends `Open`, `Data`, `Eof`; the host answers `Stdout`, `Stderr`, `Exit`
 //! or `Error` (and an `Error` from the guest says its end went away).
 //!
+//! A command the host's caller waits for starts in two phases, so that one the host gave up on
+//! never runs later: the host's `Open` asks it [`Exec::held`]; the agent prepares it and starts
+//! it only on the host's [`Kind::Go`] on its stream. The host sends, right after the `Open`, a
+//! probe (a request no agent knows, answered at once with an `Error`: `channel/ack.rs` in
+//! svc-control) and sends `Go` only if the probe's answer came within its limit. The argument
+//! is the channel's order alone: the agent reads its frames in the order sent and handles each
+//! before the next, so the probe's answer says the `Open` was read; the host decides once, on
+//! its own clock, whether the answer was in time, and sends `Go` only then. A host that
+//! decided "late" sends [`Kind::Cancel`] instead and never a `Go` on that stream, then gives
+//! the channel up; an agent that reads the queue later (its process continued, its VM resumed)
+//! finds the `Open`, the probe, the `Cancel` (or the end of the channel, or a new host's hello,
+//! should the cancel not have been written) and discards the command, answering `Error`. So a
+//! held command runs only if the host told its caller it started.
+//!
+//! Which agents hold: one that does says so in its answer to hello, a [`Kind::Hello`] of
+//! [`FEATURES`], the nonce and [`HELD_EXEC`] sent just before its `READY` (the host has it by
+//! the time it reads `READY`; a host from before ignores it, as it ignores every hello that is
+//! not its `READY`). A host never asks an agent that did not say so to hold (an older agent
+//! refuses an unknown field): it gets the one-phase start, where the `Open` starts the command.
+//!
 //! Flow control is by credit, per stream and direction: a sender may have at most [`WINDOW`]
 //! bytes of `Data`/`Stdout`/`Stderr` payload unacknowledged; the receiver returns
 //! [`Kind::Credit`] as it hands the bytes on. So a reader that stops reading stalls its own
@@ -63,7 +83,19 @@ pub enum Kind {
     Error = 10,
     /// Either way: the receiver handed on this many more bytes (u32, big endian).
     Credit = 11,
+    /// Host → agent: start the stream's held command ([`Exec::held`]). Empty payload.
+    Go = 12,
+    /// Host → agent: discard the stream's held command, unstarted (its caller was told it
+    /// failed); the agent answers `Error`. Empty payload.
+    Cancel = 13,
 }
+
+/// What an agent's first hello answer starts with when it says what it can do: then the
+/// host's nonce and the features, separated by spaces.
+pub const FEATURES: &str = "svc-agent features";
+
+/// The feature of an agent that holds a command until the host's [`Kind::Go`].
+pub const HELD_EXEC: &str = "held-exec";
 
 impl Kind {
     fn from_u8(b: u8) -> Option<Self> {
@@ -79,6 +111,8 @@ impl Kind {
             9 => Self::Signal,
             10 => Self::Error,
             11 => Self::Credit,
+            12 => Self::Go,
+            13 => Self::Cancel,
             _ => return None,
         })
     }
@@ -202,7 +236,9 @@ pub enum Request {
     Mount { tag: String, path: String },
     /// Bind the tree the host put at `tree` in the trees share ([`TREES_DIR`]`/tree`, one
     /// path component) at `path` (made if missing; no symbolic link on the way is followed),
-    /// then the guest's own `binds` inside it (a pod container's root file system).
+    /// then the guest's own `binds` inside it (a pod container's root file system). The
+    /// places of `binds` skipped (a link in the tree where one goes, …) come back on the
+    /// stream's standard error, one line each with why, before its exit 0.
     BindTree {
         tree: String,
         path: String,
@@ -265,6 +301,11 @@ pub struct Exec {
     /// Set `no_new_privs` before the command runs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_new_privs: bool,
+    /// Prepare the command but start it only on the host's [`Kind::Go`] (discard it on
+    /// [`Kind::Cancel`] or when the host goes away first). Asked only of an agent that said
+    /// [`HELD_EXEC`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// The user a command runs as: its ids and supplementary groups (none but these: the
@@ -321,6 +362,8 @@ mod tests {
             Frame::i32(7, Kind::Exit, -3),
             Frame::u32(u32::MAX, Kind::Credit, 4096),
             Frame::new(2, Kind::Eof, Vec::new()),
+            Frame::new(2, Kind::Go, Vec::new()),
+            Frame::new(3, Kind::Cancel, Vec::new()),
         ];
         let wire: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
         let back = read_all(&wire).expect("decodes");
@@ -382,7 +425,7 @@ mod tests {
         assert!(json.starts_with(r#"{"op":"exec""#), "{json}");
         assert_eq!(serde_json::from_str::<Request>(&json).expect("back"), exec);
         assert!(
-            !json.contains("user") && !json.contains("root"),
+            !json.contains("user") && !json.contains("root") && !json.contains("held"),
             "an exec that asks neither says neither (an older agent takes it): {json}"
         );
         let as_user = Request::Exec(Exec {
@@ -393,6 +436,7 @@ mod tests {
                 groups: vec![4],
             }),
             root: Some("/pod/c1".into()),
+            held: true,
             ..Exec::default()
         });
         let json = serde_json::to_string(&as_user).expect("json");

@@ -15,7 +15,9 @@
 //!   svcd runs (then the root is detached, then the sandbox destroyed) and once while svcd is
 //!   killed (adopted dead, then destroyed): nothing of the roots is left on the host (no
 //!   mount under the sandbox's directory, no loop device over its containers' disk, no
-//!   state).
+//!   state). FOUND: the detach of a dead VM's root kept its tree's bind in the
+//!   trees share, so its overlay, the containers' disk and its loop device stayed until the
+//!   destroy. Fixed: the detach releases the host's side of the tree when the VM is gone.
 //! - Attaches raced with the sandbox's destroy (four containers' roots at once): whichever
 //!   wins, nothing of any root is left on the host once the sandbox is gone.
 
@@ -113,6 +115,32 @@ fn a_guest_that_powers_off_with_a_root_attached_leaves_nothing_of_it() {
             assert!(
                 status < 500 || said.contains("not running"),
                 "{status} {said}"
+            );
+            // The VM is gone: the detach itself released the root's tree bind, overlay,
+            // containers' disk and its loop device, not the sandbox's destroy.
+            let dir = sandboxes.join(name);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !loop_devices_under(&dir).is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let left = loop_devices_under(&dir);
+            assert!(
+                left.is_empty(),
+                "loop devices left after the detach: {left:?}"
+            );
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+            let held: Vec<&str> = mounts
+                .lines()
+                .filter_map(|l| l.split(' ').nth(4))
+                .filter(|m| {
+                    m.starts_with(&format!("{}/ctr", dir.display()))
+                        || m.starts_with(&format!("{}/trees/", dir.display()))
+                })
+                .collect();
+            assert!(held.is_empty(), "mounts left after the detach: {held:?}");
+            assert!(
+                !dir.join("ctr-disk").exists(),
+                "the containers' disk is left"
             );
         }
         let s = w.show(name);

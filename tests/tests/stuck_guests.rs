@@ -12,6 +12,10 @@
 //! question's limit, not one per VM, each saying why its state is unknown;
 //! and a VM stopped behind svcd's back, or whose agent the guest stops, gets its next command
 //! an error naming that within the agent's limit, and its later commands run once it can.
+//!
+//! On both backends, a command refused that way never runs later, when the guest goes on (its
+//! init's server or agent continued, its VM resumed): the guest held it unstarted and discards
+//! it.
 
 use std::{
     process::{Output, Stdio},
@@ -422,19 +426,7 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
 
     // Once the agent runs again, the next command connects anew and runs; nothing of the
     // given-up channels is left open in svcd.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (code, out, err) = w.sh("vmstuck", "echo back");
-        if (code, out.as_str()) == (0, "back\n") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{code} {out} {err}\n{}",
-            w.svcd_log()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    runs_again(&w, "vmstuck");
     let deadline = Instant::now() + Duration::from_secs(10);
     while w.svcd_fds() > fds {
         assert!(
@@ -445,4 +437,109 @@ fn a_microvm_stopped_behind_svcd_or_whose_agent_stops_gets_a_bounded_exec_error(
         std::thread::sleep(Duration::from_millis(200));
     }
     w.destroy_checked("vmstuck");
+}
+
+/// Wait (2 min at most) until microvm sandbox `name` runs a command again: its agent reads
+/// again and the next command connects anew.
+fn runs_again(w: &World, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (code, out, err) = w.sh(name, "echo back");
+        if (code, out.as_str()) == (0, "back\n") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{code} {out} {err}\n{}",
+            w.svcd_log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// `svc sandbox exec NAME -- sh -c 'touch MARKER'`, refused within 30 s as the guest's init or
+/// agent took no command within 10 s; what it said.
+fn marker_refused(w: &World, name: &str, marker: &str) -> String {
+    let said = refused_within(w, name, &format!("touch {marker}"), Duration::from_secs(30));
+    assert!(said.contains("took no command within 10 s"), "{said}");
+    said
+}
+
+#[test]
+fn a_command_refused_while_the_inits_server_is_stopped_never_runs_once_it_continues() {
+    require_root();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "late"]);
+    assert_eq!(w.sh("late", "echo up").1, "up\n");
+    let init = w.init_pid("late");
+    let server = init_server_pid(init);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server).expect("pid"));
+
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state(server) != 'T' {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let said = marker_refused(&w, "late", "/tmp/refused");
+    assert!(said.contains("is stopped"), "{said}");
+
+    // The server goes on and reads what was queued for it: the command, held, is discarded.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    std::thread::sleep(Duration::from_secs(4));
+    let marker = format!("/proc/{init}/root/tmp/refused");
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "the refused command ran once the init's server continued\n{}",
+        w.svcd_log()
+    );
+    // A fresh command runs (with the runtime's exec: the channel was given up), and sees no
+    // marker either.
+    let (code, out, err) = w.sh("late", "test -e /tmp/refused; echo $?");
+    assert_eq!((code, out.as_str()), (0, "1\n"), "{err}\n{}", w.svcd_log());
+    w.destroy_checked("late");
+}
+
+#[test]
+fn a_command_refused_while_a_microvm_or_its_agent_is_stopped_never_runs_once_it_goes_on() {
+    require_root();
+    microvm_images();
+    let w = World::start();
+    w.svc_ok(&["sandbox", "create", "--backend", "microvm", "vmlate"]);
+    assert_eq!(w.sh("vmlate", "echo up").1, "up\n", "{}", w.svcd_log());
+    // The next command, after a refusal, runs once the agent reads again (within 2 min);
+    // then, a few seconds on, the refused one has still not run.
+    let runs_again_without = |marker: &str| {
+        runs_again(&w, "vmlate");
+        std::thread::sleep(Duration::from_secs(4));
+        let (code, out, err) = w.sh("vmlate", &format!("test -e {marker}; echo $?"));
+        assert_eq!(
+            (code, out.as_str()),
+            (0, "1\n"),
+            "the refused command ran later: {err}\n{}",
+            w.svcd_log()
+        );
+    };
+
+    // The VM stopped behind svcd's back, then continued.
+    assert_eq!(qmp(&w, "vmlate", "stop"), "paused");
+    let said = marker_refused(&w, "vmlate", "/tmp/paused");
+    assert!(said.contains("its VM is paused"), "{said}");
+    assert_eq!(qmp(&w, "vmlate", "cont"), "running");
+    runs_again_without("/tmp/paused");
+
+    // The guest stops its own agent, and continues it 20 s later.
+    let (code, _, err) = w.sh(
+        "vmlate",
+        "a=$(grep -l '^svc-microvm-age' /proc/[0-9]*/comm | cut -d/ -f3 | head -n1); \
+         [ -n \"$a\" ] || exit 9; \
+         setsid sh -c \"sleep 1; kill -STOP $a; sleep 20; kill -CONT $a\" \
+           </dev/null >/dev/null 2>&1 &",
+    );
+    assert_eq!(code, 0, "{err}");
+    std::thread::sleep(Duration::from_secs(3));
+    let said = marker_refused(&w, "vmlate", "/tmp/stopped");
+    assert!(said.contains("its agent does not answer"), "{said}");
+    runs_again_without("/tmp/stopped");
+    w.destroy_checked("vmlate");
 }

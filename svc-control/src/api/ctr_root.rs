@@ -24,6 +24,10 @@ pub struct AttachedRoot {
     pub id: String,
     /// Where the guest sees it.
     pub guest_path: String,
+    /// The guest's places (`/proc`, `/dev`, resolv.conf, …) not bound inside it, each with
+    /// why: a symbolic link in the image where one goes is never followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// A detach's answer: whether it was attached (detaching one that is not is no error).

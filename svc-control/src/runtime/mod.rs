@@ -456,7 +456,8 @@ pub trait Backend: Send + Sync {
     /// Attach `layers` (directories, top first: an image's root file system as containerd
     /// unpacked it) into the running `guest` of sandbox `id` (directory `dir`) as pod
     /// container `ctr`'s root file system, read-only under a writable layer of its own, mapped
-    /// to the sandbox's ids; its guest path, where [`GuestCommand::root`] names it.
+    /// to the sandbox's ids; its guest path, where [`GuestCommand::root`] names it, and the
+    /// guest's places not bound inside it (each with why).
     fn attach_root<'a>(
         &'a self,
         _guest: &'a GuestHandle,
@@ -464,7 +465,7 @@ pub trait Backend: Send + Sync {
         _dir: &'a std::path::Path,
         _ctr: &'a str,
         _layers: &'a [PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         Box::pin(async move { Err(roots_unsupported(self.name())) })
     }
     /// Detach pod container `ctr`'s root file system from `guest` (directory `dir`) and remove

@@ -353,7 +353,7 @@ impl<B: Backend> Backend for Described<B> {
         dir: &'a std::path::Path,
         ctr: &'a str,
         layers: &'a [std::path::PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         self.inner.attach_root(guest, id, dir, ctr, layers)
     }
     fn detach_root<'a>(

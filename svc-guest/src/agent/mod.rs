@@ -2,6 +2,10 @@
 //! ends. Runs in the guest (`svc-microvm-agent`); the host's tests run it over a socket pair
 //! with real processes.
 //!
+//! A command the host asks to hold ([`crate::proto::Exec::held`]) is prepared on its `Open`
+//! and started on the host's `Go` only; a `Cancel`, or the host going away first, discards it
+//! ([`start`]; the protocol's argument is in [`crate::proto`]).
+//!
 //! Every stream is independent: a command whose reader is slow waits for credit alone; a
 //! request that fails is answered with an error on its own stream. When the host goes away
 //! (end of file on the port: svcd restarting, the VM forked) the commands it started are
@@ -19,15 +23,18 @@ use tokio::{
 
 use self::{
     command::run,
+    start::Verdict,
     streams::{Out, StreamIn, Streams, error, lock},
 };
 use crate::proto::{
-    self, Frame, GUEST_STREAM, GuestBind, Kind, ProtoError, Request, Setup, WINDOW,
+    self, FEATURES, Frame, GUEST_STREAM, GuestBind, HELD_EXEC, Kind, ProtoError, Request, Setup,
+    WINDOW,
 };
 
 mod command;
 mod confine;
 pub mod relay;
+mod start;
 mod streams;
 mod tree_binds;
 pub mod trees;
@@ -42,8 +49,13 @@ pub trait System: Send + Sync {
     /// Mount the virtio-fs file system `tag` at `path`.
     fn mount(&self, tag: &str, path: &str) -> Result<(), String>;
     /// Bind the tree the host attached as `tree` at `path`, the guest's `binds` inside it
-    /// ([`trees::bind`]).
-    fn bind_tree(&self, tree: &str, path: &str, binds: &[GuestBind]) -> Result<(), String> {
+    /// ([`trees::bind`]): the places skipped, each with why.
+    fn bind_tree(
+        &self,
+        tree: &str,
+        path: &str,
+        binds: &[GuestBind],
+    ) -> Result<Vec<String>, String> {
         let _ = (tree, path, binds);
         Err("this guest takes no trees from the host".into())
     }
@@ -152,6 +164,12 @@ fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) 
     match frame.kind {
         Kind::Hello => {
             let nonce = String::from_utf8_lossy(&frame.payload);
+            // What this agent can do, before the answer the host waits for (proto's docs).
+            let _ = out.send(Frame::new(
+                0,
+                Kind::Hello,
+                format!("{FEATURES} {nonce} {HELD_EXEC}"),
+            ));
             let _ = out.send(Frame::new(
                 0,
                 Kind::Hello,
@@ -219,6 +237,15 @@ fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) 
                 };
             }
         }
+        Kind::Go | Kind::Cancel => {
+            if let Some(gate) = lock(streams).get_mut(&id).and_then(|s| s.gate.as_mut()) {
+                gate.say(if frame.kind == Kind::Go {
+                    Verdict::Go
+                } else {
+                    Verdict::Cancelled
+                });
+            }
+        }
         // Only the agent sends these; a host that does is ignored.
         Kind::Stdout | Kind::Stderr | Kind::Exit | Kind::Error => {}
     }
@@ -227,6 +254,13 @@ fn handle(frame: Frame, out: &Out, streams: &Streams, system: &Arc<dyn System>) 
 fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn System>) {
     let (input_tx, input_rx) = mpsc::unbounded_channel();
     let credit = Arc::new(Semaphore::new(WINDOW as usize));
+    let (gate, held) = match &request {
+        Request::Exec(exec) if exec.held => {
+            let (gate, held) = start::held();
+            (Some(gate), Some(held))
+        }
+        _ => (None, None),
+    };
     lock(&streams).insert(
         id,
         StreamIn {
@@ -234,13 +268,23 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
             credit: credit.clone(),
             pid: None,
             tty: None,
+            gate,
         },
     );
     tokio::spawn(async move {
         let end = match request {
             Request::Exec(exec) => {
-                let style = system.exec_style();
-                run(id, exec, style, input_rx, &out, &streams, credit).await
+                let verdict = match held {
+                    Some(held) => held.verdict().await,
+                    None => Verdict::Go,
+                };
+                match verdict.refusal(id) {
+                    Some(refused) => refused,
+                    None => {
+                        let style = system.exec_style();
+                        run(id, exec, style, input_rx, &out, &streams, credit).await
+                    }
+                }
             }
             Request::WriteFile { path, mode } => write_file(id, &path, mode, input_rx, &out).await,
             Request::Setup(setup) => blocking(id, "setup", move || system.setup(&setup)).await,
@@ -258,8 +302,14 @@ fn open(id: u32, request: Request, out: Out, streams: Streams, system: Arc<dyn S
                 .await
             }
             Request::BindTree { tree, path, binds } => {
+                // The places skipped go back to the host, one line each on the stream's
+                // standard error, before its exit.
+                let said = out.clone();
                 blocking(id, "binding a tree", move || {
-                    system.bind_tree(&tree, &path, &binds)
+                    for skipped in system.bind_tree(&tree, &path, &binds)? {
+                        let _ = said.send(Frame::new(id, Kind::Stderr, format!("{skipped}\n")));
+                    }
+                    Ok(())
                 })
                 .await
             }

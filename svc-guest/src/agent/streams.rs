@@ -25,6 +25,9 @@ pub(super) struct StreamIn {
     pub pid: Option<i32>,
     /// The command's terminal (for resizes).
     pub tty: Option<Arc<OwnedFd>>,
+    /// A held command's gate, until the host says `Go` or `Cancel` (dropped with the stream:
+    /// the command is then discarded).
+    pub gate: Option<super::start::Gate>,
 }
 
 pub(super) type Streams = Arc<Mutex<HashMap<u32, StreamIn>>>;

@@ -18,9 +18,14 @@ use rustix::{
 use crate::proto::GuestBind;
 
 /// Bind `trees`/`tree` (the trees share's directory of one tree) at `path`, then the guest's
-/// `binds` inside it ([`super::tree_binds`]; a place the tree holds a link at is skipped, and
-/// said on the agent's standard error).
-pub fn bind(trees: &Path, tree: &str, path: &str, binds: &[GuestBind]) -> Result<(), String> {
+/// `binds` inside it ([`super::tree_binds`]): the places skipped (one the tree holds a link
+/// at, …), each with why, said on the agent's standard error too.
+pub fn bind(
+    trees: &Path,
+    tree: &str,
+    path: &str,
+    binds: &[GuestBind],
+) -> Result<Vec<String>, String> {
     tree_name(tree)?;
     let parts = parts(path)?;
     let source = trees.join(tree);
@@ -51,10 +56,11 @@ pub fn bind(trees: &Path, tree: &str, path: &str, binds: &[GuestBind]) -> Result
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
     )
     .map_err(|e| format!("binding the tree {tree} at {path}: {e}"))?;
-    for skipped in super::tree_binds::bind_all(&clone, binds) {
-        eprintln!("svc-microvm-agent: tree {path}: {skipped}: not bound");
+    let skipped = super::tree_binds::bind_all(&clone, binds);
+    for s in &skipped {
+        eprintln!("svc-microvm-agent: tree {path}: {s}: not bound");
     }
-    Ok(())
+    Ok(skipped)
 }
 
 /// Unmount what is mounted at `path` (and every mount under it): its parent walked as

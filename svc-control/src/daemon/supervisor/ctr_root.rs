@@ -42,19 +42,20 @@ impl Supervisor {
             )
         };
         let dir = self.sandbox_dir(name);
-        let guest_path = backend
+        let root = backend
             .attach_root(&guest, id, &dir, &req.id, &layers)
             .await
             .map_err(runtime_failure)?;
         self.event(
             "sandbox.root-attached",
             Some(name),
-            serde_json::json!({"container": req.id, "guest_path": guest_path, "layers": layers.len()}),
+            serde_json::json!({"container": req.id, "guest_path": root.guest_path, "layers": layers.len(), "skipped": root.skipped}),
         );
         Ok(AttachedRoot {
             sandbox: name.to_owned(),
             id: req.id,
-            guest_path,
+            guest_path: root.guest_path,
+            skipped: root.skipped,
         })
     }
 

@@ -19,6 +19,10 @@
 //! - The overlay is made in a private mount namespace and moved into the guest's as a
 //!   detached tree (`open_tree`, `move_mount`): the host's mount table never holds it.
 //!
+//! Each sandbox's roots are attached and detached one at a time under its own lock
+//! (`pod_root::RootLocks`); a detached container's layers (a writable layer the guest may
+//! have filled with files) are renamed aside under it and removed after it is let go.
+//!
 //! The work in the guest's mount namespace runs on a thread of its own that leaves svcd's
 //! file-system context first (`unshare(CLONE_FS)`) and ends with the work: no other thread of
 //! svcd ever runs in a guest's namespace.
@@ -42,7 +46,7 @@ use crate::{
     dataplane::idmap,
     runtime::{
         GuestHandle, RuntimeError,
-        pod_root::{guest_binds, guest_path, lifecycle},
+        pod_root::{self, RootIn, guest_binds, guest_path, lifecycle, remove_set_aside},
         start_time,
     },
 };
@@ -74,8 +78,8 @@ impl Container {
         dir: &Path,
         ctr: &str,
         layers: &[PathBuf],
-    ) -> Result<String, RuntimeError> {
-        let _one = self.roots.lock().await;
+    ) -> Result<RootIn, RuntimeError> {
+        let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         let ids = self.guest_ids(id).map_err(&err)?;
         let (state, point) = places(dir, ctr);
@@ -106,11 +110,15 @@ impl Container {
             Ok(job) => on_own_thread(move || attach(&job)).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = done {
-            forget(&state, &point).await;
-            return Err(err(e));
-        }
-        Ok(guest_path(ctr))
+        let aside = done.is_err().then(|| set_aside(&state, &point)).flatten();
+        drop(one);
+        // Outside the lock: what an earlier svcd left set aside, and a failed attach's files.
+        remove_set_aside(aside, &dir.join(STATE)).await;
+        let skipped = done.map_err(err)?;
+        Ok(RootIn {
+            guest_path: guest_path(ctr),
+            skipped,
+        })
     }
 
     /// Detach container `ctr`'s root file system from `guest` (directory `dir`) and remove its
@@ -121,7 +129,7 @@ impl Container {
         dir: &Path,
         ctr: &str,
     ) -> Result<bool, RuntimeError> {
-        let _one = self.roots.lock().await;
+        let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("detaching a root file system from", guest, ctr);
         let (state, point) = places(dir, ctr);
         if !state.exists() && !point.exists() {
@@ -144,7 +152,11 @@ impl Container {
                 .await
                 .map_err(&err)?;
         }
-        forget(&state, &point).await;
+        let aside = set_aside(&state, &point);
+        drop(one);
+        // The writable layer the guest filled goes outside the lock: however many files it
+        // holds, no other attach or detach of this sandbox waits for them.
+        remove_set_aside(aside, &dir.join(STATE)).await;
         Ok(true)
     }
 }
@@ -179,12 +191,16 @@ fn make_points(dir: &Path, point: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Remove a container's layers and mount point on the host.
-async fn forget(state: &Path, point: &Path) {
-    if let Err(e) = super::rootfs::remove_tree(state).await {
-        tracing::warn!(error = %e, "removing a container's layers");
-    }
+/// Under the sandbox's lock: a container's layers set aside for removal (a rename: when that
+/// fails they stay, logged, until the sandbox's destroy) and its mount point removed. What
+/// was set aside.
+fn set_aside(state: &Path, point: &Path) -> Option<PathBuf> {
+    let aside = pod_root::set_aside(state).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "setting a container's layers aside");
+        None
+    });
     let _ = std::fs::remove_dir(point);
+    aside
 }
 
 /// Run `work` on a thread of its own (it changes its mount namespace) and wait for it.
@@ -219,8 +235,9 @@ fn guest_mnt_ns(guest: &GuestHandle) -> Result<(std::fs::File, OwnedFd), String>
 }
 
 /// On the job's own thread: make the overlay in a private namespace, copy it off, enter the
-/// guest's namespace and put it (and the mount points' bind, the first time) in place.
-fn attach(job: &Job) -> Result<(), String> {
+/// guest's namespace and put it (and the mount points' bind, the first time) in place. The
+/// guest's places not bound inside it, each with why.
+fn attach(job: &Job) -> Result<Vec<String>, String> {
     let (ns, root) = guest_mnt_ns(&job.guest)?;
     job.overlay
         .mount_in_private_namespace()
@@ -252,12 +269,14 @@ fn attach(job: &Job) -> Result<(), String> {
     }
     idmap::move_tree_onto(raw(&tree), raw(&at))
         .map_err(|e| format!("moving it into the guest: {e}"))?;
+    let mut skipped = Vec::new();
     for (path, dir) in guest_binds() {
         if let Err(e) = bind_into(&root, &tree, Path::new(path), dir, job.ids) {
-            tracing::warn!(container = %job.ctr, path, error = %e, "a guest path not bound into a container's root");
+            tracing::warn!(sandbox = %job.guest.name, container = %job.ctr, place = path, error = %e, "a guest place not bound into a container's root");
+            skipped.push(format!("/{path}: {e}"));
         }
     }
-    Ok(())
+    Ok(skipped)
 }
 
 /// `/.svc` in the guest (under `root`) as the read-only bind `points` of svcd's mount points'
@@ -322,6 +341,14 @@ fn bind_into(
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             make_as(tree, rel, dir, ids)?;
             idmap::open_under(tree, rel, dir).map_err(|e| e.to_string())?
+        }
+        // A link is opened as itself (O_NOFOLLOW): no directory; one on the way is ELOOP.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            return Err(format!(
+                "the container's /{}: a symbolic link (or reached through one, or no \
+                 directory): left as it is, never followed",
+                rel.display()
+            ));
         }
         Err(e) => return Err(format!("the container's /{}: {e}", rel.display())),
     };

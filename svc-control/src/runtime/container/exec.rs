@@ -1,6 +1,8 @@
 //! Running a command in a container guest: over the channel to its init (`svc-init`, see
 //! `init`), which starts it as the guest's own child (and must take it within [`START`]: an
-//! init whose server is stopped fails the command naming that, and its channel is given up);
+//! init whose server is stopped fails the command naming that, the command is cancelled — the
+//! init holds it until told to start, so it never runs once the server goes on — and its
+//! channel is given up; an init from before held starts gets the runtime's exec instead);
 //! or, for a guest without one (made by an earlier svcd, or from an image without `svc-init`),
 //! with `runc exec`, its pid file naming the guest's process (to kill the command itself, not
 //! only runc), on pipes or on a terminal of svcd's.
@@ -52,11 +54,14 @@ impl Container {
                     .get()
                     .await
                     .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
-                let handle = channel
-                    .exec(request(cmd))
-                    .map_err(|e| fail(format!("the channel to the guest's init: {e}")))?;
-                match channel.acked(START).await {
-                    Ok(()) => Ok(handle),
+                if !channel.holds_exec() {
+                    // An init from before held starts (a guest an earlier svcd made) would
+                    // start a command it read late, after its caller was told it failed: the
+                    // runtime's exec, which does not wait on the init, runs it instead.
+                    return self.without_init(guest, cmd);
+                }
+                match channel.start(request(cmd), START).await {
+                    Ok(handle) => Ok(handle),
                     Err(NoAck::Ended(e)) => {
                         Err(fail(format!("the channel to the guest's init: {e}")))
                     }
@@ -68,7 +73,18 @@ impl Container {
                     }
                 }
             }
-            None if cmd.root.is_some() => self.runc_exec(guest, &entering(guest, cmd)),
+            None => self.without_init(guest, cmd),
+        }
+    }
+
+    /// Run `cmd` in `guest` with the runtime's exec (entering its root when it has one).
+    fn without_init(
+        &self,
+        guest: &GuestHandle,
+        cmd: &GuestCommand,
+    ) -> Result<ExecHandle, RuntimeError> {
+        match cmd.root {
+            Some(_) => self.runc_exec(guest, &entering(guest, cmd)),
             None => self.runc_exec(guest, cmd),
         }
     }
@@ -280,6 +296,8 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
                 gid: u.gid,
                 groups: u.additional_gids.clone(),
             }),
+        // `Channel::start` asks it of an init that holds commands.
+        held: false,
     }
 }
 

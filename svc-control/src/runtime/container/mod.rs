@@ -112,8 +112,9 @@ pub struct Container {
     /// `runc create`s at once: a burst of creates queues here rather than each running the
     /// runtime at a share of the CPU too small to finish within [`RUNTIME_TIMEOUT`].
     starts: std::sync::Arc<tokio::sync::Semaphore>,
-    /// Attaching and detaching pod containers' root file systems, one at a time.
-    roots: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Attaching and detaching pod containers' root file systems, one at a time in each
+    /// sandbox.
+    roots: std::sync::Arc<super::pod_root::RootLocks>,
 }
 
 /// `runc create`s run at once: two per core (a create is mostly CPU: mounts, the seccomp
@@ -462,7 +463,7 @@ impl Backend for Container {
         dir: &'a Path,
         ctr: &'a str,
         layers: &'a [PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         Box::pin(self.attach_root_in(guest, id, dir, ctr, layers))
     }
 

@@ -20,6 +20,13 @@
 //! guest; the state file system never holds more than the image's size. It is made at the
 //! first attach and removed when the last container's root is detached, or with the VM.
 //!
+//! Each sandbox's roots are attached and detached one at a time under its own lock
+//! (`pod_root::RootLocks`); a detached container's writable layer is renamed aside on the
+//! disk under it and removed after. A root detached after its VM is gone has the host's side
+//! of its tree released then (its bind in the trees share, the overlay, the disk with the
+//! last), not at the sandbox's destroy. The places the agent skipped while binding the
+//! guest's places inside a tree come back in the attach's answer.
+//!
 //! Mounts live in svcd's own mount namespace (virtiofsd's copy of the trees share follows
 //! them): they outlive an svcd restart, where an attached root is found again
 //! ([`attached`]: its overlay is mounted).
@@ -38,7 +45,7 @@ use crate::runtime::{
         disk,
         rootfs::{self, IdRange, Layers, Lower},
     },
-    pod_root::{self, lifecycle},
+    pod_root::{self, lifecycle, remove_set_aside},
 };
 
 /// Where each container's overlay is mounted on the host, under the sandbox's directory.
@@ -55,9 +62,8 @@ impl Microvm {
         dir: &Path,
         ctr: &str,
         layers: &[PathBuf],
-    ) -> Result<String, RuntimeError> {
-        let one = self.roots_lock(&guest.name);
-        let _one = one.lock().await;
+    ) -> Result<pod_root::RootIn, RuntimeError> {
+        let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("attaching a root file system to", guest, ctr);
         if !self.alive(guest) {
             return Err(RuntimeError::NotRunning);
@@ -97,11 +103,21 @@ impl Microvm {
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
-        if let Err(e) = attached {
-            forget(dir, ctr).await;
-            return Err(err(e));
+        let aside = match attached {
+            Ok(_) => None,
+            Err(_) => forget(dir, ctr).await,
+        };
+        drop(one);
+        // Outside the lock: what an earlier svcd left set aside, and a failed attach's files.
+        remove_set_aside(aside, &dir.join(DISK).join("fs")).await;
+        let skipped = attached.map_err(err)?;
+        for place in &skipped {
+            tracing::warn!(sandbox = %guest.name, container = ctr, place = %place, "a guest place not bound into a container's root");
         }
-        Ok(guest_path)
+        Ok(pod_root::RootIn {
+            guest_path,
+            skipped,
+        })
     }
 
     /// Detach container `ctr`'s root file system from `guest` (the sandbox in `dir`) and
@@ -112,30 +128,27 @@ impl Microvm {
         dir: &Path,
         ctr: &str,
     ) -> Result<bool, RuntimeError> {
-        let one = self.roots_lock(&guest.name);
-        let _one = one.lock().await;
+        let one = self.roots.lock(&guest.name).await;
         let err = lifecycle("detaching a root file system from", guest, ctr);
         if !dir.join(STATE).join(ctr).exists() && !dir.join(DISK).join("fs").join(ctr).exists() {
             return Ok(false);
         }
-        let guest_said = if self.alive(guest) {
-            self.detach_tree(guest, &pod_root::guest_path(ctr)).await
+        let guest_path = pod_root::guest_path(ctr);
+        let said = if self.alive(guest) {
+            self.detach_tree(guest, &guest_path)
+                .await
+                .map_err(|e| e.to_string())
         } else {
-            Ok(())
+            // The VM is gone: its tree's bind in the trees share goes now (it holds the
+            // overlay, and through it the containers' disk and its loop device).
+            self.release_tree(&guest.name, &guest_path)
         };
-        forget(dir, ctr).await;
-        guest_said.map_err(|e| err(e.to_string()))?;
+        let aside = forget(dir, ctr).await;
+        drop(one);
+        // The writable layer the guest filled goes outside the lock.
+        remove_set_aside(aside, &dir.join(DISK).join("fs")).await;
+        said.map_err(err)?;
         Ok(true)
-    }
-
-    /// Guest `name`'s lock over its roots (the locks no attach or detach holds are dropped).
-    fn roots_lock(&self, name: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self
-            .roots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        locks.retain(|n, l| n == name || std::sync::Arc::strong_count(l) > 1);
-        locks.entry(name.to_owned()).or_default().clone()
     }
 
     /// The sandbox's containers' disk mounted at `<dir>/ctr-disk/fs`: made and mounted now
@@ -203,25 +216,37 @@ pub(super) async fn release(dir: &Path) -> Vec<String> {
     done
 }
 
-/// Remove container `ctr`'s overlay and layers on the host, and the containers' disk when
-/// no container is left on it.
-async fn forget(dir: &Path, ctr: &str) {
+/// Under the sandbox's lock: container `ctr`'s overlay unmounted and its state removed (a
+/// mount point and empty directories), its writable layer set aside for removal after the
+/// lock, and the containers' disk released when no container is left on it (what was set
+/// aside goes with it). What is left to remove.
+async fn forget(dir: &Path, ctr: &str) -> Option<PathBuf> {
     let state = dir.join(STATE).join(ctr);
     unmount(&state.join("merged"));
-    for d in [state, dir.join(DISK).join("fs").join(ctr)] {
-        if d.exists()
-            && let Err(e) = rootfs::remove_tree(&d).await
-        {
-            tracing::warn!(error = %e, "removing a container's layers");
-        }
+    if state.exists()
+        && let Err(e) = rootfs::remove_tree(&state).await
+    {
+        tracing::warn!(error = %e, "removing a container's overlay");
     }
     let _ = std::fs::remove_dir(dir.join(STATE));
-    let left = std::fs::read_dir(dir.join(DISK).join("fs"))
-        .map(|d| d.flatten().any(|e| e.file_name() != "lost+found"))
+    let fs = dir.join(DISK).join("fs");
+    let aside = pod_root::set_aside(&fs.join(ctr)).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "setting a container's writable layer aside");
+        None
+    });
+    let left = std::fs::read_dir(&fs)
+        .map(|d| {
+            d.flatten().any(|e| {
+                let name = e.file_name();
+                name != "lost+found" && !pod_root::is_set_aside(&name)
+            })
+        })
         .unwrap_or(false);
-    if !left {
-        release_disk(dir).await;
+    if left {
+        return aside;
     }
+    release_disk(dir).await;
+    None
 }
 
 /// Unmount the containers' disk, remove its image and mount point. What was removed.

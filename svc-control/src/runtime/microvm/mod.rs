@@ -76,7 +76,7 @@ pub struct Microvm {
     adopted: Mutex<HashMap<String, Result<bool, String>>>,
     /// One pod container's root file system attached or detached at a time in each guest
     /// (per guest: a guest whose agent stalls its own attach or detach holds no other's).
-    roots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    roots: crate::runtime::pod_root::RootLocks,
 }
 
 impl std::fmt::Debug for Microvm {
@@ -134,7 +134,7 @@ impl Microvm {
             channels: Mutex::default(),
             services: Mutex::default(),
             adopted: Mutex::default(),
-            roots: Mutex::default(),
+            roots: crate::runtime::pod_root::RootLocks::default(),
         }
     }
 
@@ -188,6 +188,12 @@ impl Microvm {
         if let Some(service) = self.services().get(name) {
             c.serve_guest(service.clone());
         }
+        if !c.holds_exec() {
+            tracing::warn!(
+                guest = %name,
+                "the guest's agent predates held starts: a command it takes too late is refused                  but may still run once the agent reads it; recreate the sandbox (or refill the                  pool) with the current image"
+            );
+        }
         self.channels().insert(name.to_owned(), c.clone());
         Ok(c)
     }
@@ -196,8 +202,9 @@ impl Microvm {
     /// the ids `policy::exec_user` checked. The agent must take the command within [`START`]
     /// (read its request: the command then runs as long as it runs); one that does not — its
     /// VM paused behind svcd's back, its agent stopped — fails the command naming the VM's run
-    /// state, and the channel is given up (what ran over it ends; the next command connects
-    /// again).
+    /// state, the command is cancelled (it never runs, even once the guest goes on: the agent
+    /// holds it until told to start, [`Channel::start`]), and the channel is given up (what ran
+    /// over it ends; the next command connects again).
     async fn exec_as(
         &self,
         guest: &GuestHandle,
@@ -214,11 +221,8 @@ impl Microvm {
                 return Err(RuntimeError::Exec(format!("{e}; {state}")));
             }
         };
-        let handle = channel
-            .exec(trees::request(cmd, root))
-            .map_err(RuntimeError::Exec)?;
-        match channel.acked(START).await {
-            Ok(()) => Ok(handle),
+        match channel.start(trees::request(cmd, root), START).await {
+            Ok(handle) => Ok(handle),
             Err(NoAck::Ended(e)) => Err(RuntimeError::Exec(format!(
                 "the channel to the guest's agent: {e}"
             ))),
@@ -383,7 +387,7 @@ impl Backend for Microvm {
         dir: &'a Path,
         ctr: &'a str,
         layers: &'a [PathBuf],
-    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+    ) -> BoxFuture<'a, Result<crate::runtime::pod_root::RootIn, RuntimeError>> {
         Box::pin(self.attach_root_in(guest, dir, ctr, layers))
     }
 

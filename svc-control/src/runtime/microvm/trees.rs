@@ -32,6 +32,9 @@ use crate::runtime::{Backend as _, ExecHandle, GuestCommand, GuestHandle, Runtim
 /// The trees share's own file system: room for the trees' mount points and little else.
 const SHARE_SIZE: &std::ffi::CStr = c"size=64k,nr_inodes=1024,mode=0700,uid=0,gid=0";
 
+/// The most places skipped inside a tree taken from the agent's answer (it binds fewer).
+const MAX_SKIPPED: usize = 16;
+
 /// How long the agent may take to bind or unbind a tree.
 const TREE_LIMIT: Duration = Duration::from_secs(30);
 
@@ -48,17 +51,19 @@ impl Microvm {
     ) -> Result<(), RuntimeError> {
         self.attach_tree_with(guest, host_dir, guest_path, Vec::new())
             .await
+            .map(drop)
     }
 
     /// [`Microvm::attach_tree`], then the guest's own `binds` bound inside the tree by the
-    /// agent (a pod container's root file system: `svc_guest::agent::tree_binds`).
+    /// agent (a pod container's root file system: `svc_guest::agent::tree_binds`): the places
+    /// the agent skipped, each with why (at most [`MAX_SKIPPED`]).
     pub(super) async fn attach_tree_with(
         &self,
         guest: &GuestHandle,
         host_dir: &Path,
         guest_path: &str,
         binds: Vec<GuestBind>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Vec<String>, RuntimeError> {
         let failed = failed("attaching a tree to", guest);
         let channel = self.live_channel(guest).await?;
         let tree = tree_name(guest_path).map_err(&failed)?;
@@ -76,12 +81,19 @@ impl Microvm {
             path: guest_path.to_owned(),
             binds,
         };
-        if let Err(e) = call(&channel, &bind).await {
-            // Nothing of it stays on the host when the guest refused it.
-            let _ = host_unbind(&dir, &tree);
-            return Err(failed(format!("the guest's agent: {e}")));
+        match call(&channel, &bind).await {
+            Ok(said) => Ok(said
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .take(MAX_SKIPPED)
+                .map(str::to_owned)
+                .collect()),
+            Err(e) => {
+                // Nothing of it stays on the host when the guest refused it.
+                let _ = host_unbind(&dir, &tree);
+                Err(failed(format!("the guest's agent: {e}")))
+            }
         }
-        Ok(())
     }
 
     /// Take the tree at `guest_path` out of the guest of `guest`: the guest's bind, then the
@@ -101,7 +113,15 @@ impl Microvm {
         let guest_said = call(&channel, &unbind).await;
         // The host's side goes whatever the guest said: the tree leaves the guest with it.
         host_unbind(&self.dir(&guest.name), &tree).map_err(&failed)?;
-        guest_said.map_err(|e| failed(format!("the guest's agent: {e}")))
+        guest_said
+            .map(drop)
+            .map_err(|e| failed(format!("the guest's agent: {e}")))
+    }
+
+    /// The host's side of the tree at `guest_path` of sandbox `name` whose VM is gone (no
+    /// agent to ask): its mount in the trees share and its directory there.
+    pub(super) fn release_tree(&self, name: &str, guest_path: &str) -> Result<(), String> {
+        host_unbind(&self.dir(name), &tree_name(guest_path)?)
     }
 
     /// Run `cmd` in the guest of `guest` chrooted into `root` (a guest path, e.g. a tree
@@ -163,6 +183,7 @@ pub(super) async fn mount_share(channel: &Channel) -> Result<(), String> {
     };
     call(channel, &mount)
         .await
+        .map(drop)
         .map_err(|e| format!("mounting the trees share at {TREES_DIR}: {e}"))
 }
 
@@ -195,6 +216,8 @@ pub(super) fn request(cmd: &GuestCommand, root: Option<&str>) -> Exec {
         root: root.map(str::to_owned),
         caps: cmd.hardening.caps,
         no_new_privs: cmd.hardening.no_new_privs,
+        // `Channel::start` asks it of an agent that holds commands.
+        held: false,
     }
 }
 
@@ -318,9 +341,9 @@ fn share_dir(trees: &Path) -> Result<(), String> {
     rustix::mount::mount_change(trees, MountPropagationFlags::SHARED).map_err(|e| said(&e))
 }
 
-/// `request` to the agent, within [`TREE_LIMIT`].
-async fn call(channel: &Channel, request: &Request) -> Result<(), String> {
-    tokio::time::timeout(TREE_LIMIT, channel.call(request, b""))
+/// `request` to the agent, within [`TREE_LIMIT`]: what it said on standard error.
+async fn call(channel: &Channel, request: &Request) -> Result<String, String> {
+    tokio::time::timeout(TREE_LIMIT, channel.call_said(request, b""))
         .await
         .map_err(|_| format!("no answer within {} s", TREE_LIMIT.as_secs()))?
 }

@@ -70,7 +70,7 @@ impl svc_guest::agent::System for Guest {
         tree: &str,
         path: &str,
         binds: &[svc_guest::proto::GuestBind],
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
         svc_guest::agent::trees::bind(
             std::path::Path::new(svc_guest::proto::TREES_DIR),
             tree,

@@ -1,4 +1,5 @@
-//! Whether the agent has read what this host sent: a request no agent knows, answered at once.
+//! Whether the agent has read what this host sent: a request no agent knows, answered at once;
+//! and a command's start bounded by it ([`Channel::start`]).
 //!
 //! The agent reads its frames in order and answers a request it cannot parse at once, with an
 //! `Error` on that request's own stream and nothing else done (`svc_guest::agent`). So the
@@ -6,14 +7,24 @@
 //! command is started (or refused on its own stream). An agent that is stopped (a guest that
 //! sends its init's server `SIGSTOP`) or otherwise stuck never answers, and the caller's wait
 //! for it is bounded instead of its command's.
+//!
+//! A command the caller was told failed must never run later, when the agent reads its queue
+//! again (its process continued, its VM resumed). So an agent that holds commands (it said so
+//! in its hello) is asked to ([`Exec::held`]): it prepares the command on its `Open` and
+//! starts it on this host's `Go`, which [`Channel::start`] sends only if the probe's answer
+//! came within the limit. Late, it sends `Cancel` instead and never a `Go`, and the caller
+//! gives the channel up; the agent then discards the command, whichever of the `Cancel`, the
+//! channel's end or the next host's hello it reads first (the ordering argument is in
+//! [`svc_guest::proto`]). An agent from before held starts gets the one-phase start: the
+//! caller's wait is bounded all the same, but a command it reads late still runs.
 
 use std::{sync::Arc, time::Duration};
 
-use svc_guest::proto::{Frame, Kind};
+use svc_guest::proto::{Exec, Frame, Kind};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::{
-    Channel,
+    Channel, ExecHandle,
     streams::{Event, StreamOut, lock},
 };
 
@@ -35,6 +46,32 @@ pub enum NoAck {
 }
 
 impl Channel {
+    /// Run `exec` in the guest once the agent took it within `limit`: held until then when
+    /// the agent holds commands, and cancelled when it did not take it in time (the caller is
+    /// then to give the channel up). Its handle, or why not.
+    pub async fn start(
+        self: &Arc<Self>,
+        mut exec: Exec,
+        limit: Duration,
+    ) -> Result<ExecHandle, NoAck> {
+        exec.held = self.holds_exec();
+        let (id, handle) = self.exec_stream(exec).map_err(NoAck::Ended)?;
+        match self.acked(limit).await {
+            Ok(()) if self.holds_exec() => {
+                self.out
+                    .send(Frame::new(id, Kind::Go, Vec::new()))
+                    .map_err(|_| NoAck::Ended(self.ended_reason()))?;
+                Ok(handle)
+            }
+            Ok(()) => Ok(handle),
+            Err(no) => {
+                // Never a `Go` on this stream from now on: the agent discards the command.
+                let _ = self.out.send(Frame::new(id, Kind::Cancel, Vec::new()));
+                Err(no)
+            }
+        }
+    }
+
     /// Wait, at most `limit`, until the agent has read every frame sent before this call.
     pub async fn acked(&self, limit: Duration) -> Result<(), NoAck> {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -119,6 +156,70 @@ mod tests {
             Err(NoAck::Late)
         );
         drop(silent);
+    }
+
+    /// A held command starts (this host said `Go`) once the real agent answered in time; one
+    /// whose agent was silent past the limit is cancelled and never told to go, as the agent
+    /// finds once it reads its queue.
+    #[tokio::test]
+    async fn a_late_start_is_cancelled_and_never_told_to_go() {
+        let (host, agent) = tokio::net::UnixStream::pair().expect("pair");
+        let (ar, aw) = agent.into_split();
+        let served = tokio::spawn(svc_guest::agent::serve(
+            ar,
+            aw,
+            Arc::new(NoSystem),
+            Arc::default(),
+        ));
+        let (r, w) = host.into_split();
+        let (channel, mut hellos) = Channel::over(r, w);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        channel.greet(&mut hellos, deadline).await.expect("greeted");
+        assert!(channel.holds_exec(), "the agent said it holds commands");
+        let exec = |argv: &[&str]| Exec {
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            ..Exec::default()
+        };
+        let mut started = channel
+            .start(exec(&["true"]), Duration::from_secs(5))
+            .await
+            .expect("started");
+        assert_eq!(started.control.wait().await.expect("its end"), 0);
+        served.abort();
+        let _ = served.await;
+
+        // An agent that says it holds commands, then reads nothing until the host gave up.
+        let (host, silent) = tokio::net::UnixStream::pair().expect("pair");
+        let (r, w) = host.into_split();
+        let (channel, _hellos) = Channel::over(r, w);
+        channel
+            .held_exec
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let late = channel
+            .start(
+                exec(&["touch", "/nonexistent/never"]),
+                Duration::from_millis(200),
+            )
+            .await;
+        assert!(matches!(late, Err(NoAck::Late)), "{:?}", late.err());
+        channel.abandon("given up".into());
+        drop(channel);
+        let mut queued = silent;
+        let mut frames = Vec::new();
+        while let Some(f) = svc_guest::proto::read_frame(&mut queued)
+            .await
+            .expect("frames")
+        {
+            frames.push((f.stream, f.kind));
+        }
+        let open = frames
+            .iter()
+            .find(|(_, k)| *k == Kind::Open)
+            .map(|(s, _)| *s)
+            .expect("the command's open");
+        assert!(frames.contains(&(open, Kind::Cancel)), "{frames:?}");
+        assert!(!frames.iter().any(|(_, k)| *k == Kind::Go), "{frames:?}");
     }
 
     struct NoSystem;

@@ -3,11 +3,11 @@
 
 use std::{
     path::Path,
-    sync::Arc,
+    sync::{Arc, atomic::Ordering},
     time::{Duration, Instant},
 };
 
-use svc_guest::proto::{Frame, Kind};
+use svc_guest::proto::{self, Frame, Kind};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::UnixStream,
@@ -110,7 +110,8 @@ impl Channel {
         }
     }
 
-    /// Say hello (again every half second) until the agent answers this hello, by `deadline`.
+    /// Say hello (again every half second) until the agent answers this hello, by `deadline`;
+    /// what the agent says it can do on the way ([`Channel::holds_exec`]).
     pub async fn greet(
         &self,
         hellos: &mut mpsc::UnboundedReceiver<String>,
@@ -118,6 +119,8 @@ impl Channel {
     ) -> Result<(), String> {
         let nonce = format!("{:016x}", rand_u64());
         let want = format!("{} {nonce}", svc_guest::READY);
+        // An agent that says what it can do says it before its `READY` (proto's docs).
+        let features = format!("{} {nonce} ", proto::FEATURES);
         loop {
             if self
                 .out
@@ -131,6 +134,10 @@ impl Channel {
                 while let Some(said) = hellos.recv().await {
                     if said == want {
                         return true;
+                    }
+                    if let Some(list) = said.strip_prefix(&features) {
+                        let held = list.split(' ').any(|f| f == proto::HELD_EXEC);
+                        self.held_exec.store(held, Ordering::Relaxed);
                     }
                 }
                 false

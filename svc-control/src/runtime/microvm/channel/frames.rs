@@ -2,12 +2,12 @@
 //! the agent's frames read, checked and routed to the stream each names (this host's, or one
 //! the guest opened).
 
-use std::sync::atomic::Ordering;
+use std::{sync::atomic::Ordering, time::Duration};
 
 use svc_guest::proto::{self, Frame, GUEST_STREAM, Kind, WINDOW};
 use tokio::{
     io::{AsyncRead, AsyncWrite, AsyncWriteExt as _},
-    sync::mpsc,
+    sync::{mpsc, watch},
 };
 
 use super::{
@@ -15,16 +15,49 @@ use super::{
     streams::{Event, Streams, lock},
 };
 
-/// Write this host's frames to the connection, in order, until the channel drops.
+/// How long the writer may take, once the channel ended, to write what was queued before
+/// (a cancel: `ack.rs`) before it closes the connection anyway.
+pub(super) const LAST_WORDS: Duration = Duration::from_secs(1);
+
+/// Write this host's frames to the connection, in order, until the channel ends (`ended`) or
+/// drops; then what was already queued, within [`LAST_WORDS`]. Returning drops the writing
+/// half: the agent reads the end of the channel after those frames.
 pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
     mut w: W,
     mut rx: mpsc::UnboundedReceiver<Frame>,
+    mut ended: watch::Receiver<Option<String>>,
 ) -> std::io::Result<()> {
-    while let Some(f) = rx.recv().await {
-        w.write_all(&f.encode()).await?;
-        w.flush().await?;
+    loop {
+        let f = tokio::select! {
+            biased;
+            _ = ended.wait_for(Option::is_some) => break,
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => return Ok(()),
+            },
+        };
+        // A guest that reads nothing blocks the write until the channel ends: then nothing
+        // more can follow a frame cut short.
+        tokio::select! {
+            biased;
+            written = write_one(&mut w, &f) => written?,
+            _ = ended.wait_for(Option::is_some) => return Ok(()),
+        }
     }
-    Ok(())
+    let queued = async {
+        while let Ok(f) = rx.try_recv() {
+            write_one(&mut w, &f).await?;
+        }
+        Ok(())
+    };
+    tokio::time::timeout(LAST_WORDS, queued)
+        .await
+        .unwrap_or(Ok(()))
+}
+
+async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, f: &Frame) -> std::io::Result<()> {
+    w.write_all(&f.encode()).await?;
+    w.flush().await
 }
 
 /// Route the guest's frames to their streams until the channel ends; why it ended.
@@ -111,7 +144,13 @@ fn to_host_stream(
             }
         }
         // Only the host sends these.
-        Kind::Open | Kind::Data | Kind::Eof | Kind::Resize | Kind::Signal => {}
+        Kind::Open
+        | Kind::Data
+        | Kind::Eof
+        | Kind::Resize
+        | Kind::Signal
+        | Kind::Go
+        | Kind::Cancel => {}
     }
     Ok(())
 }

@@ -99,7 +99,14 @@ pub(super) fn from_guest(
         Kind::Error => {
             g.streams.remove(&id);
         }
-        Kind::Hello | Kind::Stdout | Kind::Stderr | Kind::Exit | Kind::Resize | Kind::Signal => {}
+        Kind::Hello
+        | Kind::Stdout
+        | Kind::Stderr
+        | Kind::Exit
+        | Kind::Resize
+        | Kind::Signal
+        | Kind::Go
+        | Kind::Cancel => {}
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc,
-        atomic::{AtomicU32, Ordering},
+        atomic::{AtomicBool, AtomicU32, Ordering},
     },
 };
 
@@ -36,25 +36,33 @@ use self::{
 };
 use crate::runtime::{ExecHandle, GuestService};
 
+/// The most of an agent's standard error a [`Channel::call_said`] keeps.
+const MAX_SAID: usize = 16 << 10;
+
 /// A connected channel.
 pub struct Channel {
     out: mpsc::UnboundedSender<Frame>,
     streams: Streams,
     guest: Guest,
     next: AtomicU32,
+    /// The agent said it holds a command until this host's `Go` (its hello, [`svc_guest::proto`]).
+    held_exec: AtomicBool,
     /// Why the channel ended, once it has.
     ended: watch::Receiver<Option<String>>,
     ended_tx: Arc<watch::Sender<Option<String>>>,
-    /// The tasks that read and write the connection: dropping the channel ends them, which
-    /// closes the connection (the agent then ends what this host started).
-    tasks: [tokio::task::AbortHandle; 2],
+    /// The task that reads the connection: dropping the channel ends it, and ends the writer
+    /// (after what was queued, within [`frames::LAST_WORDS`]), which closes the connection
+    /// (the agent then ends what this host started).
+    reading: tokio::task::AbortHandle,
 }
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
+        end(
+            &self.ended_tx,
+            "svcd closed the channel to the agent".into(),
+        );
+        self.reading.abort();
     }
 }
 
@@ -92,10 +100,10 @@ impl Channel {
         let streams: Streams = Arc::default();
         let guest: Guest = Arc::default();
         let ended_tx = Arc::new(ended_tx);
-        let writing = tokio::spawn({
-            let ended_tx = ended_tx.clone();
+        tokio::spawn({
+            let (ended_tx, ended) = (ended_tx.clone(), ended.clone());
             async move {
-                if let Err(e) = write_frames(writer, out_rx).await {
+                if let Err(e) = write_frames(writer, out_rx, ended).await {
                     // The guest's end went (a killed agent or init): it ended, it broke nothing.
                     let why = match e.kind() {
                         std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
@@ -124,9 +132,10 @@ impl Channel {
                 streams,
                 guest,
                 next: AtomicU32::new(1),
+                held_exec: AtomicBool::new(false),
                 ended,
                 ended_tx,
-                tasks: [writing.abort_handle(), reading.abort_handle()],
+                reading: reading.abort_handle(),
             }),
             hello_rx,
         )
@@ -157,13 +166,18 @@ impl Channel {
             .unwrap_or_else(|| "the channel to the agent closed".into())
     }
 
-    /// Give the channel up: every stream on it ends with `why`, and so does the connection (the
+    /// Whether the agent holds a command until this host says `Go` (it said so in its hello):
+    /// else the `Open` starts it.
+    pub fn holds_exec(&self) -> bool {
+        self.held_exec.load(Ordering::Relaxed)
+    }
+
+    /// Give the channel up: every stream on it ends with `why`, and so does the connection,
+    /// once what was queued for it (a cancel) is written, within [`frames::LAST_WORDS`] (the
     /// agent then ends what this host started, once it reads again).
     pub fn abandon(&self, why: String) {
         end(&self.ended_tx, why);
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.reading.abort();
         lock(&self.streams).clear();
         lock_guest(&self.guest).streams.clear();
     }
@@ -203,23 +217,40 @@ impl Channel {
     /// Run a request that takes `input` and answers with success or an error: a file write,
     /// the guest's setup.
     pub async fn call(&self, request: &Request, input: &[u8]) -> Result<(), String> {
+        self.call_said(request, input).await.map(drop)
+    }
+
+    /// [`Channel::call`], and what the agent said on the stream's standard error (kept up to
+    /// 16 KiB: the agent is the guest's).
+    pub async fn call_said(&self, request: &Request, input: &[u8]) -> Result<String, String> {
         let mut opened = self.open(request)?;
         let id = opened.id;
         send_input(&self.out, id, &opened.credit, input).await?;
         let _ = self.out.send(Frame::new(id, Kind::Eof, Vec::new()));
+        let mut said = Vec::new();
         loop {
             match opened.events.recv().await {
-                Some(Event::Exit(0)) => return Ok(()),
+                Some(Event::Exit(0)) => return Ok(String::from_utf8_lossy(&said).into_owned()),
                 Some(Event::Exit(code)) => return Err(format!("the agent ended it with {code}")),
                 Some(Event::Error(e)) => return Err(e),
-                Some(Event::Stdout(_) | Event::Stderr(_)) => {}
+                Some(Event::Stderr(b)) => {
+                    let room = MAX_SAID.saturating_sub(said.len());
+                    said.extend_from_slice(&b[..b.len().min(room)]);
+                }
+                Some(Event::Stdout(_)) => {}
                 None => return Err(self.ended_reason()),
             }
         }
     }
 
-    /// Run a command in the guest: its streams and how it ends.
+    /// Run a command in the guest: its streams and how it ends (started by its `Open`, or
+    /// held until [`Channel::start`]'s `Go` when it asks to be).
     pub fn exec(self: &Arc<Self>, exec: Exec) -> Result<ExecHandle, String> {
+        self.exec_stream(exec).map(|(_, handle)| handle)
+    }
+
+    /// [`Channel::exec`], and the command's stream.
+    fn exec_stream(self: &Arc<Self>, exec: Exec) -> Result<(u32, ExecHandle), String> {
         let stdin = exec.stdin;
         let tty = exec.tty.is_some();
         let opened = self.open(&Request::Exec(exec))?;
@@ -238,7 +269,7 @@ impl Channel {
             tokio::spawn(forward_input(id, r, self.out.clone(), credit));
             Box::pin(w) as Pin<Box<dyn AsyncWrite + Send>>
         });
-        Ok(ExecHandle {
+        let handle = ExecHandle {
             stdin,
             stdout: Some(Box::pin(stdout_r)),
             stderr: (!tty).then(|| Box::pin(stderr_r) as Pin<Box<dyn AsyncRead + Send>>),
@@ -249,6 +280,7 @@ impl Channel {
                 exit: Some(exit_rx),
                 code: None,
             }),
-        })
+        };
+        Ok((id, handle))
     }
 }
