@@ -127,7 +127,9 @@ mod tests {
             capabilities: c,
             no_new_privs: nnp,
         };
-        let cases: &[(ExecHardening, &str, Result<(u64, bool), &str>)] = &[
+        // What is asked, of which backend: the mask granted and no_new_privs, or the refusal.
+        type Case = (ExecHardening, &'static str, Result<(u64, bool), &'static str>);
+        let cases: &[Case] = &[
             // drop ALL + allowPrivilegeEscalation false.
             (asked(Some(caps(&[])), true), "container", Ok((0, true))),
             // More than the sandbox holds: only what it holds.

@@ -65,8 +65,8 @@ pub fn bind(
 
 /// Unmount what is mounted at `path` (and every mount under it): its parent walked as
 /// [`bind`] walks, the last component not followed; every process of the guest whose root is
-/// on the tree is killed first ([`crate::procs`]), so no daemon a removed pod container left
-/// runs on. Then the guest kernel's own mount of the
+/// on the tree's mount (or one below it) is killed first ([`crate::procs`]), so no daemon a
+/// removed pod container left runs on. Then the guest kernel's own mount of the
 /// tree in the share (`trees`/`tree`: the submount virtio-fs makes for a host mount point), so
 /// nothing of it is cached when the host attaches another tree under that name.
 pub fn unbind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
@@ -79,9 +79,11 @@ pub fn unbind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
     let parent_at =
         Path::new("/proc/self/fd").join(rustix::fd::AsRawFd::as_raw_fd(&parent).to_string());
     let at = parent_at.join(last);
-    if let Some(tree) = crate::procs::Rooted::at(&at, &parent_at)? {
-        crate::procs::Rooted { tree, pid_ns: None }
-            .end_all()
+    let spared = crate::procs::Spared::caller()?;
+    let mountinfo = Path::new("/proc/self/mountinfo");
+    if let Some(rooted) = crate::procs::Rooted::at(&at, &parent_at, mountinfo, None, &spared)? {
+        rooted
+            .end_all(&spared)
             .map_err(|e| format!("ending the processes on {path}: {e}"))?;
     }
     rustix::mount::unmount(&at, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW)
