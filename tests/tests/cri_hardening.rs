@@ -31,8 +31,7 @@ fn a_restricted_microvm_container_keeps_no_capability_and_gains_no_privilege() {
 
 /// The fields of `/proc/self/status` a test reads, as the container's process wrote them at
 /// its start (its status file, in its root).
-const STATUS_AT_START: &str =
-    "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status > /status; \
+const STATUS_AT_START: &str = "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status > /status; \
      exec sleep 1000";
 
 /// In a pod with `annotations` (its backend): a container with `drop: [ALL]` and
@@ -57,7 +56,12 @@ fn restricted_and_default_containers(annotations: &[(&str, &str)]) {
     });
     let id = pods::create_start(&cri, &pod.id, &pod.config, config)
         .unwrap_or_else(|e| panic!("a restricted container: {e:?}\n{}", w.svcd_log()));
-    let at_start = read_status(&cri, &id, "cat /status");
+    // The process writes its status as it starts: wait for it.
+    let at_start = read_status(
+        &cri,
+        &id,
+        "for i in $(seq 100); do [ -s /status ] && break; sleep 0.1; done; cat /status",
+    );
     let in_exec = read_status(&cri, &id, "cat /proc/self/status");
     for (whose, status) in [("its process", &at_start), ("an exec", &in_exec)] {
         for cap in ["CapEff:", "CapPrm:", "CapBnd:", "CapAmb:"] {
@@ -80,9 +84,18 @@ fn restricted_and_default_containers(annotations: &[(&str, &str)]) {
 fn assert_default_unchanged(w: &World, cri: &Cri, pod: &Pod) {
     let id = run_container(cri, &pod.id, &pod.config, "default", &["sleep", "1000"]);
     let status = read_status(cri, &id, "cat /proc/self/status");
-    assert_ne!(field(&status, "CapEff:") & 1, 0, "CAP_CHOWN lost:\n{status}");
+    assert_ne!(
+        field(&status, "CapEff:") & 1,
+        0,
+        "CAP_CHOWN lost:\n{status}"
+    );
     let (code, _, err) = exec(cri, &id, &["sh", "-c", "touch /tmp/f && chown 1:1 /tmp/f"]);
-    assert_eq!(code, 0, "a default container cannot chown: {err}\n{}", w.svcd_log());
+    assert_eq!(
+        code,
+        0,
+        "a default container cannot chown: {err}\n{}",
+        w.svcd_log()
+    );
     remove_container(cri, &id);
 }
 
