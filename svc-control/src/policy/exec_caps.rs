@@ -128,7 +128,11 @@ mod tests {
             no_new_privs: nnp,
         };
         // What is asked, of which backend: the mask granted and no_new_privs, or the refusal.
-        type Case = (ExecHardening, &'static str, Result<(u64, bool), &'static str>);
+        type Case = (
+            ExecHardening,
+            &'static str,
+            Result<(u64, bool), &'static str>,
+        );
         let cases: &[Case] = &[
             // drop ALL + allowPrivilegeEscalation false.
             (asked(Some(caps(&[])), true), "container", Ok((0, true))),
