@@ -46,6 +46,9 @@ pub struct Proc {
     on_exit: Mutex<Option<OnExit>>,
 }
 
+/// The highest signal number Linux has (`SIGRTMAX`).
+const MAX_SIGNAL: u32 = 64;
+
 /// The exit code of a process svcd could not run (as `svc sandbox exec` reports it).
 const CANNOT_RUN: u32 = 126;
 
@@ -118,8 +121,12 @@ impl Proc {
     }
 
     /// Send `signal` to it; one never started, or a placeholder, stops at once, as if the
-    /// signal had ended it.
+    /// signal had ended it. A signal no process can be sent (0, or above [`MAX_SIGNAL`]) is
+    /// refused, naming it.
     pub fn kill(&self, signal: u32) -> Result<(), String> {
+        if !(1..=MAX_SIGNAL).contains(&signal) {
+            return Err(format!("signal {signal}: not a signal (1 to {MAX_SIGNAL})"));
+        }
         let sender = {
             let state = self.lock();
             match &state.0 {
@@ -130,6 +137,7 @@ impl Proc {
         };
         match sender {
             Some(s) => s
+                // At most MAX_SIGNAL (checked above): it fits.
                 .send(&ExecInput::Signal(i32::try_from(signal).unwrap_or(9)))
                 .map_err(|e| format!("signalling the process: {e}")),
             None => {
@@ -275,6 +283,22 @@ mod tests {
         assert_eq!(p.wait().0, 137);
         let told: Vec<String> = rx.try_iter().collect();
         assert_eq!(told, ["started", "exited 137"], "in order, each once");
+    }
+
+    #[test]
+    fn a_signal_out_of_range_is_refused_and_ends_nothing() {
+        let p = Proc::new(Stdio::default(), None);
+        for bad in [0, 65, 1 << 31, u32::MAX] {
+            let e = p.kill(bad).expect_err("out of range");
+            assert!(e.contains(&format!("signal {bad}: not a signal")), "{e}");
+        }
+        assert_eq!(
+            p.status(),
+            Status::Created,
+            "never started, and not stopped"
+        );
+        p.kill(64).expect("SIGRTMAX");
+        assert_eq!(p.wait().0, 192);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use svc_control::{
     api::{CreateSandbox, ExecRequest},
     kinds,
     names::{MAX_NAME, SandboxName},
+    policy::exec_caps::{ExecCaps, ExecHardening},
     policy::pod,
 };
 
@@ -65,6 +66,13 @@ pub struct Process {
     pub cwd: String,
     #[serde(default)]
     pub user: User,
+    /// The capability sets it keeps (a pod's `securityContext.capabilities`, on containerd's
+    /// defaults); none: the sandbox's own.
+    #[serde(default)]
+    pub capabilities: Option<ExecCaps>,
+    /// `allowPrivilegeEscalation: false` (and containerd's default for a pod container).
+    #[serde(default, rename = "noNewPrivileges")]
+    pub no_new_privileges: bool,
 }
 
 /// The process's user.
@@ -133,7 +141,9 @@ impl Spec {
 impl Process {
     /// The exec of this process in its sandbox (`stdin`: the task was given a standard input),
     /// as the spec's user: a user other than root is sent to svcd (which checks it is within
-    /// the guest's ids); root (0:0) runs as the sandbox's root, whose groups are its own.
+    /// the guest's ids); root (0:0) runs as the sandbox's root, whose groups are its own. Its
+    /// capability sets and `noNewPrivileges` are sent too: svcd grants them within the
+    /// sandbox's own (`policy::exec_caps`) and the guest lowers the command's to them.
     pub fn exec_request(&self, stdin: bool) -> Result<ExecRequest, String> {
         if self.args.is_empty() {
             return Err("the task's process has no arguments (no entrypoint or command)".into());
@@ -160,6 +170,12 @@ impl Process {
                 .then_some(svc_control::api::TermSize { rows: 24, cols: 80 }),
             user,
             root: None,
+            hardening: (self.capabilities.is_some() || self.no_new_privileges).then(|| {
+                ExecHardening {
+                    capabilities: self.capabilities.clone(),
+                    no_new_privs: self.no_new_privileges,
+                }
+            }),
         })
     }
 }
@@ -369,5 +385,30 @@ mod tests {
         );
         p.args.clear();
         assert!(p.exec_request(false).is_err());
+    }
+
+    #[test]
+    fn the_process_capabilities_and_no_new_privileges_are_sent() {
+        let p: Process = serde_json::from_str(
+            r#"{"args":["sh"],"noNewPrivileges":true,
+                "capabilities":{"bounding":["CAP_KILL"],"effective":[],"permitted":["CAP_KILL"]}}"#,
+        )
+        .expect("an OCI process");
+        let h = p
+            .exec_request(false)
+            .expect("request")
+            .hardening
+            .expect("sent");
+        assert!(h.no_new_privs);
+        let caps = h.capabilities.expect("caps");
+        assert_eq!(
+            (caps.bounding, caps.effective),
+            (vec!["CAP_KILL".to_owned()], vec![])
+        );
+        let plain = Process {
+            args: vec!["sh".into()],
+            ..Process::default()
+        };
+        assert_eq!(plain.exec_request(false).expect("request").hardening, None);
     }
 }

@@ -219,6 +219,7 @@ async fn answers(client: &Client, name: &str) -> anyhow::Result<()> {
     let body = serde_json::to_vec(&ExecRequest {
         user: None,
         root: None,
+        hardening: None,
         argv: vec!["hostname".into()],
         env: Vec::new(),
         cwd: None,

@@ -77,6 +77,7 @@ impl svc_control::doctor::Runner for InSandbox<'_> {
         let req = ExecRequest {
             user: None,
             root: None,
+            hardening: None,
             argv,
             env: Vec::new(),
             cwd: Some(svc_control::api::WORKSPACE_GUEST_DIR.into()),

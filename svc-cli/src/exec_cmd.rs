@@ -101,6 +101,7 @@ async fn attach(client: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
     let req = ExecRequest {
         user: None,
         root: None,
+        hardening: None,
         argv: a.command,
         env,
         cwd: a.workdir,

@@ -409,6 +409,9 @@ pub struct ExecRequest {
     /// root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
+    /// Capabilities kept and `no_new_privs` (an OCI process's; `policy::exec_caps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardening: Option<crate::policy::exec_caps::ExecHardening>,
 }
 
 /// The guest user an exec runs as (an OCI spec's `process.user`).

@@ -1,5 +1,6 @@
 //! Entering a root file system and a user for one command: chroot into the root, the working
-//! directory inside it, then the command's user (groups, gid, uid). One [`Entry`] serves both
+//! directory inside it, then the command's user (groups, gid, uid) and its hardening (the
+//! capability sets and `no_new_privs` a pod container's spec asks for, [`crate::caps`]). One [`Entry`] serves both
 //! guests: the agent's rooted and non-root execs (the microvm agent's and `svc-init`'s server,
 //! `agent::confine`), and `svc-init --enter` ([`Enter`]: the runtime-exec fallback, which
 //! `runc exec` starts as the guest's root, and which takes only a pod container's root under
@@ -17,6 +18,8 @@ use std::{
 
 use rustix::process::{Gid, Uid};
 
+use crate::caps::Hardening;
+
 /// Where svcd attaches the pod containers' root file systems in a container guest; a root
 /// given to a container guest's exec must be one of its entries (svcd checks, the guest
 /// checks again: [`container_root`]).
@@ -32,6 +35,7 @@ pub struct Entry {
     /// Chroot here, then change into `cwd` inside it.
     root: Option<(CString, CString)>,
     user: Option<(Uid, Gid, Vec<Gid>)>,
+    hardening: Hardening,
 }
 
 impl Entry {
@@ -50,12 +54,22 @@ impl Entry {
             }
         };
         let user = user.map(|(u, g, groups)| ids(u, g, groups)).transpose()?;
-        Ok(Self { root, user })
+        Ok(Self {
+            root,
+            user,
+            hardening: Hardening::default(),
+        })
+    }
+
+    /// The same entry, the command hardened with `hardening` too.
+    #[must_use]
+    pub fn hardened(self, hardening: Hardening) -> Self {
+        Self { hardening, ..self }
     }
 
     /// Whether there is anything to do (else the command runs as its parent does).
     pub fn is_empty(&self) -> bool {
-        self.root.is_none() && self.user.is_none()
+        self.root.is_none() && self.user.is_none() && self.hardening.is_empty()
     }
 
     /// Whether the working directory is set here (inside the root), not by the command.
@@ -75,9 +89,11 @@ impl Entry {
         !root.join(cwd.strip_prefix("/").unwrap_or(cwd)).is_dir()
     }
 
-    /// chroot into the root, chdir to `/` and then the working directory inside it, then take
-    /// the user (groups, gid, uid: the uid last, while the process may still change the
-    /// others). Only system calls, no allocation: safe between fork and exec. The ids are set
+    /// chroot into the root, chdir to `/` and then the working directory inside it, narrow the
+    /// bounding and ambient sets, then take the user (groups, gid, uid: the uid last, while the
+    /// process may still change the others), then the other capability sets and
+    /// `no_new_privs` ([`Hardening`]). Only system calls, no allocation: safe between fork and
+    /// exec. The ids are set
     /// with the per-thread calls: both callers are single-threaded here (a child between
     /// fork and exec; `svc-init --enter` before it starts anything), so they are the
     /// process's.
@@ -87,12 +103,13 @@ impl Entry {
             rustix::process::chdir(c"/")?;
             rustix::process::chdir(cwd.as_c_str())?;
         }
+        self.hardening.before_ids()?;
         if let Some((uid, gid, groups)) = &self.user {
             rustix::thread::set_thread_groups(groups)?;
             rustix::thread::set_thread_gid(*gid)?;
             rustix::thread::set_thread_uid(*uid)?;
         }
-        Ok(())
+        self.hardening.after_ids()
     }
 }
 
@@ -109,6 +126,12 @@ impl Enter {
         container_root(root).map_err(bad)?;
         let user = user.map(|(u, g, groups)| (*u, *g, groups.as_slice()));
         Entry::new(Some((root, cwd)), user).map(Self).map_err(bad)
+    }
+
+    /// The same entry, the command hardened with `hardening` too.
+    #[must_use]
+    pub fn hardened(self, hardening: Hardening) -> Self {
+        Self(self.0.hardened(hardening))
     }
 
     /// [`Entry::cwd_missing`].

@@ -6,9 +6,13 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+/// A command's capability sets and `no_new_privs`, as a pod container's spec asks them.
+pub mod caps;
 /// Entering a root and a user for one command (chroot, cwd, ids): the agent's execs and
 /// `svc-init --enter` share it.
 pub mod enter;
+/// Ending the processes rooted on a pod container's tree at its removal (both backends).
+pub mod procs;
 pub mod proto;
 pub mod services;
 

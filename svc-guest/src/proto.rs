@@ -295,6 +295,12 @@ pub struct Exec {
     /// bound with [`Request::BindTree`]. Its `PATH` lookup and `cwd` are inside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
+    /// Keep only these capability sets (the host checked them); none: the agent's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<crate::caps::Caps>,
+    /// Set `no_new_privs` before the command runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_new_privs: bool,
     /// Prepare the command but start it only on the host's [`Kind::Go`] (discard it on
     /// [`Kind::Cancel`] or when the host goes away first). Asked only of an agent that said
     /// [`HELD_EXEC`].

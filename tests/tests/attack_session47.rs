@@ -13,8 +13,9 @@
 //!   silently. Fixed: refused at `CreateContainer`, naming it (`policy::pod::container_root`).
 //! - FOUND: a daemon a pod container left behind (`setsid`, from its process and from an
 //!   `ExecSync`) ran on in the pod's sandbox after `RemoveContainer`, on a tree taken away and
-//!   out of kubelet's sight. Fixed (container backend): svcd's detach of the container's root
-//!   kills every process of the guest rooted on its tree first.
+//!   out of kubelet's sight. Fixed on both backends: svcd's detach of the container's root
+//!   (the container backend), the agent's unbinding of its tree (the microvm backend), kills
+//!   every process of the guest rooted on its tree first (`svc_guest::procs`).
 //! - A process spec with a NUL in an argument or an environment variable, a 1 MiB variable, a
 //!   working directory through `/proc/1/root`: refused or harmless; svcd and the pod live on.
 //! - Containers created and started while their pod is stopped: nothing of the pod is left.
@@ -28,18 +29,17 @@ use svc_tests::{
         run_container, run_fenced_pod, run_pod, shim_sandboxes, start,
     },
     require_root,
-    world::{EXAMPLE_TOKEN, World},
+    world::{EXAMPLE_TOKEN, World, microvm_images},
 };
 
 /// containerd with CRI on and a fenced pod (allowed.example.test, its stored credential);
 /// `privileged`: the pod asks the node's PID and IPC namespaces, a sysctl and privileges too.
 fn fenced_pod(w: &World, privileged: bool) -> (Containerd, Cri, Pod) {
+    if !privileged {
+        return fenced_pod_with(w, &[]);
+    }
     w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
     let (c, cri) = start(w);
-    if !privileged {
-        let pod = run_fenced_pod(w, &c, &cri, "hostile", &[]);
-        return (c, cri, pod);
-    }
     let secret = format!("SVC_CRED_ALLOWED_EXAMPLE_TEST_TOKEN={STORED}");
     let mut config = pod_config(
         "hostile",
@@ -68,6 +68,14 @@ fn fenced_pod(w: &World, privileged: bool) -> (Containerd, Cri, Pod) {
         sandbox: names[0].clone(),
         show,
     };
+    (c, cri, pod)
+}
+
+/// containerd with CRI on and a fenced pod with `annotations` too (the backend it asks for).
+fn fenced_pod_with(w: &World, annotations: &[(&str, &str)]) -> (Containerd, Cri, Pod) {
+    w.store_secret(STORED, EXAMPLE_TOKEN, ALLOWED);
+    let (c, cri) = start(w);
+    let pod = run_fenced_pod(w, &c, &cri, "hostile", annotations);
     (c, cri, pod)
 }
 
@@ -259,8 +267,27 @@ fn running(w: &World, sandbox: &str, needle: &str) -> Vec<String> {
 #[test]
 fn a_daemon_a_pod_container_leaves_behind_ends_with_its_removal() {
     require_root();
+    daemons_end_with_their_container(&[]);
+}
+
+#[test]
+fn a_daemon_a_microvm_pod_container_leaves_behind_ends_with_its_removal() {
+    require_root();
+    microvm_images();
+    daemons_end_with_their_container(&[(pod::BACKEND, "microvm")]);
+}
+
+/// A container of a pod with `annotations` (its backend) whose process and exec each leave a
+/// daemon in a session of its own: both end with `RemoveContainer`; another container of the
+/// pod (its tree on the same share in a VM) and a process of the host live on, the pod goes on.
+fn daemons_end_with_their_container(annotations: &[(&str, &str)]) {
     let w = World::start();
-    let (c, cri, pod) = fenced_pod(&w, false);
+    let (c, cri, pod) = fenced_pod_with(&w, annotations);
+    let mut host = std::process::Command::new("sleep")
+        .arg("4244")
+        .spawn()
+        .expect("a host process");
+    let stayer = run_container(&cri, &pod.id, &pod.config, "stayer", &["sleep", "4243"]);
     // Its process and an exec each start a daemon in a session of its own.
     let id = run_container(
         &cri,
@@ -300,8 +327,25 @@ fn a_daemon_a_pod_container_leaves_behind_ends_with_its_removal() {
     };
     assert!(
         left.is_empty(),
-        "the removed container's daemons run on in the pod's sandbox: {left:?}"
+        "the removed container's daemons run on in the pod's sandbox: {left:?}\n{}",
+        w.svcd_log()
     );
+    assert_eq!(
+        running(&w, &pod.sandbox, "sleep 4243").len(),
+        1,
+        "another container's process ended with the removal\n{}",
+        w.svcd_log()
+    );
+    assert_eq!(exec(&cri, &stayer, &["true"]).0, 0, "the other container");
+    let host_alive = host.try_wait().expect("the host process").is_none();
+    let _ = host.kill();
+    let _ = host.wait();
+    assert!(host_alive, "a host process ended with the removal");
+    remove_container(&cri, &stayer);
+    // The pod goes on: its guest and a new container of it.
+    let id = run_container(&cri, &pod.id, &pod.config, "after", &["sleep", "1000"]);
+    assert_eq!(exec(&cri, &id, &["true"]).0, 0);
+    remove_container(&cri, &id);
     remove_pod(&w, &c, &cri, &pod);
 }
 

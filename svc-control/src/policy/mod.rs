@@ -16,6 +16,8 @@ pub mod ctr_root;
 mod decision;
 pub mod destination;
 pub mod dns;
+/// What an exec keeps of its capabilities, and its `no_new_privs`.
+pub mod exec_caps;
 /// Which guest user an exec may run as.
 pub mod exec_user;
 /// `svc egress explain`: one request as a person writes it, decided as the proxy decides it.

@@ -189,6 +189,8 @@ pub struct GuestCommand {
     /// attached with [`Backend::attach_root`] (`/.svc/ctr/<id>`, checked by svcd to be
     /// attached); `cwd` is then a path inside it. None: the guest's own root.
     pub root: Option<String>,
+    /// The capability sets it keeps and its `no_new_privs` (granted by `policy::exec_caps`).
+    pub hardening: svc_guest::caps::Hardening,
 }
 
 /// How a running command is controlled: each backend's own (a host process for the

@@ -31,7 +31,11 @@ impl Confinement {
             .user
             .as_ref()
             .map(|u| (u.uid, u.gid, u.groups.as_slice()));
-        Entry::new(root, user).map(Self)
+        let hardening = crate::caps::Hardening {
+            caps: exec.caps,
+            no_new_privs: exec.no_new_privs,
+        };
+        Entry::new(root, user).map(|e| Self(e.hardened(hardening)))
     }
 
     /// Whether the working directory is set here (inside the root), not by the command.
@@ -47,7 +51,7 @@ impl Confinement {
         }
         #[expect(unsafe_code, reason = "pre_exec: the command's root and ids")]
         // SAFETY: between fork and exec the closure makes only system calls (chroot, chdir,
-        // setgroups, setgid, setuid) on data prepared before the fork; it allocates nothing and
+        // prctl, setgroups, setgid, setuid, capget, capset) on data prepared before the fork; it allocates nothing and
         // takes no locks.
         unsafe {
             cmd.pre_exec(move || self.0.enter());

@@ -64,7 +64,9 @@ pub fn bind(
 }
 
 /// Unmount what is mounted at `path` (and every mount under it): its parent walked as
-/// [`bind`] walks, the last component not followed. Then the guest kernel's own mount of the
+/// [`bind`] walks, the last component not followed; every process of the guest whose root is
+/// on the tree's mount (or one below it) is killed first ([`crate::procs`]), so no daemon a
+/// removed pod container left runs on. Then the guest kernel's own mount of the
 /// tree in the share (`trees`/`tree`: the submount virtio-fs makes for a host mount point), so
 /// nothing of it is cached when the host attaches another tree under that name.
 pub fn unbind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
@@ -74,9 +76,16 @@ pub fn unbind(trees: &Path, tree: &str, path: &str) -> Result<(), String> {
         return Err("/ is not a tree's path".into());
     };
     let parent = walk(parents, false).map_err(|e| format!("{path}: {e}"))?;
-    let at = Path::new("/proc/self/fd")
-        .join(rustix::fd::AsRawFd::as_raw_fd(&parent).to_string())
-        .join(last);
+    let parent_at =
+        Path::new("/proc/self/fd").join(rustix::fd::AsRawFd::as_raw_fd(&parent).to_string());
+    let at = parent_at.join(last);
+    let spared = crate::procs::Spared::caller()?;
+    let mountinfo = Path::new("/proc/self/mountinfo");
+    if let Some(rooted) = crate::procs::Rooted::at(&at, &parent_at, mountinfo, None, &spared)? {
+        rooted
+            .end_all(&spared)
+            .map_err(|e| format!("ending the processes on {path}: {e}"))?;
+    }
     rustix::mount::unmount(&at, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW)
         .map_err(|e| format!("unmounting {path}: {e}"))?;
     // EINVAL: the kernel made no submount there (or it is gone already).

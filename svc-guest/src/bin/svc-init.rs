@@ -50,23 +50,34 @@ fn main() -> ExitCode {
     }
 }
 
-/// `svc-init --enter ROOT CWD USER -- COMMAND…`: the runtime-exec fallback of a rooted exec
-/// (a guest with no channel to its init, or an older svcd's): started by `runc exec` as the
-/// guest's root, chroot into ROOT (a pod container's root file system under `/.svc/ctr`),
-/// enter CWD inside it, take USER (`UID:GID[:G1,G2…]`, or `-` for root) and exec COMMAND
-/// (looked up on `PATH` inside the root). A command that cannot start is said in runc's words
-/// with the shell's codes, as the server says it.
+/// `svc-init --enter ROOT CWD USER [HARDENING] -- COMMAND…`: the runtime-exec fallback of a
+/// rooted exec (a guest with no channel to its init, or an older svcd's): started by
+/// `runc exec` as the guest's root, chroot into ROOT (a pod container's root file system under
+/// `/.svc/ctr`), enter CWD inside it, take USER (`UID:GID[:G1,G2…]`, or `-` for root) and
+/// HARDENING (`svc_guest::caps::Hardening::to_arg`: capability sets, `no_new_privs`) and exec
+/// COMMAND (looked up on `PATH` inside the root). A command that cannot start is said in
+/// runc's words with the shell's codes, as the server says it.
 fn enter(args: Vec<String>) -> ExitCode {
-    let (Some(root), Some(cwd), Some(user), Some("--")) = (
-        args.first(),
-        args.get(1),
-        args.get(2),
-        args.get(3).map(String::as_str),
-    ) else {
-        eprintln!("svc-init --enter: usage: svc-init --enter ROOT CWD USER -- COMMAND…");
+    let usage = "svc-init --enter: usage: svc-init --enter ROOT CWD USER [HARDENING] -- COMMAND…";
+    let (Some(root), Some(cwd), Some(user)) = (args.first(), args.get(1), args.get(2)) else {
+        eprintln!("{usage}");
         return ExitCode::from(125);
     };
-    let command = &args[4..];
+    let (hardening, command) = match (args.get(3).map(String::as_str), args.get(4)) {
+        (Some("--"), _) => ("-", &args[4..]),
+        (Some(h), Some(dashes)) if dashes == "--" => (h, &args[5..]),
+        _ => {
+            eprintln!("{usage}");
+            return ExitCode::from(125);
+        }
+    };
+    let hardening = match svc_guest::caps::Hardening::from_arg(hardening) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("svc-init --enter: {e}");
+            return ExitCode::from(125);
+        }
+    };
     let Some(program) = command.first() else {
         eprintln!("svc-init --enter: no command");
         return ExitCode::from(125);
@@ -79,7 +90,7 @@ fn enter(args: Vec<String>) -> ExitCode {
         }
     };
     let entry = match svc_guest::enter::Enter::new(root, cwd, user.as_ref()) {
-        Ok(e) => e,
+        Ok(e) => e.hardened(hardening),
         Err(e) => {
             eprintln!("svc-init --enter: {e}");
             return ExitCode::from(125);

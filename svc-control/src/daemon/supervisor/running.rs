@@ -170,17 +170,10 @@ impl Supervisor {
                 t.rows, t.cols
             )));
         }
-        let (whose, guest, mut env, paused, backend, root) = {
+        let (whose, guest, mut env, paused, backend, (root, hardening)) = {
             let live = self.live();
             let l = live.get(name).ok_or_else(|| Failure::not_found(name))?;
-            if let Some(user) = &req.user {
-                use crate::policy::exec_user::{ExecUserError, check};
-                let count = crate::runtime::ids::ID_COUNT;
-                check(user, &l.envelope.backend, count).map_err(|e| match e {
-                    ExecUserError::Bad(m) => Failure::bad(m),
-                    ExecUserError::Unsupported(m) => Failure::unsupported(m),
-                })?;
-            }
+            let hardening = exec_grants(req, &l.envelope.backend)?;
             let backend = self.backends.get(&l.envelope.backend);
             let root = req
                 .root
@@ -193,7 +186,7 @@ impl Supervisor {
                 l.env.clone(),
                 l.paused,
                 backend,
-                root,
+                (root, hardening),
             )
         };
         if paused {
@@ -228,6 +221,7 @@ impl Supervisor {
                     tty: req.tty.map(|t| (t.rows, t.cols)),
                     user: req.user.clone().filter(|u| !u.is_root()),
                     root,
+                    hardening,
                 },
             )
             .await
@@ -452,4 +446,38 @@ impl Supervisor {
         }
         (clones, None)
     }
+}
+
+/// What `req` may run as in a sandbox of `backend`: its user checked (`policy::exec_user`),
+/// the hardening it is granted (`policy::exec_caps`: within what the backend's own processes
+/// hold); a refusal named.
+fn exec_grants(
+    req: &api::ExecRequest,
+    backend: &str,
+) -> Result<svc_guest::caps::Hardening, Failure> {
+    use crate::policy::{
+        exec_caps::{ExecHardeningError, grant},
+        exec_user::{ExecUserError, check},
+    };
+    if let Some(user) = &req.user {
+        check(user, backend, crate::runtime::ids::ID_COUNT).map_err(|e| match e {
+            ExecUserError::Bad(m) => Failure::bad(m),
+            ExecUserError::Unsupported(m) => Failure::unsupported(m),
+        })?;
+    }
+    let Some(asked) = &req.hardening else {
+        return Ok(svc_guest::caps::Hardening::default());
+    };
+    // The container backend's processes hold its configuration's capabilities; the microvm
+    // guest's root holds them all (its VM is the fence).
+    let own = if backend == "container" {
+        svc_guest::caps::Caps::mask(&crate::runtime::container::oci::CAPABILITIES)
+            .map_err(Failure::internal)?
+    } else {
+        u64::MAX
+    };
+    grant(asked, backend, own).map_err(|e| match e {
+        ExecHardeningError::Bad(m) => Failure::bad(m),
+        ExecHardeningError::Unsupported(m) => Failure::unsupported(m),
+    })
 }

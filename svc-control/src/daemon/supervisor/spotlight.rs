@@ -159,6 +159,7 @@ impl Supervisor {
         let req = api::ExecRequest {
             user: None,
             root: None,
+            hardening: None,
             argv: vec![
                 svc_guest::services::BINARY.into(),
                 "--connect".into(),

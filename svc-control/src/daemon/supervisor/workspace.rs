@@ -463,6 +463,7 @@ fn hook_request(phase: Phase, command: &str, timeout_ms: u64) -> api::ExecReques
     api::ExecRequest {
         user: None,
         root: None,
+        hardening: None,
         argv: crate::workspace::under_guest_timeout(
             timeout_ms,
             ["/bin/sh".into(), "-c".into(), command.to_owned()],

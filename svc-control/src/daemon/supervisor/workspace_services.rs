@@ -109,6 +109,7 @@ impl Supervisor {
         let req = api::ExecRequest {
             user: None,
             root: None,
+            hardening: None,
             argv: vec![
                 BINARY.into(),
                 "--spec".into(),

@@ -42,10 +42,11 @@ impl Container {
         }
         // The init starts commands as the guest's root: another user goes through the
         // runtime's exec, which sets it — but for a command in a pod container's root file
-        // system, which the init enters and takes the user in itself.
-        let init = match (&cmd.user, &cmd.root) {
-            (None, _) | (_, Some(_)) => self.init_of(guest).await,
-            (Some(_), None) => None,
+        // system, or one asking for its capability sets, which the init enters and takes the
+        // user (and the sets) in itself.
+        let init = match (&cmd.user, &cmd.root, &cmd.hardening.caps) {
+            (None, _, _) | (_, Some(_), _) | (_, _, Some(_)) => self.init_of(guest).await,
+            (Some(_), None, None) => None,
         };
         match init {
             Some(init) => {
@@ -211,6 +212,7 @@ fn entering(guest: &GuestHandle, cmd: &GuestCommand) -> GuestCommand {
         cmd.root.clone().unwrap_or_default(),
         cmd.cwd.clone().unwrap_or_else(|| "/".into()),
         user,
+        cmd.hardening.to_arg(),
         "--".to_owned(),
     ];
     argv.extend(cmd.argv.iter().cloned());
@@ -219,6 +221,7 @@ fn entering(guest: &GuestHandle, cmd: &GuestCommand) -> GuestCommand {
         cwd: None,
         user: None,
         root: None,
+        hardening: Default::default(),
         ..cmd.clone()
     }
 }
@@ -281,11 +284,13 @@ fn request(cmd: &GuestCommand) -> svc_guest::proto::Exec {
         stdin: cmd.stdin,
         tty: cmd.tty,
         root: cmd.root.clone(),
-        // Only a rooted command takes its user from the init.
-        user: cmd
-            .root
-            .as_ref()
-            .and(cmd.user.as_ref())
+        caps: cmd.hardening.caps,
+        no_new_privs: cmd.hardening.no_new_privs,
+        // Only a rooted command, or one keeping only some capabilities, takes its user from
+        // the init.
+        user: (cmd.root.is_some() || cmd.hardening.caps.is_some())
+            .then_some(cmd.user.as_ref())
+            .flatten()
             .map(|u| svc_guest::proto::User {
                 uid: u.uid,
                 gid: u.gid,

@@ -206,6 +206,8 @@ pub(super) fn request(cmd: &GuestCommand, root: Option<&str>) -> Exec {
             groups: u.additional_gids.clone(),
         }),
         root: root.map(str::to_owned),
+        caps: cmd.hardening.caps,
+        no_new_privs: cmd.hardening.no_new_privs,
         // `Channel::start` asks it of an agent that holds commands.
         held: false,
     }
