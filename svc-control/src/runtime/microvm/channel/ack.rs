@@ -126,23 +126,7 @@ mod tests {
     /// The real agent over a socket pair: it answers the probe, after the frames before it.
     #[tokio::test]
     async fn the_agent_answers_at_once_and_a_silent_one_is_late() {
-        let (host, agent) = tokio::net::UnixStream::pair().expect("pair");
-        let (ar, aw) = agent.into_split();
-        let served = tokio::spawn(svc_guest::agent::serve(
-            ar,
-            aw,
-            Arc::new(NoSystem),
-            Arc::default(),
-        ));
-        let (r, w) = host.into_split();
-        let (channel, mut hellos) = Channel::over(r, w);
-        channel
-            .greet(
-                &mut hellos,
-                std::time::Instant::now() + Duration::from_secs(5),
-            )
-            .await
-            .expect("greeted");
+        let (channel, served) = greeted_agent().await;
         assert_eq!(channel.acked(Duration::from_secs(5)).await, Ok(()));
         served.abort();
         let _ = served.await;
@@ -163,18 +147,7 @@ mod tests {
     /// finds once it reads its queue.
     #[tokio::test]
     async fn a_late_start_is_cancelled_and_never_told_to_go() {
-        let (host, agent) = tokio::net::UnixStream::pair().expect("pair");
-        let (ar, aw) = agent.into_split();
-        let served = tokio::spawn(svc_guest::agent::serve(
-            ar,
-            aw,
-            Arc::new(NoSystem),
-            Arc::default(),
-        ));
-        let (r, w) = host.into_split();
-        let (channel, mut hellos) = Channel::over(r, w);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        channel.greet(&mut hellos, deadline).await.expect("greeted");
+        let (channel, served) = greeted_agent().await;
         assert!(channel.holds_exec(), "the agent said it holds commands");
         let exec = |argv: &[&str]| Exec {
             argv: argv.iter().map(|a| (*a).to_owned()).collect(),
@@ -220,6 +193,26 @@ mod tests {
             .expect("the command's open");
         assert!(frames.contains(&(open, Kind::Cancel)), "{frames:?}");
         assert!(!frames.iter().any(|(_, k)| *k == Kind::Go), "{frames:?}");
+    }
+
+    /// A channel to the real agent served over a socket pair, greeted; the agent's task.
+    async fn greeted_agent() -> (
+        Arc<Channel>,
+        tokio::task::JoinHandle<Result<(), svc_guest::proto::ProtoError>>,
+    ) {
+        let (host, agent) = tokio::net::UnixStream::pair().expect("pair");
+        let (ar, aw) = agent.into_split();
+        let served = tokio::spawn(svc_guest::agent::serve(
+            ar,
+            aw,
+            Arc::new(NoSystem),
+            Arc::default(),
+        ));
+        let (r, w) = host.into_split();
+        let (channel, mut hellos) = Channel::over(r, w);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        channel.greet(&mut hellos, deadline).await.expect("greeted");
+        (channel, served)
     }
 
     struct NoSystem;
