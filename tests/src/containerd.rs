@@ -233,7 +233,31 @@ impl Containerd {
                     .push(line);
             }
         });
-        Events { child, lines }
+        let events = Events { child, lines };
+        // Subscribed only once an event comes through: a namespace label's update, made until
+        // one is seen (an event sent before that would be missed).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in 0.. {
+            self.ctr_ok(&[
+                "namespaces",
+                "label",
+                self.namespace,
+                &format!("svc-test-events={n}"),
+            ]);
+            std::thread::sleep(Duration::from_millis(100));
+            if events
+                .seen()
+                .iter()
+                .any(|l| l.contains("/namespaces/update"))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`ctr events` showed no namespace update within 20 s"
+            );
+        }
+        events
     }
 }
 
@@ -244,16 +268,20 @@ pub struct Events {
 }
 
 impl Events {
+    /// The lines so far.
+    fn seen(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Wait (at most 30 s) for an event of `topic` naming `container`; its line.
     pub fn wait_for(&self, topic: &str, container: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         let id = format!("\"container_id\":\"{container}\"");
         loop {
-            let seen = self
-                .lines
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
+            let seen = self.seen();
             if let Some(l) = seen
                 .iter()
                 .find(|l| l.split_whitespace().any(|w| w == topic) && l.contains(&id))
