@@ -59,6 +59,9 @@ impl Supervisor {
                 self.adopted(&row, outcome).await;
             })
             .await;
+        // The whole table again, with every adopted link: tearing down an interrupted sandbox
+        // above wrote it whole before any adoption was in (and marked it written).
+        *self.nft_lock.lock().await = false;
         self.sync_nft(None).await
     }
 
