@@ -80,8 +80,15 @@ impl Proc {
         started: impl FnOnce(),
         exited: impl FnOnce(u32, SystemTime) + Send + 'static,
     ) -> Result<(), String> {
-        if self.status() != Status::Created {
-            return Err("the process was started already".into());
+        match self.status() {
+            Status::Created => {}
+            Status::Running => return Err("the process was started already".into()),
+            Status::Stopped(code, _) => {
+                return Err(format!(
+                    "the process was ended before it started (exit code {code}): it was \
+                     killed, or its task's processes were when the task stopped"
+                ));
+            }
         }
         let Some(request) = &self.request else {
             *self.lock() = (Status::Running, None);
@@ -299,6 +306,11 @@ mod tests {
         );
         p.kill(64).expect("SIGRTMAX");
         assert_eq!(p.wait().0, 192);
+        let svcd = Svcd::new(std::path::Path::new("/nonexistent/svcd.sock"));
+        let e = Arc::new(p)
+            .start(&svcd, "pod", || {}, |_, _| {})
+            .expect_err("killed before it started");
+        assert!(e.contains("ended before it started (exit code 192)"), "{e}");
     }
 
     #[test]

@@ -111,18 +111,21 @@ pub fn status(cri: &Cri, id: &str) -> api::ContainerStatus {
 
 /// `ExecSync` of `cmd` in container `id`: (exit code, stdout, stderr).
 pub fn exec(cri: &Cri, id: &str, cmd: &[&str]) -> (i32, String, String) {
-    let r = cri
-        .call(cri.runtime().exec_sync(api::ExecSyncRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
-            timeout: 60,
-        }))
-        .unwrap_or_else(|e| panic!("ExecSync {cmd:?}: {e:?}"));
-    (
+    try_exec(cri, id, cmd).unwrap_or_else(|e| panic!("ExecSync {cmd:?}: {e:?}"))
+}
+
+/// `ExecSync` of `cmd` in container `id`: (exit code, stdout, stderr), or the CRI's refusal.
+pub fn try_exec(cri: &Cri, id: &str, cmd: &[&str]) -> Result<(i32, String, String), tonic::Status> {
+    let r = cri.call(cri.runtime().exec_sync(api::ExecSyncRequest {
+        container_id: id.into(),
+        cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
+        timeout: 60,
+    }))?;
+    Ok((
         r.exit_code,
         String::from_utf8_lossy(&r.stdout).into_owned(),
         String::from_utf8_lossy(&r.stderr).into_owned(),
-    )
+    ))
 }
 
 /// Wait until container `id` has exited: its status.

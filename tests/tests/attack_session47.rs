@@ -392,9 +392,27 @@ fn a_process_spec_with_bytes_no_process_takes_harms_neither_svcd_nor_the_pod() {
     for (what, config) in cases {
         let outcome = create_start(&cri, &pod, config);
         eprintln!("{what}: {outcome:?}");
-        if let Ok(id) = &outcome {
-            let (_, root, _) = exec(&cri, id, &["sh", "-c", "cd /proc/1/root 2>&1 && ls"]);
-            eprintln!("{what}: /proc/1/root seen as: {root}");
+        if what.starts_with("nul-") {
+            // A string cut at its NUL would run something else: refused, naming it.
+            let refusal = outcome.expect_err("a NUL no process takes is refused");
+            assert!(
+                refusal.message().contains("NUL byte")
+                    || refusal.message().contains("environment variable name"),
+                "{what}: {refusal:?}"
+            );
+        } else if let Ok(id) = &outcome {
+            // Its command may have ended already (then containerd stops its execs).
+            match pods::try_exec(&cri, id, &["sh", "-c", "cd /proc/1/root 2>&1 && ls"]) {
+                Ok((_, root, _)) => eprintln!("{what}: /proc/1/root seen as: {root}"),
+                Err(e) => {
+                    let state = pods::status(&cri, id).state;
+                    assert_eq!(
+                        state,
+                        i32::from(api::ContainerState::ContainerExited),
+                        "{what}: an exec failed in a running container: {e:?}"
+                    );
+                }
+            }
             remove_container(&cri, id);
         }
         w.svc_ok(&["sandbox", "list"]);

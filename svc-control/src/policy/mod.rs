@@ -16,6 +16,8 @@ pub mod ctr_root;
 mod decision;
 pub mod destination;
 pub mod dns;
+/// Which commands an exec can be given at all (no NUL in what goes to `execve`).
+pub mod exec_args;
 /// What an exec keeps of its capabilities, and its `no_new_privs`.
 pub mod exec_caps;
 /// Which guest user an exec may run as.

@@ -194,15 +194,8 @@ impl Supervisor {
                 "sandbox {name:?} is paused: `svc sandbox resume {name}` first"
             )));
         }
-        if req.argv.is_empty() {
-            return Err(Failure::bad(
-                "exec needs a command: svc sandbox exec NAME -- CMD…",
-            ));
-        }
-        for (k, _) in &req.env {
-            if k.is_empty() || k.contains(['=', '\0']) {
-                return Err(Failure::bad(format!("bad environment variable name {k:?}")));
-            }
+        if let Some(why) = crate::policy::exec_args::unrunnable(req) {
+            return Err(Failure::bad(why));
         }
         env.extend(req.env.iter().cloned());
         let slot = self
