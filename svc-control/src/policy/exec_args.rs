@@ -71,7 +71,7 @@ mod tests {
             ),
             (
                 "NUL in an argument",
-                req(&["sleep", "10\000"], &[], None),
+                req(&["sleep", "10\u{0}00"], &[], None),
                 Some("argument 1 of the command (\"10\\000\") holds a NUL byte"),
             ),
             (
