@@ -4,8 +4,9 @@
 //! container has a placeholder instead: nothing runs; it stands for the sandbox until killed.
 
 use std::{
-    fs::OpenOptions,
+    fs::{File, OpenOptions},
     io::{Read as _, Write as _},
+    os::unix::fs::OpenOptionsExt as _,
     sync::{Condvar, Mutex},
     time::SystemTime,
 };
@@ -96,6 +97,9 @@ impl Proc {
             started();
             return Ok(());
         };
+        // Opened now, while containerd (or a detached `ctr run -d`, until it exits) holds
+        // their reading ends: see `open_fifo`.
+        let outputs = (open_fifo(&self.stdio.stdout), open_fifo(&self.stdio.stderr));
         let exec = svcd.exec(name, request).map_err(|e| e.to_string())?;
         let sender = exec.sender().map_err(|e| e.to_string())?;
         *self.lock() = (Status::Running, Some(sender.clone()));
@@ -107,7 +111,7 @@ impl Proc {
         }
         let me = std::sync::Arc::clone(self);
         std::thread::spawn(move || {
-            let code = me.copy_output(exec);
+            let code = me.copy_output(exec, outputs);
             me.stopped(code);
         });
         Ok(())
@@ -172,14 +176,10 @@ impl Proc {
         }
     }
 
-    /// Copy svcd's frames to the FIFOs until the exit code: that code.
-    fn copy_output(&self, mut exec: Exec) -> u32 {
-        let open = |p: &str| {
-            (!p.is_empty())
-                .then(|| OpenOptions::new().write(true).open(p).ok())
-                .flatten()
-        };
-        let (mut out, mut err) = (open(&self.stdio.stdout), open(&self.stdio.stderr));
+    /// Copy svcd's frames to the FIFOs (`outputs`: stdout's, stderr's) until the exit code:
+    /// that code.
+    fn copy_output(&self, mut exec: Exec, outputs: (Option<File>, Option<File>)) -> u32 {
+        let (mut out, mut err) = outputs;
         let b64 = base64::engine::general_purpose::STANDARD;
         loop {
             let frame = match exec.next_frame() {
@@ -233,6 +233,30 @@ fn write(to: &mut Option<std::fs::File>, bytes: &[u8]) {
         // The reader went away: later output is dropped, the process goes on.
         *to = None;
     }
+}
+
+/// containerd's FIFO at `path`, opened for writing without waiting for a reader: a process
+/// is started while its reader (containerd, or `ctr run -d` until it exits) holds the FIFO
+/// open, and an open that waited for a reader once that one has gone would wait forever —
+/// and with it the process's exit, which comes after its output. Writes then block as a pipe's
+/// do; once the reader has gone they fail and later output is dropped ([`write`]). None: no
+/// FIFO, or no reader now (said in the log; that output is dropped).
+fn open_fifo(path: &str) -> Option<File> {
+    if path.is_empty() {
+        return None;
+    }
+    let opened = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|f| {
+            let flags = rustix::fs::fcntl_getfl(&f)? - rustix::fs::OFlags::NONBLOCK;
+            rustix::fs::fcntl_setfl(&f, flags)?;
+            Ok(f)
+        });
+    opened
+        .inspect_err(|e| log::warn!("{path}: {e}: the process's output there is dropped"))
+        .ok()
 }
 
 /// Say on its standard error why the process could not run: [`CANNOT_RUN`].
@@ -290,6 +314,61 @@ mod tests {
         assert_eq!(p.wait().0, 137);
         let told: Vec<String> = rx.try_iter().collect();
         assert_eq!(told, ["started", "exited 137"], "in order, each once");
+    }
+
+    /// A FIFO made in a fresh directory (the directory, kept alive with it).
+    fn fifo() -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("stdout");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("mkfifo");
+        (dir, path.to_str().expect("utf-8").to_owned())
+    }
+
+    #[test]
+    fn a_fifo_whose_reader_has_gone_is_not_waited_for() {
+        assert!(open_fifo("").is_none(), "no FIFO");
+        let (_dir, path) = fifo();
+        // No reader (a detached `ctr run -d` that has exited): not opened, and at once.
+        let (tx, rx) = mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || tx.send(open_fifo(&p).is_none()).expect("send"));
+        let none = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the open waited for a reader");
+        assert!(none, "a FIFO with no reader is not written");
+    }
+
+    #[test]
+    fn a_fifo_with_a_reader_is_written_blocking_until_the_reader_goes() {
+        let (_dir, path) = fifo();
+        let reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .expect("reader");
+        let mut out = open_fifo(&path);
+        let flags = rustix::fs::fcntl_getfl(out.as_ref().expect("opened")).expect("flags");
+        assert!(
+            !flags.contains(rustix::fs::OFlags::NONBLOCK),
+            "writes block as a pipe's do"
+        );
+        write(&mut out, b"hello");
+        let mut got = String::new();
+        (&reader).read_to_string(&mut got).ok();
+        assert_eq!(got, "hello");
+        drop(reader);
+        write(&mut out, b"nobody reads this");
+        assert!(
+            out.is_none(),
+            "once the reader has gone, later output is dropped"
+        );
     }
 
     #[test]

@@ -134,22 +134,32 @@ impl Containerd {
 
     /// `curl URL` (at most 5 s) in task `task` through `ctr task exec`: its exit code.
     pub fn curl(&self, task: &str, url: &str) -> Option<i32> {
-        self.ctr(&[
-            "task",
-            "exec",
-            "--exec-id",
-            &format!("curl{}", url.len()),
+        self.ctr(&curl_exec(
             task,
-            "curl",
-            "-sS",
-            "-o",
-            "/dev/null",
-            "--max-time",
+            &format!("curl{}", url.len()),
             "5",
+            &[],
             url,
-        ])
+        ))
         .status
         .code()
+    }
+
+    /// `curl -H HEADER URL` (at most 20 s) in task `task` as exec `exec_id`, asserting it
+    /// succeeded.
+    pub fn curl_ok_with_header(&self, task: &str, exec_id: &str, header: &str, url: &str) {
+        self.ctr_ok(&curl_exec(task, exec_id, "20", &["-H", header], url));
+    }
+
+    /// `ctr run -d` of task `name` from the base image on the shim's runtime, with each of
+    /// `annotations` (`KEY=VALUE`), running `command`: as it went.
+    pub fn run_detached(&self, name: &str, annotations: &[&str], command: &[&str]) -> Output {
+        self.ctr(&run_detached_args(name, annotations, command))
+    }
+
+    /// [`Containerd::run_detached`], asserting success.
+    pub fn run_detached_ok(&self, name: &str, annotations: &[&str], command: &[&str]) {
+        self.ctr_ok(&run_detached_args(name, annotations, command));
     }
 
     /// `ctr --address SOCKET --namespace NAMESPACE ARGS`, as it went (at most two minutes).
@@ -342,6 +352,48 @@ impl Drop for Containerd {
             .arg(self.dir.join("root"))
             .output();
     }
+}
+
+/// `ctr`'s arguments for [`Containerd::run_detached`].
+fn run_detached_args<'a>(
+    name: &'a str,
+    annotations: &[&'a str],
+    command: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["run", "-d", "--runtime", RUNTIME];
+    for a in annotations {
+        args.extend(["--annotation", a]);
+    }
+    args.extend([IMAGE, name]);
+    args.extend(command);
+    args
+}
+
+/// `ctr`'s arguments for a quiet `curl` of `url` in task `task` as exec `exec_id`, at most
+/// `max_time` seconds, with `extra` curl arguments.
+fn curl_exec<'a>(
+    task: &'a str,
+    exec_id: &'a str,
+    max_time: &'a str,
+    extra: &[&'a str],
+    url: &'a str,
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "task",
+        "exec",
+        "--exec-id",
+        exec_id,
+        task,
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "--max-time",
+        max_time,
+    ];
+    args.extend(extra);
+    args.push(url);
+    args
 }
 
 /// `PATH` with the workspace's `containerd-shim-svc-v1` first, as containerd and `svc doctor`

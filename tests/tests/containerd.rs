@@ -52,20 +52,11 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
 
     // A detached task with its pod's policy: the perimeter holds.
     let secret = format!("svc.dev/secrets={VAR}={STORED}");
-    c.ctr_ok(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        "--annotation",
-        "svc.dev/allow-hosts=allowed.example.test",
-        "--annotation",
-        &secret,
-        IMAGE,
+    c.run_detached_ok(
         "fenced",
-        "sleep",
-        "1000",
-    ]);
+        &["svc.dev/allow-hosts=allowed.example.test", &secret],
+        &["sleep", "1000"],
+    );
     let sandbox = "ctr-fenced";
     let s = w.show(sandbox);
     let allowed = s["allowed_hosts"].as_array().expect("allowed_hosts");
@@ -109,22 +100,12 @@ fn assert_swapped_on_the_wire(w: &World, c: &Containerd, task: &str) {
         "the task sees {seen:?}, not a placeholder"
     );
     let header = format!("Authorization: Bearer {seen}");
-    c.ctr_ok(&[
-        "task",
-        "exec",
-        "--exec-id",
-        "secret",
+    c.curl_ok_with_header(
         task,
-        "curl",
-        "-sS",
-        "-o",
-        "/dev/null",
-        "--max-time",
-        "20",
-        "-H",
+        "secret",
         &header,
         "https://allowed.example.test/ctr-secret",
-    ]);
+    );
     assert_eq!(
         w.received_auth("/ctr-secret"),
         format!("Bearer {EXAMPLE_TOKEN}"),
@@ -154,18 +135,16 @@ fn assert_exec_on_a_terminal(c: &Containerd, task: &str) {
 /// The signal `ctr task kill` names reaches the task's process (its trap's exit code is the
 /// task's, in containerd's exit event); the task then leaves nothing.
 fn assert_signals_reach_the_process(w: &World, c: &Containerd) {
-    c.ctr_ok(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        IMAGE,
+    c.run_detached_ok(
         "trap",
-        "sh",
-        "-c",
-        "trap 'exit 43' USR1; trap 'exit 44' TERM; touch /tmp/trapped; \
-         while :; do sleep 0.1; done",
-    ]);
+        &[],
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 43' USR1; trap 'exit 44' TERM; touch /tmp/trapped; \
+             while :; do sleep 0.1; done",
+        ],
+    );
     let s = w.show("ctr-trap");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !c
@@ -195,23 +174,28 @@ fn assert_signals_reach_the_process(w: &World, c: &Containerd) {
         exit.contains("\"exit_status\":43"),
         "SIGUSR1's trap: {exit}"
     );
-    wait_stopped(c, "trap");
+    wait_stopped(w, c, "trap");
     c.ctr_ok(&["task", "delete", "trap"]);
     c.ctr_ok(&["container", "delete", "trap"]);
     w.assert_gone_shown(&s);
 }
 
 /// Wait until `ctr task ls` shows task `task` stopped.
-fn wait_stopped(c: &Containerd, task: &str) {
+fn wait_stopped(w: &World, c: &Containerd, task: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !c
-        .ctr_ok(&["task", "ls"])
-        .lines()
-        .any(|l| l.starts_with(task) && l.contains("STOPPED"))
-    {
+    loop {
+        let tasks = c.ctr_ok(&["task", "ls"]);
+        if tasks
+            .lines()
+            .any(|l| l.starts_with(task) && l.contains("STOPPED"))
+        {
+            return;
+        }
         assert!(
             std::time::Instant::now() < deadline,
-            "the killed task {task} did not stop"
+            "the killed task {task} did not stop:\n{tasks}\ncontainerd log:\n{}\nsvcd log:\n{}",
+            c.log(),
+            w.svcd_log()
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
@@ -221,7 +205,7 @@ fn wait_stopped(c: &Containerd, task: &str) {
 /// sandbox (`show`, as `svc sandbox show --json` had it) is left.
 fn kill_and_delete(w: &World, c: &Containerd, task: &str, show: &serde_json::Value) {
     c.ctr_ok(&["task", "kill", "--signal", "SIGKILL", task]);
-    wait_stopped(c, task);
+    wait_stopped(w, c, task);
     c.ctr_ok(&["task", "delete", task]);
     c.ctr_ok(&["container", "delete", task]);
     w.assert_gone_shown(show);
@@ -237,20 +221,14 @@ fn ctr_runs_a_microvm_task_as_a_fenced_vm_and_leaves_nothing() {
     microvm_images();
     let w = World::start();
     let c = Containerd::start_with_base(&w);
-    let out = c.ctr(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        "--annotation",
-        "svc.dev/backend=microvm",
-        "--annotation",
-        "svc.dev/allow-hosts=allowed.example.test",
-        IMAGE,
+    let out = c.run_detached(
         "vm",
-        "sleep",
-        "1000",
-    ]);
+        &[
+            "svc.dev/backend=microvm",
+            "svc.dev/allow-hosts=allowed.example.test",
+        ],
+        &["sleep", "1000"],
+    );
     assert!(
         out.status.success(),
         "{out:?}\ncontainerd:\n{}\nsvcd:\n{}",

@@ -17,7 +17,7 @@ use std::{
 };
 
 use svc_tests::{
-    containerd::{Containerd, IMAGE, RUNTIME, shim_path},
+    containerd::{Containerd, shim_path},
     require_root,
     world::World,
 };
@@ -63,23 +63,19 @@ fn pause_resume_metrics_pids_user_and_the_pods_identity_through_containerd() {
     let events = c.events();
 
     // A pod's task (the CRI's annotations) whose process counts.
-    c.ctr_ok(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        "--annotation",
-        "io.kubernetes.cri.sandbox-namespace=team-a",
-        "--annotation",
-        "io.kubernetes.cri.sandbox-name=agent-7",
-        "--annotation",
-        "svc.dev/allow-hosts=allowed.example.test",
-        IMAGE,
+    c.run_detached_ok(
         "counter",
-        "sh",
-        "-c",
-        "while :; do echo x >> /tmp/ticks; sleep 0.05; done",
-    ]);
+        &[
+            "io.kubernetes.cri.sandbox-namespace=team-a",
+            "io.kubernetes.cri.sandbox-name=agent-7",
+            "svc.dev/allow-hosts=allowed.example.test",
+        ],
+        &[
+            "sh",
+            "-c",
+            "while :; do echo x >> /tmp/ticks; sleep 0.05; done",
+        ],
+    );
     events.wait_for("/tasks/start", "counter");
     let sandbox = "ctr-counter";
     let s = w.show(sandbox);
@@ -255,17 +251,7 @@ fn signals_reach_a_non_root_exec_command() {
     require_root();
     let w = World::start();
     let c = Containerd::start_with_base(&w);
-    c.ctr_ok(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        IMAGE,
-        "sig",
-        "sh",
-        "-c",
-        "while :; do sleep 1; done",
-    ]);
+    c.run_detached_ok("sig", &[], &["sh", "-c", "while :; do sleep 1; done"]);
     let pid = w.show("ctr-sig")["pid"].as_u64().expect("pid");
     // An exec as a user other than the guest's root, with the spec's capability sets (containerd
     // writes its default set into every spec): the init enters the user and the sets itself.
