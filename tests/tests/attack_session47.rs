@@ -398,7 +398,9 @@ fn a_process_spec_with_bytes_no_process_takes_harms_neither_svcd_nor_the_pod() {
             assert!(
                 refusal.message().contains("NUL byte")
                     || refusal.message().contains("environment variable name"),
-                "{what}: {refusal:?}"
+                "{what}: {refusal:?}\ncontainerd log:\n{}\nsvcd log:\n{}",
+                c.log(),
+                w.svcd_log()
             );
         } else if let Ok(id) = &outcome {
             // Its command may have ended already (then containerd stops its execs).
