@@ -14,7 +14,7 @@ use svc_tests::{project::SWAP, require_root, users::User, world::World};
 /// svcd's view of every sandbox (as root).
 fn listed(w: &World) -> Vec<String> {
     let (code, body) = w.api(&[], "GET", "/v1/sandboxes", None);
-    assert_eq!(code, 200, "{body}");
+    assert_eq!(code, 200, "{body}\nsvcd log:\n{}", w.svcd_log());
     let v: serde_json::Value = serde_json::from_str(&body).expect("list json");
     v.as_array()
         .map(|a| {
