@@ -1,6 +1,7 @@
-//! Sandbox names: what one may be (they become file names and parts of interface names).
-//! A [`SandboxName`] is one that passed the check: requests carry it, so a bad name is
-//! refused where it enters (an API body's is refused as the body is read).
+//! Names: what a sandbox name may be (they become file names and parts of interface names),
+//! and what an environment variable name may be. A [`SandboxName`] is one that passed the
+//! check: requests carry it, so a bad name is refused where it enters (an API body's is
+//! refused as the body is read).
 
 use std::{fmt, ops::Deref, str::FromStr};
 
@@ -119,6 +120,12 @@ impl PartialEq<&str> for SandboxName {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
     }
+}
+
+/// Whether `k` can name an environment variable a process reads back (not empty, no `=`,
+/// no NUL). Workspace services' variables and svcd's exec requests are checked by it.
+pub fn is_env_name(k: &str) -> bool {
+    !k.is_empty() && !k.contains(['=', '\0'])
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub fn unrunnable(req: &ExecRequest) -> Option<String> {
         ));
     }
     for (k, v) in &req.env {
-        if !is_env_name(k) {
+        if !crate::names::is_env_name(k) {
             return Some(format!("bad environment variable name {k:?}"));
         }
         if v.contains('\0') {
@@ -32,12 +32,6 @@ pub fn unrunnable(req: &ExecRequest) -> Option<String> {
         ));
     }
     None
-}
-
-/// Whether `k` can name an environment variable a process reads back (not empty, no `=`,
-/// no NUL).
-pub fn is_env_name(k: &str) -> bool {
-    !k.is_empty() && !k.contains(['=', '\0'])
 }
 
 #[cfg(test)]

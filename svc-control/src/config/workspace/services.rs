@@ -112,7 +112,7 @@ impl ServiceDefinition {
             );
         }
         for k in self.env.iter().flat_map(|e| e.keys()) {
-            if !crate::policy::exec_args::is_env_name(k) {
+            if !crate::names::is_env_name(k) {
                 err(format!("{base}/env"), format!("bad variable name {k:?}"));
             }
         }
