@@ -107,7 +107,12 @@ impl Proc {
         started();
         if !self.stdio.stdin.is_empty() {
             let path = self.stdio.stdin.clone();
-            std::thread::spawn(move || feed_stdin(&path, &sender));
+            let me = std::sync::Arc::clone(self);
+            std::thread::spawn(move || {
+                feed_stdin(&path, &sender, || {
+                    matches!(me.status(), Status::Stopped(..))
+                });
+            });
         }
         let me = std::sync::Arc::clone(self);
         std::thread::spawn(move || {
@@ -269,22 +274,64 @@ fn write_error(err: &mut Option<std::fs::File>, message: &str) -> u32 {
     CANNOT_RUN
 }
 
-/// Copy containerd's stdin FIFO to the process, then end its input.
-fn feed_stdin(path: &str, sender: &Sender) {
+/// How long the stdin feeder waits for its FIFO before it looks again whether the process
+/// has stopped.
+const STDIN_LOOK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Copy containerd's stdin FIFO to the process, then end its input; the thread ends when the
+/// FIFO's writer has gone, or when the process stops (`stopped`), whichever comes first. The
+/// FIFO is opened without waiting for a writer: one may never come (`ctr run -d` makes the
+/// FIFO and never opens it), and an open that waited would hold this thread for the shim's
+/// life.
+fn feed_stdin(path: &str, sender: &Sender, stopped: impl Fn() -> bool) {
     let b64 = base64::engine::general_purpose::STANDARD;
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let mut buf = vec![0u8; 32 * 1024];
-        while let Ok(n) = f.read(&mut buf) {
-            if n == 0
-                || sender
-                    .send(&ExecInput::Stdin(b64.encode(&buf[..n])))
-                    .is_err()
-            {
-                break;
+    let _ = copy_fifo(path, stopped, |bytes| {
+        sender.send(&ExecInput::Stdin(b64.encode(bytes))).is_ok()
+    });
+    let _ = sender.send(&ExecInput::Eof);
+}
+
+/// Read the FIFO at `path` without blocking on it, handing what comes to `take` (false: stop),
+/// until its writer has gone (end of file) or `stopped()` says so. Before a writer first opens
+/// it, Linux reports nothing on the FIFO (no hang-up), so a writer that comes late is read.
+fn copy_fifo(
+    path: &str,
+    stopped: impl Fn() -> bool,
+    mut take: impl FnMut(&[u8]) -> bool,
+) -> std::io::Result<()> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let look = Timespec::try_from(STDIN_LOOK).unwrap_or(Timespec {
+        tv_sec: 0,
+        tv_nsec: 500_000_000,
+    });
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        if stopped() {
+            return Ok(());
+        }
+        let mut fds = [PollFd::new(&f, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&look)) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                if !take(&buf[..n]) {
+                    return Ok(());
+                }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
-    let _ = sender.send(&ExecInput::Eof);
 }
 
 #[cfg(test)]
@@ -369,6 +416,65 @@ mod tests {
             out.is_none(),
             "once the reader has gone, later output is dropped"
         );
+    }
+
+    /// [`copy_fifo`] of `path` on a thread of its own, ended by `stop`: what it read, sent
+    /// once it returned.
+    fn copy_in_background(
+        path: String,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> mpsc::Receiver<(std::io::Result<()>, Vec<u8>)> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let r = copy_fifo(
+                &path,
+                || stop.load(std::sync::atomic::Ordering::SeqCst),
+                |b| {
+                    got.extend_from_slice(b);
+                    true
+                },
+            );
+            tx.send((r, got)).expect("send");
+        });
+        rx
+    }
+
+    #[test]
+    fn a_stdin_fifo_no_writer_opens_is_let_go_when_the_process_stops() {
+        let (_dir, path) = fifo();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rx = copy_in_background(path, Arc::clone(&stop));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            rx.try_recv().is_err(),
+            "no end of file before a writer came"
+        );
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (r, got) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the feeder waited for a writer after its process stopped");
+        r.expect("no error");
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_stdin_fifo_is_read_from_a_late_writer_to_its_end() {
+        let (_dir, path) = fifo();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rx = copy_in_background(path.clone(), stop);
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        {
+            let mut w = OpenOptions::new().write(true).open(&path).expect("writer");
+            w.write_all(b"late ").expect("write");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            w.write_all(b"input").expect("write");
+        }
+        let (r, got) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writer's close ends the copy");
+        r.expect("no error");
+        assert_eq!(got, b"late input");
     }
 
     #[test]

@@ -173,6 +173,24 @@ impl Containerd {
             .unwrap_or_else(|e| panic!("ctr {args:?}: {e}\ncontainerd log:\n{}", self.log()))
     }
 
+    /// `ctr ARGS` with `input` on its standard input (through a shell's pipe, then ended), as
+    /// it went.
+    pub fn ctr_with_input(&self, args: &[&str], input: &str) -> Output {
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "printf %s \"$0\" | exec \"$@\"",
+            input,
+            "ctr",
+            "--address",
+        ])
+        .arg(&self.socket)
+        .args(["--namespace", self.namespace])
+        .args(args);
+        crate::output_within(&mut c, Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("ctr {args:?} with input: {e}\n{}", self.log()))
+    }
+
     /// `ctr ARGS` on a terminal (util-linux `script` gives it a pseudo-terminal, as a person's
     /// shell would, so `--tty` has a console to put in raw mode), as it went.
     pub fn ctr_on_a_terminal(&self, args: &[&str]) -> Output {

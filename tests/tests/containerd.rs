@@ -5,9 +5,10 @@
 //! containerd unpacked: its output and exit code reach `ctr`, `ctr task exec` runs in it, the
 //! pod annotation's allowed host is reached with the stored credential swapped in on the wire
 //! (the task sees only a placeholder) and another host and an IP literal are refused, `ctr task
-//! exec --tty` runs on a terminal, the signal `ctr task kill` names reaches the process, and
-//! `ctr task kill` + `delete` leave no sandbox, link, fence entry or mount. A task annotated
-//! `svc.dev/backend=microvm` is a VM running its process, fenced the same.
+//! exec --tty` runs on a terminal, input given to `ctr task exec` reaches the process, the
+//! signal `ctr task kill` names reaches the process, and `ctr task kill` + `delete` leave no
+//! sandbox, link, fence entry or mount. A task annotated `svc.dev/backend=microvm` is a VM
+//! running its process, fenced the same.
 
 use svc_tests::{
     containerd::{Containerd, IMAGE, RUNTIME},
@@ -77,6 +78,7 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
     assert_eq!(exec.trim(), sandbox);
     assert_swapped_on_the_wire(&w, &c, "fenced");
     assert_exec_on_a_terminal(&c, "fenced");
+    assert_stdin_reaches_the_process(&c, "fenced");
     assert_signals_reach_the_process(&w, &c);
 
     // Kill and delete: nothing of the sandbox is left, on the host or in containerd's tree.
@@ -130,6 +132,31 @@ fn assert_exec_on_a_terminal(c: &Containerd, task: &str) {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("/dev/pts/"), "no terminal: {out:?}");
     assert_eq!(out.status.code(), Some(5), "{out:?}");
+}
+
+/// `ctr task exec` with input on its standard input: the process reads it to its end (the
+/// shim copies containerd's stdin FIFO to it, then ends its input), and what it wrote and its
+/// exit code reach ctr.
+fn assert_stdin_reaches_the_process(c: &Containerd, task: &str) {
+    let out = c.ctr_with_input(
+        &[
+            "task",
+            "exec",
+            "--exec-id",
+            "stdin",
+            task,
+            "sh",
+            "-c",
+            "tr a-z A-Z; exit 6",
+        ],
+        "fed through stdin\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "FED THROUGH STDIN\n",
+        "{out:?}"
+    );
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
 }
 
 /// The signal `ctr task kill` names reaches the task's process (its trap's exit code is the
