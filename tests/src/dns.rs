@@ -47,7 +47,7 @@ impl Dnsmasq {
             Some(ns) => ns.run(free_udp_port),
             None => free_udp_port(),
         };
-        let dir = std::env::temp_dir().join(crate::unique("svcdns"));
+        let dir = crate::fresh_dir("svcdns");
         std::fs::create_dir_all(&dir).expect("temp dir");
         let log = dir.join("queries.log");
         let mut cmd = match ns {

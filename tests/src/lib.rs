@@ -87,6 +87,21 @@ pub fn unique(prefix: &str) -> String {
     name
 }
 
+/// A new, empty directory under the temporary directory named [`unique`]`(prefix)`, made
+/// here and by this call only. Process ids are reused (`kernel.pid_max` can be 32768), so a
+/// name may already be taken by what a killed test left behind (a world's directory with an
+/// svcd state a new svcd would adopt): such a name is passed over for the next one.
+pub fn fresh_dir(prefix: &str) -> std::path::PathBuf {
+    loop {
+        let dir = std::env::temp_dir().join(unique(prefix));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("making {}: {e}", dir.display()),
+        }
+    }
+}
+
 /// Wait until something accepts TCP connections on `addr:port` as seen from network namespace
 /// `netns` (the test's own when `None`), for up to ten seconds; panics naming `what`.
 pub fn wait_tcp(netns: Option<&str>, addr: &str, port: u16, what: &str) {
@@ -506,5 +521,30 @@ pub mod fixture {
             .install_sandbox(&link(mode, ifindex), &entries, &cidrs)
             .expect("install");
         Loaded { fence, pins }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_fresh_dir_passes_over_names_already_taken() {
+        // The next names `unique` gives, taken first as a killed test's leftovers would be.
+        let probe = super::unique("fdt");
+        let (stem, n) = probe.rsplit_once('x').expect("prefix, pid, x, counter");
+        let n: u32 = n.parse().expect("counter");
+        let taken: Vec<_> = (1..=3)
+            .map(|i| std::env::temp_dir().join(format!("{stem}x{}", n + i)))
+            .collect();
+        for t in &taken {
+            std::fs::create_dir_all(t.join("state")).expect("leftover");
+        }
+        let fresh = super::fresh_dir("fdt");
+        let empty = std::fs::read_dir(&fresh).expect("made").next().is_none();
+        let passed_over = !taken.contains(&fresh);
+        for t in taken.iter().chain([&fresh]) {
+            let _ = std::fs::remove_dir_all(t);
+        }
+        assert!(passed_over, "{} was taken already", fresh.display());
+        assert!(empty, "{} is not new", fresh.display());
     }
 }

@@ -35,7 +35,7 @@ fn now_ms() -> u64 {
 /// An agent home holding a credentials file that expires at `expires_at` (ms), owned by
 /// [`OWNER`] with mode 0600, with fields the guardian does not own.
 fn agent_home(expires_at: u64) -> (PathBuf, PathBuf) {
-    let base = std::env::temp_dir().join(svc_tests::unique("agc"));
+    let base = svc_tests::fresh_dir("agc");
     let home = base.join(".claude");
     std::fs::create_dir_all(&home).expect("home");
     let file = home.join(".credentials.json");

@@ -283,7 +283,7 @@ fn creations_raced_on_one_name_make_one_whole_sandbox_or_none() {
 fn a_creation_failing_mid_build_leaves_nothing() {
     require_root();
     let w = World::start();
-    let dir = std::env::temp_dir().join(svc_tests::unique("midway"));
+    let dir = svc_tests::fresh_dir("midway");
     std::fs::create_dir_all(dir.join(".svc")).expect("dir");
     std::fs::create_dir_all(dir.join("elsewhere")).expect("elsewhere");
     std::fs::write(dir.join(".svc/workspace.json"), r#"{"version":1}"#).expect("ws");
@@ -384,7 +384,7 @@ fn a_members_project_swapped_for_a_link_mid_creation_never_shares_roots_director
     let ids_owned = user.ids();
     let ids: Vec<&str> = ids_owned.iter().map(String::as_str).collect();
     // The member's base (it may rename in it), its project, root's secret beside it.
-    let base = std::env::temp_dir().join(svc_tests::unique("mswap"));
+    let base = svc_tests::fresh_dir("mswap");
     let proj = base.join("proj");
     let secret = base.join("roots");
     std::fs::create_dir_all(proj.join(".svc")).expect("proj");

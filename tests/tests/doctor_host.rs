@@ -7,7 +7,7 @@ use std::process::Command;
 use svc_tests::world::{microvm_images, offline_microvm_doctor, workspace_bin};
 
 fn doctor(env: &[(&str, &std::path::Path)]) -> serde_json::Value {
-    let dir = std::env::temp_dir().join(svc_tests::unique("docws"));
+    let dir = svc_tests::fresh_dir("docws");
     std::fs::create_dir_all(&dir).expect("workspace");
     let mut c = offline_microvm_doctor(&dir);
     for (k, v) in env {
@@ -96,7 +96,7 @@ fn the_microvm_probes_read_the_real_images() {
 /// too old to be the default (so the default falls back to runc).
 #[test]
 fn the_doctor_warns_about_a_runc_older_than_the_fixes() {
-    let dir = std::env::temp_dir().join(svc_tests::unique("docrunc"));
+    let dir = svc_tests::fresh_dir("docrunc");
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
     let path = format!(

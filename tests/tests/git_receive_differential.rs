@@ -305,7 +305,7 @@ fn one(name: &str, pieces: &[Piece], repo: &Repo, out: &Path, rng: &mut Rng, t: 
 
 #[test]
 fn git_receive_pack_applies_no_ref_the_relay_did_not_check() {
-    let root = std::env::temp_dir().join(svc_tests::unique("srd"));
+    let root = svc_tests::fresh_dir("srd");
     std::fs::create_dir_all(&root).expect("root");
     let repos = [Repo::new(&root, "sha1"), Repo::new(&root, "sha256")];
     let out = root.join("hook.out");

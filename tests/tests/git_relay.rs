@@ -15,7 +15,6 @@ use svc_control::git_relay::{self, RelayPolicy, Session, SshClient};
 use svc_tests::{
     require_root, run_cmd,
     ssh_host::SshHost,
-    unique,
     world::{bare_repo, workspace_bin},
 };
 
@@ -52,7 +51,7 @@ impl Server {
 
     /// The relay checking every address it dials with `network`.
     fn start_with(network: svc_control::policy::destination::HostNetwork) -> Self {
-        let dir = std::env::temp_dir().join(unique("sgr"));
+        let dir = svc_tests::fresh_dir("sgr");
         std::fs::create_dir_all(dir.join("repos")).expect("dir");
         bare_repo(&dir.join("repos"), "acme", "widget");
         bare_repo(&dir.join("repos"), "evil", "exfil");

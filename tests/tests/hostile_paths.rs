@@ -44,10 +44,7 @@ print("set")
 fn a_guest_gives_no_file_capability_to_a_root_owned_share() {
     require_root();
     let w = World::start();
-    let dir = project_at(
-        &std::env::temp_dir().join(svc_tests::unique("fcap")),
-        &[MINIMAL_WORKSPACE],
-    );
+    let dir = project_at(&svc_tests::fresh_dir("fcap"), &[MINIMAL_WORKSPACE]);
     let ws = dir.to_str().expect("utf-8");
     w.workspace_up_ok(ws, "fcap");
     let out = w.svc(&[
@@ -86,7 +83,7 @@ fn a_guest_gives_no_file_capability_to_a_root_owned_share() {
 fn a_guest_link_in_dot_git_is_named_at_down() {
     require_root();
     let w = World::start();
-    let base = std::env::temp_dir().join(svc_tests::unique("fhs"));
+    let base = svc_tests::fresh_dir("fhs");
     let dir = base.join("proj");
     let up = base.join("up.git");
     project_at(&dir, &[MINIMAL_WORKSPACE]);
@@ -147,14 +144,11 @@ fn a_member_cannot_make_svcd_create_a_directory_outside_its_project() {
     let uid = member.uid;
     let ids = member.ids();
     // Root's repository without a hooks directory.
-    let victim = std::env::temp_dir().join(svc_tests::unique("rr"));
+    let victim = svc_tests::fresh_dir("rr");
     std::fs::create_dir_all(&victim).expect("victim");
     git(&victim, &["init", "-q", "--template=", "-b", "main"]);
     // The member's project: `.git` without hooks, and a link to root's `.git` beside it.
-    let proj = project_at(
-        &std::env::temp_dir().join(svc_tests::unique("mp")),
-        &[MINIMAL_WORKSPACE],
-    );
+    let proj = project_at(&svc_tests::fresh_dir("mp"), &[MINIMAL_WORKSPACE]);
     git(&proj, &["init", "-q", "--template=", "-b", "main"]);
     std::os::unix::fs::symlink(victim.join(".git"), proj.join("evil")).expect("link");
     run(&format!(

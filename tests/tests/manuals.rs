@@ -21,7 +21,7 @@ fn written(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn every_page_the_manual_names_is_installed_by_svc_man_or_svcd_man() {
-    let root = std::env::temp_dir().join(svc_tests::unique("svcman"));
+    let root = svc_tests::fresh_dir("svcman");
     let man1 = root.join("man1");
     let svc = std::process::Command::new(workspace_bin("svc"))
         .arg("man")

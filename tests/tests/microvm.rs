@@ -454,7 +454,7 @@ fn the_coding_agents_home_is_shared_live_and_read_write() {
         svc_tests::world::tool("virtiofsd").is_some(),
         "virtiofsd is missing: `cargo xtask setup --tests` installs it into target/tools"
     );
-    let base = std::env::temp_dir().join(svc_tests::unique("agh"));
+    let base = svc_tests::fresh_dir("agh");
     let home = base.join(".claude");
     std::fs::create_dir_all(&home).expect("agent home");
     std::fs::write(home.join(".credentials.json"), r#"{"token":"host-1"}"#).expect("creds");

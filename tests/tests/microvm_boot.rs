@@ -15,7 +15,7 @@ use svc_control::runtime::microvm::{
     qemu::{self, Accel},
 };
 use svc_guest::proto::Exec;
-use svc_tests::{require_root, unique, world::microvm_images};
+use svc_tests::{require_root, world::microvm_images};
 use tokio::io::AsyncReadExt as _;
 
 struct Vm {
@@ -27,7 +27,7 @@ struct Vm {
 impl Vm {
     fn boot() -> Self {
         let images = microvm_images();
-        let dir = std::env::temp_dir().join(unique("svm"));
+        let dir = svc_tests::fresh_dir("svm");
         std::fs::create_dir_all(&dir).expect("vm dir");
         let disk = dir.join("disk.qcow2");
         let made = Command::new("qemu-img")

@@ -193,7 +193,7 @@ fn pooled_inits(w: &World) -> Vec<u32> {
 #[test]
 fn a_pooled_sandbox_takes_the_project_and_the_agent_home_as_a_fresh_one_has_them() {
     require_root();
-    let base = std::env::temp_dir().join(svc_tests::unique("pmnt"));
+    let base = svc_tests::fresh_dir("pmnt");
     let home = base.join(".claude");
     let project = base.join("project");
     std::fs::create_dir_all(&home).expect("agent home");

@@ -74,7 +74,7 @@ fn git(args: &[&str], env: &[(&str, String)], dir: &Path) -> std::process::Outpu
 
 #[test]
 fn smart_http_for_the_bound_repo_only() {
-    let dir = std::env::temp_dir().join(svc_tests::unique("svcgit"));
+    let dir = svc_tests::fresh_dir("svcgit");
     let root = dir.join("srv");
     std::fs::create_dir_all(root.join("acme")).unwrap();
     std::fs::create_dir_all(root.join("evil")).unwrap();

@@ -72,7 +72,7 @@ fn a_microvm_guest_plants_no_setid_file_device_or_foreign_id_through_its_shares(
 }
 
 fn the_attack_leaves_nothing_on_the_host(backend: &str) {
-    let base = std::env::temp_dir().join(svc_tests::unique("shr"));
+    let base = svc_tests::fresh_dir("shr");
     let home = base.join(".claude");
     let project = base.join("project");
     std::fs::create_dir_all(&home).expect("agent home");

@@ -20,7 +20,7 @@ use svc_control::runtime::microvm::{
     qemu::{Accel, Images, VmDir},
 };
 use svc_guest::proto::{Request, Setup, TREES_DIR, TREES_TAG};
-use svc_tests::{bare_vm, ms_stats, unique, world::World};
+use svc_tests::{bare_vm, ms_stats, world::World};
 
 /// Claims per booted VM (the first is counted too: a pooled VM is claimed once).
 const CLAIMS: usize = 4;
@@ -138,7 +138,7 @@ async fn one_vm(
     variant: &str,
     files: &[(String, Vec<u8>)],
 ) -> (f64, Vec<(f64, f64)>) {
-    let dir = VmDir(std::env::temp_dir().join(unique("svcl")));
+    let dir = VmDir(svc_tests::fresh_dir("svcl"));
     std::fs::create_dir_all(&dir.0).expect("dir");
     let grown = variant.starts_with("grown");
     bare_vm::overlay(images, &dir, grown.then_some(GROWN_MIB)).await;

@@ -46,7 +46,7 @@ const NAMES: usize = ROUNDS * SAMPLES * 4 + 1000;
 
 fn main() {
     require_root();
-    let dir = std::env::temp_dir().join(svc_tests::unique("svcdnsb"));
+    let dir = svc_tests::fresh_dir("svcdnsb");
     std::fs::create_dir_all(&dir).unwrap();
     let hosts = dir.join("hosts");
     let mut f = std::fs::File::create(&hosts).unwrap();

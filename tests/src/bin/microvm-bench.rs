@@ -9,13 +9,13 @@
 use std::time::Instant;
 
 use svc_control::runtime::microvm::qemu::{Accel, Images, VmDir};
-use svc_tests::{bare_vm, ms_stats, unique, world::World};
+use svc_tests::{bare_vm, ms_stats, world::World};
 
 const ROUNDS: usize = 5;
 
 /// One bare boot: overlay, QEMU paused, cont, the agent's hello; then quit. Milliseconds.
 async fn bare_boot(images: &Images, accel: Accel) -> f64 {
-    let dir = VmDir(std::env::temp_dir().join(unique("svb")));
+    let dir = VmDir(svc_tests::fresh_dir("svb"));
     std::fs::create_dir_all(&dir.0).expect("dir");
     let t = Instant::now();
     bare_vm::overlay(images, &dir, None).await;

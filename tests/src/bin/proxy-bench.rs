@@ -88,7 +88,7 @@ struct AuditDir(std::path::PathBuf);
 
 impl AuditDir {
     fn new() -> Self {
-        let dir = std::env::temp_dir().join(svc_tests::unique("svcaud"));
+        let dir = svc_tests::fresh_dir("svcaud");
         std::fs::create_dir_all(&dir).unwrap();
         Self(dir)
     }
@@ -390,7 +390,7 @@ fn spawn_proxy_child(
     also: &[rustls::pki_types::CertificateDer<'static>],
 ) -> (std::process::Child, Client, SocketAddr, std::path::PathBuf) {
     use std::io::BufRead as _;
-    let dir = std::env::temp_dir().join(svc_tests::unique("svcpxb"));
+    let dir = svc_tests::fresh_dir("svcpxb");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("upstream.der"), upstream_root.as_ref()).unwrap();
     let exe = std::env::current_exe().unwrap();
@@ -461,7 +461,7 @@ fn mitm_keep_alive(
 ) -> Result<(Figures, Figures), String> {
     let mitmdump = std::env::var_os("SVC_MITMDUMP")
         .ok_or("SVC_MITMDUMP is not set (`cargo xtask bench proxy` installs mitmproxy)")?;
-    let dir = std::env::temp_dir().join(svc_tests::unique("svcmitm"));
+    let dir = svc_tests::fresh_dir("svcmitm");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(mitmdump)
         .args(["--quiet", "--set", "ssl_insecure=true", "--set"])
@@ -519,7 +519,7 @@ impl Nginx {
     fn start(port: u16, upstream_ca: &SandboxCa, cpu: Option<u32>) -> Result<Self, String> {
         let nginx = std::env::var_os("SVC_NGINX")
             .ok_or("SVC_NGINX is not set (`cargo xtask bench proxy` installs nginx)")?;
-        let dir = std::env::temp_dir().join(svc_tests::unique("svcngx"));
+        let dir = svc_tests::fresh_dir("svcngx");
         std::fs::create_dir_all(dir.join("tmp")).map_err(|e| e.to_string())?;
         let leaf =
             rcgen::generate_simple_self_signed(vec![NAME.to_owned()]).map_err(|e| e.to_string())?;

@@ -331,7 +331,7 @@ fn pooled_beside_cold(rounds: usize) {
 /// share the coding agent's home (owned by a user, as a real one is): the claim moves the
 /// share into the running guest (svcd's `shares` step).
 fn pooled_with_agent_home(rounds: usize) {
-    let home = std::env::temp_dir().join(svc_tests::unique("bh"));
+    let home = svc_tests::fresh_dir("bh");
     std::fs::create_dir_all(&home).expect("agent home");
     svc_tests::project::chown_tree(&home, 1234, 1234);
     let w = World::start_with_agent_home_and(

@@ -207,7 +207,7 @@ impl World {
         let host = NetNs::new();
         let outside = NetNs::new();
         link_outside(&host, &outside, o);
-        let dir = std::env::temp_dir().join(unique("svw"));
+        let dir = crate::fresh_dir("svw");
         std::fs::create_dir_all(&dir).expect("world dir");
         let git_root = dir.join("git");
         bare_repo(&git_root, "acme", "widget");
