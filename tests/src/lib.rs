@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
     sync::atomic::{AtomicU32, Ordering},
 };
@@ -85,6 +85,17 @@ pub fn unique(prefix: &str) -> String {
     let name = format!("{prefix}{pid}x{n}");
     assert!(name.len() <= 15, "name {name} too long for an interface");
     name
+}
+
+/// The first name [`unique`]`(prefix)` gives that `free` takes: names something a killed
+/// test left behind still holds (process ids are reused) are passed over.
+pub fn unique_where(prefix: &str, free: impl Fn(&str) -> bool) -> String {
+    loop {
+        let name = unique(prefix);
+        if free(&name) {
+            return name;
+        }
+    }
 }
 
 /// A new, empty directory under the temporary directory named [`unique`]`(prefix)`, made
@@ -237,8 +248,10 @@ pub struct NetNs {
 }
 
 impl NetNs {
+    /// A new network namespace with its loopback up. A name a killed test's namespace still
+    /// holds (process ids are reused) is passed over, as [`fresh_dir`] does.
     pub fn new() -> Self {
-        let name = unique("svct");
+        let name = unique_where("svct", |n| !Path::new("/run/netns").join(n).exists());
         run("ip", &["netns", "add", &name]);
         run("ip", &["-n", &name, "link", "set", "lo", "up"]);
         Self { name }
@@ -383,7 +396,10 @@ pub struct PinDir {
 impl PinDir {
     pub fn new() -> Self {
         Self {
-            path: PathBuf::from("/sys/fs/bpf").join(unique("svct")),
+            // A killed test's pins (their maps) are not this world's to load.
+            path: Path::new("/sys/fs/bpf").join(unique_where("svct", |n| {
+                !Path::new("/sys/fs/bpf").join(n).exists()
+            })),
         }
     }
 }

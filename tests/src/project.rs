@@ -26,14 +26,6 @@ pub fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8")
 }
 
-/// A new directory under the system's temporary directory, named after `prefix` (≤ 6 bytes,
-/// see [`crate::unique`]).
-pub fn temp_dir(prefix: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(crate::unique(prefix));
-    std::fs::create_dir_all(&d).expect("temporary directory");
-    d
-}
-
 /// `chown -R UID:GID DIR`, which must succeed.
 pub fn chown_tree(dir: &Path, uid: u32, gid: u32) {
     let out = Command::new("chown")

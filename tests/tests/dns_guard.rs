@@ -627,7 +627,7 @@ async fn the_cache_honours_the_clamped_ttl() {
 
 #[test]
 fn upstreams_come_from_resolv_conf_when_none_are_configured() {
-    let dir = svc_tests::project::temp_dir("svcrc");
+    let dir = svc_tests::fresh_dir("svcrc");
     let rc = dir.join("resolv.conf");
     std::fs::write(&rc, "nameserver 127.0.0.53\nnameserver ::1\n").unwrap();
     let host = svc_control::config::host::parse(

@@ -65,7 +65,7 @@ fn sigkill_mid_traffic_never_opens_the_fence() {
     require_root();
     let t = Topology::new(51);
     let pins = PinDir::new();
-    let dir = svc_tests::project::temp_dir("svcfr");
+    let dir = svc_tests::fresh_dir("svcfr");
     let audit = dir.join("fence.jsonl");
     let spec = dir.join("spec.json");
     std::fs::write(

@@ -19,7 +19,7 @@ use svc_tests::{
 
 #[test]
 fn bad_configuration_exits_78_before_binding_anything() {
-    let dir = svc_tests::project::temp_dir("svcfg");
+    let dir = svc_tests::fresh_dir("svcfg");
     let config = dir.join("svcd.toml");
     let socket = dir.join("svcd.sock");
     std::fs::write(
