@@ -48,7 +48,6 @@ impl Dnsmasq {
             None => free_udp_port(),
         };
         let dir = crate::fresh_dir("svcdns");
-        std::fs::create_dir_all(&dir).expect("temp dir");
         let log = dir.join("queries.log");
         let mut cmd = match ns {
             Some(ns) => {

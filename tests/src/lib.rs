@@ -102,15 +102,16 @@ pub fn unique_where(prefix: &str, free: impl Fn(&str) -> bool) -> String {
 /// here and by this call only. Process ids are reused (`kernel.pid_max` can be 32768), so a
 /// name may already be taken by what a killed test left behind (a world's directory with an
 /// svcd state a new svcd would adopt): such a name is passed over for the next one.
-pub fn fresh_dir(prefix: &str) -> std::path::PathBuf {
-    loop {
-        let dir = std::env::temp_dir().join(unique(prefix));
+pub fn fresh_dir(prefix: &str) -> PathBuf {
+    let made = |name: &str| {
+        let dir = std::env::temp_dir().join(name);
         match std::fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => panic!("making {}: {e}", dir.display()),
         }
-    }
+    };
+    std::env::temp_dir().join(unique_where(prefix, made))
 }
 
 /// Wait until something accepts TCP connections on `addr:port` as seen from network namespace

@@ -8,7 +8,6 @@ use svc_tests::world::{microvm_images, offline_microvm_doctor, workspace_bin};
 
 fn doctor(env: &[(&str, &std::path::Path)]) -> serde_json::Value {
     let dir = svc_tests::fresh_dir("docws");
-    std::fs::create_dir_all(&dir).expect("workspace");
     let mut c = offline_microvm_doctor(&dir);
     for (k, v) in env {
         c.env(k, v);

@@ -306,7 +306,6 @@ fn one(name: &str, pieces: &[Piece], repo: &Repo, out: &Path, rng: &mut Rng, t: 
 #[test]
 fn git_receive_pack_applies_no_ref_the_relay_did_not_check() {
     let root = svc_tests::fresh_dir("srd");
-    std::fs::create_dir_all(&root).expect("root");
     let repos = [Repo::new(&root, "sha1"), Repo::new(&root, "sha256")];
     let out = root.join("hook.out");
     let mut rng = Rng(1);

@@ -145,7 +145,6 @@ fn a_member_cannot_make_svcd_create_a_directory_outside_its_project() {
     let ids = member.ids();
     // Root's repository without a hooks directory.
     let victim = svc_tests::fresh_dir("rr");
-    std::fs::create_dir_all(&victim).expect("victim");
     git(&victim, &["init", "-q", "--template=", "-b", "main"]);
     // The member's project: `.git` without hooks, and a link to root's `.git` beside it.
     let proj = project_at(&svc_tests::fresh_dir("mp"), &[MINIMAL_WORKSPACE]);

@@ -28,7 +28,6 @@ impl Vm {
     fn boot() -> Self {
         let images = microvm_images();
         let dir = svc_tests::fresh_dir("svm");
-        std::fs::create_dir_all(&dir).expect("vm dir");
         let disk = dir.join("disk.qcow2");
         let made = Command::new("qemu-img")
             .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])

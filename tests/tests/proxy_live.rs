@@ -382,7 +382,6 @@ fn world_with(tune: impl FnOnce(&mut ProxyConfig)) -> World {
         .to_owned();
     let ca = Arc::new(SandboxCa::generate("proxy-test").unwrap());
     let dir = svc_tests::fresh_dir("svcpx");
-    std::fs::create_dir_all(&dir).unwrap();
     let ca_pem = dir.join("ca.pem");
     std::fs::write(&ca_pem, ca.ca_pem()).unwrap();
     let sandbox = Arc::new(ProxySandbox {

@@ -139,7 +139,6 @@ async fn one_vm(
     files: &[(String, Vec<u8>)],
 ) -> (f64, Vec<(f64, f64)>) {
     let dir = VmDir(svc_tests::fresh_dir("svcl"));
-    std::fs::create_dir_all(&dir.0).expect("dir");
     let grown = variant.starts_with("grown");
     bare_vm::overlay(images, &dir, grown.then_some(GROWN_MIB)).await;
     let trees = variant.contains("trees");

@@ -47,7 +47,6 @@ const NAMES: usize = ROUNDS * SAMPLES * 4 + 1000;
 fn main() {
     require_root();
     let dir = svc_tests::fresh_dir("svcdnsb");
-    std::fs::create_dir_all(&dir).unwrap();
     let hosts = dir.join("hosts");
     let mut f = std::fs::File::create(&hosts).unwrap();
     for i in 0..NAMES {

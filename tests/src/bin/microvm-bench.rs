@@ -16,7 +16,6 @@ const ROUNDS: usize = 5;
 /// One bare boot: overlay, QEMU paused, cont, the agent's hello; then quit. Milliseconds.
 async fn bare_boot(images: &Images, accel: Accel) -> f64 {
     let dir = VmDir(svc_tests::fresh_dir("svb"));
-    std::fs::create_dir_all(&dir.0).expect("dir");
     let t = Instant::now();
     bare_vm::overlay(images, &dir, None).await;
     let tap = format!("svb{}", std::process::id() % 100_000);

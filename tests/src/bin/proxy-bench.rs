@@ -89,7 +89,6 @@ struct AuditDir(std::path::PathBuf);
 impl AuditDir {
     fn new() -> Self {
         let dir = svc_tests::fresh_dir("svcaud");
-        std::fs::create_dir_all(&dir).unwrap();
         Self(dir)
     }
 }
@@ -391,7 +390,6 @@ fn spawn_proxy_child(
 ) -> (std::process::Child, Client, SocketAddr, std::path::PathBuf) {
     use std::io::BufRead as _;
     let dir = svc_tests::fresh_dir("svcpxb");
-    std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("upstream.der"), upstream_root.as_ref()).unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut cmd = match cpu {
@@ -462,7 +460,6 @@ fn mitm_keep_alive(
     let mitmdump = std::env::var_os("SVC_MITMDUMP")
         .ok_or("SVC_MITMDUMP is not set (`cargo xtask bench proxy` installs mitmproxy)")?;
     let dir = svc_tests::fresh_dir("svcmitm");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(mitmdump)
         .args(["--quiet", "--set", "ssl_insecure=true", "--set"])
         .arg(format!("confdir={}", dir.display()))

@@ -332,7 +332,6 @@ fn pooled_beside_cold(rounds: usize) {
 /// share into the running guest (svcd's `shares` step).
 fn pooled_with_agent_home(rounds: usize) {
     let home = svc_tests::fresh_dir("bh");
-    std::fs::create_dir_all(&home).expect("agent home");
     svc_tests::project::chown_tree(&home, 1234, 1234);
     let w = World::start_with_agent_home_and(
         &home,

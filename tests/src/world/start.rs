@@ -208,7 +208,6 @@ impl World {
         let outside = NetNs::new();
         link_outside(&host, &outside, o);
         let dir = crate::fresh_dir("svw");
-        std::fs::create_dir_all(&dir).expect("world dir");
         let git_root = dir.join("git");
         bare_repo(&git_root, "acme", "widget");
         bare_repo(&git_root, "evil", "exfil");
