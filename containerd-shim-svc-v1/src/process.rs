@@ -276,7 +276,10 @@ fn write_error(err: &mut Option<std::fs::File>, message: &str) -> u32 {
 
 /// How long the stdin feeder waits for its FIFO before it looks again whether the process
 /// has stopped.
-const STDIN_LOOK: std::time::Duration = std::time::Duration::from_millis(500);
+const STDIN_LOOK: rustix::event::Timespec = rustix::event::Timespec {
+    tv_sec: 0,
+    tv_nsec: 500_000_000,
+};
 
 /// Copy containerd's stdin FIFO to the process, then end its input; the thread ends when the
 /// FIFO's writer has gone, or when the process stops (`stopped`), whichever comes first. The
@@ -299,22 +302,18 @@ fn copy_fifo(
     stopped: impl Fn() -> bool,
     mut take: impl FnMut(&[u8]) -> bool,
 ) -> std::io::Result<()> {
-    use rustix::event::{PollFd, PollFlags, Timespec};
+    use rustix::event::{PollFd, PollFlags};
     let mut f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    let look = Timespec::try_from(STDIN_LOOK).unwrap_or(Timespec {
-        tv_sec: 0,
-        tv_nsec: 500_000_000,
-    });
     let mut buf = vec![0u8; 32 * 1024];
     loop {
         if stopped() {
             return Ok(());
         }
         let mut fds = [PollFd::new(&f, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&look)) {
+        match rustix::event::poll(&mut fds, Some(&STDIN_LOOK)) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
