@@ -6,12 +6,13 @@
 use std::{
     fs::{File, OpenOptions},
     io::{Read as _, Write as _},
-    os::unix::fs::OpenOptionsExt as _,
-    sync::{Condvar, Mutex},
+    os::{fd::OwnedFd, unix::fs::OpenOptionsExt as _},
+    sync::{Arc, Condvar, Mutex},
     time::SystemTime,
 };
 
 use base64::Engine as _;
+use rustix::event::{EventfdFlags, eventfd};
 use svc_control::api::{ExecFrame, ExecInput, ExecRequest, TermSize};
 
 use crate::svcd::{Exec, Sender, Svcd};
@@ -45,6 +46,9 @@ pub struct Proc {
     state: Mutex<(Status, Option<Sender>)>,
     changed: Condvar,
     on_exit: Mutex<Option<OnExit>>,
+    /// Told when its standard input is to end (containerd's `CloseIO`) or it stopped: the
+    /// stdin feeder then takes what is left in the FIFO and ends the input. None: no feeder.
+    stdin_end: Mutex<Option<Arc<OwnedFd>>>,
 }
 
 /// The highest signal number Linux has (`SIGRTMAX`).
@@ -63,6 +67,7 @@ impl Proc {
             state: Mutex::new((Status::Created, None)),
             changed: Condvar::new(),
             on_exit: Mutex::new(None),
+            stdin_end: Mutex::new(None),
         }
     }
 
@@ -100,19 +105,31 @@ impl Proc {
         // Opened now, while containerd (or a detached `ctr run -d`, until it exits) holds
         // their reading ends: see `open_fifo`.
         let outputs = (open_fifo(&self.stdio.stdout), open_fifo(&self.stdio.stderr));
+        // The stdin FIFO is opened now too, before the client can write it: what a client
+        // writes into a FIFO no reader has open is lost when it closes its end.
+        let input = (!self.stdio.stdin.is_empty()).then(|| open_stdin(&self.stdio.stdin));
         let exec = svcd.exec(name, request).map_err(|e| e.to_string())?;
         let sender = exec.sender().map_err(|e| e.to_string())?;
         *self.lock() = (Status::Running, Some(sender.clone()));
         *self.hook() = Some(Box::new(exited));
         started();
-        if !self.stdio.stdin.is_empty() {
+        if let Some(input) = input {
             let path = self.stdio.stdin.clone();
-            let me = std::sync::Arc::clone(self);
-            std::thread::spawn(move || {
-                feed_stdin(&path, &sender, || {
-                    matches!(me.status(), Status::Stopped(..))
-                });
-            });
+            match (
+                input,
+                eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                    .map_err(std::io::Error::from),
+            ) {
+                (Ok(fifo), Ok(end)) => {
+                    let end = Arc::new(end);
+                    *self.end_lock() = Some(Arc::clone(&end));
+                    std::thread::spawn(move || feed_stdin(&path, fifo, &sender, &end));
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    log::warn!("{path}: {e}: the process's input is ended");
+                    let _ = sender.send(&ExecInput::Eof);
+                }
+            }
         }
         let me = std::sync::Arc::clone(self);
         std::thread::spawn(move || {
@@ -176,9 +193,29 @@ impl Proc {
 
     /// End its standard input.
     pub fn close_stdin(&self) {
+        // With a feeder, it ends the input once it has passed on what the client wrote
+        // before asking (the FIFO may still hold it): an end sent from here could overtake it.
+        if self.tell_stdin_end() {
+            return;
+        }
         if let Some(s) = self.lock().1.clone() {
             let _ = s.send(&ExecInput::Eof);
         }
+    }
+
+    /// Tell the stdin feeder, if there is one, that the input is to end: whether there was.
+    fn tell_stdin_end(&self) -> bool {
+        let Some(end) = self.end_lock().clone() else {
+            return false;
+        };
+        let _ = rustix::io::write(&*end, &1u64.to_ne_bytes());
+        true
+    }
+
+    fn end_lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<OwnedFd>>> {
+        self.stdin_end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Copy svcd's frames to the FIFOs (`outputs`: stdout's, stderr's) until the exit code:
@@ -213,6 +250,7 @@ impl Proc {
             *state = (Status::Stopped(code, at), None);
         }
         self.changed.notify_all();
+        self.tell_stdin_end();
         if let Some(exited) = self.hook().take() {
             exited(code, at);
         }
@@ -240,26 +278,43 @@ fn write(to: &mut Option<std::fs::File>, bytes: &[u8]) {
     }
 }
 
-/// containerd's FIFO at `path`, opened for writing without waiting for a reader: a process
-/// is started while its reader (containerd, or `ctr run -d` until it exits) holds the FIFO
-/// open, and an open that waited for a reader once that one has gone would wait forever —
-/// and with it the process's exit, which comes after its output. Writes then block as a pipe's
-/// do; once the reader has gone they fail and later output is dropped ([`write`]). None: no
-/// FIFO, or no reader now (said in the log; that output is dropped).
+/// How long a process's start waits for the reader of an output FIFO to open it.
+const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// containerd's FIFO at `path`, opened for writing once its reader has opened it, waiting
+/// at most [`READER_WAIT`]: the client opens its reading end on a thread of its own
+/// (`ctr task exec`'s can come after the process's start), and an open that waited for a
+/// reader that has gone (a `ctr run -d` that has exited) would wait forever — and with it
+/// the process's exit, which comes after its output. Writes then block as a pipe's do; once
+/// the reader has gone they fail and later output is dropped ([`write`]). None: no FIFO, or
+/// no reader in time (said in the log; that output is dropped).
 fn open_fifo(path: &str) -> Option<File> {
     if path.is_empty() {
         return None;
     }
-    let opened = OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
+    let deadline = std::time::Instant::now() + READER_WAIT;
+    let opened = loop {
+        let opened = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path);
+        match opened {
+            // ENXIO: no reader yet.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENXIO)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => break other,
+        }
+    };
+    opened
         .and_then(|f| {
             let flags = rustix::fs::fcntl_getfl(&f)? - rustix::fs::OFlags::NONBLOCK;
             rustix::fs::fcntl_setfl(&f, flags)?;
             Ok(f)
-        });
-    opened
+        })
         .inspect_err(|e| log::warn!("{path}: {e}: the process's output there is dropped"))
         .ok()
 }
@@ -274,50 +329,54 @@ fn write_error(err: &mut Option<std::fs::File>, message: &str) -> u32 {
     CANNOT_RUN
 }
 
-/// How long the stdin feeder waits for its FIFO before it looks again whether the process
-/// has stopped.
-const STDIN_LOOK: rustix::event::Timespec = rustix::event::Timespec {
-    tv_sec: 0,
-    tv_nsec: 500_000_000,
-};
-
 /// Copy containerd's stdin FIFO to the process, then end its input; the thread ends when the
-/// FIFO's writer has gone, or when the process stops (`stopped`), whichever comes first. The
-/// FIFO is opened without waiting for a writer: one may never come (`ctr run -d` makes the
-/// FIFO and never opens it), and an open that waited would hold this thread for the shim's
-/// life.
-fn feed_stdin(path: &str, sender: &Sender, stopped: impl Fn() -> bool) {
+/// FIFO's writer has gone, or when `end` is told (containerd's `CloseIO`, or the process
+/// stopped) and what the FIFO held then is passed on. The FIFO is opened without waiting for a
+/// writer: one may never come (`ctr run -d` makes the FIFO and never opens it), and an open
+/// that waited would hold this thread for the shim's life.
+fn feed_stdin(path: &str, fifo: File, sender: &Sender, end: &OwnedFd) {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let _ = copy_fifo(path, stopped, |bytes| {
+    if let Err(e) = copy_fifo(fifo, end, |bytes| {
         sender.send(&ExecInput::Stdin(b64.encode(bytes))).is_ok()
-    });
+    }) {
+        log::warn!("{path}: {e}: the process's input is ended");
+    }
     let _ = sender.send(&ExecInput::Eof);
 }
 
-/// Read the FIFO at `path` without blocking on it, handing what comes to `take` (false: stop),
-/// until its writer has gone (end of file) or `stopped()` says so. Before a writer first opens
-/// it, Linux reports nothing on the FIFO (no hang-up), so a writer that comes late is read.
+/// containerd's stdin FIFO at `path`, opened for reading without waiting for a writer
+/// ([`copy_fifo`] reads it without blocking).
+fn open_stdin(path: &str) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Read the FIFO `f` (opened by [`open_stdin`]) without blocking on it, handing what comes to `take` (false: stop),
+/// until its writer has gone (end of file), or until `end` (an eventfd) is readable: then what
+/// the FIFO holds is taken too (a client writes its input, then asks for its end). Before a
+/// writer first opens it, Linux reports nothing on the FIFO (no hang-up), so a writer that
+/// comes late is read.
 fn copy_fifo(
-    path: &str,
-    stopped: impl Fn() -> bool,
+    mut f: File,
+    end: &OwnedFd,
     mut take: impl FnMut(&[u8]) -> bool,
 ) -> std::io::Result<()> {
     use rustix::event::{PollFd, PollFlags};
-    let mut f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
     let mut buf = vec![0u8; 32 * 1024];
+    let mut ending = false;
     loop {
-        if stopped() {
-            return Ok(());
-        }
-        let mut fds = [PollFd::new(&f, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&STDIN_LOOK)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
+        if !ending {
+            let mut fds = [
+                PollFd::new(&f, PollFlags::IN),
+                PollFd::new(end, PollFlags::IN),
+            ];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => ending = !fds[1].revents().is_empty(),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
         match f.read(&mut buf) {
             Ok(0) => return Ok(()),
@@ -326,6 +385,8 @@ fn copy_fifo(
                     return Ok(());
                 }
             }
+            // Nothing more now: once the end was told, that is all there is.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && ending => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -378,10 +439,10 @@ mod tests {
     }
 
     #[test]
-    fn a_fifo_whose_reader_has_gone_is_not_waited_for() {
+    fn a_fifo_no_reader_opens_is_waited_for_only_a_while() {
         assert!(open_fifo("").is_none(), "no FIFO");
         let (_dir, path) = fifo();
-        // No reader (a detached `ctr run -d` that has exited): not opened, and at once.
+        // No reader (a detached `ctr run -d` that has exited): not opened, after READER_WAIT.
         let (tx, rx) = mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || tx.send(open_fifo(&p).is_none()).expect("send"));
@@ -389,6 +450,28 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("the open waited for a reader");
         assert!(none, "a FIFO with no reader is not written");
+    }
+
+    #[test]
+    fn a_reader_that_opens_the_fifo_late_gets_the_output() {
+        // `ctr task exec` opens its reading end on a thread of its own: it can come after
+        // the process's start.
+        let (_dir, path) = fifo();
+        let p = path.clone();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut got = String::new();
+            File::open(&p)
+                .expect("reader")
+                .read_to_string(&mut got)
+                .expect("read");
+            got
+        });
+        let mut out = open_fifo(&path);
+        assert!(out.is_some(), "the late reader was waited for");
+        write(&mut out, b"for the late reader");
+        drop(out);
+        assert_eq!(reader.join().expect("reader"), "for the late reader");
     }
 
     #[test]
@@ -417,51 +500,60 @@ mod tests {
         );
     }
 
-    /// [`copy_fifo`] of `path` on a thread of its own, ended by `stop`: what it read, sent
-    /// once it returned.
-    fn copy_in_background(
-        path: String,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> mpsc::Receiver<(std::io::Result<()>, Vec<u8>)> {
+    /// How a [`copy_fifo`] went, and what it read.
+    type Copied = (std::io::Result<()>, Vec<u8>);
+
+    /// [`copy_fifo`] of `path` on a thread of its own, told to end through the eventfd it
+    /// returns: what it read, sent once it returned.
+    fn copy_in_background(path: String) -> (Arc<OwnedFd>, mpsc::Receiver<Copied>) {
+        let end =
+            Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).expect("eventfd"));
+        let told = Arc::clone(&end);
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut got = Vec::new();
-            let r = copy_fifo(
-                &path,
-                || stop.load(std::sync::atomic::Ordering::SeqCst),
-                |b| {
-                    got.extend_from_slice(b);
-                    true
-                },
-            );
+            let r = copy_fifo(open_stdin(&path).expect("stdin"), &told, |b| {
+                got.extend_from_slice(b);
+                true
+            });
             tx.send((r, got)).expect("send");
         });
-        rx
+        (end, rx)
+    }
+
+    fn tell(end: &OwnedFd) {
+        rustix::io::write(end, &1u64.to_ne_bytes()).expect("eventfd write");
+    }
+
+    fn copied(rx: &mpsc::Receiver<Copied>, why: &str) -> Vec<u8> {
+        let (r, got) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{why}"));
+        r.expect("no error");
+        got
     }
 
     #[test]
-    fn a_stdin_fifo_no_writer_opens_is_let_go_when_the_process_stops() {
+    fn a_stdin_fifo_no_writer_opens_is_let_go_when_told() {
         let (_dir, path) = fifo();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let rx = copy_in_background(path, Arc::clone(&stop));
+        let (end, rx) = copy_in_background(path);
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(
             rx.try_recv().is_err(),
             "no end of file before a writer came"
         );
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let (r, got) = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("the feeder waited for a writer after its process stopped");
-        r.expect("no error");
+        tell(&end);
+        let got = copied(
+            &rx,
+            "the feeder waited for a writer after it was told to end",
+        );
         assert!(got.is_empty());
     }
 
     #[test]
     fn a_stdin_fifo_is_read_from_a_late_writer_to_its_end() {
         let (_dir, path) = fifo();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let rx = copy_in_background(path.clone(), stop);
+        let (_end, rx) = copy_in_background(path.clone());
         std::thread::sleep(std::time::Duration::from_millis(700));
         {
             let mut w = OpenOptions::new().write(true).open(&path).expect("writer");
@@ -469,11 +561,41 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             w.write_all(b"input").expect("write");
         }
-        let (r, got) = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("the writer's close ends the copy");
-        r.expect("no error");
+        let got = copied(&rx, "the writer's close ends the copy");
         assert_eq!(got, b"late input");
+    }
+
+    #[test]
+    fn input_written_before_the_end_is_told_is_passed_on_first() {
+        // A client writes its input, then asks for its end (containerd's `CloseIO`) with its
+        // writer still open: what the FIFO holds then still goes to the process.
+        let (_dir, path) = fifo();
+        let stalled = Arc::new(Mutex::new(()));
+        let held = stalled.lock().expect("lock");
+        let end =
+            Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).expect("eventfd"));
+        let (told, p, gate) = (Arc::clone(&end), path.clone(), Arc::clone(&stalled));
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let r = copy_fifo(open_stdin(&p).expect("stdin"), &told, |b| {
+                // The first bytes wait until the end has been told: the rest is then
+                // in the FIFO beside the told end.
+                drop(gate.lock().expect("lock"));
+                got.extend_from_slice(b);
+                true
+            });
+            tx.send((r, got)).expect("send");
+        });
+        let mut w = OpenOptions::new().write(true).open(&path).expect("writer");
+        w.write_all(b"first ").expect("write");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        w.write_all(b"then the rest").expect("write");
+        tell(&end);
+        drop(held);
+        let got = copied(&rx, "the told end ends the copy, the writer still open");
+        assert_eq!(got, b"first then the rest");
+        drop(w);
     }
 
     #[test]
