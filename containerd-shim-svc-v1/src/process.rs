@@ -106,30 +106,38 @@ impl Proc {
         // their reading ends: see `open_fifo`.
         let outputs = (open_fifo(&self.stdio.stdout), open_fifo(&self.stdio.stderr));
         // The stdin FIFO is opened now too, before the client can write it: what a client
-        // writes into a FIFO no reader has open is lost when it closes its end.
-        let input = (!self.stdio.stdin.is_empty()).then(|| open_stdin(&self.stdio.stdin));
-        let exec = svcd.exec(name, request).map_err(|e| e.to_string())?;
+        // writes into a FIFO no reader has open is lost when it closes its end. The feeder's
+        // end is known from now on: a client that has written its input can ask for its end
+        // (`CloseIO`) before this call returns, and that must not be lost either.
+        let input = (!self.stdio.stdin.is_empty()).then(|| {
+            let end = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                .map_err(std::io::Error::from)?;
+            Ok::<_, std::io::Error>((open_stdin(&self.stdio.stdin)?, Arc::new(end)))
+        });
+        if let Some(Ok((_, end))) = &input {
+            *self.end_lock() = Some(Arc::clone(end));
+        }
+        let exec = match svcd.exec(name, request) {
+            Ok(exec) => exec,
+            Err(e) => {
+                *self.end_lock() = None;
+                return Err(e.to_string());
+            }
+        };
         let sender = exec.sender().map_err(|e| e.to_string())?;
         *self.lock() = (Status::Running, Some(sender.clone()));
         *self.hook() = Some(Box::new(exited));
         started();
-        if let Some(input) = input {
-            let path = self.stdio.stdin.clone();
-            match (
-                input,
-                eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-                    .map_err(std::io::Error::from),
-            ) {
-                (Ok(fifo), Ok(end)) => {
-                    let end = Arc::new(end);
-                    *self.end_lock() = Some(Arc::clone(&end));
-                    std::thread::spawn(move || feed_stdin(&path, fifo, &sender, &end));
-                }
-                (Err(e), _) | (_, Err(e)) => {
-                    log::warn!("{path}: {e}: the process's input is ended");
-                    let _ = sender.send(&ExecInput::Eof);
-                }
+        match input {
+            Some(Ok((fifo, end))) => {
+                let path = self.stdio.stdin.clone();
+                std::thread::spawn(move || feed_stdin(&path, fifo, &sender, &end));
             }
+            Some(Err(e)) => {
+                log::warn!("{}: {e}: the process's input is ended", self.stdio.stdin);
+                let _ = sender.send(&ExecInput::Eof);
+            }
+            None => {}
         }
         let me = std::sync::Arc::clone(self);
         std::thread::spawn(move || {
@@ -595,6 +603,98 @@ mod tests {
         drop(held);
         let got = copied(&rx, "the told end ends the copy, the writer still open");
         assert_eq!(got, b"first then the rest");
+        drop(w);
+    }
+
+    /// One exec on `socket` answered as svcd's exec endpoint answers it (101, then lines of
+    /// frames), held before its answer until `answer` is told: the input frames read until
+    /// `"eof"`, sent on the returned channel; then exit code 0.
+    fn one_held_exec(
+        socket: &std::path::Path,
+        answer: mpsc::Receiver<()>,
+    ) -> (mpsc::Receiver<()>, mpsc::Receiver<Vec<ExecInput>>) {
+        use std::io::BufRead as _;
+        let listener = std::os::unix::net::UnixListener::bind(socket).expect("bind");
+        let (asked_tx, asked) = mpsc::channel();
+        let (frames_tx, frames) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("head");
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().expect("length");
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            reader.read_exact(&mut vec![0; length]).expect("body");
+            asked_tx.send(()).expect("send");
+            answer.recv().expect("told to answer");
+            let mut w = stream;
+            w.write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+                .expect("answer");
+            let mut got = Vec::new();
+            for line in reader.lines() {
+                let frame: ExecInput = serde_json::from_str(&line.expect("line")).expect("frame");
+                let eof = frame == ExecInput::Eof;
+                got.push(frame);
+                if eof {
+                    break;
+                }
+            }
+            frames_tx.send(got).expect("send");
+            w.write_all(b"{\"exit\":0}\n").expect("exit");
+        });
+        (asked, frames)
+    }
+
+    #[test]
+    fn an_end_asked_for_while_the_process_starts_still_ends_its_input() {
+        // A client writes its input and asks for its end (`CloseIO`) while the shim's start
+        // is still waiting for svcd, its FIFO writer left open: the input, then its end, still
+        // reach the process (the end was dropped when it came before the feeder).
+        let (dir, stdin) = fifo();
+        let socket = dir.path().join("svcd.sock");
+        let (answer_tx, answer) = mpsc::channel();
+        let (asked, frames) = one_held_exec(&socket, answer);
+        let p = Arc::new(Proc::new(
+            Stdio {
+                stdin: stdin.clone(),
+                ..Stdio::default()
+            },
+            Some(ExecRequest {
+                argv: vec!["cat".into()],
+                ..ExecRequest::default()
+            }),
+        ));
+        let starting = Arc::clone(&p);
+        let start =
+            std::thread::spawn(move || starting.start(&Svcd::new(&socket), "t", || {}, |_, _| {}));
+        asked
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the exec reached svcd");
+        // The shim holds the FIFO's reading end by now: this open does not wait.
+        let mut w = OpenOptions::new().write(true).open(&stdin).expect("writer");
+        w.write_all(b"written early").expect("write");
+        p.close_stdin();
+        answer_tx.send(()).expect("answer");
+        start.join().expect("start").expect("started");
+        let got = frames
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the input's end was lost: the writer is still open");
+        let b64 = base64::engine::general_purpose::STANDARD;
+        assert_eq!(
+            got,
+            [
+                ExecInput::Stdin(b64.encode("written early")),
+                ExecInput::Eof
+            ]
+        );
+        assert_eq!(p.wait().0, 0);
         drop(w);
     }
 
