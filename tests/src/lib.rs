@@ -434,6 +434,8 @@ pub mod registry;
 pub mod rootfs;
 pub mod servers;
 pub mod ssh_host;
+/// A workspace binary older than the sources: said loudly.
+mod stale;
 pub mod topology;
 pub mod users;
 /// A microvm of svcd's taken over by the test's backend; trees attached to it; its agent stopped.

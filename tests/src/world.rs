@@ -73,6 +73,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         "{} is missing: `cargo test --workspace` builds it (or `cargo build --bins`)",
         bin.display()
     );
+    crate::stale::warn_if_stale(&bin);
     bin
 }
 
