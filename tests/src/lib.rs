@@ -330,63 +330,6 @@ pub fn veth(a: &NetNs, a_name: &str, b: &NetNs, b_name: &str) {
     a.ip(&["link", "set", &tmp, "name", a_name]);
 }
 
-/// A veth pair: `host` stays in the root namespace with `host_addr`, `guest` moves into `ns`
-/// with `guest_addr` (both /30 out of 10.x test space on the pair itself; nothing routes it).
-#[derive(Debug)]
-pub struct GuestLink {
-    pub host: String,
-    pub guest: String,
-    pub host_addr: String,
-    pub guest_addr: String,
-}
-
-impl GuestLink {
-    /// Create the pair. `subnet` is the third octet of 10.213.<subnet>.0/30.
-    pub fn new(ns: &NetNs, subnet: u8) -> Self {
-        let host = unique("svh");
-        let guest = unique("svg");
-        run(
-            "ip",
-            &["link", "add", &host, "type", "veth", "peer", "name", &guest],
-        );
-        run("ip", &["link", "set", &guest, "netns", &ns.name]);
-        let host_addr = format!("10.213.{subnet}.1");
-        let guest_addr = format!("10.213.{subnet}.2");
-        run(
-            "ip",
-            &["addr", "add", &format!("{host_addr}/30"), "dev", &host],
-        );
-        run("ip", &["link", "set", &host, "up"]);
-        run(
-            "ip",
-            &[
-                "-n",
-                &ns.name,
-                "addr",
-                "add",
-                &format!("{guest_addr}/30"),
-                "dev",
-                &guest,
-            ],
-        );
-        run("ip", &["-n", &ns.name, "link", "set", &guest, "up"]);
-        Self {
-            host,
-            guest,
-            host_addr,
-            guest_addr,
-        }
-    }
-}
-
-impl Drop for GuestLink {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host])
-            .status();
-    }
-}
-
 /// A pin directory of this test's own under /sys/fs/bpf, removed (with whatever was pinned
 /// there) on drop.
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use super::{
     CODE_SSH_ADDR, CODE_TOKEN, DNS, EXAMPLE_TOKEN, FORWARD_PROXY, METRICS_PORT, NAMES,
     SHARED_NAMES, World, bare_repo, image_dir, tool, wait_for, workspace_bin,
 };
-use crate::{NetNs, PinDir, run, unique, veth};
+use crate::{NetNs, PinDir, run, unique_where, veth};
 
 /// What a world is started with besides the defaults.
 #[derive(Default, Clone, Copy)]
@@ -238,7 +238,7 @@ impl World {
         // The host's own code-host token, brokered by `--repo` without `--secret`.
         std::fs::write(dir.join("code-host-token"), format!("{CODE_TOKEN}\n")).expect("token");
         let config = dir.join("svcd.toml");
-        let cgroup_parent = format!("svc-test/{}", unique("w"));
+        let cgroup_parent = format!("svc-test/{}", unique_where("w", cgroup_free));
         let toml = format!("{}\n", o.config_head)
             + &svcd_toml(&dir, &image, &pins.path, &cgroup_parent, o)
             + &format!("{git_ssh_lines}\n{upstream_lines}\n");
@@ -376,4 +376,18 @@ listen = "127.0.0.1:{METRICS_PORT}"
         microvm = o.microvm,
         container = o.container,
     )
+}
+
+/// Whether no controller's hierarchy holds `svc-test/<name>` yet: a killed test's world may
+/// have left its cgroups (process ids are reused), and a new svcd would make its sandboxes'
+/// cgroups beside that world's.
+fn cgroup_free(name: &str) -> bool {
+    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return true;
+    };
+    let mut places = controllers
+        .flatten()
+        .map(|c| c.path().join("svc-test").join(name))
+        .chain([Path::new("/sys/fs/cgroup/svc-test").join(name)]);
+    !places.any(|p| p.exists())
 }
