@@ -41,7 +41,8 @@ pub fn run_within(cmd: &mut Command, limit: std::time::Duration) -> anyhow::Resu
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", pretty(cmd)))?;
-    let deadline = std::time::Instant::now() + limit;
+    let started = std::time::Instant::now();
+    let deadline = started + limit;
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
@@ -64,6 +65,8 @@ pub fn run_within(cmd: &mut Command, limit: std::time::Duration) -> anyhow::Resu
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
+    let took = started.elapsed().as_secs();
+    info(&format!("took {}m {:02}s", took / 60, took % 60));
     if !status.success() {
         bail!("{} failed ({status})", pretty(cmd));
     }
