@@ -5,9 +5,9 @@
 //! containerd unpacked: its output and exit code reach `ctr`, `ctr task exec` runs in it, the
 //! pod annotation's allowed host is reached with the stored credential swapped in on the wire
 //! (the task sees only a placeholder) and another host and an IP literal are refused, `ctr task
-//! exec --tty` runs on a terminal, input given to `ctr task exec` reaches the process, the
-//! signal `ctr task kill` names reaches the process, and `ctr task kill` + `delete` leave no
-//! sandbox, link, fence entry or mount. A task annotated `svc.dev/backend=microvm` is a VM
+//! exec --tty` runs on a terminal, input given to `ctr run` and `ctr task exec` reaches the
+//! process, the signal `ctr task kill` names reaches the process, and `ctr task kill` + `delete`
+//! leave no sandbox, link, fence entry or mount. A task annotated `svc.dev/backend=microvm` is a VM
 //! running its process, fenced the same.
 
 use svc_tests::{
@@ -50,6 +50,28 @@ fn ctr_runs_tasks_as_fenced_sandboxes_and_leaves_nothing() {
         String::from_utf8_lossy(&out.stderr).contains("err"),
         "{out:?}"
     );
+
+    // Input given to `ctr run` reaches the task's own process, which reads it to its end.
+    let out = c.ctr_with_input(
+        &[
+            "run",
+            "--rm",
+            "--runtime",
+            RUNTIME,
+            IMAGE,
+            "input",
+            "sh",
+            "-c",
+            "tr a-z A-Z; exit 7",
+        ],
+        "to the task\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "TO THE TASK\n",
+        "{out:?}"
+    );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
 
     // A detached task with its pod's policy: the perimeter holds.
     let secret = format!("svc.dev/secrets={VAR}={STORED}");
