@@ -97,6 +97,9 @@ pub fn image_dir() -> PathBuf {
          xtask test` does)",
         dir.display()
     );
+    if let Some(target) = dir.parent().and_then(Path::parent) {
+        crate::stale::warn_if_image_stale(&dir, target);
+    }
     dir
 }
 
@@ -484,6 +487,9 @@ pub fn microvm_images() -> PathBuf {
             "{} is missing: build the images with `cargo xtask images` (`cargo xtask test` does)",
             dir.join(f).display()
         );
+    }
+    if let Some(target) = dir.parent().and_then(Path::parent) {
+        crate::stale::warn_if_image_stale(&dir, target);
     }
     dir
 }

@@ -382,12 +382,7 @@ listen = "127.0.0.1:{METRICS_PORT}"
 /// have left its cgroups (process ids are reused), and a new svcd would make its sandboxes'
 /// cgroups beside that world's.
 fn cgroup_free(name: &str) -> bool {
-    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return true;
-    };
-    let mut places = controllers
-        .flatten()
-        .map(|c| c.path().join("svc-test").join(name))
-        .chain([Path::new("/sys/fs/cgroup/svc-test").join(name)]);
-    !places.any(|p| p.exists())
+    !super::cgroup_roots()
+        .iter()
+        .any(|root| root.join("svc-test").join(name).exists())
 }
