@@ -110,9 +110,7 @@ impl Proc {
         // end is known from now on: a client that has written its input can ask for its end
         // (`CloseIO`) before this call returns, and that must not be lost either.
         let input = (!self.stdio.stdin.is_empty()).then(|| {
-            let end = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-                .map_err(std::io::Error::from)?;
-            Ok::<_, std::io::Error>((open_stdin(&self.stdio.stdin)?, Arc::new(end)))
+            Ok::<_, std::io::Error>((open_stdin(&self.stdio.stdin)?, Arc::new(new_end()?)))
         });
         if let Some(Ok((_, end))) = &input {
             *self.end_lock() = Some(Arc::clone(end));
@@ -216,7 +214,7 @@ impl Proc {
         let Some(end) = self.end_lock().clone() else {
             return false;
         };
-        let _ = rustix::io::write(&*end, &1u64.to_ne_bytes());
+        let _ = tell(&end);
         true
     }
 
@@ -361,11 +359,22 @@ fn open_stdin(path: &str) -> std::io::Result<File> {
         .open(path)
 }
 
-/// Read the FIFO `f` (opened by [`open_stdin`]) without blocking on it, handing what comes to `take` (false: stop),
-/// until its writer has gone (end of file), or until `end` (an eventfd) is readable: then what
-/// the FIFO holds is taken too (a client writes its input, then asks for its end). Before a
-/// writer first opens it, Linux reports nothing on the FIFO (no hang-up), so a writer that
-/// comes late is read.
+/// A stdin feeder's end: an eventfd [`copy_fifo`] polls beside the FIFO, told by [`tell`].
+fn new_end() -> std::io::Result<OwnedFd> {
+    Ok(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?)
+}
+
+/// Tell a feeder's `end` that the input is to end.
+fn tell(end: &OwnedFd) -> std::io::Result<()> {
+    rustix::io::write(end, &1u64.to_ne_bytes())?;
+    Ok(())
+}
+
+/// Read the FIFO `f` (opened by [`open_stdin`]) without blocking on it, handing what comes to
+/// `take` (false: stop), until its writer has gone (end of file), or until `end` (an eventfd) is
+/// readable: then what the FIFO holds is taken too (a client writes its input, then asks for
+/// its end). Before a writer first opens it, Linux reports nothing on the FIFO (no hang-up), so
+/// a writer that comes late is read.
 fn copy_fifo(
     mut f: File,
     end: &OwnedFd,
@@ -514,8 +523,7 @@ mod tests {
     /// [`copy_fifo`] of `path` on a thread of its own, told to end through the eventfd it
     /// returns: what it read, sent once it returned.
     fn copy_in_background(path: String) -> (Arc<OwnedFd>, mpsc::Receiver<Copied>) {
-        let end =
-            Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).expect("eventfd"));
+        let end = Arc::new(new_end().expect("eventfd"));
         let told = Arc::clone(&end);
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -527,10 +535,6 @@ mod tests {
             tx.send((r, got)).expect("send");
         });
         (end, rx)
-    }
-
-    fn tell(end: &OwnedFd) {
-        rustix::io::write(end, &1u64.to_ne_bytes()).expect("eventfd write");
     }
 
     fn copied(rx: &mpsc::Receiver<Copied>, why: &str) -> Vec<u8> {
@@ -550,7 +554,7 @@ mod tests {
             rx.try_recv().is_err(),
             "no end of file before a writer came"
         );
-        tell(&end);
+        tell(&end).expect("eventfd write");
         let got = copied(
             &rx,
             "the feeder waited for a writer after it was told to end",
@@ -580,8 +584,7 @@ mod tests {
         let (_dir, path) = fifo();
         let stalled = Arc::new(Mutex::new(()));
         let held = stalled.lock().expect("lock");
-        let end =
-            Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).expect("eventfd"));
+        let end = Arc::new(new_end().expect("eventfd"));
         let (told, p, gate) = (Arc::clone(&end), path.clone(), Arc::clone(&stalled));
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -599,7 +602,7 @@ mod tests {
         w.write_all(b"first ").expect("write");
         std::thread::sleep(std::time::Duration::from_millis(200));
         w.write_all(b"then the rest").expect("write");
-        tell(&end);
+        tell(&end).expect("eventfd write");
         drop(held);
         let got = copied(&rx, "the told end ends the copy, the writer still open");
         assert_eq!(got, b"first then the rest");
