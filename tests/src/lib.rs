@@ -98,6 +98,12 @@ pub fn unique_where(prefix: &str, free: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// The first name [`unique`]`(prefix)` gives that is not yet an entry of `dir` (a killed
+/// test's namespace, pin directory, … may hold it).
+pub fn unique_under(dir: &Path, prefix: &str) -> String {
+    unique_where(prefix, |n| !dir.join(n).exists())
+}
+
 /// A new, empty directory under the temporary directory named [`unique`]`(prefix)`, made
 /// here and by this call only. Process ids are reused (`kernel.pid_max` can be 32768), so a
 /// name may already be taken by what a killed test left behind (a world's directory with an
@@ -252,7 +258,7 @@ impl NetNs {
     /// A new network namespace with its loopback up. A name a killed test's namespace still
     /// holds (process ids are reused) is passed over, as [`fresh_dir`] does.
     pub fn new() -> Self {
-        let name = unique_where("svct", |n| !Path::new("/run/netns").join(n).exists());
+        let name = unique_under(Path::new("/run/netns"), "svct");
         run("ip", &["netns", "add", &name]);
         run("ip", &["-n", &name, "link", "set", "lo", "up"]);
         Self { name }
@@ -341,9 +347,7 @@ impl PinDir {
     pub fn new() -> Self {
         Self {
             // A killed test's pins (their maps) are not this world's to load.
-            path: Path::new("/sys/fs/bpf").join(unique_where("svct", |n| {
-                !Path::new("/sys/fs/bpf").join(n).exists()
-            })),
+            path: Path::new("/sys/fs/bpf").join(unique_under(Path::new("/sys/fs/bpf"), "svct")),
         }
     }
 }
@@ -377,7 +381,7 @@ pub mod registry;
 pub mod rootfs;
 pub mod servers;
 pub mod ssh_host;
-/// A workspace binary older than the sources: said loudly.
+/// A workspace binary or image older than its sources: said loudly.
 mod stale;
 pub mod topology;
 pub mod users;
