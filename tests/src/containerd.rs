@@ -229,9 +229,17 @@ impl Containerd {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// containerd's log so far.
+    /// containerd's log so far, without its start's plugin list (a hundred lines before
+    /// anything a test did: a failing test's output shows what matters first).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+        let log = std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| !l.contains("loading plugin \\\"") && !l.contains("to load plugin "))
+            .fold(String::new(), |mut kept, l| {
+                kept.push_str(l);
+                kept.push('\n');
+                kept
+            })
     }
 
     /// `ctr events` from now on, its lines gathered as they come (`topic` and event JSON

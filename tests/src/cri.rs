@@ -32,6 +32,7 @@ use crate::{
 pub struct Cri {
     rt: tokio::runtime::Runtime,
     channel: Channel,
+    socket: std::path::PathBuf,
 }
 
 /// How long one call may take before it fails (a hung runtime fails the test, naming the
@@ -61,7 +62,11 @@ impl Cri {
                 })),
             )
             .map_err(|e| format!("connecting to the CRI server at {}: {e}", socket.display()))?;
-        Ok(Self { rt, channel })
+        Ok(Self {
+            rt,
+            channel,
+            socket: socket.to_path_buf(),
+        })
     }
 
     /// The runtime service (pods, containers, execs).
@@ -79,7 +84,26 @@ impl Cri {
         &self,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, tonic::Status> {
-        self.rt.block_on(call).map(tonic::Response::into_inner)
+        let answer = self.rt.block_on(call).map(tonic::Response::into_inner);
+        if let Err(status) = &answer
+            && status.message() == "Timeout expired"
+        {
+            eprintln!("{}", self.hang_report(std::any::type_name::<T>()));
+        }
+        answer
+    }
+
+    /// Where the shim and svcd stood when a call answered by `answer` timed out: their
+    /// threads' stacks ([`crate::stacks`]). The shims are those of this containerd (their
+    /// command line names its socket); svcd is this world's (its configuration is in the
+    /// world's directory, which holds containerd's).
+    fn hang_report(&self, answer: &str) -> String {
+        let world = self.socket.parent().and_then(Path::parent);
+        format!(
+            "=== the CRI call answered by {answer} timed out after {CALL_TIMEOUT:?}\n{}{}===",
+            crate::stacks::of_processes("containerd-shim-svc-v1", &self.socket),
+            world.map_or_else(String::new, |w| crate::stacks::of_processes("svcd", w)),
+        )
     }
 }
 

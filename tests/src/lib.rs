@@ -381,6 +381,7 @@ pub mod registry;
 pub mod rootfs;
 pub mod servers;
 pub mod ssh_host;
+pub mod stacks;
 /// A workspace binary or image older than its sources: said loudly.
 mod stale;
 pub mod topology;

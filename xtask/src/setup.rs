@@ -314,6 +314,10 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
         "containerd and ctr 1.6: the shim's tests start their own containerd (own root, state \
          and socket); the package's service is left disabled",
     ),
+    (
+        "gdb",
+        "a CRI call that times out prints the shim's and svcd's threads' stacks (where it hung)",
+    ),
 ];
 
 fn test_packages() -> anyhow::Result<()> {
