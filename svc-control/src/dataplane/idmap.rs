@@ -37,6 +37,12 @@ fn cstr(p: &Path) -> io::Result<CString> {
 /// A user namespace whose only mappings are `uid_map` and `gid_map` (lines of
 /// `/proc/PID/uid_map`), held as an fd. Made by a forked child that unshares its user
 /// namespace and waits while we write its maps.
+///
+/// Many are made at once (sandboxes and pod containers created side by side): the child
+/// closes every descriptor it inherited but its own two pipe ends first. A child that kept
+/// another call's release pipe open would wait for that call's child, which waits for it,
+/// and both calls would wait forever in `waitpid` (with every API call behind them). And it
+/// is killed once its namespace is held, whoever else holds its pipe.
 fn user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
     let mut ready = [0i32; 2];
     let mut release = [0i32; 2];
@@ -75,6 +81,7 @@ fn user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
             // The parent's ends: the release pipe must reach EOF when the parent closes its end.
             libc::close(ready_r.as_raw_fd());
             libc::close(release_w.as_raw_fd());
+            keep_only(ready_w.as_raw_fd(), release_r.as_raw_fd());
             let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
             libc::write(ready_w.as_raw_fd(), (&raw const ok).cast(), 1);
             let mut b = 0u8;
@@ -101,10 +108,33 @@ fn user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
         Ok(OwnedFd::from(ns))
     })();
     drop(release_w);
-    let mut status = 0;
-    // SAFETY: reaping our own child.
-    unsafe { libc::waitpid(pid, &raw mut status, 0) };
+    // SAFETY: signalling and reaping our own child, not reaped yet (its pid is not reused).
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid, &raw mut status, 0);
+    }
     result
+}
+
+/// In a forked child: close every descriptor from 3 up but `a` and `b`. Only system calls
+/// (`close_range`, Linux 5.9; idmapped mounts need 5.12).
+unsafe fn keep_only(a: i32, b: i32) {
+    let (Ok(a), Ok(b)) = (libc::c_uint::try_from(a), libc::c_uint::try_from(b)) else {
+        return;
+    };
+    let (lo, hi) = (a.min(b), a.max(b));
+    let ranges = [
+        (3, lo.saturating_sub(1)),
+        (lo + 1, hi - 1),
+        (hi + 1, libc::c_uint::MAX),
+    ];
+    for (first, last) in ranges {
+        if first <= last {
+            // SAFETY: closing descriptors the child inherited and does not use.
+            unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) };
+        }
+    }
 }
 
 /// Attach an idmapped, `nosuid,nodev` clone of `source` (not recursive) at `target` (an
