@@ -89,23 +89,24 @@ fn end_children() -> String {
     said
 }
 
-/// The test process's children: each pid and its `wchan`.
+/// The test process's children (each thread's own, as the kernel lists them in
+/// `/proc/self/task/*/children`: the namespaces' children are forked by the test's threads):
+/// each pid and its `wchan`.
 fn children() -> Vec<(i32, String)> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|s| s.split_whitespace().nth(1));
-        if ppid == Some(me.as_str()) {
-            let wchan = std::fs::read_to_string(e.path().join("wchan")).unwrap_or_default();
-            found.push((pid, wchan));
-        }
-    }
-    found
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .map(|pid| {
+            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            (pid, wchan)
+        })
+        .collect()
 }
